@@ -1,0 +1,12 @@
+//! imagegen: resolve a matrix of PyTorch × CUDA × cuDNN × Python × OS into GPU container images,
+//! render their Dockerfiles, build them through the Docker Engine API, test them on GPUs with the
+//! bundled `gpu-selftest`, tag and push them, and keep a manifest of every digest.
+//!
+//! The pure modules (`matrix`, `compat`, `resolve`, `render`, `tags`, `fingerprint`, `plan`) take
+//! values and return values; `docker` and the file writers live at the edges.
+
+pub mod compat;
+pub mod docker;
+pub mod matrix;
+pub mod resolve;
+pub mod version;
