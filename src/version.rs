@@ -1,1 +1,232 @@
-//! (in progress)
+//! Version numbers as imagegen meets them: dotted numeric versions (CUDA `12.6.3`, cuDNN
+//! `9.5.1.17`, Python `3.12`, glibc `2.35`), torch releases (semver `2.7.1`, or a series `2.7`),
+//! and NVIDIA driver versions (`535.104.05`, `570.26`), which are not semver: `05` is a legal
+//! component and the third part is often missing.
+//!
+//! Every parser here accepts only digits and dots, so a parsed version is also safe to place in a
+//! Dockerfile. This module does no I/O.
+
+use std::cmp::Ordering;
+use std::fmt;
+
+/// Why a version string was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{text}` is not a valid {kind} version: {why}")]
+pub struct VersionError {
+    pub text: String,
+    pub kind: &'static str,
+    pub why: String,
+}
+
+/// A version made of 1 to `max_parts` numeric components separated by dots. Ordering compares the
+/// components numerically, padding the shorter one with zeros (`12.6` == `12.6.0`); the original
+/// text is kept for display, so `535.104.05` prints as written.
+#[derive(Debug, Clone)]
+pub struct DottedVersion {
+    parts: Vec<u64>,
+    text: String,
+}
+
+impl DottedVersion {
+    /// Parses `text` as a version of `kind` (used in the error) with at most `max_parts` parts.
+    pub fn parse_kind(text: &str, kind: &'static str, max_parts: usize) -> Result<Self, VersionError> {
+        let error = |why: &str| VersionError { text: text.to_string(), kind, why: why.to_string() };
+        if text.is_empty() {
+            return Err(error("it is empty"));
+        }
+        let mut parts = Vec::new();
+        for part in text.split('.') {
+            if part.is_empty() {
+                return Err(error("it has an empty component (two dots, or a leading or trailing dot)"));
+            }
+            if !part.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(error("only digits separated by dots are allowed"));
+            }
+            if part.len() > 9 {
+                return Err(error("a component is too long"));
+            }
+            parts.push(part.parse::<u64>().map_err(|_| error("a component is not a number"))?);
+        }
+        if parts.len() > max_parts {
+            return Err(error(&format!("it has more than {max_parts} components")));
+        }
+        Ok(Self { parts, text: text.to_string() })
+    }
+
+    /// The numeric components as parsed.
+    pub fn parts(&self) -> &[u64] {
+        &self.parts
+    }
+
+    /// The component at `index`, 0 when absent.
+    pub fn part(&self, index: usize) -> u64 {
+        self.parts.get(index).copied().unwrap_or(0)
+    }
+
+    /// The text as the user or the data file wrote it.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// `major.minor` of this version (`12.6.3` → `12.6`).
+    pub fn major_minor(&self) -> String {
+        format!("{}.{}", self.part(0), self.part(1))
+    }
+
+    /// True when every component of `prefix` equals the same component here
+    /// (`9` and `9.5` are prefixes of `9.5.1.17`).
+    pub fn starts_with(&self, prefix: &DottedVersion) -> bool {
+        prefix.parts.len() <= self.parts.len() && prefix.parts.iter().zip(&self.parts).all(|(a, b)| a == b)
+    }
+}
+
+impl PartialEq for DottedVersion {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+impl Eq for DottedVersion {}
+impl PartialOrd for DottedVersion {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for DottedVersion {
+    fn cmp(&self, other: &Self) -> Ordering {
+        let length = self.parts.len().max(other.parts.len());
+        (0..length).map(|i| self.part(i).cmp(&other.part(i))).find(|o| o.is_ne()).unwrap_or(Ordering::Equal)
+    }
+}
+impl fmt::Display for DottedVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+/// An NVIDIA Linux driver version such as `535.104.05` or `570.26`: a branch number, then one or
+/// two numeric parts. Ordered numerically (`535.104.05` < `535.161.07` < `550.54.14`).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct DriverVersion(DottedVersion);
+
+impl DriverVersion {
+    pub fn parse(text: &str) -> Result<Self, VersionError> {
+        let version = DottedVersion::parse_kind(text, "NVIDIA driver", 3)?;
+        if version.part(0) < 100 {
+            return Err(VersionError {
+                text: text.to_string(),
+                kind: "NVIDIA driver",
+                why: "driver branches are three-digit numbers such as 535 or 570 (did you give a CUDA version?)".into(),
+            });
+        }
+        Ok(Self(version))
+    }
+
+    /// The driver branch (`535` for `535.104.05`).
+    pub fn branch(&self) -> u64 {
+        self.0.part(0)
+    }
+
+    pub fn as_str(&self) -> &str {
+        self.0.as_str()
+    }
+}
+
+impl fmt::Display for DriverVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// A torch release (`2.7.1`) or series (`2.7`), ordered as semver. A series parses to `x.y.0` with
+/// `is_series` set, so the resolver can pick the newest known patch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TorchVersion {
+    pub version: semver::Version,
+    pub is_series: bool,
+}
+
+impl TorchVersion {
+    pub fn parse(text: &str) -> Result<Self, VersionError> {
+        let dotted = DottedVersion::parse_kind(text, "torch", 3)?;
+        let error = |why: &str| VersionError { text: text.to_string(), kind: "torch", why: why.to_string() };
+        if dotted.parts().len() < 2 {
+            return Err(error("give a series such as 2.7 or a release such as 2.7.1"));
+        }
+        let padded = format!("{}.{}.{}", dotted.part(0), dotted.part(1), dotted.part(2));
+        let version = semver::Version::parse(&padded).map_err(|e| error(&e.to_string()))?;
+        Ok(Self { version, is_series: dotted.parts().len() == 2 })
+    }
+
+    /// `major.minor`, the series this release belongs to.
+    pub fn series(&self) -> String {
+        format!("{}.{}", self.version.major, self.version.minor)
+    }
+}
+
+impl fmt::Display for TorchVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_series {
+            f.write_str(&self.series())
+        } else {
+            write!(f, "{}", self.version)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn driver(text: &str) -> DriverVersion {
+        DriverVersion::parse(text).unwrap()
+    }
+
+    #[test]
+    fn driver_versions_order_numerically_not_lexically() {
+        assert!(driver("535.104.05") < driver("535.161.07"));
+        assert!(driver("535.161.07") < driver("550.54.14"));
+        assert!(driver("570.26") < driver("570.124.06"));
+        assert!(driver("570.26") > driver("570.9"));
+        assert!(driver("580") < driver("580.65.06"));
+        assert_eq!(driver("570.26"), driver("570.26.0"));
+        assert_eq!(driver("535.104.05").branch(), 535);
+        assert_eq!(driver("535.104.05").to_string(), "535.104.05");
+    }
+
+    #[test]
+    fn driver_versions_reject_garbage() {
+        for bad in ["", "535..1", "535.a", "12.6", "535.104.05.1", "535.104.05\nRUN x", "-535", "535."] {
+            assert!(DriverVersion::parse(bad).is_err(), "{bad:?} should be rejected");
+        }
+        let error = DriverVersion::parse("12.4").unwrap_err();
+        assert!(error.to_string().contains("did you give a CUDA version"), "{error}");
+    }
+
+    #[test]
+    fn dotted_versions_keep_text_and_compare_by_number() {
+        let twelve_ten = DottedVersion::parse_kind("12.10", "CUDA", 3).unwrap();
+        let twelve_one = DottedVersion::parse_kind("12.1", "CUDA", 3).unwrap();
+        assert!(twelve_ten > twelve_one, "12.10 must not become 12.1");
+        assert_eq!(twelve_ten.as_str(), "12.10");
+        assert_eq!(DottedVersion::parse_kind("12.6.3", "CUDA", 3).unwrap().major_minor(), "12.6");
+        let cudnn = DottedVersion::parse_kind("9.5.1.17", "cuDNN", 4).unwrap();
+        assert!(cudnn.starts_with(&DottedVersion::parse_kind("9", "cuDNN", 4).unwrap()));
+        assert!(cudnn.starts_with(&DottedVersion::parse_kind("9.5", "cuDNN", 4).unwrap()));
+        assert!(!cudnn.starts_with(&DottedVersion::parse_kind("9.1", "cuDNN", 4).unwrap()));
+        assert!(DottedVersion::parse_kind("1.2.3.4.5", "cuDNN", 4).is_err());
+        assert!(DottedVersion::parse_kind("2.7.0\nRUN curl x", "torch", 3).is_err());
+    }
+
+    #[test]
+    fn torch_versions_parse_series_and_releases() {
+        let series = TorchVersion::parse("2.7").unwrap();
+        assert!(series.is_series);
+        assert_eq!(series.to_string(), "2.7");
+        let release = TorchVersion::parse("2.10.0").unwrap();
+        assert!(!release.is_series);
+        assert_eq!(release.series(), "2.10");
+        assert!(TorchVersion::parse("2.10.0").unwrap().version > TorchVersion::parse("2.9.1").unwrap().version);
+        assert!(TorchVersion::parse("2").is_err());
+        assert!(TorchVersion::parse("2.7.1rc1").is_err());
+    }
+}

@@ -1,0 +1,185 @@
+//! Tag rules. Pure functions over values; no I/O.
+//!
+//! - The **full tag** is immutable and says exactly what is inside: by default
+//!   `{torch}-cuda{cuda}-cudnn{cudnn_major}-{variant}-{os}`, e.g.
+//!   `2.7.1-cuda12.6-cudnn9-runtime-ubuntu24.04`.
+//! - **Moving aliases** follow the newest patch of a torch series:
+//!   `2.7-cuda12.6-runtime-ubuntu24.04` for every OS, and `2.7-cuda12.6-runtime` for the default
+//!   OS (the newest OS in the matrix unless `tags.default_os` says otherwise).
+//! - `latest` (runtime) and `latest-devel` go only to the newest torch release of the matrix, with
+//!   that series' default CUDA (the one PyPI's plain `torch` wheel uses), on the default OS.
+
+use std::collections::BTreeMap;
+
+use crate::matrix::Variant;
+use crate::version::DottedVersion;
+
+/// What the tag rules need to know about one image.
+#[derive(Debug, Clone)]
+pub struct TagFields {
+    pub torch: semver::Version,
+    pub cuda: String,
+    pub cudnn: String,
+    pub python: String,
+    pub variant: Variant,
+    pub os: String,
+    /// Whether `cuda` is the default CUDA of this torch series.
+    pub is_default_cuda: bool,
+}
+
+impl TagFields {
+    fn series(&self) -> String {
+        format!("{}.{}", self.torch.major, self.torch.minor)
+    }
+}
+
+/// Fills the full-tag template (validated by the matrix loader) with `fields`.
+pub fn full_tag(template: &str, fields: &TagFields) -> String {
+    let cudnn_major = fields.cudnn.split('.').next().unwrap_or_default();
+    template
+        .replace("{torch_series}", &fields.series())
+        .replace("{torch}", &fields.torch.to_string())
+        .replace("{cuda}", &fields.cuda)
+        .replace("{cudnn_major}", cudnn_major)
+        .replace("{cudnn}", &fields.cudnn)
+        .replace("{python}", &format!("py{}", fields.python))
+        .replace("{variant}", fields.variant.as_str())
+        .replace("{os}", &fields.os)
+}
+
+/// The OS that short aliases point at: `preferred` when given, else the newest Ubuntu in `images`.
+pub fn default_os(images: &[TagFields], preferred: Option<&str>) -> Option<String> {
+    if let Some(os) = preferred {
+        return Some(os.to_string());
+    }
+    images
+        .iter()
+        .map(|i| i.os.clone())
+        .max_by_key(|os| DottedVersion::parse_kind(os.trim_start_matches("ubuntu"), "OS", 2).ok())
+}
+
+/// The aliases of every image, by index into `images`. `latest` is only given when
+/// `with_latest` is true.
+pub fn aliases(images: &[TagFields], default_os: Option<&str>, with_latest: bool) -> BTreeMap<usize, Vec<String>> {
+    let mut result: BTreeMap<usize, Vec<String>> = BTreeMap::new();
+    // Newest torch patch per (series, cuda, variant, os, python).
+    let mut newest: BTreeMap<(String, String, Variant, String, String), usize> = BTreeMap::new();
+    for (index, image) in images.iter().enumerate() {
+        let key = (image.series(), image.cuda.clone(), image.variant, image.os.clone(), image.python.clone());
+        match newest.get(&key) {
+            Some(&best) if images[best].torch >= image.torch => {}
+            _ => {
+                newest.insert(key, index);
+            }
+        }
+    }
+    // When one OS has several Pythons (a custom template), only the newest Python gets aliases.
+    let mut newest_python: BTreeMap<(String, String, Variant, String), (DottedVersion, usize)> = BTreeMap::new();
+    for &index in newest.values() {
+        let image = &images[index];
+        let python = DottedVersion::parse_kind(&image.python, "Python", 2).unwrap_or_else(|_| DottedVersion::parse_kind("0", "", 1).unwrap());
+        let key = (image.series(), image.cuda.clone(), image.variant, image.os.clone());
+        match newest_python.get(&key) {
+            Some((best, _)) if *best >= python => {}
+            _ => {
+                newest_python.insert(key, (python, index));
+            }
+        }
+    }
+    for &(_, index) in newest_python.values() {
+        let image = &images[index];
+        let short = format!("{}-cuda{}-{}", image.series(), image.cuda, image.variant);
+        let entry = result.entry(index).or_default();
+        entry.push(format!("{short}-{}", image.os));
+        if Some(image.os.as_str()) == default_os {
+            entry.push(short);
+        }
+    }
+    if with_latest {
+        if let Some(newest_torch) = images.iter().map(|i| &i.torch).max() {
+            for (&(_, index), variant_name) in newest_python
+                .values()
+                .filter_map(|(_, index)| {
+                    let image = &images[*index];
+                    let wanted = image.torch == *newest_torch && image.is_default_cuda && Some(image.os.as_str()) == default_os;
+                    wanted.then_some(((image.variant, *index), image.variant))
+                })
+                .collect::<BTreeMap<_, _>>()
+                .iter()
+            {
+                let alias = match variant_name {
+                    Variant::Runtime => "latest".to_string(),
+                    Variant::Devel => "latest-devel".to_string(),
+                };
+                result.entry(index).or_default().push(alias);
+            }
+        }
+    }
+    for list in result.values_mut() {
+        list.sort();
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn image(torch: &str, cuda: &str, variant: Variant, os: &str, default_cuda: bool) -> TagFields {
+        TagFields {
+            torch: semver::Version::parse(torch).unwrap(),
+            cuda: cuda.into(),
+            cudnn: "9.5.1.17".into(),
+            python: if os == "ubuntu24.04" { "3.12".into() } else { "3.10".into() },
+            variant,
+            os: os.into(),
+            is_default_cuda: default_cuda,
+        }
+    }
+
+    #[test]
+    fn full_tag_says_what_is_inside() {
+        let fields = image("2.7.1", "12.6", Variant::Runtime, "ubuntu24.04", true);
+        assert_eq!(full_tag("{torch}-cuda{cuda}-cudnn{cudnn_major}-{variant}-{os}", &fields), "2.7.1-cuda12.6-cudnn9-runtime-ubuntu24.04");
+        assert_eq!(full_tag("{torch_series}-{python}-{cudnn}-{variant}", &fields), "2.7-py3.12-9.5.1.17-runtime");
+    }
+
+    #[test]
+    fn series_alias_goes_to_the_newest_patch_only() {
+        let images = vec![
+            image("2.7.0", "12.6", Variant::Runtime, "ubuntu24.04", true),
+            image("2.7.1", "12.6", Variant::Runtime, "ubuntu24.04", true),
+            image("2.7.1", "12.6", Variant::Runtime, "ubuntu22.04", true),
+        ];
+        let os = default_os(&images, None);
+        assert_eq!(os.as_deref(), Some("ubuntu24.04"));
+        let aliases = aliases(&images, os.as_deref(), false);
+        assert!(!aliases.contains_key(&0), "2.7.0 is not the newest patch");
+        assert_eq!(aliases[&1], vec!["2.7-cuda12.6-runtime", "2.7-cuda12.6-runtime-ubuntu24.04"]);
+        assert_eq!(aliases[&2], vec!["2.7-cuda12.6-runtime-ubuntu22.04"], "no short alias off the default OS");
+    }
+
+    #[test]
+    fn latest_only_for_newest_torch_with_its_default_cuda() {
+        let images = vec![
+            image("2.7.1", "12.6", Variant::Runtime, "ubuntu24.04", true),
+            image("2.8.0", "12.6", Variant::Runtime, "ubuntu24.04", false),
+            image("2.8.0", "12.8", Variant::Runtime, "ubuntu24.04", true),
+            image("2.8.0", "12.8", Variant::Devel, "ubuntu24.04", true),
+            image("2.8.0", "12.8", Variant::Runtime, "ubuntu22.04", true),
+        ];
+        let aliases = aliases(&images, Some("ubuntu24.04"), true);
+        let with = |alias: &str| aliases.iter().filter(|(_, list)| list.iter().any(|a| a == alias)).map(|(i, _)| *i).collect::<Vec<_>>();
+        assert_eq!(with("latest"), vec![2]);
+        assert_eq!(with("latest-devel"), vec![3]);
+        let without_latest = super::aliases(&images, Some("ubuntu24.04"), false);
+        assert!(without_latest.values().flatten().all(|a| !a.starts_with("latest")));
+    }
+
+    #[test]
+    fn no_latest_when_default_cuda_is_not_built() {
+        let images = vec![image("2.8.0", "12.6", Variant::Runtime, "ubuntu24.04", false)];
+        let aliases = aliases(&images, Some("ubuntu24.04"), true);
+        assert!(aliases.values().flatten().all(|a| a != "latest"));
+    }
+}
