@@ -1,1 +1,34 @@
-fn main() {}
+//! `gpu-selftest`: does this CUDA stack drive these GPUs at full speed? Thin entry point: parse
+//! the flags, run, exit with 0 (all passed), 1 (a check failed) or 2 (could not run).
+
+mod app;
+mod cli;
+mod discovery;
+mod framework;
+mod gpu;
+mod loader;
+mod nvml;
+mod plot;
+mod report;
+mod rules;
+mod shm;
+mod stats;
+
+use clap::Parser;
+
+fn main() {
+    let arguments = cli::Cli::parse();
+    if let Some(version) = &arguments.binary_for_cuda {
+        match rules::binary_for_cuda_version(version) {
+            Ok(name) => {
+                println!("{name}");
+                std::process::exit(0);
+            }
+            Err(message) => {
+                eprintln!("gpu-selftest: {message}");
+                std::process::exit(2);
+            }
+        }
+    }
+    std::process::exit(app::run(arguments));
+}

@@ -1,0 +1,332 @@
+//! The run: from flags to a report and an exit code. Prepares the loader (which may re-execute
+//! the process), makes sure the driver and the libraries the selected checks need load (exit 2
+//! naming the missing one and where it looked otherwise), runs the checks in order, each guarded
+//! so that an error or a panic inside becomes that check's failure, and renders the report.
+
+use crate::cli::{self, Cli, Format};
+use crate::framework::{self, Claims};
+use crate::gpu::{self, bandwidth, inventory, matmul, nccl, overlap};
+use crate::loader::{self, Prepared};
+use crate::nvml::Nvml;
+use crate::report::{self, Check, Overall, Report, Status};
+use crate::{plot, shm};
+use std::panic::AssertUnwindSafe;
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// The last panic message, captured by the hook so a panicking check can report it.
+static LAST_PANIC: Mutex<Option<String>> = Mutex::new(None);
+
+fn install_panic_hook() {
+    std::panic::set_hook(Box::new(|information| {
+        let message = information
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|text| text.to_string())
+            .or_else(|| information.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".to_string());
+        let location = information
+            .location()
+            .map(|place| format!(" at {}:{}", place.file(), place.line()))
+            .unwrap_or_default();
+        if let Ok(mut slot) = LAST_PANIC.lock() {
+            *slot = Some(format!("{message}{location}"));
+        }
+    }));
+}
+
+fn last_panic() -> String {
+    LAST_PANIC
+        .lock()
+        .ok()
+        .and_then(|mut slot| slot.take())
+        .unwrap_or_else(|| "unknown panic".to_string())
+}
+
+/// Runs `body`; an error or a panic becomes a failed check named `name`.
+fn guarded(name: &str, body: impl FnOnce() -> anyhow::Result<Check>) -> Check {
+    match std::panic::catch_unwind(AssertUnwindSafe(body)) {
+        Ok(Ok(check)) => check,
+        Ok(Err(error)) => Check::new(name, Status::Fail, format!("error: {error:#}")),
+        Err(_) => Check::new(
+            name,
+            Status::Fail,
+            format!("internal error (panic): {}", last_panic()),
+        ),
+    }
+}
+
+/// Could not run: exit 2 with this message.
+struct CannotRun(String);
+
+/// Entry point used by `main`: returns the exit code.
+pub fn run(cli: Cli) -> i32 {
+    install_panic_hook();
+    let started = Instant::now();
+    let started_at = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|elapsed| elapsed.as_secs())
+        .unwrap_or(0);
+    let prepared = loader::prepare();
+    let mut report = Report::new(started_at, loader::cuda_build_major());
+    let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        run_checks(&cli, &prepared, &mut report)
+    }));
+    match outcome {
+        Ok(Ok(())) => {}
+        Ok(Err(CannotRun(message))) => report.error = Some(message),
+        Err(_) => report.error = Some(format!("internal error (panic): {}", last_panic())),
+    }
+    report.duration_seconds = started.elapsed().as_secs_f64();
+    report.settle();
+    if let Some(folder) = &prepared.link_folder {
+        let _ = std::fs::remove_dir_all(folder);
+    }
+    let text = match cli.format {
+        Format::Table => report::render_table(&report),
+        Format::Json => report::render_json(&report),
+        Format::Prometheus => report::render_prometheus(&report),
+    };
+    if let Err(message) = emit(&text, cli.output.as_deref()) {
+        eprintln!("gpu-selftest: error: {message}");
+        return 2;
+    }
+    let table_on_terminal = cli.format == Format::Table && cli.output.is_none();
+    if let (Some(error), false) = (&report.error, table_on_terminal) {
+        eprintln!("gpu-selftest: cannot run: {error}");
+    }
+    report.overall.exit_code()
+}
+
+/// Writes the report to standard output or, atomically, to `output`.
+fn emit(text: &str, output: Option<&Path>) -> Result<(), String> {
+    match output {
+        None => {
+            use std::io::Write;
+            let mut stdout = std::io::stdout().lock();
+            stdout
+                .write_all(text.as_bytes())
+                .and_then(|_| stdout.flush())
+                .map_err(|error| format!("cannot write the report: {error}"))
+        }
+        Some(path) => write_atomically(path, text.as_bytes()),
+    }
+}
+
+fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), String> {
+    let temporary = path.with_extension(format!("tmp{}", std::process::id()));
+    std::fs::write(&temporary, bytes)
+        .and_then(|_| std::fs::rename(&temporary, path))
+        .map_err(|error| format!("cannot write {}: {error}", path.display()))
+}
+
+fn run_checks(cli: &Cli, prepared: &Prepared, report: &mut Report) -> Result<(), CannotRun> {
+    let selected = cli::selected_checks(cli.checks.as_deref(), &cli.skip, cli.no_framework)
+        .map_err(CannotRun)?;
+    let wants = |name: &str| selected.contains(&name);
+    let bandwidth_sizes = cli::parse_sizes(&cli.bandwidth_sizes).map_err(CannotRun)?;
+    let nccl_sizes = cli::parse_sizes(&cli.nccl_sizes).map_err(CannotRun)?;
+    let overlap_bytes = cli::parse_size(&cli.overlap_bytes).map_err(CannotRun)?;
+    let precisions = cli::parse_precisions(&cli.matmul_precisions).map_err(CannotRun)?;
+    let spec = |key: &str| {
+        prepared
+            .specs
+            .iter()
+            .find(|spec| spec.key == key)
+            .cloned()
+            .expect("every key used here has a spec")
+    };
+
+    if !loader::library_loads("cuda") {
+        return Err(CannotRun(format!(
+            "{} (no NVIDIA driver in this container? start it with --gpus all and the NVIDIA container toolkit)",
+            loader::missing_library_message(&spec("cuda"), &prepared.discovery)
+        )));
+    }
+    let gpus = std::panic::catch_unwind(gpu::open_all)
+        .map_err(|_| {
+            CannotRun(format!(
+                "the driver library broke while opening the GPUs: {}",
+                last_panic()
+            ))
+        })?
+        .map_err(|error| CannotRun(format!("no usable GPU: {error:#}")))?;
+    if gpus.is_empty() {
+        return Err(CannotRun(
+            "no GPU visible (cuDeviceGetCount returned 0; check CUDA_VISIBLE_DEVICES and --gpus)"
+                .to_string(),
+        ));
+    }
+    let needs_cublas = wants("matmul") || wants("overlap");
+    if needs_cublas && !loader::library_loads("cublas") {
+        return Err(CannotRun(loader::missing_library_message(
+            &spec("cublas"),
+            &prepared.discovery,
+        )));
+    }
+    let runs_nccl = wants("nccl") && gpus.len() >= 2;
+    if runs_nccl && !loader::library_loads("nccl") {
+        return Err(CannotRun(loader::missing_library_message(
+            &spec("nccl"),
+            &prepared.discovery,
+        )));
+    }
+
+    // The framework probe works (mostly on the CPU) while the GPU checks run.
+    let framework_probe = wants("framework").then(|| {
+        framework::start(
+            &cli.python,
+            Duration::from_secs(cli.framework_timeout),
+            prepared.original_library_path.as_deref(),
+        )
+    });
+
+    let nvml_path = prepared
+        .discovery
+        .get("nvml")
+        .map(|found| found.path.clone())
+        .unwrap_or_else(|| "libnvidia-ml.so.1".into());
+    let nvml = Nvml::open(&nvml_path);
+    let facts = inventory::gather(&gpus, nvml.as_ref())
+        .map_err(|error| CannotRun(format!("cannot read the GPUs' properties: {error:#}")))?;
+    let driver = inventory::DriverFacts {
+        driver_version: nvml.as_ref().and_then(Nvml::driver_version),
+        driver_cuda_version: gpu::driver_cuda_version().unwrap_or_else(|_| "unknown".to_string()),
+    };
+
+    let mut checks: Vec<Check> = Vec::new();
+    let mut bandwidth_points = Vec::new();
+    if wants("bandwidth") {
+        let settings = bandwidth::BandwidthSettings {
+            sizes: bandwidth_sizes.clone(),
+            warm_up: 1,
+            repetitions: cli.bandwidth_repeats.max(1),
+        };
+        checks.push(guarded("bandwidth", || {
+            for device in &gpus {
+                bandwidth_points.extend(bandwidth::measure(device, &settings)?);
+            }
+            Ok(bandwidth::check(
+                &bandwidth_points,
+                &facts,
+                &bandwidth_sizes,
+            ))
+        }));
+    }
+    if wants("overlap") {
+        let settings = overlap::OverlapSettings {
+            copy_bytes: overlap_bytes,
+            matmul_size: cli.matmul_size,
+            repetitions: 5,
+        };
+        checks.push(guarded("overlap", || {
+            let results = gpus
+                .iter()
+                .map(|device| overlap::measure(device, &settings))
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            Ok(overlap::check(&results))
+        }));
+    }
+    if wants("matmul") {
+        let settings = matmul::MatmulSettings {
+            size: cli.matmul_size,
+            precisions: precisions.clone(),
+            warm_up: 3,
+            repetitions: cli.matmul_repeats.max(1),
+            samples: 256,
+        };
+        checks.push(guarded("matmul", || {
+            Ok(matmul::check(&matmul::measure(&gpus, &settings)?))
+        }));
+    }
+    let mut versions = inventory::LibraryVersions::default();
+    if needs_cublas {
+        versions.cublas = std::panic::catch_unwind(inventory::cublas_version)
+            .ok()
+            .flatten();
+    }
+    if wants("nccl") {
+        if runs_nccl {
+            versions.nccl = std::panic::catch_unwind(inventory::nccl_version)
+                .ok()
+                .flatten();
+            let settings = nccl::NcclSettings {
+                sizes: nccl_sizes.clone(),
+                warm_up: 5,
+                repetitions: cli.nccl_repeats.max(1),
+            };
+            let version = versions.nccl.clone();
+            checks.push(guarded("nccl", || {
+                Ok(nccl::check(
+                    &nccl::measure(&gpus, &settings)?,
+                    version.as_deref(),
+                ))
+            }));
+        } else {
+            checks.push(
+                Check::new(
+                    "nccl",
+                    Status::Skip,
+                    "one GPU visible: nothing to all-reduce across",
+                )
+                .with_rule("needs two or more GPUs"),
+            );
+        }
+    }
+    if wants("shm") {
+        let path = Path::new("/dev/shm");
+        checks.push(shm::check(path, shm::filesystem_bytes(path)));
+    }
+    if let Some(probe) = framework_probe {
+        let claims = Claims {
+            torch: cli.expect_torch.clone().filter(|v| !v.is_empty()),
+            cuda: cli.expect_cuda.clone().filter(|v| !v.is_empty()),
+            cudnn: cli.expect_cudnn.clone().filter(|v| !v.is_empty()),
+            nccl: cli.expect_nccl.clone().filter(|v| !v.is_empty()),
+        };
+        let check = match probe.and_then(framework::finish) {
+            Ok(findings) => framework::judge(&findings, &claims, gpus.len()),
+            Err(reason) if reason.starts_with("cannot run") => {
+                Check::new("framework", Status::Skip, format!("no Python: {reason}"))
+                    .with_rule("skipped when no Python interpreter is present")
+            }
+            Err(reason) => Check::new("framework", Status::Fail, reason)
+                .with_rule("the torch probe must finish and print its result"),
+        };
+        checks.push(check);
+    }
+
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    let loaded = loader::loaded_libraries(&maps);
+    checks.insert(
+        0,
+        inventory::check(
+            &facts,
+            &driver,
+            &prepared.discovery,
+            &loaded,
+            &versions,
+            &prepared.note,
+        ),
+    );
+    if let Some(path) = &cli.plot {
+        let title = format!(
+            "Host-device bandwidth, {}",
+            facts.first().map(|f| f.name.as_str()).unwrap_or("GPU")
+        );
+        let svg = plot::render_bandwidth_svg(&title, &bandwidth::plot_series(&bandwidth_points));
+        if let Err(message) = write_atomically(path, svg.as_bytes()) {
+            checks.push(Check::new("plot", Status::Warn, message));
+        }
+    }
+    report.checks = checks;
+    if report
+        .checks
+        .iter()
+        .any(|check| check.status == Status::Fail)
+    {
+        report.overall = Overall::Fail;
+    }
+    Ok(())
+}

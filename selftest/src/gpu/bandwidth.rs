@@ -1,0 +1,368 @@
+//! The host↔device bandwidth check: H2D and D2H, pinned and pageable host memory, over a sweep
+//! of transfer sizes, each the median of repeated copies between CUDA events after a warm-up
+//! (the same method as `torch.Tensor.copy_(non_blocking=True)` timed with `torch.cuda.Event`).
+//!
+//! Rule: the best pinned median (either direction judged separately) reaches 80% of what the
+//! GPU's PCIe link generation and width allow.
+
+use super::{time_repeated, Gpu};
+use crate::gpu::inventory::GpuFacts;
+use crate::plot::{size_label, Series};
+use crate::report::{Check, Metric, Status};
+use crate::rules::{self, Verdict};
+use crate::stats;
+use anyhow::{Context as _, Result};
+use cudarc::driver::{result, CudaSlice, DevicePtr, DevicePtrMut};
+use serde::Serialize;
+
+/// How the sweep runs.
+#[derive(Clone, Debug)]
+pub struct BandwidthSettings {
+    pub sizes: Vec<u64>,
+    pub warm_up: usize,
+    pub repetitions: usize,
+}
+
+/// One measured point.
+#[derive(Clone, Debug, Serialize)]
+pub struct BandwidthPoint {
+    pub gpu: usize,
+    pub direction: &'static str,
+    pub memory: &'static str,
+    pub size_bytes: u64,
+    pub median_ms: f64,
+    pub bytes_per_second: f64,
+}
+
+/// Measures one GPU over the whole sweep.
+pub fn measure(gpu: &Gpu, settings: &BandwidthSettings) -> Result<Vec<BandwidthPoint>> {
+    let context = &gpu.context;
+    let stream = context.new_stream()?;
+    let largest = settings.sizes.iter().copied().max().unwrap_or(0) as usize;
+    let mut device: CudaSlice<u8> = unsafe { stream.alloc::<u8>(largest) }.with_context(|| {
+        format!(
+            "cannot allocate {} on GPU {}",
+            size_label(largest as u64),
+            gpu.ordinal
+        )
+    })?;
+    // Flags 0: plain page-locked memory (cudarc's default, write-combined, is slow to read back).
+    let mut pinned = unsafe { context.alloc_pinned_with_flags::<u8>(largest, 0) }
+        .with_context(|| format!("cannot pin {} of host memory", size_label(largest as u64)))?;
+    pinned.as_mut_slice()?.fill(0x5A);
+    // Written, not zero-filled: calloc'd zero pages would be mapped lazily during the copy.
+    let mut pageable: Vec<u8> = vec![0x5A; largest];
+    let mut points = Vec::new();
+    for &size in &settings.sizes {
+        let bytes = size as usize;
+        for memory in ["pinned", "pageable"] {
+            for direction in ["h2d", "d2h"] {
+                let times = {
+                    let host: &mut [u8] = if memory == "pinned" {
+                        &mut pinned.as_mut_slice()?[..bytes]
+                    } else {
+                        &mut pageable[..bytes]
+                    };
+                    let cu_stream = stream.cu_stream();
+                    if direction == "h2d" {
+                        let (pointer, _guard) = device.device_ptr_mut(&stream);
+                        time_repeated(
+                            context,
+                            &stream,
+                            settings.warm_up,
+                            settings.repetitions,
+                            || {
+                                unsafe {
+                                    result::memcpy_htod_async(pointer, &host[..], cu_stream)
+                                }?;
+                                Ok(())
+                            },
+                        )?
+                    } else {
+                        let (pointer, _guard) = device.device_ptr(&stream);
+                        time_repeated(
+                            context,
+                            &stream,
+                            settings.warm_up,
+                            settings.repetitions,
+                            || {
+                                unsafe {
+                                    result::memcpy_dtoh_async(&mut host[..], pointer, cu_stream)
+                                }?;
+                                Ok(())
+                            },
+                        )?
+                    }
+                };
+                stream.synchronize()?;
+                let median_ms = stats::median(&times).unwrap_or(f64::NAN);
+                points.push(BandwidthPoint {
+                    gpu: gpu.ordinal,
+                    direction,
+                    memory,
+                    size_bytes: size,
+                    median_ms,
+                    bytes_per_second: stats::bytes_per_second(size, median_ms),
+                });
+            }
+        }
+    }
+    Ok(points)
+}
+
+fn find(
+    points: &[BandwidthPoint],
+    gpu: usize,
+    direction: &str,
+    memory: &str,
+    size: u64,
+) -> Option<f64> {
+    points
+        .iter()
+        .find(|p| {
+            p.gpu == gpu && p.direction == direction && p.memory == memory && p.size_bytes == size
+        })
+        .map(|p| p.bytes_per_second)
+}
+
+fn best(points: &[BandwidthPoint], gpu: usize, direction: &str, memory: &str) -> f64 {
+    points
+        .iter()
+        .filter(|p| p.gpu == gpu && p.direction == direction && p.memory == memory)
+        .map(|p| p.bytes_per_second)
+        .fold(0.0, f64::max)
+}
+
+fn gigabytes(rate: f64) -> String {
+    format!("{:.1}", rate / 1e9)
+}
+
+/// Judges the measured points of every GPU and lays them out.
+pub fn check(points: &[BandwidthPoint], facts: &[GpuFacts], sizes: &[u64]) -> Check {
+    let mut status = Status::Pass;
+    let mut summaries = Vec::new();
+    let mut judgements = Vec::new();
+    let mut lines = Vec::new();
+    let mut metrics = Vec::new();
+    for gpu in facts {
+        let link = gpu.link_bytes_per_second();
+        let best_h2d = best(points, gpu.index, "h2d", "pinned");
+        let best_d2h = best(points, gpu.index, "d2h", "pinned");
+        let verdicts = [
+            rules::judge_pinned_bandwidth(best_h2d, link),
+            rules::judge_pinned_bandwidth(best_d2h, link),
+        ];
+        if verdicts.contains(&Verdict::Fail) {
+            status = Status::Fail;
+        } else if verdicts.contains(&Verdict::NotApplied) && status == Status::Pass {
+            status = Status::Warn;
+        }
+        let share = |rate: f64| {
+            link.map(|l| format!(" ({:.0}% of link)", 100.0 * rate / l))
+                .unwrap_or_default()
+        };
+        summaries.push(format!(
+            "GPU {} pinned H2D {}{} / D2H {}{} GB/s",
+            gpu.index,
+            gigabytes(best_h2d),
+            share(best_h2d),
+            gigabytes(best_d2h),
+            share(best_d2h)
+        ));
+        judgements.push(serde_json::json!({
+            "gpu": gpu.index,
+            "link": gpu.link_label(),
+            "link_bytes_per_second": link,
+            "required_bytes_per_second": link.map(|l| l * rules::PINNED_SHARE_OF_LINK),
+            "best_pinned_h2d_bytes_per_second": best_h2d,
+            "best_pinned_d2h_bytes_per_second": best_d2h,
+            "h2d": format!("{:?}", verdicts[0]).to_lowercase(),
+            "d2h": format!("{:?}", verdicts[1]).to_lowercase(),
+        }));
+        lines.push(format!(
+            "GPU {} ({}{}) GB/s, median per size:",
+            gpu.index,
+            gpu.link_label(),
+            link.map(|l| format!(
+                ", {:.1} GB/s, needs {:.1}",
+                l / 1e9,
+                l * rules::PINNED_SHARE_OF_LINK / 1e9
+            ))
+            .unwrap_or_default()
+        ));
+        lines.push(format!(
+            "  {:>9} {:>10} {:>12} {:>10} {:>12} {:>9} {:>9}",
+            "size",
+            "H2D pinned",
+            "H2D pageable",
+            "D2H pinned",
+            "D2H pageable",
+            "H2D ratio",
+            "D2H ratio"
+        ));
+        for &size in sizes {
+            let value =
+                |direction: &str, memory: &str| find(points, gpu.index, direction, memory, size);
+            let (h2d_pinned, h2d_pageable, d2h_pinned, d2h_pageable) = (
+                value("h2d", "pinned"),
+                value("h2d", "pageable"),
+                value("d2h", "pinned"),
+                value("d2h", "pageable"),
+            );
+            let show = |rate: Option<f64>| rate.map(gigabytes).unwrap_or_else(|| "-".to_string());
+            let ratio = |pinned: Option<f64>, pageable: Option<f64>| match (pinned, pageable) {
+                (Some(p), Some(q)) if q > 0.0 => format!("{:.1}x", p / q),
+                _ => "-".to_string(),
+            };
+            lines.push(format!(
+                "  {:>9} {:>10} {:>12} {:>10} {:>12} {:>9} {:>9}",
+                size_label(size),
+                show(h2d_pinned),
+                show(h2d_pageable),
+                show(d2h_pinned),
+                show(d2h_pageable),
+                ratio(h2d_pinned, h2d_pageable),
+                ratio(d2h_pinned, d2h_pageable)
+            ));
+        }
+    }
+    for point in points {
+        metrics.push(
+            Metric::new(
+                "bandwidth_bytes_per_second",
+                "Host-device copy bandwidth, median of repeated copies.",
+                point.bytes_per_second,
+            )
+            .label("gpu", point.gpu)
+            .label("direction", point.direction)
+            .label("memory", point.memory)
+            .label("size_bytes", point.size_bytes),
+        );
+    }
+    let ratios: Vec<serde_json::Value> = facts
+        .iter()
+        .flat_map(|gpu| {
+            sizes.iter().flat_map(move |&size| {
+                ["h2d", "d2h"]
+                    .into_iter()
+                    .map(move |direction| (gpu.index, size, direction))
+            })
+        })
+        .filter_map(|(gpu, size, direction)| {
+            let pinned = find(points, gpu, direction, "pinned", size)?;
+            let pageable = find(points, gpu, direction, "pageable", size)?;
+            Some(serde_json::json!({
+                "gpu": gpu, "direction": direction, "size_bytes": size,
+                "pinned_over_pageable": if pageable > 0.0 { pinned / pageable } else { f64::NAN },
+            }))
+        })
+        .collect();
+    let mut result = Check::new("bandwidth", status, summaries.join("; "))
+        .with_rule(format!(
+            "best pinned median, H2D and D2H each, >= {:.0}% of what the PCIe link generation x width allows (warn when the link is unknown)",
+            rules::PINNED_SHARE_OF_LINK * 100.0
+        ))
+        .figure("points", points)
+        .figure("pinned_over_pageable", ratios)
+        .figure("judgements", judgements);
+    result.lines = lines;
+    result.metrics = metrics;
+    result
+}
+
+/// The plot's series: per GPU and direction, pinned and pageable.
+pub fn plot_series(points: &[BandwidthPoint]) -> Vec<Series> {
+    let mut gpus: Vec<usize> = points.iter().map(|p| p.gpu).collect();
+    gpus.sort_unstable();
+    gpus.dedup();
+    let mut series = Vec::new();
+    for gpu in gpus {
+        for direction in ["h2d", "d2h"] {
+            for memory in ["pinned", "pageable"] {
+                series.push(Series {
+                    label: format!("GPU {gpu} {} {memory}", direction.to_uppercase()),
+                    points: points
+                        .iter()
+                        .filter(|p| p.gpu == gpu && p.direction == direction && p.memory == memory)
+                        .map(|p| (p.size_bytes, p.bytes_per_second))
+                        .collect(),
+                });
+            }
+        }
+    }
+    series
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts(generation: Option<u32>) -> GpuFacts {
+        GpuFacts {
+            index: 0,
+            name: "NVIDIA H200".to_string(),
+            compute_capability: "9.0".to_string(),
+            memory_bytes: 1,
+            pci_bus_id: "0000:18:00.0".to_string(),
+            pcie_max_generation: generation,
+            pcie_max_width: Some(16),
+            pcie_current_generation: None,
+            pcie_current_width: None,
+            pcie_source: "nvml".to_string(),
+            nvlink_peers: None,
+        }
+    }
+
+    fn points(pinned: f64) -> Vec<BandwidthPoint> {
+        let mut list = Vec::new();
+        for (memory, rate) in [("pinned", pinned), ("pageable", 7.6e9)] {
+            for direction in ["h2d", "d2h"] {
+                list.push(BandwidthPoint {
+                    gpu: 0,
+                    direction,
+                    memory,
+                    size_bytes: 1 << 30,
+                    median_ms: (1u64 << 30) as f64 / rate * 1000.0,
+                    bytes_per_second: rate,
+                });
+            }
+        }
+        list
+    }
+
+    #[test]
+    fn healthy_gen5_link_passes_and_prints_ratios() {
+        let check = check(&points(55.0e9), &[facts(Some(5))], &[1 << 30]);
+        assert_eq!(check.status, Status::Pass);
+        assert!(
+            check.summary.contains("pinned H2D 55.0 (87% of link)"),
+            "{}",
+            check.summary
+        );
+        assert!(check
+            .lines
+            .iter()
+            .any(|l| l.contains("1 GiB") && l.contains("7.2x")));
+        assert_eq!(check.figures["pinned_over_pageable"][0]["direction"], "h2d");
+    }
+
+    #[test]
+    fn slow_pinned_copies_fail_and_unknown_links_warn() {
+        assert_eq!(
+            check(&points(30.0e9), &[facts(Some(5))], &[1 << 30]).status,
+            Status::Fail
+        );
+        assert_eq!(
+            check(&points(55.0e9), &[facts(None)], &[1 << 30]).status,
+            Status::Warn
+        );
+    }
+
+    #[test]
+    fn plot_series_split_by_direction_and_memory() {
+        let series = plot_series(&points(55.0e9));
+        assert_eq!(series.len(), 4);
+        assert_eq!(series[0].label, "GPU 0 H2D pinned");
+        assert_eq!(series[0].points, vec![(1 << 30, 55.0e9)]);
+    }
+}

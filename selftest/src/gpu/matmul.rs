@@ -1,0 +1,414 @@
+//! The cuBLAS matmul check: n×n×n products in bf16, fp16, tf32 and fp32 through `cublasGemmEx`
+//! (fp32 accumulation; tf32 through `CUBLAS_COMPUTE_32F_FAST_TF32`), in TFLOP/s, each checked.
+//!
+//! Correctness: fresh random inputs every run (values in ±[0.125, 1), never zero), the output
+//! poisoned with NaN before the checked product, every element then required to be finite, and
+//! a sample of entries compared with a float64 reference of the same (rounded) inputs by
+//! relative L2 error against the precision's tolerance (`rules::Precision::tolerance`).
+
+use super::{poison, time_repeated, Gpu};
+use crate::report::{Check, Metric, Status};
+use crate::rules::Precision;
+use crate::stats::{self, SplitMix64};
+use anyhow::{anyhow, Context as _, Result};
+use cudarc::cublas::{result as blas_result, sys as blas, CudaBlas};
+use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, DeviceRepr};
+use half::{bf16, f16};
+use serde::Serialize;
+
+/// How the matmuls run.
+#[derive(Clone, Debug)]
+pub struct MatmulSettings {
+    pub size: usize,
+    pub precisions: Vec<Precision>,
+    pub warm_up: usize,
+    pub repetitions: usize,
+    /// Output entries compared with the float64 reference.
+    pub samples: usize,
+}
+
+/// One precision on one GPU.
+#[derive(Clone, Debug, Serialize)]
+pub struct MatmulResult {
+    pub gpu: usize,
+    pub precision: &'static str,
+    pub size: usize,
+    pub median_ms: f64,
+    pub tflops: f64,
+    pub relative_error: f64,
+    pub tolerance: f64,
+    pub all_finite: bool,
+    pub passed: bool,
+}
+
+/// Host copies of the inputs in the element type cuBLAS reads, plus float64 views for the
+/// reference.
+enum HostInputs {
+    Bf16(Vec<bf16>, Vec<bf16>),
+    Fp16(Vec<f16>, Vec<f16>),
+    Fp32(Vec<f32>, Vec<f32>),
+}
+
+impl HostInputs {
+    fn a(&self, index: usize) -> f64 {
+        match self {
+            HostInputs::Bf16(a, _) => a[index].to_f64(),
+            HostInputs::Fp16(a, _) => a[index].to_f64(),
+            HostInputs::Fp32(a, _) => a[index] as f64,
+        }
+    }
+    fn b(&self, index: usize) -> f64 {
+        match self {
+            HostInputs::Bf16(_, b) => b[index].to_f64(),
+            HostInputs::Fp16(_, b) => b[index].to_f64(),
+            HostInputs::Fp32(_, b) => b[index] as f64,
+        }
+    }
+}
+
+/// Draws `count` random non-zero values in parallel chunks, each chunk with its own seed.
+fn random_values<T: Send + Copy + Default>(
+    count: usize,
+    seed: u64,
+    convert: fn(f32) -> T,
+) -> Vec<T> {
+    let mut values = vec![T::default(); count];
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .min(16);
+    let chunk = count.div_ceil(threads).max(1);
+    std::thread::scope(|scope| {
+        for (index, part) in values.chunks_mut(chunk).enumerate() {
+            scope.spawn(move || {
+                let mut generator =
+                    SplitMix64::new(seed ^ (index as u64).wrapping_mul(0x9E37_79B9));
+                for value in part.iter_mut() {
+                    *value = convert(generator.nonzero_unit());
+                }
+            });
+        }
+    });
+    values
+}
+
+fn draw_inputs(precision: Precision, elements: usize, seed: u64) -> HostInputs {
+    match precision {
+        Precision::Bf16 => HostInputs::Bf16(
+            random_values(elements, seed, bf16::from_f32),
+            random_values(elements, seed.rotate_left(17), bf16::from_f32),
+        ),
+        Precision::Fp16 => HostInputs::Fp16(
+            random_values(elements, seed, f16::from_f32),
+            random_values(elements, seed.rotate_left(17), f16::from_f32),
+        ),
+        Precision::Tf32 | Precision::Fp32 => HostInputs::Fp32(
+            random_values(elements, seed, |value| value),
+            random_values(elements, seed.rotate_left(17), |value| value),
+        ),
+    }
+}
+
+/// cuBLAS data and compute types of a precision.
+fn blas_types(precision: Precision) -> (blas::cudaDataType, blas::cublasComputeType_t) {
+    use blas::cublasComputeType_t::{CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_32F_FAST_TF32};
+    use blas::cudaDataType::{CUDA_R_16BF, CUDA_R_16F, CUDA_R_32F};
+    match precision {
+        Precision::Bf16 => (CUDA_R_16BF, CUBLAS_COMPUTE_32F),
+        Precision::Fp16 => (CUDA_R_16F, CUBLAS_COMPUTE_32F),
+        Precision::Tf32 => (CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_TF32),
+        Precision::Fp32 => (CUDA_R_32F, CUBLAS_COMPUTE_32F),
+    }
+}
+
+/// One column-major C = A·B of n×n matrices, queued on the handle's stream.
+///
+/// # Safety
+/// The three pointers must hold n·n elements of the precision's data type.
+pub unsafe fn gemm(
+    handle: blas::cublasHandle_t,
+    precision: Precision,
+    size: usize,
+    a: u64,
+    b: u64,
+    c: u64,
+) -> Result<()> {
+    let (data_type, compute_type) = blas_types(precision);
+    let (alpha, beta) = (1.0f32, 0.0f32);
+    let n = size as i32;
+    blas_result::gemm_ex(
+        handle,
+        blas::cublasOperation_t::CUBLAS_OP_N,
+        blas::cublasOperation_t::CUBLAS_OP_N,
+        n,
+        n,
+        n,
+        &alpha as *const f32 as *const _,
+        a as *const _,
+        data_type,
+        n,
+        b as *const _,
+        data_type,
+        n,
+        &beta as *const f32 as *const _,
+        c as *mut _,
+        data_type,
+        n,
+        compute_type,
+        blas::cublasGemmAlgo_t::CUBLAS_GEMM_DFALT,
+    )
+    .map_err(|error| anyhow!("cublasGemmEx ({}) failed: {error:?}", precision.name()))
+}
+
+/// Uploads inputs, runs the checked product, then times the repetitions, on one GPU.
+fn run_on_gpu<T: DeviceRepr + Copy + Default + Into<AsFloat64>>(
+    gpu: &Gpu,
+    precision: Precision,
+    settings: &MatmulSettings,
+    a_host: &[T],
+    b_host: &[T],
+    inputs: &HostInputs,
+    seed: u64,
+) -> Result<MatmulResult> {
+    let size = settings.size;
+    let elements = size * size;
+    let stream = gpu.context.new_stream()?;
+    let blas_handle = CudaBlas::new(stream.clone()).map_err(|error| {
+        anyhow!(
+            "cannot create a cuBLAS handle on GPU {}: {error:?}",
+            gpu.ordinal
+        )
+    })?;
+    let a: CudaSlice<T> = stream.clone_htod(a_host).context("uploading A")?;
+    let b: CudaSlice<T> = stream.clone_htod(b_host).context("uploading B")?;
+    let mut c: CudaSlice<T> = unsafe { stream.alloc::<T>(elements) }.with_context(|| {
+        format!(
+            "cannot allocate the {size}x{size} output on GPU {}",
+            gpu.ordinal
+        )
+    })?;
+    let (a_pointer, _a_guard) = a.device_ptr(&stream);
+    let (b_pointer, _b_guard) = b.device_ptr(&stream);
+    let c_pointer = {
+        let (pointer, _guard) = c.device_ptr_mut(&stream);
+        pointer
+    };
+    let handle = *blas_handle.handle();
+    poison(c_pointer, elements * std::mem::size_of::<T>(), &stream)?;
+    unsafe { gemm(handle, precision, size, a_pointer, b_pointer, c_pointer)? };
+    stream.synchronize()?;
+    let output: Vec<T> = stream.clone_dtoh(&c).context("downloading C")?;
+    let all_finite = output.iter().all(|value| (*value).into().0.is_finite());
+    // Sampled entries against a float64 reference of the same inputs (column-major).
+    let mut generator = SplitMix64::new(seed ^ 0x5EED);
+    let mut measured = Vec::with_capacity(settings.samples);
+    let mut reference = Vec::with_capacity(settings.samples);
+    for _ in 0..settings.samples {
+        let row = (generator.next_u64() % size as u64) as usize;
+        let column = (generator.next_u64() % size as u64) as usize;
+        let expected: f64 = (0..size)
+            .map(|inner| inputs.a(row + inner * size) * inputs.b(inner + column * size))
+            .sum();
+        reference.push(expected);
+        measured.push(output[row + column * size].into().0);
+    }
+    let relative_error = stats::relative_l2_error(&measured, &reference);
+    let times = time_repeated(
+        &gpu.context,
+        &stream,
+        settings.warm_up,
+        settings.repetitions,
+        || unsafe { gemm(handle, precision, size, a_pointer, b_pointer, c_pointer) },
+    )?;
+    let median_ms = stats::median(&times).unwrap_or(f64::NAN);
+    let operations = 2.0 * (size as f64).powi(3);
+    let tolerance = precision.tolerance();
+    Ok(MatmulResult {
+        gpu: gpu.ordinal,
+        precision: precision.name(),
+        size,
+        median_ms,
+        tflops: operations / (median_ms / 1000.0) / 1e12,
+        relative_error,
+        tolerance,
+        all_finite,
+        passed: all_finite && relative_error <= tolerance,
+    })
+}
+
+/// A float64 view of an element type (a local newtype so the conversions stay in this module).
+pub struct AsFloat64(pub f64);
+impl From<bf16> for AsFloat64 {
+    fn from(value: bf16) -> Self {
+        AsFloat64(value.to_f64())
+    }
+}
+impl From<f16> for AsFloat64 {
+    fn from(value: f16) -> Self {
+        AsFloat64(value.to_f64())
+    }
+}
+impl From<f32> for AsFloat64 {
+    fn from(value: f32) -> Self {
+        AsFloat64(value as f64)
+    }
+}
+
+/// Runs every precision on every GPU with fresh inputs per precision.
+pub fn measure(gpus: &[Gpu], settings: &MatmulSettings) -> Result<Vec<MatmulResult>> {
+    let mut results = Vec::new();
+    for &precision in &settings.precisions {
+        let seed = stats::fresh_seed();
+        let inputs = draw_inputs(precision, settings.size * settings.size, seed);
+        for gpu in gpus {
+            let result = match &inputs {
+                HostInputs::Bf16(a, b) => run_on_gpu(gpu, precision, settings, a, b, &inputs, seed),
+                HostInputs::Fp16(a, b) => run_on_gpu(gpu, precision, settings, a, b, &inputs, seed),
+                HostInputs::Fp32(a, b) => run_on_gpu(gpu, precision, settings, a, b, &inputs, seed),
+            }
+            .with_context(|| format!("{} matmul on GPU {}", precision.name(), gpu.ordinal))?;
+            results.push(result);
+        }
+    }
+    Ok(results)
+}
+
+/// Judges and lays out the results.
+pub fn check(results: &[MatmulResult]) -> Check {
+    let failed: Vec<&MatmulResult> = results.iter().filter(|r| !r.passed).collect();
+    let status = if failed.is_empty() {
+        Status::Pass
+    } else {
+        Status::Fail
+    };
+    let mut precisions: Vec<&str> = results.iter().map(|r| r.precision).collect();
+    precisions.dedup();
+    let summary_parts: Vec<String> = precisions
+        .iter()
+        .map(|precision| {
+            let rates: Vec<String> = results
+                .iter()
+                .filter(|r| r.precision == *precision)
+                .map(|r| format!("{:.0}", r.tflops))
+                .collect();
+            format!("{precision} {}", rates.join("/"))
+        })
+        .collect();
+    let mut summary = format!("TFLOP/s per GPU: {}", summary_parts.join(", "));
+    if !failed.is_empty() {
+        let names: Vec<String> = failed
+            .iter()
+            .map(|r| format!("{} on GPU {}", r.precision, r.gpu))
+            .collect();
+        summary = format!("wrong results: {}; {summary}", names.join(", "));
+    }
+    let mut result = Check::new("matmul", status, summary)
+        .with_rule(
+            "every output element finite (output poisoned with NaN first) and relative L2 error of sampled entries vs a float64 reference <= tolerance: bf16 1e-2, fp16 5e-3, tf32 5e-3, fp32 1e-4",
+        )
+        .figure("results", results);
+    result.lines.push(format!(
+        "{:>4} {:>5} {:>6} {:>9} {:>9} {:>10} {:>9} {}",
+        "GPU", "prec", "n", "ms", "TFLOP/s", "rel.error", "tolerance", "verdict"
+    ));
+    for entry in results {
+        result.lines.push(format!(
+            "{:>4} {:>5} {:>6} {:>9.3} {:>9.1} {:>10.2e} {:>9.0e} {}",
+            entry.gpu,
+            entry.precision,
+            entry.size,
+            entry.median_ms,
+            entry.tflops,
+            entry.relative_error,
+            entry.tolerance,
+            if entry.passed {
+                "ok"
+            } else if !entry.all_finite {
+                "NON-FINITE OUTPUT"
+            } else {
+                "WRONG"
+            }
+        ));
+        result.metrics.push(
+            Metric::new("matmul_tflops", "cuBLAS matmul rate, median.", entry.tflops)
+                .label("gpu", entry.gpu)
+                .label("precision", entry.precision)
+                .label("size", entry.size),
+        );
+        result.metrics.push(
+            Metric::new(
+                "matmul_relative_error",
+                "Relative L2 error of sampled matmul outputs against a float64 reference.",
+                entry.relative_error,
+            )
+            .label("gpu", entry.gpu)
+            .label("precision", entry.precision),
+        );
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(precision: Precision, relative_error: f64, all_finite: bool) -> MatmulResult {
+        MatmulResult {
+            gpu: 0,
+            precision: precision.name(),
+            size: 8192,
+            median_ms: 1.4,
+            tflops: 785.4,
+            relative_error,
+            tolerance: precision.tolerance(),
+            all_finite,
+            passed: all_finite && relative_error <= precision.tolerance(),
+        }
+    }
+
+    #[test]
+    fn verdicts_follow_tolerance_and_finiteness() {
+        let good = check(&[
+            result(Precision::Bf16, 2e-3, true),
+            result(Precision::Fp32, 1e-6, true),
+        ]);
+        assert_eq!(good.status, Status::Pass);
+        assert_eq!(good.summary, "TFLOP/s per GPU: bf16 785, fp32 785");
+        let wrong = check(&[result(Precision::Fp32, 1e-3, true)]);
+        assert_eq!(wrong.status, Status::Fail);
+        assert!(wrong.summary.starts_with("wrong results: fp32 on GPU 0"));
+        let unwritten = check(&[result(Precision::Bf16, 0.0, false)]);
+        assert_eq!(unwritten.status, Status::Fail);
+        assert!(unwritten.lines[1].ends_with("NON-FINITE OUTPUT"));
+    }
+
+    #[test]
+    fn inputs_are_rounded_nonzero_and_fresh() {
+        let first = draw_inputs(Precision::Bf16, 1000, 1);
+        let second = draw_inputs(Precision::Bf16, 1000, 2);
+        let (HostInputs::Bf16(a1, _), HostInputs::Bf16(a2, _)) = (&first, &second) else {
+            panic!("bf16 inputs expected");
+        };
+        assert!(a1.iter().all(|value| value.to_f32() != 0.0));
+        assert_ne!(a1, a2);
+        // The float64 view reads the rounded value, so the reference uses exactly what the GPU
+        // reads.
+        assert_eq!(first.a(3), a1[3].to_f64());
+    }
+
+    #[test]
+    fn cpu_reference_of_a_tiny_product_has_no_error() {
+        // A 2x2 column-major product checked with the same sampling arithmetic.
+        let inputs = HostInputs::Fp32(vec![1.0, 2.0, 3.0, 4.0], vec![5.0, 6.0, 7.0, 8.0]);
+        let entry = |row: usize, column: usize| -> f64 {
+            (0..2)
+                .map(|inner| inputs.a(row + inner * 2) * inputs.b(inner + column * 2))
+                .sum()
+        };
+        // A = [[1,3],[2,4]], B = [[5,7],[6,8]] → C = [[23,31],[34,46]].
+        assert_eq!(
+            (entry(0, 0), entry(1, 0), entry(0, 1), entry(1, 1)),
+            (23.0, 34.0, 31.0, 46.0)
+        );
+    }
+}

@@ -1,0 +1,98 @@
+//! Everything that runs on the GPUs, through cudarc's driver, cuBLAS and NCCL bindings.
+//!
+//! Each submodule is one check; this file holds what they share: opening a context per GPU
+//! (with cudarc's automatic event tracking off, since every check orders its own streams),
+//! event timing, and filling device memory with a poison pattern. Host-side logic that does not
+//! need a GPU (rules, statistics, formats) lives outside `gpu/` so it is unit-tested on CI.
+
+pub mod bandwidth;
+pub mod inventory;
+pub mod matmul;
+pub mod nccl;
+pub mod overlap;
+
+use anyhow::{Context as _, Result};
+use cudarc::driver::{sys, CudaContext, CudaEvent, CudaStream};
+use std::sync::Arc;
+
+/// One visible GPU with its primary context.
+pub struct Gpu {
+    pub ordinal: usize,
+    pub context: Arc<CudaContext>,
+}
+
+/// Opens every visible GPU. The driver must already be known to load.
+pub fn open_all() -> Result<Vec<Gpu>> {
+    let count = CudaContext::device_count().context("cuInit / cuDeviceGetCount failed")?;
+    (0..count as usize)
+        .map(|ordinal| {
+            let context = CudaContext::new(ordinal)
+                .with_context(|| format!("cannot create a context on GPU {ordinal}"))?;
+            // Every check synchronises its own streams; automatic event tracking would insert
+            // waits between the copy stream and the compute stream of the overlap check.
+            unsafe { context.disable_event_tracking() };
+            Ok(Gpu { ordinal, context })
+        })
+        .collect()
+}
+
+/// A start/end pair of timing events.
+pub struct EventPair {
+    pub start: CudaEvent,
+    pub end: CudaEvent,
+}
+
+impl EventPair {
+    pub fn new(context: &Arc<CudaContext>) -> Result<Self> {
+        // `new_event(None)` would disable timing; the default flags keep it.
+        let flags = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
+        Ok(EventPair {
+            start: context.new_event(flags)?,
+            end: context.new_event(flags)?,
+        })
+    }
+
+    /// Milliseconds between the two recorded events (waits for the end event).
+    pub fn elapsed_ms(&self) -> Result<f64> {
+        Ok(self.start.elapsed_ms(&self.end)? as f64)
+    }
+}
+
+/// Times `repetitions` runs of `work` on `stream` after `warm_up` untimed runs, each run between
+/// its own pair of events; returns the per-run milliseconds.
+pub fn time_repeated(
+    context: &Arc<CudaContext>,
+    stream: &Arc<CudaStream>,
+    warm_up: usize,
+    repetitions: usize,
+    mut work: impl FnMut() -> Result<()>,
+) -> Result<Vec<f64>> {
+    for _ in 0..warm_up {
+        work()?;
+    }
+    stream.synchronize()?;
+    let events = EventPair::new(context)?;
+    let mut times = Vec::with_capacity(repetitions);
+    for _ in 0..repetitions {
+        events.start.record(stream)?;
+        work()?;
+        events.end.record(stream)?;
+        times.push(events.elapsed_ms()?);
+    }
+    Ok(times)
+}
+
+/// Fills `bytes` bytes at `pointer` with 0xFF on `stream`: NaN in fp32, fp16 and bf16, so that
+/// an element a kernel forgot to write cannot pass a check.
+pub fn poison(pointer: sys::CUdeviceptr, bytes: usize, stream: &CudaStream) -> Result<()> {
+    unsafe { sys::cuMemsetD8Async(pointer, 0xFF, bytes, stream.cu_stream()).result() }
+        .context("cuMemsetD8Async failed")
+}
+
+/// The CUDA version the driver supports, as "major.minor" (cuDriverGetVersion 13000 → "13.0").
+pub fn driver_cuda_version() -> Result<String> {
+    let mut version = 0;
+    unsafe { sys::cuDriverGetVersion(&mut version).result() }
+        .context("cuDriverGetVersion failed")?;
+    Ok(format!("{}.{}", version / 1000, (version % 1000) / 10))
+}
