@@ -68,7 +68,7 @@ pub fn run(cli: Cli) -> i32 {
         .duration_since(UNIX_EPOCH)
         .map(|elapsed| elapsed.as_secs())
         .unwrap_or(0);
-    let prepared = loader::prepare();
+    let prepared = loader::prepare(cli.prefer_pip_libraries);
     let mut report = Report::new(started_at, loader::cuda_build_major());
     let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
         run_checks(&cli, &prepared, &mut report)

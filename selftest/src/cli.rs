@@ -112,6 +112,11 @@ pub struct Cli {
     #[arg(long, env = "IMAGEGEN_NCCL")]
     pub expect_nccl: Option<String>,
 
+    /// Load the CUDA libraries of pip's wheels (site-packages/nvidia/*/lib, the ones torch uses)
+    /// in preference to the loader cache and /usr/local/cuda.
+    #[arg(long)]
+    pub prefer_pip_libraries: bool,
+
     /// Print which gpu-selftest binary serves an image with this CUDA version
     /// (gpu-selftest-cu11, -cu12 or -cu13) and exit; runs no check.
     #[arg(long, value_name = "CUDA_VERSION")]

@@ -186,9 +186,9 @@ pub fn nvidia_wheel_folders(site_packages: &Path) -> Vec<PathBuf> {
     folders
 }
 
-/// Finds each spec: first the folders in order, with the loader cache consulted at the place of
-/// the first non-`LD_LIBRARY_PATH` folder (the dynamic loader's own order), and within a place
-/// the spec's file names best first.
+/// Finds each spec: the folders in order, with the loader cache consulted just before the first
+/// fixed folder (the dynamic loader's own order: `LD_LIBRARY_PATH`, cache, default folders), and
+/// the spec's file names best first (a `libnccl.so.2` anywhere beats a `libnccl.so`).
 pub fn discover(specs: &[LibrarySpec], places: SearchPlaces) -> Discovery {
     let mut discovery = Discovery {
         places,
@@ -200,7 +200,7 @@ pub fn discover(specs: &[LibrarySpec], places: SearchPlaces) -> Discovery {
             let mut ordered: Vec<(PathBuf, Origin)> = Vec::new();
             let mut cache_done = false;
             for folder in &discovery.places.folders {
-                if folder.origin != Origin::LdLibraryPath && !cache_done {
+                if folder.origin == Origin::FixedFolder && !cache_done {
                     cache_done = true;
                     ordered.extend(cache_hits(&discovery.places, file_name));
                 }
@@ -310,10 +310,13 @@ pub fn joined_library_path(
 
 /// The folders searched on a real system, in order, given the environment's
 /// `LD_LIBRARY_PATH` and the site-packages folders of the Pythons found.
+/// With `prefer_pip`, pip's wheel folders come right after `LD_LIBRARY_PATH`, before the loader
+/// cache and the fixed folders: the libraries torch itself uses.
 pub fn system_places(
     ld_library_path: Option<&str>,
     loader_cache_text: Option<&str>,
     site_packages: &[PathBuf],
+    prefer_pip: bool,
 ) -> SearchPlaces {
     let mut places = SearchPlaces::default();
     let mut add = |path: PathBuf, origin: Origin| {
@@ -324,6 +327,15 @@ pub fn system_places(
     for entry in ld_library_path.unwrap_or("").split(':') {
         if !entry.is_empty() {
             add(PathBuf::from(entry), Origin::LdLibraryPath);
+        }
+    }
+    let wheel_folders: Vec<PathBuf> = site_packages
+        .iter()
+        .flat_map(|site| nvidia_wheel_folders(site))
+        .collect();
+    if prefer_pip {
+        for folder in &wheel_folders {
+            add(folder.clone(), Origin::PythonSitePackages);
         }
     }
     for fixed in [
@@ -338,10 +350,8 @@ pub fn system_places(
     ] {
         add(PathBuf::from(fixed), Origin::FixedFolder);
     }
-    for site in site_packages {
-        for folder in nvidia_wheel_folders(site) {
-            add(folder, Origin::PythonSitePackages);
-        }
+    for folder in wheel_folders {
+        add(folder, Origin::PythonSitePackages);
     }
     places.cache_entries = loader_cache_text
         .map(parse_loader_cache)
@@ -630,11 +640,33 @@ mod tests {
     }
 
     #[test]
+    fn prefer_pip_puts_wheels_before_the_cache_and_fixed_folders() {
+        let root = tempfile::tempdir().unwrap();
+        let site = root.path().join("site-packages");
+        touch(&site.join("nvidia/cublas/lib/libcublas.so.12"));
+        let cached = root.path().join("cache/libcublas.so.12");
+        touch(&cached);
+        let cache_text = format!("\tlibcublas.so.12 (libc6,x86-64) => {}\n", cached.display());
+        let default_order = system_places(None, Some(&cache_text), &[site.clone()], false);
+        let discovery = discover(&library_specs("12"), default_order.clone());
+        assert_eq!(discovery.get("cublas").unwrap().path, cached);
+        let pip_first = system_places(None, Some(&cache_text), &[site.clone()], true);
+        assert_eq!(pip_first.folders[0].origin, Origin::PythonSitePackages);
+        let discovery = discover(&library_specs("12"), pip_first);
+        assert_eq!(
+            discovery.get("cublas").unwrap().path,
+            site.join("nvidia/cublas/lib/libcublas.so.12")
+        );
+        assert_eq!(discovery.get("cublas").unwrap().alternatives, vec![cached]);
+    }
+
+    #[test]
     fn system_places_keep_order_and_skip_duplicates() {
         let places = system_places(
             Some("/x:/usr/local/cuda/lib64:"),
             Some("\tlibcuda.so.1 (libc6,x86-64) => /usr/lib/libcuda.so.1\n"),
             &[],
+            false,
         );
         assert_eq!(places.folders[0].path, PathBuf::from("/x"));
         assert_eq!(places.folders[1].origin, Origin::LdLibraryPath);

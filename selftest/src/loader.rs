@@ -74,7 +74,7 @@ fn reported_site_packages() -> Vec<PathBuf> {
 }
 
 /// Searches the system for the libraries of this build.
-pub fn discover_on_this_system(original_library_path: Option<&str>) -> Discovery {
+pub fn discover_on_this_system(original_library_path: Option<&str>, prefer_pip: bool) -> Discovery {
     let specs = discovery::library_specs(cuda_build_major());
     let mut roots: Vec<PathBuf> = Vec::new();
     for variable in ["VIRTUAL_ENV", "CONDA_PREFIX"] {
@@ -87,6 +87,7 @@ pub fn discover_on_this_system(original_library_path: Option<&str>) -> Discovery
         original_library_path,
         loader_cache_text().as_deref(),
         &site_packages,
+        prefer_pip,
     );
     discovery::discover(&specs, places)
 }
@@ -105,13 +106,13 @@ fn make_link_folder(links: &[(String, PathBuf)]) -> std::io::Result<PathBuf> {
 
 /// First stage: search, link and re-execute (this call does not return then). Second stage (or
 /// when re-execution is off or fails): return the search result.
-pub fn prepare() -> Prepared {
+pub fn prepare(prefer_pip: bool) -> Prepared {
     let specs = discovery::library_specs(cuda_build_major());
     if std::env::var(STAGE_VARIABLE).as_deref() == Ok("reexecuted") {
         let discovery = std::env::var(DISCOVERY_VARIABLE)
             .ok()
             .and_then(|text| serde_json::from_str(&text).ok())
-            .unwrap_or_else(|| discover_on_this_system(None));
+            .unwrap_or_else(|| discover_on_this_system(None, prefer_pip));
         let original_library_path = std::env::var(ORIGINAL_PATH_VARIABLE)
             .ok()
             .filter(|value| value != "\u{1}unset");
@@ -128,7 +129,7 @@ pub fn prepare() -> Prepared {
         };
     }
     let original_library_path = std::env::var("LD_LIBRARY_PATH").ok();
-    let discovery = discover_on_this_system(original_library_path.as_deref());
+    let discovery = discover_on_this_system(original_library_path.as_deref(), prefer_pip);
     if std::env::var(NO_REEXEC_VARIABLE).as_deref() == Ok("1") {
         return Prepared {
             discovery,
@@ -312,7 +313,7 @@ mod tests {
         let specs = discovery::library_specs("12");
         let discovery = discovery::discover(
             &specs,
-            discovery::system_places(Some("/nonexistent/lib"), None, &[]),
+            discovery::system_places(Some("/nonexistent/lib"), None, &[], false),
         );
         let cublas = specs.iter().find(|spec| spec.key == "cublas").unwrap();
         let message = missing_library_message(cublas, &discovery);

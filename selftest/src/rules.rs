@@ -132,7 +132,7 @@ pub fn binary_for_cuda_version(cuda_version: &str) -> Result<&'static str, Strin
     };
     match (major, minor) {
         (11, minor) if minor >= 8 => Ok("gpu-selftest-cu11"),
-        (11, _) => Err(format!(
+        (major, _) if major <= 11 => Err(format!(
             "CUDA {cuda_version} is older than 11.8, the oldest CUDA gpu-selftest supports"
         )),
         (12, _) => Ok("gpu-selftest-cu12"),
@@ -248,7 +248,7 @@ mod tests {
         assert!(binary_for_cuda_version("11.7")
             .unwrap_err()
             .contains("older than 11.8"));
-        assert!(binary_for_cuda_version("10.2").is_err());
+        assert!(binary_for_cuda_version("10.2").unwrap_err().contains("older than 11.8"));
         assert!(binary_for_cuda_version("14.0")
             .unwrap_err()
             .contains("major 14"));

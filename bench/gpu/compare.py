@@ -1,0 +1,234 @@
+#!/usr/bin/env python3
+"""Runs gpu-selftest and a PyTorch reference of the same measurements in one invocation, and
+prints the ratios (gpu-selftest / PyTorch).
+
+Same sizes and the same timing method on both sides: CUDA events around each repetition, the
+median after warm-up; for NCCL, torch.distributed with one process per GPU, each iteration's
+time the slowest rank's. Usage (on the GPU machine):
+
+    NCCL_NVLS_ENABLE=0 python3 bench/gpu/compare.py --binary .gpubin/gpu-selftest-cu13 [--out DIR]
+
+Targets (issue 3, 2xH200): pinned H2D/D2H >= 0.97x PyTorch, bf16 and fp16 matmul >= 0.97x,
+NCCL all-reduce bus bandwidth at >= 512 MiB >= 0.97x torch.distributed.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+TARGET = 0.97
+
+
+def run_selftest(binary, arguments, environment=None):
+    started = time.time()
+    process = subprocess.run([binary, *arguments], capture_output=True, text=True, env=environment)
+    elapsed = time.time() - started
+    return process, elapsed
+
+
+def check_named(report, name):
+    return next((check for check in report["checks"] if check["name"] == name), None)
+
+
+def torch_bandwidth(torch, gpu, sizes, warm_up, repetitions):
+    results = []
+    device = torch.device("cuda", gpu)
+    largest = max(sizes)
+    device_buffer = torch.empty(largest, dtype=torch.uint8, device=device)
+    pinned = torch.full((largest,), 0x5A, dtype=torch.uint8).pin_memory()
+    pageable = torch.full((largest,), 0x5A, dtype=torch.uint8)
+    stream = torch.cuda.Stream(device=device)
+    for size in sizes:
+        for memory, host in (("pinned", pinned), ("pageable", pageable)):
+            for direction in ("h2d", "d2h"):
+                source, target = (host[:size], device_buffer[:size]) if direction == "h2d" else (device_buffer[:size], host[:size])
+                with torch.cuda.stream(stream):
+                    for _ in range(warm_up):
+                        target.copy_(source, non_blocking=True)
+                    stream.synchronize()
+                    times = []
+                    for _ in range(repetitions):
+                        start = torch.cuda.Event(enable_timing=True)
+                        end = torch.cuda.Event(enable_timing=True)
+                        start.record(stream)
+                        target.copy_(source, non_blocking=True)
+                        end.record(stream)
+                        end.synchronize()
+                        times.append(start.elapsed_time(end))
+                median = statistics.median(times)
+                results.append({"gpu": gpu, "memory": memory, "direction": direction, "size_bytes": size,
+                                "median_ms": median, "bytes_per_second": size / (median / 1000)})
+    return results
+
+
+def torch_matmul(torch, gpu, size, precisions, warm_up, repetitions):
+    results = []
+    device = torch.device("cuda", gpu)
+    for precision in precisions:
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32, "fp32": torch.float32}[precision]
+        torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+        a = (torch.rand(size, size, device=device) * 0.875 + 0.125).to(dtype)
+        b = (torch.rand(size, size, device=device) * 0.875 + 0.125).to(dtype)
+        stream = torch.cuda.Stream(device=device)
+        with torch.cuda.stream(stream):
+            for _ in range(warm_up):
+                torch.matmul(a, b)
+            stream.synchronize()
+            times = []
+            for _ in range(repetitions):
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
+                start.record(stream)
+                torch.matmul(a, b)
+                end.record(stream)
+                end.synchronize()
+                times.append(start.elapsed_time(end))
+        median = statistics.median(times)
+        results.append({"gpu": gpu, "precision": precision, "median_ms": median,
+                        "tflops": 2 * size ** 3 / (median / 1000) / 1e12})
+    torch.backends.cuda.matmul.allow_tf32 = False
+    return results
+
+
+def nccl_worker(rank, world, sizes, warm_up, repetitions, port, queue):
+    import torch
+    import torch.distributed as distributed
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    torch.cuda.set_device(rank)
+    distributed.init_process_group("nccl", rank=rank, world_size=world, device_id=torch.device("cuda", rank))
+    stream = torch.cuda.current_stream()
+    per_size = {}
+    for size in sizes:
+        elements = size // 4
+        tensor = (torch.arange(elements, device="cuda", dtype=torch.int64) + 31 * rank) % 251 + 1
+        tensor = tensor.to(torch.float32)
+        for _ in range(warm_up):
+            distributed.all_reduce(tensor)
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(repetitions):
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record(stream)
+            distributed.all_reduce(tensor)
+            end.record(stream)
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        gathered = [None] * world
+        distributed.all_gather_object(gathered, times)
+        if rank == 0:
+            slowest = [max(values) for values in zip(*gathered)]
+            per_size[size] = statistics.median(slowest)
+        del tensor
+    if rank == 0:
+        queue.put(per_size)
+    distributed.barrier()
+    distributed.destroy_process_group()
+
+
+def torch_nccl(sizes, world, warm_up, repetitions):
+    import torch.multiprocessing as multiprocessing
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    port = 29500 + os.getpid() % 1000
+    processes = [context.Process(target=nccl_worker, args=(rank, world, sizes, warm_up, repetitions, port, queue))
+                 for rank in range(world)]
+    for process in processes:
+        process.start()
+    per_size = queue.get(timeout=300)
+    for process in processes:
+        process.join(timeout=60)
+    results = []
+    for size in sizes:
+        median = per_size[size]
+        algorithm = size / (median / 1000)
+        results.append({"size_bytes": size, "median_ms": median, "algorithm_bytes_per_second": algorithm,
+                        "bus_bytes_per_second": algorithm * 2 * (world - 1) / world})
+    return results
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--binary", default=".gpubin/gpu-selftest-cu13")
+    parser.add_argument("--out", default=os.environ.get("OUT", "."))
+    arguments = parser.parse_args()
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+    import torch
+
+    # 1. The default run, timed as a user would run it (framework check included).
+    default_process, default_seconds = run_selftest(arguments.binary, ["--format", "json"])
+    with open(os.path.join(arguments.out, "selftest-default.json"), "w") as handle:
+        handle.write(default_process.stdout)
+    print(f"default run: exit {default_process.returncode}, {default_seconds:.1f} s wall (target < 20 s)")
+    if default_process.returncode not in (0, 1):
+        print(default_process.stdout[-3000:], default_process.stderr[-3000:])
+        sys.exit(1)
+    # 2. The measured run, with the framework probe off so nothing else uses GPU 0.
+    process, seconds = run_selftest(arguments.binary, ["--format", "json", "--no-framework", "--plot",
+                                                      os.path.join(arguments.out, "bandwidth.svg")])
+    report = json.loads(process.stdout)
+    with open(os.path.join(arguments.out, "selftest.json"), "w") as handle:
+        json.dump(report, handle, indent=1)
+    print(f"measured run: exit {process.returncode}, {seconds:.1f} s wall, overall {report['overall']}")
+    for check in report["checks"]:
+        print(f"  [{check['status']}] {check['name']}: {check['summary']}")
+
+    bandwidth = check_named(report, "bandwidth")["points"]
+    matmul = check_named(report, "matmul")["results"]
+    nccl = check_named(report, "nccl").get("points", [])
+    gpus = sorted({point["gpu"] for point in bandwidth})
+    sizes = sorted({point["size_bytes"] for point in bandwidth})
+    reference = {"bandwidth": [], "matmul": [], "nccl": []}
+    for gpu in gpus:
+        reference["bandwidth"] += torch_bandwidth(torch, gpu, sizes, 1, 5)
+    matmul_size = matmul[0]["size"]
+    precisions = list(dict.fromkeys(entry["precision"] for entry in matmul))
+    for gpu in gpus:
+        reference["matmul"] += torch_matmul(torch, gpu, matmul_size, precisions, 3, 20)
+    if nccl:
+        torch.cuda.empty_cache()
+        reference["nccl"] = torch_nccl([point["size_bytes"] for point in nccl], nccl[0]["ranks"], 5, 20)
+
+    rows = []
+    verdicts = []
+
+    def ratio_row(kind, label, mine, theirs, targeted):
+        ratio = mine / theirs if theirs else float("nan")
+        rows.append((kind, label, mine, theirs, ratio, targeted))
+        if targeted:
+            verdicts.append(ratio >= TARGET)
+
+    for point in bandwidth:
+        match = next(r for r in reference["bandwidth"] if all(r[k] == point[k] for k in ("gpu", "memory", "direction", "size_bytes")))
+        label = f"GPU{point['gpu']} {point['direction']} {point['memory']} {point['size_bytes'] >> 20} MiB"
+        targeted = point["memory"] == "pinned" and point["size_bytes"] >= 256 << 20
+        ratio_row("copy GB/s", label, point["bytes_per_second"] / 1e9, match["bytes_per_second"] / 1e9, targeted)
+    for entry in matmul:
+        match = next(r for r in reference["matmul"] if r["gpu"] == entry["gpu"] and r["precision"] == entry["precision"])
+        ratio_row("matmul TFLOP/s", f"GPU{entry['gpu']} {entry['precision']} {matmul_size}^3", entry["tflops"], match["tflops"],
+                  entry["precision"] in ("bf16", "fp16"))
+    for point in nccl:
+        match = next(r for r in reference["nccl"] if r["size_bytes"] == point["size_bytes"])
+        ratio_row("all-reduce busbw GB/s", f"{point['size_bytes'] >> 20} MiB", point["bus_bytes_per_second"] / 1e9,
+                  match["bus_bytes_per_second"] / 1e9, point["size_bytes"] >= 512 << 20)
+
+    with open(os.path.join(arguments.out, "compare.json"), "w") as handle:
+        json.dump({"default_run_seconds": default_seconds, "reference": reference,
+                   "rows": [dict(zip(("kind", "label", "selftest", "torch", "ratio", "targeted"), row)) for row in rows]},
+                  handle, indent=1)
+    print()
+    print(f"{'measure':<22} {'case':<32} {'selftest':>9} {'torch':>9} {'ratio':>6}  target")
+    for kind, label, mine, theirs, ratio, targeted in rows:
+        mark = ("ok" if ratio >= TARGET else "MISSED") if targeted else ""
+        print(f"{kind:<22} {label:<32} {mine:>9.1f} {theirs:>9.1f} {ratio:>6.3f}  {mark}")
+    print()
+    print(f"default run {default_seconds:.1f} s ({'ok' if default_seconds < 20 else 'MISSED'} < 20 s); "
+          f"targeted ratios met: {sum(verdicts)}/{len(verdicts)}")
+
+
+if __name__ == "__main__":
+    main()
