@@ -9,7 +9,10 @@ use sha2::{Digest, Sha256};
 
 /// Lowercase hex of a sha256 digest.
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// The fingerprint of `inputs` as `sha256:<hex>`. Keys are sorted (BTreeMap) and each entry is
@@ -20,7 +23,11 @@ pub fn fingerprint(inputs: &BTreeMap<&str, String>) -> String {
     for (key, value) in inputs {
         hasher.update(format!("{}:{key}={}:{value}\n", key.len(), value.len()).as_bytes());
     }
-    let hex: String = hasher.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    let hex: String = hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
     format!("sha256:{hex}")
 }
 
@@ -58,6 +65,9 @@ mod tests {
 
     #[test]
     fn sha256_of_known_input() {
-        assert_eq!(sha256_hex(b"abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+        assert_eq!(
+            sha256_hex(b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
     }
 }

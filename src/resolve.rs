@@ -140,7 +140,11 @@ pub fn resolve(matrix: &Matrix, knowledge: &Knowledge, options: &ResolveOptions)
     }
 
     // Devel images build on their runtime image: make sure it is there.
-    let runtime_keys: BTreeSet<_> = resolved.iter().filter(|(c, _)| c.variant == Variant::Runtime).map(|(_, r)| r.key()).collect();
+    let runtime_keys: BTreeSet<_> = resolved
+        .iter()
+        .filter(|(c, _)| c.variant == Variant::Runtime)
+        .map(|(_, r)| r.key())
+        .collect();
     let mut implied = Vec::new();
     for (cell, found) in &resolved {
         if cell.variant == Variant::Devel && !runtime_keys.contains(&found.key()) {
@@ -150,7 +154,13 @@ pub fn resolve(matrix: &Matrix, knowledge: &Knowledge, options: &ResolveOptions)
                 "torch {} CUDA {} {}: the runtime image is added because the devel image builds on it",
                 found.release.torch, found.variant.cuda, cell.os
             ));
-            implied.push((runtime_cell, Resolved { variant_kind: Variant::Runtime, ..found.clone() }));
+            implied.push((
+                runtime_cell,
+                Resolved {
+                    variant_kind: Variant::Runtime,
+                    ..found.clone()
+                },
+            ));
         }
     }
     resolved.extend(implied);
@@ -161,16 +171,28 @@ pub fn resolve(matrix: &Matrix, knowledge: &Knowledge, options: &ResolveOptions)
     // The same image may be asked for twice (`2.7` and `2.7.1`): keep the first.
     let mut seen = BTreeSet::new();
     resolved.retain(|(_, found)| seen.insert((found.key(), found.variant_kind)));
-    resolved.sort_by(|a, b| sort_key(&a.1).cmp(&sort_key(&b.1)));
+    resolved.sort_by_key(|(_, found)| sort_key(found));
 
-    let mut images: Vec<ImageSpec> = resolved.iter().map(|(_, found)| build_spec(found, matrix, knowledge, options)).collect();
+    let mut images: Vec<ImageSpec> = resolved
+        .iter()
+        .map(|(_, found)| build_spec(found, matrix, knowledge, options))
+        .collect();
 
     // Devel images point at their runtime image, and their fingerprint covers the parent's.
     let runtime_by_key: BTreeMap<_, (String, String, String)> = images
         .iter()
         .zip(&resolved)
         .filter(|(image, _)| image.variant == Variant::Runtime)
-        .map(|(image, (_, found))| (found.key(), (image.name.clone(), format!("{}:{}", image.repository, image.tag), image.fingerprint.clone())))
+        .map(|(image, (_, found))| {
+            (
+                found.key(),
+                (
+                    image.name.clone(),
+                    format!("{}:{}", image.repository, image.tag),
+                    image.fingerprint.clone(),
+                ),
+            )
+        })
         .collect();
     for (image, (_, found)) in images.iter_mut().zip(&resolved) {
         if image.variant == Variant::Devel {
@@ -228,14 +250,32 @@ struct Resolved {
 impl Resolved {
     /// Identity of the image apart from its variant.
     fn key(&self) -> (String, String, String, String) {
-        (self.release.torch.clone(), self.cuda_release.version.clone(), self.os.clone(), self.python.clone())
+        (
+            self.release.torch.clone(),
+            self.cuda_release.version.clone(),
+            self.os.clone(),
+            self.python.clone(),
+        )
     }
 }
 
-fn sort_key(found: &Resolved) -> (semver::Version, DottedVersion, DottedVersion, String, Variant) {
-    let version = |text: &str| DottedVersion::parse_kind(text, "", 4).unwrap_or_else(|_| DottedVersion::parse_kind("0", "", 1).unwrap());
+fn sort_key(
+    found: &Resolved,
+) -> (
+    semver::Version,
+    DottedVersion,
+    DottedVersion,
+    String,
+    Variant,
+) {
+    let version = |text: &str| {
+        DottedVersion::parse_kind(text, "", 4)
+            .unwrap_or_else(|_| DottedVersion::parse_kind("0", "", 1).unwrap())
+    };
     (
-        TorchVersion::parse(&found.release.torch).map(|t| t.version).unwrap_or_else(|_| semver::Version::new(0, 0, 0)),
+        TorchVersion::parse(&found.release.torch)
+            .map(|t| t.version)
+            .unwrap_or_else(|_| semver::Version::new(0, 0, 0)),
         version(&found.cuda_release.version),
         version(found.os.trim_start_matches("ubuntu")),
         found.python.clone(),
@@ -280,10 +320,16 @@ fn expand(matrix: &Matrix, resolution: &mut Resolution) -> Vec<Cell> {
     for (index, rule) in matrix.include.iter().enumerate() {
         let origin = format!("include[{index}]");
         let (Some(torch), Some(cuda), Some(os)) = (&rule.torch, &rule.cuda, &rule.os) else {
-            resolution.warnings.push(format!("{origin} is ignored: an include must name torch, cuda and os"));
+            resolution.warnings.push(format!(
+                "{origin} is ignored: an include must name torch, cuda and os"
+            ));
             continue;
         };
-        for variant in rule.variants.clone().unwrap_or_else(|| matrix.variants.clone()) {
+        for variant in rule
+            .variants
+            .clone()
+            .unwrap_or_else(|| matrix.variants.clone())
+        {
             cells.push(Cell {
                 torch: torch.0.clone(),
                 cuda: cuda.0.clone(),
@@ -300,10 +346,16 @@ fn expand(matrix: &Matrix, resolution: &mut Resolution) -> Vec<Cell> {
 
 /// Whether an exclude rule covers a cell. Versions match by prefix (`2.7` covers `2.7.1`).
 fn rule_matches(rule: &CellRule, cell: &Cell) -> bool {
-    let version_matches = |rule_value: &Option<crate::matrix::VersionText>, value: &Option<String>| match (rule_value, value) {
+    let version_matches = |rule_value: &Option<crate::matrix::VersionText>,
+                           value: &Option<String>| match (
+        rule_value, value,
+    ) {
         (None, _) => true,
         (Some(_), None) => false,
-        (Some(wanted), Some(value)) => match (DottedVersion::parse_kind(&wanted.0, "", 4), DottedVersion::parse_kind(value, "", 4)) {
+        (Some(wanted), Some(value)) => match (
+            DottedVersion::parse_kind(&wanted.0, "", 4),
+            DottedVersion::parse_kind(value, "", 4),
+        ) {
             (Ok(wanted), Ok(value)) => value.starts_with(&wanted) || wanted.starts_with(&value),
             _ => false,
         },
@@ -313,7 +365,10 @@ fn rule_matches(rule: &CellRule, cell: &Cell) -> bool {
         && version_matches(&rule.cudnn, &cell.cudnn)
         && version_matches(&rule.python, &cell.python)
         && rule.os.as_ref().is_none_or(|os| os.0 == cell.os)
-        && rule.variants.as_ref().is_none_or(|variants| variants.contains(&cell.variant))
+        && rule
+            .variants
+            .as_ref()
+            .is_none_or(|variants| variants.contains(&cell.variant))
 }
 
 /// Checks one cell against the knowledge; the error is the reason shown to the user.
@@ -335,27 +390,59 @@ fn check_cell(cell: &Cell, matrix: &Matrix, knowledge: &Knowledge) -> Result<Res
             .max_by_key(|r| TorchVersion::parse(&r.torch).map(|t| t.version).ok())
             .ok_or_else(|| format!("torch {} has no releases in the knowledge", series.series))?
     } else {
-        series.releases.iter().find(|r| r.torch == torch.version.to_string()).ok_or_else(|| {
-            let known: Vec<&str> = series.releases.iter().map(|r| r.torch.as_str()).collect();
-            format!("torch {} is not a known release (torch {} has {})", cell.torch, series.series, known.join(", "))
-        })?
-    };
-    let wanted_cuda = DottedVersion::parse_kind(&cell.cuda, "CUDA", 3).map_err(|e| e.to_string())?;
-    let published: Vec<String> = series.cuda.iter().filter(|c| c.verified).map(|c| wheel_suffix(&c.cuda)).collect();
-    let variant = series.cuda.iter().find(|c| c.cuda == wanted_cuda.major_minor()).ok_or_else(|| {
-        let other_torch: Vec<&str> = knowledge
-            .torch
+        series
+            .releases
             .iter()
-            .filter(|t| t.cuda.iter().any(|c| c.verified && c.cuda == wanted_cuda.major_minor()))
-            .map(|t| t.series.as_str())
-            .collect();
-        let alternative = if other_torch.is_empty() {
-            String::new()
-        } else {
-            format!("; CUDA {} wheels exist for torch {}", wanted_cuda.major_minor(), other_torch.join(", "))
-        };
-        format!("torch {} has no CUDA {} wheels (it publishes {}){alternative}", release.torch, cell.cuda, published.join(", "))
-    })?;
+            .find(|r| r.torch == torch.version.to_string())
+            .ok_or_else(|| {
+                let known: Vec<&str> = series.releases.iter().map(|r| r.torch.as_str()).collect();
+                format!(
+                    "torch {} is not a known release (torch {} has {})",
+                    cell.torch,
+                    series.series,
+                    known.join(", ")
+                )
+            })?
+    };
+    let wanted_cuda =
+        DottedVersion::parse_kind(&cell.cuda, "CUDA", 3).map_err(|e| e.to_string())?;
+    let published: Vec<String> = series
+        .cuda
+        .iter()
+        .filter(|c| c.verified)
+        .map(|c| wheel_suffix(&c.cuda))
+        .collect();
+    let variant = series
+        .cuda
+        .iter()
+        .find(|c| c.cuda == wanted_cuda.major_minor())
+        .ok_or_else(|| {
+            let other_torch: Vec<&str> = knowledge
+                .torch
+                .iter()
+                .filter(|t| {
+                    t.cuda
+                        .iter()
+                        .any(|c| c.verified && c.cuda == wanted_cuda.major_minor())
+                })
+                .map(|t| t.series.as_str())
+                .collect();
+            let alternative = if other_torch.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; CUDA {} wheels exist for torch {}",
+                    wanted_cuda.major_minor(),
+                    other_torch.join(", ")
+                )
+            };
+            format!(
+                "torch {} has no CUDA {} wheels (it publishes {}){alternative}",
+                release.torch,
+                cell.cuda,
+                published.join(", ")
+            )
+        })?;
     if !variant.verified {
         let note = variant.note.clone().unwrap_or_default();
         if !matrix.allow_unverified {
@@ -366,11 +453,25 @@ fn check_cell(cell: &Cell, matrix: &Matrix, knowledge: &Knowledge) -> Result<Res
                 published.join(", ")
             ));
         }
-        unverified.push(format!("torch {} {}: {note}", release.torch, wheel_suffix(&variant.cuda)));
+        unverified.push(format!(
+            "torch {} {}: {note}",
+            release.torch,
+            wheel_suffix(&variant.cuda)
+        ));
     }
     let cuda_release = knowledge.cuda_release_for(&cell.cuda).ok_or_else(|| {
-        let known: Vec<&str> = knowledge.cuda.iter().filter(|c| c.version.starts_with(&wanted_cuda.major_minor())).map(|c| c.version.as_str()).collect();
-        format!("CUDA {} has no nvidia/cuda base release in the knowledge (known for {}: {})", cell.cuda, wanted_cuda.major_minor(), known.join(", "))
+        let known: Vec<&str> = knowledge
+            .cuda
+            .iter()
+            .filter(|c| c.version.starts_with(&wanted_cuda.major_minor()))
+            .map(|c| c.version.as_str())
+            .collect();
+        format!(
+            "CUDA {} has no nvidia/cuda base release in the knowledge (known for {}: {})",
+            cell.cuda,
+            wanted_cuda.major_minor(),
+            known.join(", ")
+        )
     })?;
     if !cuda_release.verified {
         let note = cuda_release.note.clone().unwrap_or_default();
@@ -384,23 +485,56 @@ fn check_cell(cell: &Cell, matrix: &Matrix, knowledge: &Knowledge) -> Result<Res
     }
     let os = knowledge.os(&cell.os).ok_or_else(|| {
         let known: Vec<&str> = knowledge.os.iter().map(|o| o.name.as_str()).collect();
-        format!("OS {} is not in the knowledge (known: {})", cell.os, known.join(", "))
+        format!(
+            "OS {} is not in the knowledge (known: {})",
+            cell.os,
+            known.join(", ")
+        )
     })?;
     let ubuntu = cell.os.trim_start_matches("ubuntu");
     if !cuda_release.ubuntu.iter().any(|u| u == ubuntu) && matrix.base_images.runtime.is_none() {
         let others: Vec<String> = knowledge
             .cuda
             .iter()
-            .filter(|c| c.verified && c.ubuntu.iter().any(|u| u == ubuntu) && series.cuda.iter().any(|v| v.verified && c.version.starts_with(&format!("{}.", v.cuda))))
-            .map(|c| DottedVersion::parse_kind(&c.version, "", 3).map(|v| v.major_minor()).unwrap_or_default())
+            .filter(|c| {
+                c.verified
+                    && c.ubuntu.iter().any(|u| u == ubuntu)
+                    && series
+                        .cuda
+                        .iter()
+                        .any(|v| v.verified && c.version.starts_with(&format!("{}.", v.cuda)))
+            })
+            .map(|c| {
+                DottedVersion::parse_kind(&c.version, "", 3)
+                    .map(|v| v.major_minor())
+                    .unwrap_or_default()
+            })
             .collect();
-        let hint = if others.is_empty() { String::new() } else { format!(", or CUDA {} with torch {}", others.join("/"), series.series) };
+        let hint = if others.is_empty() {
+            String::new()
+        } else {
+            format!(
+                ", or CUDA {} with torch {}",
+                others.join("/"),
+                series.series
+            )
+        };
         return Err(format!(
             "nvidia/cuda {} has no {} images (it has {}); use {}{hint}",
             cuda_release.version,
             cell.os,
-            cuda_release.ubuntu.iter().map(|u| format!("ubuntu{u}")).collect::<Vec<_>>().join(", "),
-            cuda_release.ubuntu.iter().map(|u| format!("ubuntu{u}")).collect::<Vec<_>>().join(" or ")
+            cuda_release
+                .ubuntu
+                .iter()
+                .map(|u| format!("ubuntu{u}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            cuda_release
+                .ubuntu
+                .iter()
+                .map(|u| format!("ubuntu{u}"))
+                .collect::<Vec<_>>()
+                .join(" or ")
         ));
     }
     let glibc_min = variant.glibc_min.as_deref().unwrap_or(&series.glibc_min);
@@ -409,19 +543,38 @@ fn check_cell(cell: &Cell, matrix: &Matrix, knowledge: &Knowledge) -> Result<Res
         (Ok(have), Ok(need)) if have >= need
     );
     if !glibc_ok {
-        return Err(format!("torch {} wheels need glibc ≥ {glibc_min}; {} has {}", release.torch, cell.os, os.glibc));
+        return Err(format!(
+            "torch {} wheels need glibc ≥ {glibc_min}; {} has {}",
+            release.torch, cell.os, os.glibc
+        ));
     }
     let python = match &cell.python {
         None => os.python.clone(),
         Some(wanted) if *wanted == os.python => wanted.clone(),
         Some(wanted) => {
-            let fitting: Vec<&str> = knowledge.os.iter().filter(|o| o.python == *wanted).map(|o| o.name.as_str()).collect();
-            let hint = if fitting.is_empty() { String::from("no known OS ships it") } else { format!("for Python {wanted} use {}", fitting.join(" or ")) };
-            return Err(format!("{} ships Python {} and imagegen uses the OS Python; {hint}", cell.os, os.python));
+            let fitting: Vec<&str> = knowledge
+                .os
+                .iter()
+                .filter(|o| o.python == *wanted)
+                .map(|o| o.name.as_str())
+                .collect();
+            let hint = if fitting.is_empty() {
+                String::from("no known OS ships it")
+            } else {
+                format!("for Python {wanted} use {}", fitting.join(" or "))
+            };
+            return Err(format!(
+                "{} ships Python {} and imagegen uses the OS Python; {hint}",
+                cell.os, os.python
+            ));
         }
     };
     if !series.python.contains(&python) {
-        let experimental = if series.python_experimental.contains(&python) { " (only experimental wheels)" } else { "" };
+        let experimental = if series.python_experimental.contains(&python) {
+            " (only experimental wheels)"
+        } else {
+            ""
+        };
         return Err(format!(
             "torch {} has no Python {python} wheels{experimental} (it supports {}–{}); {} uses Python {python}",
             release.torch,
@@ -431,17 +584,26 @@ fn check_cell(cell: &Cell, matrix: &Matrix, knowledge: &Knowledge) -> Result<Res
         ));
     }
     if let Some(wanted) = &cell.cudnn {
-        let wanted_version = DottedVersion::parse_kind(wanted, "cuDNN", 4).map_err(|e| e.to_string())?;
-        let bundled = DottedVersion::parse_kind(&variant.cudnn, "cuDNN", 4).map_err(|e| e.to_string())?;
+        let wanted_version =
+            DottedVersion::parse_kind(wanted, "cuDNN", 4).map_err(|e| e.to_string())?;
+        let bundled =
+            DottedVersion::parse_kind(&variant.cudnn, "cuDNN", 4).map_err(|e| e.to_string())?;
         if !bundled.starts_with(&wanted_version) {
             let matching: Vec<String> = knowledge
                 .torch
                 .iter()
                 .flat_map(|t| t.cuda.iter().filter(|c| c.verified).map(move |c| (t, c)))
-                .filter(|(_, c)| DottedVersion::parse_kind(&c.cudnn, "", 4).is_ok_and(|v| v.starts_with(&wanted_version)))
+                .filter(|(_, c)| {
+                    DottedVersion::parse_kind(&c.cudnn, "", 4)
+                        .is_ok_and(|v| v.starts_with(&wanted_version))
+                })
                 .map(|(t, c)| format!("{}+{}", t.series, wheel_suffix(&c.cuda)))
                 .collect();
-            let hint = if matching.is_empty() { String::new() } else { format!("; cuDNN {wanted} comes with torch {}", matching.join(", ")) };
+            let hint = if matching.is_empty() {
+                String::new()
+            } else {
+                format!("; cuDNN {wanted} comes with torch {}", matching.join(", "))
+            };
             return Err(format!(
                 "torch {}+{} bundles cuDNN {}, not {wanted} (torch pins its cuDNN; a different one cannot be swapped in){hint}",
                 release.torch,
@@ -464,31 +626,64 @@ fn check_cell(cell: &Cell, matrix: &Matrix, knowledge: &Knowledge) -> Result<Res
 
 /// The `NVIDIA_REQUIRE_CUDA` value: the CUDA floor, OR a whitelisted forward-compatibility branch
 /// for each brand NVIDIA lists (space = OR, comma = AND, per nvidia-container-toolkit).
-pub fn require_cuda(cuda_major_minor: &str, release: &CudaRelease, knowledge: &Knowledge) -> String {
+pub fn require_cuda(
+    cuda_major_minor: &str,
+    release: &CudaRelease,
+    knowledge: &Knowledge,
+) -> String {
     let mut value = format!("cuda>={cuda_major_minor}");
-    if let Some(brands) = release.brands.as_ref().and_then(|name| knowledge.brands.get(name)) {
+    if let Some(brands) = release
+        .brands
+        .as_ref()
+        .and_then(|name| knowledge.brands.get(name))
+    {
         for branch in &release.forward_compat_branches {
             for brand in brands {
-                value.push_str(&format!(" brand={brand},driver>={branch},driver<{}", branch + 1));
+                value.push_str(&format!(
+                    " brand={brand},driver>={branch},driver<{}",
+                    branch + 1
+                ));
             }
         }
     }
     value
 }
 
-fn build_spec(found: &Resolved, matrix: &Matrix, knowledge: &Knowledge, options: &ResolveOptions) -> ImageSpec {
-    let cuda_version = DottedVersion::parse_kind(&found.cuda_release.version, "CUDA", 3).expect("checked knowledge");
+fn build_spec(
+    found: &Resolved,
+    matrix: &Matrix,
+    knowledge: &Knowledge,
+    options: &ResolveOptions,
+) -> ImageSpec {
+    let cuda_version = DottedVersion::parse_kind(&found.cuda_release.version, "CUDA", 3)
+        .expect("checked knowledge");
     let major = cuda_version.part(0);
     let tag_fields = tag_fields(found);
     let tag = tags::full_tag(&matrix.tags.full, &tag_fields);
     let repository = format!("{}/{}", matrix.registry, matrix.repository);
-    let base_registry = matrix.mirrors.base_registry.as_ref().map(|r| format!("{r}/")).unwrap_or_default();
+    let base_registry = matrix
+        .mirrors
+        .base_registry
+        .as_ref()
+        .map(|r| format!("{r}/"))
+        .unwrap_or_default();
     let base_image = match &matrix.base_images.runtime {
         Some(base) => base.clone(),
-        None => format!("{base_registry}nvidia/cuda:{}-base-{}", found.cuda_release.version, found.os),
+        None => format!(
+            "{base_registry}nvidia/cuda:{}-base-{}",
+            found.cuda_release.version, found.os
+        ),
     };
-    let torch_index_base = matrix.mirrors.torch_index.clone().unwrap_or_else(|| knowledge.wheel_index.replace("/{suffix}", ""));
-    let wheel_index = format!("{}/{}", torch_index_base.trim_end_matches('/'), wheel_suffix(&found.variant.cuda));
+    let torch_index_base = matrix
+        .mirrors
+        .torch_index
+        .clone()
+        .unwrap_or_else(|| knowledge.wheel_index.replace("/{suffix}", ""));
+    let wheel_index = format!(
+        "{}/{}",
+        torch_index_base.trim_end_matches('/'),
+        wheel_suffix(&found.variant.cuda)
+    );
     let torchvision = if found.release.torchvision.split('.').count() == 2 {
         format!("{}.*", found.release.torchvision)
     } else {
@@ -512,7 +707,10 @@ fn build_spec(found: &Resolved, matrix: &Matrix, knowledge: &Knowledge, options:
         base_image,
         parent: None,
         driver_min: found.cuda_release.driver_min.clone(),
-        driver_min_compat: knowledge.family(major).map(|f| f.driver_min.clone()).unwrap_or_else(|| found.cuda_release.driver_min.clone()),
+        driver_min_compat: knowledge
+            .family(major)
+            .map(|f| f.driver_min.clone())
+            .unwrap_or_else(|| found.cuda_release.driver_min.clone()),
         forward_compat_branches: found.cuda_release.forward_compat_branches.clone(),
         require_cuda: require_cuda(&found.variant.cuda, &found.cuda_release, knowledge),
         archs: found.variant.archs.clone(),
@@ -527,7 +725,9 @@ fn build_spec(found: &Resolved, matrix: &Matrix, knowledge: &Knowledge, options:
 
 fn tag_fields(found: &Resolved) -> TagFields {
     TagFields {
-        torch: TorchVersion::parse(&found.release.torch).map(|t| t.version).unwrap_or_else(|_| semver::Version::new(0, 0, 0)),
+        torch: TorchVersion::parse(&found.release.torch)
+            .map(|t| t.version)
+            .unwrap_or_else(|_| semver::Version::new(0, 0, 0)),
         cuda: found.variant.cuda.clone(),
         cudnn: found.variant.cudnn.clone(),
         python: found.python.clone(),
@@ -554,15 +754,29 @@ fn spec_fingerprint(spec: &ImageSpec, matrix: &Matrix, options: &ResolveOptions)
     inputs.insert("driver_min", spec.driver_min.clone());
     inputs.insert("wheel_index", spec.wheel_index.clone());
     inputs.insert("selftest", spec.selftest.clone());
-    inputs.insert("pip_index", matrix.mirrors.pip_index.clone().unwrap_or_default());
+    inputs.insert(
+        "pip_index",
+        matrix.mirrors.pip_index.clone().unwrap_or_default(),
+    );
     inputs.insert("apt_mirror", matrix.mirrors.apt.clone().unwrap_or_default());
-    inputs.insert("labels", matrix.labels.iter().map(|(k, v)| format!("{k}={v}\n")).collect());
+    inputs.insert(
+        "labels",
+        matrix
+            .labels
+            .iter()
+            .map(|(k, v)| format!("{k}={v}\n"))
+            .collect(),
+    );
     inputs.insert("templates", options.template_digest.clone());
     fingerprint(&inputs)
 }
 
 /// Two images must never share a full tag; when a custom template makes them, both are rejected.
-fn reject_tag_collisions(images: &mut Vec<ImageSpec>, resolution: &mut Resolution, _resolved: &[(Cell, Resolved)]) {
+fn reject_tag_collisions(
+    images: &mut Vec<ImageSpec>,
+    resolution: &mut Resolution,
+    _resolved: &[(Cell, Resolved)],
+) {
     let mut count: BTreeMap<String, usize> = BTreeMap::new();
     for image in images.iter() {
         *count.entry(image.tag.clone()).or_default() += 1;
@@ -586,7 +800,12 @@ fn reject_tag_collisions(images: &mut Vec<ImageSpec>, resolution: &mut Resolutio
 }
 
 /// `None` when `driver` runs the image, else the reason it does not.
-fn driver_verdict(image: &ImageSpec, driver: &DriverVersion, forward_compat: bool, knowledge: &Knowledge) -> Option<String> {
+fn driver_verdict(
+    image: &ImageSpec,
+    driver: &DriverVersion,
+    forward_compat: bool,
+    knowledge: &Knowledge,
+) -> Option<String> {
     let minimum = DriverVersion::parse(&image.driver_min).ok()?;
     if *driver >= minimum {
         return None;
@@ -605,10 +824,16 @@ fn driver_verdict(image: &ImageSpec, driver: &DriverVersion, forward_compat: boo
                     let cudas: Vec<&str> = t
                         .cuda
                         .iter()
-                        .filter(|c| c.verified && DottedVersion::parse_kind(&c.cuda, "", 2).is_ok_and(|v| v <= limit))
+                        .filter(|c| {
+                            c.verified
+                                && DottedVersion::parse_kind(&c.cuda, "", 2)
+                                    .is_ok_and(|v| v <= limit)
+                        })
                         .map(|c| c.cuda.as_str())
                         .collect();
-                    cudas.last().map(|c| format!("{}+{}", t.series, wheel_suffix(c)))
+                    cudas
+                        .last()
+                        .map(|c| format!("{}+{}", t.series, wheel_suffix(c)))
                 })
                 .collect()
         }
@@ -624,13 +849,30 @@ fn driver_verdict(image: &ImageSpec, driver: &DriverVersion, forward_compat: boo
     }
     if !runs.is_empty() {
         let shown: Vec<&String> = runs.iter().rev().take(3).collect();
-        reason.push_str(&format!(" (e.g. torch {})", shown.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")));
+        reason.push_str(&format!(
+            " (e.g. torch {})",
+            shown
+                .iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
     }
     if !forward_compat && image.forward_compat_branches.contains(&driver.branch()) {
-        reason.push_str(&format!("; on data-center GPUs forward compatibility serves R{} (pass --forward-compat)", driver.branch()));
+        reason.push_str(&format!(
+            "; on data-center GPUs forward compatibility serves R{} (pass --forward-compat)",
+            driver.branch()
+        ));
     } else if forward_compat && !image.forward_compat_branches.is_empty() {
-        let branches: Vec<String> = image.forward_compat_branches.iter().map(|b| format!("R{b}")).collect();
-        reason.push_str(&format!("; forward compatibility covers only {}", branches.join(", ")));
+        let branches: Vec<String> = image
+            .forward_compat_branches
+            .iter()
+            .map(|b| format!("R{b}"))
+            .collect();
+        reason.push_str(&format!(
+            "; forward compatibility covers only {}",
+            branches.join(", ")
+        ));
     }
     Some(reason)
 }
@@ -639,7 +881,9 @@ fn assign_aliases(images: &mut [ImageSpec], matrix: &Matrix, knowledge: &Knowled
     let fields: Vec<TagFields> = images
         .iter()
         .map(|image| TagFields {
-            torch: TorchVersion::parse(&image.torch).map(|t| t.version).unwrap_or_else(|_| semver::Version::new(0, 0, 0)),
+            torch: TorchVersion::parse(&image.torch)
+                .map(|t| t.version)
+                .unwrap_or_else(|_| semver::Version::new(0, 0, 0)),
             cuda: image.cuda.clone(),
             cudnn: image.cudnn.clone(),
             python: image.python.clone(),
@@ -651,7 +895,10 @@ fn assign_aliases(images: &mut [ImageSpec], matrix: &Matrix, knowledge: &Knowled
                 .is_some_and(|s| s.default_cuda == image.cuda),
         })
         .collect();
-    let default_os = tags::default_os(&fields, matrix.tags.default_os.as_ref().map(|o| o.0.as_str()));
+    let default_os = tags::default_os(
+        &fields,
+        matrix.tags.default_os.as_ref().map(|o| o.0.as_str()),
+    );
     let aliases = tags::aliases(&fields, default_os.as_deref(), matrix.tags.latest);
     for (index, list) in aliases {
         images[index].aliases = list;

@@ -60,12 +60,22 @@ pub fn default_os(images: &[TagFields], preferred: Option<&str>) -> Option<Strin
 
 /// The aliases of every image, by index into `images`. `latest` is only given when
 /// `with_latest` is true.
-pub fn aliases(images: &[TagFields], default_os: Option<&str>, with_latest: bool) -> BTreeMap<usize, Vec<String>> {
+pub fn aliases(
+    images: &[TagFields],
+    default_os: Option<&str>,
+    with_latest: bool,
+) -> BTreeMap<usize, Vec<String>> {
     let mut result: BTreeMap<usize, Vec<String>> = BTreeMap::new();
     // Newest torch patch per (series, cuda, variant, os, python).
     let mut newest: BTreeMap<(String, String, Variant, String, String), usize> = BTreeMap::new();
     for (index, image) in images.iter().enumerate() {
-        let key = (image.series(), image.cuda.clone(), image.variant, image.os.clone(), image.python.clone());
+        let key = (
+            image.series(),
+            image.cuda.clone(),
+            image.variant,
+            image.os.clone(),
+            image.python.clone(),
+        );
         match newest.get(&key) {
             Some(&best) if images[best].torch >= image.torch => {}
             _ => {
@@ -74,11 +84,18 @@ pub fn aliases(images: &[TagFields], default_os: Option<&str>, with_latest: bool
         }
     }
     // When one OS has several Pythons (a custom template), only the newest Python gets aliases.
-    let mut newest_python: BTreeMap<(String, String, Variant, String), (DottedVersion, usize)> = BTreeMap::new();
+    let mut newest_python: BTreeMap<(String, String, Variant, String), (DottedVersion, usize)> =
+        BTreeMap::new();
     for &index in newest.values() {
         let image = &images[index];
-        let python = DottedVersion::parse_kind(&image.python, "Python", 2).unwrap_or_else(|_| DottedVersion::parse_kind("0", "", 1).unwrap());
-        let key = (image.series(), image.cuda.clone(), image.variant, image.os.clone());
+        let python = DottedVersion::parse_kind(&image.python, "Python", 2)
+            .unwrap_or_else(|_| DottedVersion::parse_kind("0", "", 1).unwrap());
+        let key = (
+            image.series(),
+            image.cuda.clone(),
+            image.variant,
+            image.os.clone(),
+        );
         match newest_python.get(&key) {
             Some((best, _)) if *best >= python => {}
             _ => {
@@ -101,7 +118,9 @@ pub fn aliases(images: &[TagFields], default_os: Option<&str>, with_latest: bool
                 .values()
                 .filter_map(|(_, index)| {
                     let image = &images[*index];
-                    let wanted = image.torch == *newest_torch && image.is_default_cuda && Some(image.os.as_str()) == default_os;
+                    let wanted = image.torch == *newest_torch
+                        && image.is_default_cuda
+                        && Some(image.os.as_str()) == default_os;
                     wanted.then_some(((image.variant, *index), image.variant))
                 })
                 .collect::<BTreeMap<_, _>>()
@@ -130,7 +149,11 @@ mod tests {
             torch: semver::Version::parse(torch).unwrap(),
             cuda: cuda.into(),
             cudnn: "9.5.1.17".into(),
-            python: if os == "ubuntu24.04" { "3.12".into() } else { "3.10".into() },
+            python: if os == "ubuntu24.04" {
+                "3.12".into()
+            } else {
+                "3.10".into()
+            },
             variant,
             os: os.into(),
             is_default_cuda: default_cuda,
@@ -140,8 +163,17 @@ mod tests {
     #[test]
     fn full_tag_says_what_is_inside() {
         let fields = image("2.7.1", "12.6", Variant::Runtime, "ubuntu24.04", true);
-        assert_eq!(full_tag("{torch}-cuda{cuda}-cudnn{cudnn_major}-{variant}-{os}", &fields), "2.7.1-cuda12.6-cudnn9-runtime-ubuntu24.04");
-        assert_eq!(full_tag("{torch_series}-{python}-{cudnn}-{variant}", &fields), "2.7-py3.12-9.5.1.17-runtime");
+        assert_eq!(
+            full_tag(
+                "{torch}-cuda{cuda}-cudnn{cudnn_major}-{variant}-{os}",
+                &fields
+            ),
+            "2.7.1-cuda12.6-cudnn9-runtime-ubuntu24.04"
+        );
+        assert_eq!(
+            full_tag("{torch_series}-{python}-{cudnn}-{variant}", &fields),
+            "2.7-py3.12-9.5.1.17-runtime"
+        );
     }
 
     #[test]
@@ -155,8 +187,15 @@ mod tests {
         assert_eq!(os.as_deref(), Some("ubuntu24.04"));
         let aliases = aliases(&images, os.as_deref(), false);
         assert!(!aliases.contains_key(&0), "2.7.0 is not the newest patch");
-        assert_eq!(aliases[&1], vec!["2.7-cuda12.6-runtime", "2.7-cuda12.6-runtime-ubuntu24.04"]);
-        assert_eq!(aliases[&2], vec!["2.7-cuda12.6-runtime-ubuntu22.04"], "no short alias off the default OS");
+        assert_eq!(
+            aliases[&1],
+            vec!["2.7-cuda12.6-runtime", "2.7-cuda12.6-runtime-ubuntu24.04"]
+        );
+        assert_eq!(
+            aliases[&2],
+            vec!["2.7-cuda12.6-runtime-ubuntu22.04"],
+            "no short alias off the default OS"
+        );
     }
 
     #[test]
@@ -169,16 +208,31 @@ mod tests {
             image("2.8.0", "12.8", Variant::Runtime, "ubuntu22.04", true),
         ];
         let aliases = aliases(&images, Some("ubuntu24.04"), true);
-        let with = |alias: &str| aliases.iter().filter(|(_, list)| list.iter().any(|a| a == alias)).map(|(i, _)| *i).collect::<Vec<_>>();
+        let with = |alias: &str| {
+            aliases
+                .iter()
+                .filter(|(_, list)| list.iter().any(|a| a == alias))
+                .map(|(i, _)| *i)
+                .collect::<Vec<_>>()
+        };
         assert_eq!(with("latest"), vec![2]);
         assert_eq!(with("latest-devel"), vec![3]);
         let without_latest = super::aliases(&images, Some("ubuntu24.04"), false);
-        assert!(without_latest.values().flatten().all(|a| !a.starts_with("latest")));
+        assert!(without_latest
+            .values()
+            .flatten()
+            .all(|a| !a.starts_with("latest")));
     }
 
     #[test]
     fn no_latest_when_default_cuda_is_not_built() {
-        let images = vec![image("2.8.0", "12.6", Variant::Runtime, "ubuntu24.04", false)];
+        let images = vec![image(
+            "2.8.0",
+            "12.6",
+            Variant::Runtime,
+            "ubuntu24.04",
+            false,
+        )];
         let aliases = aliases(&images, Some("ubuntu24.04"), true);
         assert!(aliases.values().flatten().all(|a| a != "latest"));
     }

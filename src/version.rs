@@ -29,15 +29,25 @@ pub struct DottedVersion {
 
 impl DottedVersion {
     /// Parses `text` as a version of `kind` (used in the error) with at most `max_parts` parts.
-    pub fn parse_kind(text: &str, kind: &'static str, max_parts: usize) -> Result<Self, VersionError> {
-        let error = |why: &str| VersionError { text: text.to_string(), kind, why: why.to_string() };
+    pub fn parse_kind(
+        text: &str,
+        kind: &'static str,
+        max_parts: usize,
+    ) -> Result<Self, VersionError> {
+        let error = |why: &str| VersionError {
+            text: text.to_string(),
+            kind,
+            why: why.to_string(),
+        };
         if text.is_empty() {
             return Err(error("it is empty"));
         }
         let mut parts = Vec::new();
         for part in text.split('.') {
             if part.is_empty() {
-                return Err(error("it has an empty component (two dots, or a leading or trailing dot)"));
+                return Err(error(
+                    "it has an empty component (two dots, or a leading or trailing dot)",
+                ));
             }
             if !part.bytes().all(|b| b.is_ascii_digit()) {
                 return Err(error("only digits separated by dots are allowed"));
@@ -45,12 +55,18 @@ impl DottedVersion {
             if part.len() > 9 {
                 return Err(error("a component is too long"));
             }
-            parts.push(part.parse::<u64>().map_err(|_| error("a component is not a number"))?);
+            parts.push(
+                part.parse::<u64>()
+                    .map_err(|_| error("a component is not a number"))?,
+            );
         }
         if parts.len() > max_parts {
             return Err(error(&format!("it has more than {max_parts} components")));
         }
-        Ok(Self { parts, text: text.to_string() })
+        Ok(Self {
+            parts,
+            text: text.to_string(),
+        })
     }
 
     /// The numeric components as parsed.
@@ -76,7 +92,8 @@ impl DottedVersion {
     /// True when every component of `prefix` equals the same component here
     /// (`9` and `9.5` are prefixes of `9.5.1.17`).
     pub fn starts_with(&self, prefix: &DottedVersion) -> bool {
-        prefix.parts.len() <= self.parts.len() && prefix.parts.iter().zip(&self.parts).all(|(a, b)| a == b)
+        prefix.parts.len() <= self.parts.len()
+            && prefix.parts.iter().zip(&self.parts).all(|(a, b)| a == b)
     }
 }
 
@@ -94,7 +111,10 @@ impl PartialOrd for DottedVersion {
 impl Ord for DottedVersion {
     fn cmp(&self, other: &Self) -> Ordering {
         let length = self.parts.len().max(other.parts.len());
-        (0..length).map(|i| self.part(i).cmp(&other.part(i))).find(|o| o.is_ne()).unwrap_or(Ordering::Equal)
+        (0..length)
+            .map(|i| self.part(i).cmp(&other.part(i)))
+            .find(|o| o.is_ne())
+            .unwrap_or(Ordering::Equal)
     }
 }
 impl fmt::Display for DottedVersion {
@@ -148,13 +168,22 @@ pub struct TorchVersion {
 impl TorchVersion {
     pub fn parse(text: &str) -> Result<Self, VersionError> {
         let dotted = DottedVersion::parse_kind(text, "torch", 3)?;
-        let error = |why: &str| VersionError { text: text.to_string(), kind: "torch", why: why.to_string() };
+        let error = |why: &str| VersionError {
+            text: text.to_string(),
+            kind: "torch",
+            why: why.to_string(),
+        };
         if dotted.parts().len() < 2 {
-            return Err(error("give a series such as 2.7 or a release such as 2.7.1"));
+            return Err(error(
+                "give a series such as 2.7 or a release such as 2.7.1",
+            ));
         }
         let padded = format!("{}.{}.{}", dotted.part(0), dotted.part(1), dotted.part(2));
         let version = semver::Version::parse(&padded).map_err(|e| error(&e.to_string()))?;
-        Ok(Self { version, is_series: dotted.parts().len() == 2 })
+        Ok(Self {
+            version,
+            is_series: dotted.parts().len() == 2,
+        })
     }
 
     /// `major.minor`, the series this release belongs to.
@@ -195,11 +224,26 @@ mod tests {
 
     #[test]
     fn driver_versions_reject_garbage() {
-        for bad in ["", "535..1", "535.a", "12.6", "535.104.05.1", "535.104.05\nRUN x", "-535", "535."] {
-            assert!(DriverVersion::parse(bad).is_err(), "{bad:?} should be rejected");
+        for bad in [
+            "",
+            "535..1",
+            "535.a",
+            "12.6",
+            "535.104.05.1",
+            "535.104.05\nRUN x",
+            "-535",
+            "535.",
+        ] {
+            assert!(
+                DriverVersion::parse(bad).is_err(),
+                "{bad:?} should be rejected"
+            );
         }
         let error = DriverVersion::parse("12.4").unwrap_err();
-        assert!(error.to_string().contains("did you give a CUDA version"), "{error}");
+        assert!(
+            error.to_string().contains("did you give a CUDA version"),
+            "{error}"
+        );
     }
 
     #[test]
@@ -208,7 +252,12 @@ mod tests {
         let twelve_one = DottedVersion::parse_kind("12.1", "CUDA", 3).unwrap();
         assert!(twelve_ten > twelve_one, "12.10 must not become 12.1");
         assert_eq!(twelve_ten.as_str(), "12.10");
-        assert_eq!(DottedVersion::parse_kind("12.6.3", "CUDA", 3).unwrap().major_minor(), "12.6");
+        assert_eq!(
+            DottedVersion::parse_kind("12.6.3", "CUDA", 3)
+                .unwrap()
+                .major_minor(),
+            "12.6"
+        );
         let cudnn = DottedVersion::parse_kind("9.5.1.17", "cuDNN", 4).unwrap();
         assert!(cudnn.starts_with(&DottedVersion::parse_kind("9", "cuDNN", 4).unwrap()));
         assert!(cudnn.starts_with(&DottedVersion::parse_kind("9.5", "cuDNN", 4).unwrap()));
@@ -225,7 +274,10 @@ mod tests {
         let release = TorchVersion::parse("2.10.0").unwrap();
         assert!(!release.is_series);
         assert_eq!(release.series(), "2.10");
-        assert!(TorchVersion::parse("2.10.0").unwrap().version > TorchVersion::parse("2.9.1").unwrap().version);
+        assert!(
+            TorchVersion::parse("2.10.0").unwrap().version
+                > TorchVersion::parse("2.9.1").unwrap().version
+        );
         assert!(TorchVersion::parse("2").is_err());
         assert!(TorchVersion::parse("2.7.1rc1").is_err());
     }

@@ -22,9 +22,15 @@ pub enum KnowledgeError {
     #[error("{origin}: {message}")]
     Parse { origin: String, message: String },
     #[error("{origin}: {source}")]
-    Version { origin: String, source: VersionError },
+    Version {
+        origin: String,
+        source: VersionError,
+    },
     #[error("cannot read knowledge file {path}: {source}")]
-    Read { path: String, source: std::io::Error },
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("{origin}: {message}")]
     Invalid { origin: String, message: String },
 }
@@ -166,8 +172,10 @@ impl Knowledge {
 
     /// The embedded knowledge with the file at `path` merged over it.
     pub fn with_override(path: &Path) -> Result<Knowledge, KnowledgeError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| KnowledgeError::Read { path: path.display().to_string(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| KnowledgeError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
         let extra = Self::parse_unchecked(&text, &path.display().to_string())?;
         let mut merged = Self::embedded();
         merged.merge(extra);
@@ -183,13 +191,14 @@ impl Knowledge {
 
     /// Parses without the cross-reference checks (an override is checked after merging).
     fn parse_unchecked(text: &str, origin: &str) -> Result<Knowledge, KnowledgeError> {
-        let knowledge: Knowledge = serde_yaml::from_str(text).map_err(|e| KnowledgeError::Parse {
-            origin: match e.location() {
-                Some(at) => format!("{origin}:{}:{}", at.line(), at.column()),
-                None => origin.to_string(),
-            },
-            message: e.to_string(),
-        })?;
+        let knowledge: Knowledge =
+            serde_yaml::from_str(text).map_err(|e| KnowledgeError::Parse {
+                origin: match e.location() {
+                    Some(at) => format!("{origin}:{}:{}", at.line(), at.column()),
+                    None => origin.to_string(),
+                },
+                message: e.to_string(),
+            })?;
         Ok(knowledge)
     }
 
@@ -210,7 +219,9 @@ impl Knowledge {
         }
         merge_by(&mut self.torch, other.torch, |t| t.series.clone());
         merge_by(&mut self.cuda, other.cuda, |c| c.version.clone());
-        merge_by(&mut self.cuda_families, other.cuda_families, |f| f.major.to_string());
+        merge_by(&mut self.cuda_families, other.cuda_families, |f| {
+            f.major.to_string()
+        });
         merge_by(&mut self.cuda_archs, other.cuda_archs, |a| a.cuda.clone());
         merge_by(&mut self.os, other.os, |o| o.name.clone());
     }
@@ -219,10 +230,15 @@ impl Knowledge {
     /// a CUDA release to build on, and every brand list named exists.
     fn check(&self, origin: &str) -> Result<(), KnowledgeError> {
         let version = |text: &str, kind: &'static str, parts: usize| {
-            DottedVersion::parse_kind(text, kind, parts)
-                .map_err(|source| KnowledgeError::Version { origin: origin.to_string(), source })
+            DottedVersion::parse_kind(text, kind, parts).map_err(|source| KnowledgeError::Version {
+                origin: origin.to_string(),
+                source,
+            })
         };
-        let invalid = |message: String| KnowledgeError::Invalid { origin: origin.to_string(), message };
+        let invalid = |message: String| KnowledgeError::Invalid {
+            origin: origin.to_string(),
+            message,
+        };
         let check_sources = |what: &str, sources: &[String]| -> Result<(), KnowledgeError> {
             if sources.is_empty() {
                 return Err(invalid(format!("{what} has no source")));
@@ -230,14 +246,19 @@ impl Knowledge {
             for source in sources {
                 let key = source.split_whitespace().next().unwrap_or_default();
                 if !self.sources.contains_key(key) {
-                    return Err(invalid(format!("{what} cites unknown source `{key}` (define it under `sources`)")));
+                    return Err(invalid(format!(
+                        "{what} cites unknown source `{key}` (define it under `sources`)"
+                    )));
                 }
             }
             Ok(())
         };
         for series in &self.torch {
             let what = format!("torch {}", series.series);
-            TorchVersion::parse(&series.series).map_err(|source| KnowledgeError::Version { origin: origin.into(), source })?;
+            TorchVersion::parse(&series.series).map_err(|source| KnowledgeError::Version {
+                origin: origin.into(),
+                source,
+            })?;
             check_sources(&what, &series.source)?;
             version(&series.glibc_min, "glibc", 2)?;
             for python in series.python.iter().chain(&series.python_experimental) {
@@ -248,17 +269,30 @@ impl Knowledge {
                 version(&variant.cudnn, "cuDNN", 4)?;
                 check_sources(&format!("{what} CUDA {}", variant.cuda), &variant.source)?;
                 if self.cuda_release_for(&variant.cuda).is_none() {
-                    return Err(invalid(format!("{what} CUDA {} has no entry under `cuda` to build on", variant.cuda)));
+                    return Err(invalid(format!(
+                        "{what} CUDA {} has no entry under `cuda` to build on",
+                        variant.cuda
+                    )));
                 }
             }
             if !series.cuda.iter().any(|c| c.cuda == series.default_cuda) {
-                return Err(invalid(format!("{what}: default_cuda {} is not one of its variants", series.default_cuda)));
+                return Err(invalid(format!(
+                    "{what}: default_cuda {} is not one of its variants",
+                    series.default_cuda
+                )));
             }
             for release in &series.releases {
-                let parsed = TorchVersion::parse(&release.torch)
-                    .map_err(|source| KnowledgeError::Version { origin: origin.into(), source })?;
+                let parsed = TorchVersion::parse(&release.torch).map_err(|source| {
+                    KnowledgeError::Version {
+                        origin: origin.into(),
+                        source,
+                    }
+                })?;
                 if parsed.series() != series.series || parsed.is_series {
-                    return Err(invalid(format!("{what}: release {} does not belong to the series", release.torch)));
+                    return Err(invalid(format!(
+                        "{what}: release {} does not belong to the series",
+                        release.torch
+                    )));
                 }
                 version(&release.torchvision, "torchvision", 3)?;
                 if let Some(audio) = &release.torchaudio {
@@ -268,18 +302,25 @@ impl Knowledge {
         }
         for cuda in &self.cuda {
             version(&cuda.version, "CUDA", 3)?;
-            DriverVersion::parse(&cuda.driver_min)
-                .map_err(|source| KnowledgeError::Version { origin: origin.into(), source })?;
+            DriverVersion::parse(&cuda.driver_min).map_err(|source| KnowledgeError::Version {
+                origin: origin.into(),
+                source,
+            })?;
             check_sources(&format!("CUDA {}", cuda.version), &cuda.source)?;
             if let Some(brands) = &cuda.brands {
                 if !self.brands.contains_key(brands) {
-                    return Err(invalid(format!("CUDA {} names brand list `{brands}` that is not defined", cuda.version)));
+                    return Err(invalid(format!(
+                        "CUDA {} names brand list `{brands}` that is not defined",
+                        cuda.version
+                    )));
                 }
             }
         }
         for family in &self.cuda_families {
-            DriverVersion::parse(&family.driver_min)
-                .map_err(|source| KnowledgeError::Version { origin: origin.into(), source })?;
+            DriverVersion::parse(&family.driver_min).map_err(|source| KnowledgeError::Version {
+                origin: origin.into(),
+                source,
+            })?;
             check_sources(&format!("CUDA {} family", family.major), &family.source)?;
         }
         for os in &self.os {
@@ -297,7 +338,9 @@ impl Knowledge {
 
     /// The newest torch series in the data.
     pub fn newest_series(&self) -> Option<&TorchSeries> {
-        self.torch.iter().max_by_key(|t| TorchVersion::parse(&t.series).map(|v| v.version).ok())
+        self.torch
+            .iter()
+            .max_by_key(|t| TorchVersion::parse(&t.series).map(|v| v.version).ok())
     }
 
     /// The newest CUDA release of the `major.minor` line `cuda` (`12.6` → `12.6.3`), or the exact
@@ -307,8 +350,19 @@ impl Knowledge {
         let exact = wanted.parts().len() == 3;
         self.cuda
             .iter()
-            .filter_map(|release| Some((DottedVersion::parse_kind(&release.version, "CUDA", 3).ok()?, release)))
-            .filter(|(version, _)| if exact { *version == wanted } else { version.starts_with(&wanted) })
+            .filter_map(|release| {
+                Some((
+                    DottedVersion::parse_kind(&release.version, "CUDA", 3).ok()?,
+                    release,
+                ))
+            })
+            .filter(|(version, _)| {
+                if exact {
+                    *version == wanted
+                } else {
+                    version.starts_with(&wanted)
+                }
+            })
             .max_by(|a, b| a.0.cmp(&b.0))
             .map(|(_, release)| release)
     }
@@ -352,8 +406,14 @@ mod tests {
     #[test]
     fn embedded_knowledge_is_valid_and_covers_torch_2_0_to_2_13() {
         let knowledge = Knowledge::embedded();
-        for series in ["2.0", "2.1", "2.2", "2.3", "2.4", "2.5", "2.6", "2.7", "2.8", "2.9", "2.10", "2.11", "2.12", "2.13"] {
-            assert!(knowledge.torch_series(series).is_some(), "torch {series} missing");
+        for series in [
+            "2.0", "2.1", "2.2", "2.3", "2.4", "2.5", "2.6", "2.7", "2.8", "2.9", "2.10", "2.11",
+            "2.12", "2.13",
+        ] {
+            assert!(
+                knowledge.torch_series(series).is_some(),
+                "torch {series} missing"
+            );
         }
         assert_eq!(knowledge.newest_series().unwrap().series, "2.13");
         for family in [11, 12, 13] {
@@ -364,11 +424,23 @@ mod tests {
     #[test]
     fn cuda_lines_resolve_to_the_newest_patch() {
         let knowledge = Knowledge::embedded();
-        assert_eq!(knowledge.cuda_release_for("12.6").unwrap().version, "12.6.3");
-        assert_eq!(knowledge.cuda_release_for("12.6.3").unwrap().version, "12.6.3");
+        assert_eq!(
+            knowledge.cuda_release_for("12.6").unwrap().version,
+            "12.6.3"
+        );
+        assert_eq!(
+            knowledge.cuda_release_for("12.6.3").unwrap().version,
+            "12.6.3"
+        );
         assert!(knowledge.cuda_release_for("12.6.1").is_none());
-        assert!(knowledge.cuda_release_for("12.7").is_none(), "there was no CUDA 12.7");
-        assert_eq!(knowledge.cuda_release_for("13.0").unwrap().driver_min, "580.65.06");
+        assert!(
+            knowledge.cuda_release_for("12.7").is_none(),
+            "there was no CUDA 12.7"
+        );
+        assert_eq!(
+            knowledge.cuda_release_for("13.0").unwrap().driver_min,
+            "580.65.06"
+        );
     }
 
     #[test]
@@ -387,7 +459,10 @@ mod tests {
         assert_eq!(wheel_suffix("11.8"), "cu118");
         assert_eq!(wheel_suffix("12.6.3"), "cu126");
         assert_eq!(wheel_suffix("13.0"), "cu130");
-        assert_eq!(Knowledge::embedded().wheel_index_url("12.8"), "https://download.pytorch.org/whl/cu128");
+        assert_eq!(
+            Knowledge::embedded().wheel_index_url("12.8"),
+            "https://download.pytorch.org/whl/cu128"
+        );
     }
 
     #[test]
@@ -415,7 +490,11 @@ torch:
         assert_eq!(knowledge.newest_series().unwrap().series, "2.14");
         assert!(knowledge.torch_series("2.7").is_some());
 
-        std::fs::write(&path, "schema_version: 1\ntorch:\n  - series: \"2.14\"\n    pythn: []\n").unwrap();
+        std::fs::write(
+            &path,
+            "schema_version: 1\ntorch:\n  - series: \"2.14\"\n    pythn: []\n",
+        )
+        .unwrap();
         let error = Knowledge::with_override(&path).unwrap_err().to_string();
         assert!(error.contains("extra.yaml:4:5"), "{error}");
         assert!(error.contains("pythn"), "{error}");

@@ -4,11 +4,19 @@ use super::*;
 use crate::matrix::Matrix;
 
 fn matrix(extra: &str) -> Matrix {
-    Matrix::parse(&format!("registry: ghcr.io\nrepository: acme/pytorch\n{extra}"), "matrix.yaml").unwrap()
+    Matrix::parse(
+        &format!("registry: ghcr.io\nrepository: acme/pytorch\n{extra}"),
+        "matrix.yaml",
+    )
+    .unwrap()
 }
 
 fn run(extra: &str) -> Resolution {
-    resolve(&matrix(extra), &Knowledge::embedded(), &ResolveOptions::default())
+    resolve(
+        &matrix(extra),
+        &Knowledge::embedded(),
+        &ResolveOptions::default(),
+    )
 }
 
 fn run_with(extra: &str, options: ResolveOptions) -> Resolution {
@@ -22,20 +30,32 @@ fn one_reason(resolution: &Resolution) -> String {
 
 #[test]
 fn torch_2_7_0_with_cuda_12_4_names_the_published_variants() {
-    let resolution = run("torch: [\"2.7.0\"]\ncuda: [\"12.4\"]\nos: [ubuntu22.04]\nvariants: [runtime]\n");
+    let resolution =
+        run("torch: [\"2.7.0\"]\ncuda: [\"12.4\"]\nos: [ubuntu22.04]\nvariants: [runtime]\n");
     assert!(resolution.images.is_empty());
     let reason = one_reason(&resolution);
-    assert!(reason.starts_with("torch 2.7.0 has no CUDA 12.4 wheels (it publishes cu118, cu126, cu128)"), "{reason}");
-    assert!(reason.contains("CUDA 12.4 wheels exist for torch 2.4, 2.5, 2.6"), "{reason}");
+    assert!(
+        reason
+            .starts_with("torch 2.7.0 has no CUDA 12.4 wheels (it publishes cu118, cu126, cu128)"),
+        "{reason}"
+    );
+    assert!(
+        reason.contains("CUDA 12.4 wheels exist for torch 2.4, 2.5, 2.6"),
+        "{reason}"
+    );
 }
 
 #[test]
 fn a_good_cell_resolves_every_field() {
-    let resolution = run("torch: [\"2.7\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\nvariants: [runtime]\n");
+    let resolution =
+        run("torch: [\"2.7\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\nvariants: [runtime]\n");
     assert!(resolution.rejected.is_empty(), "{:?}", resolution.rejected);
     let image = &resolution.images[0];
     assert_eq!(image.tag, "2.7.1-cuda12.6-cudnn9-runtime-ubuntu24.04");
-    assert_eq!(image.torch, "2.7.1", "a series resolves to its newest patch");
+    assert_eq!(
+        image.torch, "2.7.1",
+        "a series resolves to its newest patch"
+    );
     assert_eq!(image.torchvision, "0.22.1");
     assert_eq!(image.torchaudio.as_deref(), Some("2.7.1"));
     assert_eq!(image.cudnn, "9.5.1.17");
@@ -46,7 +66,14 @@ fn a_good_cell_resolves_every_field() {
     assert_eq!(image.driver_min_compat, "525.60.13");
     assert_eq!(image.wheel_index, "https://download.pytorch.org/whl/cu126");
     assert_eq!(image.selftest, "gpu-selftest-cu12");
-    assert_eq!(image.aliases, vec!["2.7-cuda12.6-runtime", "2.7-cuda12.6-runtime-ubuntu24.04", "latest"]);
+    assert_eq!(
+        image.aliases,
+        vec![
+            "2.7-cuda12.6-runtime",
+            "2.7-cuda12.6-runtime-ubuntu24.04",
+            "latest"
+        ]
+    );
     assert!(image.fingerprint.starts_with("sha256:"));
 }
 
@@ -55,40 +82,75 @@ fn require_cuda_matches_nvidia_strings_exactly() {
     let knowledge = Knowledge::embedded();
     let check = |cuda: &str, expected: &str| {
         let release = knowledge.cuda_release_for(cuda).unwrap();
-        let mm = crate::version::DottedVersion::parse_kind(cuda, "", 3).unwrap().major_minor();
-        assert_eq!(require_cuda(&mm, release, &knowledge), expected, "CUDA {cuda}");
+        let mm = crate::version::DottedVersion::parse_kind(cuda, "", 3)
+            .unwrap()
+            .major_minor();
+        assert_eq!(
+            require_cuda(&mm, release, &knowledge),
+            expected,
+            "CUDA {cuda}"
+        );
     };
     check("11.8.0", "cuda>=11.8 brand=tesla,driver>=470,driver<471 brand=unknown,driver>=470,driver<471 brand=nvidia,driver>=470,driver<471 brand=nvidiartx,driver>=470,driver<471 brand=geforce,driver>=470,driver<471 brand=geforcertx,driver>=470,driver<471 brand=quadro,driver>=470,driver<471 brand=quadrortx,driver>=470,driver<471 brand=titan,driver>=470,driver<471 brand=titanrtx,driver>=470,driver<471");
     check("12.6.3", "cuda>=12.6 brand=unknown,driver>=470,driver<471 brand=grid,driver>=470,driver<471 brand=tesla,driver>=470,driver<471 brand=nvidia,driver>=470,driver<471 brand=quadro,driver>=470,driver<471 brand=quadrortx,driver>=470,driver<471 brand=nvidiartx,driver>=470,driver<471 brand=vapps,driver>=470,driver<471 brand=vpc,driver>=470,driver<471 brand=vcs,driver>=470,driver<471 brand=vws,driver>=470,driver<471 brand=cloudgaming,driver>=470,driver<471 brand=unknown,driver>=535,driver<536 brand=grid,driver>=535,driver<536 brand=tesla,driver>=535,driver<536 brand=nvidia,driver>=535,driver<536 brand=quadro,driver>=535,driver<536 brand=quadrortx,driver>=535,driver<536 brand=nvidiartx,driver>=535,driver<536 brand=vapps,driver>=535,driver<536 brand=vpc,driver>=535,driver<536 brand=vcs,driver>=535,driver<536 brand=vws,driver>=535,driver<536 brand=cloudgaming,driver>=535,driver<536 brand=unknown,driver>=550,driver<551 brand=grid,driver>=550,driver<551 brand=tesla,driver>=550,driver<551 brand=nvidia,driver>=550,driver<551 brand=quadro,driver>=550,driver<551 brand=quadrortx,driver>=550,driver<551 brand=nvidiartx,driver>=550,driver<551 brand=vapps,driver>=550,driver<551 brand=vpc,driver>=550,driver<551 brand=vcs,driver>=550,driver<551 brand=vws,driver>=550,driver<551 brand=cloudgaming,driver>=550,driver<551");
     check("13.0.0", "cuda>=13.0 brand=unknown,driver>=535,driver<536 brand=grid,driver>=535,driver<536 brand=tesla,driver>=535,driver<536 brand=nvidia,driver>=535,driver<536 brand=quadro,driver>=535,driver<536 brand=quadrortx,driver>=535,driver<536 brand=nvidiartx,driver>=535,driver<536 brand=vapps,driver>=535,driver<536 brand=vpc,driver>=535,driver<536 brand=vcs,driver>=535,driver<536 brand=vws,driver>=535,driver<536 brand=cloudgaming,driver>=535,driver<536 brand=unknown,driver>=550,driver<551 brand=grid,driver>=550,driver<551 brand=tesla,driver>=550,driver<551 brand=nvidia,driver>=550,driver<551 brand=quadro,driver>=550,driver<551 brand=quadrortx,driver>=550,driver<551 brand=nvidiartx,driver>=550,driver<551 brand=vapps,driver>=550,driver<551 brand=vpc,driver>=550,driver<551 brand=vcs,driver>=550,driver<551 brand=vws,driver>=550,driver<551 brand=cloudgaming,driver>=550,driver<551 brand=unknown,driver>=565,driver<566 brand=grid,driver>=565,driver<566 brand=tesla,driver>=565,driver<566 brand=nvidia,driver>=565,driver<566 brand=quadro,driver>=565,driver<566 brand=quadrortx,driver>=565,driver<566 brand=nvidiartx,driver>=565,driver<566 brand=vapps,driver>=565,driver<566 brand=vpc,driver>=565,driver<566 brand=vcs,driver>=565,driver<566 brand=vws,driver>=565,driver<566 brand=cloudgaming,driver>=565,driver<566 brand=unknown,driver>=570,driver<571 brand=grid,driver>=570,driver<571 brand=tesla,driver>=570,driver<571 brand=nvidia,driver>=570,driver<571 brand=quadro,driver>=570,driver<571 brand=quadrortx,driver>=570,driver<571 brand=nvidiartx,driver>=570,driver<571 brand=vapps,driver>=570,driver<571 brand=vpc,driver>=570,driver<571 brand=vcs,driver>=570,driver<571 brand=vws,driver>=570,driver<571 brand=cloudgaming,driver>=570,driver<571 brand=unknown,driver>=575,driver<576 brand=grid,driver>=575,driver<576 brand=tesla,driver>=575,driver<576 brand=nvidia,driver>=575,driver<576 brand=quadro,driver>=575,driver<576 brand=quadrortx,driver>=575,driver<576 brand=nvidiartx,driver>=575,driver<576 brand=vapps,driver>=575,driver<576 brand=vpc,driver>=575,driver<576 brand=vcs,driver>=575,driver<576 brand=vws,driver>=575,driver<576 brand=cloudgaming,driver>=575,driver<576");
-    assert_eq!(require_cuda("12.1", knowledge.cuda_release_for("12.1").unwrap(), &knowledge), "cuda>=12.1");
+    assert_eq!(
+        require_cuda(
+            "12.1",
+            knowledge.cuda_release_for("12.1").unwrap(),
+            &knowledge
+        ),
+        "cuda>=12.1"
+    );
 }
 
 #[test]
 fn no_ubuntu_24_04_base_for_cuda_12_4() {
-    let reason = one_reason(&run("torch: [\"2.6\"]\ncuda: [\"12.4\"]\nos: [ubuntu24.04]\nvariants: [runtime]\n"));
-    assert!(reason.starts_with("nvidia/cuda 12.4.1 has no ubuntu24.04 images (it has ubuntu20.04, ubuntu22.04)"), "{reason}");
+    let reason = one_reason(&run(
+        "torch: [\"2.6\"]\ncuda: [\"12.4\"]\nos: [ubuntu24.04]\nvariants: [runtime]\n",
+    ));
+    assert!(
+        reason.starts_with(
+            "nvidia/cuda 12.4.1 has no ubuntu24.04 images (it has ubuntu20.04, ubuntu22.04)"
+        ),
+        "{reason}"
+    );
     assert!(reason.contains("CUDA 12.6 with torch 2.6"), "{reason}");
 }
 
 #[test]
 fn python_ranges_are_enforced_through_the_os_python() {
-    let reason = one_reason(&run("torch: [\"2.1\"]\ncuda: [\"12.1\"]\nos: [ubuntu24.04]\nvariants: [runtime]\n"));
-    assert!(reason.starts_with("nvidia/cuda 12.1.1 has no ubuntu24.04 images"), "{reason}");
+    let reason = one_reason(&run(
+        "torch: [\"2.1\"]\ncuda: [\"12.1\"]\nos: [ubuntu24.04]\nvariants: [runtime]\n",
+    ));
+    assert!(
+        reason.starts_with("nvidia/cuda 12.1.1 has no ubuntu24.04 images"),
+        "{reason}"
+    );
     let reason = one_reason(&run("torch: [\"2.1\"]\ncuda: [\"12.1\"]\nos: [ubuntu22.04]\npython: [\"3.12\"]\nvariants: [runtime]\n"));
     assert!(reason.contains("ubuntu22.04 ships Python 3.10"), "{reason}");
-    let reason = one_reason(&run("torch: [\"2.9\"]\ncuda: [\"12.8\"]\nos: [ubuntu20.04]\nvariants: [runtime]\n"));
+    let reason = one_reason(&run(
+        "torch: [\"2.9\"]\ncuda: [\"12.8\"]\nos: [ubuntu20.04]\nvariants: [runtime]\n",
+    ));
     assert!(reason.contains("no Python 3.8 wheels"), "{reason}");
     let reason = one_reason(&run("torch: [\"2.7\"]\ncuda: [\"12.6\"]\npython: [\"3.11\"]\nos: [ubuntu24.04]\nvariants: [runtime]\n"));
     assert!(reason.contains("ubuntu24.04 ships Python 3.12"), "{reason}");
     let reason = one_reason(&run("torch: [\"2.7\"]\ncuda: [\"12.6\"]\npython: [\"3.10\"]\nos: [ubuntu24.04]\nvariants: [runtime]\n"));
-    assert!(reason.contains("for Python 3.10 use ubuntu22.04"), "{reason}");
+    assert!(
+        reason.contains("for Python 3.10 use ubuntu22.04"),
+        "{reason}"
+    );
 }
 
 #[test]
 fn cuda_13_has_no_ubuntu_20_04() {
-    let reason = one_reason(&run("torch: [\"2.9\"]\ncuda: [\"13.0\"]\nos: [ubuntu20.04]\nvariants: [runtime]\n"));
-    assert!(reason.contains("nvidia/cuda 13.0.0 has no ubuntu20.04 images"), "{reason}");
+    let reason = one_reason(&run(
+        "torch: [\"2.9\"]\ncuda: [\"13.0\"]\nos: [ubuntu20.04]\nvariants: [runtime]\n",
+    ));
+    assert!(
+        reason.contains("nvidia/cuda 13.0.0 has no ubuntu20.04 images"),
+        "{reason}"
+    );
 }
 
 #[test]
@@ -96,51 +158,96 @@ fn cudnn_must_be_the_one_torch_bundles() {
     let ok = run("torch: [\"2.7\"]\ncuda: [\"12.6\"]\ncudnn: [\"9\"]\nos: [ubuntu24.04]\nvariants: [runtime]\n");
     assert_eq!(ok.images.len(), 1);
     let reason = one_reason(&run("torch: [\"2.7\"]\ncuda: [\"12.6\"]\ncudnn: [\"8\"]\nos: [ubuntu24.04]\nvariants: [runtime]\n"));
-    assert!(reason.starts_with("torch 2.7.1+cu126 bundles cuDNN 9.5.1.17, not 8"), "{reason}");
-    assert!(reason.contains("cuDNN 8 comes with torch 2.0+cu117"), "{reason}");
+    assert!(
+        reason.starts_with("torch 2.7.1+cu126 bundles cuDNN 9.5.1.17, not 8"),
+        "{reason}"
+    );
+    assert!(
+        reason.contains("cuDNN 8 comes with torch 2.0+cu117"),
+        "{reason}"
+    );
 }
 
 #[test]
 fn unknown_torch_and_unknown_patch() {
-    let reason = one_reason(&run("torch: [\"3.1\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\nvariants: [runtime]\n"));
-    assert!(reason.contains("torch 3.1 is not in the compatibility knowledge"), "{reason}");
-    let reason = one_reason(&run("torch: [\"2.7.5\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\nvariants: [runtime]\n"));
+    let reason = one_reason(&run(
+        "torch: [\"3.1\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\nvariants: [runtime]\n",
+    ));
+    assert!(
+        reason.contains("torch 3.1 is not in the compatibility knowledge"),
+        "{reason}"
+    );
+    let reason = one_reason(&run(
+        "torch: [\"2.7.5\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\nvariants: [runtime]\n",
+    ));
     assert!(reason.contains("torch 2.7 has 2.7.0, 2.7.1"), "{reason}");
 }
 
 #[test]
 fn unverified_entries_need_an_explicit_opt_in() {
-    let reason = one_reason(&run("torch: [\"2.13\"]\ncuda: [\"13.2\"]\nos: [ubuntu24.04]\nvariants: [runtime]\n"));
+    let reason = one_reason(&run(
+        "torch: [\"2.13\"]\ncuda: [\"13.2\"]\nos: [ubuntu24.04]\nvariants: [runtime]\n",
+    ));
     assert!(reason.contains("CUDA 13.2.1 is UNVERIFIED"), "{reason}");
     let allowed = run("torch: [\"2.13\"]\ncuda: [\"13.2\"]\nos: [ubuntu24.04]\nvariants: [runtime]\nallow_unverified: true\n");
     assert_eq!(allowed.images.len(), 1);
     assert_eq!(allowed.images[0].unverified.len(), 1);
-    let reason = one_reason(&run("torch: [\"2.11\"]\ncuda: [\"12.9\"]\nos: [ubuntu24.04]\nvariants: [runtime]\n"));
+    let reason = one_reason(&run(
+        "torch: [\"2.11\"]\ncuda: [\"12.9\"]\nos: [ubuntu24.04]\nvariants: [runtime]\n",
+    ));
     assert!(reason.contains("UNVERIFIED"), "{reason}");
 }
 
 #[test]
 fn driver_filter_moves_images_to_rejected_naming_the_minimum() {
     let matrix = "torch: [\"2.7\"]\ncuda: [\"11.8\", \"12.6\", \"12.8\"]\nos: [ubuntu22.04]\nvariants: [runtime]\n";
-    let options = ResolveOptions { driver: Some(DriverVersion::parse("535.104.05").unwrap()), ..Default::default() };
+    let options = ResolveOptions {
+        driver: Some(DriverVersion::parse("535.104.05").unwrap()),
+        ..Default::default()
+    };
     let resolution = run_with(matrix, options);
-    assert_eq!(resolution.images.iter().map(|i| i.cuda.as_str()).collect::<Vec<_>>(), vec!["11.8"]);
+    assert_eq!(
+        resolution
+            .images
+            .iter()
+            .map(|i| i.cuda.as_str())
+            .collect::<Vec<_>>(),
+        vec!["11.8"]
+    );
     assert_eq!(resolution.rejected.len(), 2);
     let reason = &resolution.rejected[0].reason;
     assert!(reason.starts_with("needs NVIDIA driver ≥ 560.35.05 (CUDA 12.6.3 toolkit driver); driver 535.104.05 is older and runs CUDA ≤ 12.1 images"), "{reason}");
     assert!(reason.contains("pass --forward-compat"), "{reason}");
 
-    let forward = ResolveOptions { driver: Some(DriverVersion::parse("535.104.05").unwrap()), forward_compat: true, ..Default::default() };
+    let forward = ResolveOptions {
+        driver: Some(DriverVersion::parse("535.104.05").unwrap()),
+        forward_compat: true,
+        ..Default::default()
+    };
     let resolution = run_with(matrix, forward);
-    assert_eq!(resolution.images.len(), 3, "R535 is whitelisted for 12.6.3 and 12.8.1: {:?}", resolution.rejected);
+    assert_eq!(
+        resolution.images.len(),
+        3,
+        "R535 is whitelisted for 12.6.3 and 12.8.1: {:?}",
+        resolution.rejected
+    );
 }
 
 #[test]
 fn driver_versions_compare_numerically_in_the_filter() {
     let matrix = "torch: [\"2.7\"]\ncuda: [\"12.8\"]\nos: [ubuntu24.04]\nvariants: [runtime]\n";
-    let old = ResolveOptions { driver: Some(DriverVersion::parse("570.26").unwrap()), ..Default::default() };
-    assert!(run_with(matrix, old).images.is_empty(), "570.26 < 570.124.06");
-    let new = ResolveOptions { driver: Some(DriverVersion::parse("570.124.06").unwrap()), ..Default::default() };
+    let old = ResolveOptions {
+        driver: Some(DriverVersion::parse("570.26").unwrap()),
+        ..Default::default()
+    };
+    assert!(
+        run_with(matrix, old).images.is_empty(),
+        "570.26 < 570.124.06"
+    );
+    let new = ResolveOptions {
+        driver: Some(DriverVersion::parse("570.124.06").unwrap()),
+        ..Default::default()
+    };
     assert_eq!(run_with(matrix, new).images.len(), 1);
 }
 
@@ -167,13 +274,17 @@ fn include_and_exclude() {
 
 #[test]
 fn devel_builds_on_its_runtime_and_its_fingerprint_covers_it() {
-    let resolution = run("torch: [\"2.7\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\nvariants: [devel]\n");
+    let resolution =
+        run("torch: [\"2.7\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\nvariants: [devel]\n");
     assert_eq!(resolution.images.len(), 2, "the runtime is implied");
     assert!(resolution.warnings[0].contains("runtime image is added"));
     let (runtime, devel) = (&resolution.images[0], &resolution.images[1]);
     assert_eq!(runtime.variant, Variant::Runtime);
     assert_eq!(devel.parent.as_deref(), Some(runtime.name.as_str()));
-    assert_eq!(devel.base_image, format!("ghcr.io/acme/pytorch:{}", runtime.tag));
+    assert_eq!(
+        devel.base_image,
+        format!("ghcr.io/acme/pytorch:{}", runtime.tag)
+    );
     assert_ne!(devel.fingerprint, runtime.fingerprint);
 }
 
@@ -183,9 +294,17 @@ fn fingerprints_are_stable_and_sensitive() {
     let first = run(text);
     let second = run(text);
     assert_eq!(first.images, second.images);
-    let mirrored = run(&format!("{text}mirrors:\n  pip_index: https://pypi.internal.example/simple\n"));
+    let mirrored = run(&format!(
+        "{text}mirrors:\n  pip_index: https://pypi.internal.example/simple\n"
+    ));
     assert_ne!(first.images[0].fingerprint, mirrored.images[0].fingerprint);
-    let templated = run_with(text, ResolveOptions { template_digest: "other".into(), ..Default::default() });
+    let templated = run_with(
+        text,
+        ResolveOptions {
+            template_digest: "other".into(),
+            ..Default::default()
+        },
+    );
     assert_ne!(first.images[0].fingerprint, templated.images[0].fingerprint);
     // A parent change reaches the devel image.
     assert_ne!(first.images[1].fingerprint, mirrored.images[1].fingerprint);
@@ -196,7 +315,9 @@ fn colliding_full_tags_are_rejected() {
     let resolution = run("torch: [\"2.7\"]\ncuda: [\"12.6\"]\nos: [ubuntu22.04, ubuntu24.04]\nvariants: [runtime]\ntags:\n  full: \"{torch}-cuda{cuda}-{variant}\"\n");
     assert!(resolution.images.is_empty());
     assert_eq!(resolution.rejected.len(), 2);
-    assert!(resolution.rejected[0].reason.contains("share the full tag 2.7.1-cuda12.6-runtime"));
+    assert!(resolution.rejected[0]
+        .reason
+        .contains("share the full tag 2.7.1-cuda12.6-runtime"));
 }
 
 #[test]
@@ -206,6 +327,12 @@ fn mirrors_and_base_overrides_reach_the_spec() {
          mirrors:\n  torch_index: https://mirror.example/pytorch/whl/\n  base_registry: registry.example:5000/dockerhub\n",
     );
     let image = &resolution.images[0];
-    assert_eq!(image.wheel_index, "https://mirror.example/pytorch/whl/cu126");
-    assert_eq!(image.base_image, "registry.example:5000/dockerhub/nvidia/cuda:12.6.3-base-ubuntu24.04");
+    assert_eq!(
+        image.wheel_index,
+        "https://mirror.example/pytorch/whl/cu126"
+    );
+    assert_eq!(
+        image.base_image,
+        "registry.example:5000/dockerhub/nvidia/cuda:12.6.3-base-ubuntu24.04"
+    );
 }
