@@ -529,6 +529,15 @@ impl RegistryClient {
             .chars()
             .take(400)
             .collect();
+        let detail = if detail.is_empty() {
+            match answer.status {
+                401 => "authentication required".to_string(),
+                403 => "access denied".to_string(),
+                _ => "no error details in the answer".to_string(),
+            }
+        } else {
+            detail
+        };
         if answer.status == 401 || answer.status == 403 {
             let detail = if self.inner.credentials.is_none() {
                 format!("{detail} (no credentials were configured for this registry)")
