@@ -816,6 +816,7 @@ impl RegistryClient {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use base64::Engine as _;
 
     #[test]
     fn parses_bearer_challenge_with_commas_in_scope() {
@@ -873,6 +874,219 @@ mod tests {
         assert_eq!(
             sha256_digest(b""),
             "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+    }
+
+    /// A request as the fake server saw it.
+    #[derive(Debug, Clone)]
+    struct SeenRequest {
+        method: String,
+        target: String,
+        authorization: Option<String>,
+        body: String,
+    }
+
+    type Handler = dyn Fn(&SeenRequest, u16) -> (u16, Vec<(String, String)>, Vec<u8>) + Send + Sync;
+
+    /// A minimal HTTP/1.1 server on 127.0.0.1 (one request per connection), for protocol flows
+    /// the real registry cannot be configured for here (bearer tokens, 5xx answers).
+    fn fake_server(handler: Arc<Handler>) -> (u16, Arc<Mutex<Vec<SeenRequest>>>) {
+        use std::io::{BufRead, BufReader, Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = Arc::clone(&seen);
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { return };
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut request_line = String::new();
+                if reader.read_line(&mut request_line).is_err() {
+                    continue;
+                }
+                let mut parts = request_line.split_whitespace();
+                let method = parts.next().unwrap_or_default().to_string();
+                let target = parts.next().unwrap_or_default().to_string();
+                let mut authorization = None;
+                let mut content_length = 0usize;
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                        break;
+                    }
+                    if let Some((name, value)) = line.split_once(':') {
+                        match name.to_ascii_lowercase().as_str() {
+                            "authorization" => authorization = Some(value.trim().to_string()),
+                            "content-length" => content_length = value.trim().parse().unwrap_or(0),
+                            _ => {}
+                        }
+                    }
+                }
+                let mut body = vec![0; content_length];
+                let _ = reader.read_exact(&mut body);
+                let request = SeenRequest {
+                    method,
+                    target,
+                    authorization,
+                    body: String::from_utf8_lossy(&body).into_owned(),
+                };
+                let (status, headers, body) = handler(&request, port);
+                log.lock().unwrap().push(request.clone());
+                let mut response = format!(
+                    "HTTP/1.1 {status} X\r\nContent-Length: {}\r\nConnection: close\r\n",
+                    body.len()
+                );
+                for (name, value) in headers {
+                    response.push_str(&format!("{name}: {value}\r\n"));
+                }
+                response.push_str("\r\n");
+                let _ = stream.write_all(response.as_bytes());
+                let _ = stream.write_all(&body);
+            }
+        });
+        (port, seen)
+    }
+
+    const MANIFEST: &[u8] =
+        br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json"}"#;
+
+    /// A registry that demands a bearer token from its own `/token` realm.
+    fn token_registry(expected_token_request: fn(&SeenRequest) -> bool) -> Arc<Handler> {
+        Arc::new(move |request: &SeenRequest, port: u16| {
+            if request.target.starts_with("/token") {
+                return if expected_token_request(request) {
+                    (200, vec![], br#"{"token":"issued-token"}"#.to_vec())
+                } else {
+                    (401, vec![], b"bad credentials".to_vec())
+                };
+            }
+            if request.authorization.as_deref() != Some("Bearer issued-token") {
+                let challenge = format!(
+                    r#"Bearer realm="http://127.0.0.1:{port}/token",service="fake-registry",scope="repository:team/app:pull""#
+                );
+                return (401, vec![("WWW-Authenticate".into(), challenge)], vec![]);
+            }
+            (
+                200,
+                vec![
+                    ("Content-Type".into(), MEDIA_TYPE_OCI_MANIFEST.into()),
+                    ("Docker-Content-Digest".into(), sha256_digest(MANIFEST)),
+                ],
+                if request.method == "HEAD" {
+                    vec![]
+                } else {
+                    MANIFEST.to_vec()
+                },
+            )
+        })
+    }
+
+    #[tokio::test]
+    async fn bearer_flow_exchanges_basic_credentials_for_a_token_once() {
+        let (port, seen) = token_registry_with(|request| {
+            let expected = format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode("alice:pw-secret")
+            );
+            request.method == "GET"
+                && request.target.contains("service=fake-registry")
+                && request
+                    .target
+                    .contains("scope=repository%3Ateam%2Fapp%3Apull")
+                && request.authorization.as_deref() == Some(expected.as_str())
+        });
+        let client = RegistryClient::new(
+            &format!("127.0.0.1:{port}"),
+            Some(Credentials::username_password("alice", "pw-secret")),
+        );
+        let manifest = client.get_manifest("team/app", "1").await.unwrap().unwrap();
+        assert_eq!(manifest.bytes, MANIFEST);
+        assert_eq!(manifest.media_type, MEDIA_TYPE_OCI_MANIFEST);
+        assert_eq!(
+            client.manifest_digest("team/app", "1").await.unwrap(),
+            Some(sha256_digest(MANIFEST))
+        );
+        let token_requests = seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|request| request.target.starts_with("/token"))
+            .count();
+        assert_eq!(token_requests, 1, "the token is cached per scope");
+    }
+
+    #[tokio::test]
+    async fn bearer_flow_uses_identity_tokens_as_oauth_refresh_tokens() {
+        let (port, _) = token_registry_with(|request| {
+            request.method == "POST"
+                && request.body.contains("grant_type=refresh_token")
+                && request.body.contains("refresh_token=refresh-secret")
+        });
+        let client = RegistryClient::new(
+            &format!("127.0.0.1:{port}"),
+            Some(Credentials::IdentityToken {
+                token: "refresh-secret".into(),
+            }),
+        );
+        assert_eq!(
+            client.manifest_digest("team/app", "1").await.unwrap(),
+            Some(sha256_digest(MANIFEST))
+        );
+    }
+
+    #[tokio::test]
+    async fn rejected_token_request_is_an_auth_error_without_the_secret() {
+        let (port, _) = token_registry_with(|_| false);
+        let client = RegistryClient::new(
+            &format!("127.0.0.1:{port}"),
+            Some(Credentials::username_password("alice", "pw-secret")),
+        );
+        let error = client.manifest_digest("team/app", "1").await.unwrap_err();
+        assert!(
+            matches!(error, DockerError::RegistryAuth { status: 401, .. }),
+            "{error:?}"
+        );
+        let text = format!("{error} {error:?}");
+        assert!(text.contains(&format!("127.0.0.1:{port}")), "{text}");
+        assert!(!text.contains("pw-secret"), "{text}");
+    }
+
+    fn token_registry_with(check: fn(&SeenRequest) -> bool) -> (u16, Arc<Mutex<Vec<SeenRequest>>>) {
+        fake_server(token_registry(check))
+    }
+
+    #[tokio::test]
+    async fn server_errors_are_retried_then_reported() {
+        let calls = Arc::new(Mutex::new(0u32));
+        let counter = Arc::clone(&calls);
+        let (port, _) = fake_server(Arc::new(move |_: &SeenRequest, _| {
+            let mut count = counter.lock().unwrap();
+            *count += 1;
+            if *count <= 2 {
+                (503, vec![], b"busy".to_vec())
+            } else {
+                (404, vec![], vec![])
+            }
+        }));
+        let quick = RetryPolicy {
+            attempts: 3,
+            initial_delay: Duration::from_millis(10),
+            max_delay: Duration::from_millis(10),
+        };
+        let client = RegistryClient::new(&format!("127.0.0.1:{port}"), None).with_retry(quick);
+        assert_eq!(client.manifest_digest("team/app", "1").await.unwrap(), None);
+        assert_eq!(*calls.lock().unwrap(), 3);
+
+        let client =
+            RegistryClient::new(&format!("127.0.0.1:{port}"), None).with_retry(RetryPolicy {
+                attempts: 2,
+                ..quick
+            });
+        *calls.lock().unwrap() = 0;
+        let error = client.manifest_digest("team/app", "1").await.unwrap_err();
+        assert!(
+            matches!(error, DockerError::Registry { status: 503, .. }),
+            "{error:?}"
         );
     }
 
