@@ -188,7 +188,7 @@ async fn failing_run_reports_the_step_and_the_last_lines() {
     // Constant steps: the successful first RUN is cached, so repeated runs leave no new layers.
     let dockerfile = "FROM imagegen-test/base:1\n\
          RUN echo before-failure\n\
-         RUN for i in $(seq 1 30); do echo output-line-$i; done; echo about-to-fail >&2; exit 3\n\
+         RUN for i in $(seq 1 30); do echo output-line-$i; done; echo stderr-line >&2; echo about-to-fail; exit 3\n\
          RUN echo never-reached\n";
     let directory = context_dir(&[("Dockerfile", dockerfile)]);
     let context = context_tar(directory.path(), &[]).unwrap();
@@ -225,6 +225,12 @@ async fn failing_run_reports_the_step_and_the_last_lines() {
     assert!(
         !last_lines.iter().any(|line| line == "output-line-5"),
         "{last_lines:#?}"
+    );
+    // The builder colours stderr red; lines arrive without terminal escapes (the order of
+    // stderr against stdout is not fixed, so it is checked in the stream, not the tail).
+    assert!(
+        streamed.iter().any(|line| line == "stderr-line"),
+        "{streamed:#?}"
     );
     assert!(!streamed.iter().any(|line| line.contains("never-reached")));
 
@@ -623,6 +629,25 @@ async fn run_returns_exit_code_and_output_and_always_removes_the_container() {
         containers_labelled(&engine, "imagegen.test-run", &run_label).await,
         0
     );
+
+    // A cancelled run (Ctrl-C, an outer timeout) drops the future; the container still goes.
+    let cancelled = tokio::time::timeout(
+        Duration::from_secs(2),
+        engine.run(RunRequest {
+            cmd: vec!["sleep".into(), "60".into()],
+            ..request.clone()
+        }),
+    )
+    .await;
+    assert!(cancelled.is_err(), "the outer timeout fired first");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while containers_labelled(&engine, "imagegen.test-run", &run_label).await != 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the cancelled run's container was not removed"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

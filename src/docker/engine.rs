@@ -37,7 +37,7 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(3600);
 const FAILURE_TAIL_LINES: usize = 20;
 
 /// An image build: the context tar (see [`super::context_tar`]) and what to stamp on the image.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct BuildRequest {
     /// Full reference to tag the result with, e.g. `127.0.0.1:5000/team/torch:2.7.0-cu128`.
     pub tag: String,
@@ -64,6 +64,52 @@ impl BuildRequest {
             build_args: BTreeMap::new(),
             no_cache: false,
             pull: false,
+        }
+    }
+}
+
+impl std::fmt::Debug for BuildRequest {
+    /// Shows the context's size, not its bytes.
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("BuildRequest")
+            .field("tag", &self.tag)
+            .field("context_bytes", &self.context.len())
+            .field("dockerfile_path", &self.dockerfile_path)
+            .field("labels", &self.labels)
+            .field("build_args", &self.build_args)
+            .field("no_cache", &self.no_cache)
+            .field("pull", &self.pull)
+            .finish()
+    }
+}
+
+/// Removes a container when dropped while still armed: if the future running it is cancelled
+/// (Ctrl-C, a timeout around the call), the container does not outlive it. Needs a live runtime.
+struct ContainerGuard {
+    docker: Docker,
+    container_id: Option<String>,
+}
+
+impl ContainerGuard {
+    /// The container is being removed by the normal path; nothing to do on drop.
+    fn disarm(&mut self) {
+        self.container_id = None;
+    }
+}
+
+impl Drop for ContainerGuard {
+    fn drop(&mut self) {
+        let Some(container_id) = self.container_id.take() else {
+            return;
+        };
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let docker = self.docker.clone();
+            runtime.spawn(async move {
+                let options = RemoveContainerOptionsBuilder::default().force(true).build();
+                // Best effort: the caller is gone, there is no one to report a failure to.
+                let _ = docker.remove_container(&container_id, Some(options)).await;
+            });
         }
     }
 }
@@ -639,7 +685,8 @@ impl Engine {
         Ok(nvidia_runtime || nvidia_cdi_device)
     }
 
-    /// Creates, starts and waits for a container, collects its output and always removes it.
+    /// Creates, starts and waits for a container, collects its output and always removes it,
+    /// also when this future is dropped midway (the removal is then spawned on the runtime).
     /// A non-zero exit is a normal [`RunOutput`], not an error.
     pub async fn run(&self, request: RunRequest) -> Result<RunOutput, DockerError> {
         let container_error = |action: &str, error: BollardError| {
@@ -717,10 +764,15 @@ impl Engine {
                 }
             })?;
         let container_id = created.id;
+        let mut guard = ContainerGuard {
+            docker: self.docker.clone(),
+            container_id: Some(container_id.clone()),
+        };
 
         let outcome = self
             .run_created(&container_id, &request, &container_error)
             .await;
+        guard.disarm();
 
         let removal = self
             .docker
