@@ -1,0 +1,906 @@
+//! `Engine`: the Docker Engine API through bollard. Connects (honouring `DOCKER_HOST`, negotiating
+//! the API version down to the daemon's), builds images from in-memory contexts with the classic
+//! builder while streaming output line by line, inspects, finds, tags, removes and loads images,
+//! pushes with retries of transient registry failures, and runs short-lived containers (optionally
+//! with all GPUs) that are always removed afterwards.
+//!
+//! It returns plain values (image ids, digests, labels, exit codes) and never decides what to
+//! build, which tags to use or whether a test passed; that is the executor's job.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::error::Error as StdError;
+use std::time::Duration;
+
+use bollard::container::LogOutput;
+use bollard::errors::Error as BollardError;
+use bollard::models::{ContainerCreateBody, DeviceRequest, HostConfig};
+use bollard::query_parameters::{
+    BuildImageOptionsBuilder, ImportImageOptionsBuilder, ListImagesOptionsBuilder,
+    LogsOptionsBuilder, PushImageOptionsBuilder, RemoveContainerOptionsBuilder,
+    RemoveImageOptionsBuilder, TagImageOptionsBuilder, WaitContainerOptionsBuilder,
+};
+use bollard::{body_full, Docker};
+use futures_util::StreamExt;
+
+use super::credentials::{registry_host_of, Credentials};
+use super::error::DockerError;
+use super::retry::{is_transient_message, RetryPolicy};
+
+/// The address used when `DOCKER_HOST` is unset or empty.
+pub const DEFAULT_DOCKER_HOST: &str = "unix:///var/run/docker.sock";
+
+/// How long connecting, negotiating and pinging may take before the daemon counts as unreachable.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+/// Per-request limit once connected: covers large contexts being uploaded before headers return.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(3600);
+/// Build output lines kept for a failure report.
+const FAILURE_TAIL_LINES: usize = 20;
+
+/// An image build: the context tar (see [`super::context_tar`]) and what to stamp on the image.
+#[derive(Clone)]
+pub struct BuildRequest {
+    /// Full reference to tag the result with, e.g. `127.0.0.1:5000/team/torch:2.7.0-cu128`.
+    pub tag: String,
+    /// Uncompressed tar of the build context.
+    pub context: Vec<u8>,
+    /// Path of the Dockerfile inside the context.
+    pub dockerfile_path: String,
+    pub labels: BTreeMap<String, String>,
+    pub build_args: BTreeMap<String, String>,
+    /// Ignore the daemon's layer cache.
+    pub no_cache: bool,
+    /// Ask the daemon to pull a newer base image (off: base images are local or pinned).
+    pub pull: bool,
+}
+
+impl BuildRequest {
+    /// A request with `Dockerfile` at the context root, no labels, no build args, cache on.
+    pub fn new(tag: impl Into<String>, context: Vec<u8>) -> Self {
+        BuildRequest {
+            tag: tag.into(),
+            context,
+            dockerfile_path: "Dockerfile".into(),
+            labels: BTreeMap::new(),
+            build_args: BTreeMap::new(),
+            no_cache: false,
+            pull: false,
+        }
+    }
+}
+
+impl std::fmt::Debug for BuildRequest {
+    /// Shows the context's size, not its bytes.
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("BuildRequest")
+            .field("tag", &self.tag)
+            .field("context_bytes", &self.context.len())
+            .field("dockerfile_path", &self.dockerfile_path)
+            .field("labels", &self.labels)
+            .field("build_args", &self.build_args)
+            .field("no_cache", &self.no_cache)
+            .field("pull", &self.pull)
+            .finish()
+    }
+}
+
+/// Removes a container when dropped while still armed: if the future running it is cancelled
+/// (Ctrl-C, a timeout around the call), the container does not outlive it. Needs a live runtime.
+struct ContainerGuard {
+    docker: Docker,
+    container_id: Option<String>,
+}
+
+impl ContainerGuard {
+    /// The container is being removed by the normal path; nothing to do on drop.
+    fn disarm(&mut self) {
+        self.container_id = None;
+    }
+}
+
+impl Drop for ContainerGuard {
+    fn drop(&mut self) {
+        let Some(container_id) = self.container_id.take() else {
+            return;
+        };
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let docker = self.docker.clone();
+            runtime.spawn(async move {
+                let options = RemoveContainerOptionsBuilder::default().force(true).build();
+                // Best effort: the caller is gone, there is no one to report a failure to.
+                let _ = docker.remove_container(&container_id, Some(options)).await;
+            });
+        }
+    }
+}
+
+/// A local image as the daemon describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalImage {
+    /// `sha256:...` image id (the config digest).
+    pub id: String,
+    pub repo_tags: Vec<String>,
+    /// `repository@sha256:...` entries, filled once the image was pushed or pulled.
+    pub repo_digests: Vec<String>,
+    pub labels: BTreeMap<String, String>,
+}
+
+/// A container to run to completion.
+#[derive(Debug, Clone, Default)]
+pub struct RunRequest {
+    pub image: String,
+    /// Command and arguments; empty means the image's default command.
+    pub cmd: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    /// Request all GPUs (`--gpus all`: device request, driver nvidia, count -1).
+    pub gpus: bool,
+    /// Size of `/dev/shm` in bytes; `None` keeps the daemon default (64 MiB).
+    pub shm_size_bytes: Option<i64>,
+    /// Labels on the container, e.g. to find leftovers.
+    pub labels: BTreeMap<String, String>,
+    /// Kill and remove the container after this long; `None` waits indefinitely.
+    pub timeout: Option<Duration>,
+}
+
+/// What a finished container left behind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunOutput {
+    pub exit_code: i64,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// A connection to one Docker daemon.
+#[derive(Debug, Clone)]
+pub struct Engine {
+    docker: Docker,
+    address: String,
+    push_retry: RetryPolicy,
+}
+
+/// The text of an error and of all its sources, without repeats ("client error (Connect): tcp
+/// connect error: Connection refused (os error 111)").
+pub(crate) fn error_chain(error: &dyn StdError) -> String {
+    let mut parts: Vec<String> = vec![error.to_string()];
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !parts.iter().any(|part| part.contains(&text)) {
+            parts.push(text);
+        }
+        source = cause.source();
+    }
+    parts.join(": ")
+}
+
+fn is_connection_failure(error: &BollardError) -> bool {
+    matches!(
+        error,
+        BollardError::HyperLegacyError { .. }
+            | BollardError::SocketNotFoundError(_)
+            | BollardError::RequestTimeoutError
+            | BollardError::UnsupportedURISchemeError { .. }
+    )
+}
+
+fn is_not_found(error: &BollardError) -> bool {
+    matches!(
+        error,
+        BollardError::DockerResponseServerError {
+            status_code: 404,
+            ..
+        }
+    )
+}
+
+fn to_btree(map: HashMap<String, String>) -> BTreeMap<String, String> {
+    map.into_iter().collect()
+}
+
+/// Splits streamed text into lines, holding back a trailing partial line.
+#[derive(Default)]
+struct LineSplitter {
+    partial: String,
+}
+
+impl LineSplitter {
+    fn push(&mut self, chunk: &str, mut emit: impl FnMut(&str)) {
+        self.partial.push_str(chunk);
+        while let Some(newline) = self.partial.find('\n') {
+            let line: String = self.partial.drain(..=newline).collect();
+            emit(line.trim_end_matches(['\n', '\r']));
+        }
+    }
+
+    fn finish(&mut self, mut emit: impl FnMut(&str)) {
+        if !self.partial.is_empty() {
+            let line = std::mem::take(&mut self.partial);
+            emit(line.trim_end_matches('\r'));
+        }
+    }
+}
+
+/// Removes ANSI escape sequences (the classic builder colours a step's stderr red).
+fn strip_terminal_escapes(line: &str) -> String {
+    let mut plain = String::with_capacity(line.len());
+    let mut characters = line.chars().peekable();
+    while let Some(c) = characters.next() {
+        if c != '\u{1b}' {
+            plain.push(c);
+            continue;
+        }
+        if characters.peek() == Some(&'[') {
+            characters.next();
+            // Parameters and intermediates, then one final byte in '@'..='~'.
+            for c in characters.by_ref() {
+                if ('@'..='~').contains(&c) {
+                    break;
+                }
+            }
+        }
+    }
+    plain
+}
+
+/// Lines the classic builder prints about its own work, useless in a failure report.
+fn is_builder_bookkeeping(line: &str) -> bool {
+    line.starts_with(" ---> ") || line.starts_with("Removing intermediate container ")
+}
+
+/// Pulls `sha256:<64 hex>` out of a push status such as `t1: digest: sha256:ab.. size: 528`.
+fn digest_in_status(status: &str) -> Option<String> {
+    let start = status.find("digest: sha256:")? + "digest: ".len();
+    let candidate: String = status[start..].chars().take("sha256:".len() + 64).collect();
+    let hex = candidate.strip_prefix("sha256:")?;
+    (hex.len() == 64 && hex.chars().all(|c| c.is_ascii_hexdigit())).then_some(candidate)
+}
+
+enum PushAttemptFailure {
+    /// The registry side failed; retry when `transient`.
+    Registry { message: String, transient: bool },
+    /// The daemon itself failed; never retried.
+    Daemon(DockerError),
+}
+
+impl Engine {
+    /// Connects to `DOCKER_HOST`, or to [`DEFAULT_DOCKER_HOST`] when it is unset or empty.
+    pub async fn connect() -> Result<Engine, DockerError> {
+        let address = std::env::var("DOCKER_HOST")
+            .ok()
+            .filter(|host| !host.trim().is_empty())
+            .unwrap_or_else(|| DEFAULT_DOCKER_HOST.to_string());
+        Self::connect_to(&address).await
+    }
+
+    /// Connects to `address` (`unix://...`, `tcp://...`, `http://...`), negotiates the API
+    /// version and pings. Any failure is one [`DockerError::DaemonUnreachable`] naming `address`.
+    pub async fn connect_to(address: &str) -> Result<Engine, DockerError> {
+        let unreachable = |reason: String| DockerError::DaemonUnreachable {
+            address: address.to_string(),
+            reason,
+        };
+        let docker = Docker::connect_with_host(address)
+            .map_err(|error| unreachable(error_chain(&error)))?
+            .with_timeout(CONNECT_TIMEOUT);
+        let docker = docker
+            .negotiate_version()
+            .await
+            .map_err(|error| unreachable(error_chain(&error)))?;
+        docker
+            .ping()
+            .await
+            .map_err(|error| unreachable(error_chain(&error)))?;
+        Ok(Engine {
+            docker: docker.with_timeout(REQUEST_TIMEOUT),
+            address: address.to_string(),
+            push_retry: RetryPolicy::default(),
+        })
+    }
+
+    /// Replaces the retry policy for pushes (tests use short delays).
+    pub fn with_push_retry(mut self, policy: RetryPolicy) -> Self {
+        self.push_retry = policy;
+        self
+    }
+
+    /// The daemon address this engine talks to.
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+
+    /// The bollard client, for callers that need an endpoint this type does not wrap.
+    pub fn client(&self) -> &Docker {
+        &self.docker
+    }
+
+    fn daemon_error(&self, action: impl Into<String>, error: BollardError) -> DockerError {
+        if is_connection_failure(&error) {
+            return DockerError::DaemonUnreachable {
+                address: self.address.clone(),
+                reason: error_chain(&error),
+            };
+        }
+        let reason = match &error {
+            BollardError::DockerResponseServerError {
+                status_code,
+                message,
+            } => format!("{} (HTTP {status_code})", message.trim()),
+            other => error_chain(other),
+        };
+        DockerError::Daemon {
+            address: self.address.clone(),
+            action: action.into(),
+            reason,
+        }
+    }
+
+    /// Builds `request` with the classic builder. Every output line goes to `on_line` as it
+    /// arrives. Returns the new image id (`sha256:...`). A failing step gives
+    /// [`DockerError::BuildFailed`] with the step and the last lines of output.
+    pub async fn build(
+        &self,
+        request: BuildRequest,
+        mut on_line: impl FnMut(&str) + Send,
+    ) -> Result<String, DockerError> {
+        let labels: HashMap<&str, &str> = request
+            .labels
+            .iter()
+            .map(|(key, value)| (key.as_str(), value.as_str()))
+            .collect();
+        let build_args: HashMap<&str, &str> = request
+            .build_args
+            .iter()
+            .map(|(key, value)| (key.as_str(), value.as_str()))
+            .collect();
+        let mut options = BuildImageOptionsBuilder::default()
+            .dockerfile(&request.dockerfile_path)
+            .t(&request.tag)
+            .labels(&labels)
+            .buildargs(&build_args)
+            .nocache(request.no_cache)
+            .rm(true)
+            .forcerm(true);
+        if request.pull {
+            options = options.pull("true");
+        }
+
+        let mut stream = self.docker.build_image(
+            options.build(),
+            None,
+            Some(body_full(request.context.into())),
+        );
+        let mut splitter = LineSplitter::default();
+        let mut tail: VecDeque<String> = VecDeque::with_capacity(FAILURE_TAIL_LINES);
+        let mut current_step: Option<String> = None;
+        let mut image_id: Option<String> = None;
+        let mut record_line = |line: &str, on_line: &mut dyn FnMut(&str)| {
+            let line = strip_terminal_escapes(line);
+            if line.starts_with("Step ") {
+                current_step = Some(line.clone());
+            }
+            if !is_builder_bookkeeping(&line) {
+                if tail.len() == FAILURE_TAIL_LINES {
+                    tail.pop_front();
+                }
+                tail.push_back(line.clone());
+            }
+            on_line(&line);
+        };
+
+        while let Some(item) = stream.next().await {
+            match item {
+                Ok(info) => {
+                    if let Some(text) = info.stream.as_deref() {
+                        splitter.push(text, |line| record_line(line, &mut on_line));
+                    }
+                    if let Some(status) = info.status.as_deref() {
+                        splitter.push(status, |line| record_line(line, &mut on_line));
+                        splitter.push("\n", |line| record_line(line, &mut on_line));
+                    }
+                    if let Some(id) = info.aux.and_then(|aux| aux.id) {
+                        image_id = Some(id);
+                    }
+                }
+                Err(BollardError::DockerStreamError { error }) => {
+                    splitter.finish(|line| record_line(line, &mut on_line));
+                    return Err(DockerError::BuildFailed {
+                        tag: request.tag,
+                        step: current_step,
+                        message: error,
+                        last_lines: tail.into_iter().collect(),
+                    });
+                }
+                Err(error) => {
+                    return Err(self.daemon_error(format!("building image {}", request.tag), error))
+                }
+            }
+        }
+        splitter.finish(|line| record_line(line, &mut on_line));
+
+        match image_id {
+            Some(id) => Ok(id),
+            // Old daemons send no aux id; the tag was applied, so ask for it.
+            None => match self.image(&request.tag).await? {
+                Some(image) => Ok(image.id),
+                None => Err(DockerError::ImageNotFound {
+                    address: self.address.clone(),
+                    reference: request.tag,
+                }),
+            },
+        }
+    }
+
+    /// The local image `reference` (tag, `repo@digest` or id), or `None` if it does not exist.
+    pub async fn image(&self, reference: &str) -> Result<Option<LocalImage>, DockerError> {
+        match self.docker.inspect_image(reference).await {
+            Ok(inspect) => Ok(Some(LocalImage {
+                id: inspect.id.unwrap_or_default(),
+                repo_tags: inspect.repo_tags.unwrap_or_default(),
+                repo_digests: inspect.repo_digests.unwrap_or_default(),
+                labels: inspect
+                    .config
+                    .and_then(|config| config.labels)
+                    .map(to_btree)
+                    .unwrap_or_default(),
+            })),
+            Err(error) if is_not_found(&error) => Ok(None),
+            Err(error) => Err(self.daemon_error(format!("inspecting image {reference}"), error)),
+        }
+    }
+
+    /// The labels of local image `reference`, or `None` if it does not exist.
+    pub async fn image_labels(
+        &self,
+        reference: &str,
+    ) -> Result<Option<BTreeMap<String, String>>, DockerError> {
+        Ok(self.image(reference).await?.map(|image| image.labels))
+    }
+
+    /// The newest local image carrying label `key=value`, if any.
+    pub async fn find_image_with_label(
+        &self,
+        key: &str,
+        value: &str,
+    ) -> Result<Option<LocalImage>, DockerError> {
+        let filter = format!("{key}={value}");
+        let mut filters: HashMap<&str, Vec<&str>> = HashMap::new();
+        filters.insert("label", vec![filter.as_str()]);
+        let options = ListImagesOptionsBuilder::default()
+            .filters(&filters)
+            .build();
+        let images = self
+            .docker
+            .list_images(Some(options))
+            .await
+            .map_err(|error| {
+                self.daemon_error(format!("listing images labelled {filter}"), error)
+            })?;
+        Ok(images
+            .into_iter()
+            .max_by(|a, b| a.created.cmp(&b.created).then_with(|| a.id.cmp(&b.id)))
+            .map(|summary| LocalImage {
+                id: summary.id,
+                repo_tags: summary.repo_tags,
+                repo_digests: summary.repo_digests,
+                labels: to_btree(summary.labels),
+            }))
+    }
+
+    /// Tags local image `source` as `repository:tag`.
+    pub async fn tag(&self, source: &str, repository: &str, tag: &str) -> Result<(), DockerError> {
+        let options = TagImageOptionsBuilder::default()
+            .repo(repository)
+            .tag(tag)
+            .build();
+        match self.docker.tag_image(source, Some(options)).await {
+            Ok(()) => Ok(()),
+            Err(error) if is_not_found(&error) => Err(DockerError::ImageNotFound {
+                address: self.address.clone(),
+                reference: source.to_string(),
+            }),
+            Err(error) => {
+                Err(self.daemon_error(format!("tagging {source} as {repository}:{tag}"), error))
+            }
+        }
+    }
+
+    /// Removes local image `reference` (with `force`, even if containers or other tags use it).
+    /// Returns whether there was anything to remove.
+    pub async fn remove_image(&self, reference: &str, force: bool) -> Result<bool, DockerError> {
+        let options = RemoveImageOptionsBuilder::default().force(force).build();
+        match self
+            .docker
+            .remove_image(reference, Some(options), None)
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(error) if is_not_found(&error) => Ok(false),
+            Err(error) => Err(self.daemon_error(format!("removing image {reference}"), error)),
+        }
+    }
+
+    /// Loads a `docker save`-format archive (`manifest.json`, config, layer tars). Returns the
+    /// references the daemon reports as loaded.
+    pub async fn load_image_archive(&self, archive: Vec<u8>) -> Result<Vec<String>, DockerError> {
+        let options = ImportImageOptionsBuilder::default().quiet(true).build();
+        let mut stream = self
+            .docker
+            .import_image(options, body_full(archive.into()), None);
+        let mut loaded = Vec::new();
+        while let Some(item) = stream.next().await {
+            let info =
+                item.map_err(|error| self.daemon_error("loading an image archive", error))?;
+            for text in [info.stream, info.status].into_iter().flatten() {
+                for line in text.lines() {
+                    if let Some(reference) = line
+                        .strip_prefix("Loaded image: ")
+                        .or_else(|| line.strip_prefix("Loaded image ID: "))
+                    {
+                        loaded.push(reference.trim().to_string());
+                    }
+                }
+            }
+        }
+        Ok(loaded)
+    }
+
+    /// Pushes local `repository:tag` and returns the manifest digest (`sha256:...`) the
+    /// registry stored. Status lines go to `on_line` (per-layer progress is left out).
+    /// Transient registry failures are retried with the engine's [`RetryPolicy`]; permanent
+    /// ones (denied, unknown) fail at once. Credentials never appear in the error.
+    pub async fn push(
+        &self,
+        repository: &str,
+        tag: &str,
+        credentials: Option<&Credentials>,
+        mut on_line: impl FnMut(&str) + Send,
+    ) -> Result<String, DockerError> {
+        let registry = registry_host_of(repository);
+        let reference = format!("{repository}:{tag}");
+        let total_attempts = self.push_retry.total_attempts();
+        let mut attempt = 1;
+        loop {
+            tokio::time::sleep(self.push_retry.delay_before(attempt)).await;
+            match self
+                .push_once(repository, tag, &registry, credentials, &mut on_line)
+                .await
+            {
+                Ok(digest) => return Ok(digest),
+                Err(PushAttemptFailure::Daemon(error)) => return Err(error),
+                Err(PushAttemptFailure::Registry { message, transient }) => {
+                    let message = match credentials {
+                        Some(credentials) => credentials.redact(&message),
+                        None => message,
+                    };
+                    if !transient || attempt >= total_attempts {
+                        return Err(DockerError::PushFailed {
+                            reference,
+                            registry,
+                            attempts: attempt,
+                            transient,
+                            reason: message,
+                        });
+                    }
+                    on_line(&format!(
+                        "push attempt {attempt}/{total_attempts} of {reference} failed ({message}); retrying"
+                    ));
+                    attempt += 1;
+                }
+            }
+        }
+    }
+
+    async fn push_once(
+        &self,
+        repository: &str,
+        tag: &str,
+        registry: &str,
+        credentials: Option<&Credentials>,
+        on_line: &mut (dyn FnMut(&str) + Send),
+    ) -> Result<String, PushAttemptFailure> {
+        let options = PushImageOptionsBuilder::default().tag(tag).build();
+        let docker_credentials =
+            credentials.map(|credentials| credentials.to_docker_credentials(registry));
+        let mut stream = self
+            .docker
+            .push_image(repository, Some(options), docker_credentials);
+        let mut digest: Option<String> = None;
+        while let Some(item) = stream.next().await {
+            match item {
+                Ok(info) => {
+                    let Some(status) = info.status else { continue };
+                    if let Some(found) = digest_in_status(&status) {
+                        digest = Some(found);
+                    }
+                    // "Pushing" repeats per chunk with a progress bar; the rest is worth a line.
+                    if status != "Pushing" {
+                        on_line(&status);
+                    }
+                }
+                Err(BollardError::DockerStreamError { error }) => {
+                    let transient = is_transient_message(&error);
+                    return Err(PushAttemptFailure::Registry {
+                        message: error,
+                        transient,
+                    });
+                }
+                Err(error) if is_not_found(&error) => {
+                    return Err(PushAttemptFailure::Daemon(DockerError::ImageNotFound {
+                        address: self.address.clone(),
+                        reference: format!("{repository}:{tag}"),
+                    }))
+                }
+                Err(error) => {
+                    return Err(PushAttemptFailure::Daemon(
+                        self.daemon_error(format!("pushing {repository}:{tag}"), error),
+                    ))
+                }
+            }
+        }
+        if let Some(digest) = digest {
+            return Ok(digest);
+        }
+        // No digest line (unusual daemons): the daemon records it in RepoDigests after a push.
+        let image = self
+            .image(&format!("{repository}:{tag}"))
+            .await
+            .map_err(PushAttemptFailure::Daemon)?;
+        let prefix = format!("{repository}@");
+        image
+            .and_then(|image| {
+                image
+                    .repo_digests
+                    .into_iter()
+                    .find_map(|entry| entry.strip_prefix(&prefix).map(str::to_string))
+            })
+            .ok_or_else(|| PushAttemptFailure::Registry {
+                message: "the push finished without reporting a manifest digest".into(),
+                transient: false,
+            })
+    }
+
+    /// Whether the daemon can give containers NVIDIA GPUs: an `nvidia` runtime is registered or
+    /// the daemon discovered NVIDIA CDI devices. (The NVIDIA Container Toolkit may also work
+    /// through its hook without either; [`Engine::run`] with `gpus` then still succeeds.)
+    pub async fn gpu_runtime_available(&self) -> Result<bool, DockerError> {
+        let info = self
+            .docker
+            .info()
+            .await
+            .map_err(|error| self.daemon_error("reading daemon info", error))?;
+        let nvidia_runtime = info
+            .runtimes
+            .map(|runtimes| runtimes.keys().any(|name| name.starts_with("nvidia")))
+            .unwrap_or(false);
+        let nvidia_cdi_device = info
+            .discovered_devices
+            .unwrap_or_default()
+            .iter()
+            .any(|device| {
+                device
+                    .id
+                    .as_deref()
+                    .is_some_and(|id| id.starts_with("nvidia.com/gpu"))
+            });
+        Ok(nvidia_runtime || nvidia_cdi_device)
+    }
+
+    /// Creates, starts and waits for a container, collects its output and always removes it,
+    /// also when this future is dropped midway (the removal is then spawned on the runtime).
+    /// A non-zero exit is a normal [`RunOutput`], not an error.
+    pub async fn run(&self, request: RunRequest) -> Result<RunOutput, DockerError> {
+        let container_error = |action: &str, error: BollardError| {
+            if is_connection_failure(&error) {
+                return self.daemon_error(action, error);
+            }
+            let reason = match &error {
+                BollardError::DockerResponseServerError {
+                    status_code,
+                    message,
+                } => format!("{} (HTTP {status_code})", message.trim()),
+                other => error_chain(other),
+            };
+            if request.gpus
+                && (reason.contains("could not select device driver")
+                    || reason.contains("nvidia-container-cli"))
+            {
+                return DockerError::GpuUnavailable {
+                    image: request.image.clone(),
+                    reason,
+                };
+            }
+            DockerError::Container {
+                image: request.image.clone(),
+                action: action.to_string(),
+                reason,
+            }
+        };
+
+        let host_config = HostConfig {
+            device_requests: request.gpus.then(|| {
+                vec![DeviceRequest {
+                    driver: Some("nvidia".into()),
+                    count: Some(-1),
+                    capabilities: Some(vec![vec!["gpu".into()]]),
+                    ..Default::default()
+                }]
+            }),
+            shm_size: request.shm_size_bytes,
+            ..Default::default()
+        };
+        let body = ContainerCreateBody {
+            image: Some(request.image.clone()),
+            cmd: (!request.cmd.is_empty()).then(|| request.cmd.clone()),
+            env: (!request.env.is_empty()).then(|| {
+                request
+                    .env
+                    .iter()
+                    .map(|(key, value)| format!("{key}={value}"))
+                    .collect()
+            }),
+            labels: (!request.labels.is_empty())
+                .then(|| request.labels.clone().into_iter().collect()),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            tty: Some(false),
+            host_config: Some(host_config),
+            ..Default::default()
+        };
+        let created = self
+            .docker
+            .create_container(
+                None::<bollard::query_parameters::CreateContainerOptions>,
+                body,
+            )
+            .await
+            .map_err(|error| {
+                if is_not_found(&error) {
+                    DockerError::ImageNotFound {
+                        address: self.address.clone(),
+                        reference: request.image.clone(),
+                    }
+                } else {
+                    container_error("creating the container", error)
+                }
+            })?;
+        let container_id = created.id;
+        let mut guard = ContainerGuard {
+            docker: self.docker.clone(),
+            container_id: Some(container_id.clone()),
+        };
+
+        let outcome = self
+            .run_created(&container_id, &request, &container_error)
+            .await;
+        guard.disarm();
+
+        let removal = self
+            .docker
+            .remove_container(
+                &container_id,
+                Some(RemoveContainerOptionsBuilder::default().force(true).build()),
+            )
+            .await;
+        match (outcome, removal) {
+            (Ok(output), Ok(())) => Ok(output),
+            (Ok(_), Err(error)) if !is_not_found(&error) => Err(container_error(
+                &format!("removing container {container_id}"),
+                error,
+            )),
+            (Ok(output), Err(_)) => Ok(output),
+            (Err(error), _) => Err(error),
+        }
+    }
+
+    async fn run_created(
+        &self,
+        container_id: &str,
+        request: &RunRequest,
+        container_error: &(dyn Fn(&str, BollardError) -> DockerError + Sync),
+    ) -> Result<RunOutput, DockerError> {
+        self.docker
+            .start_container(
+                container_id,
+                None::<bollard::query_parameters::StartContainerOptions>,
+            )
+            .await
+            .map_err(|error| container_error("starting the container", error))?;
+
+        let wait = async {
+            let mut stream = self.docker.wait_container(
+                container_id,
+                Some(
+                    WaitContainerOptionsBuilder::default()
+                        .condition("not-running")
+                        .build(),
+                ),
+            );
+            match stream.next().await {
+                Some(Ok(response)) => Ok(response.status_code),
+                // A non-zero exit arrives as this error; it is still an exit code.
+                Some(Err(BollardError::DockerContainerWaitError { code, .. })) => Ok(code),
+                Some(Err(error)) => Err(container_error("waiting for the container", error)),
+                None => Err(DockerError::Container {
+                    image: request.image.clone(),
+                    action: "waiting for the container".into(),
+                    reason: "the daemon closed the wait stream without an exit status".into(),
+                }),
+            }
+        };
+        let exit_code = match request.timeout {
+            Some(limit) => match tokio::time::timeout(limit, wait).await {
+                Ok(result) => result?,
+                Err(_) => {
+                    return Err(DockerError::ContainerTimeout {
+                        image: request.image.clone(),
+                        timeout_seconds: limit.as_secs(),
+                    })
+                }
+            },
+            None => wait.await?,
+        };
+
+        let mut stdout = Vec::new();
+        let mut stderr = Vec::new();
+        let mut logs = self.docker.logs(
+            container_id,
+            Some(
+                LogsOptionsBuilder::default()
+                    .stdout(true)
+                    .stderr(true)
+                    .build(),
+            ),
+        );
+        while let Some(frame) = logs.next().await {
+            match frame.map_err(|error| container_error("reading the container's output", error))? {
+                LogOutput::StdOut { message } | LogOutput::Console { message } => {
+                    stdout.extend_from_slice(&message)
+                }
+                LogOutput::StdErr { message } => stderr.extend_from_slice(&message),
+                LogOutput::StdIn { .. } => {}
+            }
+        }
+        Ok(RunOutput {
+            exit_code,
+            stdout: String::from_utf8_lossy(&stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&stderr).into_owned(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn digest_is_read_from_the_final_push_status() {
+        let digest = "sha256:".to_string() + &"ab12".repeat(16);
+        assert_eq!(
+            digest_in_status(&format!("t1: digest: {digest} size: 528")),
+            Some(digest)
+        );
+        assert_eq!(digest_in_status("Pushed"), None);
+        assert_eq!(digest_in_status("t1: digest: sha256:short size: 1"), None);
+    }
+
+    #[test]
+    fn terminal_escapes_are_removed() {
+        assert_eq!(
+            strip_terminal_escapes("\u{1b}[91mabout-to-fail\u{1b}[0m"),
+            "about-to-fail"
+        );
+        assert_eq!(strip_terminal_escapes("plain [text]"), "plain [text]");
+    }
+
+    #[test]
+    fn lines_are_split_across_chunks() {
+        let mut splitter = LineSplitter::default();
+        let mut lines = Vec::new();
+        splitter.push("Step 1/2 : FR", |line| lines.push(line.to_string()));
+        splitter.push("OM base\n ---> abc\r\npartial", |line| {
+            lines.push(line.to_string())
+        });
+        splitter.finish(|line| lines.push(line.to_string()));
+        assert_eq!(lines, vec!["Step 1/2 : FROM base", " ---> abc", "partial"]);
+    }
+}

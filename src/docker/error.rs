@@ -1,0 +1,162 @@
+//! `DockerError`: every failure of the Docker and registry edge, each naming the daemon address,
+//! image reference, container image or registry host it concerns, with a `hint:` line where the
+//! user can act. Messages never carry credentials: callers put only redacted text into them.
+
+use std::path::PathBuf;
+
+/// A failure talking to the Docker daemon, a registry or the credential configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum DockerError {
+    /// The daemon could not be reached at all (socket missing, connection refused, bad address).
+    #[error(
+        "cannot reach the Docker daemon at {address}: {reason}\n\
+         hint: is dockerd running and is its socket readable by this user? \
+         Set DOCKER_HOST to the daemon's address (unix:///path/docker.sock or tcp://host:port)"
+    )]
+    DaemonUnreachable { address: String, reason: String },
+
+    /// The daemon answered, but a request failed.
+    #[error("the Docker daemon at {address} failed while {action}: {reason}")]
+    Daemon {
+        address: String,
+        action: String,
+        reason: String,
+    },
+
+    /// A local image that an operation needs does not exist.
+    #[error("no image `{reference}` in the Docker daemon at {address}")]
+    ImageNotFound { address: String, reference: String },
+
+    /// A Dockerfile step failed; carries the step and the last lines of build output.
+    #[error("{}", build_failure_text(.tag, .step, .message, .last_lines))]
+    BuildFailed {
+        tag: String,
+        /// The `Step N/M : INSTRUCTION` line of the failing step, when the builder printed one.
+        step: Option<String>,
+        /// The daemon's error message, e.g. "The command '/bin/sh -c make' returned a non-zero code: 2".
+        message: String,
+        /// Up to the last 20 lines of build output before the failure.
+        last_lines: Vec<String>,
+    },
+
+    /// The build context could not be assembled.
+    #[error("cannot assemble the build context from {path}: {reason}")]
+    Context { path: PathBuf, reason: String },
+
+    /// A push failed; transient failures were retried up to the policy's attempts.
+    #[error(
+        "pushing {reference} to registry {registry} failed after {attempts} attempt(s): {reason}{}",
+        push_hint(*.transient)
+    )]
+    PushFailed {
+        reference: String,
+        registry: String,
+        attempts: u32,
+        /// Whether the last failure looked transient (network, 5xx) rather than permanent (auth).
+        transient: bool,
+        reason: String,
+    },
+
+    /// Creating, starting, waiting for or reading a container failed.
+    #[error("running a container from {image} failed while {action}: {reason}")]
+    Container {
+        image: String,
+        action: String,
+        reason: String,
+    },
+
+    /// A container ran longer than its allowed time; it was killed and removed.
+    #[error("the container from {image} did not exit within {timeout_seconds} s; it was killed and removed")]
+    ContainerTimeout { image: String, timeout_seconds: u64 },
+
+    /// GPUs were requested but the daemon cannot provide them.
+    #[error(
+        "cannot give GPUs to a container from {image}: {reason}\n\
+         hint: install the NVIDIA Container Toolkit and restart dockerd, or run without GPUs"
+    )]
+    GpuUnavailable { image: String, reason: String },
+
+    /// The Docker credential configuration could not be read or a helper failed.
+    #[error(
+        "cannot get Docker credentials for {registry} from {origin}: {reason}\n\
+         hint: check the file, or run `docker login {registry}` again"
+    )]
+    Credentials {
+        registry: String,
+        origin: String,
+        reason: String,
+    },
+
+    /// The registry could not be reached (after retries).
+    #[error(
+        "registry {host} is unreachable after {attempts} attempt(s) ({url}): {reason}\n\
+         hint: is the registry running and is {host} the right address?"
+    )]
+    RegistryUnreachable {
+        host: String,
+        url: String,
+        attempts: u32,
+        reason: String,
+    },
+
+    /// The registry refused the credentials, or asked for some when none were given.
+    #[error(
+        "registry {host} refused {action} ({status}): {detail}\n\
+         hint: check the credentials for {host} in the Docker config (`docker login {host}`)"
+    )]
+    RegistryAuth {
+        host: String,
+        action: String,
+        status: u16,
+        detail: String,
+    },
+
+    /// The registry answered with an unexpected status.
+    #[error("registry {host} answered {status} to {action}: {detail}")]
+    Registry {
+        host: String,
+        action: String,
+        status: u16,
+        detail: String,
+    },
+
+    /// The registry's answer could not be understood.
+    #[error("registry {host} sent an invalid answer to {action}: {reason}")]
+    RegistryProtocol {
+        host: String,
+        action: String,
+        reason: String,
+    },
+}
+
+fn build_failure_text(
+    tag: &str,
+    step: &Option<String>,
+    message: &str,
+    last_lines: &[String],
+) -> String {
+    let mut text = format!("building image {tag} failed");
+    if let Some(step) = step {
+        text.push_str(&format!(" at {step}"));
+    }
+    text.push_str(&format!(": {}", message.trim_end()));
+    if !last_lines.is_empty() {
+        text.push_str(&format!(
+            "\nlast {} line(s) of build output:",
+            last_lines.len()
+        ));
+        for line in last_lines {
+            text.push_str("\n  | ");
+            text.push_str(line);
+        }
+    }
+    text
+}
+
+fn push_hint(transient: bool) -> &'static str {
+    if transient {
+        "\nhint: the registry looked temporarily unavailable; check that it is up, then run again"
+    } else {
+        "\nhint: check the repository name and the credentials for this registry (`docker login`)"
+    }
+}

@@ -1,0 +1,1101 @@
+//! `RegistryClient`: a small OCI distribution (registry v2) client over HTTP(S), for what the
+//! Docker daemon cannot answer: whether a tag exists remotely and under which digest, which labels
+//! its image config carries, and reading or writing raw manifests (re-pointing a tag, OCI image
+//! indexes). Plain HTTP for loopback hosts (`127.0.0.1`, `localhost`, `[::1]`), HTTPS otherwise.
+//! Authentication: anonymous, `Basic`, and the `Bearer` token flow announced by
+//! `WWW-Authenticate` (user/password or identity token). Transient failures (connection refused or
+//! reset, timeouts, 5xx, 429) are retried with the client's [`RetryPolicy`].
+//!
+//! The client is synchronous inside (ureq) and async outside: every call runs on tokio's blocking
+//! pool. It knows nothing about which tags imagegen uses.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+
+use super::credentials::Credentials;
+use super::error::DockerError;
+use super::retry::RetryPolicy;
+
+pub const MEDIA_TYPE_OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+pub const MEDIA_TYPE_OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
+pub const MEDIA_TYPE_DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
+pub const MEDIA_TYPE_DOCKER_MANIFEST_LIST: &str =
+    "application/vnd.docker.distribution.manifest.list.v2+json";
+
+/// Every manifest kind this client understands, for `Accept`.
+const MANIFEST_ACCEPT: &str = "application/vnd.oci.image.index.v1+json, \
+     application/vnd.docker.distribution.manifest.list.v2+json, \
+     application/vnd.oci.image.manifest.v1+json, \
+     application/vnd.docker.distribution.manifest.v2+json";
+
+/// Manifests and configs are small; anything above this is not what we asked for.
+const MAX_BODY_BYTES: u64 = 64 << 20;
+
+/// A manifest as stored in the registry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegistryManifest {
+    pub media_type: String,
+    pub bytes: Vec<u8>,
+    /// `sha256:...` of `bytes`, as the registry reports it.
+    pub digest: String,
+}
+
+/// A client for one registry host. Cheap to clone; clones share the token cache.
+#[derive(Clone)]
+pub struct RegistryClient {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    host: String,
+    base_url: String,
+    credentials: Option<Credentials>,
+    agent: ureq::Agent,
+    retry: RetryPolicy,
+    /// Bearer tokens by scope.
+    tokens: Mutex<HashMap<String, String>>,
+    /// Set once the registry asked for Basic auth, so later calls send it up front.
+    basic_auth: Mutex<bool>,
+}
+
+impl std::fmt::Debug for RegistryClient {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("RegistryClient")
+            .field("base_url", &self.inner.base_url)
+            .field("credentials", &self.inner.credentials)
+            .field("retry", &self.inner.retry)
+            .finish()
+    }
+}
+
+/// One request, described without the transport.
+struct Call<'a> {
+    method: &'static str,
+    path: String,
+    accept: Option<&'a str>,
+    content_type: Option<&'a str>,
+    body: Option<&'a [u8]>,
+    /// Token scope, e.g. `repository:team/app:pull`.
+    scope: String,
+    /// For messages: "reading manifest team/app:1".
+    action: String,
+}
+
+/// The parts of an answer this client uses.
+struct Answer {
+    status: u16,
+    digest_header: Option<String>,
+    content_type: Option<String>,
+    www_authenticate: Option<String>,
+    body: Vec<u8>,
+}
+
+/// A transport-level failure (no HTTP answer).
+struct TransportFailure {
+    url: String,
+    reason: String,
+    transient: bool,
+}
+
+/// A parsed `WWW-Authenticate` header.
+#[derive(Debug, PartialEq, Eq)]
+enum Challenge {
+    Basic,
+    Bearer {
+        realm: String,
+        service: Option<String>,
+        scope: Option<String>,
+    },
+}
+
+fn parse_challenge(header: &str) -> Option<Challenge> {
+    let header = header.trim();
+    let (scheme, rest) = header.split_once(' ').unwrap_or((header, ""));
+    let mut parameters: HashMap<String, String> = HashMap::new();
+    let mut characters = rest.chars().peekable();
+    loop {
+        while characters
+            .peek()
+            .is_some_and(|c| *c == ',' || c.is_whitespace())
+        {
+            characters.next();
+        }
+        let key: String = characters.by_ref().take_while(|c| *c != '=').collect();
+        if key.is_empty() {
+            break;
+        }
+        let mut value = String::new();
+        if characters.peek() == Some(&'"') {
+            characters.next();
+            let mut escaped = false;
+            for c in characters.by_ref() {
+                match (escaped, c) {
+                    (false, '\\') => escaped = true,
+                    (false, '"') => break,
+                    (_, c) => {
+                        value.push(c);
+                        escaped = false;
+                    }
+                }
+            }
+        } else {
+            while let Some(c) = characters.peek().copied() {
+                if c == ',' {
+                    break;
+                }
+                value.push(c);
+                characters.next();
+            }
+        }
+        parameters.insert(key.trim().to_ascii_lowercase(), value.trim().to_string());
+    }
+    match scheme.to_ascii_lowercase().as_str() {
+        "basic" => Some(Challenge::Basic),
+        "bearer" => Some(Challenge::Bearer {
+            realm: parameters.remove("realm")?,
+            service: parameters.remove("service"),
+            scope: parameters.remove("scope"),
+        }),
+        _ => None,
+    }
+}
+
+fn sha256_digest(bytes: &[u8]) -> String {
+    let hash = Sha256::digest(bytes);
+    let hex: String = hash.iter().map(|byte| format!("{byte:02x}")).collect();
+    format!("sha256:{hex}")
+}
+
+fn is_loopback_host(host: &str) -> bool {
+    let name = if host.starts_with('[') {
+        host.split(']')
+            .next()
+            .unwrap_or(host)
+            .trim_start_matches('[')
+    } else {
+        host.split(':').next().unwrap_or(host)
+    };
+    name == "localhost" || name == "::1" || name.starts_with("127.")
+}
+
+fn transport_failure(url: &str, error: ureq::Error) -> TransportFailure {
+    let transient = matches!(
+        error,
+        ureq::Error::Io(_) | ureq::Error::Timeout(_) | ureq::Error::ConnectionFailed
+    );
+    TransportFailure {
+        url: url.to_string(),
+        reason: super::engine::error_chain(&error),
+        transient,
+    }
+}
+
+impl RegistryClient {
+    /// A client for `host` (`registry.example.com`, `127.0.0.1:5000`). A leading `http://` or
+    /// `https://` forces the scheme; otherwise loopback hosts use HTTP and others HTTPS.
+    pub fn new(host: &str, credentials: Option<Credentials>) -> Self {
+        let (scheme, bare_host) = if let Some(rest) = host.strip_prefix("http://") {
+            ("http", rest)
+        } else if let Some(rest) = host.strip_prefix("https://") {
+            ("https", rest)
+        } else if is_loopback_host(host) {
+            ("http", host)
+        } else {
+            ("https", host)
+        };
+        let bare_host = bare_host.trim_end_matches('/');
+        Self::build(
+            bare_host,
+            format!("{scheme}://{bare_host}"),
+            credentials,
+            RetryPolicy::default(),
+            Duration::from_secs(60),
+        )
+    }
+
+    fn build(
+        host: &str,
+        base_url: String,
+        credentials: Option<Credentials>,
+        retry: RetryPolicy,
+        timeout: Duration,
+    ) -> Self {
+        let config = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(timeout))
+            .user_agent(concat!("imagegen/", env!("CARGO_PKG_VERSION")))
+            .build();
+        RegistryClient {
+            inner: Arc::new(Inner {
+                host: host.to_string(),
+                base_url,
+                credentials,
+                agent: ureq::Agent::new_with_config(config),
+                retry,
+                tokens: Mutex::new(HashMap::new()),
+                basic_auth: Mutex::new(false),
+            }),
+        }
+    }
+
+    /// The same client with another retry policy (tests use short delays).
+    pub fn with_retry(self, retry: RetryPolicy) -> Self {
+        let timeout = self
+            .inner
+            .agent
+            .config()
+            .timeouts()
+            .global
+            .unwrap_or(Duration::from_secs(60));
+        Self::build(
+            &self.inner.host,
+            self.inner.base_url.clone(),
+            self.inner.credentials.clone(),
+            retry,
+            timeout,
+        )
+    }
+
+    /// The host this client talks to.
+    pub fn host(&self) -> &str {
+        &self.inner.host
+    }
+
+    async fn blocking<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&RegistryClient) -> Result<T, DockerError> + Send + 'static,
+    ) -> Result<T, DockerError> {
+        let client = self.clone();
+        match tokio::task::spawn_blocking(move || work(&client)).await {
+            Ok(result) => result,
+            Err(join_error) if join_error.is_panic() => {
+                std::panic::resume_unwind(join_error.into_panic())
+            }
+            Err(join_error) => Err(DockerError::RegistryProtocol {
+                host: self.inner.host.clone(),
+                action: "a registry request".into(),
+                reason: format!("the request task was cancelled: {join_error}"),
+            }),
+        }
+    }
+
+    /// Answers `GET /v2/` (authenticating if asked): the registry is up and accepts us.
+    pub async fn ping(&self) -> Result<(), DockerError> {
+        self.blocking(|client| {
+            let answer = client.send(Call {
+                method: "GET",
+                path: "/v2/".into(),
+                accept: None,
+                content_type: None,
+                body: None,
+                scope: String::new(),
+                action: "the API version check (GET /v2/)".into(),
+            })?;
+            client.expect_success(&answer, "the API version check (GET /v2/)")
+        })
+        .await
+    }
+
+    /// The digest of manifest `repository:reference` (tag or digest), or `None` if the
+    /// registry has no such manifest.
+    pub async fn manifest_digest(
+        &self,
+        repository: &str,
+        reference: &str,
+    ) -> Result<Option<String>, DockerError> {
+        let repository = repository.to_string();
+        let reference = reference.to_string();
+        self.blocking(move |client| {
+            let action = format!("checking manifest {repository}:{reference}");
+            let answer = client.send(Call {
+                method: "HEAD",
+                path: format!("/v2/{repository}/manifests/{reference}"),
+                accept: Some(MANIFEST_ACCEPT),
+                content_type: None,
+                body: None,
+                scope: format!("repository:{repository}:pull"),
+                action: action.clone(),
+            })?;
+            if answer.status == 404 {
+                return Ok(None);
+            }
+            client.expect_success(&answer, &action)?;
+            match answer.digest_header {
+                Some(digest) => Ok(Some(digest)),
+                // Some registries omit the header on HEAD; the body's hash is the digest.
+                None => Ok(client
+                    .fetch_manifest(&repository, &reference)?
+                    .map(|manifest| manifest.digest)),
+            }
+        })
+        .await
+    }
+
+    /// The manifest `repository:reference` as stored, or `None` if absent.
+    pub async fn get_manifest(
+        &self,
+        repository: &str,
+        reference: &str,
+    ) -> Result<Option<RegistryManifest>, DockerError> {
+        let repository = repository.to_string();
+        let reference = reference.to_string();
+        self.blocking(move |client| client.fetch_manifest(&repository, &reference))
+            .await
+    }
+
+    /// Stores `bytes` as manifest `repository:reference` with `media_type`; returns its digest.
+    /// Used to point a tag at an existing manifest or to publish an OCI index.
+    pub async fn put_manifest(
+        &self,
+        repository: &str,
+        reference: &str,
+        media_type: &str,
+        bytes: Vec<u8>,
+    ) -> Result<String, DockerError> {
+        let repository = repository.to_string();
+        let reference = reference.to_string();
+        let media_type = media_type.to_string();
+        self.blocking(move |client| {
+            let action = format!("storing manifest {repository}:{reference}");
+            let answer = client.send(Call {
+                method: "PUT",
+                path: format!("/v2/{repository}/manifests/{reference}"),
+                accept: None,
+                content_type: Some(&media_type),
+                body: Some(&bytes),
+                scope: format!("repository:{repository}:pull,push"),
+                action: action.clone(),
+            })?;
+            client.expect_success(&answer, &action)?;
+            Ok(answer
+                .digest_header
+                .unwrap_or_else(|| sha256_digest(&bytes)))
+        })
+        .await
+    }
+
+    /// The `config.Labels` of image `repository:reference`, or `None` if the manifest is absent.
+    /// For an index or manifest list, the `linux/amd64` entry (else the first) is read.
+    pub async fn image_labels(
+        &self,
+        repository: &str,
+        reference: &str,
+    ) -> Result<Option<BTreeMap<String, String>>, DockerError> {
+        let repository = repository.to_string();
+        let reference = reference.to_string();
+        self.blocking(move |client| client.fetch_labels(&repository, &reference))
+            .await
+    }
+
+    fn fetch_manifest(
+        &self,
+        repository: &str,
+        reference: &str,
+    ) -> Result<Option<RegistryManifest>, DockerError> {
+        let action = format!("reading manifest {repository}:{reference}");
+        let answer = self.send(Call {
+            method: "GET",
+            path: format!("/v2/{repository}/manifests/{reference}"),
+            accept: Some(MANIFEST_ACCEPT),
+            content_type: None,
+            body: None,
+            scope: format!("repository:{repository}:pull"),
+            action: action.clone(),
+        })?;
+        if answer.status == 404 {
+            return Ok(None);
+        }
+        self.expect_success(&answer, &action)?;
+        let computed = sha256_digest(&answer.body);
+        if let Some(reported) = &answer.digest_header {
+            if reported.starts_with("sha256:") && *reported != computed {
+                return Err(self.protocol_error(
+                    &action,
+                    format!("the manifest hashes to {computed}, but the registry says {reported}"),
+                ));
+            }
+        }
+        let media_type = match answer.content_type.clone() {
+            Some(content_type) if content_type != "application/json" => content_type,
+            _ => serde_json::from_slice::<serde_json::Value>(&answer.body)
+                .ok()
+                .and_then(|value| value["mediaType"].as_str().map(str::to_string))
+                .unwrap_or_else(|| MEDIA_TYPE_OCI_MANIFEST.to_string()),
+        };
+        Ok(Some(RegistryManifest {
+            media_type,
+            bytes: answer.body,
+            digest: computed,
+        }))
+    }
+
+    fn fetch_labels(
+        &self,
+        repository: &str,
+        reference: &str,
+    ) -> Result<Option<BTreeMap<String, String>>, DockerError> {
+        let Some(mut manifest) = self.fetch_manifest(repository, reference)? else {
+            return Ok(None);
+        };
+        let action = format!("reading the image config of {repository}:{reference}");
+        let parse = |manifest: &RegistryManifest| {
+            serde_json::from_slice::<serde_json::Value>(&manifest.bytes).map_err(|error| {
+                self.protocol_error(&action, format!("manifest is not JSON: {error}"))
+            })
+        };
+        let mut document = parse(&manifest)?;
+        if let Some(entries) = document["manifests"].as_array() {
+            let chosen = entries
+                .iter()
+                .find(|entry| {
+                    entry["platform"]["os"] == "linux"
+                        && entry["platform"]["architecture"] == "amd64"
+                })
+                .or_else(|| entries.first())
+                .and_then(|entry| entry["digest"].as_str())
+                .ok_or_else(|| self.protocol_error(&action, "the index lists no manifests".into()))?
+                .to_string();
+            manifest = self.fetch_manifest(repository, &chosen)?.ok_or_else(|| {
+                self.protocol_error(
+                    &action,
+                    format!("the index points at missing manifest {chosen}"),
+                )
+            })?;
+            document = parse(&manifest)?;
+        }
+        let config_digest = document["config"]["digest"]
+            .as_str()
+            .ok_or_else(|| {
+                self.protocol_error(&action, "the manifest has no config digest".into())
+            })?
+            .to_string();
+        let answer = self.send(Call {
+            method: "GET",
+            path: format!("/v2/{repository}/blobs/{config_digest}"),
+            accept: None,
+            content_type: None,
+            body: None,
+            scope: format!("repository:{repository}:pull"),
+            action: action.clone(),
+        })?;
+        self.expect_success(&answer, &action)?;
+        if sha256_digest(&answer.body) != config_digest {
+            return Err(self.protocol_error(
+                &action,
+                format!("the config blob does not hash to {config_digest}"),
+            ));
+        }
+        let config: serde_json::Value = serde_json::from_slice(&answer.body).map_err(|error| {
+            self.protocol_error(&action, format!("config is not JSON: {error}"))
+        })?;
+        let labels = config["config"]["Labels"]
+            .as_object()
+            .map(|labels| {
+                labels
+                    .iter()
+                    .filter_map(|(key, value)| value.as_str().map(|v| (key.clone(), v.to_string())))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Ok(Some(labels))
+    }
+
+    fn protocol_error(&self, action: &str, reason: String) -> DockerError {
+        DockerError::RegistryProtocol {
+            host: self.inner.host.clone(),
+            action: action.to_string(),
+            reason,
+        }
+    }
+
+    fn redact(&self, text: &str) -> String {
+        match &self.inner.credentials {
+            Some(credentials) => credentials.redact(text),
+            None => text.to_string(),
+        }
+    }
+
+    /// Maps a non-success answer to an error naming the host and action.
+    fn expect_success(&self, answer: &Answer, action: &str) -> Result<(), DockerError> {
+        if (200..300).contains(&answer.status) {
+            return Ok(());
+        }
+        let detail: String = self
+            .redact(String::from_utf8_lossy(&answer.body).trim())
+            .chars()
+            .take(400)
+            .collect();
+        let detail = if detail.is_empty() {
+            match answer.status {
+                401 => "authentication required".to_string(),
+                403 => "access denied".to_string(),
+                _ => "no error details in the answer".to_string(),
+            }
+        } else {
+            detail
+        };
+        if answer.status == 401 || answer.status == 403 {
+            let detail = if self.inner.credentials.is_none() {
+                format!("{detail} (no credentials were configured for this registry)")
+            } else {
+                detail
+            };
+            return Err(DockerError::RegistryAuth {
+                host: self.inner.host.clone(),
+                action: action.to_string(),
+                status: answer.status,
+                detail,
+            });
+        }
+        Err(DockerError::Registry {
+            host: self.inner.host.clone(),
+            action: action.to_string(),
+            status: answer.status,
+            detail,
+        })
+    }
+
+    /// Sends `call`, authenticating on a 401 challenge, and retrying transient failures.
+    fn send(&self, call: Call<'_>) -> Result<Answer, DockerError> {
+        let total_attempts = self.inner.retry.total_attempts();
+        let mut attempt = 1;
+        loop {
+            std::thread::sleep(self.inner.retry.delay_before(attempt));
+            let outcome = self.send_authenticated(&call);
+            let retryable = match &outcome {
+                Ok(Ok(answer)) => answer.status >= 500 || answer.status == 429,
+                Ok(Err(failure)) => failure.transient,
+                Err(_) => false,
+            };
+            if !retryable || attempt >= total_attempts {
+                return match outcome {
+                    Ok(Ok(answer)) => Ok(answer),
+                    Ok(Err(failure)) => Err(DockerError::RegistryUnreachable {
+                        host: self.inner.host.clone(),
+                        url: failure.url,
+                        attempts: attempt,
+                        reason: self.redact(&failure.reason),
+                    }),
+                    Err(error) => Err(error),
+                };
+            }
+            attempt += 1;
+        }
+    }
+
+    /// One attempt, with at most one authentication round.
+    fn send_authenticated(
+        &self,
+        call: &Call<'_>,
+    ) -> Result<Result<Answer, TransportFailure>, DockerError> {
+        let authorization = self.cached_authorization(&call.scope);
+        let answer = match self.transmit(call, authorization.as_deref()) {
+            Ok(answer) => answer,
+            Err(failure) => return Ok(Err(failure)),
+        };
+        if answer.status != 401 {
+            return Ok(Ok(answer));
+        }
+        let Some(challenge) = answer.www_authenticate.as_deref().and_then(parse_challenge) else {
+            return Ok(Ok(answer));
+        };
+        let authorization = match challenge {
+            Challenge::Basic => match self
+                .inner
+                .credentials
+                .as_ref()
+                .and_then(Credentials::basic_authorization)
+            {
+                Some(basic) => {
+                    *self.inner.basic_auth.lock().expect("basic-auth flag lock") = true;
+                    basic
+                }
+                None => return Ok(Ok(answer)),
+            },
+            Challenge::Bearer {
+                realm,
+                service,
+                scope,
+            } => {
+                let scope = if call.scope.is_empty() {
+                    scope.unwrap_or_default()
+                } else {
+                    call.scope.clone()
+                };
+                let token =
+                    match self.fetch_token(&realm, service.as_deref(), &scope, &call.action)? {
+                        Ok(token) => token,
+                        Err(failure) => return Ok(Err(failure)),
+                    };
+                self.inner
+                    .tokens
+                    .lock()
+                    .expect("token cache lock")
+                    .insert(call.scope.clone(), token.clone());
+                format!("Bearer {token}")
+            }
+        };
+        Ok(self.transmit(call, Some(&authorization)))
+    }
+
+    fn cached_authorization(&self, scope: &str) -> Option<String> {
+        if let Some(token) = self
+            .inner
+            .tokens
+            .lock()
+            .expect("token cache lock")
+            .get(scope)
+        {
+            return Some(format!("Bearer {token}"));
+        }
+        if *self.inner.basic_auth.lock().expect("basic-auth flag lock") {
+            return self
+                .inner
+                .credentials
+                .as_ref()
+                .and_then(Credentials::basic_authorization);
+        }
+        None
+    }
+
+    /// Gets a bearer token from `realm` (docker token spec; OAuth2 refresh for identity tokens).
+    fn fetch_token(
+        &self,
+        realm: &str,
+        service: Option<&str>,
+        scope: &str,
+        action: &str,
+    ) -> Result<Result<String, TransportFailure>, DockerError> {
+        let credentials = self.inner.credentials.as_ref();
+        let result = match credentials.and_then(Credentials::identity_token) {
+            Some(refresh_token) => {
+                let mut form: Vec<(&str, &str)> = vec![
+                    ("grant_type", "refresh_token"),
+                    ("client_id", "imagegen"),
+                    ("refresh_token", refresh_token),
+                ];
+                if let Some(service) = service {
+                    form.push(("service", service));
+                }
+                if !scope.is_empty() {
+                    form.push(("scope", scope));
+                }
+                self.inner.agent.post(realm).send_form(form)
+            }
+            None => {
+                let mut request = self.inner.agent.get(realm);
+                if let Some(service) = service {
+                    request = request.query("service", service);
+                }
+                if !scope.is_empty() {
+                    request = request.query("scope", scope);
+                }
+                if let Some(basic) = credentials.and_then(Credentials::basic_authorization) {
+                    request = request.header("Authorization", basic);
+                }
+                request.call()
+            }
+        };
+        let mut response = match result {
+            Ok(response) => response,
+            Err(error) => return Ok(Err(transport_failure(realm, error))),
+        };
+        let status = response.status().as_u16();
+        let body = response
+            .body_mut()
+            .with_config()
+            .limit(MAX_BODY_BYTES)
+            .read_to_vec()
+            .map_err(|error| {
+                self.protocol_error(action, format!("reading the token answer: {error}"))
+            })?;
+        if !(200..300).contains(&status) {
+            let detail: String = self
+                .redact(String::from_utf8_lossy(&body).trim())
+                .chars()
+                .take(400)
+                .collect();
+            return Err(DockerError::RegistryAuth {
+                host: self.inner.host.clone(),
+                action: format!("a token for {action} (from {realm})"),
+                status,
+                detail,
+            });
+        }
+        let document: serde_json::Value = serde_json::from_slice(&body).map_err(|_| {
+            self.protocol_error(action, format!("the token service {realm} sent no JSON"))
+        })?;
+        document["token"]
+            .as_str()
+            .or_else(|| document["access_token"].as_str())
+            .map(|token| Ok(token.to_string()))
+            .ok_or_else(|| {
+                self.protocol_error(action, format!("the token service {realm} sent no token"))
+            })
+    }
+
+    /// One HTTP exchange.
+    fn transmit(
+        &self,
+        call: &Call<'_>,
+        authorization: Option<&str>,
+    ) -> Result<Answer, TransportFailure> {
+        let url = format!("{}{}", self.inner.base_url, call.path);
+        let agent = &self.inner.agent;
+        let mut headers: Vec<(&str, &str)> = Vec::new();
+        if let Some(accept) = call.accept {
+            headers.push(("Accept", accept));
+        }
+        if let Some(content_type) = call.content_type {
+            headers.push(("Content-Type", content_type));
+        }
+        if let Some(authorization) = authorization {
+            headers.push(("Authorization", authorization));
+        }
+        let result = match call.method {
+            "HEAD" | "GET" => {
+                let mut request = if call.method == "HEAD" {
+                    agent.head(&url)
+                } else {
+                    agent.get(&url)
+                };
+                for (name, value) in &headers {
+                    request = request.header(*name, *value);
+                }
+                request.call()
+            }
+            _ => {
+                let mut request = if call.method == "PUT" {
+                    agent.put(&url)
+                } else {
+                    agent.post(&url)
+                };
+                for (name, value) in &headers {
+                    request = request.header(*name, *value);
+                }
+                request.send(call.body.unwrap_or_default())
+            }
+        };
+        let mut response = result.map_err(|error| transport_failure(&url, error))?;
+        let header = |name: &str| {
+            response
+                .headers()
+                .get(name)
+                .and_then(|value| value.to_str().ok())
+                .map(str::to_string)
+        };
+        let status = response.status().as_u16();
+        let digest_header = header("Docker-Content-Digest");
+        let content_type = header("Content-Type")
+            .map(|value| value.split(';').next().unwrap_or("").trim().to_string());
+        let www_authenticate = header("WWW-Authenticate");
+        let body = if call.method == "HEAD" {
+            Vec::new()
+        } else {
+            response
+                .body_mut()
+                .with_config()
+                .limit(MAX_BODY_BYTES)
+                .read_to_vec()
+                .map_err(|error| transport_failure(&url, error))?
+        };
+        Ok(Answer {
+            status,
+            digest_header,
+            content_type,
+            www_authenticate,
+            body,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use base64::Engine as _;
+
+    #[test]
+    fn parses_bearer_challenge_with_commas_in_scope() {
+        let challenge = parse_challenge(
+            r#"Bearer realm="https://auth.example.com/token",service="registry.example.com",scope="repository:team/app:pull,push""#,
+        );
+        assert_eq!(
+            challenge,
+            Some(Challenge::Bearer {
+                realm: "https://auth.example.com/token".into(),
+                service: Some("registry.example.com".into()),
+                scope: Some("repository:team/app:pull,push".into()),
+            })
+        );
+    }
+
+    #[test]
+    fn parses_basic_and_rejects_unknown() {
+        assert_eq!(
+            parse_challenge(r#"Basic realm="imagegen-test""#),
+            Some(Challenge::Basic)
+        );
+        assert_eq!(parse_challenge("Negotiate abc"), None);
+        assert_eq!(parse_challenge(r#"Bearer service="x""#), None);
+    }
+
+    #[test]
+    fn loopback_hosts_use_plain_http() {
+        assert_eq!(
+            RegistryClient::new("127.0.0.1:5000", None).inner.base_url,
+            "http://127.0.0.1:5000"
+        );
+        assert_eq!(
+            RegistryClient::new("localhost:5000", None).inner.base_url,
+            "http://localhost:5000"
+        );
+        assert_eq!(
+            RegistryClient::new("[::1]:5000", None).inner.base_url,
+            "http://[::1]:5000"
+        );
+        assert_eq!(
+            RegistryClient::new("ghcr.io", None).inner.base_url,
+            "https://ghcr.io"
+        );
+        assert_eq!(
+            RegistryClient::new("http://registry.internal:5000", None)
+                .inner
+                .base_url,
+            "http://registry.internal:5000"
+        );
+    }
+
+    #[test]
+    fn digest_is_sha256_of_bytes() {
+        assert_eq!(
+            sha256_digest(b""),
+            "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+    }
+
+    /// A request as the fake server saw it.
+    #[derive(Debug, Clone)]
+    struct SeenRequest {
+        method: String,
+        target: String,
+        authorization: Option<String>,
+        body: String,
+    }
+
+    type Handler = dyn Fn(&SeenRequest, u16) -> (u16, Vec<(String, String)>, Vec<u8>) + Send + Sync;
+
+    /// A minimal HTTP/1.1 server on 127.0.0.1 (one request per connection), for protocol flows
+    /// the real registry cannot be configured for here (bearer tokens, 5xx answers).
+    fn fake_server(handler: Arc<Handler>) -> (u16, Arc<Mutex<Vec<SeenRequest>>>) {
+        use std::io::{BufRead, BufReader, Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = Arc::clone(&seen);
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { return };
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut request_line = String::new();
+                if reader.read_line(&mut request_line).is_err() {
+                    continue;
+                }
+                let mut parts = request_line.split_whitespace();
+                let method = parts.next().unwrap_or_default().to_string();
+                let target = parts.next().unwrap_or_default().to_string();
+                let mut authorization = None;
+                let mut content_length = 0usize;
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                        break;
+                    }
+                    if let Some((name, value)) = line.split_once(':') {
+                        match name.to_ascii_lowercase().as_str() {
+                            "authorization" => authorization = Some(value.trim().to_string()),
+                            "content-length" => content_length = value.trim().parse().unwrap_or(0),
+                            _ => {}
+                        }
+                    }
+                }
+                let mut body = vec![0; content_length];
+                let _ = reader.read_exact(&mut body);
+                let request = SeenRequest {
+                    method,
+                    target,
+                    authorization,
+                    body: String::from_utf8_lossy(&body).into_owned(),
+                };
+                let (status, headers, body) = handler(&request, port);
+                log.lock().unwrap().push(request.clone());
+                let mut response = format!(
+                    "HTTP/1.1 {status} X\r\nContent-Length: {}\r\nConnection: close\r\n",
+                    body.len()
+                );
+                for (name, value) in headers {
+                    response.push_str(&format!("{name}: {value}\r\n"));
+                }
+                response.push_str("\r\n");
+                let _ = stream.write_all(response.as_bytes());
+                let _ = stream.write_all(&body);
+            }
+        });
+        (port, seen)
+    }
+
+    const MANIFEST: &[u8] =
+        br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json"}"#;
+
+    /// A registry that demands a bearer token from its own `/token` realm.
+    fn token_registry(expected_token_request: fn(&SeenRequest) -> bool) -> Arc<Handler> {
+        Arc::new(move |request: &SeenRequest, port: u16| {
+            if request.target.starts_with("/token") {
+                return if expected_token_request(request) {
+                    (200, vec![], br#"{"token":"issued-token"}"#.to_vec())
+                } else {
+                    (401, vec![], b"bad credentials".to_vec())
+                };
+            }
+            if request.authorization.as_deref() != Some("Bearer issued-token") {
+                let challenge = format!(
+                    r#"Bearer realm="http://127.0.0.1:{port}/token",service="fake-registry",scope="repository:team/app:pull""#
+                );
+                return (401, vec![("WWW-Authenticate".into(), challenge)], vec![]);
+            }
+            (
+                200,
+                vec![
+                    ("Content-Type".into(), MEDIA_TYPE_OCI_MANIFEST.into()),
+                    ("Docker-Content-Digest".into(), sha256_digest(MANIFEST)),
+                ],
+                if request.method == "HEAD" {
+                    vec![]
+                } else {
+                    MANIFEST.to_vec()
+                },
+            )
+        })
+    }
+
+    #[tokio::test]
+    async fn bearer_flow_exchanges_basic_credentials_for_a_token_once() {
+        let (port, seen) = token_registry_with(|request| {
+            let expected = format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode("alice:pw-secret")
+            );
+            request.method == "GET"
+                && request.target.contains("service=fake-registry")
+                && request
+                    .target
+                    .contains("scope=repository%3Ateam%2Fapp%3Apull")
+                && request.authorization.as_deref() == Some(expected.as_str())
+        });
+        let client = RegistryClient::new(
+            &format!("127.0.0.1:{port}"),
+            Some(Credentials::username_password("alice", "pw-secret")),
+        );
+        let manifest = client.get_manifest("team/app", "1").await.unwrap().unwrap();
+        assert_eq!(manifest.bytes, MANIFEST);
+        assert_eq!(manifest.media_type, MEDIA_TYPE_OCI_MANIFEST);
+        assert_eq!(
+            client.manifest_digest("team/app", "1").await.unwrap(),
+            Some(sha256_digest(MANIFEST))
+        );
+        let token_requests = seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|request| request.target.starts_with("/token"))
+            .count();
+        assert_eq!(token_requests, 1, "the token is cached per scope");
+    }
+
+    #[tokio::test]
+    async fn bearer_flow_uses_identity_tokens_as_oauth_refresh_tokens() {
+        let (port, _) = token_registry_with(|request| {
+            request.method == "POST"
+                && request.body.contains("grant_type=refresh_token")
+                && request.body.contains("refresh_token=refresh-secret")
+        });
+        let client = RegistryClient::new(
+            &format!("127.0.0.1:{port}"),
+            Some(Credentials::IdentityToken {
+                token: "refresh-secret".into(),
+            }),
+        );
+        assert_eq!(
+            client.manifest_digest("team/app", "1").await.unwrap(),
+            Some(sha256_digest(MANIFEST))
+        );
+    }
+
+    #[tokio::test]
+    async fn rejected_token_request_is_an_auth_error_without_the_secret() {
+        let (port, _) = token_registry_with(|_| false);
+        let client = RegistryClient::new(
+            &format!("127.0.0.1:{port}"),
+            Some(Credentials::username_password("alice", "pw-secret")),
+        );
+        let error = client.manifest_digest("team/app", "1").await.unwrap_err();
+        assert!(
+            matches!(error, DockerError::RegistryAuth { status: 401, .. }),
+            "{error:?}"
+        );
+        let text = format!("{error} {error:?}");
+        assert!(text.contains(&format!("127.0.0.1:{port}")), "{text}");
+        assert!(!text.contains("pw-secret"), "{text}");
+    }
+
+    fn token_registry_with(check: fn(&SeenRequest) -> bool) -> (u16, Arc<Mutex<Vec<SeenRequest>>>) {
+        fake_server(token_registry(check))
+    }
+
+    #[tokio::test]
+    async fn server_errors_are_retried_then_reported() {
+        let calls = Arc::new(Mutex::new(0u32));
+        let counter = Arc::clone(&calls);
+        let (port, _) = fake_server(Arc::new(move |_: &SeenRequest, _| {
+            let mut count = counter.lock().unwrap();
+            *count += 1;
+            if *count <= 2 {
+                (503, vec![], b"busy".to_vec())
+            } else {
+                (404, vec![], vec![])
+            }
+        }));
+        let quick = RetryPolicy {
+            attempts: 3,
+            initial_delay: Duration::from_millis(10),
+            max_delay: Duration::from_millis(10),
+        };
+        let client = RegistryClient::new(&format!("127.0.0.1:{port}"), None).with_retry(quick);
+        assert_eq!(client.manifest_digest("team/app", "1").await.unwrap(), None);
+        assert_eq!(*calls.lock().unwrap(), 3);
+
+        let client =
+            RegistryClient::new(&format!("127.0.0.1:{port}"), None).with_retry(RetryPolicy {
+                attempts: 2,
+                ..quick
+            });
+        *calls.lock().unwrap() = 0;
+        let error = client.manifest_digest("team/app", "1").await.unwrap_err();
+        assert!(
+            matches!(error, DockerError::Registry { status: 503, .. }),
+            "{error:?}"
+        );
+    }
+
+    #[test]
+    fn debug_hides_credentials() {
+        let client = RegistryClient::new(
+            "127.0.0.1:5000",
+            Some(Credentials::username_password("user", "pw-should-not-show")),
+        );
+        assert!(!format!("{client:?}").contains("pw-should-not-show"));
+    }
+}

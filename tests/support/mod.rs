@@ -1,0 +1,311 @@
+//! Shared harness for the integration tests that use the real Docker daemon and a real registry.
+//! Include it with `mod support;`. It provides:
+//! - [`engine`]: a connected `Engine`, panicking (never skipping) when the daemon is missing;
+//! - [`base_image`]: a tiny local busybox image, `imagegen-test/base:1`, loaded from a
+//!   deterministic `docker save` archive, so every run and every parallel test gets the same id;
+//! - [`Registry`]: `/usr/bin/docker-registry` on 127.0.0.1 with storage in a temporary directory,
+//!   optionally behind htpasswd basic auth, killed on drop;
+//! - [`unique_name`]: collision-free repository/tag names for parallel tests.
+//!
+//! System packages come from `.ci/install-deps.sh` (docker-registry, busybox-static,
+//! apache2-utils). Not every test binary uses every helper.
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use imagegen::docker::{context_tar, Engine};
+use sha2::{Digest, Sha256};
+
+/// The local base image the test Dockerfiles start `FROM`.
+pub const BASE_IMAGE: &str = "imagegen-test/base:1";
+const BUSYBOX: &str = "/bin/busybox";
+const REGISTRY_BINARY: &str = "/usr/bin/docker-registry";
+/// Applets linked into the base image; a fixed list keeps the image id stable.
+const APPLETS: &[&str] = &[
+    "[", "basename", "cat", "chmod", "cp", "cut", "date", "dirname", "echo", "env", "false",
+    "grep", "head", "id", "ln", "ls", "mkdir", "mv", "printf", "pwd", "rm", "seq", "sh", "sleep",
+    "sort", "tail", "test", "touch", "tr", "true", "uname", "wc",
+];
+
+/// Connects to the daemon from `DOCKER_HOST` or the default socket; panics with the reason.
+pub async fn engine() -> Engine {
+    match Engine::connect().await {
+        Ok(engine) => engine,
+        Err(error) => panic!(
+            "these integration tests need a running Docker daemon and fail without one:\n{error}"
+        ),
+    }
+}
+
+/// A name unique to this process and call, e.g. `push-4242-1732961234123-7`.
+pub fn unique_name(prefix: &str) -> String {
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    let millis = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_millis();
+    format!(
+        "{prefix}-{}-{millis}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
+
+fn deterministic_header(size: u64) -> tar::Header {
+    let mut header = tar::Header::new_gnu();
+    header.set_size(size);
+    header.set_mode(0o644);
+    header.set_mtime(0);
+    header.set_uid(0);
+    header.set_gid(0);
+    header.set_entry_type(tar::EntryType::Regular);
+    header
+}
+
+/// The `docker save` archive of the base image and the image id it will have.
+fn base_image_archive() -> (Vec<u8>, String) {
+    let rootfs = tempfile::tempdir().expect("temporary rootfs directory");
+    let root = rootfs.path();
+    for directory in ["bin", "etc", "tmp", "root", "opt"] {
+        std::fs::create_dir_all(root.join(directory)).expect("rootfs directory");
+    }
+    std::fs::copy(BUSYBOX, root.join("bin/busybox")).unwrap_or_else(|error| {
+        panic!("cannot copy {BUSYBOX} ({error}); run .ci/install-deps.sh (busybox-static)")
+    });
+    for applet in APPLETS {
+        std::os::unix::fs::symlink("busybox", root.join("bin").join(applet))
+            .expect("applet symlink");
+    }
+    std::fs::write(root.join("etc/passwd"), "root:x:0:0:root:/root:/bin/sh\n").unwrap();
+    std::fs::write(root.join("etc/group"), "root:x:0:\n").unwrap();
+    let layer = context_tar(root, &[]).expect("rootfs layer tar");
+    let layer_hex = sha256_hex(&layer);
+
+    let config = serde_json::json!({
+        "architecture": "amd64",
+        "os": "linux",
+        "created": "1970-01-01T00:00:00Z",
+        "config": {
+            "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
+            "Cmd": ["sh"],
+        },
+        "rootfs": {"type": "layers", "diff_ids": [format!("sha256:{layer_hex}")]},
+        "history": [{"created": "1970-01-01T00:00:00Z", "created_by": "imagegen test harness: busybox-static rootfs"}],
+    });
+    let config_bytes = serde_json::to_vec(&config).unwrap();
+    let config_hex = sha256_hex(&config_bytes);
+    let manifest = serde_json::json!([{
+        "Config": format!("{config_hex}.json"),
+        "RepoTags": [BASE_IMAGE],
+        "Layers": [format!("{layer_hex}/layer.tar")],
+    }]);
+    let manifest_bytes = serde_json::to_vec(&manifest).unwrap();
+
+    let mut archive = tar::Builder::new(Vec::new());
+    for (path, bytes) in [
+        ("manifest.json".to_string(), manifest_bytes.as_slice()),
+        (format!("{config_hex}.json"), config_bytes.as_slice()),
+        (format!("{layer_hex}/layer.tar"), layer.as_slice()),
+    ] {
+        let mut header = deterministic_header(bytes.len() as u64);
+        archive.append_data(&mut header, path, bytes).unwrap();
+    }
+    (
+        archive.into_inner().unwrap(),
+        format!("sha256:{config_hex}"),
+    )
+}
+
+/// Makes sure [`BASE_IMAGE`] exists locally and returns its reference. Idempotent and safe
+/// across parallel tests and processes: the archive is byte-for-byte the same every time, so
+/// loading it again yields the same image id and concurrent loads agree.
+pub async fn base_image(engine: &Engine) -> &'static str {
+    let (archive, expected_id) = base_image_archive();
+    if let Some(image) = engine.image(BASE_IMAGE).await.expect("inspect base image") {
+        if image.id == expected_id {
+            return BASE_IMAGE;
+        }
+    }
+    engine
+        .load_image_archive(archive)
+        .await
+        .expect("load the base image archive");
+    let loaded = engine
+        .image(BASE_IMAGE)
+        .await
+        .expect("inspect base image")
+        .expect("base image present after load");
+    assert_eq!(
+        loaded.id, expected_id,
+        "base image id must be deterministic"
+    );
+    BASE_IMAGE
+}
+
+/// A `docker-registry` process on 127.0.0.1, storage in a temporary directory.
+pub struct Registry {
+    child: Option<Child>,
+    host: String,
+    directory: tempfile::TempDir,
+}
+
+impl Registry {
+    /// An anonymous registry with deletes enabled.
+    pub fn start() -> Registry {
+        Self::launch(None)
+    }
+
+    /// A registry that requires basic auth for `user`/`password` (bcrypt htpasswd).
+    pub fn start_with_htpasswd(user: &str, password: &str) -> Registry {
+        Self::launch(Some((user, password)))
+    }
+
+    /// `127.0.0.1:PORT`, usable as a registry host in image references.
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    /// The registry's own log (stdout and stderr), for assertion messages.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.directory.path().join("registry.log")).unwrap_or_default()
+    }
+
+    /// Kills the registry; its host keeps pointing at the (now closed) port.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn launch(htpasswd: Option<(&str, &str)>) -> Registry {
+        assert!(
+            Path::new(REGISTRY_BINARY).exists(),
+            "{REGISTRY_BINARY} is missing; run .ci/install-deps.sh (docker-registry)"
+        );
+        let mut directory = tempfile::tempdir().expect("registry directory");
+        let auth_section = match htpasswd {
+            Some((user, password)) => {
+                let htpasswd_path = directory.path().join("htpasswd");
+                let output = Command::new("htpasswd")
+                    .args(["-Bbn", user, password])
+                    .output()
+                    .expect("htpasswd (apache2-utils; run .ci/install-deps.sh)");
+                assert!(output.status.success(), "htpasswd failed");
+                std::fs::write(&htpasswd_path, &output.stdout).unwrap();
+                format!(
+                    "auth:\n  htpasswd:\n    realm: imagegen-test\n    path: {}\n",
+                    htpasswd_path.display()
+                )
+            }
+            None => String::new(),
+        };
+
+        let mut last_log = String::new();
+        for _ in 0..5 {
+            let port = free_port();
+            let host = format!("127.0.0.1:{port}");
+            let config_path = directory.path().join("config.yml");
+            std::fs::write(
+                &config_path,
+                format!(
+                    "version: 0.1\n\
+                     log:\n  level: info\n  accesslog:\n    disabled: true\n\
+                     storage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\n\
+                     http:\n  addr: {host}\n  secret: imagegen-test-not-a-secret\n{auth_section}",
+                    directory.path().join("storage").display()
+                ),
+            )
+            .unwrap();
+            let log_path = directory.path().join("registry.log");
+            let log = std::fs::File::create(&log_path).unwrap();
+            let child = Command::new(REGISTRY_BINARY)
+                .arg("serve")
+                .arg(&config_path)
+                .stdin(Stdio::null())
+                .stdout(log.try_clone().unwrap())
+                .stderr(log)
+                .spawn()
+                .expect("start docker-registry");
+            let mut registry = Registry {
+                child: Some(child),
+                host,
+                directory,
+            };
+            if registry.wait_until_ready(Duration::from_secs(15)) {
+                return registry;
+            }
+            last_log = registry.log();
+            registry.stop();
+            // Reuse the directory for the next port.
+            directory = std::mem::replace(
+                &mut registry.directory,
+                tempfile::tempdir().expect("registry directory"),
+            );
+        }
+        panic!("docker-registry did not come up on 127.0.0.1; last log:\n{last_log}");
+    }
+
+    /// Polls `GET /v2/` until it answers 200 or 401; false if the process died or time ran out.
+    fn wait_until_ready(&mut self, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(2)))
+            .build()
+            .into();
+        while Instant::now() < deadline {
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return false;
+                }
+            }
+            if let Ok(response) = agent.get(format!("http://{}/v2/", self.host)).call() {
+                let status = response.status().as_u16();
+                if status == 200 || status == 401 {
+                    return true;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A port that was free a moment ago on 127.0.0.1.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map(|address| address.port())
+        .expect("bind an ephemeral port")
+}
+
+/// Writes `files` (path → contents) into a new temporary directory, for build contexts.
+pub fn context_dir(files: &[(&str, &str)]) -> tempfile::TempDir {
+    let directory = tempfile::tempdir().expect("context directory");
+    for (path, contents) in files {
+        let full: PathBuf = directory.path().join(path);
+        if let Some(parent) = full.parent() {
+            std::fs::create_dir_all(parent).unwrap();
+        }
+        std::fs::write(full, contents).unwrap();
+    }
+    directory
+}
