@@ -631,7 +631,7 @@ mod tests {
         fs::create_dir_all(&reported).unwrap();
         let folders = site_packages_candidates(
             &[reported.clone(), root.path().join("nope")],
-            &[venv.clone()],
+            std::slice::from_ref(&venv),
         );
         assert_eq!(folders[0], reported);
         assert!(folders.contains(&venv.join("lib/python3.11/site-packages")));
@@ -647,10 +647,11 @@ mod tests {
         let cached = root.path().join("cache/libcublas.so.12");
         touch(&cached);
         let cache_text = format!("\tlibcublas.so.12 (libc6,x86-64) => {}\n", cached.display());
-        let default_order = system_places(None, Some(&cache_text), &[site.clone()], false);
+        let default_order =
+            system_places(None, Some(&cache_text), std::slice::from_ref(&site), false);
         let discovery = discover(&library_specs("12"), default_order.clone());
         assert_eq!(discovery.get("cublas").unwrap().path, cached);
-        let pip_first = system_places(None, Some(&cache_text), &[site.clone()], true);
+        let pip_first = system_places(None, Some(&cache_text), std::slice::from_ref(&site), true);
         assert_eq!(pip_first.folders[0].origin, Origin::PythonSitePackages);
         let discovery = discover(&library_specs("12"), pip_first);
         assert_eq!(

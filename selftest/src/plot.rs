@@ -41,7 +41,7 @@ fn escape_xml(text: &str) -> String {
 pub fn size_label(bytes: u64) -> String {
     const UNITS: [(&str, u64); 3] = [("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
     for (unit, scale) in UNITS {
-        if bytes >= scale && bytes % scale == 0 {
+        if bytes >= scale && bytes.is_multiple_of(scale) {
             return format!("{} {unit}", bytes / scale);
         }
     }

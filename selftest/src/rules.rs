@@ -248,7 +248,9 @@ mod tests {
         assert!(binary_for_cuda_version("11.7")
             .unwrap_err()
             .contains("older than 11.8"));
-        assert!(binary_for_cuda_version("10.2").unwrap_err().contains("older than 11.8"));
+        assert!(binary_for_cuda_version("10.2")
+            .unwrap_err()
+            .contains("older than 11.8"));
         assert!(binary_for_cuda_version("14.0")
             .unwrap_err()
             .contains("major 14"));

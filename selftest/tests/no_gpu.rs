@@ -25,7 +25,10 @@ fn driver_present() -> bool {
 #[test]
 fn table_run_without_a_driver_exits_2_naming_the_library_and_places() {
     let output = selftest(&["--checks", "bandwidth", "--no-framework"]);
-    let code = output.status.code().expect("exited, not killed by a signal");
+    let code = output
+        .status
+        .code()
+        .expect("exited, not killed by a signal");
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!stderr.contains("panicked"), "{stderr}");
@@ -38,7 +41,10 @@ fn table_run_without_a_driver_exits_2_naming_the_library_and_places() {
         stdout.contains("error: cannot load libcuda.so.1 (the NVIDIA driver library); looked in: "),
         "{stdout}"
     );
-    assert!(stdout.contains("/usr/local/cuda/lib64 (fixed folder)"), "{stdout}");
+    assert!(
+        stdout.contains("/usr/local/cuda/lib64 (fixed folder)"),
+        "{stdout}"
+    );
     assert!(stdout.contains("the loader cache"), "{stdout}");
     assert!(stdout.contains("overall: ERROR"), "{stdout}");
 }
@@ -108,7 +114,10 @@ fn binary_choice_is_printed_for_imagegen() {
     ] {
         let output = selftest(&["--binary-for-cuda", cuda]);
         assert_eq!(output.status.code(), Some(0));
-        assert_eq!(String::from_utf8_lossy(&output.stdout), format!("{binary}\n"));
+        assert_eq!(
+            String::from_utf8_lossy(&output.stdout),
+            format!("{binary}\n")
+        );
     }
     let output = selftest(&["--binary-for-cuda", "10.2"]);
     assert_eq!(output.status.code(), Some(2));

@@ -67,7 +67,7 @@ impl HostInputs {
 }
 
 /// Draws `count` random non-zero values in parallel chunks, each chunk with its own seed.
-fn random_values<T: Send + Copy + Default>(
+pub fn random_values<T: Send + Copy + Default>(
     count: usize,
     seed: u64,
     convert: fn(f32) -> T,
@@ -199,18 +199,31 @@ fn run_on_gpu<T: DeviceRepr + Copy + Default + Into<AsFloat64>>(
     stream.synchronize()?;
     let output: Vec<T> = stream.clone_dtoh(&c).context("downloading C")?;
     let all_finite = output.iter().all(|value| (*value).into().0.is_finite());
-    // Sampled entries against a float64 reference of the same inputs (column-major).
+    // Sampled entries against a float64 reference of the same inputs (column-major): a grid of
+    // rows × columns, so each row of A is gathered once (its elements lie `size` apart).
     let mut generator = SplitMix64::new(seed ^ 0x5EED);
-    let mut measured = Vec::with_capacity(settings.samples);
-    let mut reference = Vec::with_capacity(settings.samples);
-    for _ in 0..settings.samples {
-        let row = (generator.next_u64() % size as u64) as usize;
-        let column = (generator.next_u64() % size as u64) as usize;
-        let expected: f64 = (0..size)
-            .map(|inner| inputs.a(row + inner * size) * inputs.b(inner + column * size))
-            .sum();
-        reference.push(expected);
-        measured.push(output[row + column * size].into().0);
+    let side = (settings.samples as f64).sqrt().ceil().max(1.0) as usize;
+    let rows: Vec<usize> = (0..side)
+        .map(|_| (generator.next_u64() % size as u64) as usize)
+        .collect();
+    let columns: Vec<usize> = (0..side)
+        .map(|_| (generator.next_u64() % size as u64) as usize)
+        .collect();
+    let mut measured = Vec::with_capacity(side * side);
+    let mut reference = Vec::with_capacity(side * side);
+    for &row in &rows {
+        let a_row: Vec<f64> = (0..size)
+            .map(|inner| inputs.a(row + inner * size))
+            .collect();
+        for &column in &columns {
+            let expected: f64 = a_row
+                .iter()
+                .enumerate()
+                .map(|(inner, a_value)| a_value * inputs.b(inner + column * size))
+                .sum();
+            reference.push(expected);
+            measured.push(output[row + column * size].into().0);
+        }
     }
     let relative_error = stats::relative_l2_error(&measured, &reference);
     let times = time_repeated(

@@ -48,6 +48,44 @@ pub fn expected_sum(ranks: usize, index: usize) -> f32 {
     (0..ranks).map(|rank| contribution(rank, index)).sum()
 }
 
+/// Elements of an all-reduce result that differ from the exact sum, compared bit for bit, in
+/// parallel. The expected values repeat with period 251, so each block of 251 elements is
+/// compared against one table.
+pub fn count_wrong(values: &[f32], ranks: usize) -> u64 {
+    const PERIOD: usize = 251;
+    let table: Vec<u32> = (0..PERIOD)
+        .map(|index| expected_sum(ranks, index).to_bits())
+        .collect();
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .min(16);
+    let chunk = values.len().div_ceil(threads).div_ceil(PERIOD).max(1) * PERIOD;
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = values
+            .chunks(chunk)
+            .map(|part| {
+                let table = &table;
+                scope.spawn(move || {
+                    part.chunks(PERIOD)
+                        .map(|block| {
+                            block
+                                .iter()
+                                .zip(table)
+                                .filter(|(value, expected)| value.to_bits() != **expected)
+                                .count() as u64
+                        })
+                        .sum::<u64>()
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|worker| worker.join().unwrap_or(u64::MAX))
+            .sum()
+    })
+}
+
 /// Bus bandwidth of an all-reduce: algorithm bandwidth × 2(n−1)/n (nccl-tests' definition).
 pub fn bus_bandwidth(algorithm_bytes_per_second: f64, ranks: usize) -> f64 {
     if ranks == 0 {
@@ -66,15 +104,17 @@ pub fn measure(gpus: &[Gpu], settings: &NcclSettings) -> Result<Vec<NcclPoint>> 
         .collect::<std::result::Result<_, _>>()?;
     let comms = Comm::from_devices(streams.clone())
         .map_err(|error| anyhow!("ncclCommInitAll over {ranks} GPUs failed: {error:?}"))?;
+    // contribution(rank, i) = base[i + 31·rank]: one host pattern serves every rank.
+    let base: Vec<f32> = (0..largest_elements + 31 * ranks)
+        .map(|index| contribution(0, index))
+        .collect();
     let mut sends: Vec<CudaSlice<f32>> = Vec::new();
     let mut receives: Vec<CudaSlice<f32>> = Vec::new();
     for (rank, stream) in streams.iter().enumerate() {
-        let host: Vec<f32> = (0..largest_elements)
-            .map(|index| contribution(rank, index))
-            .collect();
+        let host = &base[31 * rank..31 * rank + largest_elements];
         sends.push(
             stream
-                .clone_htod(&host)
+                .clone_htod(host)
                 .with_context(|| format!("uploading rank {rank}'s data"))?,
         );
         receives.push(unsafe { stream.alloc::<f32>(largest_elements) }?);
@@ -129,11 +169,7 @@ pub fn measure(gpus: &[Gpu], settings: &NcclSettings) -> Result<Vec<NcclPoint>> 
         for (receive, stream) in receives.iter().zip(&streams) {
             stream.synchronize()?;
             let values: Vec<f32> = stream.clone_dtoh(&receive.slice(0..elements))?;
-            wrong_elements += values
-                .iter()
-                .enumerate()
-                .filter(|(index, value)| value.to_bits() != expected_sum(ranks, *index).to_bits())
-                .count() as u64;
+            wrong_elements += count_wrong(&values, ranks);
         }
         let median_ms = stats::median(&times).unwrap_or(f64::NAN);
         let algorithm = stats::bytes_per_second(size, median_ms);
@@ -218,6 +254,31 @@ mod tests {
             }
         }
         assert_ne!(contribution(0, 5), contribution(1, 5));
+    }
+
+    #[test]
+    fn wrong_elements_are_counted_wherever_they_are() {
+        let ranks = 3;
+        let mut values: Vec<f32> = (0..100_000)
+            .map(|index| expected_sum(ranks, index))
+            .collect();
+        assert_eq!(count_wrong(&values, ranks), 0);
+        values[0] = f32::NAN;
+        values[77_777] += 1.0;
+        values[99_999] = 0.0;
+        assert_eq!(count_wrong(&values, ranks), 3);
+        assert_eq!(
+            count_wrong(&values, 2),
+            100_000 - count_matching_two_ranks(&values)
+        );
+    }
+
+    fn count_matching_two_ranks(values: &[f32]) -> u64 {
+        values
+            .iter()
+            .enumerate()
+            .filter(|(index, value)| value.to_bits() == expected_sum(2, *index).to_bits())
+            .count() as u64
     }
 
     #[test]

@@ -62,10 +62,8 @@ pub fn measure(gpu: &Gpu, settings: &OverlapSettings) -> Result<OverlapResult> {
     let (device_pointer, _device_guard) = device.device_ptr_mut(&copy_stream);
     let size = settings.matmul_size;
     let elements = size * size;
-    let mut generator = stats::SplitMix64::new(stats::fresh_seed());
-    let a_host: Vec<bf16> = (0..elements)
-        .map(|_| bf16::from_f32(generator.nonzero_unit()))
-        .collect();
+    let a_host: Vec<bf16> =
+        super::matmul::random_values(elements, stats::fresh_seed(), bf16::from_f32);
     let a: CudaSlice<bf16> = compute_stream.clone_htod(&a_host)?;
     let b: CudaSlice<bf16> = compute_stream.clone_htod(&a_host)?;
     let mut c: CudaSlice<bf16> = unsafe { compute_stream.alloc::<bf16>(elements) }?;
