@@ -6,11 +6,14 @@
 //! values and return values; `docker` and the file writers live at the edges.
 
 pub mod app;
+pub mod build;
 pub mod cli;
 pub mod compat;
 pub mod docker;
 pub mod fingerprint;
+pub mod manifest;
 pub mod matrix;
+pub mod plan;
 pub mod project;
 pub mod render;
 pub mod resolve;

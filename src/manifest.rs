@@ -1,0 +1,418 @@
+//! The manifest: imagegen's record of every image it built and pushed, kept in the repository
+//! (`imagegen-manifest.json` by default) so teams upgrade by regenerating tags and roll back to a
+//! digest. Schema (version 1), documented in README.md:
+//!
+//! - `images`: by full tag, the current record (digest, fingerprint, versions, driver minimums,
+//!   self-test summary, build time, source commit, status) and `history`, the records it replaced.
+//! - `aliases`: by alias, the full tag and digest it points at now, and every earlier target.
+//!
+//! Writes go through a temporary file, fsync and rename, so a crash or Ctrl-C leaves either the
+//! old manifest or the new one, never half of one. A failed build never erases what an image's
+//! record held before: the failure is noted beside the last good record.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::resolve::ImageSpec;
+
+pub const SCHEMA_VERSION: u32 = 1;
+pub const DEFAULT_PATH: &str = "imagegen-manifest.json";
+
+/// How many earlier records each image and alias keeps.
+const HISTORY_LIMIT: usize = 50;
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    pub schema_version: u32,
+    #[serde(default)]
+    pub updated_at: String,
+    #[serde(default)]
+    pub images: BTreeMap<String, ImageRecord>,
+    #[serde(default)]
+    pub aliases: BTreeMap<String, AliasRecord>,
+}
+
+/// The self-test outcome stored with an image.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TestRecord {
+    /// `pass`, `fail`, `skipped` or `error`.
+    pub status: String,
+    pub summary: String,
+    /// gpu-selftest's JSON report, when it ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub report: Option<serde_json::Value>,
+    pub at: String,
+}
+
+/// One image as built (or as it failed to build).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ImageRecord {
+    pub repository: String,
+    pub tag: String,
+    #[serde(default)]
+    pub aliases: Vec<String>,
+    /// Registry manifest digest (`sha256:...`), once pushed.
+    #[serde(default)]
+    pub digest: Option<String>,
+    /// Local image id (`sha256:...`).
+    #[serde(default)]
+    pub image_id: Option<String>,
+    pub fingerprint: String,
+    /// sha256 of the exact build context plus the parent's build key.
+    pub build_key: String,
+    pub variant: String,
+    pub torch: String,
+    pub torchvision: String,
+    #[serde(default)]
+    pub torchaudio: Option<String>,
+    pub cuda: String,
+    pub cuda_full: String,
+    pub cudnn: String,
+    pub python: String,
+    pub os: String,
+    pub base_image: String,
+    pub driver_min: String,
+    pub driver_min_compat: String,
+    pub require_cuda: String,
+    #[serde(default)]
+    pub selftest: Option<TestRecord>,
+    pub built_at: String,
+    #[serde(default)]
+    pub build_seconds: f64,
+    #[serde(default)]
+    pub source_commit: Option<String>,
+    /// `ok` or `failed`.
+    pub status: String,
+    /// The last failure of this image, kept beside the last good record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    /// Earlier records of this full tag, newest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub history: Vec<ImageRecord>,
+}
+
+impl ImageRecord {
+    /// A record for `spec` with the fields every build knows; the caller fills in the rest.
+    pub fn for_spec(spec: &ImageSpec, build_key: &str, at: &str) -> ImageRecord {
+        ImageRecord {
+            repository: spec.repository.clone(),
+            tag: spec.tag.clone(),
+            aliases: Vec::new(),
+            digest: None,
+            image_id: None,
+            fingerprint: spec.fingerprint.clone(),
+            build_key: build_key.to_string(),
+            variant: spec.variant.to_string(),
+            torch: spec.torch.clone(),
+            torchvision: spec.torchvision.clone(),
+            torchaudio: spec.torchaudio.clone(),
+            cuda: spec.cuda.clone(),
+            cuda_full: spec.cuda_full.clone(),
+            cudnn: spec.cudnn.clone(),
+            python: spec.python.clone(),
+            os: spec.os.clone(),
+            base_image: spec.base_image.clone(),
+            driver_min: spec.driver_min.clone(),
+            driver_min_compat: spec.driver_min_compat.clone(),
+            require_cuda: spec.require_cuda.clone(),
+            selftest: None,
+            built_at: at.to_string(),
+            build_seconds: 0.0,
+            source_commit: None,
+            status: "ok".into(),
+            last_error: None,
+            history: Vec::new(),
+        }
+    }
+}
+
+/// Where an alias points, and where it pointed before.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AliasRecord {
+    pub tag: String,
+    #[serde(default)]
+    pub digest: Option<String>,
+    pub moved_at: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub history: Vec<AliasTarget>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AliasTarget {
+    pub tag: String,
+    #[serde(default)]
+    pub digest: Option<String>,
+    pub moved_at: String,
+}
+
+impl Manifest {
+    pub fn new() -> Manifest {
+        Manifest {
+            schema_version: SCHEMA_VERSION,
+            ..Default::default()
+        }
+    }
+
+    /// Reads the manifest at `path`; a missing file is an empty manifest.
+    pub fn load(path: &Path) -> Result<Manifest> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(Manifest::new())
+            }
+            Err(error) => {
+                return Err(error)
+                    .with_context(|| format!("cannot read manifest {}", path.display()))
+            }
+        };
+        let manifest: Manifest = serde_json::from_str(&text).with_context(|| {
+            format!(
+                "manifest {} is not valid (schema version {SCHEMA_VERSION} expected)",
+                path.display()
+            )
+        })?;
+        if manifest.schema_version != SCHEMA_VERSION {
+            anyhow::bail!(
+                "manifest {} has schema version {}; this imagegen reads version {SCHEMA_VERSION}",
+                path.display(),
+                manifest.schema_version
+            );
+        }
+        Ok(manifest)
+    }
+
+    /// Writes atomically: temporary file, fsync, rename.
+    pub fn save(&self, path: &Path) -> Result<()> {
+        let mut text = serde_json::to_string_pretty(self)?;
+        text.push('\n');
+        crate::project::write_atomically(path, text.as_bytes())
+    }
+
+    /// Records a successful build of `record.tag`; an earlier, different record moves to history.
+    pub fn record_success(&mut self, mut record: ImageRecord) {
+        if let Some(mut previous) = self.images.remove(&record.tag) {
+            let mut history = std::mem::take(&mut previous.history);
+            if previous.status == "ok"
+                && (previous.digest != record.digest || previous.build_key != record.build_key)
+            {
+                history.insert(0, previous);
+            }
+            history.truncate(HISTORY_LIMIT);
+            record.history = history;
+        }
+        record.status = "ok".into();
+        record.last_error = None;
+        self.images.insert(record.tag.clone(), record);
+    }
+
+    /// Records a failure of `record.tag`. An existing good record stays as it is, with the error
+    /// noted beside it; only an image never built before gets a `failed` record.
+    pub fn record_failure(&mut self, mut record: ImageRecord, error: &str) {
+        match self.images.get_mut(&record.tag) {
+            Some(existing) => existing.last_error = Some(error.to_string()),
+            None => {
+                record.status = "failed".into();
+                record.last_error = Some(error.to_string());
+                self.images.insert(record.tag.clone(), record);
+            }
+        }
+    }
+
+    /// Points `alias` at `tag`/`digest`, keeping the earlier target in the alias's history, and
+    /// keeps the image records' alias lists in step.
+    pub fn move_alias(&mut self, alias: &str, tag: &str, digest: Option<String>, at: &str) {
+        let previous = self.aliases.remove(alias);
+        let mut history = Vec::new();
+        if let Some(previous) = previous {
+            if previous.tag == tag && previous.digest == digest {
+                self.aliases.insert(alias.to_string(), previous);
+                return;
+            }
+            history = previous.history;
+            history.insert(
+                0,
+                AliasTarget {
+                    tag: previous.tag.clone(),
+                    digest: previous.digest,
+                    moved_at: previous.moved_at,
+                },
+            );
+            history.truncate(HISTORY_LIMIT);
+            if let Some(old) = self.images.get_mut(&previous.tag) {
+                old.aliases.retain(|a| a != alias);
+            }
+        }
+        self.aliases.insert(
+            alias.to_string(),
+            AliasRecord {
+                tag: tag.to_string(),
+                digest,
+                moved_at: at.to_string(),
+                history,
+            },
+        );
+        if let Some(image) = self.images.get_mut(tag) {
+            if !image.aliases.iter().any(|a| a == alias) {
+                image.aliases.push(alias.to_string());
+                image.aliases.sort();
+            }
+        }
+    }
+}
+
+/// Now as RFC 3339 UTC with seconds (`2026-11-30T10:25:21Z`), from the system clock.
+pub fn now_rfc3339() -> String {
+    let seconds = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    rfc3339(seconds)
+}
+
+/// Seconds since the Unix epoch as RFC 3339 UTC (civil-from-days, proleptic Gregorian).
+pub fn rfc3339(seconds: u64) -> String {
+    let days = (seconds / 86_400) as i64;
+    let second_of_day = seconds % 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let day_of_era = z - era * 146_097;
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_index = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
+    let month = if month_index < 10 {
+        month_index + 3
+    } else {
+        month_index - 9
+    };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        second_of_day / 3600,
+        (second_of_day % 3600) / 60,
+        second_of_day % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(tag: &str, digest: &str, key: &str) -> ImageRecord {
+        let mut record = ImageRecord {
+            repository: "r/p".into(),
+            tag: tag.into(),
+            aliases: vec![],
+            digest: Some(digest.into()),
+            image_id: None,
+            fingerprint: "sha256:f".into(),
+            build_key: key.into(),
+            variant: "runtime".into(),
+            torch: "2.7.1".into(),
+            torchvision: "0.22.1".into(),
+            torchaudio: None,
+            cuda: "12.6".into(),
+            cuda_full: "12.6.3".into(),
+            cudnn: "9.5.1.17".into(),
+            python: "3.12".into(),
+            os: "ubuntu24.04".into(),
+            base_image: "b".into(),
+            driver_min: "560.35.05".into(),
+            driver_min_compat: "525.60.13".into(),
+            require_cuda: "cuda>=12.6".into(),
+            selftest: None,
+            built_at: "2026-11-30T00:00:00Z".into(),
+            build_seconds: 1.0,
+            source_commit: None,
+            status: "ok".into(),
+            last_error: None,
+            history: vec![],
+        };
+        record.status = "ok".into();
+        record
+    }
+
+    #[test]
+    fn rebuilds_keep_the_previous_record_as_history() {
+        let mut manifest = Manifest::new();
+        manifest.record_success(record("t", "sha256:1", "k1"));
+        manifest.record_success(record("t", "sha256:1", "k1"));
+        assert!(
+            manifest.images["t"].history.is_empty(),
+            "an identical record is not history"
+        );
+        manifest.record_success(record("t", "sha256:2", "k2"));
+        assert_eq!(manifest.images["t"].digest.as_deref(), Some("sha256:2"));
+        assert_eq!(
+            manifest.images["t"].history[0].digest.as_deref(),
+            Some("sha256:1")
+        );
+    }
+
+    #[test]
+    fn a_failure_never_erases_the_last_good_record() {
+        let mut manifest = Manifest::new();
+        manifest.record_success(record("t", "sha256:1", "k1"));
+        manifest.record_failure(record("t", "sha256:x", "k2"), "RUN pip install failed");
+        assert_eq!(manifest.images["t"].digest.as_deref(), Some("sha256:1"));
+        assert_eq!(manifest.images["t"].status, "ok");
+        assert_eq!(
+            manifest.images["t"].last_error.as_deref(),
+            Some("RUN pip install failed")
+        );
+        manifest.record_failure(record("new", "sha256:x", "k"), "boom");
+        assert_eq!(manifest.images["new"].status, "failed");
+    }
+
+    #[test]
+    fn alias_moves_keep_history_and_image_lists_in_step() {
+        let mut manifest = Manifest::new();
+        manifest.record_success(record("a", "sha256:1", "k1"));
+        manifest.record_success(record("b", "sha256:2", "k2"));
+        manifest.move_alias("2.7-cuda12.6-runtime", "a", Some("sha256:1".into()), "t1");
+        manifest.move_alias("2.7-cuda12.6-runtime", "a", Some("sha256:1".into()), "t2");
+        assert!(
+            manifest.aliases["2.7-cuda12.6-runtime"].history.is_empty(),
+            "no move, no history"
+        );
+        manifest.move_alias("2.7-cuda12.6-runtime", "b", Some("sha256:2".into()), "t3");
+        let alias = &manifest.aliases["2.7-cuda12.6-runtime"];
+        assert_eq!(alias.tag, "b");
+        assert_eq!(alias.history[0].tag, "a");
+        assert!(manifest.images["a"].aliases.is_empty());
+        assert_eq!(manifest.images["b"].aliases, vec!["2.7-cuda12.6-runtime"]);
+    }
+
+    #[test]
+    fn save_and_load_round_trip_atomically() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.json");
+        assert_eq!(Manifest::load(&path).unwrap(), Manifest::new());
+        let mut manifest = Manifest::new();
+        manifest.record_success(record("t", "sha256:1", "k1"));
+        manifest.save(&path).unwrap();
+        assert_eq!(Manifest::load(&path).unwrap(), manifest);
+        let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(leftovers.len(), 1, "no temporary file left: {leftovers:?}");
+        std::fs::write(&path, "{\"schema_version\": 1, \"imagez\": {}}").unwrap();
+        assert!(Manifest::load(&path)
+            .unwrap_err()
+            .to_string()
+            .contains("is not valid"));
+    }
+
+    #[test]
+    fn rfc3339_formats_known_instants() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(rfc3339(1_795_775_121), "2026-11-27T10:25:21Z");
+    }
+}

@@ -1,0 +1,268 @@
+//! The build plan: which images to build (selected by `--only` and `--shard`), in which order
+//! (devel after the runtime it builds on), with which build key, and which aliases each may move
+//! once it passed its test. Pure: computed from values before the first Docker call, so
+//! `imagegen build --dry-run` can always print it.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+
+use crate::fingerprint::fingerprint;
+use crate::resolve::ImageSpec;
+
+/// `--shard I/N`: this runner builds the I-th of N deterministic parts (1-based).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shard {
+    pub index: usize,
+    pub count: usize,
+}
+
+impl std::str::FromStr for Shard {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let error = || format!("--shard {text:?}: write I/N with 1 ≤ I ≤ N, e.g. 2/4");
+        let (index, count) = text.split_once('/').ok_or_else(error)?;
+        let index: usize = index.trim().parse().map_err(|_| error())?;
+        let count: usize = count.trim().parse().map_err(|_| error())?;
+        if count == 0 || index == 0 || index > count {
+            return Err(error());
+        }
+        Ok(Shard { index, count })
+    }
+}
+
+/// One image of the plan.
+#[derive(Debug, Clone, Serialize)]
+pub struct PlannedImage {
+    pub spec: ImageSpec,
+    /// `repository:tag`.
+    pub reference: String,
+    /// sha256 over the fingerprint, the exact build context and the parent's build key: an image
+    /// carrying this key as a label is reused instead of rebuilt.
+    pub build_key: String,
+    /// The image that must be built first (devel → its runtime).
+    pub depends_on: Option<String>,
+    /// Aliases this image may move to itself once it passed its test.
+    pub aliases: Vec<String>,
+}
+
+/// The whole plan, in build order.
+#[derive(Debug, Clone, Serialize)]
+pub struct Plan {
+    pub images: Vec<PlannedImage>,
+}
+
+/// Selects images by `only` (substring of the full tag, or a `*` glob) and `shard`, adds the
+/// runtime parents that selected devel images need, and orders parents first.
+///
+/// Shards split whole families (a runtime image and the devel images on it), round-robin over the
+/// families sorted by name, so every shard's work is self-contained and the split is the same on
+/// every runner.
+pub fn select(specs: &[ImageSpec], only: Option<&str>, shard: Option<Shard>) -> Vec<ImageSpec> {
+    let family_of = |spec: &ImageSpec| spec.parent.clone().unwrap_or_else(|| spec.name.clone());
+    let families: BTreeSet<String> = specs.iter().map(family_of).collect();
+    let in_shard: BTreeSet<String> = match shard {
+        None => families,
+        Some(shard) => families
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| i % shard.count == shard.index - 1)
+            .map(|(_, f)| f)
+            .collect(),
+    };
+    let mut wanted: BTreeSet<String> = specs
+        .iter()
+        .filter(|spec| in_shard.contains(&family_of(spec)))
+        .filter(|spec| only.is_none_or(|pattern| matches_filter(pattern, &spec.name)))
+        .map(|spec| spec.name.clone())
+        .collect();
+    let parents: Vec<String> = specs
+        .iter()
+        .filter(|s| wanted.contains(&s.name))
+        .filter_map(|s| s.parent.clone())
+        .collect();
+    wanted.extend(parents);
+    // Parents first; otherwise keep the resolver's order.
+    let mut selected: Vec<ImageSpec> = specs
+        .iter()
+        .filter(|s| wanted.contains(&s.name))
+        .cloned()
+        .collect();
+    selected.sort_by_key(|s| s.parent.is_some());
+    selected
+}
+
+/// `*` matches any run of characters; without `*` the pattern matches as a substring.
+pub fn matches_filter(pattern: &str, name: &str) -> bool {
+    if !pattern.contains('*') {
+        return name.contains(pattern);
+    }
+    let parts: Vec<&str> = pattern.split('*').collect();
+    let mut rest = name;
+    for (index, part) in parts.iter().enumerate() {
+        if index == 0 {
+            match rest.strip_prefix(part) {
+                Some(after) => rest = after,
+                None => return false,
+            }
+        } else if index == parts.len() - 1 {
+            return rest.ends_with(part);
+        } else {
+            match rest.find(part) {
+                Some(at) => rest = &rest[at + part.len()..],
+                None => return false,
+            }
+        }
+    }
+    rest.is_empty()
+}
+
+/// Builds the plan for `selected` images, given the sha256 of each one's build context.
+pub fn plan(selected: &[ImageSpec], context_digests: &BTreeMap<String, String>) -> Plan {
+    let mut build_keys: BTreeMap<String, String> = BTreeMap::new();
+    let mut images = Vec::new();
+    for spec in selected {
+        let mut inputs = BTreeMap::new();
+        inputs.insert("fingerprint", spec.fingerprint.clone());
+        inputs.insert(
+            "context",
+            context_digests.get(&spec.name).cloned().unwrap_or_default(),
+        );
+        if let Some(parent) = &spec.parent {
+            inputs.insert(
+                "parent",
+                build_keys.get(parent).cloned().unwrap_or_default(),
+            );
+        }
+        let build_key = fingerprint(&inputs);
+        build_keys.insert(spec.name.clone(), build_key.clone());
+        images.push(PlannedImage {
+            spec: spec.clone(),
+            reference: format!("{}:{}", spec.repository, spec.tag),
+            build_key,
+            depends_on: spec.parent.clone(),
+            aliases: spec.aliases.clone(),
+        });
+    }
+    Plan { images }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compat::Knowledge;
+    use crate::matrix::Matrix;
+    use crate::resolve::{resolve, ResolveOptions};
+
+    fn specs() -> Vec<ImageSpec> {
+        let matrix = Matrix::parse(
+            "registry: r.example\nrepository: t/p\ntorch: [\"2.7\", \"2.8\"]\ncuda: [\"12.6\", \"12.8\"]\nos: [ubuntu22.04, ubuntu24.04]\n",
+            "m.yaml",
+        )
+        .unwrap();
+        resolve(&matrix, &Knowledge::embedded(), &ResolveOptions::default()).images
+    }
+
+    #[test]
+    fn shards_partition_whole_families_deterministically() {
+        let all = specs();
+        let mut seen = BTreeSet::new();
+        for index in 1..=3 {
+            let part = select(&all, None, Some(Shard { index, count: 3 }));
+            for spec in &part {
+                assert!(
+                    seen.insert(spec.name.clone()),
+                    "{} in two shards",
+                    spec.name
+                );
+                if let Some(parent) = &spec.parent {
+                    assert!(
+                        part.iter().any(|s| &s.name == parent),
+                        "devel without its runtime in the shard"
+                    );
+                }
+            }
+            assert_eq!(
+                part.iter().map(|s| &s.name).collect::<Vec<_>>(),
+                select(&all, None, Some(Shard { index, count: 3 }))
+                    .iter()
+                    .map(|s| &s.name)
+                    .collect::<Vec<_>>()
+            );
+        }
+        assert_eq!(seen.len(), all.len(), "every image in exactly one shard");
+    }
+
+    #[test]
+    fn only_pulls_in_the_runtime_a_devel_needs_and_orders_it_first() {
+        let selected = select(
+            &specs(),
+            Some("2.8.0-cuda12.8-cudnn9-devel-ubuntu24.04"),
+            None,
+        );
+        let names: Vec<&str> = selected.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(
+            names,
+            vec![
+                "2.8.0-cuda12.8-cudnn9-runtime-ubuntu24.04",
+                "2.8.0-cuda12.8-cudnn9-devel-ubuntu24.04"
+            ]
+        );
+        assert_eq!(select(&specs(), Some("2.7*runtime*24.04"), None).len(), 2);
+    }
+
+    #[test]
+    fn filters() {
+        assert!(matches_filter(
+            "cuda12.6",
+            "2.7.1-cuda12.6-cudnn9-runtime-ubuntu24.04"
+        ));
+        assert!(matches_filter(
+            "2.7*-runtime-*",
+            "2.7.1-cuda12.6-cudnn9-runtime-ubuntu24.04"
+        ));
+        assert!(!matches_filter(
+            "2.8*",
+            "2.7.1-cuda12.6-cudnn9-runtime-ubuntu24.04"
+        ));
+        assert!(matches_filter(
+            "*24.04",
+            "2.7.1-cuda12.6-cudnn9-runtime-ubuntu24.04"
+        ));
+    }
+
+    #[test]
+    fn shard_parsing() {
+        assert_eq!(
+            "2/4".parse::<Shard>().unwrap(),
+            Shard { index: 2, count: 4 }
+        );
+        for bad in ["0/4", "5/4", "1/0", "x", "1-2"] {
+            assert!(bad.parse::<Shard>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn build_keys_cover_context_and_parent() {
+        let selected = select(
+            &specs(),
+            Some("2.8.0-cuda12.8-cudnn9-devel-ubuntu24.04"),
+            None,
+        );
+        let mut digests = BTreeMap::new();
+        digests.insert(selected[0].name.clone(), "a".to_string());
+        digests.insert(selected[1].name.clone(), "b".to_string());
+        let first = plan(&selected, &digests);
+        digests.insert(selected[0].name.clone(), "changed".to_string());
+        let second = plan(&selected, &digests);
+        assert_ne!(first.images[0].build_key, second.images[0].build_key);
+        assert_ne!(
+            first.images[1].build_key, second.images[1].build_key,
+            "a changed runtime rebuilds its devel"
+        );
+        assert_eq!(
+            first.images[1].depends_on.as_deref(),
+            Some(selected[0].name.as_str())
+        );
+    }
+}
