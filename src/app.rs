@@ -68,6 +68,39 @@ pub fn run(cli: Cli) -> Result<Outcome> {
                 Outcome::Success
             })
         }
+        Command::Build {
+            only,
+            jobs,
+            shard,
+            push,
+            no_test,
+            require_gpu,
+            move_untested_aliases,
+            images,
+            selftest_dir,
+            manifest,
+            log_dir,
+            push_attempts,
+            dry_run,
+        } => {
+            let project = Project::load(&cli.matrix, cli.knowledge.as_deref())?;
+            let settings = crate::run_build::BuildSettings {
+                only,
+                jobs,
+                shard,
+                push,
+                test: !no_test,
+                require_gpu,
+                move_untested_aliases,
+                images,
+                selftest_dir,
+                manifest,
+                log_dir,
+                push_attempts,
+                dry_run,
+            };
+            crate::run_build::run(&project, &settings)
+        }
         Command::Render { out, check } => {
             let project = Project::load(&cli.matrix, cli.knowledge.as_deref())?;
             let resolution = project.resolve(ResolveOptions::default());

@@ -67,13 +67,22 @@ impl TestOutcome {
     }
 }
 
+/// An image with the same build key that already exists.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Existing {
+    /// In the local daemon, with this image id.
+    Local(String),
+    /// Already pushed to the registry, with this manifest digest (not present locally).
+    Registry(String),
+}
+
 /// The Docker operations the executor needs. Errors are already worded for people.
 pub trait Builder: Send + Sync + 'static {
-    /// A local image carrying this image's build key, if there is one (its id).
+    /// An image carrying this image's build key, locally or (when pushing) in the registry.
     fn find_existing(
         &self,
         image: &PlannedImage,
-    ) -> impl Future<Output = anyhow::Result<Option<String>>> + Send;
+    ) -> impl Future<Output = anyhow::Result<Option<Existing>>> + Send;
     /// Builds and tags the full reference; returns the image id.
     fn build(&self, image: &PlannedImage) -> impl Future<Output = anyhow::Result<String>> + Send;
     /// Runs the self-test in a container from the image.
@@ -127,7 +136,7 @@ pub struct ImageResult {
     pub aliases_moved: Vec<String>,
     /// Aliases not moved, with why.
     pub aliases_held: Vec<(String, String)>,
-    /// Which stage failed: `build`, `test`, `push`, `alias`.
+    /// Which stage failed: `lookup` (local or registry), `build`, `test`, `push`, `alias`.
     pub failed_stage: Option<String>,
     pub error: Option<String>,
     pub seconds: f64,
@@ -245,10 +254,18 @@ async fn run_one<B: Builder>(
 
     let existing = match builder.find_existing(&image).await {
         Ok(existing) => existing,
-        Err(error) => return fail(result, "build", format!("{error:#}")),
+        Err(error) => return fail(result, "lookup", format!("{error:#}")),
     };
     match existing {
-        Some(id) => {
+        Some(Existing::Registry(digest)) => {
+            // Built, tested and pushed by an earlier run (the manifest records it) and not present
+            // here: nothing to build, test or push; its aliases stay where that run left them.
+            result.status = Status::Reused;
+            result.digest = Some(digest);
+            result.seconds = start.elapsed().as_secs_f64();
+            return result;
+        }
+        Some(Existing::Local(id)) => {
             result.status = Status::Reused;
             // Make sure the full tag points at the reused image (it may only carry another tag).
             if let Err(error) = builder
@@ -265,7 +282,9 @@ async fn run_one<B: Builder>(
         },
     }
 
-    let test = if options.test {
+    let test = if result.status == Status::Reused && image.passed_before {
+        TestOutcome::Pass { summary: "passed when this build key was first tested (see the manifest)".into(), report: None }
+    } else if options.test {
         builder.test(&image).await
     } else {
         TestOutcome::Skipped {

@@ -54,4 +54,46 @@ pub enum Command {
         #[arg(long)]
         check: bool,
     },
+    /// Build the images through the Docker Engine API, test each with gpu-selftest, tag, push, and record them in the manifest.
+    Build {
+        /// Only images whose full tag contains this text (or matches it, with `*` as a wildcard); runtime images that selected devel images build on come along.
+        #[arg(long)]
+        only: Option<String>,
+        /// How many images to build at once.
+        #[arg(long, default_value_t = 2)]
+        jobs: usize,
+        /// Build the I-th of N deterministic parts of the matrix (e.g. 2/4), one per CI runner.
+        #[arg(long)]
+        shard: Option<crate::plan::Shard>,
+        /// Push full tags (and moved aliases) to the matrix's registry.
+        #[arg(long)]
+        push: bool,
+        /// Do not run gpu-selftest (aliases then do not move).
+        #[arg(long)]
+        no_test: bool,
+        /// Fail every image whose self-test could not run on GPUs (no GPU on this host).
+        #[arg(long)]
+        require_gpu: bool,
+        /// Move aliases of images whose self-test was skipped for lack of GPUs (never of failed ones).
+        #[arg(long)]
+        move_untested_aliases: bool,
+        /// Directory of rendered images.
+        #[arg(long, default_value = "images")]
+        images: PathBuf,
+        /// Directory holding gpu-selftest-cu11, -cu12 and -cu13 (from selftest/build.sh).
+        #[arg(long, default_value = "target/selftest")]
+        selftest_dir: PathBuf,
+        /// The manifest file.
+        #[arg(long, default_value = crate::manifest::DEFAULT_PATH)]
+        manifest: PathBuf,
+        /// Where each image's full build log goes.
+        #[arg(long, default_value = ".imagegen/logs")]
+        log_dir: PathBuf,
+        /// Attempts per push before a transient registry failure counts (backoff 1 s, 2 s, 4 s, ...).
+        #[arg(long, default_value_t = 5)]
+        push_attempts: u32,
+        /// Print the plan (images, build keys, order, aliases) and build nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
 }

@@ -19,3 +19,6 @@ pub mod render;
 pub mod resolve;
 pub mod tags;
 pub mod version;
+pub mod engine_builder;
+pub mod progress;
+pub mod run_build;

@@ -44,6 +44,11 @@ pub struct PlannedImage {
     pub depends_on: Option<String>,
     /// Aliases this image may move to itself once it passed its test.
     pub aliases: Vec<String>,
+    /// The manifest says an image with this build key passed its self-test: a reused local image
+    /// is not tested again.
+    pub passed_before: bool,
+    /// The digest the manifest records for this build key, if it was pushed before.
+    pub recorded_digest: Option<String>,
 }
 
 /// The whole plan, in build order.
@@ -142,6 +147,8 @@ pub fn plan(selected: &[ImageSpec], context_digests: &BTreeMap<String, String>) 
             build_key,
             depends_on: spec.parent.clone(),
             aliases: spec.aliases.clone(),
+            passed_before: false,
+            recorded_digest: None,
         });
     }
     Plan { images }

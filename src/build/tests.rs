@@ -34,11 +34,11 @@ impl FakeBuilder {
 }
 
 impl Builder for FakeBuilder {
-    async fn find_existing(&self, image: &PlannedImage) -> anyhow::Result<Option<String>> {
+    async fn find_existing(&self, image: &PlannedImage) -> anyhow::Result<Option<Existing>> {
         Ok(self
             .existing
             .contains(&image.spec.name)
-            .then(|| format!("sha256:old-{}", image.spec.name)))
+            .then(|| Existing::Local(format!("sha256:old-{}", image.spec.name))))
     }
     async fn build(&self, image: &PlannedImage) -> anyhow::Result<String> {
         let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;

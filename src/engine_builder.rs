@@ -1,0 +1,288 @@
+//! The [`Builder`] that works through the Docker Engine API: build contexts from `images/<name>/`
+//! plus the gpu-selftest binary for the image's CUDA major, builds with labels, the self-test in a
+//! container with all GPUs, tags and pushes with the user's registry credentials. Policy (what to
+//! build, when aliases move) stays in `build`; wire protocols stay in `docker`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{anyhow, Context, Result};
+use tokio::sync::{Mutex, OnceCell};
+
+use crate::build::{Builder, Existing, TestOutcome};
+use crate::docker::{context_tar, registry_host_of, BuildRequest, ContextFile, Credentials, DockerConfig, Engine, RegistryClient, RetryPolicy, RunRequest};
+use crate::fingerprint::sha256_hex;
+use crate::plan::PlannedImage;
+use crate::progress::Progress;
+use crate::resolve::ImageSpec;
+
+/// The label that carries an image's build key.
+pub const BUILD_KEY_LABEL: &str = "imagegen.build-key";
+/// `/dev/shm` for the self-test container: NCCL and DataLoader workers need more than Docker's 64 MiB.
+const SELFTEST_SHM_BYTES: i64 = 8 << 30;
+const SELFTEST_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// The build context of every image, assembled before the first Docker call.
+pub struct Contexts {
+    pub tars: BTreeMap<String, Vec<u8>>,
+}
+
+impl Contexts {
+    /// Tars `images_dir/<name>/` plus `selftest_dir/gpu-selftest-cuNN` (as `gpu-selftest`) for
+    /// every image. Fails naming the missing binary or directory.
+    pub fn assemble(images: &[ImageSpec], images_dir: &Path, selftest_dir: &Path) -> Result<Contexts> {
+        let mut tars = BTreeMap::new();
+        let mut binaries: BTreeMap<String, ContextFile> = BTreeMap::new();
+        for image in images {
+            let dir = images_dir.join(&image.name);
+            if !dir.join("Dockerfile").exists() {
+                anyhow::bail!("{} has no Dockerfile\nhint: run `imagegen render` first", dir.display());
+            }
+            let binary = match binaries.get(&image.selftest) {
+                Some(binary) => binary.clone(),
+                None => {
+                    let path = selftest_dir.join(&image.selftest);
+                    let file = ContextFile::read("gpu-selftest", &path).map_err(|e| {
+                        anyhow!("{e}\nhint: build the self-test with `bash selftest/build.sh` (it writes target/selftest/gpu-selftest-cu11/12/13) or pass --selftest-dir")
+                    })?;
+                    let file = ContextFile { executable: true, ..file };
+                    binaries.insert(image.selftest.clone(), file.clone());
+                    file
+                }
+            };
+            let tar = context_tar(&dir, &[binary]).with_context(|| format!("build context of {}", image.name))?;
+            tars.insert(image.name.clone(), tar);
+        }
+        Ok(Contexts { tars })
+    }
+
+    /// sha256 of each context, for build keys.
+    pub fn digests(&self) -> BTreeMap<String, String> {
+        self.tars.iter().map(|(name, tar)| (name.clone(), sha256_hex(tar))).collect()
+    }
+}
+
+/// Settings of the Docker builder.
+pub struct EngineBuilderSettings {
+    /// Labels added at build time (created, revision): they are not part of the Dockerfile.
+    pub build_labels: BTreeMap<String, String>,
+    /// Check the registry for an image with the same build key (when pushing).
+    pub check_registry: bool,
+    /// `/dev/shm` size of the self-test container.
+    pub selftest_shm_bytes: i64,
+    /// Retries of registry lookups (pushes use the engine's own policy).
+    pub registry_retry: RetryPolicy,
+}
+
+impl Default for EngineBuilderSettings {
+    fn default() -> Self {
+        EngineBuilderSettings {
+            build_labels: BTreeMap::new(),
+            check_registry: false,
+            selftest_shm_bytes: SELFTEST_SHM_BYTES,
+            registry_retry: RetryPolicy::default(),
+        }
+    }
+}
+
+pub struct EngineBuilder {
+    engine: Engine,
+    contexts: Contexts,
+    progress: Arc<Progress>,
+    settings: EngineBuilderSettings,
+    docker_config: Option<DockerConfig>,
+    credentials: Mutex<BTreeMap<String, Option<Credentials>>>,
+    gpus: OnceCell<bool>,
+}
+
+impl EngineBuilder {
+    pub fn new(engine: Engine, contexts: Contexts, progress: Arc<Progress>, settings: EngineBuilderSettings) -> EngineBuilder {
+        // A broken Docker config only matters once something needs credentials; keep the error for then.
+        let docker_config = DockerConfig::load_default().ok();
+        EngineBuilder { engine, contexts, progress, settings, docker_config, credentials: Mutex::new(BTreeMap::new()), gpus: OnceCell::new() }
+    }
+
+    async fn credentials_for(&self, repository: &str) -> Result<Option<Credentials>> {
+        let host = registry_host_of(repository);
+        let mut cache = self.credentials.lock().await;
+        if let Some(found) = cache.get(&host) {
+            return Ok(found.clone());
+        }
+        let found = match &self.docker_config {
+            Some(config) => config.credentials_for(&host)?,
+            None => match DockerConfig::load_default() {
+                Ok(config) => config.credentials_for(&host)?,
+                Err(error) => return Err(error.into()),
+            },
+        };
+        cache.insert(host, found.clone());
+        Ok(found)
+    }
+
+    async fn gpus(&self) -> bool {
+        *self.gpus.get_or_init(|| async { self.engine.gpu_runtime_available().await.unwrap_or(false) }).await
+    }
+}
+
+/// `host/path` → `path`, the repository name the registry API uses.
+fn repository_path(repository: &str) -> &str {
+    match repository.split_once('/') {
+        Some((first, rest)) if first.contains('.') || first.contains(':') || first == "localhost" => rest,
+        _ => repository,
+    }
+}
+
+impl Builder for EngineBuilder {
+    async fn find_existing(&self, image: &PlannedImage) -> Result<Option<Existing>> {
+        if let Some(local) = self.engine.find_image_with_label(BUILD_KEY_LABEL, &image.build_key).await? {
+            return Ok(Some(Existing::Local(local.id)));
+        }
+        if let (true, Some(recorded)) = (self.settings.check_registry, &image.recorded_digest) {
+            let credentials = self.credentials_for(&image.spec.repository).await?;
+            let client = RegistryClient::new(&registry_host_of(&image.spec.repository), credentials).with_retry(self.settings.registry_retry);
+            let path = repository_path(&image.spec.repository);
+            if let Some(labels) = client.image_labels(path, &image.spec.tag).await? {
+                if labels.get(BUILD_KEY_LABEL) == Some(&image.build_key) {
+                    if let Some(digest) = client.manifest_digest(path, &image.spec.tag).await? {
+                        if &digest == recorded {
+                            return Ok(Some(Existing::Registry(digest)));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    async fn build(&self, image: &PlannedImage) -> Result<String> {
+        let name = &image.spec.name;
+        let context = self.contexts.tars.get(name).cloned().ok_or_else(|| anyhow!("no build context assembled for {name}"))?;
+        let mut request = BuildRequest::new(image.reference.clone(), context);
+        request.labels = self.settings.build_labels.clone();
+        request.labels.insert(BUILD_KEY_LABEL.into(), image.build_key.clone());
+        self.progress.start(name, "building");
+        let progress = Arc::clone(&self.progress);
+        let log_name = name.clone();
+        match self.engine.build(request, move |line| progress.line(&log_name, line)).await {
+            Ok(id) => {
+                self.progress.stage(name, &format!("built {id}"));
+                Ok(id)
+            }
+            Err(error) => {
+                let log = self.progress.log_path(name);
+                self.progress.stage(name, "build failed");
+                Err(anyhow!("{error}\nfull log: {}", log.display()))
+            }
+        }
+    }
+
+    async fn test(&self, image: &PlannedImage) -> TestOutcome {
+        let name = &image.spec.name;
+        let gpus = self.gpus().await;
+        self.progress.stage(name, if gpus { "gpu-selftest on all GPUs" } else { "gpu-selftest (no GPU runtime on this host)" });
+        let request = RunRequest {
+            image: image.reference.clone(),
+            cmd: vec!["gpu-selftest".into(), "--format".into(), "json".into()],
+            gpus,
+            shm_size_bytes: Some(self.settings.selftest_shm_bytes),
+            timeout: Some(SELFTEST_TIMEOUT),
+            labels: [("imagegen.selftest".to_string(), name.clone())].into(),
+            ..Default::default()
+        };
+        let output = match self.engine.run(request).await {
+            Ok(output) => output,
+            Err(error) => return TestOutcome::Error { summary: error.to_string(), report: None },
+        };
+        for line in output.stderr.lines() {
+            self.progress.line(name, line);
+        }
+        let outcome = interpret_selftest(output.exit_code, &output.stdout, &output.stderr, gpus);
+        self.progress.stage(name, &format!("self-test {}: {}", outcome.status(), outcome.summary()));
+        outcome
+    }
+
+    async fn push(&self, repository: &str, tag: &str) -> Result<String> {
+        let credentials = self.credentials_for(repository).await?;
+        self.progress.line(tag, &format!("== pushing {repository}:{tag}"));
+        Ok(self.engine.push(repository, tag, credentials.as_ref(), |_| {}).await?)
+    }
+
+    async fn tag(&self, source: &str, repository: &str, tag: &str) -> Result<()> {
+        Ok(self.engine.tag(source, repository, tag).await?)
+    }
+}
+
+/// Reads gpu-selftest's exit code and JSON report. Without GPUs, an exit 2 ("cannot run: no
+/// driver") means the binary ran in the image and found no GPU: the test is skipped, not failed.
+pub fn interpret_selftest(exit_code: i64, stdout: &str, stderr: &str, gpus: bool) -> TestOutcome {
+    let report: Option<serde_json::Value> = serde_json::from_str(stdout.trim()).ok();
+    let checks_summary = |report: &Option<serde_json::Value>| -> String {
+        let Some(checks) = report.as_ref().and_then(|r| r["checks"].as_array()) else {
+            return String::new();
+        };
+        let failed: Vec<String> = checks
+            .iter()
+            .filter(|c| c["status"] == "fail")
+            .map(|c| format!("{}: {}", c["name"].as_str().unwrap_or("?"), c["summary"].as_str().unwrap_or("")))
+            .collect();
+        if failed.is_empty() {
+            format!("{} checks passed", checks.iter().filter(|c| c["status"] == "pass").count())
+        } else {
+            failed.join("; ")
+        }
+    };
+    let error_text = || {
+        report
+            .as_ref()
+            .and_then(|r| r["error"].as_str().map(String::from))
+            .unwrap_or_else(|| stderr.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no output").trim().to_string())
+    };
+    match exit_code {
+        0 if report.as_ref().is_some_and(|r| r["overall"] == "pass") => TestOutcome::Pass { summary: checks_summary(&report), report },
+        0 => TestOutcome::Error { summary: "gpu-selftest exited 0 without a JSON report".into(), report },
+        1 => TestOutcome::Fail { summary: checks_summary(&report), report },
+        2 if !gpus => TestOutcome::Skipped { summary: format!("no GPU on this host; gpu-selftest ran in the image and said: {}", error_text()) },
+        2 => TestOutcome::Error { summary: error_text(), report },
+        126 | 127 => TestOutcome::Error { summary: format!("gpu-selftest could not be executed in the image (exit {exit_code}): {}", error_text()), report },
+        other => TestOutcome::Error { summary: format!("gpu-selftest exited {other}: {}", error_text()), report },
+    }
+}
+
+/// Where rendered images and self-test binaries are found.
+pub fn default_selftest_dir(root: &Path) -> PathBuf {
+    root.join("target/selftest")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn selftest_results_are_interpreted() {
+        let pass = r#"{"schema_version":1,"overall":"pass","checks":[{"name":"matmul","status":"pass","summary":"ok"},{"name":"shm","status":"warn","summary":"64 MiB"}]}"#;
+        assert_eq!(interpret_selftest(0, pass, "", true).status(), "pass");
+        assert_eq!(interpret_selftest(0, pass, "", true).summary(), "1 checks passed");
+        let fail = r#"{"schema_version":1,"overall":"fail","checks":[{"name":"matmul","status":"fail","summary":"bf16 error 0.3 > 0.02"}]}"#;
+        let outcome = interpret_selftest(1, fail, "", true);
+        assert_eq!(outcome.status(), "fail");
+        assert_eq!(outcome.summary(), "matmul: bf16 error 0.3 > 0.02");
+        let error = r#"{"schema_version":1,"overall":"error","error":"cannot load libcuda.so.1","checks":[]}"#;
+        let skipped = interpret_selftest(2, error, "", false);
+        assert_eq!(skipped.status(), "skipped");
+        assert!(skipped.summary().contains("cannot load libcuda.so.1"));
+        assert_eq!(interpret_selftest(2, error, "", true).status(), "error", "with GPUs, exit 2 is an error");
+        let missing = interpret_selftest(127, "", "exec: \"gpu-selftest\": executable file not found in $PATH", false);
+        assert_eq!(missing.status(), "error");
+        assert!(missing.summary().contains("could not be executed"));
+        assert_eq!(interpret_selftest(0, "not json", "", true).status(), "error");
+    }
+
+    #[test]
+    fn repository_paths() {
+        assert_eq!(repository_path("127.0.0.1:5000/team/p"), "team/p");
+        assert_eq!(repository_path("ghcr.io/org/p"), "org/p");
+        assert_eq!(repository_path("team/p"), "team/p");
+    }
+}

@@ -1,0 +1,103 @@
+//! Build output for people: a progress bar per running image on a terminal, plain prefixed lines
+//! in CI, and the full log of every image in its own file. Holds no build logic.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
+
+/// Where build output goes.
+pub struct Progress {
+    terminal: Option<MultiProgress>,
+    bars: Mutex<BTreeMap<String, ProgressBar>>,
+    log_dir: PathBuf,
+    logs: Mutex<BTreeMap<String, std::fs::File>>,
+}
+
+impl Progress {
+    /// Bars when `terminal` is true, plain lines otherwise; full logs under `log_dir`.
+    pub fn new(terminal: bool, log_dir: &Path) -> Progress {
+        Progress {
+            terminal: terminal.then(MultiProgress::new),
+            bars: Mutex::new(BTreeMap::new()),
+            log_dir: log_dir.to_path_buf(),
+            logs: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// The log file of `name`.
+    pub fn log_path(&self, name: &str) -> PathBuf {
+        self.log_dir.join(format!("{name}.log"))
+    }
+
+    /// An image starts (building, testing or pushing): opens its log and its bar.
+    pub fn start(&self, name: &str, what: &str) {
+        if std::fs::create_dir_all(&self.log_dir).is_ok() {
+            if let Ok(file) = std::fs::File::create(self.log_path(name)) {
+                self.logs.lock().expect("log lock").insert(name.to_string(), file);
+            }
+        }
+        match &self.terminal {
+            Some(multi) => {
+                let bar = multi.add(ProgressBar::new_spinner());
+                bar.set_style(ProgressStyle::with_template("{spinner} {prefix:.bold} {wide_msg}").expect("static template"));
+                bar.set_prefix(name.to_string());
+                bar.set_message(what.to_string());
+                bar.enable_steady_tick(std::time::Duration::from_millis(120));
+                self.bars.lock().expect("bar lock").insert(name.to_string(), bar);
+            }
+            None => eprintln!("[{name}] {what}"),
+        }
+        self.log(name, &format!("== {what}"));
+    }
+
+    /// A line of output from `name`: always logged; shown when it is a step or a status line.
+    pub fn line(&self, name: &str, text: &str) {
+        let text = text.trim_end();
+        if text.is_empty() {
+            return;
+        }
+        self.log(name, text);
+        let notable = text.starts_with("Step ") || text.starts_with("== ") || text.starts_with("ERROR") || text.contains("error:");
+        match &self.terminal {
+            Some(_) => {
+                if let Some(bar) = self.bars.lock().expect("bar lock").get(name) {
+                    if notable || text.len() < 120 {
+                        bar.set_message(text.chars().take(160).collect::<String>());
+                    }
+                }
+            }
+            None if notable => eprintln!("[{name}] {text}"),
+            None => {}
+        }
+    }
+
+    /// A stage of `name` begins (test, push, aliases).
+    pub fn stage(&self, name: &str, what: &str) {
+        self.line(name, &format!("== {what}"));
+    }
+
+    /// `name` is done; `outcome` is a one-line summary.
+    pub fn finish(&self, name: &str, outcome: &str) {
+        self.log(name, &format!("== {outcome}"));
+        self.logs.lock().expect("log lock").remove(name);
+        match &self.terminal {
+            Some(multi) => {
+                if let Some(bar) = self.bars.lock().expect("bar lock").remove(name) {
+                    bar.finish_and_clear();
+                    multi.remove(&bar);
+                }
+                multi.println(format!("{name}: {outcome}")).ok();
+            }
+            None => eprintln!("[{name}] {outcome}"),
+        }
+    }
+
+    fn log(&self, name: &str, text: &str) {
+        if let Some(file) = self.logs.lock().expect("log lock").get_mut(name) {
+            let _ = writeln!(file, "{text}");
+        }
+    }
+}
