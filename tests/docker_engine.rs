@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use imagegen::docker::{
-    context_tar, BuildRequest, ContextFile, Credentials, DockerConfig, DockerError, Engine,
-    RegistryClient, RetryPolicy, RunRequest, MEDIA_TYPE_DOCKER_MANIFEST,
+    build_step_progress, context_tar, BuildRequest, ContextFile, Credentials, DockerConfig,
+    DockerError, Engine, RegistryClient, RetryPolicy, RunRequest, MEDIA_TYPE_DOCKER_MANIFEST,
 };
 use sha2::{Digest, Sha256};
 use support::{base_image, context_dir, engine, unique_name, Registry};
@@ -91,6 +91,12 @@ async fn build_streams_output_applies_labels_and_is_found_by_label() {
         .expect("build succeeds");
 
     assert!(image_id.starts_with("sha256:"), "{image_id}");
+    let (last_step, total_steps) = lines
+        .iter()
+        .rev()
+        .find_map(|line| build_step_progress(line))
+        .expect("step lines");
+    assert_eq!(last_step, total_steps, "{lines:#?}");
     assert!(
         lines.iter().any(|line| line.starts_with("Step 1/")),
         "{lines:#?}"

@@ -220,6 +220,15 @@ impl LineSplitter {
     }
 }
 
+/// The classic builder's progress marker: `Step 3/8 : RUN ...` → `Some((3, 8))`. Lets a caller
+/// drive a progress bar from the lines [`Engine::build`] streams.
+pub fn build_step_progress(line: &str) -> Option<(u32, u32)> {
+    let rest = line.strip_prefix("Step ")?;
+    let (counts, _) = rest.split_once(" : ")?;
+    let (current, total) = counts.split_once('/')?;
+    Some((current.parse().ok()?, total.parse().ok()?))
+}
+
 /// Removes ANSI escape sequences (the classic builder colours a step's stderr red).
 fn strip_terminal_escapes(line: &str) -> String {
     let mut plain = String::with_capacity(line.len());
@@ -881,6 +890,13 @@ mod tests {
         );
         assert_eq!(digest_in_status("Pushed"), None);
         assert_eq!(digest_in_status("t1: digest: sha256:short size: 1"), None);
+    }
+
+    #[test]
+    fn step_progress_is_parsed() {
+        assert_eq!(build_step_progress("Step 3/8 : RUN echo hi"), Some((3, 8)));
+        assert_eq!(build_step_progress(" ---> Running in abc"), None);
+        assert_eq!(build_step_progress("Step x/8 : RUN"), None);
     }
 
     #[test]

@@ -17,7 +17,10 @@ mod retry;
 
 pub use context::{context_tar, ContextFile};
 pub use credentials::{registry_host_of, Credentials, DockerConfig};
-pub use engine::{BuildRequest, Engine, LocalImage, RunOutput, RunRequest, DEFAULT_DOCKER_HOST};
+pub use engine::{
+    build_step_progress, BuildRequest, Engine, LocalImage, RunOutput, RunRequest,
+    DEFAULT_DOCKER_HOST,
+};
 pub use error::DockerError;
 pub use registry::{
     RegistryClient, RegistryManifest, MEDIA_TYPE_DOCKER_MANIFEST, MEDIA_TYPE_DOCKER_MANIFEST_LIST,
