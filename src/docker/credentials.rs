@@ -356,9 +356,13 @@ impl DockerConfig {
             .spawn()
             .map_err(|error| helper_error(format!("cannot start it: {error}")))?;
         if let Some(mut stdin) = child.stdin.take() {
-            stdin
-                .write_all(server_address.as_bytes())
-                .map_err(|error| helper_error(format!("cannot write to it: {error}")))?;
+            match stdin.write_all(server_address.as_bytes()) {
+                // A helper may exit without reading (e.g. "not found"); its exit status and
+                // output below say what happened.
+                Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => {}
+                Err(error) => return Err(helper_error(format!("cannot write to it: {error}"))),
+                Ok(()) => {}
+            }
         }
         let output = child
             .wait_with_output()
