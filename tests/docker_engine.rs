@@ -741,3 +741,63 @@ async fn missing_images_are_named_in_errors() {
     assert!(error.to_string().contains(&missing), "{error}");
     assert!(engine.image_labels(&missing).await.unwrap().is_none());
 }
+
+/// Containers (running or not) whose command mentions `marker`.
+async fn containers_running_command_with(engine: &Engine, marker: &str) -> Vec<String> {
+    let options = bollard::query_parameters::ListContainersOptionsBuilder::default()
+        .all(true)
+        .build();
+    engine
+        .client()
+        .list_containers(Some(options))
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|container| {
+            container
+                .command
+                .as_deref()
+                .is_some_and(|command| command.contains(marker))
+        })
+        .filter_map(|container| container.id)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_a_build_stops_it_on_the_daemon() {
+    let engine = engine().await;
+    base_image(&engine).await;
+    let marker = unique_name("cancelled-build");
+    let dockerfile = format!("FROM imagegen-test/base:1\nRUN sleep 45 # {marker}\n");
+    let directory = context_dir(&[("Dockerfile", &dockerfile)]);
+    let tag = format!("imagegen-test/{marker}:1");
+    let request = BuildRequest::new(&tag, context_tar(directory.path(), &[]).unwrap());
+    let build_engine = engine.clone();
+    let build = tokio::spawn(async move { build_engine.build(request, |_| {}).await });
+
+    // The RUN step's container shows up while the build runs...
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while containers_running_command_with(&engine, &marker)
+        .await
+        .is_empty()
+    {
+        assert!(Instant::now() < deadline, "the RUN step never started");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // ...and goes away soon after the build future is dropped (as on Ctrl-C).
+    build.abort();
+    assert!(build.await.unwrap_err().is_cancelled());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let leftovers = containers_running_command_with(&engine, &marker).await;
+        if leftovers.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the daemon kept the cancelled build's container: {leftovers:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(engine.image(&tag).await.unwrap().is_none());
+}
