@@ -31,6 +31,9 @@ const MANIFEST_ACCEPT: &str = "application/vnd.oci.image.index.v1+json, \
      application/vnd.oci.image.manifest.v1+json, \
      application/vnd.docker.distribution.manifest.v2+json";
 
+/// Where Docker Hub (`docker.io`) answers the distribution API.
+const DOCKER_HUB_API_HOST: &str = "registry-1.docker.io";
+
 /// Manifests and configs are small; anything above this is not what we asked for.
 const MAX_BODY_BYTES: u64 = 64 << 20;
 
@@ -208,9 +211,14 @@ impl RegistryClient {
             ("https", host)
         };
         let bare_host = bare_host.trim_end_matches('/');
+        // Docker Hub's names are not its API endpoint.
+        let api_host = match bare_host {
+            "docker.io" | "index.docker.io" => DOCKER_HUB_API_HOST,
+            other => other,
+        };
         Self::build(
             bare_host,
-            format!("{scheme}://{bare_host}"),
+            format!("{scheme}://{api_host}"),
             credentials,
             RetryPolicy::default(),
             Duration::from_secs(60),
@@ -265,6 +273,16 @@ impl RegistryClient {
         &self.inner.host
     }
 
+    /// Docker Hub keeps official images under `library/`; other registries take names as is.
+    fn api_repository(&self, repository: &str) -> String {
+        let is_docker_hub = self.inner.base_url.ends_with(DOCKER_HUB_API_HOST);
+        if is_docker_hub && !repository.contains('/') {
+            format!("library/{repository}")
+        } else {
+            repository.to_string()
+        }
+    }
+
     async fn blocking<T: Send + 'static>(
         &self,
         work: impl FnOnce(&RegistryClient) -> Result<T, DockerError> + Send + 'static,
@@ -307,7 +325,7 @@ impl RegistryClient {
         repository: &str,
         reference: &str,
     ) -> Result<Option<String>, DockerError> {
-        let repository = repository.to_string();
+        let repository = self.api_repository(repository);
         let reference = reference.to_string();
         self.blocking(move |client| {
             let action = format!("checking manifest {repository}:{reference}");
@@ -341,7 +359,7 @@ impl RegistryClient {
         repository: &str,
         reference: &str,
     ) -> Result<Option<RegistryManifest>, DockerError> {
-        let repository = repository.to_string();
+        let repository = self.api_repository(repository);
         let reference = reference.to_string();
         self.blocking(move |client| client.fetch_manifest(&repository, &reference))
             .await
@@ -356,7 +374,7 @@ impl RegistryClient {
         media_type: &str,
         bytes: Vec<u8>,
     ) -> Result<String, DockerError> {
-        let repository = repository.to_string();
+        let repository = self.api_repository(repository);
         let reference = reference.to_string();
         let media_type = media_type.to_string();
         self.blocking(move |client| {
@@ -385,7 +403,7 @@ impl RegistryClient {
         repository: &str,
         reference: &str,
     ) -> Result<Option<BTreeMap<String, String>>, DockerError> {
-        let repository = repository.to_string();
+        let repository = self.api_repository(repository);
         let reference = reference.to_string();
         self.blocking(move |client| client.fetch_labels(&repository, &reference))
             .await
@@ -860,6 +878,15 @@ mod tests {
         assert_eq!(
             RegistryClient::new("ghcr.io", None).inner.base_url,
             "https://ghcr.io"
+        );
+        let hub = RegistryClient::new("docker.io", None);
+        assert_eq!(hub.inner.base_url, "https://registry-1.docker.io");
+        assert_eq!(hub.host(), "docker.io");
+        assert_eq!(hub.api_repository("ubuntu"), "library/ubuntu");
+        assert_eq!(hub.api_repository("nvidia/cuda"), "nvidia/cuda");
+        assert_eq!(
+            RegistryClient::new("127.0.0.1:5000", None).api_repository("app"),
+            "app"
         );
         assert_eq!(
             RegistryClient::new("http://registry.internal:5000", None)
