@@ -801,3 +801,26 @@ async fn dropping_a_build_stops_it_on_the_daemon() {
     }
     assert!(engine.image(&tag).await.unwrap().is_none());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn untrusted_registry_certificate_fails_at_once_with_a_hint() {
+    let registry = Registry::start_with_untrusted_tls();
+    let client = RegistryClient::new(&format!("https://{}", registry.host()), None)
+        .with_retry(fast_retry(5));
+    let started = Instant::now();
+    let error = client.manifest_digest("team/app", "1").await.unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "not retried: {error}"
+    );
+    assert!(
+        matches!(error, DockerError::RegistryTls { .. }),
+        "{error:?}"
+    );
+    let text = error.to_string();
+    assert!(text.contains(registry.host()), "{text}");
+    assert!(
+        text.contains("certificate") && text.contains("hint:"),
+        "{text}"
+    );
+}

@@ -102,6 +102,8 @@ struct TransportFailure {
     url: String,
     reason: String,
     transient: bool,
+    /// The TLS handshake failed (untrusted or invalid certificate).
+    tls: bool,
 }
 
 /// A parsed `WWW-Authenticate` header.
@@ -186,14 +188,34 @@ fn is_loopback_host(host: &str) -> bool {
 }
 
 fn transport_failure(url: &str, error: ureq::Error) -> TransportFailure {
-    let transient = matches!(
-        error,
-        ureq::Error::Io(_) | ureq::Error::Timeout(_) | ureq::Error::ConnectionFailed
-    );
+    use std::io::ErrorKind;
+    let reason = super::engine::error_chain(&error);
+    let lower = reason.to_ascii_lowercase();
+    let tls = matches!(error, ureq::Error::Tls(_) | ureq::Error::Rustls(_))
+        || lower.contains("certificate")
+        || lower.contains("tls");
+    // Only network trouble is worth another attempt; a certificate will not fix itself.
+    let transient = !tls
+        && match &error {
+            ureq::Error::Timeout(_) | ureq::Error::ConnectionFailed => true,
+            ureq::Error::Io(io_error) => matches!(
+                io_error.kind(),
+                ErrorKind::ConnectionRefused
+                    | ErrorKind::ConnectionReset
+                    | ErrorKind::ConnectionAborted
+                    | ErrorKind::NotConnected
+                    | ErrorKind::BrokenPipe
+                    | ErrorKind::TimedOut
+                    | ErrorKind::UnexpectedEof
+                    | ErrorKind::Interrupted
+            ),
+            _ => false,
+        };
     TransportFailure {
         url: url.to_string(),
-        reason: super::engine::error_chain(&error),
+        reason,
         transient,
+        tls,
     }
 }
 
@@ -232,7 +254,13 @@ impl RegistryClient {
         retry: RetryPolicy,
         timeout: Duration,
     ) -> Self {
+        // The platform's trust store, like dockerd: registries behind a private CA work when
+        // the CA is installed system-wide.
+        let tls = ureq::tls::TlsConfig::builder()
+            .root_certs(ureq::tls::RootCerts::PlatformVerifier)
+            .build();
         let config = ureq::Agent::config_builder()
+            .tls_config(tls)
             .http_status_as_error(false)
             .timeout_global(Some(timeout))
             .user_agent(concat!("imagegen/", env!("CARGO_PKG_VERSION")))
@@ -592,6 +620,11 @@ impl RegistryClient {
             if !retryable || attempt >= total_attempts {
                 return match outcome {
                     Ok(Ok(answer)) => Ok(answer),
+                    Ok(Err(failure)) if failure.tls => Err(DockerError::RegistryTls {
+                        host: self.inner.host.clone(),
+                        url: failure.url,
+                        reason: self.redact(&failure.reason),
+                    }),
                     Ok(Err(failure)) => Err(DockerError::RegistryUnreachable {
                         host: self.inner.host.clone(),
                         url: failure.url,
