@@ -824,3 +824,43 @@ async fn untrusted_registry_certificate_fails_at_once_with_a_hint() {
         "{text}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn entrypoint_can_be_replaced_or_removed_and_targets_select_a_stage() {
+    let engine = engine().await;
+    base_image(&engine).await;
+    let name = unique_name("entrypoint");
+    let tag = format!("imagegen-test/{name}:1");
+    let dockerfile = "FROM imagegen-test/base:1 AS first\n\
+         RUN echo first-stage > /stage\n\
+         ENTRYPOINT [\"echo\", \"banner\"]\n\
+         FROM first AS second\n\
+         RUN echo second-stage > /stage\n";
+    let directory = context_dir(&[("Dockerfile", dockerfile)]);
+    let mut request = BuildRequest::new(&tag, context_tar(directory.path(), &[]).unwrap());
+    request.target = Some("first".into());
+    engine.build(request, |_| {}).await.unwrap();
+
+    let run = |entrypoint: Option<Vec<String>>, cmd: &[&str]| RunRequest {
+        image: tag.clone(),
+        cmd: cmd.iter().map(|part| part.to_string()).collect(),
+        entrypoint,
+        ..Default::default()
+    };
+    let kept = engine.run(run(None, &["hello"])).await.unwrap();
+    assert_eq!(kept.stdout, "banner hello\n");
+    let removed = engine
+        .run(run(Some(vec![]), &["cat", "/stage"]))
+        .await
+        .unwrap();
+    assert_eq!(
+        removed.stdout, "first-stage\n",
+        "target stopped at the first stage"
+    );
+    let replaced = engine
+        .run(run(Some(vec!["echo".into(), "other".into()]), &["x"]))
+        .await
+        .unwrap();
+    assert_eq!(replaced.stdout, "other x\n");
+    engine.remove_image(&tag, true).await.unwrap();
+}

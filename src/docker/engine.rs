@@ -51,6 +51,8 @@ pub struct BuildRequest {
     pub no_cache: bool,
     /// Ask the daemon to pull a newer base image (off: base images are local or pinned).
     pub pull: bool,
+    /// Stage of a multi-stage Dockerfile to stop at; `None` builds the last stage.
+    pub target: Option<String>,
 }
 
 impl BuildRequest {
@@ -64,6 +66,7 @@ impl BuildRequest {
             build_args: BTreeMap::new(),
             no_cache: false,
             pull: false,
+            target: None,
         }
     }
 }
@@ -80,6 +83,7 @@ impl std::fmt::Debug for BuildRequest {
             .field("build_args", &self.build_args)
             .field("no_cache", &self.no_cache)
             .field("pull", &self.pull)
+            .field("target", &self.target)
             .finish()
     }
 }
@@ -131,6 +135,9 @@ pub struct RunRequest {
     pub image: String,
     /// Command and arguments; empty means the image's default command.
     pub cmd: Vec<String>,
+    /// Replaces the image's `ENTRYPOINT`; `Some(vec![])` removes it, so `cmd` runs directly
+    /// (NVIDIA's CUDA images print a banner from theirs, which would precede a JSON report).
+    pub entrypoint: Option<Vec<String>>,
     pub env: BTreeMap<String, String>,
     /// Request all GPUs (`--gpus all`: device request, driver nvidia, count -1).
     pub gpus: bool,
@@ -371,6 +378,9 @@ impl Engine {
             .forcerm(true);
         if request.pull {
             options = options.pull("true");
+        }
+        if let Some(target) = &request.target {
+            options = options.target(target);
         }
 
         let mut stream = self.docker.build_image(
@@ -740,6 +750,14 @@ impl Engine {
         let body = ContainerCreateBody {
             image: Some(request.image.clone()),
             cmd: (!request.cmd.is_empty()).then(|| request.cmd.clone()),
+            // The API clears the entrypoint on `[""]`; an empty list would mean "keep it".
+            entrypoint: request.entrypoint.as_ref().map(|entrypoint| {
+                if entrypoint.is_empty() {
+                    vec![String::new()]
+                } else {
+                    entrypoint.clone()
+                }
+            }),
             env: (!request.env.is_empty()).then(|| {
                 request
                     .env
