@@ -49,7 +49,7 @@ mod registry;
 mod retry;
 
 pub use context::{context_tar, ContextFile};
-pub use credentials::{registry_host_of, Credentials, DockerConfig};
+pub use credentials::{registry_host_of, repository_path_of, Credentials, DockerConfig};
 pub use engine::{
     build_step_progress, BuildRequest, Engine, LocalImage, RunOutput, RunRequest,
     DEFAULT_DOCKER_HOST,
