@@ -23,6 +23,7 @@
 //!     .run(RunRequest {
 //!         image: image_id.clone(),
 //!         cmd: vec!["gpu-selftest".into(), "--format".into(), "json".into()],
+//!         entrypoint: Some(vec![]), // no banner from nvidia/cuda's entrypoint before the JSON
 //!         gpus: engine.gpu_runtime_available().await?,
 //!         shm_size_bytes: Some(8 << 30),
 //!         ..Default::default()
@@ -30,13 +31,15 @@
 //!     .await?;
 //! assert_eq!(output.exit_code, 0);
 //!
-//! let host = registry_host_of("registry.example.com/ml/torch");
+//! let repository = "registry.example.com/ml/torch";
+//! let host = registry_host_of(repository);
 //! let credentials = DockerConfig::load_default()?.credentials_for(&host)?;
 //! let digest = engine
-//!     .push("registry.example.com/ml/torch", "2.7.0-cu128", credentials.as_ref(), |_| {})
+//!     .push(repository, "2.7.0-cu128", credentials.as_ref(), |_| {})
 //!     .await?;
 //! let registry = RegistryClient::new(&host, credentials);
-//! assert_eq!(registry.manifest_digest("ml/torch", "2.7.0-cu128").await?, Some(digest));
+//! let path = repository_path_of(repository); // "ml/torch"
+//! assert_eq!(registry.manifest_digest(path, "2.7.0-cu128").await?, Some(digest));
 //! # Ok(())
 //! # }
 //! ```
