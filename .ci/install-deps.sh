@@ -4,9 +4,10 @@
 #   docker-registry  - the real OCI distribution registry (/usr/bin/docker-registry) the tests push to
 #   busybox-static   - a static busybox used to build the tiny local base image (`docker import`)
 #   apache2-utils    - `htpasswd -B` for the registry's basic-auth (htpasswd) test variant
+#   openssl          - a self-signed certificate for the untrusted-TLS registry test
 set -euo pipefail
 
-packages=(docker-registry busybox-static apache2-utils)
+packages=(docker-registry busybox-static apache2-utils openssl)
 
 missing=()
 for package in "${packages[@]}"; do

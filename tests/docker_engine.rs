@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use imagegen::docker::{
-    context_tar, BuildRequest, ContextFile, Credentials, DockerConfig, DockerError, Engine,
-    RegistryClient, RetryPolicy, RunRequest, MEDIA_TYPE_DOCKER_MANIFEST,
+    build_step_progress, context_tar, BuildRequest, ContextFile, Credentials, DockerConfig,
+    DockerError, Engine, RegistryClient, RetryPolicy, RunRequest, MEDIA_TYPE_DOCKER_MANIFEST,
 };
 use sha2::{Digest, Sha256};
 use support::{base_image, context_dir, engine, unique_name, Registry};
@@ -91,6 +91,12 @@ async fn build_streams_output_applies_labels_and_is_found_by_label() {
         .expect("build succeeds");
 
     assert!(image_id.starts_with("sha256:"), "{image_id}");
+    let (last_step, total_steps) = lines
+        .iter()
+        .rev()
+        .find_map(|line| build_step_progress(line))
+        .expect("step lines");
+    assert_eq!(last_step, total_steps, "{lines:#?}");
     assert!(
         lines.iter().any(|line| line.starts_with("Step 1/")),
         "{lines:#?}"
@@ -734,4 +740,127 @@ async fn missing_images_are_named_in_errors() {
         .unwrap_err();
     assert!(error.to_string().contains(&missing), "{error}");
     assert!(engine.image_labels(&missing).await.unwrap().is_none());
+}
+
+/// Containers (running or not) whose command mentions `marker`.
+async fn containers_running_command_with(engine: &Engine, marker: &str) -> Vec<String> {
+    let options = bollard::query_parameters::ListContainersOptionsBuilder::default()
+        .all(true)
+        .build();
+    engine
+        .client()
+        .list_containers(Some(options))
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|container| {
+            container
+                .command
+                .as_deref()
+                .is_some_and(|command| command.contains(marker))
+        })
+        .filter_map(|container| container.id)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_a_build_stops_it_on_the_daemon() {
+    let engine = engine().await;
+    base_image(&engine).await;
+    let marker = unique_name("cancelled-build");
+    let dockerfile = format!("FROM imagegen-test/base:1\nRUN sleep 45 # {marker}\n");
+    let directory = context_dir(&[("Dockerfile", &dockerfile)]);
+    let tag = format!("imagegen-test/{marker}:1");
+    let request = BuildRequest::new(&tag, context_tar(directory.path(), &[]).unwrap());
+    let build_engine = engine.clone();
+    let build = tokio::spawn(async move { build_engine.build(request, |_| {}).await });
+
+    // The RUN step's container shows up while the build runs...
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while containers_running_command_with(&engine, &marker)
+        .await
+        .is_empty()
+    {
+        assert!(Instant::now() < deadline, "the RUN step never started");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // ...and goes away soon after the build future is dropped (as on Ctrl-C).
+    build.abort();
+    assert!(build.await.unwrap_err().is_cancelled());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let leftovers = containers_running_command_with(&engine, &marker).await;
+        if leftovers.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the daemon kept the cancelled build's container: {leftovers:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(engine.image(&tag).await.unwrap().is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn untrusted_registry_certificate_fails_at_once_with_a_hint() {
+    let registry = Registry::start_with_untrusted_tls();
+    let client = RegistryClient::new(&format!("https://{}", registry.host()), None)
+        .with_retry(fast_retry(5));
+    let started = Instant::now();
+    let error = client.manifest_digest("team/app", "1").await.unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "not retried: {error}"
+    );
+    assert!(
+        matches!(error, DockerError::RegistryTls { .. }),
+        "{error:?}"
+    );
+    let text = error.to_string();
+    assert!(text.contains(registry.host()), "{text}");
+    assert!(
+        text.contains("certificate") && text.contains("hint:"),
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn entrypoint_can_be_replaced_or_removed_and_targets_select_a_stage() {
+    let engine = engine().await;
+    base_image(&engine).await;
+    let name = unique_name("entrypoint");
+    let tag = format!("imagegen-test/{name}:1");
+    let dockerfile = "FROM imagegen-test/base:1 AS first\n\
+         RUN echo first-stage > /stage\n\
+         ENTRYPOINT [\"echo\", \"banner\"]\n\
+         FROM first AS second\n\
+         RUN echo second-stage > /stage\n";
+    let directory = context_dir(&[("Dockerfile", dockerfile)]);
+    let mut request = BuildRequest::new(&tag, context_tar(directory.path(), &[]).unwrap());
+    request.target = Some("first".into());
+    engine.build(request, |_| {}).await.unwrap();
+
+    let run = |entrypoint: Option<Vec<String>>, cmd: &[&str]| RunRequest {
+        image: tag.clone(),
+        cmd: cmd.iter().map(|part| part.to_string()).collect(),
+        entrypoint,
+        ..Default::default()
+    };
+    let kept = engine.run(run(None, &["hello"])).await.unwrap();
+    assert_eq!(kept.stdout, "banner hello\n");
+    let removed = engine
+        .run(run(Some(vec![]), &["cat", "/stage"]))
+        .await
+        .unwrap();
+    assert_eq!(
+        removed.stdout, "first-stage\n",
+        "target stopped at the first stage"
+    );
+    let replaced = engine
+        .run(run(Some(vec!["echo".into(), "other".into()]), &["x"]))
+        .await
+        .unwrap();
+    assert_eq!(replaced.stdout, "other x\n");
+    engine.remove_image(&tag, true).await.unwrap();
 }

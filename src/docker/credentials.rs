@@ -131,6 +131,20 @@ pub fn registry_host_of(repository: &str) -> String {
     }
 }
 
+/// The repository's name inside its registry, as the distribution API wants it:
+/// `127.0.0.1:5000/team/app` → `team/app`, `ghcr.io/org/app` → `org/app`, `ubuntu` → `ubuntu`.
+/// Pairs with [`registry_host_of`].
+pub fn repository_path_of(repository: &str) -> &str {
+    match repository.split_once('/') {
+        Some((first, rest))
+            if first.contains('.') || first.contains(':') || first == "localhost" =>
+        {
+            rest
+        }
+        _ => repository,
+    }
+}
+
 fn normalize_registry_key(key: &str) -> String {
     let without_scheme = key
         .strip_prefix("https://")
@@ -356,9 +370,13 @@ impl DockerConfig {
             .spawn()
             .map_err(|error| helper_error(format!("cannot start it: {error}")))?;
         if let Some(mut stdin) = child.stdin.take() {
-            stdin
-                .write_all(server_address.as_bytes())
-                .map_err(|error| helper_error(format!("cannot write to it: {error}")))?;
+            match stdin.write_all(server_address.as_bytes()) {
+                // A helper may exit without reading (e.g. "not found"); its exit status and
+                // output below say what happened.
+                Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => {}
+                Err(error) => return Err(helper_error(format!("cannot write to it: {error}"))),
+                Ok(()) => {}
+            }
         }
         let output = child
             .wait_with_output()
@@ -454,6 +472,20 @@ mod tests {
                 token: "tok-123".into()
             })
         );
+    }
+
+    #[test]
+    fn repository_references_split_into_host_and_path() {
+        for (repository, host, path) in [
+            ("127.0.0.1:5000/team/app", "127.0.0.1:5000", "team/app"),
+            ("ghcr.io/org/app", "ghcr.io", "org/app"),
+            ("localhost/app", "localhost", "app"),
+            ("team/app", "docker.io", "team/app"),
+            ("ubuntu", "docker.io", "ubuntu"),
+        ] {
+            assert_eq!(registry_host_of(repository), host, "{repository}");
+            assert_eq!(repository_path_of(repository), path, "{repository}");
+        }
     }
 
     #[test]

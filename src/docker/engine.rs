@@ -51,6 +51,8 @@ pub struct BuildRequest {
     pub no_cache: bool,
     /// Ask the daemon to pull a newer base image (off: base images are local or pinned).
     pub pull: bool,
+    /// Stage of a multi-stage Dockerfile to stop at; `None` builds the last stage.
+    pub target: Option<String>,
 }
 
 impl BuildRequest {
@@ -64,6 +66,7 @@ impl BuildRequest {
             build_args: BTreeMap::new(),
             no_cache: false,
             pull: false,
+            target: None,
         }
     }
 }
@@ -80,6 +83,7 @@ impl std::fmt::Debug for BuildRequest {
             .field("build_args", &self.build_args)
             .field("no_cache", &self.no_cache)
             .field("pull", &self.pull)
+            .field("target", &self.target)
             .finish()
     }
 }
@@ -131,6 +135,9 @@ pub struct RunRequest {
     pub image: String,
     /// Command and arguments; empty means the image's default command.
     pub cmd: Vec<String>,
+    /// Replaces the image's `ENTRYPOINT`; `Some(vec![])` removes it, so `cmd` runs directly
+    /// (NVIDIA's CUDA images print a banner from theirs, which would precede a JSON report).
+    pub entrypoint: Option<Vec<String>>,
     pub env: BTreeMap<String, String>,
     /// Request all GPUs (`--gpus all`: device request, driver nvidia, count -1).
     pub gpus: bool,
@@ -218,6 +225,15 @@ impl LineSplitter {
             emit(line.trim_end_matches('\r'));
         }
     }
+}
+
+/// The classic builder's progress marker: `Step 3/8 : RUN ...` → `Some((3, 8))`. Lets a caller
+/// drive a progress bar from the lines [`Engine::build`] streams.
+pub fn build_step_progress(line: &str) -> Option<(u32, u32)> {
+    let rest = line.strip_prefix("Step ")?;
+    let (counts, _) = rest.split_once(" : ")?;
+    let (current, total) = counts.split_once('/')?;
+    Some((current.parse().ok()?, total.parse().ok()?))
 }
 
 /// Removes ANSI escape sequences (the classic builder colours a step's stderr red).
@@ -362,6 +378,9 @@ impl Engine {
             .forcerm(true);
         if request.pull {
             options = options.pull("true");
+        }
+        if let Some(target) = &request.target {
+            options = options.target(target);
         }
 
         let mut stream = self.docker.build_image(
@@ -731,6 +750,14 @@ impl Engine {
         let body = ContainerCreateBody {
             image: Some(request.image.clone()),
             cmd: (!request.cmd.is_empty()).then(|| request.cmd.clone()),
+            // The API clears the entrypoint on `[""]`; an empty list would mean "keep it".
+            entrypoint: request.entrypoint.as_ref().map(|entrypoint| {
+                if entrypoint.is_empty() {
+                    vec![String::new()]
+                } else {
+                    entrypoint.clone()
+                }
+            }),
             env: (!request.env.is_empty()).then(|| {
                 request
                     .env
@@ -881,6 +908,13 @@ mod tests {
         );
         assert_eq!(digest_in_status("Pushed"), None);
         assert_eq!(digest_in_status("t1: digest: sha256:short size: 1"), None);
+    }
+
+    #[test]
+    fn step_progress_is_parsed() {
+        assert_eq!(build_step_progress("Step 3/8 : RUN echo hi"), Some((3, 8)));
+        assert_eq!(build_step_progress(" ---> Running in abc"), None);
+        assert_eq!(build_step_progress("Step x/8 : RUN"), None);
     }
 
     #[test]

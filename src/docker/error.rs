@@ -99,6 +99,19 @@ pub enum DockerError {
         reason: String,
     },
 
+    /// The registry's TLS certificate was rejected; not retried.
+    #[error(
+        "cannot connect securely to registry {host} ({url}): {reason}\n\
+         hint: install the registry's CA certificate in the system trust store \
+         (e.g. /usr/local/share/ca-certificates, then update-ca-certificates), \
+         or write the host as http://{host} if it only serves plain HTTP"
+    )]
+    RegistryTls {
+        host: String,
+        url: String,
+        reason: String,
+    },
+
     /// The registry refused the credentials, or asked for some when none were given.
     #[error(
         "registry {host} refused {action} ({status}): {detail}\n\

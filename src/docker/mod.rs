@@ -7,6 +7,42 @@
 //! of credentials. It must not decide policy: it knows nothing about matrices, specs, fingerprints
 //! or which images to build; callers pass plain tags, labels and byte buffers, and get plain values
 //! back.
+//!
+//! A build, test and push, as the executor strings them together:
+//!
+//! ```no_run
+//! use imagegen::docker::*;
+//! # async fn example() -> Result<(), DockerError> {
+//! let engine = Engine::connect().await?; // DOCKER_HOST or the default socket
+//! let context = context_tar(std::path::Path::new("images/torch-2.7.0-cu128"), &[])?;
+//! let mut request = BuildRequest::new("registry.example.com/ml/torch:2.7.0-cu128", context);
+//! request.labels.insert("imagegen.fingerprint".into(), "sha256:...".into());
+//! let image_id = engine.build(request, |line| println!("{line}")).await?;
+//!
+//! let output = engine
+//!     .run(RunRequest {
+//!         image: image_id.clone(),
+//!         cmd: vec!["gpu-selftest".into(), "--format".into(), "json".into()],
+//!         entrypoint: Some(vec![]), // no banner from nvidia/cuda's entrypoint before the JSON
+//!         gpus: engine.gpu_runtime_available().await?,
+//!         shm_size_bytes: Some(8 << 30),
+//!         ..Default::default()
+//!     })
+//!     .await?;
+//! assert_eq!(output.exit_code, 0);
+//!
+//! let repository = "registry.example.com/ml/torch";
+//! let host = registry_host_of(repository);
+//! let credentials = DockerConfig::load_default()?.credentials_for(&host)?;
+//! let digest = engine
+//!     .push(repository, "2.7.0-cu128", credentials.as_ref(), |_| {})
+//!     .await?;
+//! let registry = RegistryClient::new(&host, credentials);
+//! let path = repository_path_of(repository); // "ml/torch"
+//! assert_eq!(registry.manifest_digest(path, "2.7.0-cu128").await?, Some(digest));
+//! # Ok(())
+//! # }
+//! ```
 
 mod context;
 mod credentials;
@@ -16,8 +52,11 @@ mod registry;
 mod retry;
 
 pub use context::{context_tar, ContextFile};
-pub use credentials::{registry_host_of, Credentials, DockerConfig};
-pub use engine::{BuildRequest, Engine, LocalImage, RunOutput, RunRequest, DEFAULT_DOCKER_HOST};
+pub use credentials::{registry_host_of, repository_path_of, Credentials, DockerConfig};
+pub use engine::{
+    build_step_progress, BuildRequest, Engine, LocalImage, RunOutput, RunRequest,
+    DEFAULT_DOCKER_HOST,
+};
 pub use error::DockerError;
 pub use registry::{
     RegistryClient, RegistryManifest, MEDIA_TYPE_DOCKER_MANIFEST, MEDIA_TYPE_DOCKER_MANIFEST_LIST,

@@ -31,6 +31,9 @@ const MANIFEST_ACCEPT: &str = "application/vnd.oci.image.index.v1+json, \
      application/vnd.oci.image.manifest.v1+json, \
      application/vnd.docker.distribution.manifest.v2+json";
 
+/// Where Docker Hub (`docker.io`) answers the distribution API.
+const DOCKER_HUB_API_HOST: &str = "registry-1.docker.io";
+
 /// Manifests and configs are small; anything above this is not what we asked for.
 const MAX_BODY_BYTES: u64 = 64 << 20;
 
@@ -99,6 +102,8 @@ struct TransportFailure {
     url: String,
     reason: String,
     transient: bool,
+    /// The TLS handshake failed (untrusted or invalid certificate).
+    tls: bool,
 }
 
 /// A parsed `WWW-Authenticate` header.
@@ -183,14 +188,34 @@ fn is_loopback_host(host: &str) -> bool {
 }
 
 fn transport_failure(url: &str, error: ureq::Error) -> TransportFailure {
-    let transient = matches!(
-        error,
-        ureq::Error::Io(_) | ureq::Error::Timeout(_) | ureq::Error::ConnectionFailed
-    );
+    use std::io::ErrorKind;
+    let reason = super::engine::error_chain(&error);
+    let lower = reason.to_ascii_lowercase();
+    let tls = matches!(error, ureq::Error::Tls(_) | ureq::Error::Rustls(_))
+        || lower.contains("certificate")
+        || lower.contains("tls");
+    // Only network trouble is worth another attempt; a certificate will not fix itself.
+    let transient = !tls
+        && match &error {
+            ureq::Error::Timeout(_) | ureq::Error::ConnectionFailed => true,
+            ureq::Error::Io(io_error) => matches!(
+                io_error.kind(),
+                ErrorKind::ConnectionRefused
+                    | ErrorKind::ConnectionReset
+                    | ErrorKind::ConnectionAborted
+                    | ErrorKind::NotConnected
+                    | ErrorKind::BrokenPipe
+                    | ErrorKind::TimedOut
+                    | ErrorKind::UnexpectedEof
+                    | ErrorKind::Interrupted
+            ),
+            _ => false,
+        };
     TransportFailure {
         url: url.to_string(),
-        reason: super::engine::error_chain(&error),
+        reason,
         transient,
+        tls,
     }
 }
 
@@ -208,9 +233,14 @@ impl RegistryClient {
             ("https", host)
         };
         let bare_host = bare_host.trim_end_matches('/');
+        // Docker Hub's names are not its API endpoint.
+        let api_host = match bare_host {
+            "docker.io" | "index.docker.io" => DOCKER_HUB_API_HOST,
+            other => other,
+        };
         Self::build(
             bare_host,
-            format!("{scheme}://{bare_host}"),
+            format!("{scheme}://{api_host}"),
             credentials,
             RetryPolicy::default(),
             Duration::from_secs(60),
@@ -224,7 +254,13 @@ impl RegistryClient {
         retry: RetryPolicy,
         timeout: Duration,
     ) -> Self {
+        // The platform's trust store, like dockerd: registries behind a private CA work when
+        // the CA is installed system-wide.
+        let tls = ureq::tls::TlsConfig::builder()
+            .root_certs(ureq::tls::RootCerts::PlatformVerifier)
+            .build();
         let config = ureq::Agent::config_builder()
+            .tls_config(tls)
             .http_status_as_error(false)
             .timeout_global(Some(timeout))
             .user_agent(concat!("imagegen/", env!("CARGO_PKG_VERSION")))
@@ -263,6 +299,16 @@ impl RegistryClient {
     /// The host this client talks to.
     pub fn host(&self) -> &str {
         &self.inner.host
+    }
+
+    /// Docker Hub keeps official images under `library/`; other registries take names as is.
+    fn api_repository(&self, repository: &str) -> String {
+        let is_docker_hub = self.inner.base_url.ends_with(DOCKER_HUB_API_HOST);
+        if is_docker_hub && !repository.contains('/') {
+            format!("library/{repository}")
+        } else {
+            repository.to_string()
+        }
     }
 
     async fn blocking<T: Send + 'static>(
@@ -307,7 +353,7 @@ impl RegistryClient {
         repository: &str,
         reference: &str,
     ) -> Result<Option<String>, DockerError> {
-        let repository = repository.to_string();
+        let repository = self.api_repository(repository);
         let reference = reference.to_string();
         self.blocking(move |client| {
             let action = format!("checking manifest {repository}:{reference}");
@@ -341,7 +387,7 @@ impl RegistryClient {
         repository: &str,
         reference: &str,
     ) -> Result<Option<RegistryManifest>, DockerError> {
-        let repository = repository.to_string();
+        let repository = self.api_repository(repository);
         let reference = reference.to_string();
         self.blocking(move |client| client.fetch_manifest(&repository, &reference))
             .await
@@ -356,7 +402,7 @@ impl RegistryClient {
         media_type: &str,
         bytes: Vec<u8>,
     ) -> Result<String, DockerError> {
-        let repository = repository.to_string();
+        let repository = self.api_repository(repository);
         let reference = reference.to_string();
         let media_type = media_type.to_string();
         self.blocking(move |client| {
@@ -385,7 +431,7 @@ impl RegistryClient {
         repository: &str,
         reference: &str,
     ) -> Result<Option<BTreeMap<String, String>>, DockerError> {
-        let repository = repository.to_string();
+        let repository = self.api_repository(repository);
         let reference = reference.to_string();
         self.blocking(move |client| client.fetch_labels(&repository, &reference))
             .await
@@ -574,6 +620,11 @@ impl RegistryClient {
             if !retryable || attempt >= total_attempts {
                 return match outcome {
                     Ok(Ok(answer)) => Ok(answer),
+                    Ok(Err(failure)) if failure.tls => Err(DockerError::RegistryTls {
+                        host: self.inner.host.clone(),
+                        url: failure.url,
+                        reason: self.redact(&failure.reason),
+                    }),
                     Ok(Err(failure)) => Err(DockerError::RegistryUnreachable {
                         host: self.inner.host.clone(),
                         url: failure.url,
@@ -860,6 +911,15 @@ mod tests {
         assert_eq!(
             RegistryClient::new("ghcr.io", None).inner.base_url,
             "https://ghcr.io"
+        );
+        let hub = RegistryClient::new("docker.io", None);
+        assert_eq!(hub.inner.base_url, "https://registry-1.docker.io");
+        assert_eq!(hub.host(), "docker.io");
+        assert_eq!(hub.api_repository("ubuntu"), "library/ubuntu");
+        assert_eq!(hub.api_repository("nvidia/cuda"), "nvidia/cuda");
+        assert_eq!(
+            RegistryClient::new("127.0.0.1:5000", None).api_repository("app"),
+            "app"
         );
         assert_eq!(
             RegistryClient::new("http://registry.internal:5000", None)

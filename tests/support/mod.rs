@@ -4,11 +4,11 @@
 //! - [`base_image`]: a tiny local busybox image, `imagegen-test/base:1`, loaded from a
 //!   deterministic `docker save` archive, so every run and every parallel test gets the same id;
 //! - [`Registry`]: `/usr/bin/docker-registry` on 127.0.0.1 with storage in a temporary directory,
-//!   optionally behind htpasswd basic auth, killed on drop;
+//!   optionally behind htpasswd basic auth or untrusted TLS, killed on drop;
 //! - [`unique_name`]: collision-free repository/tag names for parallel tests.
 //!
 //! System packages come from `.ci/install-deps.sh` (docker-registry, busybox-static,
-//! apache2-utils). Not every test binary uses every helper.
+//! apache2-utils, openssl). Not every test binary uses every helper.
 #![allow(dead_code)]
 
 use std::net::TcpListener;
@@ -163,12 +163,17 @@ pub struct Registry {
 impl Registry {
     /// An anonymous registry with deletes enabled.
     pub fn start() -> Registry {
-        Self::launch(None)
+        Self::launch(None, false)
     }
 
     /// A registry that requires basic auth for `user`/`password` (bcrypt htpasswd).
     pub fn start_with_htpasswd(user: &str, password: &str) -> Registry {
-        Self::launch(Some((user, password)))
+        Self::launch(Some((user, password)), false)
+    }
+
+    /// A registry serving HTTPS with a fresh self-signed certificate nobody trusts.
+    pub fn start_with_untrusted_tls() -> Registry {
+        Self::launch(None, true)
     }
 
     /// `127.0.0.1:PORT`, usable as a registry host in image references.
@@ -189,7 +194,7 @@ impl Registry {
         }
     }
 
-    fn launch(htpasswd: Option<(&str, &str)>) -> Registry {
+    fn launch(htpasswd: Option<(&str, &str)>, tls: bool) -> Registry {
         assert!(
             Path::new(REGISTRY_BINARY).exists(),
             "{REGISTRY_BINARY} is missing; run .ci/install-deps.sh (docker-registry)"
@@ -212,6 +217,37 @@ impl Registry {
             None => String::new(),
         };
 
+        let tls_section = if tls {
+            let certificate = directory.path().join("cert.pem");
+            let key = directory.path().join("key.pem");
+            let status = Command::new("openssl")
+                .args([
+                    "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                ])
+                .args([
+                    "-subj",
+                    "/CN=127.0.0.1",
+                    "-addext",
+                    "subjectAltName=IP:127.0.0.1",
+                ])
+                .arg("-keyout")
+                .arg(&key)
+                .arg("-out")
+                .arg(&certificate)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .expect("openssl (run .ci/install-deps.sh)");
+            assert!(status.success(), "openssl could not make a certificate");
+            format!(
+                "  tls:\n    certificate: {}\n    key: {}\n",
+                certificate.display(),
+                key.display()
+            )
+        } else {
+            String::new()
+        };
+
         let mut last_log = String::new();
         for _ in 0..5 {
             let port = free_port();
@@ -223,7 +259,7 @@ impl Registry {
                     "version: 0.1\n\
                      log:\n  level: info\n  accesslog:\n    disabled: true\n\
                      storage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\n\
-                     http:\n  addr: {host}\n  secret: imagegen-test-not-a-secret\n{auth_section}",
+                     http:\n  addr: {host}\n  secret: imagegen-test-not-a-secret\n{tls_section}{auth_section}",
                     directory.path().join("storage").display()
                 ),
             )
@@ -243,7 +279,7 @@ impl Registry {
                 host,
                 directory,
             };
-            if registry.wait_until_ready(Duration::from_secs(15)) {
+            if registry.wait_until_ready(Duration::from_secs(15), tls) {
                 return registry;
             }
             last_log = registry.log();
@@ -257,8 +293,9 @@ impl Registry {
         panic!("docker-registry did not come up on 127.0.0.1; last log:\n{last_log}");
     }
 
-    /// Polls `GET /v2/` until it answers 200 or 401; false if the process died or time ran out.
-    fn wait_until_ready(&mut self, limit: Duration) -> bool {
+    /// Polls `GET /v2/` until it answers 200 or 401 (for TLS, until the port accepts
+    /// connections); false if the process died or time ran out.
+    fn wait_until_ready(&mut self, limit: Duration, tls: bool) -> bool {
         let deadline = Instant::now() + limit;
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
@@ -271,7 +308,11 @@ impl Registry {
                     return false;
                 }
             }
-            if let Ok(response) = agent.get(format!("http://{}/v2/", self.host)).call() {
+            if tls {
+                if std::net::TcpStream::connect(&self.host).is_ok() {
+                    return true;
+                }
+            } else if let Ok(response) = agent.get(format!("http://{}/v2/", self.host)).call() {
                 let status = response.status().as_u16();
                 if status == 200 || status == 401 {
                     return true;
