@@ -12,7 +12,7 @@ use anyhow::{anyhow, Context, Result};
 use tokio::sync::{Mutex, OnceCell};
 
 use crate::build::{Builder, Existing, TestOutcome};
-use crate::docker::{context_tar, registry_host_of, BuildRequest, ContextFile, Credentials, DockerConfig, Engine, RegistryClient, RetryPolicy, RunRequest};
+use crate::docker::{context_tar, registry_host_of, repository_path_of, BuildRequest, ContextFile, Credentials, DockerConfig, Engine, RegistryClient, RetryPolicy, RunRequest};
 use crate::fingerprint::sha256_hex;
 use crate::plan::PlannedImage;
 use crate::progress::Progress;
@@ -126,14 +126,6 @@ impl EngineBuilder {
     }
 }
 
-/// `host/path` → `path`, the repository name the registry API uses.
-fn repository_path(repository: &str) -> &str {
-    match repository.split_once('/') {
-        Some((first, rest)) if first.contains('.') || first.contains(':') || first == "localhost" => rest,
-        _ => repository,
-    }
-}
-
 impl Builder for EngineBuilder {
     async fn find_existing(&self, image: &PlannedImage) -> Result<Option<Existing>> {
         if let Some(local) = self.engine.find_image_with_label(BUILD_KEY_LABEL, &image.build_key).await? {
@@ -142,7 +134,7 @@ impl Builder for EngineBuilder {
         if let (true, Some(recorded)) = (self.settings.check_registry, &image.recorded_digest) {
             let credentials = self.credentials_for(&image.spec.repository).await?;
             let client = RegistryClient::new(&registry_host_of(&image.spec.repository), credentials).with_retry(self.settings.registry_retry);
-            let path = repository_path(&image.spec.repository);
+            let path = repository_path_of(&image.spec.repository);
             if let Some(labels) = client.image_labels(path, &image.spec.tag).await? {
                 if labels.get(BUILD_KEY_LABEL) == Some(&image.build_key) {
                     if let Some(digest) = client.manifest_digest(path, &image.spec.tag).await? {
@@ -185,6 +177,8 @@ impl Builder for EngineBuilder {
         let request = RunRequest {
             image: image.reference.clone(),
             cmd: vec!["gpu-selftest".into(), "--format".into(), "json".into()],
+            // nvidia/cuda's entrypoint prints a banner on stdout; the report must be all of stdout.
+            entrypoint: Some(vec![]),
             gpus,
             shm_size_bytes: Some(self.settings.selftest_shm_bytes),
             timeout: Some(SELFTEST_TIMEOUT),
@@ -279,10 +273,4 @@ mod tests {
         assert_eq!(interpret_selftest(0, "not json", "", true).status(), "error");
     }
 
-    #[test]
-    fn repository_paths() {
-        assert_eq!(repository_path("127.0.0.1:5000/team/p"), "team/p");
-        assert_eq!(repository_path("ghcr.io/org/p"), "org/p");
-        assert_eq!(repository_path("team/p"), "team/p");
-    }
 }
