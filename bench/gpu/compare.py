@@ -64,14 +64,22 @@ def torch_bandwidth(torch, gpu, sizes, warm_up, repetitions):
     return results
 
 
+def random_nonzero(torch, size, device):
+    """The distribution gpu-selftest draws: magnitude in [0.125, 1), random sign (power draw,
+    and so clocks, depend on the data: zeros or all-positive inputs run faster)."""
+    magnitude = torch.rand(size, size, device=device) * 0.875 + 0.125
+    sign = torch.randint(0, 2, (size, size), device=device, dtype=torch.float32) * 2 - 1
+    return magnitude * sign
+
+
 def torch_matmul(torch, gpu, size, precisions, warm_up, repetitions):
     results = []
     device = torch.device("cuda", gpu)
     for precision in precisions:
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32, "fp32": torch.float32}[precision]
         torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
-        a = (torch.rand(size, size, device=device) * 0.875 + 0.125).to(dtype)
-        b = (torch.rand(size, size, device=device) * 0.875 + 0.125).to(dtype)
+        a = random_nonzero(torch, size, device).to(dtype)
+        b = random_nonzero(torch, size, device).to(dtype)
         stream = torch.cuda.Stream(device=device)
         with torch.cuda.stream(stream):
             for _ in range(warm_up):
@@ -159,14 +167,21 @@ def main():
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
     import torch
 
-    # 1. The default run, timed as a user would run it (framework check included).
-    default_process, default_seconds = run_selftest(arguments.binary, ["--format", "json"])
-    with open(os.path.join(arguments.out, "selftest-default.json"), "w") as handle:
-        handle.write(default_process.stdout)
-    print(f"default run: exit {default_process.returncode}, {default_seconds:.1f} s wall (target < 20 s)")
-    if default_process.returncode not in (0, 1):
-        print(default_process.stdout[-3000:], default_process.stderr[-3000:])
-        sys.exit(1)
+    # 1. The default run, timed as a user would run it (framework check included), twice: the
+    #    first with a cold torch.compile cache (a fresh container), the second warm.
+    default_seconds = []
+    for attempt in range(2):
+        default_process, seconds = run_selftest(arguments.binary, ["--format", "json"])
+        default_seconds.append(seconds)
+        with open(os.path.join(arguments.out, f"selftest-default-{attempt}.json"), "w") as handle:
+            handle.write(default_process.stdout)
+        print(f"default run {attempt}: exit {default_process.returncode}, {seconds:.1f} s wall (target < 20 s)")
+        if default_process.returncode not in (0, 1):
+            print(default_process.stdout[-3000:], default_process.stderr[-3000:])
+            sys.exit(1)
+        default_report = json.loads(default_process.stdout)
+        print(f"  setup {default_report.get('setup_seconds', 0):.1f} s; " + ", ".join(
+            f"{check['name']} {check.get('duration_seconds', 0):.1f} s" for check in default_report["checks"]))
     # 2. The measured run, with the framework probe off so nothing else uses GPU 0.
     process, seconds = run_selftest(arguments.binary, ["--format", "json", "--no-framework", "--plot",
                                                       os.path.join(arguments.out, "bandwidth.svg")])
@@ -178,18 +193,35 @@ def main():
         print(f"  [{check['status']}] {check['name']}: {check['summary']}")
 
     bandwidth = check_named(report, "bandwidth")["points"]
-    matmul = check_named(report, "matmul")["results"]
-    nccl = check_named(report, "nccl").get("points", [])
     gpus = sorted({point["gpu"] for point in bandwidth})
     sizes = sorted({point["size_bytes"] for point in bandwidth})
     reference = {"bandwidth": [], "matmul": [], "nccl": []}
     for gpu in gpus:
         reference["bandwidth"] += torch_bandwidth(torch, gpu, sizes, 1, 5)
-    matmul_size = matmul[0]["size"]
-    precisions = list(dict.fromkeys(entry["precision"] for entry in matmul))
-    for gpu in gpus:
-        reference["matmul"] += torch_matmul(torch, gpu, matmul_size, precisions, 3, 20)
-    if nccl:
+
+    # 3. Matmul, interleaved: gpu-selftest then PyTorch, three rounds; the median round counts
+    #    (the spread between runs and GPUs is several percent, see gpu-anchors.md).
+    matmul_rounds = {"selftest": {}, "torch": {}}
+    matmul_size = None
+    for _ in range(3):
+        round_process, _ = run_selftest(arguments.binary, ["--format", "json", "--checks", "matmul"])
+        results = check_named(json.loads(round_process.stdout), "matmul")["results"]
+        matmul_size = results[0]["size"]
+        precisions = list(dict.fromkeys(entry["precision"] for entry in results))
+        for entry in results:
+            matmul_rounds["selftest"].setdefault((entry["gpu"], entry["precision"]), []).append(entry["tflops"])
+        for gpu in gpus:
+            for entry in torch_matmul(torch, gpu, matmul_size, precisions, 3, 20):
+                matmul_rounds["torch"].setdefault((gpu, entry["precision"]), []).append(entry["tflops"])
+    reference["matmul_rounds"] = {f"{side} GPU{key[0]} {key[1]}": values
+                                  for side, table in matmul_rounds.items() for key, values in table.items()}
+
+    # 4. NCCL over a wider sweep, both sides the same sizes.
+    nccl = []
+    if len(gpus) >= 2:
+        nccl_process, _ = run_selftest(arguments.binary, ["--format", "json", "--checks", "nccl",
+                                                          "--nccl-sizes", "8M,64M,512M,1G,2G"])
+        nccl = check_named(json.loads(nccl_process.stdout), "nccl")["points"]
         torch.cuda.empty_cache()
         reference["nccl"] = torch_nccl([point["size_bytes"] for point in nccl], nccl[0]["ranks"], 5, 20)
 
@@ -207,10 +239,10 @@ def main():
         label = f"GPU{point['gpu']} {point['direction']} {point['memory']} {point['size_bytes'] >> 20} MiB"
         targeted = point["memory"] == "pinned" and point["size_bytes"] >= 256 << 20
         ratio_row("copy GB/s", label, point["bytes_per_second"] / 1e9, match["bytes_per_second"] / 1e9, targeted)
-    for entry in matmul:
-        match = next(r for r in reference["matmul"] if r["gpu"] == entry["gpu"] and r["precision"] == entry["precision"])
-        ratio_row("matmul TFLOP/s", f"GPU{entry['gpu']} {entry['precision']} {matmul_size}^3", entry["tflops"], match["tflops"],
-                  entry["precision"] in ("bf16", "fp16"))
+    for (gpu, precision), values in sorted(matmul_rounds["selftest"].items()):
+        theirs = statistics.median(matmul_rounds["torch"][(gpu, precision)])
+        ratio_row("matmul TFLOP/s", f"GPU{gpu} {precision} {matmul_size}^3 (3 rounds)", statistics.median(values),
+                  theirs, precision in ("bf16", "fp16"))
     for point in nccl:
         match = next(r for r in reference["nccl"] if r["size_bytes"] == point["size_bytes"])
         ratio_row("all-reduce busbw GB/s", f"{point['size_bytes'] >> 20} MiB", point["bus_bytes_per_second"] / 1e9,
@@ -226,7 +258,8 @@ def main():
         mark = ("ok" if ratio >= TARGET else "MISSED") if targeted else ""
         print(f"{kind:<22} {label:<32} {mine:>9.1f} {theirs:>9.1f} {ratio:>6.3f}  {mark}")
     print()
-    print(f"default run {default_seconds:.1f} s ({'ok' if default_seconds < 20 else 'MISSED'} < 20 s); "
+    print(f"default run {default_seconds[0]:.1f} s cold, {default_seconds[1]:.1f} s warm "
+          f"({'ok' if max(default_seconds) < 20 else 'MISSED'} < 20 s); "
           f"targeted ratios met: {sum(verdicts)}/{len(verdicts)}")
 
 

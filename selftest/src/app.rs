@@ -46,7 +46,8 @@ fn last_panic() -> String {
 
 /// Runs `body`; an error or a panic becomes a failed check named `name`.
 fn guarded(name: &str, body: impl FnOnce() -> anyhow::Result<Check>) -> Check {
-    match std::panic::catch_unwind(AssertUnwindSafe(body)) {
+    let started = Instant::now();
+    let mut check = match std::panic::catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(check)) => check,
         Ok(Err(error)) => Check::new(name, Status::Fail, format!("error: {error:#}")),
         Err(_) => Check::new(
@@ -54,7 +55,9 @@ fn guarded(name: &str, body: impl FnOnce() -> anyhow::Result<Check>) -> Check {
             Status::Fail,
             format!("internal error (panic): {}", last_panic()),
         ),
-    }
+    };
+    check.duration_seconds = started.elapsed().as_secs_f64();
+    check
 }
 
 /// Could not run: exit 2 with this message.
@@ -122,6 +125,7 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), String> {
 }
 
 fn run_checks(cli: &Cli, prepared: &Prepared, report: &mut Report) -> Result<(), CannotRun> {
+    let started_checks = Instant::now();
     let selected = cli::selected_checks(cli.checks.as_deref(), &cli.skip, cli.no_framework)
         .map_err(CannotRun)?;
     let wants = |name: &str| selected.contains(&name);
@@ -137,6 +141,16 @@ fn run_checks(cli: &Cli, prepared: &Prepared, report: &mut Report) -> Result<(),
             .cloned()
             .expect("every key used here has a spec")
     };
+
+    // The framework probe works (mostly on the CPU) while the GPU checks run; it is
+    // killed if the run stops early (dropping `Running` kills the child).
+    let framework_probe = wants("framework").then(|| {
+        framework::start(
+            &cli.python,
+            Duration::from_secs(cli.framework_timeout),
+            prepared.original_library_path.as_deref(),
+        )
+    });
 
     if !loader::library_loads("cuda") {
         return Err(CannotRun(format!(
@@ -173,20 +187,12 @@ fn run_checks(cli: &Cli, prepared: &Prepared, report: &mut Report) -> Result<(),
         )));
     }
 
-    // The framework probe works (mostly on the CPU) while the GPU checks run.
-    let framework_probe = wants("framework").then(|| {
-        framework::start(
-            &cli.python,
-            Duration::from_secs(cli.framework_timeout),
-            prepared.original_library_path.as_deref(),
-        )
-    });
-
     let nvml_path = prepared
         .discovery
         .get("nvml")
         .map(|found| found.path.clone())
         .unwrap_or_else(|| "libnvidia-ml.so.1".into());
+    let inventory_started = Instant::now();
     let nvml = Nvml::open(&nvml_path);
     let facts = inventory::gather(&gpus, nvml.as_ref())
         .map_err(|error| CannotRun(format!("cannot read the GPUs' properties: {error:#}")))?;
@@ -195,6 +201,8 @@ fn run_checks(cli: &Cli, prepared: &Prepared, report: &mut Report) -> Result<(),
         driver_cuda_version: gpu::driver_cuda_version().unwrap_or_else(|_| "unknown".to_string()),
     };
 
+    let inventory_elapsed = inventory_started.elapsed().as_secs_f64();
+    report.setup_seconds = started_checks.elapsed().as_secs_f64();
     let mut checks: Vec<Check> = Vec::new();
     let mut bandwidth_points = Vec::new();
     if wants("bandwidth") {
@@ -204,8 +212,9 @@ fn run_checks(cli: &Cli, prepared: &Prepared, report: &mut Report) -> Result<(),
             repetitions: cli.bandwidth_repeats.max(1),
         };
         checks.push(guarded("bandwidth", || {
+            let mut buffers = bandwidth::HostBuffers::new(&gpus[0], &settings)?;
             for device in &gpus {
-                bandwidth_points.extend(bandwidth::measure(device, &settings)?);
+                bandwidth_points.extend(bandwidth::measure(device, &settings, &mut buffers)?);
             }
             Ok(bandwidth::check(
                 &bandwidth_points,
@@ -276,7 +285,9 @@ fn run_checks(cli: &Cli, prepared: &Prepared, report: &mut Report) -> Result<(),
     }
     if wants("shm") {
         let path = Path::new("/dev/shm");
-        checks.push(shm::check(path, shm::filesystem_bytes(path)));
+        checks.push(guarded("shm", || {
+            Ok(shm::check(path, shm::filesystem_bytes(path)))
+        }));
     }
     if let Some(probe) = framework_probe {
         let claims = Claims {
@@ -285,7 +296,7 @@ fn run_checks(cli: &Cli, prepared: &Prepared, report: &mut Report) -> Result<(),
             cudnn: cli.expect_cudnn.clone().filter(|v| !v.is_empty()),
             nccl: cli.expect_nccl.clone().filter(|v| !v.is_empty()),
         };
-        let check = match probe.and_then(framework::finish) {
+        let mut check = match probe.and_then(framework::finish) {
             Ok(findings) => framework::judge(&findings, &claims, gpus.len()),
             Err(reason) if reason.starts_with("cannot run") => {
                 Check::new("framework", Status::Skip, format!("no Python: {reason}"))
@@ -294,6 +305,7 @@ fn run_checks(cli: &Cli, prepared: &Prepared, report: &mut Report) -> Result<(),
             Err(reason) => Check::new("framework", Status::Fail, reason)
                 .with_rule("the torch probe must finish and print its result"),
         };
+        check.duration_seconds = started_checks.elapsed().as_secs_f64();
         checks.push(check);
     }
 
@@ -308,8 +320,10 @@ fn run_checks(cli: &Cli, prepared: &Prepared, report: &mut Report) -> Result<(),
             &loaded,
             &versions,
             &prepared.note,
+            loader::cuda_build_major(),
         ),
     );
+    checks[0].duration_seconds = inventory_elapsed;
     if let Some(path) = &cli.plot {
         let title = format!(
             "Host-device bandwidth, {}",

@@ -81,7 +81,7 @@ pub struct Cli {
     pub matmul_repeats: usize,
 
     /// All-reduce sizes (bytes of float32 per GPU).
-    #[arg(long, value_delimiter = ',', default_value = "8M,64M,512M,1G")]
+    #[arg(long, value_delimiter = ',', default_value = "8M,64M,512M")]
     pub nccl_sizes: Vec<String>,
 
     /// Timed all-reduces per size (median reported), after 5 warm-ups.

@@ -104,6 +104,11 @@ pub fn start(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     crate::loader::restore_environment(&mut command, original_library_path);
+    // One function needs no pool of compile workers; starting one (a process per core, each
+    // importing torch) costs seconds and competes with the GPU checks for the CPU.
+    if std::env::var_os("TORCHINDUCTOR_COMPILE_THREADS").is_none() {
+        command.env("TORCHINDUCTOR_COMPILE_THREADS", "1");
+    }
     let child = command
         .spawn()
         .map_err(|error| format!("cannot run `{interpreter}`: {error}"))?;
@@ -113,6 +118,16 @@ pub fn start(
         timeout,
         interpreter: interpreter.to_string(),
     })
+}
+
+impl Drop for Running {
+    /// A probe abandoned because the run stopped early must not outlive it.
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
 }
 
 /// Waits for the probe (killing it at the timeout) and parses its answer.

@@ -27,8 +27,11 @@ pub struct NvmlDeviceFacts {
     pub max_link_width: Option<u32>,
     pub current_link_generation: Option<u32>,
     pub current_link_width: Option<u32>,
-    /// Normalised PCI bus ids of the remote ends of active NVLinks, one entry per link.
+    /// Normalised PCI bus ids of the remote ends of active NVLinks, one entry per link (a
+    /// virtual machine may hide them as `ffffffff:ff:ff.0`).
     pub nvlink_remote_bus_ids: Vec<String>,
+    /// Number of NVLinks in the active state.
+    pub active_nvlinks: u32,
 }
 
 /// An initialised NVML library; shut down on drop.
@@ -102,6 +105,7 @@ impl Nvml {
                 .unsigned_query(b"nvmlDeviceGetCurrPcieLinkGeneration\0", device),
             current_link_width: self.unsigned_query(b"nvmlDeviceGetCurrPcieLinkWidth\0", device),
             nvlink_remote_bus_ids: Vec::new(),
+            active_nvlinks: 0,
         };
         unsafe {
             let state: Option<Symbol<unsafe extern "C" fn(Device, c_uint, *mut c_int) -> c_int>> =
@@ -118,6 +122,7 @@ impl Nvml {
                     if state(device, link, &mut active) != NVML_SUCCESS || active == 0 {
                         continue;
                     }
+                    facts.active_nvlinks += 1;
                     let mut info: PciInfo = std::mem::zeroed();
                     if remote(device, link, &mut info) == NVML_SUCCESS {
                         let text = CStr::from_ptr(info.bus_id.as_ptr()).to_string_lossy();
@@ -129,6 +134,26 @@ impl Nvml {
             }
         }
         Some(facts)
+    }
+}
+
+impl Nvml {
+    /// Whether NVML reports NVLink peer-to-peer between the GPUs at these two bus ids
+    /// (nvmlDeviceGetP2PStatus with NVML_P2P_CAPS_INDEX_NVLINK).
+    pub fn nvlink_between(&self, first_bus_id: &str, second_bus_id: &str) -> Option<bool> {
+        const CAPS_INDEX_NVLINK: c_int = 2;
+        const STATUS_OK: c_int = 0;
+        let first = self.device_by_bus_id(first_bus_id)?;
+        let second = self.device_by_bus_id(second_bus_id)?;
+        let mut status: c_int = -1;
+        unsafe {
+            let function: Symbol<unsafe extern "C" fn(Device, Device, c_int, *mut c_int) -> c_int> =
+                self.library.get(b"nvmlDeviceGetP2PStatus\0").ok()?;
+            if function(first, second, CAPS_INDEX_NVLINK, &mut status) != NVML_SUCCESS {
+                return None;
+            }
+        }
+        Some(status == STATUS_OK)
     }
 }
 

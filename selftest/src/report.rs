@@ -88,6 +88,8 @@ pub struct Check {
     pub summary: String,
     /// The pass/fail rule in words, printed next to the figures it judged.
     pub rule: String,
+    /// Wall-clock seconds the check took.
+    pub duration_seconds: f64,
     #[serde(flatten)]
     pub figures: Map<String, Value>,
     #[serde(skip)]
@@ -103,6 +105,7 @@ impl Check {
             status,
             summary: summary.into(),
             rule: String::new(),
+            duration_seconds: 0.0,
             figures: Map::new(),
             lines: Vec::new(),
             metrics: Vec::new(),
@@ -134,6 +137,8 @@ pub struct Report {
     /// Seconds since the Unix epoch when the run started.
     pub started_at_unix_seconds: u64,
     pub duration_seconds: f64,
+    /// Seconds from the start until the GPUs were open and the inventory read (driver start-up).
+    pub setup_seconds: f64,
     /// Why the run could not complete, when `overall` is "error".
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -150,6 +155,7 @@ impl Report {
             overall: Overall::Pass,
             started_at_unix_seconds,
             duration_seconds: 0.0,
+            setup_seconds: 0.0,
             error: None,
             checks: Vec::new(),
         }
@@ -197,10 +203,11 @@ pub fn render_table(report: &Report) -> String {
         let _ = writeln!(text);
         let _ = writeln!(
             text,
-            "[{}] {:<name_width$}  {}",
+            "[{}] {:<name_width$}  {} ({:.1} s)",
             check.status.label(),
             check.name,
-            check.summary
+            check.summary,
+            check.duration_seconds
         );
         if !check.rule.is_empty() {
             let _ = writeln!(text, "       rule: {}", check.rule);
@@ -288,6 +295,14 @@ pub fn render_prometheus(report: &Report) -> String {
                 .label("status", status.label().to_lowercase()),
             );
         }
+        samples.push(
+            Metric::new(
+                "check_duration_seconds",
+                "Wall-clock seconds each check took.",
+                check.duration_seconds,
+            )
+            .label("check", &check.name),
+        );
         samples.extend(check.metrics.iter().cloned());
     }
     // Group samples by family, keeping the order in which families first appear.
@@ -399,7 +414,9 @@ mod tests {
     fn table_shows_status_rule_and_figures() {
         let text = render_table(&sample_report());
         assert!(text.starts_with("gpu-selftest "));
-        assert!(text.contains("[PASS] bandwidth  GPU 0 pinned H2D 55.1 GB/s"));
+        assert!(
+            text.contains("[PASS] bandwidth  GPU 0 pinned H2D 55.1 GB/s, D2H 55.3 GB/s (0.0 s)\n")
+        );
         assert!(text.contains("       rule: pinned >= 80% of PCIe Gen5 x16 (63.0 GB/s)\n"));
         assert!(text.contains("       size  H2D pinned\n"));
         assert!(text.contains("[WARN] shm        /dev/shm is 64 MiB"));

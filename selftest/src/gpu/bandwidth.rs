@@ -12,7 +12,7 @@ use crate::report::{Check, Metric, Status};
 use crate::rules::{self, Verdict};
 use crate::stats;
 use anyhow::{Context as _, Result};
-use cudarc::driver::{result, CudaSlice, DevicePtr, DevicePtrMut};
+use cudarc::driver::{result, sys, CudaSlice, DevicePtr, DevicePtrMut, PinnedHostSlice};
 use serde::Serialize;
 
 /// How the sweep runs.
@@ -34,8 +34,37 @@ pub struct BandwidthPoint {
     pub bytes_per_second: f64,
 }
 
+/// Host buffers shared by every GPU's sweep: page-locked memory registered as portable (pinned
+/// for every context) and ordinary pageable memory, each as large as the largest transfer.
+pub struct HostBuffers {
+    pinned: PinnedHostSlice<u8>,
+    pageable: Vec<u8>,
+}
+
+impl HostBuffers {
+    pub fn new(first_gpu: &Gpu, settings: &BandwidthSettings) -> Result<Self> {
+        let largest = settings.sizes.iter().copied().max().unwrap_or(0) as usize;
+        // Plain page-locked memory (cudarc's default is write-combined, slow to read back),
+        // portable so that every GPU's context sees it as pinned.
+        let mut pinned = unsafe {
+            first_gpu
+                .context
+                .alloc_pinned_with_flags::<u8>(largest, sys::CU_MEMHOSTALLOC_PORTABLE)
+        }
+        .with_context(|| format!("cannot pin {} of host memory", size_label(largest as u64)))?;
+        pinned.as_mut_slice()?.fill(0x5A);
+        // Written, not zero-filled: calloc'd zero pages would be mapped lazily during the copy.
+        let pageable = vec![0x5A; largest];
+        Ok(HostBuffers { pinned, pageable })
+    }
+}
+
 /// Measures one GPU over the whole sweep.
-pub fn measure(gpu: &Gpu, settings: &BandwidthSettings) -> Result<Vec<BandwidthPoint>> {
+pub fn measure(
+    gpu: &Gpu,
+    settings: &BandwidthSettings,
+    buffers: &mut HostBuffers,
+) -> Result<Vec<BandwidthPoint>> {
     let context = &gpu.context;
     let stream = context.new_stream()?;
     let largest = settings.sizes.iter().copied().max().unwrap_or(0) as usize;
@@ -46,12 +75,8 @@ pub fn measure(gpu: &Gpu, settings: &BandwidthSettings) -> Result<Vec<BandwidthP
             gpu.ordinal
         )
     })?;
-    // Flags 0: plain page-locked memory (cudarc's default, write-combined, is slow to read back).
-    let mut pinned = unsafe { context.alloc_pinned_with_flags::<u8>(largest, 0) }
-        .with_context(|| format!("cannot pin {} of host memory", size_label(largest as u64)))?;
-    pinned.as_mut_slice()?.fill(0x5A);
-    // Written, not zero-filled: calloc'd zero pages would be mapped lazily during the copy.
-    let mut pageable: Vec<u8> = vec![0x5A; largest];
+    let pinned_slice: &mut [u8] = buffers.pinned.as_mut_slice()?;
+    let pageable = &mut buffers.pageable;
     let mut points = Vec::new();
     for &size in &settings.sizes {
         let bytes = size as usize;
@@ -59,7 +84,7 @@ pub fn measure(gpu: &Gpu, settings: &BandwidthSettings) -> Result<Vec<BandwidthP
             for direction in ["h2d", "d2h"] {
                 let times = {
                     let host: &mut [u8] = if memory == "pinned" {
-                        &mut pinned.as_mut_slice()?[..bytes]
+                        &mut pinned_slice[..bytes]
                     } else {
                         &mut pageable[..bytes]
                     };
@@ -309,6 +334,7 @@ mod tests {
             pcie_current_generation: None,
             pcie_current_width: None,
             pcie_source: "nvml".to_string(),
+            nvlink_active_links: None,
             nvlink_peers: None,
         }
     }

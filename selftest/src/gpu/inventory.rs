@@ -29,7 +29,10 @@ pub struct GpuFacts {
     pub pcie_current_width: Option<u32>,
     /// Where the link figures came from: "nvml", "sysfs" or "unknown".
     pub pcie_source: String,
-    /// NVLink peers as "GPU <index> ×<links>" or "<bus id> ×<links>" (an NVSwitch), when known.
+    /// Active NVLinks of this GPU (NVML), when known.
+    pub nvlink_active_links: Option<u32>,
+    /// NVLink peers: "GPU <index>" for visible GPUs reachable over NVLink, "<bus id> ×<links>"
+    /// for other ends such as an NVSwitch; `None` without NVML.
     pub nvlink_peers: Option<Vec<String>>,
 }
 
@@ -57,6 +60,7 @@ pub struct DriverFacts {
 /// Reads the facts of every GPU; NVML, when present, supplies the link and NVLink figures.
 pub fn gather(gpus: &[Gpu], nvml: Option<&Nvml>) -> Result<Vec<GpuFacts>> {
     let mut facts = Vec::new();
+    let mut raw_bus_ids: Vec<String> = Vec::new();
     for gpu in gpus {
         let context = &gpu.context;
         let (major, minor) = context.compute_capability()?;
@@ -84,6 +88,7 @@ pub fn gather(gpus: &[Gpu], nvml: Option<&Nvml>) -> Result<Vec<GpuFacts>> {
             pcie_current_generation: None,
             pcie_current_width: None,
             pcie_source: "unknown".to_string(),
+            nvlink_active_links: None,
             nvlink_peers: None,
         };
         let nvml_facts = nvml.and_then(|library| library.device_facts(&raw_bus_id));
@@ -106,36 +111,63 @@ pub fn gather(gpus: &[Gpu], nvml: Option<&Nvml>) -> Result<Vec<GpuFacts>> {
                 entry.pcie_current_width = Some(width);
             }
         }
+        entry.nvlink_active_links = nvml_facts.as_ref().map(|device| device.active_nvlinks);
         entry.nvlink_peers = nvml_facts.map(|device| device.nvlink_remote_bus_ids);
+        raw_bus_ids.push(raw_bus_id);
         facts.push(entry);
     }
-    // Name peers by GPU index where the remote bus id is one of ours.
+    // Name peers by GPU index: NVML's peer-to-peer status first (it works where a virtual
+    // machine hides the remote bus ids), then remote bus ids that are ours.
     let bus_ids: Vec<String> = facts.iter().map(|f| f.pci_bus_id.clone()).collect();
-    for entry in &mut facts {
-        if let Some(remote_ids) = entry.nvlink_peers.take() {
-            entry.nvlink_peers = Some(describe_peers(&remote_ids, &bus_ids));
+    for (index, entry) in facts.iter_mut().enumerate() {
+        if let (Some(remote_ids), Some(library)) = (entry.nvlink_peers.take(), nvml) {
+            let linked: Vec<usize> = (0..raw_bus_ids.len())
+                .filter(|other| *other != index)
+                .filter(|other| {
+                    library.nvlink_between(&raw_bus_ids[index], &raw_bus_ids[*other]) == Some(true)
+                })
+                .collect();
+            entry.nvlink_peers = Some(describe_peers(&remote_ids, &bus_ids, &linked));
         }
     }
     Ok(facts)
 }
 
-/// Groups NVLink remote ends into "GPU 1 ×18" (a visible GPU) or "0000:c5:00.0 ×2" (another end,
-/// such as an NVSwitch), in first-seen order.
-pub fn describe_peers(remote_bus_ids: &[String], visible_bus_ids: &[String]) -> Vec<String> {
-    let mut groups: Vec<(String, usize)> = Vec::new();
+/// NVLink peers: the visible GPUs in `linked` (NVML peer-to-peer over NVLink) or whose bus id
+/// is a remote end ("GPU 1"), then other remote ends with their link counts ("0000:c5:00.0 ×2",
+/// an NVSwitch); remote ends hidden as `ffffffff:ff:ff.0` are left out.
+pub fn describe_peers(
+    remote_bus_ids: &[String],
+    visible_bus_ids: &[String],
+    linked: &[usize],
+) -> Vec<String> {
+    let mut peers: Vec<usize> = linked.to_vec();
+    let mut others: Vec<(String, usize)> = Vec::new();
     for remote in remote_bus_ids {
-        let label = match visible_bus_ids.iter().position(|id| id == remote) {
-            Some(index) => format!("GPU {index}"),
-            None => remote.clone(),
-        };
-        match groups.iter_mut().find(|(known, _)| *known == label) {
-            Some((_, count)) => *count += 1,
-            None => groups.push((label, 1)),
+        if remote.starts_with("ffffffff") {
+            continue;
+        }
+        match visible_bus_ids.iter().position(|id| id == remote) {
+            Some(index) => {
+                if !peers.contains(&index) {
+                    peers.push(index);
+                }
+            }
+            None => match others.iter_mut().find(|(known, _)| known == remote) {
+                Some((_, count)) => *count += 1,
+                None => others.push((remote.clone(), 1)),
+            },
         }
     }
-    groups
+    peers.sort_unstable();
+    peers
         .into_iter()
-        .map(|(label, count)| format!("{label} ×{count}"))
+        .map(|index| format!("GPU {index}"))
+        .chain(
+            others
+                .into_iter()
+                .map(|(id, count)| format!("{id} ×{count}")),
+        )
         .collect()
 }
 
@@ -192,6 +224,7 @@ pub fn check(
     loaded: &[LoadedLibrary],
     versions: &LibraryVersions,
     loader_note: &str,
+    build_major: &str,
 ) -> Check {
     let names: Vec<String> = facts.iter().map(|f| f.name.clone()).collect();
     let mut distinct = names.clone();
@@ -225,9 +258,11 @@ pub fn check(
             (Some(generation), Some(width)) => format!(" (now Gen{generation} x{width})"),
             _ => String::new(),
         };
+        let links = gpu.nvlink_active_links.unwrap_or(0);
         let peers = match &gpu.nvlink_peers {
-            Some(peers) if peers.is_empty() => "no NVLink".to_string(),
-            Some(peers) => format!("NVLink to {}", peers.join(", ")),
+            Some(_) if links == 0 => "no NVLink".to_string(),
+            Some(peers) if peers.is_empty() => format!("{links} NVLinks active, peers hidden"),
+            Some(peers) => format!("{links} NVLinks active to {}", peers.join(", ")),
             None => "NVLink unknown (no NVML)".to_string(),
         };
         result.lines.push(format!(
@@ -290,10 +325,36 @@ pub fn check(
             .push(format!("not found: {}", spec.file_names.join(" or ")));
     }
     result.lines.push(format!("loader: {loader_note}"));
+    let mismatches = major_mismatches(loaded, build_major);
+    if !mismatches.is_empty() {
+        result.status = Status::Warn;
+        result.summary = format!("{}; {}", mismatches.join("; "), result.summary);
+    }
+    result = result.figure("library_major_mismatches", &mismatches);
     if facts.is_empty() {
         result.status = Status::Fail;
     }
     result
+}
+
+/// CUDA libraries loaded with a major other than the binary's (cudarc falls back to the
+/// unversioned `libcublas.so` of another CUDA): the figures still mean something, but the image
+/// wants the binary of that major.
+pub fn major_mismatches(loaded: &[LoadedLibrary], build_major: &str) -> Vec<String> {
+    loaded
+        .iter()
+        .filter(|library| library.key == "cublas" || library.key == "cublasLt")
+        .filter_map(|library| {
+            let version = library.file_version.as_deref()?;
+            let major = version.split('.').next()?;
+            (major != build_major).then(|| {
+                format!(
+                    "{} {version} loaded by a CUDA {build_major} build (use gpu-selftest-cu{major})",
+                    library.key
+                )
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -305,11 +366,40 @@ mod tests {
         let visible = vec!["0000:18:00.0".to_string(), "0000:2a:00.0".to_string()];
         let mut remote = vec!["0000:2a:00.0".to_string(); 18];
         remote.push("0000:c5:00.0".to_string());
+        remote.push("0000:c5:00.0".to_string());
         assert_eq!(
-            describe_peers(&remote, &visible),
-            vec!["GPU 1 ×18".to_string(), "0000:c5:00.0 ×1".to_string()]
+            describe_peers(&remote, &visible, &[]),
+            vec!["GPU 1".to_string(), "0000:c5:00.0 ×2".to_string()]
         );
-        assert!(describe_peers(&[], &visible).is_empty());
+        assert!(describe_peers(&[], &visible, &[]).is_empty());
+        // A virtual machine hides the remote ends; NVML's peer-to-peer status still names GPU 1.
+        let hidden = vec!["ffffffff:ff:ff.0".to_string(); 18];
+        assert_eq!(
+            describe_peers(&hidden, &visible, &[1]),
+            vec!["GPU 1".to_string()]
+        );
+        assert!(describe_peers(&hidden, &visible, &[]).is_empty());
+    }
+
+    #[test]
+    fn a_cublas_of_another_major_is_named() {
+        let loaded = vec![
+            LoadedLibrary {
+                key: "cublas".to_string(),
+                path: "/usr/local/cuda/lib64/libcublas.so.13.1.0.3".to_string(),
+                file_version: Some("13.1.0.3".to_string()),
+            },
+            LoadedLibrary {
+                key: "cuda".to_string(),
+                path: "/usr/lib/libcuda.so.580.159.04".to_string(),
+                file_version: Some("580.159.04".to_string()),
+            },
+        ];
+        assert_eq!(
+            major_mismatches(&loaded, "12"),
+            vec!["cublas 13.1.0.3 loaded by a CUDA 12 build (use gpu-selftest-cu13)".to_string()]
+        );
+        assert!(major_mismatches(&loaded, "13").is_empty());
     }
 
     #[test]
@@ -332,7 +422,8 @@ mod tests {
             pcie_current_generation: Some(1),
             pcie_current_width: Some(16),
             pcie_source: "nvml".to_string(),
-            nvlink_peers: Some(vec!["GPU 1 ×18".to_string()]),
+            nvlink_active_links: Some(18),
+            nvlink_peers: Some(vec!["GPU 1".to_string()]),
         };
         assert_eq!(facts.link_label(), "PCIe Gen5 x16");
         assert!((facts.link_bytes_per_second().unwrap() / 1e9 - 63.0).abs() < 0.1);
@@ -347,9 +438,10 @@ mod tests {
             &[],
             &LibraryVersions::default(),
             "test",
+            "13",
         );
         assert_eq!(check.status, Status::Pass);
         assert!(check.summary.contains("driver 580.159.04 (CUDA 13.0)"));
-        assert!(check.lines[0].contains("PCIe Gen5 x16 (now Gen1 x16), NVLink to GPU 1 ×18"));
+        assert!(check.lines[0].contains("PCIe Gen5 x16 (now Gen1 x16), 18 NVLinks active to GPU 1"));
     }
 }

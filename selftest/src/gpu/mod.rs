@@ -67,6 +67,8 @@ pub fn time_repeated(
     repetitions: usize,
     mut work: impl FnMut() -> Result<()>,
 ) -> Result<Vec<f64>> {
+    // `work` may call the raw driver API, which uses the thread's current context.
+    context.bind_to_thread()?;
     for _ in 0..warm_up {
         work()?;
     }
