@@ -297,7 +297,7 @@ async fn ctrl_c_mid_build_keeps_finished_work_and_the_manifest_whole() {
     project.imagegen(&["render"]).assert().success();
 
     let binary: PathBuf = assert_cmd::cargo::cargo_bin("imagegen");
-    let mut child = std::process::Command::new(binary)
+    let child = std::process::Command::new(binary)
         .current_dir(project.path())
         .env("DOCKER_CONFIG", project.path().join("docker-config"))
         .env("CI", "true")
