@@ -64,6 +64,9 @@ pub struct ImageSpec {
     pub unverified: Vec<String>,
     /// sha256 over everything that determines the image's content.
     pub fingerprint: String,
+    /// What the fingerprint covers, by name (kept in the manifest so `plan` can say what changed).
+    #[serde(skip)]
+    pub inputs: BTreeMap<String, String>,
 }
 
 /// A cell that cannot be built, with the values it was given and why.
@@ -199,10 +202,11 @@ pub fn resolve(matrix: &Matrix, knowledge: &Knowledge, options: &ResolveOptions)
             if let Some((name, reference, parent_fingerprint)) = runtime_by_key.get(&found.key()) {
                 image.parent = Some(name.clone());
                 image.base_image = reference.clone();
-                let mut inputs = BTreeMap::new();
-                inputs.insert("self", image.fingerprint.clone());
-                inputs.insert("parent", parent_fingerprint.clone());
-                image.fingerprint = fingerprint(&inputs);
+                image.inputs.insert("base_image".into(), reference.clone());
+                image
+                    .inputs
+                    .insert("parent_fingerprint".into(), parent_fingerprint.clone());
+                image.fingerprint = fingerprint(&image.inputs);
             }
         }
     }
@@ -718,8 +722,10 @@ fn build_spec(
         selftest: format!("gpu-selftest-cu{major}"),
         unverified: found.unverified.clone(),
         fingerprint: String::new(),
+        inputs: BTreeMap::new(),
     };
-    spec.fingerprint = spec_fingerprint(&spec, matrix, options);
+    spec.inputs = fingerprint_inputs(&spec, matrix, options);
+    spec.fingerprint = fingerprint(&spec.inputs);
     spec
 }
 
@@ -738,7 +744,11 @@ fn tag_fields(found: &Resolved) -> TagFields {
 }
 
 /// Everything that determines the image's bytes, apart from the parent (added for devel images).
-fn spec_fingerprint(spec: &ImageSpec, matrix: &Matrix, options: &ResolveOptions) -> String {
+fn fingerprint_inputs(
+    spec: &ImageSpec,
+    matrix: &Matrix,
+    options: &ResolveOptions,
+) -> BTreeMap<String, String> {
     let mut inputs: BTreeMap<&str, String> = BTreeMap::new();
     inputs.insert("variant", spec.variant.to_string());
     inputs.insert("torch", spec.torch.clone());
@@ -768,7 +778,10 @@ fn spec_fingerprint(spec: &ImageSpec, matrix: &Matrix, options: &ResolveOptions)
             .collect(),
     );
     inputs.insert("templates", options.template_digest.clone());
-    fingerprint(&inputs)
+    inputs
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
 }
 
 /// Two images must never share a full tag; when a custom template makes them, both are rejected.
