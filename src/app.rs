@@ -195,6 +195,9 @@ pub fn resolution_table(resolution: &Resolution) -> String {
                 write!(cell, " python {python}").ok();
             }
             write!(cell, " {} {}", rejection.os, rejection.variant).ok();
+            if rejection.platform != "linux/amd64" {
+                write!(cell, " {}", rejection.platform).ok();
+            }
             let origin = if rejection.origin == "axes" {
                 String::new()
             } else {

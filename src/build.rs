@@ -361,6 +361,13 @@ async fn run_one<B: Builder>(
         other => Some(format!("self-test {}: {}", other.status(), other.summary())),
     };
     for alias in &image.aliases {
+        if let Some(index) = &image.spec.index {
+            let reason = format!(
+                "moved by `imagegen publish` with the {index} index, once every platform passed"
+            );
+            result.aliases_held.push((alias.clone(), reason));
+            continue;
+        }
         if let Some(reason) = &may_move {
             result.aliases_held.push((alias.clone(), reason.clone()));
             continue;
