@@ -71,6 +71,8 @@ pub fn run(cli: Cli) -> i32 {
         .duration_since(UNIX_EPOCH)
         .map(|elapsed| elapsed.as_secs())
         .unwrap_or(0);
+    // First stage: search the libraries and re-execute with them on the loader path (this call
+    // does not return then); second stage: read the search result back.
     let prepared = loader::prepare(cli.prefer_pip_libraries);
     let mut report = Report::new(started_at, loader::cuda_build_major());
     let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
@@ -82,6 +84,7 @@ pub fn run(cli: Cli) -> i32 {
         Err(_) => report.error = Some(format!("internal error (panic): {}", last_panic())),
     }
     report.duration_seconds = started.elapsed().as_secs_f64();
+    // The exit code follows the report, so the two can never disagree.
     report.settle();
     if let Some(folder) = &prepared.link_folder {
         let _ = std::fs::remove_dir_all(folder);
@@ -95,6 +98,8 @@ pub fn run(cli: Cli) -> i32 {
         eprintln!("gpu-selftest: error: {message}");
         return 2;
     }
+    // The table already names the error on the terminal; JSON and Prometheus readers parse
+    // standard output, so a person watching still gets the reason on standard error.
     let table_on_terminal = cli.format == Format::Table && cli.output.is_none();
     if let (Some(error), false) = (&report.error, table_on_terminal) {
         eprintln!("gpu-selftest: cannot run: {error}");
@@ -117,6 +122,8 @@ fn emit(text: &str, output: Option<&Path>) -> Result<(), String> {
     }
 }
 
+/// Writes through a temporary file in the same folder and renames it into place, so that a
+/// collector (node-exporter's textfile collector) never reads half a report.
 fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), String> {
     let temporary = path.with_extension(format!("tmp{}", std::process::id()));
     std::fs::write(&temporary, bytes)
@@ -124,8 +131,12 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), String> {
         .map_err(|error| format!("cannot write {}: {error}", path.display()))
 }
 
+/// Runs the selected checks into `report`. `Err` means the run could not start (exit 2): bad
+/// flags, no driver, no GPU, or a library a selected check needs; a check that runs and breaks
+/// is that check's failure instead.
 fn run_checks(cli: &Cli, prepared: &Prepared, report: &mut Report) -> Result<(), CannotRun> {
     let started_checks = Instant::now();
+    // Flags are validated before anything touches a GPU.
     let selected = cli::selected_checks(cli.checks.as_deref(), &cli.skip, cli.no_framework)
         .map_err(CannotRun)?;
     let wants = |name: &str| selected.contains(&name);
@@ -152,6 +163,8 @@ fn run_checks(cli: &Cli, prepared: &Prepared, report: &mut Report) -> Result<(),
         )
     });
 
+    // cudarc panics on a missing library, so each one a selected check needs is probed first
+    // and a missing one stops the run with exit 2, naming it and every place searched.
     if !loader::library_loads("cuda") {
         return Err(CannotRun(format!(
             "{} (no NVIDIA driver in this container? start it with --gpus all and the NVIDIA container toolkit)",
@@ -172,6 +185,8 @@ fn run_checks(cli: &Cli, prepared: &Prepared, report: &mut Report) -> Result<(),
                 .to_string(),
         ));
     }
+    // Only the libraries the selected checks use are required: `--checks bandwidth` runs with
+    // the driver alone, and NCCL is needed only where there are two GPUs to reduce across.
     let needs_cublas = wants("matmul") || wants("overlap");
     if needs_cublas && !loader::library_loads("cublas") {
         return Err(CannotRun(loader::missing_library_message(
@@ -187,6 +202,7 @@ fn run_checks(cli: &Cli, prepared: &Prepared, report: &mut Report) -> Result<(),
         )));
     }
 
+    // NVML is optional: without it the PCIe link comes from sysfs and NVLink is "unknown".
     let nvml_path = prepared
         .discovery
         .get("nvml")
@@ -205,6 +221,8 @@ fn run_checks(cli: &Cli, prepared: &Prepared, report: &mut Report) -> Result<(),
     report.setup_seconds = started_checks.elapsed().as_secs_f64();
     let mut checks: Vec<Check> = Vec::new();
     let mut bandwidth_points = Vec::new();
+    // The checks run one after another, never side by side: each one's figures are meant to
+    // show what the hardware does alone (the framework probe is mostly CPU work, see above).
     if wants("bandwidth") {
         let settings = bandwidth::BandwidthSettings {
             sizes: bandwidth_sizes.clone(),
@@ -223,6 +241,7 @@ fn run_checks(cli: &Cli, prepared: &Prepared, report: &mut Report) -> Result<(),
             ))
         }));
     }
+    // Overlap uses its own pinned buffer and two fresh streams per GPU.
     if wants("overlap") {
         let settings = overlap::OverlapSettings {
             copy_bytes: overlap_bytes,
@@ -237,6 +256,7 @@ fn run_checks(cli: &Cli, prepared: &Prepared, report: &mut Report) -> Result<(),
             Ok(overlap::check(&results))
         }));
     }
+    // 256 sampled entries per product are checked against float64; see gpu/matmul.rs.
     if wants("matmul") {
         let settings = matmul::MatmulSettings {
             size: cli.matmul_size,
@@ -309,6 +329,8 @@ fn run_checks(cli: &Cli, prepared: &Prepared, report: &mut Report) -> Result<(),
         checks.push(check);
     }
 
+    // The inventory is built last, though printed first: only now are all the libraries the
+    // checks used mapped into the process, with the paths and versions it reports.
     let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
     let loaded = loader::loaded_libraries(&maps);
     checks.insert(

@@ -140,7 +140,18 @@ pub fn prepare(prefer_pip: bool) -> Prepared {
         };
     }
     let plan = discovery::plan_loader(&discovery, &specs);
-    let link_folder = make_link_folder(&plan.links).ok();
+    // Without a writable temporary folder the run goes on without links: libraries with the
+    // names cudarc tries still load from the planned folders; `libnccl.so.2` alone then will not.
+    let link_folder = match make_link_folder(&plan.links) {
+        Ok(folder) => Some(folder),
+        Err(error) => {
+            eprintln!(
+                "gpu-selftest: warning: cannot create the library link folder in {}: {error}",
+                std::env::temp_dir().display()
+            );
+            None
+        }
+    };
     let library_path = discovery::joined_library_path(
         link_folder.as_deref(),
         &plan,

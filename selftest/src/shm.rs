@@ -15,7 +15,8 @@ pub fn filesystem_bytes(path: &Path) -> Option<u64> {
     (status == 0).then(|| info.f_blocks as u64 * info.f_frsize as u64)
 }
 
-/// Judges a measured size (`None`: `/dev/shm` is missing).
+/// Judges a measured size (`None`: `/dev/shm` is missing). Too little shared memory only warns:
+/// the GPUs work, and only multi-process data loading or NCCL's shared-memory transport suffer.
 pub fn check(path: &Path, size: Option<u64>) -> Check {
     let rule = format!(
         "warn below {} (Docker's default is 64 MiB: run with --shm-size or --ipc=host)",

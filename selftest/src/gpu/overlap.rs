@@ -91,7 +91,9 @@ pub fn measure(gpu: &Gpu, settings: &OverlapSettings) -> Result<OverlapResult> {
         }
         Ok(())
     };
-    // Warm up both, and size the compute side to about the copy's length.
+    // Warm up both, and size the compute side to about the copy's length: with both sides of
+    // similar length, "hidden" measures real concurrency rather than a short side that fits
+    // into any gap.
     copy()?;
     matmuls(3)?;
     copy_stream.synchronize()?;
@@ -109,6 +111,8 @@ pub fn measure(gpu: &Gpu, settings: &OverlapSettings) -> Result<OverlapResult> {
         })?;
     let matmul_ms = stats::median(&matmul_times).unwrap_or(f64::NAN);
 
+    // Together: one event on the copy stream that the compute stream waits on, so both start at
+    // the same instant; the run ends at the later of the two end events.
     let start = EventPair::new(context)?;
     let compute_end = EventPair::new(context)?;
     let mut together_times = Vec::new();
