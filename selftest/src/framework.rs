@@ -14,6 +14,9 @@ use std::io::Read;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// The probe. It prints one line, `GPU_SELFTEST_JSON {...}`, whatever happens inside (a failing
+/// step records its error instead of raising), so the Rust side never has to parse a traceback.
+/// Phases are timed separately: a slow default run is usually the import or the cold compile.
 const SCRIPT: &str = r#"
 import json, sys, time
 out = {}
@@ -183,7 +186,7 @@ pub fn finish(mut running: Running) -> Result<Findings, String> {
     })
 }
 
-/// Finds the script's JSON line in its output.
+/// Finds the script's JSON line in its output (the last one: torch may print warnings first).
 pub fn parse_output(output: &str) -> Option<Findings> {
     output
         .lines()
@@ -297,6 +300,7 @@ pub fn judge(findings: &Findings, claims: &Claims, visible_gpus: usize) -> Check
         }
         (None, None) => {}
     }
+    // Any mismatch or failure fails the check; versions without a claim are only reported.
     let status = if problems.is_empty() {
         Status::Pass
     } else {

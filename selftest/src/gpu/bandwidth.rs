@@ -117,6 +117,8 @@ pub fn measure(
     let pinned_slice: &mut [u8] = buffers.pinned.as_mut_slice()?;
     let pageable = buffers.pageable.as_mut_slice();
     let mut points = Vec::new();
+    // Every size, then pinned before pageable, H2D before D2H: the order PyTorch's reference in
+    // bench/gpu/compare.py follows too.
     for &size in &settings.sizes {
         let bytes = size as usize;
         for memory in ["pinned", "pageable"] {

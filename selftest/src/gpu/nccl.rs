@@ -102,6 +102,8 @@ pub fn measure(gpus: &[Gpu], settings: &NcclSettings) -> Result<Vec<NcclPoint>> 
         .iter()
         .map(|gpu| gpu.context.new_stream())
         .collect::<std::result::Result<_, _>>()?;
+    // One communicator per GPU, all created by this process (ncclCommInitAll): the layout of a
+    // single-process training job, and no launcher or rendezvous is needed.
     let comms = Comm::from_devices(streams.clone())
         .map_err(|error| anyhow!("ncclCommInitAll over {ranks} GPUs failed: {error:?}"))?;
     // contribution(rank, i) = base[i + 31·rank]: one host pattern serves every rank.
@@ -159,7 +161,9 @@ pub fn measure(gpus: &[Gpu], settings: &NcclSettings) -> Result<Vec<NcclPoint>> 
             }
             times.push(slowest);
         }
-        // The checked run: poison, reduce once more, compare every element on every rank.
+        // The checked run: poison, reduce once more, compare every element on every rank. The
+        // timed runs above are not checked themselves, so that copying gigabytes back to the
+        // host stays out of the figures.
         for (receive, stream) in receives.iter_mut().zip(&streams) {
             let (pointer, _guard) = receive.device_ptr_mut(stream);
             poison(pointer, elements * 4, stream)?;
