@@ -274,7 +274,7 @@ async fn registry_down_is_a_clear_failure_that_loses_nothing() {
         record["last_error"]
             .as_str()
             .unwrap()
-            .contains("failed after 2 attempt(s)"),
+            .contains("after 2 attempt(s)"),
         "{record}"
     );
 }
