@@ -22,3 +22,8 @@ pub mod version;
 pub mod engine_builder;
 pub mod progress;
 pub mod run_build;
+pub mod bake;
+pub mod ci;
+pub mod fanout_commands;
+pub mod k8s;
+pub mod manifest_merge;

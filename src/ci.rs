@@ -1,0 +1,167 @@
+//! `imagegen ci --github`: the build fan-out as the JSON a GitHub Actions `strategy.matrix`
+//! consumes (`{"include": [...]}`). Pure: image specs in, a JSON value out.
+//!
+//! Every job runs `imagegen build --shard I/N`, which selects whole families (a runtime image and
+//! the devel images built on it) with `crate::plan::select`, so devel always builds after its
+//! runtime in the same job, and every runner computes the same split. `--per-image` is the same
+//! thing with one shard per family (the families sorted by name, dealt round-robin over as many
+//! shards as there are families, give exactly one family per shard). Shards that would select
+//! nothing are left out, so no runner starts for nothing.
+
+use serde::Serialize;
+
+use crate::plan::{select, Shard};
+use crate::resolve::ImageSpec;
+
+/// How the images are spread over jobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FanOut {
+    /// At most this many jobs, families dealt round-robin.
+    Shards(usize),
+    /// One job per family (a runtime image and its devel images).
+    PerImage,
+}
+
+/// One job of the GitHub matrix.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Job {
+    /// Shown as the job name: the shard and its first image.
+    pub name: String,
+    /// The `--shard` argument of `imagegen build`.
+    pub shard: String,
+    /// An artifact name for this shard's manifest (no `/`, which artifact names refuse).
+    pub artifact: String,
+    /// The images the job builds, runtime first.
+    pub images: Vec<String>,
+}
+
+/// The `strategy.matrix` value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GithubMatrix {
+    pub include: Vec<Job>,
+}
+
+/// Number of families (runtime image plus its devel images) among `images`.
+pub fn family_count(images: &[ImageSpec]) -> usize {
+    images.iter().filter(|image| image.parent.is_none()).count()
+}
+
+/// The GitHub matrix for `images` spread as `fan_out` says. `Shards(0)` is treated as one shard.
+pub fn github_matrix(images: &[ImageSpec], fan_out: FanOut) -> GithubMatrix {
+    let count = match fan_out {
+        FanOut::Shards(count) => count.max(1),
+        FanOut::PerImage => family_count(images).max(1),
+    };
+    let mut include = Vec::new();
+    for index in 1..=count {
+        let selected = select(images, None, Some(Shard { index, count }));
+        if selected.is_empty() {
+            continue;
+        }
+        let names: Vec<String> = selected.iter().map(|image| image.name.clone()).collect();
+        let name = match fan_out {
+            FanOut::PerImage => names[0].clone(),
+            FanOut::Shards(_) if names.len() == 1 => format!("{index}/{count} {}", names[0]),
+            FanOut::Shards(_) => {
+                format!("{index}/{count} {} (+{} more)", names[0], names.len() - 1)
+            }
+        };
+        include.push(Job {
+            name,
+            shard: format!("{index}/{count}"),
+            artifact: format!("manifest-shard-{index}-of-{count}"),
+            images: names,
+        });
+    }
+    GithubMatrix { include }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compat::Knowledge;
+    use crate::matrix::Matrix;
+    use crate::resolve::{resolve, ResolveOptions};
+    use std::collections::BTreeSet;
+
+    fn images() -> Vec<ImageSpec> {
+        let matrix = Matrix::parse(
+            "registry: r.example\nrepository: t/p\ntorch: [\"2.7\", \"2.8\"]\ncuda: [\"12.6\", \"12.8\"]\nos: [ubuntu22.04, ubuntu24.04]\n",
+            "m.yaml",
+        )
+        .unwrap();
+        resolve(&matrix, &Knowledge::embedded(), &ResolveOptions::default()).images
+    }
+
+    fn assert_partition(images: &[ImageSpec], matrix: &GithubMatrix) {
+        let mut seen = BTreeSet::new();
+        for job in &matrix.include {
+            for (position, name) in job.images.iter().enumerate() {
+                assert!(seen.insert(name.clone()), "{name} in two jobs");
+                let spec = images.iter().find(|i| &i.name == name).unwrap();
+                if let Some(parent) = &spec.parent {
+                    let parent_position = job.images.iter().position(|n| n == parent);
+                    assert!(
+                        parent_position.is_some_and(|p| p < position),
+                        "{name} must come after its runtime {parent} in the same job"
+                    );
+                }
+            }
+        }
+        assert_eq!(seen.len(), images.len(), "every image in exactly one job");
+    }
+
+    #[test]
+    fn per_image_gives_one_job_per_family_with_devel_after_runtime() {
+        let images = images();
+        let matrix = github_matrix(&images, FanOut::PerImage);
+        assert_eq!(matrix.include.len(), family_count(&images));
+        assert!(matrix.include.len() > 1);
+        for job in &matrix.include {
+            let runtimes = job
+                .images
+                .iter()
+                .filter(|name| name.contains("runtime"))
+                .count();
+            assert_eq!(runtimes, 1, "{job:?}");
+        }
+        assert_partition(&images, &matrix);
+    }
+
+    #[test]
+    fn shards_cover_every_image_once_and_skip_empty_shards() {
+        let images = images();
+        for count in [1, 2, 3, 100] {
+            let matrix = github_matrix(&images, FanOut::Shards(count));
+            assert_partition(&images, &matrix);
+            assert_eq!(
+                matrix.include.len(),
+                count.min(family_count(&images)),
+                "{count} shards"
+            );
+            for job in &matrix.include {
+                assert!(job.shard.ends_with(&format!("/{count}")));
+                assert!(!job.artifact.contains('/'));
+                let shard: Shard = job.shard.parse().unwrap();
+                assert_eq!(
+                    select(&images, None, Some(shard))
+                        .iter()
+                        .map(|i| i.name.clone())
+                        .collect::<Vec<_>>(),
+                    job.images,
+                    "what imagegen build --shard {} selects",
+                    job.shard
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn json_shape_is_what_strategy_matrix_reads() {
+        let value = serde_json::to_value(github_matrix(&images(), FanOut::Shards(2))).unwrap();
+        let include = value["include"].as_array().unwrap();
+        assert_eq!(include.len(), 2);
+        assert_eq!(include[0]["shard"], "1/2");
+        assert_eq!(include[1]["artifact"], "manifest-shard-2-of-2");
+    }
+}
