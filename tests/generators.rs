@@ -245,3 +245,50 @@ fn manifest_merge_unions_shards() {
     );
     assert_eq!(merged["images"]["a"]["aliases"], serde_json::json!([]));
 }
+
+/// The workflow reads the fields `imagegen ci --github` writes: every `matrix.X` it uses is one
+/// of them, the build job's matrix is the setup job's output, and each shard's artifact is what
+/// the record job merges.
+#[test]
+fn the_images_workflow_uses_what_ci_github_emits() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(".github/workflows/images.yml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let workflow: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+    let jobs = &workflow["jobs"];
+    assert_eq!(
+        jobs["build"]["strategy"]["matrix"].as_str(),
+        Some("${{ fromJSON(needs.setup.outputs.matrix) }}")
+    );
+    assert_eq!(jobs["build"]["needs"].as_str(), Some("setup"));
+    let setup_steps = serde_yaml::to_string(&jobs["setup"]["steps"]).unwrap();
+    assert!(setup_steps.contains("imagegen ci --github"));
+    assert!(setup_steps.contains("imagegen plan --format markdown >> \"$GITHUB_STEP_SUMMARY\""));
+    let record_steps = serde_yaml::to_string(&jobs["record"]["steps"]).unwrap();
+    assert!(record_steps.contains("imagegen manifest merge"));
+    assert!(record_steps.contains("pattern: manifest-shard-*"));
+
+    let emitted = pretty(&stdout_of(&["ci", "--github", "--shards", "2"]));
+    let emitted: serde_json::Value = serde_json::from_str(&emitted).unwrap();
+    let fields = emitted["include"][0].as_object().unwrap();
+    assert!(fields["artifact"]
+        .as_str()
+        .unwrap()
+        .starts_with("manifest-shard-"));
+    let mut used = Vec::new();
+    let mut rest = text.as_str();
+    while let Some(at) = rest.find("{{ matrix.") {
+        rest = &rest[at + "{{ matrix.".len()..];
+        let field: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        used.push(field);
+    }
+    assert!(used.contains(&"shard".to_string()));
+    for field in used {
+        assert!(
+            fields.contains_key(&field),
+            "the workflow uses matrix.{field}, which `imagegen ci --github` does not emit"
+        );
+    }
+}
