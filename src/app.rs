@@ -166,6 +166,7 @@ pub fn run(cli: Cli) -> Result<Outcome> {
             namespace,
             name,
             no_driver_affinity,
+            manifest,
             command,
         } => {
             let settings = crate::k8s::JobSettings {
@@ -175,8 +176,15 @@ pub fn run(cli: Cli) -> Result<Outcome> {
                 command,
                 name,
                 driver_affinity: !no_driver_affinity,
+                digest: None,
             };
-            crate::fanout_commands::k8s(&cli.matrix, cli.knowledge.as_deref(), &image, &settings)
+            crate::fanout_commands::k8s(
+                &cli.matrix,
+                cli.knowledge.as_deref(),
+                &image,
+                &manifest,
+                settings,
+            )
         }
         Command::Ci {
             github: _,

@@ -126,6 +126,9 @@ pub enum Command {
         /// Leave out the node affinity on NVIDIA GPU feature discovery's driver labels.
         #[arg(long)]
         no_driver_affinity: bool,
+        /// The manifest whose recorded digest pins the image (`repository:tag@sha256:...`); a missing file pins nothing.
+        #[arg(long, default_value = crate::manifest::DEFAULT_PATH)]
+        manifest: PathBuf,
         /// The program to run, last on the line (default: the image's gpu-selftest), e.g. --command python train.py --epochs 3.
         #[arg(long, num_args = 1.., allow_hyphen_values = true)]
         command: Vec<String>,

@@ -123,16 +123,31 @@ pub fn find_image<'a>(images: &'a [ImageSpec], wanted: &str) -> Result<&'a Image
     )
 }
 
-/// `imagegen k8s IMAGE`: prints the Job (and Service) YAML.
+/// `imagegen k8s IMAGE`: prints the Job (and Service) YAML, pinned to the digest `manifest`
+/// recorded for the image's current good build, if any.
 pub fn k8s(
     matrix: &Path,
     knowledge: Option<&Path>,
     wanted: &str,
-    settings: &crate::k8s::JobSettings,
+    manifest: &Path,
+    mut settings: crate::k8s::JobSettings,
 ) -> Result<Outcome> {
     let images = images(matrix, knowledge)?;
     let image = find_image(&images, wanted)?;
-    let manifests = crate::k8s::manifests(image, settings)?;
+    let recorded = Manifest::load(manifest)?;
+    settings.digest = recorded
+        .images
+        .get(&image.tag)
+        .filter(|record| record.status == "ok" && record.fingerprint == image.fingerprint)
+        .and_then(|record| record.digest.clone());
+    if settings.digest.is_none() {
+        eprintln!(
+            "note: {} has no pushed build of {} with this fingerprint; the Job uses the tag without a digest",
+            manifest.display(),
+            image.tag
+        );
+    }
+    let manifests = crate::k8s::manifests(image, &settings)?;
     print!("{}", manifests.to_yaml());
     Ok(Outcome::Success)
 }

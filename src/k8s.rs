@@ -255,6 +255,9 @@ pub struct JobSettings {
     pub name: Option<String>,
     /// Keep the driver node affinity (off only for clusters without GPU feature discovery).
     pub driver_affinity: bool,
+    /// The registry digest the manifest recorded for the image: the pod then pins it
+    /// (`repository:tag@sha256:...`), so every node runs the same bytes as the self-test did.
+    pub digest: Option<String>,
 }
 
 impl Default for JobSettings {
@@ -266,6 +269,7 @@ impl Default for JobSettings {
             command: Vec::new(),
             name: None,
             driver_affinity: true,
+            digest: None,
         }
     }
 }
@@ -278,6 +282,8 @@ pub enum K8sError {
     NoNodes,
     #[error("--nodes {nodes} needs --command: the program every node runs under torchrun (e.g. --command python train.py)")]
     MultiNodeWithoutCommand { nodes: u32 },
+    #[error("image {image}: recorded digest {digest:?} is not sha256:<64 hex digits>")]
+    Digest { image: String, digest: String },
     #[error("image {image}: driver_min {driver_min:?} is not an NVIDIA driver version")]
     DriverVersion { image: String, driver_min: String },
     #[error("the generated manifests break Kubernetes rules: {}", problems.join("; "))]
@@ -474,6 +480,17 @@ pub fn manifests(image: &ImageSpec, settings: &JobSettings) -> Result<Manifests,
                 driver_min: image.driver_min.clone(),
             }
         })?;
+    let mut reference = format!("{}:{}", image.repository, image.tag);
+    if let Some(digest) = &settings.digest {
+        let hex = digest.strip_prefix("sha256:").unwrap_or("");
+        if hex.len() != 64 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
+            return Err(K8sError::Digest {
+                image: image.name.clone(),
+                digest: digest.clone(),
+            });
+        }
+        reference = format!("{reference}@{digest}");
+    }
     let name = settings
         .name
         .as_deref()
@@ -521,7 +538,7 @@ pub fn manifests(image: &ImageSpec, settings: &JobSettings) -> Result<Manifests,
     }
     let container = Container {
         name: "main".into(),
-        image: format!("{}:{}", image.repository, image.tag),
+        image: reference,
         command: container_command(settings, &name),
         env,
         ports,
@@ -957,6 +974,7 @@ mod tests {
             command: vec!["python".into(), "train.py".into()],
             name: Some("Llama Finetune".into()),
             driver_affinity: true,
+            digest: None,
         });
         let job = &manifests.job;
         assert_eq!(job.metadata.name.as_deref(), Some("llama-finetune"));
@@ -973,6 +991,31 @@ mod tests {
         let service = manifests.service.as_ref().unwrap();
         assert_eq!(service.spec.cluster_ip, "None");
         assert!(validate(&manifests).is_empty());
+    }
+
+    #[test]
+    fn a_recorded_digest_pins_the_image() {
+        let digest = format!("sha256:{}", "ab".repeat(32));
+        let manifests = manifests_for(JobSettings {
+            digest: Some(digest.clone()),
+            ..Default::default()
+        });
+        let image = &manifests.job.spec.template.spec.containers[0].image;
+        assert!(
+            image.ends_with(&format!("-ubuntu24.04@{digest}")),
+            "{image}"
+        );
+        assert!(matches!(
+            manifests_for_result(JobSettings {
+                digest: Some("sha256:short".into()),
+                ..Default::default()
+            }),
+            Err(K8sError::Digest { .. })
+        ));
+    }
+
+    fn manifests_for_result(settings: JobSettings) -> Result<Manifests, K8sError> {
+        manifests(&image(), &settings)
     }
 
     #[test]

@@ -127,6 +127,60 @@ fn bake_stages_the_self_test_binaries_beside_the_bake_file() {
     assert_eq!(written, stdout_of(&["bake", "--out", "-", "--no-stage"]));
 }
 
+/// A manifest path that does not exist: the Job then uses the tag without a digest.
+const NO_MANIFEST: &str = "/nonexistent/imagegen-manifest.json";
+
+#[test]
+fn k8s_pins_the_digest_the_manifest_recorded_for_this_build() {
+    let resolution: serde_json::Value =
+        serde_json::from_str(&stdout_of(&["resolve", "--format", "json"])).unwrap();
+    let image = resolution["images"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|image| {
+            image["aliases"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|a| a == "2.7-cuda12.6-runtime")
+        })
+        .unwrap();
+    let tag = image["tag"].as_str().unwrap();
+    let digest = format!("sha256:{}", "0f".repeat(32));
+    let record = |fingerprint: &str| {
+        serde_json::json!({"schema_version": 1, "images": {tag: {
+            "repository": "registry.example.com/team/pytorch", "tag": tag, "digest": digest,
+            "fingerprint": fingerprint, "build_key": "k", "variant": "runtime", "torch": "2.7.1",
+            "torchvision": "0.22.1", "cuda": "12.6", "cuda_full": "12.6.3", "cudnn": "9",
+            "python": "3.12", "os": "ubuntu24.04", "base_image": "b", "driver_min": "560.35.05",
+            "driver_min_compat": "525.60.13", "require_cuda": "cuda>=12.6",
+            "built_at": "2026-11-30T10:00:00Z", "status": "ok"}}})
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = dir.path().join("imagegen-manifest.json");
+    std::fs::write(
+        &manifest,
+        record(image["fingerprint"].as_str().unwrap()).to_string(),
+    )
+    .unwrap();
+    let manifest_arg = manifest.to_str().unwrap();
+    let yaml = stdout_of(&["k8s", "2.7-cuda12.6-runtime", "--manifest", manifest_arg]);
+    assert!(
+        yaml.contains(&format!(
+            "image: registry.example.com/team/pytorch:{tag}@{digest}"
+        )),
+        "{yaml}"
+    );
+    // A record of another build of the tag (other fingerprint) pins nothing.
+    std::fs::write(&manifest, record("sha256:other").to_string()).unwrap();
+    let yaml = stdout_of(&["k8s", "2.7-cuda12.6-runtime", "--manifest", manifest_arg]);
+    assert!(
+        yaml.contains(&format!("image: registry.example.com/team/pytorch:{tag}\n")),
+        "{yaml}"
+    );
+}
+
 /// Splits multi-document YAML and reads each document back through the typed model.
 fn read_back(yaml: &str) -> (Option<imagegen::k8s::Service>, imagegen::k8s::Job) {
     let documents: Vec<&str> = yaml
@@ -145,7 +199,7 @@ fn read_back(yaml: &str) -> (Option<imagegen::k8s::Service>, imagegen::k8s::Job)
 
 #[test]
 fn k8s_single_gpu_job_for_an_alias() {
-    let yaml = stdout_of(&["k8s", "2.7-cuda12.6-runtime"]);
+    let yaml = stdout_of(&["k8s", "2.7-cuda12.6-runtime", "--manifest", NO_MANIFEST]);
     snapshot_without_fingerprints!("k8s_single_gpu", yaml.clone());
     let (service, job) = read_back(&yaml);
     assert!(service.is_none());
@@ -171,6 +225,8 @@ fn k8s_multi_node_training_job_for_a_full_tag() {
         "training",
         "--name",
         "finetune",
+        "--manifest",
+        NO_MANIFEST,
         "--command",
         "python",
         "train.py",
