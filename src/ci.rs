@@ -6,12 +6,17 @@
 //! runtime in the same job, and every runner computes the same split. `--per-image` is the same
 //! thing with one shard per family (the families sorted by name, dealt round-robin over as many
 //! shards as there are families, give exactly one family per shard). Shards that would select
-//! nothing are left out, so no runner starts for nothing.
+//! nothing are left out, so no runner starts for nothing. GitHub runs at most
+//! [`GITHUB_MATRIX_LIMIT`] jobs per matrix: past that many families, `--per-image` deals them over
+//! that many shards.
 
 use serde::Serialize;
 
 use crate::plan::{select, Shard};
 use crate::resolve::ImageSpec;
+
+/// The most jobs one GitHub Actions matrix may generate.
+pub const GITHUB_MATRIX_LIMIT: usize = 256;
 
 /// How the images are spread over jobs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,12 +51,14 @@ pub fn family_count(images: &[ImageSpec]) -> usize {
     images.iter().filter(|image| image.parent.is_none()).count()
 }
 
-/// The GitHub matrix for `images` spread as `fan_out` says. `Shards(0)` is treated as one shard.
+/// The GitHub matrix for `images` spread as `fan_out` says. The shard count is kept within
+/// 1..=[`GITHUB_MATRIX_LIMIT`].
 pub fn github_matrix(images: &[ImageSpec], fan_out: FanOut) -> GithubMatrix {
     let count = match fan_out {
-        FanOut::Shards(count) => count.max(1),
-        FanOut::PerImage => family_count(images).max(1),
-    };
+        FanOut::Shards(count) => count,
+        FanOut::PerImage => family_count(images),
+    }
+    .clamp(1, GITHUB_MATRIX_LIMIT);
     let mut include = Vec::new();
     for index in 1..=count {
         let selected = select(images, None, Some(Shard { index, count }));
@@ -60,7 +67,8 @@ pub fn github_matrix(images: &[ImageSpec], fan_out: FanOut) -> GithubMatrix {
         }
         let names: Vec<String> = selected.iter().map(|image| image.name.clone()).collect();
         let name = match fan_out {
-            FanOut::PerImage => names[0].clone(),
+            FanOut::PerImage if family_count(&selected) == 1 => names[0].clone(),
+            FanOut::PerImage => format!("{index}/{count} {} (+{} more)", names[0], names.len() - 1),
             FanOut::Shards(_) if names.len() == 1 => format!("{index}/{count} {}", names[0]),
             FanOut::Shards(_) => {
                 format!("{index}/{count} {} (+{} more)", names[0], names.len() - 1)
@@ -154,6 +162,27 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn per_image_past_the_github_limit_deals_families_over_the_limit() {
+        let template = images().remove(0);
+        let many: Vec<ImageSpec> = (0..GITHUB_MATRIX_LIMIT + 44)
+            .map(|index| ImageSpec {
+                name: format!("family-{index:03}"),
+                parent: None,
+                ..template.clone()
+            })
+            .collect();
+        let matrix = github_matrix(&many, FanOut::PerImage);
+        assert_eq!(matrix.include.len(), GITHUB_MATRIX_LIMIT);
+        assert_partition(&many, &matrix);
+        assert_eq!(
+            matrix.include[0].images.len(),
+            2,
+            "300 families over 256 jobs"
+        );
+        assert!(matrix.include[0].name.contains("(+1 more)"));
     }
 
     #[test]

@@ -138,8 +138,8 @@ pub enum Command {
         /// Emit the GitHub Actions matrix (`{"include": [...]}`), the only CI format so far.
         #[arg(long, required = true)]
         github: bool,
-        /// At most N jobs, image families dealt round-robin (`imagegen build --shard I/N`).
-        #[arg(long, conflicts_with = "per_image")]
+        /// At most N jobs (1 to 256, GitHub's limit), image families dealt round-robin (`imagegen build --shard I/N`).
+        #[arg(long, conflicts_with = "per_image", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=256))]
         shards: Option<usize>,
         /// One job per image family (a runtime image and the devel images on it); the default.
         #[arg(long)]

@@ -69,6 +69,13 @@ fn ci_needs_the_github_flag_and_one_way_to_fan_out() {
         .assert()
         .code(2)
         .stderr(predicate::str::contains("cannot be used with"));
+    imagegen()
+        .arg("--matrix")
+        .arg(fixture())
+        .args(["ci", "--github", "--shards", "0"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("0 is not in 1..=256"));
 }
 
 #[test]
