@@ -42,6 +42,17 @@ pub fn describe(error: &anyhow::Error) -> String {
 
 pub fn run(cli: Cli) -> Result<Outcome> {
     match cli.command {
+        Command::Plan { manifest, format } => {
+            let project = Project::load(&cli.matrix, cli.knowledge.as_deref())?;
+            crate::upgrade::plan_command(&project, &manifest, format)
+        }
+        Command::Rollback {
+            alias,
+            to,
+            previous,
+            manifest,
+        } => crate::upgrade::rollback_command(&alias, to.as_deref(), previous, &manifest),
+        Command::Diff { from, to, manifest } => crate::upgrade::diff_command(&from, &to, &manifest),
         Command::Resolve {
             driver,
             forward_compat,
@@ -233,6 +244,9 @@ pub fn resolution_table(resolution: &Resolution) -> String {
                 write!(cell, " python {python}").ok();
             }
             write!(cell, " {} {}", rejection.os, rejection.variant).ok();
+            if rejection.platform != "linux/amd64" {
+                write!(cell, " {}", rejection.platform).ok();
+            }
             let origin = if rejection.origin == "axes" {
                 String::new()
             } else {

@@ -15,6 +15,7 @@ use std::time::Instant;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use serde::Serialize;
 
+use crate::manifest::Packages;
 use crate::plan::{Plan, PlannedImage};
 
 /// What the self-test said.
@@ -87,11 +88,18 @@ pub trait Builder: Send + Sync + 'static {
     fn build(&self, image: &PlannedImage) -> impl Future<Output = anyhow::Result<String>> + Send;
     /// Runs the self-test in a container from the image.
     fn test(&self, image: &PlannedImage) -> impl Future<Output = TestOutcome> + Send;
-    /// Pushes `repository:tag`; returns the manifest digest.
+    /// Reads the packages inside the built image (pip and OS).
+    fn contents(
+        &self,
+        image: &PlannedImage,
+    ) -> impl Future<Output = anyhow::Result<Packages>> + Send;
+    /// Pushes `repository:tag`; returns the manifest digest. With `build_key` (full tags), refuses
+    /// when the registry already holds that tag with other content: full tags are immutable.
     fn push(
         &self,
         repository: &str,
         tag: &str,
+        build_key: Option<&str>,
     ) -> impl Future<Output = anyhow::Result<String>> + Send;
     /// Tags local `source` as `repository:tag`.
     fn tag(
@@ -133,10 +141,12 @@ pub struct ImageResult {
     pub image_id: Option<String>,
     pub digest: Option<String>,
     pub test: Option<TestOutcome>,
+    /// The packages read from the image (not read again for an image reused with a passed test).
+    pub packages: Option<Packages>,
     pub aliases_moved: Vec<String>,
     /// Aliases not moved, with why.
     pub aliases_held: Vec<(String, String)>,
-    /// Which stage failed: `lookup` (local or registry), `build`, `test`, `push`, `alias`.
+    /// Which stage failed: `lookup` (local or registry), `build`, `contents`, `test`, `push`, `alias`.
     pub failed_stage: Option<String>,
     pub error: Option<String>,
     pub seconds: f64,
@@ -150,6 +160,7 @@ impl ImageResult {
             image_id: None,
             digest: None,
             test: None,
+            packages: None,
             aliases_moved: Vec::new(),
             aliases_held: Vec::new(),
             failed_stage: None,
@@ -244,6 +255,7 @@ async fn run_one<B: Builder>(
 ) -> ImageResult {
     let start = Instant::now();
     let mut result = ImageResult::new(&image.spec.name, Status::Built);
+    result.aliases_held = image.aliases_blocked.clone();
     let fail = |mut result: ImageResult, stage: &str, error: String| {
         result.status = Status::Failed;
         result.failed_stage = Some(stage.to_string());
@@ -282,8 +294,24 @@ async fn run_one<B: Builder>(
         },
     }
 
-    let test = if result.status == Status::Reused && image.passed_before {
-        TestOutcome::Pass { summary: "passed when this build key was first tested (see the manifest)".into(), report: None }
+    let known_good = result.status == Status::Reused && image.passed_before;
+    if !known_good {
+        match builder.contents(&image).await {
+            Ok(packages) => result.packages = Some(packages),
+            Err(error) => {
+                return fail(
+                    result,
+                    "contents",
+                    format!("cannot list the packages in the image: {error:#}"),
+                )
+            }
+        }
+    }
+    let test = if known_good {
+        TestOutcome::Pass {
+            summary: "passed when this build key was first tested (see the manifest)".into(),
+            report: None,
+        }
     } else if options.test {
         builder.test(&image).await
     } else {
@@ -314,7 +342,14 @@ async fn run_one<B: Builder>(
     }
 
     if options.push {
-        match builder.push(&image.spec.repository, &image.spec.tag).await {
+        match builder
+            .push(
+                &image.spec.repository,
+                &image.spec.tag,
+                Some(&image.build_key),
+            )
+            .await
+        {
             Ok(digest) => result.digest = Some(digest),
             Err(error) => return fail(result, "push", format!("{error:#}")),
         }
@@ -326,6 +361,13 @@ async fn run_one<B: Builder>(
         other => Some(format!("self-test {}: {}", other.status(), other.summary())),
     };
     for alias in &image.aliases {
+        if let Some(index) = &image.spec.index {
+            let reason = format!(
+                "moved by `imagegen publish` with the {index} index, once every platform passed"
+            );
+            result.aliases_held.push((alias.clone(), reason));
+            continue;
+        }
         if let Some(reason) = &may_move {
             result.aliases_held.push((alias.clone(), reason.clone()));
             continue;
@@ -337,7 +379,7 @@ async fn run_one<B: Builder>(
             return fail(result, "alias", format!("{error:#}"));
         }
         if options.push {
-            if let Err(error) = builder.push(&image.spec.repository, alias).await {
+            if let Err(error) = builder.push(&image.spec.repository, alias, None).await {
                 return fail(result, "alias", format!("{error:#}"));
             }
         }

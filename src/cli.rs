@@ -29,8 +29,50 @@ pub enum Format {
     Json,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PlanFormat {
+    Table,
+    Json,
+    /// For a pull-request comment or $GITHUB_STEP_SUMMARY.
+    Markdown,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Compare the matrix with the manifest: new and rebuilt images (and why), alias moves, rising driver minimums, images no longer made.
+    Plan {
+        /// The manifest file.
+        #[arg(long, default_value = crate::manifest::DEFAULT_PATH)]
+        manifest: PathBuf,
+        #[arg(long, value_enum, default_value_t = PlanFormat::Table)]
+        format: PlanFormat,
+    },
+    /// Re-point an alias in the registry to an earlier digest recorded in the manifest, without a rebuild.
+    Rollback {
+        /// The alias to move, e.g. 2.7-cuda12.6-runtime or latest.
+        alias: String,
+        /// The digest to point it at (it must be recorded in the manifest).
+        #[arg(
+            long,
+            conflicts_with = "previous",
+            required_unless_present = "previous"
+        )]
+        to: Option<String>,
+        /// Point it where it pointed before its last move.
+        #[arg(long)]
+        previous: bool,
+        /// The manifest file.
+        #[arg(long, default_value = crate::manifest::DEFAULT_PATH)]
+        manifest: PathBuf,
+    },
+    /// Show what changed between two images (tags, aliases or digests recorded in the manifest): versions and packages.
+    Diff {
+        from: String,
+        to: String,
+        /// The manifest file.
+        #[arg(long, default_value = crate::manifest::DEFAULT_PATH)]
+        manifest: PathBuf,
+    },
     /// Show which images the matrix makes, on which drivers they run, and which cells are impossible and why.
     Resolve {
         /// Only keep images that this NVIDIA driver runs (e.g. 535.104.05).

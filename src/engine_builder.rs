@@ -12,8 +12,12 @@ use anyhow::{anyhow, Context, Result};
 use tokio::sync::{Mutex, OnceCell};
 
 use crate::build::{Builder, Existing, TestOutcome};
-use crate::docker::{context_tar, registry_host_of, repository_path_of, BuildRequest, ContextFile, Credentials, DockerConfig, Engine, RegistryClient, RetryPolicy, RunRequest};
+use crate::docker::{
+    context_tar, registry_host_of, repository_path_of, BuildRequest, ContextFile, Credentials,
+    DockerConfig, Engine, RegistryClient, RetryPolicy, RunRequest,
+};
 use crate::fingerprint::sha256_hex;
+use crate::manifest::Packages;
 use crate::plan::PlannedImage;
 use crate::progress::Progress;
 use crate::resolve::ImageSpec;
@@ -32,13 +36,20 @@ pub struct Contexts {
 impl Contexts {
     /// Tars `images_dir/<name>/` plus `selftest_dir/gpu-selftest-cuNN` (as `gpu-selftest`) for
     /// every image. Fails naming the missing binary or directory.
-    pub fn assemble(images: &[ImageSpec], images_dir: &Path, selftest_dir: &Path) -> Result<Contexts> {
+    pub fn assemble(
+        images: &[ImageSpec],
+        images_dir: &Path,
+        selftest_dir: &Path,
+    ) -> Result<Contexts> {
         let mut tars = BTreeMap::new();
         let mut binaries: BTreeMap<String, ContextFile> = BTreeMap::new();
         for image in images {
             let dir = images_dir.join(&image.name);
             if !dir.join("Dockerfile").exists() {
-                anyhow::bail!("{} has no Dockerfile\nhint: run `imagegen render` first", dir.display());
+                anyhow::bail!(
+                    "{} has no Dockerfile\nhint: run `imagegen render` first",
+                    dir.display()
+                );
             }
             let binary = match binaries.get(&image.selftest) {
                 Some(binary) => binary.clone(),
@@ -47,12 +58,16 @@ impl Contexts {
                     let file = ContextFile::read("gpu-selftest", &path).map_err(|e| {
                         anyhow!("{e}\nhint: build the self-test with `bash selftest/build.sh` (it writes target/selftest/gpu-selftest-cu11/12/13) or pass --selftest-dir")
                     })?;
-                    let file = ContextFile { executable: true, ..file };
+                    let file = ContextFile {
+                        executable: true,
+                        ..file
+                    };
                     binaries.insert(image.selftest.clone(), file.clone());
                     file
                 }
             };
-            let tar = context_tar(&dir, &[binary]).with_context(|| format!("build context of {}", image.name))?;
+            let tar = context_tar(&dir, &[binary])
+                .with_context(|| format!("build context of {}", image.name))?;
             tars.insert(image.name.clone(), tar);
         }
         Ok(Contexts { tars })
@@ -60,7 +75,10 @@ impl Contexts {
 
     /// sha256 of each context, for build keys.
     pub fn digests(&self) -> BTreeMap<String, String> {
-        self.tars.iter().map(|(name, tar)| (name.clone(), sha256_hex(tar))).collect()
+        self.tars
+            .iter()
+            .map(|(name, tar)| (name.clone(), sha256_hex(tar)))
+            .collect()
     }
 }
 
@@ -98,10 +116,23 @@ pub struct EngineBuilder {
 }
 
 impl EngineBuilder {
-    pub fn new(engine: Engine, contexts: Contexts, progress: Arc<Progress>, settings: EngineBuilderSettings) -> EngineBuilder {
+    pub fn new(
+        engine: Engine,
+        contexts: Contexts,
+        progress: Arc<Progress>,
+        settings: EngineBuilderSettings,
+    ) -> EngineBuilder {
         // A broken Docker config only matters once something needs credentials; keep the error for then.
         let docker_config = DockerConfig::load_default().ok();
-        EngineBuilder { engine, contexts, progress, settings, docker_config, credentials: Mutex::new(BTreeMap::new()), gpus: OnceCell::new() }
+        EngineBuilder {
+            engine,
+            contexts,
+            progress,
+            settings,
+            docker_config,
+            credentials: Mutex::new(BTreeMap::new()),
+            gpus: OnceCell::new(),
+        }
     }
 
     async fn credentials_for(&self, repository: &str) -> Result<Option<Credentials>> {
@@ -122,18 +153,27 @@ impl EngineBuilder {
     }
 
     async fn gpus(&self) -> bool {
-        *self.gpus.get_or_init(|| async { self.engine.gpu_runtime_available().await.unwrap_or(false) }).await
+        *self
+            .gpus
+            .get_or_init(|| async { self.engine.gpu_runtime_available().await.unwrap_or(false) })
+            .await
     }
 }
 
 impl Builder for EngineBuilder {
     async fn find_existing(&self, image: &PlannedImage) -> Result<Option<Existing>> {
-        if let Some(local) = self.engine.find_image_with_label(BUILD_KEY_LABEL, &image.build_key).await? {
+        if let Some(local) = self
+            .engine
+            .find_image_with_label(BUILD_KEY_LABEL, &image.build_key)
+            .await?
+        {
             return Ok(Some(Existing::Local(local.id)));
         }
         if let (true, Some(recorded)) = (self.settings.check_registry, &image.recorded_digest) {
             let credentials = self.credentials_for(&image.spec.repository).await?;
-            let client = RegistryClient::new(&registry_host_of(&image.spec.repository), credentials).with_retry(self.settings.registry_retry);
+            let client =
+                RegistryClient::new(&registry_host_of(&image.spec.repository), credentials)
+                    .with_retry(self.settings.registry_retry);
             let path = repository_path_of(&image.spec.repository);
             if let Some(labels) = client.image_labels(path, &image.spec.tag).await? {
                 if labels.get(BUILD_KEY_LABEL) == Some(&image.build_key) {
@@ -150,14 +190,25 @@ impl Builder for EngineBuilder {
 
     async fn build(&self, image: &PlannedImage) -> Result<String> {
         let name = &image.spec.name;
-        let context = self.contexts.tars.get(name).cloned().ok_or_else(|| anyhow!("no build context assembled for {name}"))?;
+        let context = self
+            .contexts
+            .tars
+            .get(name)
+            .cloned()
+            .ok_or_else(|| anyhow!("no build context assembled for {name}"))?;
         let mut request = BuildRequest::new(image.reference.clone(), context);
         request.labels = self.settings.build_labels.clone();
-        request.labels.insert(BUILD_KEY_LABEL.into(), image.build_key.clone());
+        request
+            .labels
+            .insert(BUILD_KEY_LABEL.into(), image.build_key.clone());
         self.progress.start(name, "building");
         let progress = Arc::clone(&self.progress);
         let log_name = name.clone();
-        match self.engine.build(request, move |line| progress.line(&log_name, line)).await {
+        match self
+            .engine
+            .build(request, move |line| progress.line(&log_name, line))
+            .await
+        {
             Ok(id) => {
                 self.progress.stage(name, &format!("built {id}"));
                 Ok(id)
@@ -173,7 +224,14 @@ impl Builder for EngineBuilder {
     async fn test(&self, image: &PlannedImage) -> TestOutcome {
         let name = &image.spec.name;
         let gpus = self.gpus().await;
-        self.progress.stage(name, if gpus { "gpu-selftest on all GPUs" } else { "gpu-selftest (no GPU runtime on this host)" });
+        self.progress.stage(
+            name,
+            if gpus {
+                "gpu-selftest on all GPUs"
+            } else {
+                "gpu-selftest (no GPU runtime on this host)"
+            },
+        );
         let request = RunRequest {
             image: image.reference.clone(),
             cmd: vec!["gpu-selftest".into(), "--format".into(), "json".into()],
@@ -187,24 +245,99 @@ impl Builder for EngineBuilder {
         };
         let output = match self.engine.run(request).await {
             Ok(output) => output,
-            Err(error) => return TestOutcome::Error { summary: error.to_string(), report: None },
+            Err(error) => {
+                return TestOutcome::Error {
+                    summary: error.to_string(),
+                    report: None,
+                }
+            }
         };
         for line in output.stderr.lines() {
             self.progress.line(name, line);
         }
         let outcome = interpret_selftest(output.exit_code, &output.stdout, &output.stderr, gpus);
-        self.progress.stage(name, &format!("self-test {}: {}", outcome.status(), outcome.summary()));
+        self.progress.stage(
+            name,
+            &format!("self-test {}: {}", outcome.status(), outcome.summary()),
+        );
         outcome
     }
 
-    async fn push(&self, repository: &str, tag: &str) -> Result<String> {
+    async fn contents(&self, image: &PlannedImage) -> Result<Packages> {
+        let request = RunRequest {
+            image: image.reference.clone(),
+            cmd: vec!["sh".into(), "-c".into(), LIST_PACKAGES.into()],
+            entrypoint: Some(vec![]),
+            timeout: Some(Duration::from_secs(120)),
+            labels: [("imagegen.contents".to_string(), image.spec.name.clone())].into(),
+            ..Default::default()
+        };
+        let output = self.engine.run(request).await?;
+        if output.exit_code != 0 {
+            anyhow::bail!(
+                "listing packages exited {}: {}",
+                output.exit_code,
+                output.stderr.trim()
+            );
+        }
+        Ok(parse_packages(&output.stdout))
+    }
+
+    async fn push(&self, repository: &str, tag: &str, build_key: Option<&str>) -> Result<String> {
         let credentials = self.credentials_for(repository).await?;
-        self.progress.line(tag, &format!("== pushing {repository}:{tag}"));
-        Ok(self.engine.push(repository, tag, credentials.as_ref(), |_| {}).await?)
+        if let Some(build_key) = build_key {
+            let client = RegistryClient::new(&registry_host_of(repository), credentials.clone())
+                .with_retry(self.settings.registry_retry);
+            if let Some(labels) = client
+                .image_labels(repository_path_of(repository), tag)
+                .await?
+            {
+                let theirs = labels
+                    .get(BUILD_KEY_LABEL)
+                    .map(String::as_str)
+                    .unwrap_or("none");
+                if theirs != build_key {
+                    anyhow::bail!(
+                        "refusing to push {repository}:{tag}: the registry already has this full tag with different content (build key {theirs}, this image {build_key}); full tags are immutable\nhint: to publish a rebuild under a new tag, add a revision to tags.full in the matrix (e.g. \"{{torch}}-cuda{{cuda}}-cudnn{{cudnn_major}}-{{variant}}-{{os}}-r2\"), or move aliases back with `imagegen rollback`"
+                    );
+                }
+            }
+        }
+        self.progress
+            .line(tag, &format!("== pushing {repository}:{tag}"));
+        Ok(self
+            .engine
+            .push(repository, tag, credentials.as_ref(), |_| {})
+            .await?)
     }
 
     async fn tag(&self, source: &str, repository: &str, tag: &str) -> Result<()> {
         Ok(self.engine.tag(source, repository, tag).await?)
+    }
+}
+
+/// Lists pip and OS packages; the marker separates the two lists.
+const LIST_PACKAGES: &str = "if command -v pip >/dev/null 2>&1; then pip freeze --all 2>/dev/null; fi; echo '--- imagegen: os packages ---'; if command -v dpkg-query >/dev/null 2>&1; then dpkg-query -W -f='${Package}=${Version}\\n'; fi";
+
+/// Splits the output of [`LIST_PACKAGES`] into sorted pip and OS package lists.
+pub fn parse_packages(output: &str) -> Packages {
+    let (pip, os) = output
+        .split_once("--- imagegen: os packages ---")
+        .unwrap_or((output, ""));
+    let lines = |text: &str| {
+        let mut lines: Vec<String> = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(String::from)
+            .collect();
+        lines.sort();
+        lines.dedup();
+        lines
+    };
+    Packages {
+        pip: lines(pip),
+        os: lines(os),
     }
 }
 
@@ -219,10 +352,19 @@ pub fn interpret_selftest(exit_code: i64, stdout: &str, stderr: &str, gpus: bool
         let failed: Vec<String> = checks
             .iter()
             .filter(|c| c["status"] == "fail")
-            .map(|c| format!("{}: {}", c["name"].as_str().unwrap_or("?"), c["summary"].as_str().unwrap_or("")))
+            .map(|c| {
+                format!(
+                    "{}: {}",
+                    c["name"].as_str().unwrap_or("?"),
+                    c["summary"].as_str().unwrap_or("")
+                )
+            })
             .collect();
         if failed.is_empty() {
-            format!("{} checks passed", checks.iter().filter(|c| c["status"] == "pass").count())
+            format!(
+                "{} checks passed",
+                checks.iter().filter(|c| c["status"] == "pass").count()
+            )
         } else {
             failed.join("; ")
         }
@@ -231,16 +373,50 @@ pub fn interpret_selftest(exit_code: i64, stdout: &str, stderr: &str, gpus: bool
         report
             .as_ref()
             .and_then(|r| r["error"].as_str().map(String::from))
-            .unwrap_or_else(|| stderr.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no output").trim().to_string())
+            .unwrap_or_else(|| {
+                stderr
+                    .lines()
+                    .rev()
+                    .find(|l| !l.trim().is_empty())
+                    .unwrap_or("no output")
+                    .trim()
+                    .to_string()
+            })
     };
     match exit_code {
-        0 if report.as_ref().is_some_and(|r| r["overall"] == "pass") => TestOutcome::Pass { summary: checks_summary(&report), report },
-        0 => TestOutcome::Error { summary: "gpu-selftest exited 0 without a JSON report".into(), report },
-        1 => TestOutcome::Fail { summary: checks_summary(&report), report },
-        2 if !gpus => TestOutcome::Skipped { summary: format!("no GPU on this host; gpu-selftest ran in the image and said: {}", error_text()) },
-        2 => TestOutcome::Error { summary: error_text(), report },
-        126 | 127 => TestOutcome::Error { summary: format!("gpu-selftest could not be executed in the image (exit {exit_code}): {}", error_text()), report },
-        other => TestOutcome::Error { summary: format!("gpu-selftest exited {other}: {}", error_text()), report },
+        0 if report.as_ref().is_some_and(|r| r["overall"] == "pass") => TestOutcome::Pass {
+            summary: checks_summary(&report),
+            report,
+        },
+        0 => TestOutcome::Error {
+            summary: "gpu-selftest exited 0 without a JSON report".into(),
+            report,
+        },
+        1 => TestOutcome::Fail {
+            summary: checks_summary(&report),
+            report,
+        },
+        2 if !gpus => TestOutcome::Skipped {
+            summary: format!(
+                "no GPU on this host; gpu-selftest ran in the image and said: {}",
+                error_text()
+            ),
+        },
+        2 => TestOutcome::Error {
+            summary: error_text(),
+            report,
+        },
+        126 | 127 => TestOutcome::Error {
+            summary: format!(
+                "gpu-selftest could not be executed in the image (exit {exit_code}): {}",
+                error_text()
+            ),
+            report,
+        },
+        other => TestOutcome::Error {
+            summary: format!("gpu-selftest exited {other}: {}", error_text()),
+            report,
+        },
     }
 }
 
@@ -254,10 +430,27 @@ mod tests {
     use super::*;
 
     #[test]
+    fn package_lists_are_split_and_sorted() {
+        let packages = parse_packages("torch==2.7.1\nnumpy==2.1.0\n--- imagegen: os packages ---\nlibc6=2.39-0ubuntu8\ngcc=4:13.2.0-7ubuntu1\n");
+        assert_eq!(packages.pip, vec!["numpy==2.1.0", "torch==2.7.1"]);
+        assert_eq!(
+            packages.os,
+            vec!["gcc=4:13.2.0-7ubuntu1", "libc6=2.39-0ubuntu8"]
+        );
+        assert_eq!(
+            parse_packages("--- imagegen: os packages ---\n"),
+            Packages::default()
+        );
+    }
+
+    #[test]
     fn selftest_results_are_interpreted() {
         let pass = r#"{"schema_version":1,"overall":"pass","checks":[{"name":"matmul","status":"pass","summary":"ok"},{"name":"shm","status":"warn","summary":"64 MiB"}]}"#;
         assert_eq!(interpret_selftest(0, pass, "", true).status(), "pass");
-        assert_eq!(interpret_selftest(0, pass, "", true).summary(), "1 checks passed");
+        assert_eq!(
+            interpret_selftest(0, pass, "", true).summary(),
+            "1 checks passed"
+        );
         let fail = r#"{"schema_version":1,"overall":"fail","checks":[{"name":"matmul","status":"fail","summary":"bf16 error 0.3 > 0.02"}]}"#;
         let outcome = interpret_selftest(1, fail, "", true);
         assert_eq!(outcome.status(), "fail");
@@ -266,11 +459,22 @@ mod tests {
         let skipped = interpret_selftest(2, error, "", false);
         assert_eq!(skipped.status(), "skipped");
         assert!(skipped.summary().contains("cannot load libcuda.so.1"));
-        assert_eq!(interpret_selftest(2, error, "", true).status(), "error", "with GPUs, exit 2 is an error");
-        let missing = interpret_selftest(127, "", "exec: \"gpu-selftest\": executable file not found in $PATH", false);
+        assert_eq!(
+            interpret_selftest(2, error, "", true).status(),
+            "error",
+            "with GPUs, exit 2 is an error"
+        );
+        let missing = interpret_selftest(
+            127,
+            "",
+            "exec: \"gpu-selftest\": executable file not found in $PATH",
+            false,
+        );
         assert_eq!(missing.status(), "error");
         assert!(missing.summary().contains("could not be executed"));
-        assert_eq!(interpret_selftest(0, "not json", "", true).status(), "error");
+        assert_eq!(
+            interpret_selftest(0, "not json", "", true).status(),
+            "error"
+        );
     }
-
 }

@@ -17,10 +17,11 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 
 /// The fingerprint of `inputs` as `sha256:<hex>`. Keys are sorted (BTreeMap) and each entry is
 /// written as `len(key):key=len(value):value\n`, so no two different maps hash the same bytes.
-pub fn fingerprint(inputs: &BTreeMap<&str, String>) -> String {
+pub fn fingerprint<K: AsRef<str>>(inputs: &BTreeMap<K, String>) -> String {
     let mut hasher = Sha256::new();
     hasher.update(b"imagegen-fingerprint-v1\n");
     for (key, value) in inputs {
+        let key = key.as_ref();
         hasher.update(format!("{}:{key}={}:{value}\n", key.len(), value.len()).as_bytes());
     }
     let hex: String = hasher

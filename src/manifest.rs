@@ -80,6 +80,12 @@ pub struct ImageRecord {
     pub require_cuda: String,
     #[serde(default)]
     pub selftest: Option<TestRecord>,
+    /// What the fingerprint covers, by name: `plan` compares it to say why an image rebuilds.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub inputs: BTreeMap<String, String>,
+    /// The packages inside the image, read from it after the build.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub packages: Option<Packages>,
     pub built_at: String,
     #[serde(default)]
     pub build_seconds: f64,
@@ -120,6 +126,8 @@ impl ImageRecord {
             driver_min_compat: spec.driver_min_compat.clone(),
             require_cuda: spec.require_cuda.clone(),
             selftest: None,
+            inputs: spec.inputs.clone(),
+            packages: None,
             built_at: at.to_string(),
             build_seconds: 0.0,
             source_commit: None,
@@ -128,6 +136,16 @@ impl ImageRecord {
             history: Vec::new(),
         }
     }
+}
+
+/// The packages of an image: `pip freeze` of its Python environment and the OS packages
+/// (`dpkg-query`), each as sorted `name==version` / `name=version` lines.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Packages {
+    #[serde(default)]
+    pub pip: Vec<String>,
+    #[serde(default)]
+    pub os: Vec<String>,
 }
 
 /// Where an alias points, and where it pointed before.
@@ -150,6 +168,33 @@ pub struct AliasTarget {
 }
 
 impl Manifest {
+    /// Every record of an image the manifest knows, current and historical, with the full tag.
+    pub fn all_records(&self) -> impl Iterator<Item = &ImageRecord> {
+        self.images
+            .values()
+            .flat_map(|record| std::iter::once(record).chain(record.history.iter()))
+    }
+
+    /// The record an alias, full tag or digest (`sha256:...`) names: an alias resolves to its
+    /// current target, a tag to its current record, a digest to whichever record carries it.
+    pub fn find(&self, reference: &str) -> Option<&ImageRecord> {
+        if reference.starts_with("sha256:") {
+            return self
+                .all_records()
+                .find(|r| r.digest.as_deref() == Some(reference));
+        }
+        if let Some(alias) = self.aliases.get(reference) {
+            return match &alias.digest {
+                Some(digest) => self
+                    .all_records()
+                    .find(|r| r.digest.as_ref() == Some(digest))
+                    .or_else(|| self.images.get(&alias.tag)),
+                None => self.images.get(&alias.tag),
+            };
+        }
+        self.images.get(reference)
+    }
+
     pub fn new() -> Manifest {
         Manifest {
             schema_version: SCHEMA_VERSION,
@@ -326,6 +371,8 @@ mod tests {
             driver_min_compat: "525.60.13".into(),
             require_cuda: "cuda>=12.6".into(),
             selftest: None,
+            inputs: BTreeMap::new(),
+            packages: None,
             built_at: "2026-11-30T00:00:00Z".into(),
             build_seconds: 1.0,
             source_commit: None,

@@ -118,6 +118,42 @@ impl<'de> Deserialize<'de> for OsName {
     }
 }
 
+/// A target platform: `linux/amd64` or `linux/arm64` (SBSA: Grace Hopper, Grace Blackwell).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct Platform(pub String);
+
+impl Platform {
+    pub fn amd64() -> Platform {
+        Platform("linux/amd64".into())
+    }
+
+    /// `amd64` or `arm64`.
+    pub fn arch(&self) -> &str {
+        self.0.rsplit('/').next().unwrap_or(&self.0)
+    }
+}
+
+impl fmt::Display for Platform {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Platform {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        match text.as_str() {
+            "linux/amd64" | "linux/arm64" => Ok(Platform(text)),
+            "linux/aarch64" | "linux/arm64/v8" => Ok(Platform("linux/arm64".into())),
+            "linux/x86_64" => Ok(Platform("linux/amd64".into())),
+            _ => Err(de::Error::custom(format!(
+                "unknown platform {text:?}: imagegen builds linux/amd64 and linux/arm64"
+            ))),
+        }
+    }
+}
+
 /// An include or exclude rule: each present key narrows the cells it applies to.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -134,6 +170,8 @@ pub struct CellRule {
     pub os: Option<OsName>,
     #[serde(default)]
     pub variants: Option<Vec<Variant>>,
+    #[serde(default)]
+    pub platforms: Option<Vec<Platform>>,
 }
 
 /// Tag settings.
@@ -220,6 +258,11 @@ pub struct Matrix {
     pub os: Vec<OsName>,
     #[serde(default = "default_variants")]
     pub variants: Vec<Variant>,
+    /// Target platforms. With more than `linux/amd64`, each image is built per platform under a
+    /// `-amd64`/`-arm64` suffixed tag and `imagegen publish` assembles the full tag and its aliases
+    /// as OCI image indexes.
+    #[serde(default = "default_platforms")]
+    pub platforms: Vec<Platform>,
     #[serde(default)]
     pub include: Vec<CellRule>,
     #[serde(default)]
@@ -244,6 +287,25 @@ pub struct Matrix {
 
 fn default_variants() -> Vec<Variant> {
     vec![Variant::Runtime, Variant::Devel]
+}
+
+fn default_platforms() -> Vec<Platform> {
+    vec![Platform::amd64()]
+}
+
+impl Matrix {
+    /// Whether images are built per platform and published as indexes: any platform but amd64 alone.
+    pub fn multi_platform(&self) -> bool {
+        self.platforms
+            .iter()
+            .chain(
+                self.include
+                    .iter()
+                    .filter_map(|r| r.platforms.as_ref())
+                    .flatten(),
+            )
+            .any(|p| *p != Platform::amd64())
+    }
 }
 
 /// Every top-level key, for "did you mean" hints.
@@ -329,6 +391,7 @@ impl Matrix {
             ("cuda", self.cuda.is_empty()),
             ("os", self.os.is_empty()),
             ("variants", self.variants.is_empty()),
+            ("platforms", self.platforms.is_empty()),
         ] {
             if empty {
                 return Err(invalid(

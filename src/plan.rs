@@ -8,7 +8,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 
 use crate::fingerprint::fingerprint;
+use crate::manifest::{ImageRecord, Manifest};
 use crate::resolve::ImageSpec;
+use crate::version::{DriverVersion, TorchVersion};
 
 /// `--shard I/N`: this runner builds the I-th of N deterministic parts (1-based).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,6 +51,8 @@ pub struct PlannedImage {
     pub passed_before: bool,
     /// The digest the manifest records for this build key, if it was pushed before.
     pub recorded_digest: Option<String>,
+    /// Aliases this image earns but may not take (they would move backwards), with why.
+    pub aliases_blocked: Vec<(String, String)>,
 }
 
 /// The whole plan, in build order.
@@ -149,9 +153,218 @@ pub fn plan(selected: &[ImageSpec], context_digests: &BTreeMap<String, String>) 
             aliases: spec.aliases.clone(),
             passed_before: false,
             recorded_digest: None,
+            aliases_blocked: Vec::new(),
         });
     }
     Plan { images }
+}
+
+/// Whether `alias` may move from the image it points at now (`current`) to `candidate`: never
+/// backwards to an older torch release. `None` when it may; else the reason it may not.
+pub fn alias_guard(
+    alias: &str,
+    current: Option<&ImageRecord>,
+    candidate: &ImageSpec,
+) -> Option<String> {
+    let current = current?;
+    let version = |text: &str| TorchVersion::parse(text).map(|t| t.version).ok();
+    match (version(&current.torch), version(&candidate.torch)) {
+        (Some(now), Some(next)) if next < now => Some(format!(
+            "{alias} would move backwards from torch {} ({}) to {} ({}); use `imagegen rollback {alias}` to go back on purpose",
+            current.torch, current.tag, candidate.torch, candidate.tag
+        )),
+        _ => None,
+    }
+}
+
+/// Removes from each planned image the aliases that would move backwards (see [`alias_guard`]),
+/// keeping them, with the reason, in `aliases_blocked`.
+pub fn guard_aliases(plan: &mut Plan, manifest: &Manifest) {
+    for image in &mut plan.images {
+        let (allowed, blocked): (Vec<String>, Vec<String>) =
+            image.aliases.iter().cloned().partition(|alias| {
+                let current = manifest
+                    .aliases
+                    .get(alias)
+                    .and_then(|a| manifest.images.get(&a.tag));
+                alias_guard(alias, current, &image.spec).is_none()
+            });
+        for alias in blocked {
+            let current = manifest
+                .aliases
+                .get(&alias)
+                .and_then(|a| manifest.images.get(&a.tag));
+            if let Some(reason) = alias_guard(&alias, current, &image.spec) {
+                image.aliases_blocked.push((alias, reason));
+            }
+        }
+        image.aliases = allowed;
+    }
+}
+
+/// What `imagegen build` would do, compared with the manifest: the upgrade plan a person reviews
+/// before tags move.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct UpgradePlan {
+    pub new_images: Vec<PlannedChange>,
+    pub rebuilt: Vec<PlannedChange>,
+    pub unchanged: Vec<String>,
+    pub alias_moves: Vec<AliasMove>,
+    pub alias_holds: Vec<AliasHold>,
+    pub driver_rises: Vec<DriverRise>,
+    pub removed: Vec<RemovedImage>,
+}
+
+/// A new or rebuilt image; `changes` says which inputs differ from the manifest's record.
+#[derive(Debug, Clone, Serialize)]
+pub struct PlannedChange {
+    pub tag: String,
+    pub driver_min: String,
+    pub changes: Vec<InputChange>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct InputChange {
+    pub input: String,
+    pub from: String,
+    pub to: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct AliasMove {
+    pub alias: String,
+    pub from_tag: Option<String>,
+    pub from_digest: Option<String>,
+    pub to_tag: String,
+    /// Known when the target was already built with the same fingerprint.
+    pub to_digest: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct AliasHold {
+    pub alias: String,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct DriverRise {
+    /// An alias whose target needs a newer driver, or a full tag rebuilt with a newer minimum.
+    pub subject: String,
+    pub from: String,
+    pub to: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RemovedImage {
+    pub tag: String,
+    pub digest: Option<String>,
+    pub aliases: Vec<String>,
+}
+
+/// Compares the images the matrix makes now with the manifest.
+pub fn upgrade_plan(specs: &[ImageSpec], manifest: &Manifest) -> UpgradePlan {
+    let mut plan = UpgradePlan::default();
+    let driver = |text: &str| DriverVersion::parse(text).ok();
+    for spec in specs {
+        match manifest.images.get(&spec.tag).filter(|r| r.status == "ok") {
+            None => plan.new_images.push(PlannedChange {
+                tag: spec.tag.clone(),
+                driver_min: spec.driver_min.clone(),
+                changes: Vec::new(),
+            }),
+            Some(record) if record.fingerprint == spec.fingerprint => {
+                plan.unchanged.push(spec.tag.clone())
+            }
+            Some(record) => {
+                let mut changes: Vec<InputChange> = spec
+                    .inputs
+                    .iter()
+                    .filter(|(key, value)| record.inputs.get(*key) != Some(value))
+                    .map(|(key, value)| InputChange {
+                        input: key.clone(),
+                        from: record
+                            .inputs
+                            .get(key)
+                            .cloned()
+                            .unwrap_or_else(|| "(not recorded)".into()),
+                        to: value.clone(),
+                    })
+                    .collect();
+                if changes.is_empty() {
+                    changes.push(InputChange {
+                        input: "fingerprint".into(),
+                        from: record.fingerprint.clone(),
+                        to: spec.fingerprint.clone(),
+                    });
+                }
+                if let (Some(from), Some(to)) =
+                    (driver(&record.driver_min), driver(&spec.driver_min))
+                {
+                    if to > from {
+                        plan.driver_rises.push(DriverRise {
+                            subject: spec.tag.clone(),
+                            from: record.driver_min.clone(),
+                            to: spec.driver_min.clone(),
+                        });
+                    }
+                }
+                plan.rebuilt.push(PlannedChange {
+                    tag: spec.tag.clone(),
+                    driver_min: spec.driver_min.clone(),
+                    changes,
+                });
+            }
+        }
+        for alias in &spec.aliases {
+            let current_alias = manifest.aliases.get(alias);
+            let current = current_alias.and_then(|a| manifest.images.get(&a.tag));
+            if let Some(reason) = alias_guard(alias, current, spec) {
+                plan.alias_holds.push(AliasHold {
+                    alias: alias.clone(),
+                    reason,
+                });
+                continue;
+            }
+            let known_digest = manifest
+                .images
+                .get(&spec.tag)
+                .filter(|r| r.fingerprint == spec.fingerprint)
+                .and_then(|r| r.digest.clone());
+            let unchanged = current_alias.is_some_and(|a| {
+                a.tag == spec.tag && known_digest.is_some() && a.digest == known_digest
+            });
+            if unchanged {
+                continue;
+            }
+            if let (Some(current), Some(to)) = (current, driver(&spec.driver_min)) {
+                if driver(&current.driver_min).is_some_and(|from| to > from) {
+                    plan.driver_rises.push(DriverRise {
+                        subject: alias.clone(),
+                        from: current.driver_min.clone(),
+                        to: spec.driver_min.clone(),
+                    });
+                }
+            }
+            plan.alias_moves.push(AliasMove {
+                alias: alias.clone(),
+                from_tag: current_alias.map(|a| a.tag.clone()),
+                from_digest: current_alias.and_then(|a| a.digest.clone()),
+                to_tag: spec.tag.clone(),
+                to_digest: known_digest,
+            });
+        }
+    }
+    let produced: BTreeSet<&str> = specs.iter().map(|s| s.tag.as_str()).collect();
+    for (tag, record) in &manifest.images {
+        if !produced.contains(tag.as_str()) && record.status == "ok" {
+            plan.removed.push(RemovedImage {
+                tag: tag.clone(),
+                digest: record.digest.clone(),
+                aliases: record.aliases.clone(),
+            });
+        }
+    }
+    plan
 }
 
 #[cfg(test)]
@@ -271,5 +484,111 @@ mod tests {
             first.images[1].depends_on.as_deref(),
             Some(selected[0].name.as_str())
         );
+    }
+
+    fn manifest_with(specs: &[ImageSpec], alias_targets: &[(&str, &str)]) -> Manifest {
+        let mut manifest = Manifest::new();
+        for spec in specs {
+            let mut record = ImageRecord::for_spec(spec, "key", "t0");
+            record.digest = Some(format!("sha256:{}", spec.tag));
+            manifest.record_success(record);
+        }
+        for (alias, tag) in alias_targets {
+            let digest = manifest.images[*tag].digest.clone();
+            manifest.move_alias(alias, tag, digest, "t0");
+        }
+        manifest
+    }
+
+    fn specs_for(torch: &str, cuda: &str) -> Vec<ImageSpec> {
+        let matrix = Matrix::parse(
+            &format!("registry: r.example\nrepository: t/p\ntorch: [\"{torch}\"]\ncuda: [\"{cuda}\"]\nos: [ubuntu24.04]\nvariants: [runtime]\n"),
+            "m.yaml",
+        )
+        .unwrap();
+        resolve(&matrix, &Knowledge::embedded(), &ResolveOptions::default()).images
+    }
+
+    #[test]
+    fn upgrade_plan_reports_latest_moving_to_a_newer_driver() {
+        let old = specs_for("2.7.1", "12.6");
+        let manifest = manifest_with(
+            &old,
+            &[("latest", "2.7.1-cuda12.6-cudnn9-runtime-ubuntu24.04")],
+        );
+        let new = specs_for("2.8.0", "12.8");
+        let plan = upgrade_plan(&new, &manifest);
+        let latest = plan
+            .alias_moves
+            .iter()
+            .find(|m| m.alias == "latest")
+            .unwrap();
+        assert_eq!(
+            latest.from_tag.as_deref(),
+            Some("2.7.1-cuda12.6-cudnn9-runtime-ubuntu24.04")
+        );
+        assert_eq!(latest.to_digest, None, "not built yet");
+        let rise = plan
+            .driver_rises
+            .iter()
+            .find(|r| r.subject == "latest")
+            .unwrap();
+        assert_eq!(
+            (rise.from.as_str(), rise.to.as_str()),
+            ("560.35.05", "570.124.06")
+        );
+        assert_eq!(
+            plan.removed[0].tag,
+            "2.7.1-cuda12.6-cudnn9-runtime-ubuntu24.04"
+        );
+        assert_eq!(plan.removed[0].aliases, vec!["latest"]);
+    }
+
+    #[test]
+    fn upgrade_plan_says_which_input_changed() {
+        let old = specs_for("2.7.1", "12.6");
+        let mut manifest = manifest_with(&old, &[]);
+        let mut record = manifest.images.values().next().unwrap().clone();
+        record
+            .inputs
+            .insert("wheel_index".into(), "https://old.example/whl/cu126".into());
+        record.fingerprint = "sha256:old".into();
+        manifest.images.insert(record.tag.clone(), record);
+        let plan = upgrade_plan(&old, &manifest);
+        assert_eq!(plan.rebuilt.len(), 1);
+        assert_eq!(
+            plan.rebuilt[0].changes,
+            vec![InputChange {
+                input: "wheel_index".into(),
+                from: "https://old.example/whl/cu126".into(),
+                to: "https://download.pytorch.org/whl/cu126".into()
+            }]
+        );
+    }
+
+    #[test]
+    fn aliases_never_move_backwards() {
+        let newer = specs_for("2.7.1", "12.6");
+        let manifest = manifest_with(
+            &newer,
+            &[(
+                "2.7-cuda12.6-runtime",
+                "2.7.1-cuda12.6-cudnn9-runtime-ubuntu24.04",
+            )],
+        );
+        let older = specs_for("2.7.0", "12.6");
+        let mut plan = plan(&older, &BTreeMap::new());
+        guard_aliases(&mut plan, &manifest);
+        assert!(!plan.images[0]
+            .aliases
+            .contains(&"2.7-cuda12.6-runtime".to_string()));
+        assert!(plan.images[0].aliases_blocked[0]
+            .1
+            .contains("would move backwards from torch 2.7.1"));
+        let upgrade = upgrade_plan(&older, &manifest);
+        assert!(upgrade
+            .alias_holds
+            .iter()
+            .any(|h| h.alias == "2.7-cuda12.6-runtime"));
     }
 }

@@ -36,17 +36,26 @@ impl Progress {
     pub fn start(&self, name: &str, what: &str) {
         if std::fs::create_dir_all(&self.log_dir).is_ok() {
             if let Ok(file) = std::fs::File::create(self.log_path(name)) {
-                self.logs.lock().expect("log lock").insert(name.to_string(), file);
+                self.logs
+                    .lock()
+                    .expect("log lock")
+                    .insert(name.to_string(), file);
             }
         }
         match &self.terminal {
             Some(multi) => {
                 let bar = multi.add(ProgressBar::new_spinner());
-                bar.set_style(ProgressStyle::with_template("{spinner} {prefix:.bold} {wide_msg}").expect("static template"));
+                bar.set_style(
+                    ProgressStyle::with_template("{spinner} {prefix:.bold} {wide_msg}")
+                        .expect("static template"),
+                );
                 bar.set_prefix(name.to_string());
                 bar.set_message(what.to_string());
                 bar.enable_steady_tick(std::time::Duration::from_millis(120));
-                self.bars.lock().expect("bar lock").insert(name.to_string(), bar);
+                self.bars
+                    .lock()
+                    .expect("bar lock")
+                    .insert(name.to_string(), bar);
             }
             None => eprintln!("[{name}] {what}"),
         }
@@ -60,7 +69,10 @@ impl Progress {
             return;
         }
         self.log(name, text);
-        let notable = text.starts_with("Step ") || text.starts_with("== ") || text.starts_with("ERROR") || text.contains("error:");
+        let notable = text.starts_with("Step ")
+            || text.starts_with("== ")
+            || text.starts_with("ERROR")
+            || text.contains("error:");
         match &self.terminal {
             Some(_) => {
                 if let Some(bar) = self.bars.lock().expect("bar lock").get(name) {

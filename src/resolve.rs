@@ -29,6 +29,12 @@ pub struct ImageSpec {
     /// Moving aliases this image currently earns.
     pub aliases: Vec<String>,
     pub variant: Variant,
+    /// `linux/amd64` or `linux/arm64`.
+    pub platform: String,
+    /// With several platforms: the full tag of the OCI image index this per-platform image
+    /// belongs to (`imagegen publish` assembles it); `tag` then carries an `-amd64`/`-arm64` suffix.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub index: Option<String>,
     pub torch: String,
     /// Pip requirement version for torchvision: exact, or `0.28.*` where only the series is known.
     pub torchvision: String,
@@ -64,6 +70,9 @@ pub struct ImageSpec {
     pub unverified: Vec<String>,
     /// sha256 over everything that determines the image's content.
     pub fingerprint: String,
+    /// What the fingerprint covers, by name (kept in the manifest so `plan` can say what changed).
+    #[serde(skip)]
+    pub inputs: BTreeMap<String, String>,
 }
 
 /// A cell that cannot be built, with the values it was given and why.
@@ -75,6 +84,7 @@ pub struct Rejection {
     pub python: Option<String>,
     pub os: String,
     pub variant: Variant,
+    pub platform: String,
     /// `axes` or `include[N]`.
     pub origin: String,
     pub reason: String,
@@ -110,6 +120,7 @@ struct Cell {
     python: Option<String>,
     os: String,
     variant: Variant,
+    platform: String,
     origin: String,
 }
 
@@ -122,6 +133,7 @@ impl Cell {
             python: self.python.clone(),
             os: self.os.clone(),
             variant: self.variant,
+            platform: self.platform.clone(),
             origin: self.origin.clone(),
             reason,
         }
@@ -199,10 +211,11 @@ pub fn resolve(matrix: &Matrix, knowledge: &Knowledge, options: &ResolveOptions)
             if let Some((name, reference, parent_fingerprint)) = runtime_by_key.get(&found.key()) {
                 image.parent = Some(name.clone());
                 image.base_image = reference.clone();
-                let mut inputs = BTreeMap::new();
-                inputs.insert("self", image.fingerprint.clone());
-                inputs.insert("parent", parent_fingerprint.clone());
-                image.fingerprint = fingerprint(&inputs);
+                image.inputs.insert("base_image".into(), reference.clone());
+                image
+                    .inputs
+                    .insert("parent_fingerprint".into(), parent_fingerprint.clone());
+                image.fingerprint = fingerprint(&image.inputs);
             }
         }
     }
@@ -221,6 +234,7 @@ pub fn resolve(matrix: &Matrix, knowledge: &Knowledge, options: &ResolveOptions)
                     python: Some(image.python.clone()),
                     os: image.os.clone(),
                     variant: image.variant,
+                    platform: image.platform.clone(),
                     origin: "driver".into(),
                     reason,
                 }),
@@ -244,17 +258,19 @@ struct Resolved {
     os: String,
     python: String,
     variant_kind: Variant,
+    platform: String,
     unverified: Vec<String>,
 }
 
 impl Resolved {
     /// Identity of the image apart from its variant.
-    fn key(&self) -> (String, String, String, String) {
+    fn key(&self) -> (String, String, String, String, String) {
         (
             self.release.torch.clone(),
             self.cuda_release.version.clone(),
             self.os.clone(),
             self.python.clone(),
+            self.platform.clone(),
         )
     }
 }
@@ -267,6 +283,7 @@ fn sort_key(
     DottedVersion,
     String,
     Variant,
+    String,
 ) {
     let version = |text: &str| {
         DottedVersion::parse_kind(text, "", 4)
@@ -280,6 +297,7 @@ fn sort_key(
         version(found.os.trim_start_matches("ubuntu")),
         found.python.clone(),
         found.variant_kind,
+        found.platform.clone(),
     )
 }
 
@@ -299,17 +317,20 @@ fn expand(matrix: &Matrix, resolution: &mut Resolution) -> Vec<Cell> {
                 for python in optional(&matrix.python) {
                     for os in &matrix.os {
                         for variant in &matrix.variants {
-                            let cell = Cell {
-                                torch: torch.0.clone(),
-                                cuda: cuda.0.clone(),
-                                cudnn: cudnn.clone(),
-                                python: python.clone(),
-                                os: os.0.clone(),
-                                variant: *variant,
-                                origin: "axes".into(),
-                            };
-                            if !matrix.exclude.iter().any(|rule| rule_matches(rule, &cell)) {
-                                cells.push(cell);
+                            for platform in &matrix.platforms {
+                                let cell = Cell {
+                                    torch: torch.0.clone(),
+                                    cuda: cuda.0.clone(),
+                                    cudnn: cudnn.clone(),
+                                    python: python.clone(),
+                                    os: os.0.clone(),
+                                    variant: *variant,
+                                    platform: platform.0.clone(),
+                                    origin: "axes".into(),
+                                };
+                                if !matrix.exclude.iter().any(|rule| rule_matches(rule, &cell)) {
+                                    cells.push(cell);
+                                }
                             }
                         }
                     }
@@ -330,15 +351,22 @@ fn expand(matrix: &Matrix, resolution: &mut Resolution) -> Vec<Cell> {
             .clone()
             .unwrap_or_else(|| matrix.variants.clone())
         {
-            cells.push(Cell {
-                torch: torch.0.clone(),
-                cuda: cuda.0.clone(),
-                cudnn: rule.cudnn.as_ref().map(|v| v.0.clone()),
-                python: rule.python.as_ref().map(|v| v.0.clone()),
-                os: os.0.clone(),
-                variant,
-                origin: origin.clone(),
-            });
+            for platform in rule
+                .platforms
+                .clone()
+                .unwrap_or_else(|| matrix.platforms.clone())
+            {
+                cells.push(Cell {
+                    torch: torch.0.clone(),
+                    cuda: cuda.0.clone(),
+                    cudnn: rule.cudnn.as_ref().map(|v| v.0.clone()),
+                    python: rule.python.as_ref().map(|v| v.0.clone()),
+                    os: os.0.clone(),
+                    variant,
+                    platform: platform.0.clone(),
+                    origin: origin.clone(),
+                });
+            }
         }
     }
     cells
@@ -369,6 +397,10 @@ fn rule_matches(rule: &CellRule, cell: &Cell) -> bool {
             .variants
             .as_ref()
             .is_none_or(|variants| variants.contains(&cell.variant))
+        && rule
+            .platforms
+            .as_ref()
+            .is_none_or(|platforms| platforms.iter().any(|p| p.0 == cell.platform))
 }
 
 /// Checks one cell against the knowledge; the error is the reason shown to the user.
@@ -482,6 +514,34 @@ fn check_cell(cell: &Cell, matrix: &Matrix, knowledge: &Knowledge) -> Result<Res
             ));
         }
         unverified.push(format!("CUDA {}: {note}", cuda_release.version));
+    }
+    if !variant.platforms().contains(&cell.platform.as_str()) {
+        let with_platform: Vec<&str> = knowledge
+            .torch
+            .iter()
+            .filter(|t| {
+                t.cuda
+                    .iter()
+                    .any(|c| c.verified && c.platforms().contains(&cell.platform.as_str()))
+            })
+            .map(|t| t.series.as_str())
+            .collect();
+        return Err(format!(
+            "torch {} publishes no {} CUDA {} wheels in the knowledge ({} CUDA wheels are recorded for torch {})",
+            release.torch,
+            cell.platform,
+            variant.cuda,
+            cell.platform,
+            if with_platform.is_empty() { "none".to_string() } else { with_platform.join(", ") }
+        ));
+    }
+    if !cuda_release.platforms.iter().any(|p| *p == cell.platform) {
+        return Err(format!(
+            "nvidia/cuda {} has no {} images (it has {})",
+            cuda_release.version,
+            cell.platform,
+            cuda_release.platforms.join(", ")
+        ));
     }
     let os = knowledge.os(&cell.os).ok_or_else(|| {
         let known: Vec<&str> = knowledge.os.iter().map(|o| o.name.as_str()).collect();
@@ -620,6 +680,7 @@ fn check_cell(cell: &Cell, matrix: &Matrix, knowledge: &Knowledge) -> Result<Res
         os: cell.os.clone(),
         python,
         variant_kind: cell.variant,
+        platform: cell.platform.clone(),
         unverified,
     })
 }
@@ -659,7 +720,19 @@ fn build_spec(
         .expect("checked knowledge");
     let major = cuda_version.part(0);
     let tag_fields = tag_fields(found);
-    let tag = tags::full_tag(&matrix.tags.full, &tag_fields);
+    let full_tag = tags::full_tag(&matrix.tags.full, &tag_fields);
+    let arch = found
+        .platform
+        .rsplit('/')
+        .next()
+        .unwrap_or(&found.platform)
+        .to_string();
+    // Per platform, images get an `-amd64`/`-arm64` tag; the full tag becomes their index.
+    let (tag, index) = if matrix.multi_platform() {
+        (format!("{full_tag}-{arch}"), Some(full_tag))
+    } else {
+        (full_tag, None)
+    };
     let repository = format!("{}/{}", matrix.registry, matrix.repository);
     let base_registry = matrix
         .mirrors
@@ -695,6 +768,8 @@ fn build_spec(
         tag,
         aliases: Vec::new(),
         variant: found.variant_kind,
+        platform: found.platform.clone(),
+        index,
         torch: found.release.torch.clone(),
         torchvision,
         torchaudio: found.release.torchaudio.clone(),
@@ -713,13 +788,19 @@ fn build_spec(
             .unwrap_or_else(|| found.cuda_release.driver_min.clone()),
         forward_compat_branches: found.cuda_release.forward_compat_branches.clone(),
         require_cuda: require_cuda(&found.variant.cuda, &found.cuda_release, knowledge),
-        archs: found.variant.archs.clone(),
+        archs: found.variant.archs_for(&found.platform),
         wheel_index,
-        selftest: format!("gpu-selftest-cu{major}"),
+        selftest: if arch == "amd64" {
+            format!("gpu-selftest-cu{major}")
+        } else {
+            format!("gpu-selftest-cu{major}-{arch}")
+        },
         unverified: found.unverified.clone(),
         fingerprint: String::new(),
+        inputs: BTreeMap::new(),
     };
-    spec.fingerprint = spec_fingerprint(&spec, matrix, options);
+    spec.inputs = fingerprint_inputs(&spec, matrix, options);
+    spec.fingerprint = fingerprint(&spec.inputs);
     spec
 }
 
@@ -738,9 +819,14 @@ fn tag_fields(found: &Resolved) -> TagFields {
 }
 
 /// Everything that determines the image's bytes, apart from the parent (added for devel images).
-fn spec_fingerprint(spec: &ImageSpec, matrix: &Matrix, options: &ResolveOptions) -> String {
+fn fingerprint_inputs(
+    spec: &ImageSpec,
+    matrix: &Matrix,
+    options: &ResolveOptions,
+) -> BTreeMap<String, String> {
     let mut inputs: BTreeMap<&str, String> = BTreeMap::new();
     inputs.insert("variant", spec.variant.to_string());
+    inputs.insert("platform", spec.platform.clone());
     inputs.insert("torch", spec.torch.clone());
     inputs.insert("torchvision", spec.torchvision.clone());
     inputs.insert("torchaudio", spec.torchaudio.clone().unwrap_or_default());
@@ -768,7 +854,10 @@ fn spec_fingerprint(spec: &ImageSpec, matrix: &Matrix, options: &ResolveOptions)
             .collect(),
     );
     inputs.insert("templates", options.template_digest.clone());
-    fingerprint(&inputs)
+    inputs
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
 }
 
 /// Two images must never share a full tag; when a custom template makes them, both are rejected.
@@ -792,6 +881,7 @@ fn reject_tag_collisions(
             python: Some(image.python.clone()),
             os: image.os.clone(),
             variant: image.variant,
+            platform: image.platform.clone(),
             origin: "tags".into(),
             reason: format!("several images would share the full tag {}; add the differing placeholder (e.g. {{python}}, {{cudnn}}) to tags.full", image.tag),
         });
@@ -878,7 +968,16 @@ fn driver_verdict(
 }
 
 fn assign_aliases(images: &mut [ImageSpec], matrix: &Matrix, knowledge: &Knowledge) {
-    let fields: Vec<TagFields> = images
+    // Aliases name what a user pulls: the image, or with several platforms the index. Compute
+    // them once per published tag, then give them to every platform image of that tag.
+    let published = |image: &ImageSpec| image.index.clone().unwrap_or_else(|| image.tag.clone());
+    let mut unique: Vec<&ImageSpec> = Vec::new();
+    for image in images.iter() {
+        if !unique.iter().any(|u| published(u) == published(image)) {
+            unique.push(image);
+        }
+    }
+    let fields: Vec<TagFields> = unique
         .iter()
         .map(|image| TagFields {
             torch: TorchVersion::parse(&image.torch)
@@ -899,9 +998,15 @@ fn assign_aliases(images: &mut [ImageSpec], matrix: &Matrix, knowledge: &Knowled
         &fields,
         matrix.tags.default_os.as_ref().map(|o| o.0.as_str()),
     );
-    let aliases = tags::aliases(&fields, default_os.as_deref(), matrix.tags.latest);
-    for (index, list) in aliases {
-        images[index].aliases = list;
+    let by_published: BTreeMap<String, Vec<String>> =
+        tags::aliases(&fields, default_os.as_deref(), matrix.tags.latest)
+            .into_iter()
+            .map(|(index, list)| (published(unique[index]), list))
+            .collect();
+    for image in images.iter_mut() {
+        if let Some(list) = by_published.get(&published(image)) {
+            image.aliases = list.clone();
+        }
     }
 }
 

@@ -52,41 +52,72 @@ pub fn run(project: &Project, settings: &BuildSettings) -> Result<Outcome> {
     }
     let selected = select(&resolution.images, settings.only.as_deref(), settings.shard);
     if selected.is_empty() {
-        anyhow::bail!("no image matches --only {:?} in this shard", settings.only.as_deref().unwrap_or(""));
+        anyhow::bail!(
+            "no image matches --only {:?} in this shard",
+            settings.only.as_deref().unwrap_or("")
+        );
     }
     let contexts = Contexts::assemble(&selected, &settings.images, &settings.selftest_dir)?;
     let manifest = Manifest::load(&settings.manifest)?;
     let mut plan = plan(&selected, &contexts.digests());
     for image in &mut plan.images {
-        let recorded = manifest.images.get(&image.spec.tag).filter(|r| r.build_key == image.build_key && r.status == "ok");
-        image.passed_before = recorded.is_some_and(|r| r.selftest.as_ref().is_some_and(|t| t.status == "pass"));
+        let recorded = manifest
+            .images
+            .get(&image.spec.tag)
+            .filter(|r| r.build_key == image.build_key && r.status == "ok");
+        image.passed_before =
+            recorded.is_some_and(|r| r.selftest.as_ref().is_some_and(|t| t.status == "pass"));
         image.recorded_digest = recorded.and_then(|r| r.digest.clone());
     }
+    crate::plan::guard_aliases(&mut plan, &manifest);
     if settings.dry_run {
         print!("{}", plan_table(&plan, &manifest));
         return Ok(Outcome::Success);
     }
 
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
     runtime.block_on(execute_plan(project, settings, plan, contexts, manifest))
 }
 
-async fn execute_plan(project: &Project, settings: &BuildSettings, plan: Plan, contexts: Contexts, manifest: Manifest) -> Result<Outcome> {
-    let retry = RetryPolicy { attempts: settings.push_attempts.max(1), ..RetryPolicy::default() };
+async fn execute_plan(
+    project: &Project,
+    settings: &BuildSettings,
+    plan: Plan,
+    contexts: Contexts,
+    manifest: Manifest,
+) -> Result<Outcome> {
+    let retry = RetryPolicy {
+        attempts: settings.push_attempts.max(1),
+        ..RetryPolicy::default()
+    };
     let engine = Engine::connect().await?.with_push_retry(retry);
     let terminal = std::io::stderr().is_terminal() && std::env::var_os("CI").is_none();
     let progress = Arc::new(Progress::new(terminal, &settings.log_dir));
     let source_commit = source_commit(&project.matrix_path);
     let mut build_labels = BTreeMap::new();
-    build_labels.insert("org.opencontainers.image.created".to_string(), now_rfc3339());
+    build_labels.insert(
+        "org.opencontainers.image.created".to_string(),
+        now_rfc3339(),
+    );
     if let Some(commit) = &source_commit {
-        build_labels.insert("org.opencontainers.image.revision".to_string(), commit.clone());
+        build_labels.insert(
+            "org.opencontainers.image.revision".to_string(),
+            commit.clone(),
+        );
     }
     let builder = Arc::new(EngineBuilder::new(
         engine,
         contexts,
         Arc::clone(&progress),
-        EngineBuilderSettings { build_labels, check_registry: settings.push, registry_retry: retry, ..Default::default() },
+        EngineBuilderSettings {
+            build_labels,
+            check_registry: settings.push,
+            registry_retry: retry,
+            ..Default::default()
+        },
     ));
     let options = ExecOptions {
         jobs: settings.jobs,
@@ -95,18 +126,32 @@ async fn execute_plan(project: &Project, settings: &BuildSettings, plan: Plan, c
         require_gpu: settings.require_gpu,
         move_untested_aliases: settings.move_untested_aliases,
     };
-    eprintln!("building {} images, {} at a time{}", plan.images.len(), options.jobs.max(1), if settings.push { ", pushing" } else { "" });
+    eprintln!(
+        "building {} images, {} at a time{}",
+        plan.images.len(),
+        options.jobs.max(1),
+        if settings.push { ", pushing" } else { "" }
+    );
 
     let manifest = Mutex::new(manifest);
     let save_error: Mutex<Option<anyhow::Error>> = Mutex::new(None);
-    let by_name: BTreeMap<String, _> = plan.images.iter().map(|i| (i.spec.name.clone(), i.clone())).collect();
+    let by_name: BTreeMap<String, _> = plan
+        .images
+        .iter()
+        .map(|i| (i.spec.name.clone(), i.clone()))
+        .collect();
     let cancel = async {
         let _ = tokio::signal::ctrl_c().await;
-        eprintln!("interrupted: stopping; finished images stay recorded in {}", settings.manifest.display());
+        eprintln!(
+            "interrupted: stopping; finished images stay recorded in {}",
+            settings.manifest.display()
+        );
     };
     let results = execute(&plan, builder, &options, cancel, |result| {
         progress.finish(&result.name, &one_line(result));
-        let Some(planned) = by_name.get(&result.name) else { return };
+        let Some(planned) = by_name.get(&result.name) else {
+            return;
+        };
         let mut manifest = manifest.lock().expect("manifest lock");
         record(&mut manifest, planned, result, source_commit.as_deref());
         if let Err(error) = manifest.save(&settings.manifest) {
@@ -115,35 +160,65 @@ async fn execute_plan(project: &Project, settings: &BuildSettings, plan: Plan, c
     })
     .await;
     if let Some(error) = save_error.into_inner().expect("save lock") {
-        return Err(error.context(format!("cannot write the manifest {}", settings.manifest.display())));
+        return Err(error.context(format!(
+            "cannot write the manifest {}",
+            settings.manifest.display()
+        )));
     }
     print!("{}", summary_table(&results));
     println!("manifest: {}", settings.manifest.display());
     if results.iter().any(|r| r.status == Status::Interrupted) {
         std::process::exit(130);
     }
-    Ok(if results.iter().all(ImageResult::succeeded) { Outcome::Success } else { Outcome::Failed })
+    Ok(if results.iter().all(ImageResult::succeeded) {
+        Outcome::Success
+    } else {
+        Outcome::Failed
+    })
 }
 
 /// Applies one result to the manifest.
-fn record(manifest: &mut Manifest, planned: &crate::plan::PlannedImage, result: &ImageResult, source_commit: Option<&str>) {
+fn record(
+    manifest: &mut Manifest,
+    planned: &crate::plan::PlannedImage,
+    result: &ImageResult,
+    source_commit: Option<&str>,
+) {
     let now = now_rfc3339();
     let mut record = ImageRecord::for_spec(&planned.spec, &planned.build_key, &now);
     record.image_id = result.image_id.clone();
     record.build_seconds = (result.seconds * 10.0).round() / 10.0;
     record.source_commit = source_commit.map(String::from);
-    let previous = manifest.images.get(&planned.spec.tag).filter(|p| p.build_key == planned.build_key).cloned();
+    let previous = manifest
+        .images
+        .get(&planned.spec.tag)
+        .filter(|p| p.build_key == planned.build_key)
+        .cloned();
     record.selftest = match (&result.test, &previous) {
         // A reused image keeps the report of the run that tested it.
-        (Some(TestOutcome::Pass { report: None, .. }), Some(previous)) if planned.passed_before => previous.selftest.clone(),
+        (Some(TestOutcome::Pass { report: None, .. }), Some(previous)) if planned.passed_before => {
+            previous.selftest.clone()
+        }
         // Not tested in this run (reused from the registry): keep what the manifest knew.
         (None, Some(previous)) => previous.selftest.clone(),
-        (Some(test), _) => Some(TestRecord { status: test.status().into(), summary: test.summary().into(), report: test.report().cloned(), at: now.clone() }),
+        (Some(test), _) => Some(TestRecord {
+            status: test.status().into(),
+            summary: test.summary().into(),
+            report: test.report().cloned(),
+            at: now.clone(),
+        }),
         (None, None) => None,
     };
+    record.packages = result
+        .packages
+        .clone()
+        .or_else(|| previous.as_ref().and_then(|p| p.packages.clone()));
     match result.status {
         Status::Built | Status::Reused => {
-            record.digest = result.digest.clone().or_else(|| previous.as_ref().and_then(|p| p.digest.clone()));
+            record.digest = result
+                .digest
+                .clone()
+                .or_else(|| previous.as_ref().and_then(|p| p.digest.clone()));
             if result.status == Status::Reused {
                 if let Some(previous) = &previous {
                     record.built_at = previous.built_at.clone();
@@ -156,7 +231,9 @@ fn record(manifest: &mut Manifest, planned: &crate::plan::PlannedImage, result: 
                 manifest.move_alias(alias, &planned.spec.tag, digest.clone(), &now);
             }
         }
-        Status::Failed | Status::Skipped => manifest.record_failure(record, result.error.as_deref().unwrap_or("failed")),
+        Status::Failed | Status::Skipped => {
+            manifest.record_failure(record, result.error.as_deref().unwrap_or("failed"))
+        }
         Status::Interrupted => {}
     }
 }
@@ -166,9 +243,21 @@ fn source_commit(matrix_path: &Path) -> Option<String> {
     if let Ok(sha) = std::env::var("GITHUB_SHA") {
         return Some(sha);
     }
-    let dir = matrix_path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let output = std::process::Command::new("git").arg("-C").arg(dir).args(["rev-parse", "HEAD"]).output().ok()?;
-    output.status.success().then(|| String::from_utf8_lossy(&output.stdout).trim().to_string()).filter(|s| !s.is_empty())
+    let dir = matrix_path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let output = std::process::Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["rev-parse", "HEAD"])
+        .output()
+        .ok()?;
+    output
+        .status
+        .success()
+        .then(|| String::from_utf8_lossy(&output.stdout).trim().to_string())
+        .filter(|s| !s.is_empty())
 }
 
 fn one_line(result: &ImageResult) -> String {
@@ -186,15 +275,33 @@ fn one_line(result: &ImageResult) -> String {
 }
 
 fn plan_table(plan: &Plan, manifest: &Manifest) -> String {
-    let mut rows = vec![["IMAGE", "BUILD KEY", "AFTER", "ACTION", "ALIASES"].map(String::from).to_vec()];
+    let mut rows = vec![["IMAGE", "BUILD KEY", "AFTER", "ACTION", "ALIASES"]
+        .map(String::from)
+        .to_vec()];
     for image in &plan.images {
-        let known = manifest.images.get(&image.spec.tag).is_some_and(|r| r.build_key == image.build_key);
+        let known = manifest
+            .images
+            .get(&image.spec.tag)
+            .is_some_and(|r| r.build_key == image.build_key);
         rows.push(vec![
             image.reference.clone(),
-            image.build_key.trim_start_matches("sha256:").chars().take(12).collect(),
+            image
+                .build_key
+                .trim_start_matches("sha256:")
+                .chars()
+                .take(12)
+                .collect(),
             image.depends_on.clone().unwrap_or_else(|| "-".into()),
-            if known { "reuse if present, else build".into() } else { "build".into() },
-            if image.aliases.is_empty() { "-".into() } else { image.aliases.join(", ") },
+            if known {
+                "reuse if present, else build".into()
+            } else {
+                "build".into()
+            },
+            if image.aliases.is_empty() {
+                "-".into()
+            } else {
+                image.aliases.join(", ")
+            },
         ]);
     }
     let mut out = table(&rows);
@@ -203,20 +310,39 @@ fn plan_table(plan: &Plan, manifest: &Manifest) -> String {
 }
 
 fn summary_table(results: &[ImageResult]) -> String {
-    let mut rows = vec![["IMAGE", "RESULT", "TEST", "DIGEST", "SECONDS", "ALIASES"].map(String::from).to_vec()];
+    let mut rows = vec![["IMAGE", "RESULT", "TEST", "DIGEST", "SECONDS", "ALIASES"]
+        .map(String::from)
+        .to_vec()];
     for result in results {
         let aliases = if !result.aliases_moved.is_empty() {
             format!("moved: {}", result.aliases_moved.join(", "))
         } else if !result.aliases_held.is_empty() {
-            format!("held ({}): {}", result.aliases_held[0].1, result.aliases_held.iter().map(|(a, _)| a.as_str()).collect::<Vec<_>>().join(", "))
+            format!(
+                "held ({}): {}",
+                result.aliases_held[0].1,
+                result
+                    .aliases_held
+                    .iter()
+                    .map(|(a, _)| a.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
         } else {
             "-".into()
         };
         rows.push(vec![
             result.name.clone(),
             format!("{:?}", result.status).to_lowercase(),
-            result.test.as_ref().map(|t| t.status().to_string()).unwrap_or_else(|| "-".into()),
-            result.digest.as_deref().map(|d| d.chars().take(19).collect()).unwrap_or_else(|| "-".into()),
+            result
+                .test
+                .as_ref()
+                .map(|t| t.status().to_string())
+                .unwrap_or_else(|| "-".into()),
+            result
+                .digest
+                .as_deref()
+                .map(|d| d.chars().take(19).collect())
+                .unwrap_or_else(|| "-".into()),
             format!("{:.1}", result.seconds),
             aliases,
         ]);
@@ -224,9 +350,19 @@ fn summary_table(results: &[ImageResult]) -> String {
     let mut out = String::from("\n");
     out.push_str(&table(&rows));
     for result in results.iter().filter(|r| !r.succeeded()) {
-        out.push_str(&format!("\n{} {}:\n  {}\n", result.name, format!("{:?}", result.status).to_lowercase(), result.error.as_deref().unwrap_or("").replace('\n', "\n  ")));
+        out.push_str(&format!(
+            "\n{} {}:\n  {}\n",
+            result.name,
+            format!("{:?}", result.status).to_lowercase(),
+            result.error.as_deref().unwrap_or("").replace('\n', "\n  ")
+        ));
     }
     let failed = results.iter().filter(|r| !r.succeeded()).count();
-    out.push_str(&format!("\n{} images: {} ok, {} not ok\n", results.len(), results.len() - failed, failed));
+    out.push_str(&format!(
+        "\n{} images: {} ok, {} not ok\n",
+        results.len(),
+        results.len() - failed,
+        failed
+    ));
     out
 }

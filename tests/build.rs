@@ -9,115 +9,13 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
-use std::process::Output;
+use std::path::PathBuf;
 
-use assert_cmd::Command;
-use imagegen::docker::{Credentials, RegistryClient};
-use serde_json::Value;
+use imagegen::docker::Credentials;
+use support::project::{
+    assert_code, prepare, text, Project, SELFTEST_FAIL, SELFTEST_NO_GPU, SELFTEST_PASS,
+};
 use support::Registry;
-
-/// gpu-selftest stand-ins, by behaviour.
-const SELFTEST_NO_GPU: &str = r#"#!/bin/sh
-echo '{"schema_version":1,"tool":"gpu-selftest","overall":"error","error":"cannot load libcuda.so.1: no NVIDIA driver in this container","checks":[]}'
-echo "gpu-selftest: cannot run: libcuda.so.1 not found" >&2
-exit 2
-"#;
-const SELFTEST_PASS: &str = r#"#!/bin/sh
-echo '{"schema_version":1,"tool":"gpu-selftest","overall":"pass","checks":[{"name":"matmul","status":"pass","summary":"bf16 790 TFLOP/s within 1e-2"},{"name":"nccl","status":"pass","summary":"sum exact"}]}'
-exit 0
-"#;
-const SELFTEST_FAIL: &str = r#"#!/bin/sh
-echo '{"schema_version":1,"tool":"gpu-selftest","overall":"fail","checks":[{"name":"bandwidth","status":"fail","summary":"pinned H2D 9.1 GB/s < 80% of PCIe Gen5 x16"}]}'
-exit 1
-"#;
-
-/// A project directory: the build fixture rendered for `registry`/`repository`, plus a
-/// self-test directory and an empty Docker config (so the user's own credentials are not used).
-struct Project {
-    dir: tempfile::TempDir,
-    repository: String,
-    registry: String,
-}
-
-impl Project {
-    fn new(registry: &str, selftest: &str) -> Project {
-        let dir = tempfile::tempdir().unwrap();
-        let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/build");
-        let repository = support::unique_name("imagegen-test/torch");
-        let matrix = std::fs::read_to_string(fixture.join("matrix.yaml")).unwrap().replace("REGISTRY", registry).replace("REPOSITORY", &repository);
-        std::fs::write(dir.path().join("matrix.yaml"), matrix).unwrap();
-        std::fs::create_dir_all(dir.path().join("templates")).unwrap();
-        for entry in std::fs::read_dir(fixture.join("templates")).unwrap() {
-            let path = entry.unwrap().path();
-            std::fs::copy(&path, dir.path().join("templates").join(path.file_name().unwrap())).unwrap();
-        }
-        std::fs::create_dir_all(dir.path().join("docker-config")).unwrap();
-        std::fs::write(dir.path().join("docker-config/config.json"), "{}").unwrap();
-        let project = Project { dir, repository, registry: registry.to_string() };
-        project.set_selftest(selftest);
-        project.imagegen(&["render"]).assert().success();
-        project
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-
-    fn set_selftest(&self, script: &str) {
-        let dir = self.path().join("selftest");
-        std::fs::create_dir_all(&dir).unwrap();
-        let binary = dir.join("gpu-selftest-cu12");
-        std::fs::write(&binary, script).unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&binary, std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
-
-    fn edit_matrix(&self, from: &str, to: &str) {
-        let path = self.path().join("matrix.yaml");
-        let text = std::fs::read_to_string(&path).unwrap();
-        assert!(text.contains(from), "{from:?} not in matrix");
-        std::fs::write(&path, text.replace(from, to)).unwrap();
-        self.imagegen(&["render"]).assert().success();
-    }
-
-    fn imagegen(&self, args: &[&str]) -> Command {
-        let mut command = Command::cargo_bin("imagegen").unwrap();
-        command.current_dir(self.path()).env("DOCKER_CONFIG", self.path().join("docker-config")).env("CI", "true").args(args);
-        command
-    }
-
-    fn build(&self, extra: &[&str]) -> Output {
-        let mut args = vec!["build", "--selftest-dir", "selftest", "--jobs", "2"];
-        args.extend_from_slice(extra);
-        self.imagegen(&args).output().unwrap()
-    }
-
-    fn manifest(&self) -> Value {
-        serde_json::from_str(&std::fs::read_to_string(self.path().join("imagegen-manifest.json")).unwrap()).unwrap()
-    }
-
-    fn tag(&self, torch: &str, variant: &str) -> String {
-        format!("{torch}-cuda12.6-cudnn9-{variant}-ubuntu24.04")
-    }
-
-    fn client(&self, credentials: Option<Credentials>) -> RegistryClient {
-        RegistryClient::new(&self.registry, credentials)
-    }
-}
-
-fn text(output: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))
-}
-
-fn assert_code(output: &Output, code: i32) {
-    assert_eq!(output.status.code(), Some(code), "expected exit {code}:\n{}", text(output));
-}
-
-async fn prepare() {
-    let engine = support::engine().await;
-    support::base_image(&engine).await;
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn build_push_skip_unchanged_and_rebuild_only_what_changed() {
@@ -136,49 +34,101 @@ async fn build_push_skip_unchanged_and_rebuild_only_what_changed() {
             let record = &manifest["images"][&tag];
             assert_eq!(record["status"], "ok", "{tag}: {record}");
             assert_eq!(record["selftest"]["status"], "pass");
-            assert_eq!(record["selftest"]["report"]["checks"][0]["name"], "matmul", "the self-test report is stored");
+            assert_eq!(
+                record["selftest"]["report"]["checks"][0]["name"], "matmul",
+                "the self-test report is stored"
+            );
             let digest = record["digest"].as_str().unwrap().to_string();
-            let in_registry = client.manifest_digest(&project.repository, &tag).await.unwrap();
-            assert_eq!(in_registry.as_deref(), Some(digest.as_str()), "{tag}: manifest digest = registry digest");
-            let labels = client.image_labels(&project.repository, &tag).await.unwrap().unwrap();
-            assert_eq!(labels["imagegen.build-key"], record["build_key"].as_str().unwrap());
+            let in_registry = client
+                .manifest_digest(&project.repository, &tag)
+                .await
+                .unwrap();
+            assert_eq!(
+                in_registry.as_deref(),
+                Some(digest.as_str()),
+                "{tag}: manifest digest = registry digest"
+            );
+            let labels = client
+                .image_labels(&project.repository, &tag)
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(
+                labels["imagegen.build-key"],
+                record["build_key"].as_str().unwrap()
+            );
             assert_eq!(labels["imagegen.torch"], torch);
         }
     }
     let alias = &manifest["aliases"]["2.7-cuda12.6-runtime"];
     assert_eq!(alias["tag"], project.tag("2.7.0", "runtime"));
-    let alias_digest = client.manifest_digest(&project.repository, "2.7-cuda12.6-runtime").await.unwrap();
-    assert_eq!(alias_digest.as_deref(), alias["digest"].as_str(), "the alias was pushed and points at the tested digest");
-    assert!(manifest["aliases"]["latest"].is_null(), "torch 2.8's default CUDA is 12.8, which this matrix does not build");
+    let alias_digest = client
+        .manifest_digest(&project.repository, "2.7-cuda12.6-runtime")
+        .await
+        .unwrap();
+    assert_eq!(
+        alias_digest.as_deref(),
+        alias["digest"].as_str(),
+        "the alias was pushed and points at the tested digest"
+    );
+    assert!(
+        manifest["aliases"]["latest"].is_null(),
+        "torch 2.8's default CUDA is 12.8, which this matrix does not build"
+    );
 
     // Nothing changed: nothing is built, nothing is re-tested, digests stay.
     let output = project.build(&["--push"]);
     assert_code(&output, 0);
     let log = text(&output);
-    assert!(!log.contains("Step 1/"), "a no-op build must not build:\n{log}");
-    let reused = log.lines().filter(|l| l.starts_with("2.") && l.contains(" reused ")).count();
+    assert!(
+        !log.contains("Step 1/"),
+        "a no-op build must not build:\n{log}"
+    );
+    let reused = log
+        .lines()
+        .filter(|l| l.starts_with("2.") && l.contains(" reused "))
+        .count();
     assert_eq!(reused, 4, "{log}");
     let again = project.manifest();
     for (tag, record) in manifest["images"].as_object().unwrap() {
         assert_eq!(again["images"][tag]["digest"], record["digest"]);
-        assert_eq!(again["images"][tag]["selftest"], record["selftest"], "the first test report is kept");
+        assert_eq!(
+            again["images"][tag]["selftest"], record["selftest"],
+            "the first test report is kept"
+        );
     }
 
     // One version changes: only its images build; the alias moves forward, keeping history.
-    project.edit_matrix("torch: [\"2.7.0\", \"2.8.0\"]", "torch: [\"2.7.1\", \"2.8.0\"]");
+    project.edit_matrix(
+        "torch: [\"2.7.0\", \"2.8.0\"]",
+        "torch: [\"2.7.1\", \"2.8.0\"]",
+    );
     let output = project.build(&["--push"]);
     assert_code(&output, 0);
     let log = text(&output);
-    for line in log.lines().filter(|l| l.starts_with("2.") && l.contains("cuda12.6")) {
+    for line in log
+        .lines()
+        .filter(|l| l.starts_with("2.") && l.contains("cuda12.6"))
+    {
         let built = line.contains(" built ");
-        assert_eq!(built, line.starts_with("2.7.1"), "only 2.7.1 images build: {line}");
+        assert_eq!(
+            built,
+            line.starts_with("2.7.1"),
+            "only 2.7.1 images build: {line}"
+        );
     }
     let manifest = project.manifest();
     let alias = &manifest["aliases"]["2.7-cuda12.6-runtime"];
     assert_eq!(alias["tag"], project.tag("2.7.1", "runtime"));
     assert_eq!(alias["history"][0]["tag"], project.tag("2.7.0", "runtime"));
-    assert!(manifest["images"][project.tag("2.7.0", "runtime")]["digest"].is_string(), "old images stay recorded for rollback");
-    assert_eq!(manifest["images"][project.tag("2.7.0", "runtime")]["aliases"], serde_json::json!([]));
+    assert!(
+        manifest["images"][project.tag("2.7.0", "runtime")]["digest"].is_string(),
+        "old images stay recorded for rollback"
+    );
+    assert_eq!(
+        manifest["images"][project.tag("2.7.0", "runtime")]["aliases"],
+        serde_json::json!([])
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -188,11 +138,16 @@ async fn a_failing_build_among_good_ones() {
     let project = Project::new(registry.host(), SELFTEST_PASS);
     // An earlier record that this run must not lose.
     let earlier = serde_json::json!({"schema_version": 1, "updated_at": "", "images": {}, "aliases": {"keep-me": {"tag": "x", "digest": "sha256:0", "moved_at": "2026-01-01T00:00:00Z"}}});
-    std::fs::write(project.path().join("imagegen-manifest.json"), serde_json::to_string(&earlier).unwrap()).unwrap();
+    std::fs::write(
+        project.path().join("imagegen-manifest.json"),
+        serde_json::to_string(&earlier).unwrap(),
+    )
+    .unwrap();
     let failing = project.tag("2.8.0", "runtime");
     std::fs::write(
         project.path().join("matrix.yaml"),
-        std::fs::read_to_string(project.path().join("matrix.yaml")).unwrap() + &format!("labels:\n  imagegen-test.fail: {failing}\n"),
+        std::fs::read_to_string(project.path().join("matrix.yaml")).unwrap()
+            + &format!("labels:\n  imagegen-test.fail: {failing}\n"),
     )
     .unwrap();
     project.imagegen(&["render"]).assert().success();
@@ -200,20 +155,41 @@ async fn a_failing_build_among_good_ones() {
     let output = project.build(&["--push"]);
     assert_code(&output, 1);
     let log = text(&output);
-    assert!(log.contains("pretending pip cannot find torch==2.8.0"), "the failing step's output is shown:\n{log}");
+    assert!(
+        log.contains("pretending pip cannot find torch==2.8.0"),
+        "the failing step's output is shown:\n{log}"
+    );
     assert!(log.contains("Step 3/"), "the failing step is named:\n{log}");
     assert!(log.contains("full log: .imagegen/logs/"), "{log}");
     let manifest = project.manifest();
-    assert_eq!(manifest["aliases"]["keep-me"]["tag"], "x", "earlier manifest content is kept");
+    assert_eq!(
+        manifest["aliases"]["keep-me"]["tag"], "x",
+        "earlier manifest content is kept"
+    );
     assert_eq!(manifest["images"][&failing]["status"], "failed");
-    assert!(manifest["images"][&failing]["last_error"].as_str().unwrap().contains("exit 3") || manifest["images"][&failing]["last_error"].as_str().unwrap().contains("non-zero"));
-    assert_eq!(manifest["images"][project.tag("2.8.0", "devel")]["status"], "failed", "its devel image is not attempted");
+    assert!(
+        manifest["images"][&failing]["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("exit 3")
+            || manifest["images"][&failing]["last_error"]
+                .as_str()
+                .unwrap()
+                .contains("non-zero")
+    );
+    assert_eq!(
+        manifest["images"][project.tag("2.8.0", "devel")]["status"],
+        "failed",
+        "its devel image is not attempted"
+    );
     for variant in ["runtime", "devel"] {
         let record = &manifest["images"][project.tag("2.7.0", variant)];
         assert_eq!(record["status"], "ok");
         assert!(record["digest"].is_string());
     }
-    let log_file = std::fs::read_to_string(project.path().join(format!(".imagegen/logs/{failing}.log"))).unwrap();
+    let log_file =
+        std::fs::read_to_string(project.path().join(format!(".imagegen/logs/{failing}.log")))
+            .unwrap();
     assert!(log_file.contains("pretending pip cannot find torch==2.8.0"));
 }
 
@@ -224,10 +200,25 @@ async fn a_failed_self_test_blocks_push_and_aliases_and_no_gpu_holds_aliases() {
     let project = Project::new(registry.host(), SELFTEST_FAIL);
     let output = project.build(&["--push", "--only", "2.8.0-cuda12.6-cudnn9-runtime"]);
     assert_code(&output, 1);
-    assert!(text(&output).contains("pinned H2D 9.1 GB/s"), "{}", text(&output));
+    assert!(
+        text(&output).contains("pinned H2D 9.1 GB/s"),
+        "{}",
+        text(&output)
+    );
     let tag = project.tag("2.8.0", "runtime");
-    assert_eq!(project.client(None).manifest_digest(&project.repository, &tag).await.unwrap(), None, "a failed image is not pushed");
-    assert!(project.manifest()["aliases"].as_object().unwrap().is_empty());
+    assert_eq!(
+        project
+            .client(None)
+            .manifest_digest(&project.repository, &tag)
+            .await
+            .unwrap(),
+        None,
+        "a failed image is not pushed"
+    );
+    assert!(project.manifest()["aliases"]
+        .as_object()
+        .unwrap()
+        .is_empty());
 
     // On a host without GPUs the real self-test exits 2: the image is pushed, aliases hold.
     project.set_selftest(SELFTEST_NO_GPU);
@@ -237,9 +228,17 @@ async fn a_failed_self_test_blocks_push_and_aliases_and_no_gpu_holds_aliases() {
     assert!(log.contains("held (self-test skipped"), "{log}");
     let manifest = project.manifest();
     assert_eq!(manifest["images"][&tag]["selftest"]["status"], "skipped");
-    assert!(manifest["images"][&tag]["selftest"]["summary"].as_str().unwrap().contains("no GPU on this host"));
+    assert!(manifest["images"][&tag]["selftest"]["summary"]
+        .as_str()
+        .unwrap()
+        .contains("no GPU on this host"));
     assert!(manifest["aliases"].as_object().unwrap().is_empty());
-    assert!(project.client(None).manifest_digest(&project.repository, &tag).await.unwrap().is_some());
+    assert!(project
+        .client(None)
+        .manifest_digest(&project.repository, &tag)
+        .await
+        .unwrap()
+        .is_some());
 
     // --require-gpu turns a skipped test into a failure.
     let output = project.build(&["--only", "2.7.0-cuda12.6-cudnn9-runtime", "--require-gpu"]);
@@ -252,14 +251,32 @@ async fn registry_down_is_a_clear_failure_that_loses_nothing() {
     prepare().await;
     let port = support::free_port();
     let project = Project::new(&format!("127.0.0.1:{port}"), SELFTEST_PASS);
-    let output = project.build(&["--push", "--push-attempts", "2", "--only", "2.7.0-cuda12.6-cudnn9-runtime"]);
+    let output = project.build(&[
+        "--push",
+        "--push-attempts",
+        "2",
+        "--only",
+        "2.7.0-cuda12.6-cudnn9-runtime",
+    ]);
     assert_code(&output, 1);
     let log = text(&output);
-    assert!(log.contains(&format!("127.0.0.1:{port}")), "the registry is named:\n{log}");
-    assert!(log.contains("2 attempt"), "bounded retries are reported:\n{log}");
+    assert!(
+        log.contains(&format!("127.0.0.1:{port}")),
+        "the registry is named:\n{log}"
+    );
+    assert!(
+        log.contains("2 attempt"),
+        "bounded retries are reported:\n{log}"
+    );
     let record = &project.manifest()["images"][project.tag("2.7.0", "runtime")];
     assert_eq!(record["status"], "failed");
-    assert!(record["last_error"].as_str().unwrap().contains("failed after 2 attempt(s)"), "{record}");
+    assert!(
+        record["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("failed after 2 attempt(s)"),
+        "{record}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -270,15 +287,30 @@ async fn an_unreachable_daemon_is_one_error_and_exit_2() {
         prepare().await;
         Project::new(registry_host, SELFTEST_PASS)
     };
-    std::fs::write(project_dir.path().join("imagegen-manifest.json"), "{\"schema_version\": 1, \"images\": {}, \"aliases\": {}}\n").unwrap();
+    std::fs::write(
+        project_dir.path().join("imagegen-manifest.json"),
+        "{\"schema_version\": 1, \"images\": {}, \"aliases\": {}}\n",
+    )
+    .unwrap();
     let before = std::fs::read(project_dir.path().join("imagegen-manifest.json")).unwrap();
-    let output = project_dir.imagegen(&["build", "--selftest-dir", "selftest"]).env("DOCKER_HOST", "unix:///nonexistent/docker.sock").output().unwrap();
+    let output = project_dir
+        .imagegen(&["build", "--selftest-dir", "selftest"])
+        .env("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+        .output()
+        .unwrap();
     assert_code(&output, 2);
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("cannot reach the Docker daemon at unix:///nonexistent/docker.sock"), "{stderr}");
+    assert!(
+        stderr.contains("cannot reach the Docker daemon at unix:///nonexistent/docker.sock"),
+        "{stderr}"
+    );
     assert!(stderr.contains("hint:"), "{stderr}");
     assert_eq!(stderr.matches("error:").count(), 1, "{stderr}");
-    assert_eq!(std::fs::read(project_dir.path().join("imagegen-manifest.json")).unwrap(), before, "the manifest is untouched");
+    assert_eq!(
+        std::fs::read(project_dir.path().join("imagegen-manifest.json")).unwrap(),
+        before,
+        "the manifest is untouched"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -287,17 +319,21 @@ async fn ctrl_c_mid_build_keeps_finished_work_and_the_manifest_whole() {
     let registry = Registry::start();
     let project = Project::new(registry.host(), SELFTEST_PASS);
     // First a quick successful build of one image, so the manifest has something to keep.
-    assert_code(&project.build(&["--only", "2.7.0-cuda12.6-cudnn9-runtime"]), 0);
+    assert_code(
+        &project.build(&["--only", "2.7.0-cuda12.6-cudnn9-runtime"]),
+        0,
+    );
     let before = project.manifest();
     std::fs::write(
         project.path().join("matrix.yaml"),
-        std::fs::read_to_string(project.path().join("matrix.yaml")).unwrap() + "labels:\n  imagegen-test.sleep: \"60\"\n",
+        std::fs::read_to_string(project.path().join("matrix.yaml")).unwrap()
+            + "labels:\n  imagegen-test.sleep: \"60\"\n",
     )
     .unwrap();
     project.imagegen(&["render"]).assert().success();
 
     let binary: PathBuf = assert_cmd::cargo::cargo_bin("imagegen");
-    let mut child = std::process::Command::new(binary)
+    let child = std::process::Command::new(binary)
         .current_dir(project.path())
         .env("DOCKER_CONFIG", project.path().join("docker-config"))
         .env("CI", "true")
@@ -310,29 +346,53 @@ async fn ctrl_c_mid_build_keeps_finished_work_and_the_manifest_whole() {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
     let logs = project.path().join(".imagegen/logs");
     loop {
-        let sleeping = std::fs::read_dir(&logs).ok().into_iter().flatten().any(|entry| {
-            std::fs::read_to_string(entry.unwrap().path()).is_ok_and(|text| text.contains("sleeping"))
-        });
+        let sleeping = std::fs::read_dir(&logs)
+            .ok()
+            .into_iter()
+            .flatten()
+            .any(|entry| {
+                std::fs::read_to_string(entry.unwrap().path())
+                    .is_ok_and(|text| text.contains("sleeping"))
+            });
         if sleeping {
             break;
         }
-        assert!(std::time::Instant::now() < deadline, "no build reached the sleeping step");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no build reached the sleeping step"
+        );
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
     let started = std::time::Instant::now();
     // SAFETY: plain kill(2) on our own child process.
     unsafe { libc_kill(child.id() as i32, 2) };
     let output = child.wait_with_output().unwrap();
-    assert!(started.elapsed() < std::time::Duration::from_secs(30), "Ctrl-C must stop the build promptly");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(30),
+        "Ctrl-C must stop the build promptly"
+    );
     assert_eq!(output.status.code(), Some(130), "{}", text(&output));
     let log = text(&output);
     assert!(log.contains("interrupted"), "{log}");
     let after = project.manifest();
     let kept = project.tag("2.7.0", "runtime");
-    assert_eq!(after["images"][&kept]["digest"], before["images"][&kept]["digest"]);
-    assert_eq!(after["images"][&kept]["build_key"], before["images"][&kept]["build_key"], "the earlier result is intact");
-    let leftovers: Vec<String> = std::fs::read_dir(project.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().to_string()).filter(|n| n.contains(".tmp")).collect();
-    assert!(leftovers.is_empty(), "no half-written manifest: {leftovers:?}");
+    assert_eq!(
+        after["images"][&kept]["digest"],
+        before["images"][&kept]["digest"]
+    );
+    assert_eq!(
+        after["images"][&kept]["build_key"], before["images"][&kept]["build_key"],
+        "the earlier result is intact"
+    );
+    let leftovers: Vec<String> = std::fs::read_dir(project.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .filter(|n| n.contains(".tmp"))
+        .collect();
+    assert!(
+        leftovers.is_empty(),
+        "no half-written manifest: {leftovers:?}"
+    );
 }
 
 extern "C" {
@@ -349,33 +409,70 @@ async fn credentials_never_appear_in_output_logs_or_manifest() {
     let project = Project::new(registry.host(), SELFTEST_PASS);
     let auth = base64_encode(format!("{USER}:{PASSWORD}").as_bytes());
     let config = serde_json::json!({"auths": {registry.host(): {"auth": auth}}});
-    std::fs::write(project.path().join("docker-config/config.json"), config.to_string()).unwrap();
+    std::fs::write(
+        project.path().join("docker-config/config.json"),
+        config.to_string(),
+    )
+    .unwrap();
 
     let output = project.build(&["--push", "--only", "2.7.0-cuda12.6-cudnn9-runtime"]);
     assert_code(&output, 0);
     let tag = project.tag("2.7.0", "runtime");
     let client = project.client(Some(Credentials::username_password(USER, PASSWORD)));
-    assert!(client.manifest_digest(&project.repository, &tag).await.unwrap().is_some(), "pushed with the configured credentials");
+    assert!(
+        client
+            .manifest_digest(&project.repository, &tag)
+            .await
+            .unwrap()
+            .is_some(),
+        "pushed with the configured credentials"
+    );
 
     // A wrong password fails, and says so without printing either password.
     let wrong = "wrong-Pa55-also-secret";
     let bad = serde_json::json!({"auths": {registry.host(): {"auth": base64_encode(format!("{USER}:{wrong}").as_bytes())}}});
-    std::fs::write(project.path().join("docker-config/config.json"), bad.to_string()).unwrap();
-    project.edit_matrix("torch: [\"2.7.0\", \"2.8.0\"]", "torch: [\"2.7.1\", \"2.8.0\"]");
-    let failed = project.build(&["--push", "--push-attempts", "1", "--only", "2.7.1-cuda12.6-cudnn9-runtime"]);
+    std::fs::write(
+        project.path().join("docker-config/config.json"),
+        bad.to_string(),
+    )
+    .unwrap();
+    project.edit_matrix(
+        "torch: [\"2.7.0\", \"2.8.0\"]",
+        "torch: [\"2.7.1\", \"2.8.0\"]",
+    );
+    let failed = project.build(&[
+        "--push",
+        "--push-attempts",
+        "1",
+        "--only",
+        "2.7.1-cuda12.6-cudnn9-runtime",
+    ]);
     assert_code(&failed, 1);
 
     let mut everything = text(&output) + &text(&failed);
     for entry in std::fs::read_dir(project.path().join(".imagegen/logs")).unwrap() {
         everything.push_str(&std::fs::read_to_string(entry.unwrap().path()).unwrap());
     }
-    everything.push_str(&std::fs::read_to_string(project.path().join("imagegen-manifest.json")).unwrap());
+    everything
+        .push_str(&std::fs::read_to_string(project.path().join("imagegen-manifest.json")).unwrap());
     for secret in [PASSWORD.to_string(), wrong.to_string(), auth.clone()] {
-        assert!(!everything.contains(&secret), "a secret leaked into output, logs or manifest");
+        assert!(
+            !everything.contains(&secret),
+            "a secret leaked into output, logs or manifest"
+        );
     }
     let engine = support::engine().await;
-    let labels = engine.image_labels(&format!("{}/{}:{tag}", project.registry, project.repository)).await.unwrap();
-    assert!(!format!("{labels:?}").contains(PASSWORD), "no secret in image labels");
+    let labels = engine
+        .image_labels(&format!(
+            "{}/{}:{tag}",
+            project.registry, project.repository
+        ))
+        .await
+        .unwrap();
+    assert!(
+        !format!("{labels:?}").contains(PASSWORD),
+        "no secret in image labels"
+    );
 }
 
 fn base64_encode(bytes: &[u8]) -> String {

@@ -17,11 +17,13 @@ use std::time::{Duration, Instant};
 const SCRIPT: &str = r#"
 import json, sys, time
 out = {}
+started = time.time()
 try:
     import torch
 except Exception as error:
     print("GPU_SELFTEST_JSON " + json.dumps({"torch_import_error": repr(error)[:400]}))
     sys.exit(0)
+out["import_seconds"] = time.time() - started
 out["torch"] = torch.__version__
 out["cuda"] = torch.version.cuda
 try:
@@ -40,10 +42,13 @@ out["device_count"] = torch.cuda.device_count() if out["cuda_available"] else 0
 if out["cuda_available"]:
     try:
         started = time.time()
+        x = torch.randn(1 << 16, device="cuda")
+        torch.cuda.synchronize()
+        out["cuda_init_seconds"] = time.time() - started
+        started = time.time()
         def function(x):
             return torch.sin(x) * 2.0 + torch.cos(x) * x
         compiled = torch.compile(function)
-        x = torch.randn(1 << 16, device="cuda")
         y = compiled(x)
         torch.cuda.synchronize()
         out["compile_seconds"] = time.time() - started
@@ -79,6 +84,8 @@ pub struct Findings {
     pub device_count: usize,
     pub compile_ok: Option<bool>,
     pub compile_seconds: Option<f64>,
+    pub import_seconds: Option<f64>,
+    pub cuda_init_seconds: Option<f64>,
     pub compile_max_error: Option<f64>,
     pub compile_error: Option<String>,
 }
@@ -274,9 +281,11 @@ pub fn judge(findings: &Findings, claims: &Claims, visible_gpus: usize) -> Check
     ));
     match (&findings.compile_ok, &findings.compile_error) {
         (Some(true), _) => lines.push(format!(
-            "torch.compile: compiled and ran on the GPU in {:.1} s, max error {:.1e}",
+            "torch.compile: compiled and ran on the GPU in {:.1} s, max error {:.1e} (import torch {:.1} s, CUDA start {:.1} s)",
             findings.compile_seconds.unwrap_or(0.0),
-            findings.compile_max_error.unwrap_or(0.0)
+            findings.compile_max_error.unwrap_or(0.0),
+            findings.import_seconds.unwrap_or(0.0),
+            findings.cuda_init_seconds.unwrap_or(0.0)
         )),
         (Some(false), _) => problems.push(format!(
             "torch.compile result differs from eager (max error {:.1e})",

@@ -17,8 +17,10 @@ const LEFT: f64 = 70.0;
 const RIGHT: f64 = 190.0;
 const TOP: f64 = 40.0;
 const BOTTOM: f64 = 60.0;
-const COLOURS: [&str; 6] = [
-    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
+/// Colours by series pair: a GPU's pinned and pageable lines of one direction share a colour
+/// (pinned solid, pageable dashed), so eight pairs stay distinct.
+const COLOURS: [&str; 8] = [
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf",
 ];
 /// Pinned series are solid, pageable ones dashed (by label).
 fn dash_for(label: &str) -> &'static str {
@@ -27,6 +29,25 @@ fn dash_for(label: &str) -> &'static str {
     } else {
         ""
     }
+}
+
+/// The colour of series `index`: pageable lines take the colour of the pinned line with the
+/// same label otherwise, so that each pair reads as one measurement.
+fn colour_for(series: &[Series], index: usize) -> &'static str {
+    let pair_key = |label: &str| label.replace("pageable", "").replace("pinned", "");
+    let key = pair_key(&series[index].label);
+    let mut pairs: Vec<String> = Vec::new();
+    for line in series {
+        let line_key = pair_key(&line.label);
+        if !pairs.contains(&line_key) {
+            pairs.push(line_key);
+        }
+    }
+    let position = pairs
+        .iter()
+        .position(|known| *known == key)
+        .unwrap_or(index);
+    COLOURS[position % COLOURS.len()]
 }
 
 /// Escapes text for an SVG text node or attribute.
@@ -150,7 +171,7 @@ pub fn render_bandwidth_svg(title: &str, series: &[Series]) -> String {
         TOP + plot_height / 2.0
     );
     for (index, line) in series.iter().enumerate() {
-        let colour = COLOURS[index % COLOURS.len()];
+        let colour = colour_for(series, index);
         let mut points: Vec<(u64, f64)> = line
             .points
             .iter()
@@ -249,6 +270,18 @@ mod tests {
             })
             .collect();
         assert!(heights[0] < heights[4]);
+    }
+
+    #[test]
+    fn pinned_and_pageable_of_one_direction_share_a_colour() {
+        let series = sample();
+        assert_eq!(colour_for(&series, 0), colour_for(&series, 1));
+        let mut more = sample();
+        more.push(Series {
+            label: "GPU 1 H2D pinned".to_string(),
+            points: vec![(1 << 20, 40e9)],
+        });
+        assert_ne!(colour_for(&more, 2), colour_for(&more, 0));
     }
 
     #[test]

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::compat::Knowledge;
+use crate::manifest::Packages;
 use crate::matrix::Matrix;
 use crate::plan::{plan, select};
 use crate::resolve::{resolve, ResolveOptions};
@@ -72,7 +73,19 @@ impl Builder for FakeBuilder {
             }
         }
     }
-    async fn push(&self, repository: &str, tag: &str) -> anyhow::Result<String> {
+    async fn contents(&self, image: &PlannedImage) -> anyhow::Result<Packages> {
+        self.record(format!("contents {}", image.spec.name));
+        Ok(Packages {
+            pip: vec![format!("torch=={}", image.spec.torch)],
+            os: vec!["libc6=2.39".into()],
+        })
+    }
+    async fn push(
+        &self,
+        repository: &str,
+        tag: &str,
+        _build_key: Option<&str>,
+    ) -> anyhow::Result<String> {
         self.record(format!("push {repository}:{tag}"));
         Ok(format!("sha256:digest-{tag}"))
     }

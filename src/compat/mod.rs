@@ -64,12 +64,45 @@ pub struct TorchCuda {
     pub glibc_min: Option<String>,
     #[serde(default)]
     pub archs: Vec<String>,
+    /// Linux aarch64 (SBSA) CUDA wheels of this variant, when PyTorch publishes them.
+    #[serde(default)]
+    pub aarch64: Option<Aarch64Wheels>,
     #[serde(default = "default_true")]
     pub verified: bool,
     #[serde(default)]
     pub note: Option<String>,
     pub source: Vec<String>,
 }
+
+impl TorchCuda {
+    /// The platforms this variant publishes wheels for.
+    pub fn platforms(&self) -> Vec<&'static str> {
+        let mut platforms = vec![PLATFORM_AMD64];
+        if self.aarch64.is_some() {
+            platforms.push(PLATFORM_ARM64);
+        }
+        platforms
+    }
+
+    /// The compute capabilities compiled into the wheel of `platform`.
+    pub fn archs_for(&self, platform: &str) -> Vec<String> {
+        match (&self.aarch64, platform) {
+            (Some(aarch64), PLATFORM_ARM64) => aarch64.archs.clone(),
+            _ => self.archs.clone(),
+        }
+    }
+}
+
+/// The aarch64 wheels of a torch CUDA variant.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Aarch64Wheels {
+    pub archs: Vec<String>,
+    pub source: Vec<String>,
+}
+
+pub const PLATFORM_AMD64: &str = "linux/amd64";
+pub const PLATFORM_ARM64: &str = "linux/arm64";
 
 /// One torch release with the torchvision/torchaudio versions published beside it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -93,6 +126,9 @@ pub struct CudaRelease {
     pub brands: Option<String>,
     #[serde(default)]
     pub forward_compat_branches: Vec<u64>,
+    /// Platforms nvidia/cuda publishes this release for.
+    #[serde(default = "default_platforms")]
+    pub platforms: Vec<String>,
     #[serde(default = "default_true")]
     pub verified: bool,
     #[serde(default)]
@@ -136,6 +172,10 @@ pub struct OsRelease {
 
 fn default_true() -> bool {
     true
+}
+
+fn default_platforms() -> Vec<String> {
+    vec![PLATFORM_AMD64.to_string()]
 }
 
 /// The whole knowledge file. Lists are kept in file order; lookups go through the methods.
@@ -268,6 +308,12 @@ impl Knowledge {
                 version(&variant.cuda, "CUDA", 2)?;
                 version(&variant.cudnn, "cuDNN", 4)?;
                 check_sources(&format!("{what} CUDA {}", variant.cuda), &variant.source)?;
+                if let Some(aarch64) = &variant.aarch64 {
+                    check_sources(
+                        &format!("{what} CUDA {} aarch64", variant.cuda),
+                        &aarch64.source,
+                    )?;
+                }
                 if self.cuda_release_for(&variant.cuda).is_none() {
                     return Err(invalid(format!(
                         "{what} CUDA {} has no entry under `cuda` to build on",
@@ -307,6 +353,13 @@ impl Knowledge {
                 source,
             })?;
             check_sources(&format!("CUDA {}", cuda.version), &cuda.source)?;
+            if let Some(platform) = cuda
+                .platforms
+                .iter()
+                .find(|p| *p != PLATFORM_AMD64 && *p != PLATFORM_ARM64)
+            {
+                return Err(invalid(format!("CUDA {} lists unknown platform {platform} (known: {PLATFORM_AMD64}, {PLATFORM_ARM64})", cuda.version)));
+            }
             if let Some(brands) = &cuda.brands {
                 if !self.brands.contains_key(brands) {
                     return Err(invalid(format!(

@@ -336,3 +336,83 @@ fn mirrors_and_base_overrides_reach_the_spec() {
         "registry.example:5000/dockerhub/nvidia/cuda:12.6.3-base-ubuntu24.04"
     );
 }
+
+#[test]
+fn platforms_build_per_platform_images_under_one_index() {
+    let resolution = run("torch: [\"2.13\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\nvariants: [runtime, devel]\nplatforms: [linux/amd64, linux/arm64]\n");
+    assert!(resolution.rejected.is_empty(), "{:?}", resolution.rejected);
+    let tags: Vec<(&str, &str)> = resolution
+        .images
+        .iter()
+        .map(|i| (i.tag.as_str(), i.platform.as_str()))
+        .collect();
+    assert_eq!(
+        tags,
+        vec![
+            (
+                "2.13.0-cuda12.6-cudnn9-runtime-ubuntu24.04-amd64",
+                "linux/amd64"
+            ),
+            (
+                "2.13.0-cuda12.6-cudnn9-runtime-ubuntu24.04-arm64",
+                "linux/arm64"
+            ),
+            (
+                "2.13.0-cuda12.6-cudnn9-devel-ubuntu24.04-amd64",
+                "linux/amd64"
+            ),
+            (
+                "2.13.0-cuda12.6-cudnn9-devel-ubuntu24.04-arm64",
+                "linux/arm64"
+            ),
+        ]
+    );
+    let arm_runtime = &resolution.images[1];
+    assert_eq!(
+        arm_runtime.index.as_deref(),
+        Some("2.13.0-cuda12.6-cudnn9-runtime-ubuntu24.04")
+    );
+    assert_eq!(
+        arm_runtime.archs,
+        vec!["8.0", "9.0"],
+        "aarch64 wheels compile fewer architectures"
+    );
+    assert_eq!(arm_runtime.selftest, "gpu-selftest-cu12-arm64");
+    assert_eq!(
+        arm_runtime.aliases, resolution.images[0].aliases,
+        "aliases belong to the index"
+    );
+    assert!(arm_runtime
+        .aliases
+        .contains(&"2.13-cuda12.6-runtime".to_string()));
+    let arm_devel = &resolution.images[3];
+    assert_eq!(
+        arm_devel.parent.as_deref(),
+        Some("2.13.0-cuda12.6-cudnn9-runtime-ubuntu24.04-arm64"),
+        "devel builds on the runtime of its own platform"
+    );
+    assert_ne!(resolution.images[0].fingerprint, arm_runtime.fingerprint);
+}
+
+#[test]
+fn impossible_platform_cells_say_why() {
+    let reason = one_reason(&run("torch: [\"2.7\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\nvariants: [runtime]\nplatforms: [linux/arm64]\n"));
+    assert_eq!(reason, "torch 2.7.1 publishes no linux/arm64 CUDA 12.6 wheels in the knowledge (linux/arm64 CUDA wheels are recorded for torch 2.12, 2.13)");
+    let knowledge_text = crate::compat::EMBEDDED.replace(
+        "{version: \"12.6.3\", driver_min: \"560.35.05\", ubuntu: [\"20.04\", \"22.04\", \"24.04\"], cudnn_tag: \"cudnn\", brands: current, forward_compat_branches: [470, 535, 550], platforms: [linux/amd64, linux/arm64],",
+        "{version: \"12.6.3\", driver_min: \"560.35.05\", ubuntu: [\"20.04\", \"22.04\", \"24.04\"], cudnn_tag: \"cudnn\", brands: current, forward_compat_branches: [470, 535, 550], platforms: [linux/amd64],",
+    );
+    let knowledge = Knowledge::parse(&knowledge_text, "k.yaml").unwrap();
+    let resolution = resolve(&matrix("torch: [\"2.13\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\nvariants: [runtime]\nplatforms: [linux/arm64]\n"), &knowledge, &ResolveOptions::default());
+    assert_eq!(
+        one_reason(&resolution),
+        "nvidia/cuda 12.6.3 has no linux/arm64 images (it has linux/amd64)"
+    );
+    let single =
+        run("torch: [\"2.13\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\nvariants: [runtime]\n");
+    assert_eq!(
+        single.images[0].tag, "2.13.0-cuda12.6-cudnn9-runtime-ubuntu24.04",
+        "amd64 alone keeps plain tags"
+    );
+    assert!(single.images[0].index.is_none());
+}

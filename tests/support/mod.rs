@@ -11,6 +11,8 @@
 //! apache2-utils, openssl). Not every test binary uses every helper.
 #![allow(dead_code)]
 
+pub mod project;
+
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -12,9 +12,10 @@ use crate::rules::Precision;
 use crate::stats::{self, SplitMix64};
 use anyhow::{anyhow, Context as _, Result};
 use cudarc::cublas::{result as blas_result, sys as blas, CudaBlas};
-use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, DeviceRepr};
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr};
 use half::{bf16, f16};
 use serde::Serialize;
+use std::sync::Arc;
 
 /// How the matmuls run.
 #[derive(Clone, Debug)]
@@ -160,25 +161,25 @@ pub unsafe fn gemm(
     .map_err(|error| anyhow!("cublasGemmEx ({}) failed: {error:?}", precision.name()))
 }
 
+/// A GPU with the stream and cuBLAS handle its products run on.
+struct GpuBlas<'a> {
+    gpu: &'a Gpu,
+    blas: CudaBlas,
+    stream: Arc<CudaStream>,
+}
+
 /// Uploads inputs, runs the checked product, then times the repetitions, on one GPU.
 fn run_on_gpu<T: DeviceRepr + Copy + Default + Into<AsFloat64>>(
-    gpu: &Gpu,
+    lane: &GpuBlas,
     precision: Precision,
     settings: &MatmulSettings,
-    a_host: &[T],
-    b_host: &[T],
+    (a_host, b_host): (&[T], &[T]),
     inputs: &HostInputs,
     seed: u64,
 ) -> Result<MatmulResult> {
     let size = settings.size;
     let elements = size * size;
-    let stream = gpu.context.new_stream()?;
-    let blas_handle = CudaBlas::new(stream.clone()).map_err(|error| {
-        anyhow!(
-            "cannot create a cuBLAS handle on GPU {}: {error:?}",
-            gpu.ordinal
-        )
-    })?;
+    let (gpu, blas_handle, stream) = (lane.gpu, &lane.blas, &lane.stream);
     let a: CudaSlice<T> = stream.clone_htod(a_host).context("uploading A")?;
     let b: CudaSlice<T> = stream.clone_htod(b_host).context("uploading B")?;
     let mut c: CudaSlice<T> = unsafe { stream.alloc::<T>(elements) }.with_context(|| {
@@ -187,14 +188,14 @@ fn run_on_gpu<T: DeviceRepr + Copy + Default + Into<AsFloat64>>(
             gpu.ordinal
         )
     })?;
-    let (a_pointer, _a_guard) = a.device_ptr(&stream);
-    let (b_pointer, _b_guard) = b.device_ptr(&stream);
+    let (a_pointer, _a_guard) = a.device_ptr(stream);
+    let (b_pointer, _b_guard) = b.device_ptr(stream);
     let c_pointer = {
-        let (pointer, _guard) = c.device_ptr_mut(&stream);
+        let (pointer, _guard) = c.device_ptr_mut(stream);
         pointer
     };
     let handle = *blas_handle.handle();
-    poison(c_pointer, elements * std::mem::size_of::<T>(), &stream)?;
+    poison(c_pointer, elements * std::mem::size_of::<T>(), stream)?;
     unsafe { gemm(handle, precision, size, a_pointer, b_pointer, c_pointer)? };
     stream.synchronize()?;
     let output: Vec<T> = stream.clone_dtoh(&c).context("downloading C")?;
@@ -228,7 +229,7 @@ fn run_on_gpu<T: DeviceRepr + Copy + Default + Into<AsFloat64>>(
     let relative_error = stats::relative_l2_error(&measured, &reference);
     let times = time_repeated(
         &gpu.context,
-        &stream,
+        stream,
         settings.warm_up,
         settings.repetitions,
         || unsafe { gemm(handle, precision, size, a_pointer, b_pointer, c_pointer) },
@@ -269,15 +270,37 @@ impl From<f32> for AsFloat64 {
 
 /// Runs every precision on every GPU with fresh inputs per precision.
 pub fn measure(gpus: &[Gpu], settings: &MatmulSettings) -> Result<Vec<MatmulResult>> {
+    // One stream and one cuBLAS handle per GPU for every precision: creating a handle loads
+    // cuBLAS's kernels, which costs far more than the products themselves.
+    let lanes: Vec<GpuBlas> = gpus
+        .iter()
+        .map(|gpu| {
+            let stream = gpu.context.new_stream()?;
+            let blas = CudaBlas::new(stream.clone()).map_err(|error| {
+                anyhow!(
+                    "cannot create a cuBLAS handle on GPU {}: {error:?}",
+                    gpu.ordinal
+                )
+            })?;
+            Ok(GpuBlas { gpu, blas, stream })
+        })
+        .collect::<Result<_>>()?;
     let mut results = Vec::new();
     for &precision in &settings.precisions {
         let seed = stats::fresh_seed();
         let inputs = draw_inputs(precision, settings.size * settings.size, seed);
-        for gpu in gpus {
+        for lane in &lanes {
+            let gpu = lane.gpu;
             let result = match &inputs {
-                HostInputs::Bf16(a, b) => run_on_gpu(gpu, precision, settings, a, b, &inputs, seed),
-                HostInputs::Fp16(a, b) => run_on_gpu(gpu, precision, settings, a, b, &inputs, seed),
-                HostInputs::Fp32(a, b) => run_on_gpu(gpu, precision, settings, a, b, &inputs, seed),
+                HostInputs::Bf16(a, b) => {
+                    run_on_gpu(lane, precision, settings, (a, b), &inputs, seed)
+                }
+                HostInputs::Fp16(a, b) => {
+                    run_on_gpu(lane, precision, settings, (a, b), &inputs, seed)
+                }
+                HostInputs::Fp32(a, b) => {
+                    run_on_gpu(lane, precision, settings, (a, b), &inputs, seed)
+                }
             }
             .with_context(|| format!("{} matmul on GPU {}", precision.name(), gpu.ordinal))?;
             results.push(result);
