@@ -7,6 +7,11 @@
 //! runtime target in `contexts` under the exact reference its Dockerfile's `FROM` uses, so BuildKit
 //! builds devel on the runtime target's result instead of pulling the runtime image.
 //!
+//! Each target builds its image's platform. With several platforms in the matrix, images are
+//! per platform (`...-amd64`, `...-arm64`): a target pushes only that tag, since the full tag and
+//! the aliases name the OCI image index of all platforms, which `imagegen publish` assembles
+//! after the images passed their tests (two targets pushing one tag would overwrite each other).
+//!
 //! The build context: the rendered Dockerfiles `COPY gpu-selftest` from the main context, and the
 //! binary is not in `images/<name>/` (it is built by `selftest/build.sh`, one per CUDA major). So
 //! each target's context is a small staging directory holding only `gpu-selftest`
@@ -23,9 +28,6 @@ use crate::resolve::ImageSpec;
 
 /// Where `imagegen bake` stages one directory per self-test build, relative to the bake file.
 pub const STAGING_DIR: &str = ".imagegen/bake";
-
-/// The platforms every target builds for (the torch CUDA wheels imagegen pins are x86-64 ones).
-pub const PLATFORMS: &[&str] = &["linux/amd64"];
 
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum BakeError {
@@ -94,12 +96,14 @@ pub fn bake_file(images: &[ImageSpec]) -> Result<Value, BakeError> {
     for image in images {
         let target = target_of[&image.name].clone();
         let mut tags = vec![format!("{}:{}", image.repository, image.tag)];
-        tags.extend(
-            image
-                .aliases
-                .iter()
-                .map(|alias| format!("{}:{alias}", image.repository)),
-        );
+        if image.index.is_none() {
+            tags.extend(
+                image
+                    .aliases
+                    .iter()
+                    .map(|alias| format!("{}:{alias}", image.repository)),
+            );
+        }
         let mut labels = BTreeMap::new();
         labels.insert("imagegen.fingerprint", image.fingerprint.clone());
         labels.insert("imagegen.bake.target", target.clone());
@@ -108,7 +112,7 @@ pub fn bake_file(images: &[ImageSpec]) -> Result<Value, BakeError> {
             "dockerfile": format!("{back_to_root}images/{}/Dockerfile", image.name),
             "tags": tags,
             "labels": labels,
-            "platforms": PLATFORMS,
+            "platforms": [image.platform],
         });
         match image.variant {
             Variant::Runtime => {
@@ -256,6 +260,32 @@ mod tests {
                 }
             }
             assert_eq!(parts.join("/"), format!("images/{}/Dockerfile", image.name));
+        }
+    }
+
+    #[test]
+    fn per_platform_images_push_only_their_own_tag_for_their_platform() {
+        let matrix = Matrix::parse(
+            "registry: r.example\nrepository: team/pytorch\ntorch: [\"2.13\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\nplatforms: [linux/amd64, linux/arm64]\n",
+            "m.yaml",
+        )
+        .unwrap();
+        let images = resolve(&matrix, &Knowledge::embedded(), &ResolveOptions::default()).images;
+        assert!(images.iter().any(|i| i.platform == "linux/arm64"));
+        let bake = bake_file(&images).unwrap();
+        for image in &images {
+            let target = &bake["target"][target_name(&image.name)];
+            assert!(image.index.is_some());
+            assert_eq!(target["platforms"], json!([image.platform]));
+            assert_eq!(
+                target["tags"],
+                json!([format!("r.example/team/pytorch:{}", image.tag)]),
+                "the index tag and aliases are not pushed per platform"
+            );
+            assert!(target["context"]
+                .as_str()
+                .unwrap()
+                .ends_with(&image.selftest));
         }
     }
 

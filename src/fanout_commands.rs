@@ -94,24 +94,33 @@ fn edit_distance(left: &str, right: &str) -> usize {
     previous[right.len()]
 }
 
-/// The image a full tag or alias names (with or without `repository:`); an unknown name is an
-/// error listing the closest tags and aliases.
-pub fn find_image<'a>(images: &'a [ImageSpec], wanted: &str) -> Result<&'a ImageSpec> {
-    let matches = |image: &ImageSpec, name: &str| {
-        name == image.tag
-            || image.aliases.iter().any(|alias| alias == name)
-            || name
-                .strip_prefix(&format!("{}:", image.repository))
-                .is_some_and(|tag| tag == image.tag || image.aliases.iter().any(|a| a == tag))
-    };
-    if let Some(image) = images.iter().find(|image| matches(image, wanted)) {
-        return Ok(image);
+/// The images a full tag or alias names (with or without `repository:`): one image, or with
+/// several platforms, the per-platform images of the index a full tag or alias names (a
+/// per-platform tag names just its image). An unknown name is an error listing the closest tags
+/// and aliases.
+pub fn find_images<'a>(images: &'a [ImageSpec], wanted: &str) -> Result<Vec<&'a ImageSpec>> {
+    let bare = images
+        .iter()
+        .find_map(|image| wanted.strip_prefix(&format!("{}:", image.repository)))
+        .unwrap_or(wanted);
+    if let Some(image) = images.iter().find(|image| image.tag == bare) {
+        return Ok(vec![image]);
     }
-    let bare = wanted.rsplit(':').next().unwrap_or(wanted);
+    let named: Vec<&ImageSpec> = images
+        .iter()
+        .filter(|image| {
+            image.index.as_deref() == Some(bare) || image.aliases.iter().any(|a| a == bare)
+        })
+        .collect();
+    if !named.is_empty() {
+        return Ok(named);
+    }
     let mut names: Vec<&str> = images
         .iter()
         .flat_map(|image| {
-            std::iter::once(image.tag.as_str()).chain(image.aliases.iter().map(String::as_str))
+            std::iter::once(image.tag.as_str())
+                .chain(image.index.as_deref())
+                .chain(image.aliases.iter().map(String::as_str))
         })
         .collect();
     names.sort_by_key(|name| (edit_distance(bare, name), name.to_string()));
@@ -133,21 +142,24 @@ pub fn k8s(
     mut settings: crate::k8s::JobSettings,
 ) -> Result<Outcome> {
     let images = images(matrix, knowledge)?;
-    let image = find_image(&images, wanted)?;
-    let recorded = Manifest::load(manifest)?;
-    settings.digest = recorded
-        .images
-        .get(&image.tag)
-        .filter(|record| record.status == "ok" && record.fingerprint == image.fingerprint)
-        .and_then(|record| record.digest.clone());
-    if settings.digest.is_none() {
-        eprintln!(
-            "note: {} has no pushed build of {} with this fingerprint; the Job uses the tag without a digest",
-            manifest.display(),
-            image.tag
-        );
+    let named = find_images(&images, wanted)?;
+    // A digest pins one image; an index of several platforms runs by its tag.
+    if let [image] = named.as_slice() {
+        let recorded = Manifest::load(manifest)?;
+        settings.digest = recorded
+            .images
+            .get(&image.tag)
+            .filter(|record| record.status == "ok" && record.fingerprint == image.fingerprint)
+            .and_then(|record| record.digest.clone());
+        if settings.digest.is_none() {
+            eprintln!(
+                "note: {} has no pushed build of {} with this fingerprint; the Job uses the tag without a digest",
+                manifest.display(),
+                image.tag
+            );
+        }
     }
-    let manifests = crate::k8s::manifests(image, &settings)?;
+    let manifests = crate::k8s::manifests(&named, &settings)?;
     print!("{}", manifests.to_yaml());
     Ok(Outcome::Success)
 }

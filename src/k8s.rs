@@ -16,6 +16,10 @@
 //!   ORed terms ([`driver_affinity_terms`]); equality is `Gt v-1` and `Lt v+1`, which, unlike
 //!   `In`, does not care whether a label is zero-padded (`05`). Nodes without the labels never
 //!   match: the pod stays pending rather than running on an unknown driver.
+//! - Node affinity on `kubernetes.io/arch`: an image built for `linux/amd64` must not land on an
+//!   arm64 GPU node (Grace Hopper), and the other way round. With several platforms in the
+//!   matrix, naming the full tag or an alias runs the OCI index (each node pulls its own
+//!   architecture) on any of the index's architectures; naming a per-platform tag keeps that one.
 //! - Several GPUs: `torchrun --standalone --nproc-per-node N`. Several nodes: an Indexed Job
 //!   (`completions = parallelism = M`), a headless Service named like the Job as the pods'
 //!   `subdomain`, and a static rendezvous: every pod runs `torchrun --nnodes M --node-rank
@@ -38,6 +42,8 @@ pub const RENDEZVOUS_PORT: u16 = 29500;
 pub const DRIVER_MAJOR_LABEL: &str = "nvidia.com/cuda.driver.major";
 pub const DRIVER_MINOR_LABEL: &str = "nvidia.com/cuda.driver.minor";
 pub const DRIVER_REV_LABEL: &str = "nvidia.com/cuda.driver.rev";
+/// The well-known label of a node's CPU architecture (`amd64`, `arm64`).
+pub const ARCH_LABEL: &str = "kubernetes.io/arch";
 /// The longest Job name: Indexed pods are named `<job>-<index>` and must stay a DNS label (63).
 const JOB_NAME_MAX: usize = 52;
 
@@ -284,6 +290,8 @@ pub enum K8sError {
     MultiNodeWithoutCommand { nodes: u32 },
     #[error("image {image}: recorded digest {digest:?} is not sha256:<64 hex digits>")]
     Digest { image: String, digest: String },
+    #[error("no image to run")]
+    NoImage,
     #[error("image {image}: driver_min {driver_min:?} is not an NVIDIA driver version")]
     DriverVersion { image: String, driver_min: String },
     #[error("the generated manifests break Kubernetes rules: {}", problems.join("; "))]
@@ -420,9 +428,14 @@ pub fn dns_label(text: &str, max: usize) -> String {
 
 /// The default Job name: the repository's last component and the tag
 /// (`pytorch-2-7-1-cuda12-6-cudnn9-runtime-ubuntu24-04`).
-pub fn default_job_name(image: &ImageSpec) -> String {
-    let repository = image.repository.rsplit('/').next().unwrap_or("image");
-    dns_label(&format!("{repository}-{}", image.tag), JOB_NAME_MAX)
+pub fn default_job_name(repository: &str, tag: &str) -> String {
+    let repository = repository.rsplit('/').next().unwrap_or("image");
+    dns_label(&format!("{repository}-{tag}"), JOB_NAME_MAX)
+}
+
+/// The CPU architecture of a platform (`linux/arm64` → `arm64`).
+fn architecture(platform: &str) -> String {
+    platform.rsplit('/').next().unwrap_or(platform).to_string()
 }
 
 /// The container command: the user's program, under torchrun when it spans several GPUs or nodes.
@@ -460,8 +473,23 @@ fn container_command(settings: &JobSettings, job_name: &str) -> Vec<String> {
     command
 }
 
-/// The Job (and Service) that runs `image` as `settings` say.
-pub fn manifests(image: &ImageSpec, settings: &JobSettings) -> Result<Manifests, K8sError> {
+/// The Job (and Service) that runs `images` as `settings` say: one image, or the per-platform
+/// images of one OCI index (then the pod runs the index tag on any of their architectures).
+pub fn manifests(images: &[&ImageSpec], settings: &JobSettings) -> Result<Manifests, K8sError> {
+    let Some(image) = images.first().copied() else {
+        return Err(K8sError::NoImage);
+    };
+    // The tag the pod pulls: the index for several platforms, else the image's own tag.
+    let published_tag = match (&image.index, images.len()) {
+        (Some(index), count) if count > 1 => index.clone(),
+        _ => image.tag.clone(),
+    };
+    let mut architectures: Vec<String> = images
+        .iter()
+        .map(|image| architecture(&image.platform))
+        .collect();
+    architectures.sort();
+    architectures.dedup();
     if settings.gpus == 0 {
         return Err(K8sError::NoGpus);
     }
@@ -480,7 +508,7 @@ pub fn manifests(image: &ImageSpec, settings: &JobSettings) -> Result<Manifests,
                 driver_min: image.driver_min.clone(),
             }
         })?;
-    let mut reference = format!("{}:{}", image.repository, image.tag);
+    let mut reference = format!("{}:{published_tag}", image.repository);
     if let Some(digest) = &settings.digest {
         let hex = digest.strip_prefix("sha256:").unwrap_or("");
         if hex.len() != 64 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
@@ -495,7 +523,7 @@ pub fn manifests(image: &ImageSpec, settings: &JobSettings) -> Result<Manifests,
         .name
         .as_deref()
         .map(|name| dns_label(name, JOB_NAME_MAX))
-        .unwrap_or_else(|| default_job_name(image));
+        .unwrap_or_else(|| default_job_name(&image.repository, &published_tag));
     let multi_node = settings.nodes > 1;
     let pod_labels: BTreeMap<String, String> = [
         ("app.kubernetes.io/name".to_string(), name.clone()),
@@ -508,12 +536,16 @@ pub fn manifests(image: &ImageSpec, settings: &JobSettings) -> Result<Manifests,
     let annotations: BTreeMap<String, String> = [
         (
             "imagegen/image".to_string(),
-            format!("{}:{}", image.repository, image.tag),
+            format!("{}:{published_tag}", image.repository),
         ),
         ("imagegen/driver-min".to_string(), image.driver_min.clone()),
         (
             "imagegen/fingerprint".to_string(),
-            image.fingerprint.clone(),
+            images
+                .iter()
+                .map(|image| image.fingerprint.as_str())
+                .collect::<Vec<_>>()
+                .join(","),
         ),
     ]
     .into();
@@ -550,10 +582,27 @@ pub fn manifests(image: &ImageSpec, settings: &JobSettings) -> Result<Manifests,
             mount_path: "/dev/shm".into(),
         }],
     };
-    let affinity = settings.driver_affinity.then(|| Affinity {
+    // Every ORed term also requires one of the image's architectures.
+    let architecture_requirement = NodeSelectorRequirement {
+        key: ARCH_LABEL.into(),
+        operator: "In".into(),
+        values: architectures,
+    };
+    let mut terms = if settings.driver_affinity {
+        driver_affinity_terms(&driver_min)
+    } else {
+        vec![NodeSelectorTerm {
+            match_expressions: Vec::new(),
+        }]
+    };
+    for term in &mut terms {
+        term.match_expressions
+            .push(architecture_requirement.clone());
+    }
+    let affinity = Some(Affinity {
         node_affinity: NodeAffinity {
             required_during_scheduling_ignored_during_execution: NodeSelector {
-                node_selector_terms: driver_affinity_terms(&driver_min),
+                node_selector_terms: terms,
             },
         },
     });
@@ -801,6 +850,7 @@ mod tests {
 
     fn node(major: &str, minor: &str, revision: Option<&str>) -> BTreeMap<String, String> {
         let mut labels = BTreeMap::new();
+        labels.insert(ARCH_LABEL.to_string(), "amd64".to_string());
         labels.insert(DRIVER_MAJOR_LABEL.to_string(), major.to_string());
         labels.insert(DRIVER_MINOR_LABEL.to_string(), minor.to_string());
         if let Some(revision) = revision {
@@ -899,7 +949,7 @@ mod tests {
 
     #[test]
     fn single_gpu_runs_the_command_as_is_with_shm_and_gpu_limit() {
-        let manifests = manifests(&image(), &JobSettings::default()).unwrap();
+        let manifests = manifests(&[&image()], &JobSettings::default()).unwrap();
         assert!(manifests.service.is_none());
         let pod = &manifests.job.spec.template.spec;
         assert_eq!(pod.containers[0].command, vec!["gpu-selftest"]);
@@ -929,7 +979,7 @@ mod tests {
             ],
             ..Default::default()
         };
-        let manifests = manifests(&image(), &settings).unwrap();
+        let manifests = manifests(&[&image()], &settings).unwrap();
         let container = &manifests.job.spec.template.spec.containers[0];
         assert_eq!(
             container.command,
@@ -962,7 +1012,7 @@ mod tests {
     }
 
     fn manifests_for(settings: JobSettings) -> Manifests {
-        manifests(&image(), &settings).unwrap()
+        manifests(&[&image()], &settings).unwrap()
     }
 
     #[test]
@@ -1015,15 +1065,82 @@ mod tests {
     }
 
     fn manifests_for_result(settings: JobSettings) -> Result<Manifests, K8sError> {
-        manifests(&image(), &settings)
+        manifests(&[&image()], &settings)
+    }
+
+    fn node_affinity_terms(manifests: &Manifests) -> &[NodeSelectorTerm] {
+        &manifests
+            .job
+            .spec
+            .template
+            .spec
+            .affinity
+            .as_ref()
+            .unwrap()
+            .node_affinity
+            .required_during_scheduling_ignored_during_execution
+            .node_selector_terms
+    }
+
+    #[test]
+    fn the_pod_stays_on_the_architectures_the_image_has() {
+        let amd64_only = manifests_for(JobSettings::default());
+        let terms = node_affinity_terms(&amd64_only);
+        let mut arm64_node = node("580", "65", Some("06"));
+        arm64_node.insert(ARCH_LABEL.to_string(), "arm64".to_string());
+        assert!(node_matches(terms, &node("580", "65", Some("06"))));
+        assert!(
+            !node_matches(terms, &arm64_node),
+            "an amd64 image on an arm64 node"
+        );
+        let without_driver = manifests_for(JobSettings {
+            driver_affinity: false,
+            ..Default::default()
+        });
+        let terms = node_affinity_terms(&without_driver);
+        assert_eq!(terms.len(), 1);
+        assert!(node_matches(terms, &node("1", "0", None)));
+        assert!(!node_matches(terms, &arm64_node));
+
+        let matrix = Matrix::parse(
+            "registry: r.example\nrepository: team/pytorch\ntorch: [\"2.13\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\nvariants: [runtime]\nplatforms: [linux/amd64, linux/arm64]\n",
+            "m.yaml",
+        )
+        .unwrap();
+        let images = resolve(&matrix, &Knowledge::embedded(), &ResolveOptions::default()).images;
+        let all: Vec<&ImageSpec> = images.iter().collect();
+        assert_eq!(all.len(), 2);
+        let index = manifests(&all, &JobSettings::default()).unwrap();
+        let container = &index.job.spec.template.spec.containers[0];
+        let index_tag = images[0].index.clone().unwrap();
+        assert_eq!(
+            container.image,
+            format!("r.example/team/pytorch:{index_tag}")
+        );
+        assert!(node_matches(node_affinity_terms(&index), &arm64_node));
+        let arm64_image = images.iter().find(|i| i.platform == "linux/arm64").unwrap();
+        let one = manifests(&[arm64_image], &JobSettings::default()).unwrap();
+        assert!(one.job.spec.template.spec.containers[0]
+            .image
+            .ends_with("-arm64"));
+        assert!(node_matches(node_affinity_terms(&one), &arm64_node));
+        assert!(!node_matches(
+            node_affinity_terms(&one),
+            &node("580", "65", Some("06"))
+        ));
     }
 
     #[test]
     fn bad_settings_are_named() {
         let image = image();
         assert_eq!(
+            manifests(&[], &JobSettings::default()),
+            Err(K8sError::NoImage)
+        );
+        let image = [&image];
+        assert_eq!(
             manifests(
-                &image,
+                &image[..],
                 &JobSettings {
                     gpus: 0,
                     ..Default::default()
@@ -1033,7 +1150,7 @@ mod tests {
         );
         assert_eq!(
             manifests(
-                &image,
+                &image[..],
                 &JobSettings {
                     nodes: 2,
                     ..Default::default()
@@ -1042,7 +1159,7 @@ mod tests {
             Err(K8sError::MultiNodeWithoutCommand { nodes: 2 })
         );
         let error = manifests(
-            &image,
+            &image[..],
             &JobSettings {
                 namespace: "Not_A_Namespace".into(),
                 ..Default::default()
