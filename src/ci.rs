@@ -9,6 +9,11 @@
 //! nothing are left out, so no runner starts for nothing. GitHub runs at most
 //! [`GITHUB_MATRIX_LIMIT`] jobs per matrix: past that many families, `--per-image` deals them over
 //! that many shards.
+//!
+//! With several platforms in the matrix, images are built per platform (`...-amd64`, `...-arm64`)
+//! and a GPU self-test only runs on a GPU of the image's architecture, so each shard is split by
+//! architecture once more: the job builds `--shard I/N --only '*-arm64'` on a runner labelled
+//! `arm64` (`runner_arch`, GitHub's `x64`/`arm64` label).
 
 use serde::Serialize;
 
@@ -34,6 +39,11 @@ pub struct Job {
     pub name: String,
     /// The `--shard` argument of `imagegen build`.
     pub shard: String,
+    /// The `--only` argument of `imagegen build` (`*-arm64`) when the matrix builds per platform,
+    /// so each job builds one architecture on a runner of it; empty otherwise.
+    pub only: String,
+    /// The runner architecture label the job needs (`x64` or `arm64`, as GitHub labels runners).
+    pub runner_arch: String,
     /// An artifact name for this shard's manifest (no `/`, which artifact names refuse).
     pub artifact: String,
     /// The images the job builds, runtime first.
@@ -51,35 +61,91 @@ pub fn family_count(images: &[ImageSpec]) -> usize {
     images.iter().filter(|image| image.parent.is_none()).count()
 }
 
-/// The GitHub matrix for `images` spread as `fan_out` says. The shard count is kept within
-/// 1..=[`GITHUB_MATRIX_LIMIT`].
-pub fn github_matrix(images: &[ImageSpec], fan_out: FanOut) -> GithubMatrix {
-    let count = match fan_out {
-        FanOut::Shards(count) => count,
-        FanOut::PerImage => family_count(images),
+/// The architecture of a platform (`linux/arm64` → `arm64`).
+fn architecture(platform: &str) -> &str {
+    platform.rsplit('/').next().unwrap_or(platform)
+}
+
+/// GitHub's runner architecture label for a platform architecture.
+pub fn runner_arch(architecture: &str) -> String {
+    match architecture {
+        "amd64" => "x64".into(),
+        other => other.into(),
     }
-    .clamp(1, GITHUB_MATRIX_LIMIT);
+}
+
+/// The GitHub matrix for `images` spread as `fan_out` says. The shard count is kept within
+/// 1..=[`GITHUB_MATRIX_LIMIT`] jobs. With per-platform images (several platforms in the matrix),
+/// each shard is split once more by architecture (`--only '*-arm64'`; a per-platform tag ends
+/// with its architecture), so a job never mixes architectures.
+pub fn github_matrix(images: &[ImageSpec], fan_out: FanOut) -> GithubMatrix {
+    let per_platform = images.iter().any(|image| image.index.is_some());
+    let mut architectures: Vec<&str> = images
+        .iter()
+        .map(|image| architecture(&image.platform))
+        .collect();
+    architectures.sort();
+    architectures.dedup();
+    let split = if per_platform {
+        architectures.len().max(1)
+    } else {
+        1
+    };
+    let count = match fan_out {
+        // Per image, every shard holds one family, of one architecture: no split multiplies.
+        FanOut::PerImage => family_count(images).clamp(1, GITHUB_MATRIX_LIMIT),
+        FanOut::Shards(count) => count.clamp(1, (GITHUB_MATRIX_LIMIT / split).max(1)),
+    };
     let mut include = Vec::new();
     for index in 1..=count {
-        let selected = select(images, None, Some(Shard { index, count }));
-        if selected.is_empty() {
-            continue;
-        }
-        let names: Vec<String> = selected.iter().map(|image| image.name.clone()).collect();
-        let name = match fan_out {
-            FanOut::PerImage if family_count(&selected) == 1 => names[0].clone(),
-            FanOut::PerImage => format!("{index}/{count} {} (+{} more)", names[0], names.len() - 1),
-            FanOut::Shards(_) if names.len() == 1 => format!("{index}/{count} {}", names[0]),
-            FanOut::Shards(_) => {
-                format!("{index}/{count} {} (+{} more)", names[0], names.len() - 1)
-            }
+        let shard = Some(Shard { index, count });
+        let parts: Vec<(String, String, Vec<ImageSpec>)> = if per_platform {
+            architectures
+                .iter()
+                .map(|arch| {
+                    let only = format!("*-{arch}");
+                    let selected = select(images, Some(&only), shard);
+                    (only, runner_arch(arch), selected)
+                })
+                .collect()
+        } else {
+            let arch = architectures.first().copied().unwrap_or("amd64");
+            vec![(
+                String::new(),
+                runner_arch(arch),
+                select(images, None, shard),
+            )]
         };
-        include.push(Job {
-            name,
-            shard: format!("{index}/{count}"),
-            artifact: format!("manifest-shard-{index}-of-{count}"),
-            images: names,
-        });
+        for (only, runner, selected) in parts {
+            if selected.is_empty() {
+                continue;
+            }
+            let names: Vec<String> = selected.iter().map(|image| image.name.clone()).collect();
+            let prefix = match fan_out {
+                FanOut::PerImage => String::new(),
+                FanOut::Shards(_) => format!("{index}/{count} "),
+            };
+            let name = if family_count(&selected) == 1 && matches!(fan_out, FanOut::PerImage) {
+                names[0].clone()
+            } else if names.len() == 1 {
+                format!("{prefix}{}", names[0])
+            } else {
+                format!("{prefix}{} (+{} more)", names[0], names.len() - 1)
+            };
+            let artifact = if only.is_empty() {
+                format!("manifest-shard-{index}-of-{count}")
+            } else {
+                format!("manifest-shard-{index}-of-{count}-{runner}")
+            };
+            include.push(Job {
+                name,
+                shard: format!("{index}/{count}"),
+                only,
+                runner_arch: runner,
+                artifact,
+                images: names,
+            });
+        }
     }
     GithubMatrix { include }
 }
@@ -151,6 +217,8 @@ mod tests {
                 assert!(job.shard.ends_with(&format!("/{count}")));
                 assert!(!job.artifact.contains('/'));
                 let shard: Shard = job.shard.parse().unwrap();
+                assert_eq!(job.only, "");
+                assert_eq!(job.runner_arch, "x64");
                 assert_eq!(
                     select(&images, None, Some(shard))
                         .iter()
@@ -183,6 +251,54 @@ mod tests {
             "300 families over 256 jobs"
         );
         assert!(matrix.include[0].name.contains("(+1 more)"));
+    }
+
+    #[test]
+    fn per_platform_images_fan_out_by_architecture_too() {
+        let matrix = Matrix::parse(
+            "registry: r.example\nrepository: t/p\ntorch: [\"2.12\", \"2.13\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\nplatforms: [linux/amd64, linux/arm64]\n",
+            "m.yaml",
+        )
+        .unwrap();
+        let images = resolve(&matrix, &Knowledge::embedded(), &ResolveOptions::default()).images;
+        assert!(images.iter().any(|i| i.platform == "linux/arm64"));
+        for fan_out in [FanOut::PerImage, FanOut::Shards(1), FanOut::Shards(2)] {
+            let github = github_matrix(&images, fan_out);
+            assert_partition(&images, &github);
+            for job in &github.include {
+                let arch = job.only.strip_prefix("*-").unwrap();
+                assert_eq!(job.runner_arch, runner_arch(arch));
+                assert!(job.artifact.ends_with(&job.runner_arch));
+                for name in &job.images {
+                    let spec = images.iter().find(|i| &i.name == name).unwrap();
+                    assert!(spec.platform.ends_with(arch), "{name} in a {arch} job");
+                }
+                let shard: Shard = job.shard.parse().unwrap();
+                let selected: Vec<String> = select(&images, Some(&job.only), Some(shard))
+                    .iter()
+                    .map(|i| i.name.clone())
+                    .collect();
+                assert_eq!(
+                    selected, job.images,
+                    "what imagegen build --shard --only selects"
+                );
+            }
+            let artifacts: BTreeSet<&String> = github.include.iter().map(|j| &j.artifact).collect();
+            assert_eq!(
+                artifacts.len(),
+                github.include.len(),
+                "artifact names are unique"
+            );
+        }
+        assert_eq!(
+            github_matrix(&images, FanOut::PerImage).include.len(),
+            family_count(&images)
+        );
+        assert_eq!(
+            github_matrix(&images, FanOut::Shards(1)).include.len(),
+            2,
+            "one per architecture"
+        );
     }
 
     #[test]

@@ -322,7 +322,19 @@ fn the_images_workflow_uses_what_ci_github_emits() {
         jobs["build"]["strategy"]["matrix"].as_str(),
         Some("${{ fromJSON(needs.setup.outputs.matrix) }}")
     );
-    assert_eq!(jobs["build"]["needs"].as_str(), Some("setup"));
+    let needs: Vec<&str> = jobs["build"]["needs"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|need| need.as_str().unwrap())
+        .collect();
+    assert_eq!(needs, ["setup", "tools"]);
+    assert_eq!(
+        jobs["tools"]["strategy"]["matrix"]["runner_arch"].as_str(),
+        Some("${{ fromJSON(needs.setup.outputs.runner_archs) }}")
+    );
+    let build_steps = serde_yaml::to_string(&jobs["build"]["steps"]).unwrap();
+    assert!(build_steps.contains("name: tools-${{ matrix.runner_arch }}"));
     let setup_steps = serde_yaml::to_string(&jobs["setup"]["steps"]).unwrap();
     assert!(setup_steps.contains("imagegen ci --github"));
     assert!(setup_steps.contains("imagegen plan --format markdown >> \"$GITHUB_STEP_SUMMARY\""));
