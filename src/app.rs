@@ -53,6 +53,14 @@ pub fn run(cli: Cli) -> Result<Outcome> {
             manifest,
         } => crate::upgrade::rollback_command(&alias, to.as_deref(), previous, &manifest),
         Command::Diff { from, to, manifest } => crate::upgrade::diff_command(&from, &to, &manifest),
+        Command::Publish {
+            manifest,
+            allow_untested,
+            dry_run,
+        } => {
+            let project = Project::load(&cli.matrix, cli.knowledge.as_deref())?;
+            crate::publish::publish_command(&project, &manifest, allow_untested, dry_run)
+        }
         Command::Resolve {
             driver,
             forward_compat,
@@ -83,6 +91,7 @@ pub fn run(cli: Cli) -> Result<Outcome> {
             only,
             jobs,
             shard,
+            platform,
             push,
             no_test,
             require_gpu,
@@ -99,6 +108,7 @@ pub fn run(cli: Cli) -> Result<Outcome> {
                 only,
                 jobs,
                 shard,
+                platform,
                 push,
                 test: !no_test,
                 require_gpu,

@@ -88,11 +88,12 @@ pub trait Builder: Send + Sync + 'static {
     fn build(&self, image: &PlannedImage) -> impl Future<Output = anyhow::Result<String>> + Send;
     /// Runs the self-test in a container from the image.
     fn test(&self, image: &PlannedImage) -> impl Future<Output = TestOutcome> + Send;
-    /// Reads the packages inside the built image (pip and OS).
+    /// Reads the packages inside the built image (pip and OS); `None` when the image cannot run
+    /// here (another platform).
     fn contents(
         &self,
         image: &PlannedImage,
-    ) -> impl Future<Output = anyhow::Result<Packages>> + Send;
+    ) -> impl Future<Output = anyhow::Result<Option<Packages>>> + Send;
     /// Pushes `repository:tag`; returns the manifest digest. With `build_key` (full tags), refuses
     /// when the registry already holds that tag with other content: full tags are immutable.
     fn push(
@@ -144,9 +145,11 @@ pub struct ImageResult {
     /// The packages read from the image (not read again for an image reused with a passed test).
     pub packages: Option<Packages>,
     pub aliases_moved: Vec<String>,
+    /// Things worth knowing that did not fail the image (packages not readable, ...).
+    pub notes: Vec<String>,
     /// Aliases not moved, with why.
     pub aliases_held: Vec<(String, String)>,
-    /// Which stage failed: `lookup` (local or registry), `build`, `contents`, `test`, `push`, `alias`.
+    /// Which stage failed: `lookup` (local or registry), `build`, `test`, `push`, `alias`.
     pub failed_stage: Option<String>,
     pub error: Option<String>,
     pub seconds: f64,
@@ -162,6 +165,7 @@ impl ImageResult {
             test: None,
             packages: None,
             aliases_moved: Vec::new(),
+            notes: Vec::new(),
             aliases_held: Vec::new(),
             failed_stage: None,
             error: None,
@@ -296,15 +300,13 @@ async fn run_one<B: Builder>(
 
     let known_good = result.status == Status::Reused && image.passed_before;
     if !known_good {
+        // An image without a shell or for another platform still builds; its packages are unknown.
         match builder.contents(&image).await {
-            Ok(packages) => result.packages = Some(packages),
-            Err(error) => {
-                return fail(
-                    result,
-                    "contents",
-                    format!("cannot list the packages in the image: {error:#}"),
-                )
-            }
+            Ok(Some(packages)) => result.packages = Some(packages),
+            Ok(None) => result
+                .notes
+                .push("packages not read: the image is for another platform than this host".into()),
+            Err(error) => result.notes.push(format!("packages not read: {error:#}")),
         }
     }
     let test = if known_good {

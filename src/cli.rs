@@ -65,6 +65,18 @@ pub enum Command {
         #[arg(long, default_value = crate::manifest::DEFAULT_PATH)]
         manifest: PathBuf,
     },
+    /// Assemble and push an OCI image index per full tag (and move its aliases) from the per-platform images recorded in the manifest.
+    Publish {
+        /// The manifest file.
+        #[arg(long, default_value = crate::manifest::DEFAULT_PATH)]
+        manifest: PathBuf,
+        /// Publish indexes whose platform images' self-test was skipped (no GPU, foreign platform); aliases still wait for a pass.
+        #[arg(long)]
+        allow_untested: bool,
+        /// Check readiness and print what would be published; push nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
     /// Show what changed between two images (tags, aliases or digests recorded in the manifest): versions and packages.
     Diff {
         from: String,
@@ -107,6 +119,9 @@ pub enum Command {
         /// Build the I-th of N deterministic parts of the matrix (e.g. 2/4), one per CI runner.
         #[arg(long)]
         shard: Option<crate::plan::Shard>,
+        /// Only images of this platform (linux/amd64 or linux/arm64): run one build per platform, each on a runner of that platform.
+        #[arg(long)]
+        platform: Option<String>,
         /// Push full tags (and moved aliases) to the matrix's registry.
         #[arg(long)]
         push: bool,

@@ -113,6 +113,7 @@ pub struct EngineBuilder {
     docker_config: Option<DockerConfig>,
     credentials: Mutex<BTreeMap<String, Option<Credentials>>>,
     gpus: OnceCell<bool>,
+    host_platform: OnceCell<String>,
 }
 
 impl EngineBuilder {
@@ -132,6 +133,7 @@ impl EngineBuilder {
             docker_config,
             credentials: Mutex::new(BTreeMap::new()),
             gpus: OnceCell::new(),
+            host_platform: OnceCell::new(),
         }
     }
 
@@ -150,6 +152,23 @@ impl EngineBuilder {
         };
         cache.insert(host, found.clone());
         Ok(found)
+    }
+
+    async fn host_platform(&self) -> String {
+        self.host_platform
+            .get_or_init(|| async {
+                self.engine
+                    .platform()
+                    .await
+                    .unwrap_or_else(|_| "linux/amd64".into())
+            })
+            .await
+            .clone()
+    }
+
+    /// Whether containers of `image` run on this daemon without emulation.
+    async fn runs_here(&self, image: &PlannedImage) -> bool {
+        self.host_platform().await == image.spec.platform
     }
 
     async fn gpus(&self) -> bool {
@@ -197,6 +216,7 @@ impl Builder for EngineBuilder {
             .cloned()
             .ok_or_else(|| anyhow!("no build context assembled for {name}"))?;
         let mut request = BuildRequest::new(image.reference.clone(), context);
+        request.platform = Some(image.spec.platform.clone());
         request.labels = self.settings.build_labels.clone();
         request
             .labels
@@ -223,6 +243,12 @@ impl Builder for EngineBuilder {
 
     async fn test(&self, image: &PlannedImage) -> TestOutcome {
         let name = &image.spec.name;
+        if !self.runs_here(image).await {
+            let host = self.host_platform().await;
+            return TestOutcome::Skipped {
+                summary: format!("cannot run {} images on this {host} host; run `imagegen build --platform {}` on a {} runner to test them", image.spec.platform, image.spec.platform, image.spec.platform),
+            };
+        }
         let gpus = self.gpus().await;
         self.progress.stage(
             name,
@@ -263,7 +289,10 @@ impl Builder for EngineBuilder {
         outcome
     }
 
-    async fn contents(&self, image: &PlannedImage) -> Result<Packages> {
+    async fn contents(&self, image: &PlannedImage) -> Result<Option<Packages>> {
+        if !self.runs_here(image).await {
+            return Ok(None);
+        }
         let request = RunRequest {
             image: image.reference.clone(),
             cmd: vec!["sh".into(), "-c".into(), LIST_PACKAGES.into()],
@@ -280,7 +309,7 @@ impl Builder for EngineBuilder {
                 output.stderr.trim()
             );
         }
-        Ok(parse_packages(&output.stdout))
+        Ok(Some(parse_packages(&output.stdout)))
     }
 
     async fn push(&self, repository: &str, tag: &str, build_key: Option<&str>) -> Result<String> {

@@ -17,6 +17,7 @@ pub mod matrix;
 pub mod plan;
 pub mod progress;
 pub mod project;
+pub mod publish;
 pub mod render;
 pub mod resolve;
 pub mod run_build;

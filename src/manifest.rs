@@ -34,6 +34,34 @@ pub struct Manifest {
     pub images: BTreeMap<String, ImageRecord>,
     #[serde(default)]
     pub aliases: BTreeMap<String, AliasRecord>,
+    /// Multi-platform OCI image indexes published by `imagegen publish`, by full tag.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub indexes: BTreeMap<String, IndexRecord>,
+}
+
+/// An OCI image index: one full tag over per-platform images.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IndexRecord {
+    pub repository: String,
+    pub tag: String,
+    pub digest: String,
+    pub media_type: String,
+    pub torch: String,
+    pub driver_min: String,
+    /// Platform (`linux/arm64`) → the per-platform image's tag and digest.
+    pub platforms: BTreeMap<String, PlatformImage>,
+    #[serde(default)]
+    pub aliases: Vec<String>,
+    pub published_at: String,
+    /// Earlier indexes under this tag, newest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub history: Vec<IndexRecord>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlatformImage {
+    pub tag: String,
+    pub digest: String,
 }
 
 /// The self-test outcome stored with an image.
@@ -168,6 +196,37 @@ pub struct AliasTarget {
 }
 
 impl Manifest {
+    /// The torch release behind a full tag, per-platform tag or index tag.
+    pub fn torch_of(&self, tag: &str) -> Option<&str> {
+        self.images
+            .get(tag)
+            .map(|r| r.torch.as_str())
+            .or_else(|| self.indexes.get(tag).map(|i| i.torch.as_str()))
+    }
+
+    /// What an alias points at now: (tag, torch release).
+    pub fn alias_target(&self, alias: &str) -> Option<(String, String)> {
+        let record = self.aliases.get(alias)?;
+        Some((record.tag.clone(), self.torch_of(&record.tag)?.to_string()))
+    }
+
+    /// Records a published index; an earlier, different one under the tag moves to its history.
+    pub fn record_index(&mut self, mut index: IndexRecord) {
+        if let Some(mut previous) = self.indexes.remove(&index.tag) {
+            let mut history = std::mem::take(&mut previous.history);
+            if previous.digest != index.digest {
+                index.aliases = Vec::new();
+                history.insert(0, previous);
+            } else {
+                index.aliases = previous.aliases;
+                index.published_at = previous.published_at;
+            }
+            history.truncate(HISTORY_LIMIT);
+            index.history = history;
+        }
+        self.indexes.insert(index.tag.clone(), index);
+    }
+
     /// Every record of an image the manifest knows, current and historical, with the full tag.
     pub fn all_records(&self) -> impl Iterator<Item = &ImageRecord> {
         self.images
@@ -290,6 +349,9 @@ impl Manifest {
             if let Some(old) = self.images.get_mut(&previous.tag) {
                 old.aliases.retain(|a| a != alias);
             }
+            if let Some(old) = self.indexes.get_mut(&previous.tag) {
+                old.aliases.retain(|a| a != alias);
+            }
         }
         self.aliases.insert(
             alias.to_string(),
@@ -304,6 +366,12 @@ impl Manifest {
             if !image.aliases.iter().any(|a| a == alias) {
                 image.aliases.push(alias.to_string());
                 image.aliases.sort();
+            }
+        }
+        if let Some(index) = self.indexes.get_mut(tag) {
+            if !index.aliases.iter().any(|a| a == alias) {
+                index.aliases.push(alias.to_string());
+                index.aliases.sort();
             }
         }
     }

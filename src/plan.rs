@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 
 use crate::fingerprint::fingerprint;
-use crate::manifest::{ImageRecord, Manifest};
+use crate::manifest::Manifest;
 use crate::resolve::ImageSpec;
 use crate::version::{DriverVersion, TorchVersion};
 
@@ -163,15 +163,15 @@ pub fn plan(selected: &[ImageSpec], context_digests: &BTreeMap<String, String>) 
 /// backwards to an older torch release. `None` when it may; else the reason it may not.
 pub fn alias_guard(
     alias: &str,
-    current: Option<&ImageRecord>,
-    candidate: &ImageSpec,
+    current: Option<(String, String)>,
+    candidate_torch: &str,
+    candidate_tag: &str,
 ) -> Option<String> {
-    let current = current?;
+    let (current_tag, current_torch) = current?;
     let version = |text: &str| TorchVersion::parse(text).map(|t| t.version).ok();
-    match (version(&current.torch), version(&candidate.torch)) {
+    match (version(&current_torch), version(candidate_torch)) {
         (Some(now), Some(next)) if next < now => Some(format!(
-            "{alias} would move backwards from torch {} ({}) to {} ({}); use `imagegen rollback {alias}` to go back on purpose",
-            current.torch, current.tag, candidate.torch, candidate.tag
+            "{alias} would move backwards from torch {current_torch} ({current_tag}) to {candidate_torch} ({candidate_tag}); use `imagegen rollback {alias}` to go back on purpose"
         )),
         _ => None,
     }
@@ -181,21 +181,21 @@ pub fn alias_guard(
 /// keeping them, with the reason, in `aliases_blocked`.
 pub fn guard_aliases(plan: &mut Plan, manifest: &Manifest) {
     for image in &mut plan.images {
-        let (allowed, blocked): (Vec<String>, Vec<String>) =
-            image.aliases.iter().cloned().partition(|alias| {
-                let current = manifest
-                    .aliases
-                    .get(alias)
-                    .and_then(|a| manifest.images.get(&a.tag));
-                alias_guard(alias, current, &image.spec).is_none()
-            });
-        for alias in blocked {
-            let current = manifest
-                .aliases
-                .get(&alias)
-                .and_then(|a| manifest.images.get(&a.tag));
-            if let Some(reason) = alias_guard(&alias, current, &image.spec) {
-                image.aliases_blocked.push((alias, reason));
+        let published = image
+            .spec
+            .index
+            .clone()
+            .unwrap_or_else(|| image.spec.tag.clone());
+        let mut allowed = Vec::new();
+        for alias in std::mem::take(&mut image.aliases) {
+            match alias_guard(
+                &alias,
+                manifest.alias_target(&alias),
+                &image.spec.torch,
+                &published,
+            ) {
+                None => allowed.push(alias),
+                Some(reason) => image.aliases_blocked.push((alias, reason)),
             }
         }
         image.aliases = allowed;
@@ -315,32 +315,65 @@ pub fn upgrade_plan(specs: &[ImageSpec], manifest: &Manifest) -> UpgradePlan {
                 });
             }
         }
+        // With several platforms, aliases point at the index, which `publish` moves once.
+        let published = spec.index.clone().unwrap_or_else(|| spec.tag.clone());
         for alias in &spec.aliases {
+            if plan.alias_moves.iter().any(|m| &m.alias == alias)
+                || plan.alias_holds.iter().any(|h| &h.alias == alias)
+            {
+                continue;
+            }
             let current_alias = manifest.aliases.get(alias);
-            let current = current_alias.and_then(|a| manifest.images.get(&a.tag));
-            if let Some(reason) = alias_guard(alias, current, spec) {
+            if let Some(reason) =
+                alias_guard(alias, manifest.alias_target(alias), &spec.torch, &published)
+            {
                 plan.alias_holds.push(AliasHold {
                     alias: alias.clone(),
                     reason,
                 });
                 continue;
             }
-            let known_digest = manifest
-                .images
-                .get(&spec.tag)
-                .filter(|r| r.fingerprint == spec.fingerprint)
-                .and_then(|r| r.digest.clone());
+            let known_digest = match &spec.index {
+                None => manifest
+                    .images
+                    .get(&spec.tag)
+                    .filter(|r| r.fingerprint == spec.fingerprint)
+                    .and_then(|r| r.digest.clone()),
+                Some(index) => {
+                    let platforms_unchanged = specs
+                        .iter()
+                        .filter(|s| s.index.as_ref() == Some(index))
+                        .all(|s| {
+                            manifest
+                                .images
+                                .get(&s.tag)
+                                .is_some_and(|r| r.fingerprint == s.fingerprint)
+                        });
+                    manifest
+                        .indexes
+                        .get(index)
+                        .filter(|_| platforms_unchanged)
+                        .map(|i| i.digest.clone())
+                }
+            };
             let unchanged = current_alias.is_some_and(|a| {
-                a.tag == spec.tag && known_digest.is_some() && a.digest == known_digest
+                a.tag == published && known_digest.is_some() && a.digest == known_digest
             });
             if unchanged {
                 continue;
             }
-            if let (Some(current), Some(to)) = (current, driver(&spec.driver_min)) {
-                if driver(&current.driver_min).is_some_and(|from| to > from) {
+            let current_driver = current_alias.and_then(|a| {
+                manifest
+                    .images
+                    .get(&a.tag)
+                    .map(|r| r.driver_min.clone())
+                    .or_else(|| manifest.indexes.get(&a.tag).map(|i| i.driver_min.clone()))
+            });
+            if let (Some(from_text), Some(to)) = (current_driver, driver(&spec.driver_min)) {
+                if driver(&from_text).is_some_and(|from| to > from) {
                     plan.driver_rises.push(DriverRise {
                         subject: alias.clone(),
-                        from: current.driver_min.clone(),
+                        from: from_text,
                         to: spec.driver_min.clone(),
                     });
                 }
@@ -349,12 +382,24 @@ pub fn upgrade_plan(specs: &[ImageSpec], manifest: &Manifest) -> UpgradePlan {
                 alias: alias.clone(),
                 from_tag: current_alias.map(|a| a.tag.clone()),
                 from_digest: current_alias.and_then(|a| a.digest.clone()),
-                to_tag: spec.tag.clone(),
+                to_tag: published.clone(),
                 to_digest: known_digest,
             });
         }
     }
-    let produced: BTreeSet<&str> = specs.iter().map(|s| s.tag.as_str()).collect();
+    let produced: BTreeSet<&str> = specs
+        .iter()
+        .flat_map(|s| std::iter::once(s.tag.as_str()).chain(s.index.as_deref()))
+        .collect();
+    for (tag, index) in &manifest.indexes {
+        if !produced.contains(tag.as_str()) {
+            plan.removed.push(RemovedImage {
+                tag: tag.clone(),
+                digest: Some(index.digest.clone()),
+                aliases: index.aliases.clone(),
+            });
+        }
+    }
     for (tag, record) in &manifest.images {
         if !produced.contains(tag.as_str()) && record.status == "ok" {
             plan.removed.push(RemovedImage {
@@ -371,6 +416,7 @@ pub fn upgrade_plan(specs: &[ImageSpec], manifest: &Manifest) -> UpgradePlan {
 mod tests {
     use super::*;
     use crate::compat::Knowledge;
+    use crate::manifest::ImageRecord;
     use crate::matrix::Matrix;
     use crate::resolve::{resolve, ResolveOptions};
 

@@ -535,7 +535,7 @@ fn check_cell(cell: &Cell, matrix: &Matrix, knowledge: &Knowledge) -> Result<Res
             if with_platform.is_empty() { "none".to_string() } else { with_platform.join(", ") }
         ));
     }
-    if !cuda_release.platforms.iter().any(|p| *p == cell.platform) {
+    if !cuda_release.platforms.contains(&cell.platform) {
         return Err(format!(
             "nvidia/cuda {} has no {} images (it has {})",
             cuda_release.version,

@@ -26,6 +26,7 @@ pub struct BuildSettings {
     pub only: Option<String>,
     pub jobs: usize,
     pub shard: Option<Shard>,
+    pub platform: Option<String>,
     pub push: bool,
     pub test: bool,
     pub require_gpu: bool,
@@ -50,7 +51,30 @@ pub fn run(project: &Project, settings: &BuildSettings) -> Result<Outcome> {
             drift.diffs.len()
         );
     }
-    let selected = select(&resolution.images, settings.only.as_deref(), settings.shard);
+    let candidates: Vec<_> = match &settings.platform {
+        None => resolution.images.clone(),
+        Some(platform) => {
+            let of_platform: Vec<_> = resolution
+                .images
+                .iter()
+                .filter(|i| &i.platform == platform)
+                .cloned()
+                .collect();
+            if of_platform.is_empty() {
+                let platforms: std::collections::BTreeSet<&str> = resolution
+                    .images
+                    .iter()
+                    .map(|i| i.platform.as_str())
+                    .collect();
+                anyhow::bail!(
+                    "--platform {platform}: the matrix makes no image for it (it makes {})",
+                    platforms.into_iter().collect::<Vec<_>>().join(", ")
+                );
+            }
+            of_platform
+        }
+    };
+    let selected = select(&candidates, settings.only.as_deref(), settings.shard);
     if selected.is_empty() {
         anyhow::bail!(
             "no image matches --only {:?} in this shard",
@@ -349,6 +373,9 @@ fn summary_table(results: &[ImageResult]) -> String {
     }
     let mut out = String::from("\n");
     out.push_str(&table(&rows));
+    for result in results.iter().filter(|r| !r.notes.is_empty()) {
+        out.push_str(&format!("\n{}: {}\n", result.name, result.notes.join("; ")));
+    }
     for result in results.iter().filter(|r| !r.succeeded()) {
         out.push_str(&format!(
             "\n{} {}:\n  {}\n",

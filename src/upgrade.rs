@@ -243,13 +243,22 @@ pub fn plan_markdown(plan: &UpgradePlan) -> String {
     out
 }
 
-/// Which recorded digest `rollback` moves `alias` to.
-pub fn rollback_target<'a>(
-    manifest: &'a Manifest,
+/// Where `rollback` moves an alias: a recorded image or index.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RollbackTarget {
+    pub repository: String,
+    pub tag: String,
+    pub digest: String,
+}
+
+/// Which recorded digest `rollback` moves `alias` to: `--to` a digest the manifest recorded (an
+/// image or a multi-platform index, current or historical), or `--previous` target of the alias.
+pub fn rollback_target(
+    manifest: &Manifest,
     alias: &str,
     to: Option<&str>,
     previous: bool,
-) -> Result<(&'a ImageRecord, String)> {
+) -> Result<RollbackTarget> {
     let current = manifest.aliases.get(alias).ok_or_else(|| {
         let known: Vec<&str> = manifest.aliases.keys().map(String::as_str).collect();
         anyhow!(
@@ -276,14 +285,30 @@ pub fn rollback_target<'a>(
     if current.digest.as_deref() == Some(digest.as_str()) {
         bail!("alias {alias} already points at {digest}");
     }
-    let record = manifest.all_records().find(|r| r.digest.as_deref() == Some(digest.as_str())).ok_or_else(|| {
-        let known: Vec<String> = std::iter::once(current.digest.clone())
-            .chain(current.history.iter().map(|t| t.digest.clone()))
-            .flatten()
-            .collect();
+    let image = manifest
+        .all_records()
+        .find(|r| r.digest.as_deref() == Some(digest.as_str()))
+        .map(|r| RollbackTarget {
+            repository: r.repository.clone(),
+            tag: r.tag.clone(),
+            digest: digest.clone(),
+        });
+    let index = || {
+        manifest
+            .indexes
+            .values()
+            .flat_map(|i| std::iter::once(i).chain(i.history.iter()))
+            .find(|i| i.digest == digest)
+            .map(|i| RollbackTarget {
+                repository: i.repository.clone(),
+                tag: i.tag.clone(),
+                digest: digest.clone(),
+            })
+    };
+    image.or_else(index).ok_or_else(|| {
+        let known: Vec<String> = std::iter::once(current.digest.clone()).chain(current.history.iter().map(|t| t.digest.clone())).flatten().collect();
         anyhow!("digest {digest} is not recorded in the manifest; rollback only goes to digests imagegen built and recorded (this alias has had: {})", known.join(", "))
-    })?;
-    Ok((record, digest))
+    })
 }
 
 pub fn rollback_command(
@@ -293,9 +318,8 @@ pub fn rollback_command(
     manifest_path: &Path,
 ) -> Result<Outcome> {
     let mut manifest = Manifest::load(manifest_path)?;
-    let (record, digest) = rollback_target(&manifest, alias, to, previous)?;
-    let repository = record.repository.clone();
-    let target_tag = record.tag.clone();
+    let target = rollback_target(&manifest, alias, to, previous)?;
+    let (repository, target_tag, digest) = (target.repository, target.tag, target.digest);
     let from = manifest.aliases[alias].clone();
     let start = Instant::now();
     let runtime = tokio::runtime::Builder::new_current_thread()

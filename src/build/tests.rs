@@ -73,12 +73,12 @@ impl Builder for FakeBuilder {
             }
         }
     }
-    async fn contents(&self, image: &PlannedImage) -> anyhow::Result<Packages> {
+    async fn contents(&self, image: &PlannedImage) -> anyhow::Result<Option<Packages>> {
         self.record(format!("contents {}", image.spec.name));
-        Ok(Packages {
+        Ok(Some(Packages {
             pip: vec![format!("torch=={}", image.spec.torch)],
             os: vec!["libc6=2.39".into()],
-        })
+        }))
     }
     async fn push(
         &self,

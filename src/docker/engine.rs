@@ -53,6 +53,9 @@ pub struct BuildRequest {
     pub pull: bool,
     /// Stage of a multi-stage Dockerfile to stop at; `None` builds the last stage.
     pub target: Option<String>,
+    /// Target platform (`linux/arm64`); `None` builds for the daemon's own platform. Steps that
+    /// run commands need a daemon of that platform (or emulation); `FROM` + `COPY` do not.
+    pub platform: Option<String>,
 }
 
 impl BuildRequest {
@@ -67,6 +70,7 @@ impl BuildRequest {
             no_cache: false,
             pull: false,
             target: None,
+            platform: None,
         }
     }
 }
@@ -84,6 +88,7 @@ impl std::fmt::Debug for BuildRequest {
             .field("no_cache", &self.no_cache)
             .field("pull", &self.pull)
             .field("target", &self.target)
+            .field("platform", &self.platform)
             .finish()
     }
 }
@@ -382,6 +387,9 @@ impl Engine {
         if let Some(target) = &request.target {
             options = options.target(target);
         }
+        if let Some(platform) = &request.platform {
+            options = options.platform(platform);
+        }
 
         let mut stream = self.docker.build_image(
             options.build(),
@@ -676,6 +684,24 @@ impl Engine {
                 message: "the push finished without reporting a manifest digest".into(),
                 transient: false,
             })
+    }
+
+    /// The daemon's own platform as `os/arch` (`linux/amd64`, `linux/arm64`): the images it can run
+    /// without emulation.
+    pub async fn platform(&self) -> Result<String, DockerError> {
+        let info = self
+            .docker
+            .info()
+            .await
+            .map_err(|error| self.daemon_error("reading daemon info", error))?;
+        let os = info.os_type.unwrap_or_else(|| "linux".into());
+        let arch = match info.architecture.as_deref() {
+            Some("x86_64") | Some("amd64") => "amd64".to_string(),
+            Some("aarch64") | Some("arm64") => "arm64".to_string(),
+            Some(other) => other.to_string(),
+            None => "amd64".to_string(),
+        };
+        Ok(format!("{os}/{arch}"))
     }
 
     /// Whether the daemon can give containers NVIDIA GPUs: an `nvidia` runtime is registered or

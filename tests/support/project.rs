@@ -35,8 +35,15 @@ pub struct Project {
 
 impl Project {
     pub fn new(registry: &str, selftest: &str) -> Project {
+        Project::from_fixture("build", registry, selftest)
+    }
+
+    /// A project from `tests/fixtures/<fixture>` (a matrix.yaml and a templates directory).
+    pub fn from_fixture(fixture: &str, registry: &str, selftest: &str) -> Project {
         let dir = tempfile::tempdir().unwrap();
-        let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/build");
+        let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures")
+            .join(fixture);
         let repository = super::unique_name("imagegen-test/torch");
         let matrix = std::fs::read_to_string(fixture.join("matrix.yaml"))
             .unwrap()
@@ -69,9 +76,14 @@ impl Project {
     }
 
     pub fn set_selftest(&self, script: &str) {
+        self.add_selftest("gpu-selftest-cu12", script);
+    }
+
+    /// Writes a stand-in self-test binary under `selftest/<name>`.
+    pub fn add_selftest(&self, name: &str, script: &str) {
         let dir = self.path().join("selftest");
         std::fs::create_dir_all(&dir).unwrap();
-        let binary = dir.join("gpu-selftest-cu12");
+        let binary = dir.join(name);
         std::fs::write(&binary, script).unwrap();
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&binary, std::fs::Permissions::from_mode(0o755)).unwrap();
