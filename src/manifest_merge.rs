@@ -8,12 +8,16 @@
 //!   good build, joins the winner's history; histories are unioned, newest first. A `last_error`
 //!   survives from either side when the records are otherwise the same build.
 //! - An alias: the newer move (`moved_at`) wins; the other target and both histories are kept.
-//! - Each image's `aliases` list is recomputed from the merged alias table.
+//! - A multi-platform index: the newer publication (`published_at`) wins; the other, when it is
+//!   a different digest, joins the history.
+//! - Each image's and index's `aliases` list is recomputed from the merged alias table.
 
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
-use crate::manifest::{AliasRecord, AliasTarget, ImageRecord, Manifest, SCHEMA_VERSION};
+use crate::manifest::{
+    AliasRecord, AliasTarget, ImageRecord, IndexRecord, Manifest, SCHEMA_VERSION,
+};
 
 /// How many earlier records each image and alias keeps after a merge (as `manifest` keeps).
 pub const HISTORY_LIMIT: usize = 50;
@@ -104,6 +108,34 @@ fn merge_alias(left: AliasRecord, right: AliasRecord) -> AliasRecord {
     winner
 }
 
+fn merge_index(left: IndexRecord, right: IndexRecord) -> IndexRecord {
+    let key = |record: &IndexRecord| {
+        (
+            record.published_at.clone(),
+            record.digest.clone(),
+            serde_json::to_string(record).unwrap_or_default(),
+        )
+    };
+    let (mut winner, mut loser) = if key(&left) < key(&right) {
+        (right, left)
+    } else {
+        (left, right)
+    };
+    let mut history = std::mem::take(&mut winner.history);
+    history.append(&mut std::mem::take(&mut loser.history));
+    if loser.digest != winner.digest {
+        history.push(loser);
+    }
+    let identity = |record: &IndexRecord| (record.digest.clone(), record.published_at.clone());
+    let current = identity(&winner);
+    history.retain(|record| identity(record) != current);
+    history.sort_by_key(|record| std::cmp::Reverse(key(record)));
+    history.dedup_by(|a, b| identity(a) == identity(b));
+    history.truncate(HISTORY_LIMIT);
+    winner.history = history;
+    winner
+}
+
 /// Merges two manifests (see the module documentation for the rules).
 pub fn merge(left: Manifest, right: Manifest) -> Manifest {
     let mut images: BTreeMap<String, ImageRecord> = left.images;
@@ -122,18 +154,33 @@ pub fn merge(left: Manifest, right: Manifest) -> Manifest {
         };
         aliases.insert(alias, merged);
     }
-    for (tag, image) in images.iter_mut() {
-        image.aliases = aliases
+    let mut indexes: BTreeMap<String, IndexRecord> = left.indexes;
+    for (tag, record) in right.indexes {
+        let merged = match indexes.remove(&tag) {
+            Some(existing) => merge_index(existing, record),
+            None => record,
+        };
+        indexes.insert(tag, merged);
+    }
+    let aliases_of = |tag: &str| -> Vec<String> {
+        aliases
             .iter()
-            .filter(|(_, record)| &record.tag == tag)
+            .filter(|(_, record)| record.tag == tag)
             .map(|(alias, _)| alias.clone())
-            .collect();
+            .collect()
+    };
+    for (tag, image) in images.iter_mut() {
+        image.aliases = aliases_of(tag);
+    }
+    for (tag, index) in indexes.iter_mut() {
+        index.aliases = aliases_of(tag);
     }
     Manifest {
         schema_version: SCHEMA_VERSION,
         updated_at: left.updated_at.max(right.updated_at),
         images,
         aliases,
+        indexes,
     }
 }
 
@@ -246,6 +293,41 @@ mod tests {
             "a failed build is not history"
         );
         assert_eq!(merged, merge(manifest(vec![failed]), good));
+    }
+
+    fn index(tag: &str, digest: &str, published_at: &str) -> IndexRecord {
+        serde_json::from_value(serde_json::json!({
+            "repository": "r/p", "tag": tag, "digest": digest,
+            "media_type": "application/vnd.oci.image.index.v1+json", "torch": "2.13.0",
+            "driver_min": "560.35.05", "platforms": {}, "published_at": published_at
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_newest_index_publication_wins_and_the_other_is_history() {
+        let mut left = Manifest::new();
+        left.indexes
+            .insert("x".into(), index("x", "sha256:1", "2026-11-30T10:00:00Z"));
+        let mut right = Manifest::new();
+        right
+            .indexes
+            .insert("x".into(), index("x", "sha256:2", "2026-11-30T11:00:00Z"));
+        right.aliases.insert(
+            "latest".into(),
+            AliasRecord {
+                tag: "x".into(),
+                digest: Some("sha256:2".into()),
+                moved_at: "2026-11-30T11:00:00Z".into(),
+                history: Vec::new(),
+            },
+        );
+        let merged = merge(left.clone(), right.clone());
+        assert_eq!(merged.indexes["x"].digest, "sha256:2");
+        assert_eq!(merged.indexes["x"].history.len(), 1);
+        assert_eq!(merged.indexes["x"].history[0].digest, "sha256:1");
+        assert_eq!(merged.indexes["x"].aliases, vec!["latest"]);
+        assert_eq!(merged, merge(right, left));
     }
 
     #[test]
