@@ -11,9 +11,10 @@
 //! that many shards.
 //!
 //! With several platforms in the matrix, images are built per platform (`...-amd64`, `...-arm64`)
-//! and a GPU self-test only runs on a GPU of the image's architecture, so each shard is split by
-//! architecture once more: the job builds `--shard I/N --only '*-arm64'` on a runner labelled
-//! `arm64` (`runner_arch`, GitHub's `x64`/`arm64` label).
+//! and a GPU self-test only runs on a GPU of the image's architecture, so the fan-out is per
+//! platform: `imagegen build --platform linux/arm64 --shard I/N` shards that platform's families
+//! (the same selection `imagegen build` makes), on a runner labelled `arm64` (`runner_arch`,
+//! GitHub's `x64`/`arm64` label).
 
 use serde::Serialize;
 
@@ -39,9 +40,9 @@ pub struct Job {
     pub name: String,
     /// The `--shard` argument of `imagegen build`.
     pub shard: String,
-    /// The `--only` argument of `imagegen build` (`*-arm64`) when the matrix builds per platform,
-    /// so each job builds one architecture on a runner of it; empty otherwise.
-    pub only: String,
+    /// The `--platform` argument of `imagegen build` (`linux/arm64`) when the matrix builds per
+    /// platform, so each job builds one architecture on a runner of it; empty otherwise.
+    pub platform: String,
     /// The runner architecture label the job needs (`x64` or `arm64`, as GitHub labels runners).
     pub runner_arch: String,
     /// An artifact name for this shard's manifest (no `/`, which artifact names refuse).
@@ -74,49 +75,48 @@ pub fn runner_arch(architecture: &str) -> String {
     }
 }
 
-/// The GitHub matrix for `images` spread as `fan_out` says. The shard count is kept within
-/// 1..=[`GITHUB_MATRIX_LIMIT`] jobs. With per-platform images (several platforms in the matrix),
-/// each shard is split once more by architecture (`--only '*-arm64'`; a per-platform tag ends
-/// with its architecture), so a job never mixes architectures.
+/// The GitHub matrix for `images` spread as `fan_out` says, within [`GITHUB_MATRIX_LIMIT`] jobs.
+/// With per-platform images (several platforms in the matrix), each platform is sharded on its
+/// own, as `imagegen build --platform P --shard I/N` selects, so a job never mixes architectures.
 pub fn github_matrix(images: &[ImageSpec], fan_out: FanOut) -> GithubMatrix {
     let per_platform = images.iter().any(|image| image.index.is_some());
-    let mut architectures: Vec<&str> = images
-        .iter()
-        .map(|image| architecture(&image.platform))
-        .collect();
-    architectures.sort();
-    architectures.dedup();
-    let split = if per_platform {
-        architectures.len().max(1)
+    let mut platforms: Vec<&str> = images.iter().map(|image| image.platform.as_str()).collect();
+    platforms.sort();
+    platforms.dedup();
+    let groups: Vec<(String, Vec<ImageSpec>)> = if per_platform {
+        platforms
+            .iter()
+            .map(|platform| {
+                let of_platform = images
+                    .iter()
+                    .filter(|image| image.platform == *platform)
+                    .cloned()
+                    .collect();
+                (platform.to_string(), of_platform)
+            })
+            .collect()
     } else {
-        1
+        vec![(String::new(), images.to_vec())]
     };
-    let count = match fan_out {
-        // Per image, every shard holds one family, of one architecture: no split multiplies.
-        FanOut::PerImage => family_count(images).clamp(1, GITHUB_MATRIX_LIMIT),
-        FanOut::Shards(count) => count.clamp(1, (GITHUB_MATRIX_LIMIT / split).max(1)),
-    };
+    let limit_per_group = (GITHUB_MATRIX_LIMIT / groups.len().max(1)).max(1);
     let mut include = Vec::new();
-    for index in 1..=count {
-        let shard = Some(Shard { index, count });
-        let parts: Vec<(String, String, Vec<ImageSpec>)> = if per_platform {
-            architectures
-                .iter()
-                .map(|arch| {
-                    let only = format!("*-{arch}");
-                    let selected = select(images, Some(&only), shard);
-                    (only, runner_arch(arch), selected)
-                })
-                .collect()
+    for (platform, group) in &groups {
+        let architecture_of_group = if platform.is_empty() {
+            platforms
+                .first()
+                .map(|p| architecture(p))
+                .unwrap_or("amd64")
         } else {
-            let arch = architectures.first().copied().unwrap_or("amd64");
-            vec![(
-                String::new(),
-                runner_arch(arch),
-                select(images, None, shard),
-            )]
+            architecture(platform)
         };
-        for (only, runner, selected) in parts {
+        let runner = runner_arch(architecture_of_group);
+        let count = match fan_out {
+            FanOut::PerImage => family_count(group),
+            FanOut::Shards(count) => count,
+        }
+        .clamp(1, limit_per_group);
+        for index in 1..=count {
+            let selected = select(group, None, Some(Shard { index, count }));
             if selected.is_empty() {
                 continue;
             }
@@ -132,7 +132,7 @@ pub fn github_matrix(images: &[ImageSpec], fan_out: FanOut) -> GithubMatrix {
             } else {
                 format!("{prefix}{} (+{} more)", names[0], names.len() - 1)
             };
-            let artifact = if only.is_empty() {
+            let artifact = if platform.is_empty() {
                 format!("manifest-shard-{index}-of-{count}")
             } else {
                 format!("manifest-shard-{index}-of-{count}-{runner}")
@@ -140,8 +140,8 @@ pub fn github_matrix(images: &[ImageSpec], fan_out: FanOut) -> GithubMatrix {
             include.push(Job {
                 name,
                 shard: format!("{index}/{count}"),
-                only,
-                runner_arch: runner,
+                platform: platform.clone(),
+                runner_arch: runner.clone(),
                 artifact,
                 images: names,
             });
@@ -217,7 +217,7 @@ mod tests {
                 assert!(job.shard.ends_with(&format!("/{count}")));
                 assert!(!job.artifact.contains('/'));
                 let shard: Shard = job.shard.parse().unwrap();
-                assert_eq!(job.only, "");
+                assert_eq!(job.platform, "");
                 assert_eq!(job.runner_arch, "x64");
                 assert_eq!(
                     select(&images, None, Some(shard))
@@ -266,22 +266,21 @@ mod tests {
             let github = github_matrix(&images, fan_out);
             assert_partition(&images, &github);
             for job in &github.include {
-                let arch = job.only.strip_prefix("*-").unwrap();
+                let arch = architecture(&job.platform);
                 assert_eq!(job.runner_arch, runner_arch(arch));
                 assert!(job.artifact.ends_with(&job.runner_arch));
-                for name in &job.images {
-                    let spec = images.iter().find(|i| &i.name == name).unwrap();
-                    assert!(spec.platform.ends_with(arch), "{name} in a {arch} job");
-                }
+                // What `imagegen build --platform P --shard I/N` selects.
+                let of_platform: Vec<ImageSpec> = images
+                    .iter()
+                    .filter(|i| i.platform == job.platform)
+                    .cloned()
+                    .collect();
                 let shard: Shard = job.shard.parse().unwrap();
-                let selected: Vec<String> = select(&images, Some(&job.only), Some(shard))
+                let selected: Vec<String> = select(&of_platform, None, Some(shard))
                     .iter()
                     .map(|i| i.name.clone())
                     .collect();
-                assert_eq!(
-                    selected, job.images,
-                    "what imagegen build --shard --only selects"
-                );
+                assert_eq!(selected, job.images, "{job:?}");
             }
             let artifacts: BTreeSet<&String> = github.include.iter().map(|j| &j.artifact).collect();
             assert_eq!(
