@@ -515,6 +515,26 @@ fn check_cell(cell: &Cell, matrix: &Matrix, knowledge: &Knowledge) -> Result<Res
         }
         unverified.push(format!("CUDA {}: {note}", cuda_release.version));
     }
+    if cuda_release.ubuntu.is_empty() && matrix.base_images.runtime.is_none() {
+        let line = DottedVersion::parse_kind(&cuda_release.version, "CUDA", 3)
+            .map(|v| v.major_minor())
+            .unwrap_or_default();
+        let with_images: Vec<&str> = knowledge
+            .cuda
+            .iter()
+            .filter(|c| !c.ubuntu.is_empty() && c.version.starts_with(&format!("{line}.")))
+            .map(|c| c.version.as_str())
+            .collect();
+        return Err(format!(
+            "nvidia/cuda publishes no images of CUDA {} in the knowledge (CUDA {line} images: {})",
+            cuda_release.version,
+            if with_images.is_empty() {
+                "none".to_string()
+            } else {
+                with_images.join(", ")
+            }
+        ));
+    }
     if !variant.platforms().contains(&cell.platform.as_str()) {
         let with_platform: Vec<&str> = knowledge
             .torch

@@ -159,13 +159,42 @@ def torch_nccl(sizes, world, warm_up, repetitions):
     return results
 
 
+def bandwidth_rounds(torch, arguments, rounds=3):
+    """Copies only: gpu-selftest and PyTorch alternated, the median of the rounds per case."""
+    mine, theirs = {}, {}
+    for _ in range(rounds):
+        process, _ = run_selftest(arguments.binary, ["--format", "json", "--checks", "bandwidth"])
+        points = check_named(json.loads(process.stdout), "bandwidth")["points"]
+        for point in points:
+            mine.setdefault((point["gpu"], point["direction"], point["memory"], point["size_bytes"]), []).append(point["bytes_per_second"])
+        gpus = sorted({point["gpu"] for point in points})
+        sizes = sorted({point["size_bytes"] for point in points})
+        for gpu in gpus:
+            for point in torch_bandwidth(torch, gpu, sizes, 1, 5):
+                theirs.setdefault((point["gpu"], point["direction"], point["memory"], point["size_bytes"]), []).append(point["bytes_per_second"])
+    print(f"{'case':<34} {'selftest':>9} {'torch':>9} {'ratio':>6}   ({rounds} rounds, median)")
+    summary = {}
+    for key in sorted(mine):
+        gpu, direction, memory, size = key
+        ours, reference = statistics.median(mine[key]), statistics.median(theirs[key])
+        summary[f"GPU{gpu} {direction} {memory} {size >> 20} MiB"] = {"selftest": ours, "torch": reference}
+        print(f"GPU{gpu} {direction} {memory:<8} {size >> 20:>5} MiB {ours / 1e9:>14.1f} {reference / 1e9:>9.1f} {ours / reference:>6.3f}")
+    with open(os.path.join(arguments.out, "bandwidth_rounds.json"), "w") as handle:
+        json.dump(summary, handle, indent=1)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--binary", default=".gpubin/gpu-selftest-cu13")
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
+    parser.add_argument("--bandwidth-only", action="store_true",
+                        help="only the host-device copies, gpu-selftest and PyTorch alternated over 3 rounds")
     arguments = parser.parse_args()
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
     import torch
+    if arguments.bandwidth_only:
+        bandwidth_rounds(torch, arguments)
+        return
 
     # 1. The default run, timed as a user would run it (framework check included), twice: the
     #    first with a cold torch.compile cache (a fresh container), the second warm.

@@ -120,8 +120,12 @@ pub struct TorchRelease {
 pub struct CudaRelease {
     pub version: String,
     pub driver_min: String,
+    /// Ubuntu releases nvidia/cuda publishes images of this release for; empty when none are known.
+    #[serde(default)]
     pub ubuntu: Vec<String>,
-    pub cudnn_tag: String,
+    /// The cuDNN flavour in nvidia/cuda tags (`cudnn8`, `cudnn9`, `cudnn`).
+    #[serde(default)]
+    pub cudnn_tag: Option<String>,
     #[serde(default)]
     pub brands: Option<String>,
     #[serde(default)]
@@ -396,8 +400,9 @@ impl Knowledge {
             .max_by_key(|t| TorchVersion::parse(&t.series).map(|v| v.version).ok())
     }
 
-    /// The newest CUDA release of the `major.minor` line `cuda` (`12.6` → `12.6.3`), or the exact
-    /// release when `cuda` has three parts.
+    /// The CUDA release to build on for `cuda`: the exact release when `cuda` has three parts,
+    /// else the newest release of the `major.minor` line that has nvidia/cuda images (`12.6` →
+    /// `12.6.3`), or the newest of the line when none has.
     pub fn cuda_release_for(&self, cuda: &str) -> Option<&CudaRelease> {
         let wanted = DottedVersion::parse_kind(cuda, "CUDA", 3).ok()?;
         let exact = wanted.parts().len() == 3;
@@ -416,7 +421,7 @@ impl Knowledge {
                     version.starts_with(&wanted)
                 }
             })
-            .max_by(|a, b| a.0.cmp(&b.0))
+            .max_by(|a, b| (!a.1.ubuntu.is_empty(), &a.0).cmp(&(!b.1.ubuntu.is_empty(), &b.0)))
             .map(|(_, release)| release)
     }
 
@@ -485,7 +490,23 @@ mod tests {
             knowledge.cuda_release_for("12.6.3").unwrap().version,
             "12.6.3"
         );
-        assert!(knowledge.cuda_release_for("12.6.1").is_none());
+        assert!(
+            knowledge
+                .cuda_release_for("12.6.1")
+                .unwrap()
+                .ubuntu
+                .is_empty(),
+            "12.6.1 has a driver minimum but no nvidia/cuda images"
+        );
+        assert_eq!(
+            knowledge.cuda_release_for("13.0").unwrap().version,
+            "13.0.0",
+            "the newest 13.0 with images, not 13.0.2"
+        );
+        assert_eq!(
+            knowledge.cuda_release_for("11.0").unwrap().version,
+            "11.0.3"
+        );
         assert!(
             knowledge.cuda_release_for("12.7").is_none(),
             "there was no CUDA 12.7"
@@ -500,8 +521,10 @@ mod tests {
     fn driver_to_newest_cuda() {
         let knowledge = Knowledge::embedded();
         let newest = |d: &str| knowledge.newest_cuda_for_driver(&DriverVersion::parse(d).unwrap());
-        assert_eq!(newest("535.104.05").as_deref(), Some("12.1"));
-        assert_eq!(newest("450.80.02"), None);
+        assert_eq!(newest("535.104.05").as_deref(), Some("12.2"));
+        assert_eq!(newest("590.44.01").as_deref(), Some("13.1"));
+        assert_eq!(newest("450.80.02").as_deref(), Some("11.0"));
+        assert_eq!(newest("440.33.01"), None);
         assert_eq!(newest("550.54.15").as_deref(), Some("12.4"));
         assert_eq!(newest("570.124.06").as_deref(), Some("12.8"));
         assert_eq!(newest("580.95.05").as_deref(), Some("13.0"));

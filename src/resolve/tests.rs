@@ -143,6 +143,14 @@ fn python_ranges_are_enforced_through_the_os_python() {
 }
 
 #[test]
+fn a_cuda_release_without_images_is_named() {
+    let reason = one_reason(&run(
+        "torch: [\"2.7\"]\ncuda: [\"12.6.1\"]\nos: [ubuntu24.04]\nvariants: [runtime]\n",
+    ));
+    assert_eq!(reason, "nvidia/cuda publishes no images of CUDA 12.6.1 in the knowledge (CUDA 12.6 images: 12.6.3)");
+}
+
+#[test]
 fn cuda_13_has_no_ubuntu_20_04() {
     let reason = one_reason(&run(
         "torch: [\"2.9\"]\ncuda: [\"13.0\"]\nos: [ubuntu20.04]\nvariants: [runtime]\n",
@@ -216,7 +224,7 @@ fn driver_filter_moves_images_to_rejected_naming_the_minimum() {
     );
     assert_eq!(resolution.rejected.len(), 2);
     let reason = &resolution.rejected[0].reason;
-    assert!(reason.starts_with("needs NVIDIA driver ≥ 560.35.05 (CUDA 12.6.3 toolkit driver); driver 535.104.05 is older and runs CUDA ≤ 12.1 images"), "{reason}");
+    assert!(reason.starts_with("needs NVIDIA driver ≥ 560.35.05 (CUDA 12.6.3 toolkit driver); driver 535.104.05 is older and runs CUDA ≤ 12.2 images"), "{reason}");
     assert!(reason.contains("pass --forward-compat"), "{reason}");
 
     let forward = ResolveOptions {
