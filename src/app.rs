@@ -169,6 +169,55 @@ pub fn run(cli: Cli) -> Result<Outcome> {
                 Ok(Outcome::Success)
             }
         }
+        Command::Bake {
+            out,
+            selftest_dir,
+            no_stage,
+        } => crate::fanout_commands::bake(
+            &cli.matrix,
+            cli.knowledge.as_deref(),
+            &out,
+            &selftest_dir,
+            !no_stage,
+        ),
+        Command::K8s {
+            image,
+            gpus,
+            nodes,
+            namespace,
+            name,
+            no_driver_affinity,
+            manifest,
+            command,
+        } => {
+            let settings = crate::k8s::JobSettings {
+                gpus,
+                nodes,
+                namespace,
+                command,
+                name,
+                driver_affinity: !no_driver_affinity,
+                digest: None,
+            };
+            crate::fanout_commands::k8s(
+                &cli.matrix,
+                cli.knowledge.as_deref(),
+                &image,
+                &manifest,
+                settings,
+            )
+        }
+        Command::Ci {
+            github: _,
+            shards,
+            per_image: _,
+        } => {
+            let fan_out = shards.map_or(crate::ci::FanOut::PerImage, crate::ci::FanOut::Shards);
+            crate::fanout_commands::ci_github(&cli.matrix, cli.knowledge.as_deref(), fan_out)
+        }
+        Command::Manifest {
+            action: crate::cli::ManifestAction::Merge { inputs, out },
+        } => crate::fanout_commands::manifest_merge(&inputs, out.as_deref()),
     }
 }
 

@@ -153,4 +153,71 @@ pub enum Command {
         #[arg(long)]
         dry_run: bool,
     },
+    /// Export the resolved matrix as a docker-bake.json for `docker buildx bake` (BuildKit, remote builders).
+    Bake {
+        /// The bake file to write (`-` prints it); the self-test binaries are staged beside it under .imagegen/bake/.
+        #[arg(long, default_value = "docker-bake.json")]
+        out: PathBuf,
+        /// Directory holding gpu-selftest-cu11, -cu12 and -cu13 (from selftest/build.sh).
+        #[arg(long, default_value = "target/selftest")]
+        selftest_dir: PathBuf,
+        /// Write only the bake file; do not stage the self-test binaries into the build contexts.
+        #[arg(long)]
+        no_stage: bool,
+    },
+    /// Print a Kubernetes Job (YAML) that runs an image of the matrix on GPUs, kept off nodes whose driver is too old.
+    K8s {
+        /// A full tag or alias the matrix makes (with or without the repository).
+        image: String,
+        /// GPUs per node; more than one runs the command under torchrun.
+        #[arg(long, default_value_t = 1)]
+        gpus: u32,
+        /// Nodes; more than one makes an Indexed Job with a headless Service and a static torchrun rendezvous.
+        #[arg(long, default_value_t = 1)]
+        nodes: u32,
+        #[arg(long, default_value = "default")]
+        namespace: String,
+        /// The Job name (default: the repository's last component and the tag, as a DNS label).
+        #[arg(long)]
+        name: Option<String>,
+        /// Leave out the node affinity on NVIDIA GPU feature discovery's driver labels.
+        #[arg(long)]
+        no_driver_affinity: bool,
+        /// The manifest whose recorded digest pins the image (`repository:tag@sha256:...`); a missing file pins nothing.
+        #[arg(long, default_value = crate::manifest::DEFAULT_PATH)]
+        manifest: PathBuf,
+        /// The program to run, last on the line (default: the image's gpu-selftest), e.g. --command python train.py --epochs 3.
+        #[arg(long, num_args = 1.., allow_hyphen_values = true)]
+        command: Vec<String>,
+    },
+    /// Print the build fan-out as a GitHub Actions strategy.matrix (JSON): one job per shard or per image family.
+    Ci {
+        /// Emit the GitHub Actions matrix (`{"include": [...]}`), the only CI format so far.
+        #[arg(long, required = true)]
+        github: bool,
+        /// At most N jobs (1 to 256, GitHub's limit), image families dealt round-robin (`imagegen build --shard I/N`).
+        #[arg(long, conflicts_with = "per_image", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=256))]
+        shards: Option<usize>,
+        /// One job per image family (a runtime image and the devel images on it); the default.
+        #[arg(long)]
+        per_image: bool,
+    },
+    /// Work with manifests (imagegen-manifest.json).
+    Manifest {
+        #[command(subcommand)]
+        action: ManifestAction,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ManifestAction {
+    /// Merge manifests (e.g. one per CI shard): newest record per tag wins, histories are unioned, aliases take their newest move.
+    Merge {
+        /// The manifests to merge (a missing file counts as empty).
+        #[arg(required = true)]
+        inputs: Vec<PathBuf>,
+        /// Where to write the result (default: print it).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
 }

@@ -24,3 +24,8 @@ pub mod run_build;
 pub mod tags;
 pub mod upgrade;
 pub mod version;
+pub mod bake;
+pub mod ci;
+pub mod fanout_commands;
+pub mod k8s;
+pub mod manifest_merge;

@@ -1,0 +1,303 @@
+//! `imagegen bake`: the resolved matrix as a `docker-bake.json` for teams that build with BuildKit
+//! (`docker buildx bake`) and remote builders instead of `imagegen build`. Pure: image specs in,
+//! a JSON value out, with sorted keys, so the same matrix always gives the same bytes.
+//!
+//! One target per image. Bake target names allow only `[a-zA-Z0-9_-]`, so the image name's dots
+//! become underscores (`2_7_1-cuda12_6-cudnn9-runtime-ubuntu24_04`). A devel target names its
+//! runtime target in `contexts` under the exact reference its Dockerfile's `FROM` uses, so BuildKit
+//! builds devel on the runtime target's result instead of pulling the runtime image.
+//!
+//! Each target builds its image's platform. With several platforms in the matrix, images are
+//! per platform (`...-amd64`, `...-arm64`): a target pushes only that tag, since the full tag and
+//! the aliases name the OCI image index of all platforms, which `imagegen publish` assembles
+//! after the images passed their tests (two targets pushing one tag would overwrite each other).
+//!
+//! The build context: the rendered Dockerfiles `COPY gpu-selftest` from the main context, and the
+//! binary is not in `images/<name>/` (it is built by `selftest/build.sh`, one per CUDA major). So
+//! each target's context is a small staging directory holding only `gpu-selftest`
+//! (`.imagegen/bake/gpu-selftest-cu12/gpu-selftest`), and its `dockerfile` points back at
+//! `images/<name>/Dockerfile` relative to that context (buildx joins the two). The command stages
+//! those directories; this module only names them. It never touches Docker.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::{json, Value};
+
+use crate::matrix::Variant;
+use crate::resolve::ImageSpec;
+
+/// Where `imagegen bake` stages one directory per self-test build, relative to the bake file.
+pub const STAGING_DIR: &str = ".imagegen/bake";
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum BakeError {
+    #[error("images {first} and {second} map to the same bake target name {target} (bake target names allow only letters, digits, '_' and '-')\nhint: make the full tags differ in more than '.' versus '_'")]
+    TargetCollision {
+        first: String,
+        second: String,
+        target: String,
+    },
+}
+
+/// The bake target name of an image: its name with every character bake refuses turned into `_`.
+pub fn target_name(image_name: &str) -> String {
+    image_name
+        .chars()
+        .map(|character| {
+            if character.is_ascii_alphanumeric() || character == '-' || character == '_' {
+                character
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// The staging directory (bake context) of the self-test build `selftest` (`gpu-selftest-cu12`).
+pub fn staging_context(selftest: &str) -> String {
+    format!("{STAGING_DIR}/{selftest}")
+}
+
+/// A reference as BuildKit's Dockerfile frontend looks it up among named contexts: the familiar
+/// form, without `docker.io/`, `library/` or a trailing `:latest`.
+pub fn familiar_reference(reference: &str) -> String {
+    let without_registry = reference.strip_prefix("docker.io/").unwrap_or(reference);
+    let without_library = without_registry
+        .strip_prefix("library/")
+        .unwrap_or(without_registry);
+    without_library
+        .strip_suffix(":latest")
+        .unwrap_or(without_library)
+        .to_string()
+}
+
+/// The `docker-bake.json` value for `images` (in resolver order; devel images name their runtime
+/// in `parent`).
+pub fn bake_file(images: &[ImageSpec]) -> Result<Value, BakeError> {
+    let mut target_of: BTreeMap<String, String> = BTreeMap::new();
+    let mut image_of_target: BTreeMap<String, String> = BTreeMap::new();
+    for image in images {
+        let target = target_name(&image.name);
+        if let Some(first) = image_of_target.insert(target.clone(), image.name.clone()) {
+            return Err(BakeError::TargetCollision {
+                first,
+                second: image.name.clone(),
+                target,
+            });
+        }
+        target_of.insert(image.name.clone(), target);
+    }
+    // `../` once per component of the staging context, back to the bake file's directory.
+    let back_to_root = "../".repeat(STAGING_DIR.split('/').count() + 1);
+
+    let mut targets = serde_json::Map::new();
+    let mut runtime_targets = BTreeSet::new();
+    let mut devel_targets = BTreeSet::new();
+    for image in images {
+        let target = target_of[&image.name].clone();
+        let mut tags = vec![format!("{}:{}", image.repository, image.tag)];
+        if image.index.is_none() {
+            tags.extend(
+                image
+                    .aliases
+                    .iter()
+                    .map(|alias| format!("{}:{alias}", image.repository)),
+            );
+        }
+        let mut labels = BTreeMap::new();
+        labels.insert("imagegen.fingerprint", image.fingerprint.clone());
+        labels.insert("imagegen.bake.target", target.clone());
+        let mut body = json!({
+            "context": staging_context(&image.selftest),
+            "dockerfile": format!("{back_to_root}images/{}/Dockerfile", image.name),
+            "tags": tags,
+            "labels": labels,
+            "platforms": [image.platform],
+        });
+        match image.variant {
+            Variant::Runtime => {
+                runtime_targets.insert(target.clone());
+            }
+            Variant::Devel => {
+                devel_targets.insert(target.clone());
+                if let Some(parent_target) = image
+                    .parent
+                    .as_ref()
+                    .and_then(|parent| target_of.get(parent))
+                {
+                    let mut contexts = BTreeMap::new();
+                    contexts.insert(
+                        familiar_reference(&image.base_image),
+                        format!("target:{parent_target}"),
+                    );
+                    body["contexts"] = json!(contexts);
+                }
+            }
+        }
+        targets.insert(target, body);
+    }
+    let all: BTreeSet<&String> = runtime_targets.iter().chain(&devel_targets).collect();
+    // serde_json without `preserve_order` keeps object keys sorted: the output is deterministic.
+    Ok(json!({
+        "group": {
+            "default": {"targets": all},
+            "runtime": {"targets": runtime_targets},
+            "devel": {"targets": devel_targets},
+        },
+        "target": targets,
+    }))
+}
+
+/// The self-test builds the targets need (`gpu-selftest-cu12`, ...), to stage.
+pub fn selftest_builds(images: &[ImageSpec]) -> BTreeSet<String> {
+    images.iter().map(|image| image.selftest.clone()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compat::Knowledge;
+    use crate::matrix::Matrix;
+    use crate::resolve::{resolve, ResolveOptions};
+
+    fn images() -> Vec<ImageSpec> {
+        let matrix = Matrix::parse(
+            "registry: docker.io\nrepository: team/pytorch\ntorch: [\"2.7\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\n",
+            "m.yaml",
+        )
+        .unwrap();
+        resolve(&matrix, &Knowledge::embedded(), &ResolveOptions::default()).images
+    }
+
+    #[test]
+    fn target_names_keep_only_what_bake_accepts() {
+        assert_eq!(
+            target_name("2.7.1-cuda12.6-cudnn9-runtime-ubuntu24.04"),
+            "2_7_1-cuda12_6-cudnn9-runtime-ubuntu24_04"
+        );
+    }
+
+    #[test]
+    fn familiar_references_drop_docker_hub_prefixes() {
+        assert_eq!(
+            familiar_reference("docker.io/library/ubuntu:latest"),
+            "ubuntu"
+        );
+        assert_eq!(familiar_reference("docker.io/team/p:1"), "team/p:1");
+        assert_eq!(
+            familiar_reference("ghcr.io/team/p:2.7.1-runtime"),
+            "ghcr.io/team/p:2.7.1-runtime"
+        );
+    }
+
+    #[test]
+    fn devel_builds_on_the_runtime_target_and_groups_split_variants() {
+        let images = images();
+        let bake = bake_file(&images).unwrap();
+        let runtime = images
+            .iter()
+            .find(|i| i.variant == Variant::Runtime)
+            .unwrap();
+        let devel = images.iter().find(|i| i.variant == Variant::Devel).unwrap();
+        let devel_target = &bake["target"][target_name(&devel.name)];
+        let contexts = devel_target["contexts"].as_object().unwrap();
+        assert_eq!(contexts.len(), 1);
+        // The Dockerfile says FROM docker.io/team/pytorch:...; BuildKit looks it up familiar.
+        let key = format!("team/pytorch:{}", runtime.tag);
+        assert_eq!(
+            contexts[&key],
+            format!("target:{}", target_name(&runtime.name))
+        );
+        assert_eq!(
+            bake["group"]["runtime"]["targets"],
+            json!([target_name(&runtime.name)])
+        );
+        assert_eq!(
+            bake["group"]["devel"]["targets"],
+            json!([target_name(&devel.name)])
+        );
+        assert_eq!(
+            bake["group"]["default"]["targets"]
+                .as_array()
+                .unwrap()
+                .len(),
+            2
+        );
+        assert_eq!(
+            devel_target["dockerfile"],
+            format!("../../../images/{}/Dockerfile", devel.name)
+        );
+        assert_eq!(devel_target["context"], ".imagegen/bake/gpu-selftest-cu12");
+        assert_eq!(
+            devel_target["labels"]["imagegen.fingerprint"],
+            devel.fingerprint
+        );
+        let tags = bake["target"][target_name(&runtime.name)]["tags"]
+            .as_array()
+            .unwrap();
+        assert_eq!(tags[0], format!("docker.io/team/pytorch:{}", runtime.tag));
+        assert_eq!(tags.len(), 1 + runtime.aliases.len());
+    }
+
+    #[test]
+    fn the_dockerfile_path_joined_with_the_context_is_the_rendered_dockerfile() {
+        let images = images();
+        let bake = bake_file(&images).unwrap();
+        for image in &images {
+            let target = &bake["target"][target_name(&image.name)];
+            let joined = format!(
+                "{}/{}",
+                target["context"].as_str().unwrap(),
+                target["dockerfile"].as_str().unwrap()
+            );
+            // Clean the path as buildx does (path.Join).
+            let mut parts: Vec<&str> = Vec::new();
+            for part in joined.split('/') {
+                if part == ".." {
+                    parts.pop();
+                } else {
+                    parts.push(part);
+                }
+            }
+            assert_eq!(parts.join("/"), format!("images/{}/Dockerfile", image.name));
+        }
+    }
+
+    #[test]
+    fn per_platform_images_push_only_their_own_tag_for_their_platform() {
+        let matrix = Matrix::parse(
+            "registry: r.example\nrepository: team/pytorch\ntorch: [\"2.13\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\nplatforms: [linux/amd64, linux/arm64]\n",
+            "m.yaml",
+        )
+        .unwrap();
+        let images = resolve(&matrix, &Knowledge::embedded(), &ResolveOptions::default()).images;
+        assert!(images.iter().any(|i| i.platform == "linux/arm64"));
+        let bake = bake_file(&images).unwrap();
+        for image in &images {
+            let target = &bake["target"][target_name(&image.name)];
+            assert!(image.index.is_some());
+            assert_eq!(target["platforms"], json!([image.platform]));
+            assert_eq!(
+                target["tags"],
+                json!([format!("r.example/team/pytorch:{}", image.tag)]),
+                "the index tag and aliases are not pushed per platform"
+            );
+            assert!(target["context"]
+                .as_str()
+                .unwrap()
+                .ends_with(&image.selftest));
+        }
+    }
+
+    #[test]
+    fn colliding_target_names_are_refused() {
+        let mut images = images();
+        let mut twin = images[0].clone();
+        twin.name = twin.name.replace('.', "_");
+        images.push(twin);
+        assert!(matches!(
+            bake_file(&images),
+            Err(BakeError::TargetCollision { .. })
+        ));
+    }
+}

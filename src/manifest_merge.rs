@@ -1,0 +1,341 @@
+//! `imagegen manifest merge`: one manifest from several, for CI that builds shards on separate
+//! runners (each starts from the committed manifest and records its own images). Pure: two
+//! `Manifest` values in, one out; the command folds it over its files.
+//!
+//! Rules, chosen so that the order of the inputs does not matter:
+//! - An image: the newer record (`built_at`) wins; a good record (`ok`) beats a `failed` one,
+//!   since a failure never erases an image's last good record. The loser, when it is a different
+//!   good build, joins the winner's history; histories are unioned, newest first. A `last_error`
+//!   survives from either side when the records are otherwise the same build.
+//! - An alias: the newer move (`moved_at`) wins; the other target and both histories are kept.
+//! - A multi-platform index: the newer publication (`published_at`) wins; the other, when it is
+//!   a different digest, joins the history.
+//! - Each image's and index's `aliases` list is recomputed from the merged alias table.
+
+use std::cmp::Ordering;
+use std::collections::BTreeMap;
+
+use crate::manifest::{
+    AliasRecord, AliasTarget, ImageRecord, IndexRecord, Manifest, SCHEMA_VERSION,
+};
+
+/// How many earlier records each image and alias keeps after a merge (as `manifest` keeps).
+pub const HISTORY_LIMIT: usize = 50;
+
+/// The identity of one build of a tag.
+fn build_identity(record: &ImageRecord) -> (Option<String>, String, String) {
+    (
+        record.digest.clone(),
+        record.build_key.clone(),
+        record.built_at.clone(),
+    )
+}
+
+/// Orders two records of one tag: greater is the one to keep as current.
+fn record_order(left: &ImageRecord, right: &ImageRecord) -> Ordering {
+    let good = |record: &ImageRecord| record.status == "ok";
+    good(left)
+        .cmp(&good(right))
+        .then_with(|| left.built_at.cmp(&right.built_at))
+        .then_with(|| left.last_error.is_some().cmp(&right.last_error.is_some()))
+        // Ties of different content: a total order, so merge(a, b) == merge(b, a).
+        .then_with(|| {
+            serde_json::to_string(left)
+                .unwrap_or_default()
+                .cmp(&serde_json::to_string(right).unwrap_or_default())
+        })
+}
+
+fn merge_image(left: ImageRecord, right: ImageRecord) -> ImageRecord {
+    let (mut winner, mut loser) = if record_order(&left, &right) == Ordering::Less {
+        (right, left)
+    } else {
+        (left, right)
+    };
+    let mut history = std::mem::take(&mut winner.history);
+    history.append(&mut std::mem::take(&mut loser.history));
+    let same_build = build_identity(&winner) == build_identity(&loser);
+    if same_build {
+        if winner.last_error.is_none() {
+            winner.last_error = loser.last_error.take();
+        }
+    } else if loser.status == "ok" {
+        loser.last_error = None;
+        history.push(loser);
+    } else if winner.built_at < loser.built_at {
+        // A newer failure beside an older good record: keep it, as `record_failure` does.
+        winner.last_error = loser.last_error.take();
+    }
+    let current = build_identity(&winner);
+    history.retain(|record| build_identity(record) != current);
+    history.sort_by(|a, b| b.built_at.cmp(&a.built_at).then_with(|| record_order(b, a)));
+    history.dedup_by(|a, b| build_identity(a) == build_identity(b));
+    history.truncate(HISTORY_LIMIT);
+    winner.history = history;
+    winner
+}
+
+fn target_of(record: &AliasRecord) -> AliasTarget {
+    AliasTarget {
+        tag: record.tag.clone(),
+        digest: record.digest.clone(),
+        moved_at: record.moved_at.clone(),
+    }
+}
+
+fn merge_alias(left: AliasRecord, right: AliasRecord) -> AliasRecord {
+    let key = |record: &AliasRecord| {
+        (
+            record.moved_at.clone(),
+            record.tag.clone(),
+            record.digest.clone(),
+        )
+    };
+    let (mut winner, mut loser) = if key(&left) < key(&right) {
+        (right, left)
+    } else {
+        (left, right)
+    };
+    let mut history = std::mem::take(&mut winner.history);
+    history.append(&mut loser.history);
+    history.push(target_of(&loser));
+    let current = target_of(&winner);
+    history.retain(|target| target != &current);
+    history.sort_by(|a, b| (&b.moved_at, &b.tag, &b.digest).cmp(&(&a.moved_at, &a.tag, &a.digest)));
+    history.dedup();
+    history.truncate(HISTORY_LIMIT);
+    winner.history = history;
+    winner
+}
+
+fn merge_index(left: IndexRecord, right: IndexRecord) -> IndexRecord {
+    let key = |record: &IndexRecord| {
+        (
+            record.published_at.clone(),
+            record.digest.clone(),
+            serde_json::to_string(record).unwrap_or_default(),
+        )
+    };
+    let (mut winner, mut loser) = if key(&left) < key(&right) {
+        (right, left)
+    } else {
+        (left, right)
+    };
+    let mut history = std::mem::take(&mut winner.history);
+    history.append(&mut std::mem::take(&mut loser.history));
+    if loser.digest != winner.digest {
+        history.push(loser);
+    }
+    let identity = |record: &IndexRecord| (record.digest.clone(), record.published_at.clone());
+    let current = identity(&winner);
+    history.retain(|record| identity(record) != current);
+    history.sort_by_key(|record| std::cmp::Reverse(key(record)));
+    history.dedup_by(|a, b| identity(a) == identity(b));
+    history.truncate(HISTORY_LIMIT);
+    winner.history = history;
+    winner
+}
+
+/// Merges two manifests (see the module documentation for the rules).
+pub fn merge(left: Manifest, right: Manifest) -> Manifest {
+    let mut images: BTreeMap<String, ImageRecord> = left.images;
+    for (tag, record) in right.images {
+        let merged = match images.remove(&tag) {
+            Some(existing) => merge_image(existing, record),
+            None => record,
+        };
+        images.insert(tag, merged);
+    }
+    let mut aliases: BTreeMap<String, AliasRecord> = left.aliases;
+    for (alias, record) in right.aliases {
+        let merged = match aliases.remove(&alias) {
+            Some(existing) => merge_alias(existing, record),
+            None => record,
+        };
+        aliases.insert(alias, merged);
+    }
+    let mut indexes: BTreeMap<String, IndexRecord> = left.indexes;
+    for (tag, record) in right.indexes {
+        let merged = match indexes.remove(&tag) {
+            Some(existing) => merge_index(existing, record),
+            None => record,
+        };
+        indexes.insert(tag, merged);
+    }
+    let aliases_of = |tag: &str| -> Vec<String> {
+        aliases
+            .iter()
+            .filter(|(_, record)| record.tag == tag)
+            .map(|(alias, _)| alias.clone())
+            .collect()
+    };
+    for (tag, image) in images.iter_mut() {
+        image.aliases = aliases_of(tag);
+    }
+    for (tag, index) in indexes.iter_mut() {
+        index.aliases = aliases_of(tag);
+    }
+    Manifest {
+        schema_version: SCHEMA_VERSION,
+        updated_at: left.updated_at.max(right.updated_at),
+        images,
+        aliases,
+        indexes,
+    }
+}
+
+/// Merges any number of manifests, in order (the result does not depend on it).
+pub fn merge_all(manifests: Vec<Manifest>) -> Manifest {
+    manifests.into_iter().fold(Manifest::new(), merge)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(tag: &str, digest: &str, built_at: &str) -> ImageRecord {
+        let spec_free = serde_json::json!({
+            "repository": "r/p", "tag": tag, "digest": digest, "fingerprint": "f",
+            "build_key": format!("key-{digest}"), "variant": "runtime", "torch": "2.7.1",
+            "torchvision": "0.22.1", "cuda": "12.6", "cuda_full": "12.6.3", "cudnn": "9",
+            "python": "3.12", "os": "ubuntu24.04", "base_image": "b", "driver_min": "560.35.05",
+            "driver_min_compat": "525.60.13", "require_cuda": "cuda>=12.6",
+            "built_at": built_at, "status": "ok"
+        });
+        serde_json::from_value(spec_free).unwrap()
+    }
+
+    fn manifest(records: Vec<ImageRecord>) -> Manifest {
+        let mut manifest = Manifest::new();
+        for record in records {
+            manifest.images.insert(record.tag.clone(), record);
+        }
+        manifest
+    }
+
+    #[test]
+    fn shards_of_one_base_merge_into_all_their_builds() {
+        let base = manifest(vec![
+            record("a", "sha256:a0", "t0"),
+            record("b", "sha256:b0", "t0"),
+        ]);
+        let mut shard_one = base.clone();
+        shard_one.record_success(record("a", "sha256:a1", "t1"));
+        shard_one.move_alias("2.7-runtime", "a", Some("sha256:a1".into()), "t1");
+        let mut shard_two = base.clone();
+        shard_two.record_success(record("b", "sha256:b1", "t2"));
+        shard_two.move_alias("latest", "b", Some("sha256:b1".into()), "t2");
+        let merged = merge_all(vec![base.clone(), shard_one.clone(), shard_two.clone()]);
+        assert_eq!(merged.images["a"].digest.as_deref(), Some("sha256:a1"));
+        assert_eq!(merged.images["b"].digest.as_deref(), Some("sha256:b1"));
+        assert_eq!(merged.images["a"].history.len(), 1);
+        assert_eq!(
+            merged.images["a"].history[0].digest.as_deref(),
+            Some("sha256:a0")
+        );
+        assert_eq!(merged.images["a"].aliases, vec!["2.7-runtime"]);
+        assert_eq!(merged.images["b"].aliases, vec!["latest"]);
+        assert_eq!(
+            merged,
+            merge_all(vec![shard_two, base, shard_one]),
+            "the order of inputs does not matter"
+        );
+    }
+
+    #[test]
+    fn newest_alias_move_wins_and_both_targets_stay_in_history() {
+        let mut left = manifest(vec![
+            record("a", "sha256:1", "t1"),
+            record("b", "sha256:2", "t2"),
+        ]);
+        let mut right = left.clone();
+        left.move_alias(
+            "latest",
+            "a",
+            Some("sha256:1".into()),
+            "2026-11-30T10:00:00Z",
+        );
+        right.move_alias(
+            "latest",
+            "a",
+            Some("sha256:1".into()),
+            "2026-11-30T10:00:00Z",
+        );
+        right.move_alias(
+            "latest",
+            "b",
+            Some("sha256:2".into()),
+            "2026-11-30T11:00:00Z",
+        );
+        let merged = merge(left.clone(), right.clone());
+        assert_eq!(merged.aliases["latest"].tag, "b");
+        assert_eq!(merged.aliases["latest"].history.len(), 1);
+        assert_eq!(merged.aliases["latest"].history[0].tag, "a");
+        assert!(merged.images["a"].aliases.is_empty());
+        assert_eq!(merged, merge(right, left));
+    }
+
+    #[test]
+    fn a_failure_never_replaces_a_good_record_but_its_error_is_kept() {
+        let good = manifest(vec![record("a", "sha256:1", "t1")]);
+        let mut failed = record("a", "sha256:x", "t2");
+        failed.status = "failed".into();
+        failed.last_error = Some("RUN pip install failed".into());
+        let merged = merge(good.clone(), manifest(vec![failed.clone()]));
+        assert_eq!(merged.images["a"].digest.as_deref(), Some("sha256:1"));
+        assert_eq!(merged.images["a"].status, "ok");
+        assert_eq!(
+            merged.images["a"].last_error.as_deref(),
+            Some("RUN pip install failed")
+        );
+        assert!(
+            merged.images["a"].history.is_empty(),
+            "a failed build is not history"
+        );
+        assert_eq!(merged, merge(manifest(vec![failed]), good));
+    }
+
+    fn index(tag: &str, digest: &str, published_at: &str) -> IndexRecord {
+        serde_json::from_value(serde_json::json!({
+            "repository": "r/p", "tag": tag, "digest": digest,
+            "media_type": "application/vnd.oci.image.index.v1+json", "torch": "2.13.0",
+            "driver_min": "560.35.05", "platforms": {}, "published_at": published_at
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_newest_index_publication_wins_and_the_other_is_history() {
+        let mut left = Manifest::new();
+        left.indexes
+            .insert("x".into(), index("x", "sha256:1", "2026-11-30T10:00:00Z"));
+        let mut right = Manifest::new();
+        right
+            .indexes
+            .insert("x".into(), index("x", "sha256:2", "2026-11-30T11:00:00Z"));
+        right.aliases.insert(
+            "latest".into(),
+            AliasRecord {
+                tag: "x".into(),
+                digest: Some("sha256:2".into()),
+                moved_at: "2026-11-30T11:00:00Z".into(),
+                history: Vec::new(),
+            },
+        );
+        let merged = merge(left.clone(), right.clone());
+        assert_eq!(merged.indexes["x"].digest, "sha256:2");
+        assert_eq!(merged.indexes["x"].history.len(), 1);
+        assert_eq!(merged.indexes["x"].history[0].digest, "sha256:1");
+        assert_eq!(merged.indexes["x"].aliases, vec!["latest"]);
+        assert_eq!(merged, merge(right, left));
+    }
+
+    #[test]
+    fn the_same_build_on_both_sides_is_not_duplicated() {
+        let mut left = manifest(vec![record("a", "sha256:1", "t1")]);
+        left.record_success(record("a", "sha256:2", "t2"));
+        let right = left.clone();
+        let merged = merge(left.clone(), right);
+        assert_eq!(merged, left);
+    }
+}

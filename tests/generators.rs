@@ -1,0 +1,369 @@
+//! The generators as a user runs them, on `tests/fixtures/basic.yaml`: `ci --github`, `bake`,
+//! `k8s` and `manifest merge`. Snapshots hold what users read (the CI matrix, the bake file, the
+//! Kubernetes manifests), with fingerprints filtered so a template change does not churn them;
+//! the Kubernetes YAML is also read back through the typed model, which refuses unknown fields.
+
+use std::path::{Path, PathBuf};
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+
+fn imagegen() -> Command {
+    Command::cargo_bin("imagegen").unwrap()
+}
+
+fn fixture() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/basic.yaml")
+}
+
+fn stdout_of(arguments: &[&str]) -> String {
+    let output = imagegen()
+        .arg("--matrix")
+        .arg(fixture())
+        .args(arguments)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "imagegen {arguments:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+fn pretty(json: &str) -> String {
+    let value: serde_json::Value = serde_json::from_str(json).unwrap();
+    serde_json::to_string_pretty(&value).unwrap()
+}
+
+macro_rules! snapshot_without_fingerprints {
+    ($name:expr, $text:expr) => {
+        insta::with_settings!({filters => vec![(r"sha256:[0-9a-f]{64}", "sha256:[fingerprint]")]}, {
+            insta::assert_snapshot!($name, $text);
+        });
+    };
+}
+
+#[test]
+fn ci_matrix_per_image_family_and_by_shards() {
+    let per_image = stdout_of(&["ci", "--github"]);
+    assert_eq!(per_image.lines().count(), 1, "one line, for $GITHUB_OUTPUT");
+    insta::assert_snapshot!("ci_github_per_image", pretty(&per_image));
+    let shards = stdout_of(&["ci", "--github", "--shards", "3"]);
+    insta::assert_snapshot!("ci_github_shards_3", pretty(&shards));
+}
+
+#[test]
+fn ci_needs_the_github_flag_and_one_way_to_fan_out() {
+    imagegen()
+        .arg("--matrix")
+        .arg(fixture())
+        .args(["ci"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("--github"));
+    imagegen()
+        .arg("--matrix")
+        .arg(fixture())
+        .args(["ci", "--github", "--shards", "2", "--per-image"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("cannot be used with"));
+    imagegen()
+        .arg("--matrix")
+        .arg(fixture())
+        .args(["ci", "--github", "--shards", "0"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("0 is not in 1..=256"));
+}
+
+#[test]
+fn bake_file_for_the_fixture() {
+    let bake = stdout_of(&["bake", "--out", "-", "--no-stage"]);
+    snapshot_without_fingerprints!("bake_json", bake);
+}
+
+#[test]
+fn bake_stages_the_self_test_binaries_beside_the_bake_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let selftest = dir.path().join("selftest");
+    std::fs::create_dir(&selftest).unwrap();
+    let out = dir.path().join("docker-bake.json");
+    // The fixture has CUDA 11.8 and 12.x images: the cu11 binary is missing at first.
+    std::fs::write(selftest.join("gpu-selftest-cu12"), b"cu12 binary").unwrap();
+    imagegen()
+        .arg("--matrix")
+        .arg(fixture())
+        .args(["bake", "--out"])
+        .arg(&out)
+        .arg("--selftest-dir")
+        .arg(&selftest)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("gpu-selftest-cu11"))
+        .stderr(predicate::str::contains("selftest/build.sh"));
+    std::fs::write(selftest.join("gpu-selftest-cu11"), b"cu11 binary").unwrap();
+    imagegen()
+        .arg("--matrix")
+        .arg(fixture())
+        .args(["bake", "--out"])
+        .arg(&out)
+        .arg("--selftest-dir")
+        .arg(&selftest)
+        .assert()
+        .success();
+    for (build, contents) in [
+        ("gpu-selftest-cu11", "cu11 binary"),
+        ("gpu-selftest-cu12", "cu12 binary"),
+    ] {
+        let staged = dir
+            .path()
+            .join(".imagegen/bake")
+            .join(build)
+            .join("gpu-selftest");
+        assert_eq!(std::fs::read_to_string(&staged).unwrap(), contents);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&staged).unwrap().permissions().mode();
+            assert_eq!(mode & 0o111, 0o111, "{} is executable", staged.display());
+        }
+    }
+    let written = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(written, stdout_of(&["bake", "--out", "-", "--no-stage"]));
+}
+
+/// A manifest path that does not exist: the Job then uses the tag without a digest.
+const NO_MANIFEST: &str = "/nonexistent/imagegen-manifest.json";
+
+#[test]
+fn k8s_pins_the_digest_the_manifest_recorded_for_this_build() {
+    let resolution: serde_json::Value =
+        serde_json::from_str(&stdout_of(&["resolve", "--format", "json"])).unwrap();
+    let image = resolution["images"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|image| {
+            image["aliases"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|a| a == "2.7-cuda12.6-runtime")
+        })
+        .unwrap();
+    let tag = image["tag"].as_str().unwrap();
+    let digest = format!("sha256:{}", "0f".repeat(32));
+    let record = |fingerprint: &str| {
+        serde_json::json!({"schema_version": 1, "images": {tag: {
+            "repository": "registry.example.com/team/pytorch", "tag": tag, "digest": digest,
+            "fingerprint": fingerprint, "build_key": "k", "variant": "runtime", "torch": "2.7.1",
+            "torchvision": "0.22.1", "cuda": "12.6", "cuda_full": "12.6.3", "cudnn": "9",
+            "python": "3.12", "os": "ubuntu24.04", "base_image": "b", "driver_min": "560.35.05",
+            "driver_min_compat": "525.60.13", "require_cuda": "cuda>=12.6",
+            "built_at": "2026-11-30T10:00:00Z", "status": "ok"}}})
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = dir.path().join("imagegen-manifest.json");
+    std::fs::write(
+        &manifest,
+        record(image["fingerprint"].as_str().unwrap()).to_string(),
+    )
+    .unwrap();
+    let manifest_arg = manifest.to_str().unwrap();
+    let yaml = stdout_of(&["k8s", "2.7-cuda12.6-runtime", "--manifest", manifest_arg]);
+    assert!(
+        yaml.contains(&format!(
+            "image: registry.example.com/team/pytorch:{tag}@{digest}"
+        )),
+        "{yaml}"
+    );
+    // A record of another build of the tag (other fingerprint) pins nothing.
+    std::fs::write(&manifest, record("sha256:other").to_string()).unwrap();
+    let yaml = stdout_of(&["k8s", "2.7-cuda12.6-runtime", "--manifest", manifest_arg]);
+    assert!(
+        yaml.contains(&format!("image: registry.example.com/team/pytorch:{tag}\n")),
+        "{yaml}"
+    );
+}
+
+/// Splits multi-document YAML and reads each document back through the typed model.
+fn read_back(yaml: &str) -> (Option<imagegen::k8s::Service>, imagegen::k8s::Job) {
+    let documents: Vec<&str> = yaml
+        .split("---\n")
+        .filter(|d| !d.trim().is_empty())
+        .collect();
+    match documents.as_slice() {
+        [job] => (None, serde_yaml::from_str(job).unwrap()),
+        [service, job] => (
+            Some(serde_yaml::from_str(service).unwrap()),
+            serde_yaml::from_str(job).unwrap(),
+        ),
+        other => panic!("expected one or two documents, got {}", other.len()),
+    }
+}
+
+#[test]
+fn k8s_single_gpu_job_for_an_alias() {
+    let yaml = stdout_of(&["k8s", "2.7-cuda12.6-runtime", "--manifest", NO_MANIFEST]);
+    snapshot_without_fingerprints!("k8s_single_gpu", yaml.clone());
+    let (service, job) = read_back(&yaml);
+    assert!(service.is_none());
+    let manifests = imagegen::k8s::Manifests { service, job };
+    assert!(imagegen::k8s::validate(&manifests).is_empty());
+    assert_eq!(
+        manifests.to_yaml(),
+        yaml,
+        "the typed model round-trips the output"
+    );
+}
+
+#[test]
+fn k8s_multi_node_training_job_for_a_full_tag() {
+    let yaml = stdout_of(&[
+        "k8s",
+        "registry.example.com/team/pytorch:2.8.0-cuda12.8-cudnn9-devel-ubuntu24.04",
+        "--gpus",
+        "8",
+        "--nodes",
+        "4",
+        "--namespace",
+        "training",
+        "--name",
+        "finetune",
+        "--manifest",
+        NO_MANIFEST,
+        "--command",
+        "python",
+        "train.py",
+        "--epochs",
+        "3",
+    ]);
+    snapshot_without_fingerprints!("k8s_multi_node", yaml.clone());
+    let (service, job) = read_back(&yaml);
+    assert!(service.is_some());
+    let manifests = imagegen::k8s::Manifests { service, job };
+    assert!(imagegen::k8s::validate(&manifests).is_empty());
+    assert_eq!(manifests.to_yaml(), yaml);
+}
+
+#[test]
+fn k8s_unknown_image_lists_close_matches() {
+    imagegen()
+        .arg("--matrix")
+        .arg(fixture())
+        .args(["k8s", "2.7-cuda12.6-runtim"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "no image tagged \"2.7-cuda12.6-runtim\"",
+        ))
+        .stderr(predicate::str::contains(
+            "closest tags and aliases: 2.7-cuda12.6-runtime",
+        ));
+    imagegen()
+        .arg("--matrix")
+        .arg(fixture())
+        .args(["k8s", "2.7-cuda12.6-runtime", "--nodes", "2"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("needs --command"));
+}
+
+#[test]
+fn manifest_merge_unions_shards() {
+    let dir = tempfile::tempdir().unwrap();
+    let record = |tag: &str, digest: &str, at: &str| {
+        serde_json::json!({
+            "repository": "r/p", "tag": tag, "digest": digest, "fingerprint": "f",
+            "build_key": format!("key-{digest}"), "variant": "runtime", "torch": "2.7.1",
+            "torchvision": "0.22.1", "cuda": "12.6", "cuda_full": "12.6.3", "cudnn": "9",
+            "python": "3.12", "os": "ubuntu24.04", "base_image": "b", "driver_min": "560.35.05",
+            "driver_min_compat": "525.60.13", "require_cuda": "cuda>=12.6",
+            "built_at": at, "status": "ok"
+        })
+    };
+    let first = serde_json::json!({"schema_version": 1, "images": {"a": record("a", "sha256:a1", "2026-11-30T10:00:00Z")},
+        "aliases": {"latest": {"tag": "a", "digest": "sha256:a1", "moved_at": "2026-11-30T10:00:00Z"}}});
+    let second = serde_json::json!({"schema_version": 1, "images": {"b": record("b", "sha256:b1", "2026-11-30T11:00:00Z")},
+        "aliases": {"latest": {"tag": "b", "digest": "sha256:b1", "moved_at": "2026-11-30T11:00:00Z"}}});
+    std::fs::write(dir.path().join("1.json"), first.to_string()).unwrap();
+    std::fs::write(dir.path().join("2.json"), second.to_string()).unwrap();
+    let out = dir.path().join("merged.json");
+    imagegen()
+        .current_dir(dir.path())
+        .args(["manifest", "merge", "1.json", "2.json", "--out"])
+        .arg(&out)
+        .assert()
+        .success();
+    let merged: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!(merged["images"].as_object().unwrap().len(), 2);
+    assert_eq!(merged["aliases"]["latest"]["tag"], "b");
+    assert_eq!(merged["aliases"]["latest"]["history"][0]["tag"], "a");
+    assert_eq!(
+        merged["images"]["b"]["aliases"],
+        serde_json::json!(["latest"])
+    );
+    assert_eq!(merged["images"]["a"]["aliases"], serde_json::json!([]));
+}
+
+/// The workflow reads the fields `imagegen ci --github` writes: every `matrix.X` it uses is one
+/// of them, the build job's matrix is the setup job's output, and each shard's artifact is what
+/// the record job merges.
+#[test]
+fn the_images_workflow_uses_what_ci_github_emits() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(".github/workflows/images.yml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let workflow: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+    let jobs = &workflow["jobs"];
+    assert_eq!(
+        jobs["build"]["strategy"]["matrix"].as_str(),
+        Some("${{ fromJSON(needs.setup.outputs.matrix) }}")
+    );
+    let needs: Vec<&str> = jobs["build"]["needs"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|need| need.as_str().unwrap())
+        .collect();
+    assert_eq!(needs, ["setup", "tools"]);
+    assert_eq!(
+        jobs["tools"]["strategy"]["matrix"]["runner_arch"].as_str(),
+        Some("${{ fromJSON(needs.setup.outputs.runner_archs) }}")
+    );
+    let build_steps = serde_yaml::to_string(&jobs["build"]["steps"]).unwrap();
+    assert!(build_steps.contains("name: tools-${{ matrix.runner_arch }}"));
+    let setup_steps = serde_yaml::to_string(&jobs["setup"]["steps"]).unwrap();
+    assert!(setup_steps.contains("imagegen ci --github"));
+    assert!(setup_steps.contains("imagegen plan --format markdown >> \"$GITHUB_STEP_SUMMARY\""));
+    let record_steps = serde_yaml::to_string(&jobs["record"]["steps"]).unwrap();
+    assert!(record_steps.contains("imagegen manifest merge"));
+    assert!(record_steps.contains("pattern: manifest-shard-*"));
+
+    let emitted = pretty(&stdout_of(&["ci", "--github", "--shards", "2"]));
+    let emitted: serde_json::Value = serde_json::from_str(&emitted).unwrap();
+    let fields = emitted["include"][0].as_object().unwrap();
+    assert!(fields["artifact"]
+        .as_str()
+        .unwrap()
+        .starts_with("manifest-shard-"));
+    let mut used = Vec::new();
+    let mut rest = text.as_str();
+    while let Some(at) = rest.find("{{ matrix.") {
+        rest = &rest[at + "{{ matrix.".len()..];
+        let field: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        used.push(field);
+    }
+    assert!(used.contains(&"shard".to_string()));
+    for field in used {
+        assert!(
+            fields.contains_key(&field),
+            "the workflow uses matrix.{field}, which `imagegen ci --github` does not emit"
+        );
+    }
+}
