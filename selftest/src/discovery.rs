@@ -149,8 +149,18 @@ impl Discovery {
     }
 }
 
-/// Parses `ldconfig -p` output into (file name, path) pairs, keeping x86-64 entries and entries
-/// without an architecture tag.
+/// The `ldconfig -p` tag of this build's architecture (`libc6,x86-64` or `libc6,AArch64`).
+const LOADER_CACHE_ARCH_TAG: &str = if cfg!(target_arch = "aarch64") { "AArch64" } else { "x86-64" };
+
+/// The fixed library folders of this build's architecture (SBSA images use `sbsa-linux` and
+/// `aarch64-linux-gnu`).
+#[cfg(target_arch = "aarch64")]
+const ARCH_FOLDERS: [&str; 3] = ["/usr/local/cuda/targets/sbsa-linux/lib", "/usr/lib/aarch64-linux-gnu", "/lib/aarch64-linux-gnu"];
+#[cfg(not(target_arch = "aarch64"))]
+const ARCH_FOLDERS: [&str; 3] = ["/usr/local/cuda/targets/x86_64-linux/lib", "/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu"];
+
+/// Parses `ldconfig -p` output into (file name, path) pairs, keeping entries of this build's
+/// architecture and entries without an architecture tag.
 pub fn parse_loader_cache(text: &str) -> Vec<(String, PathBuf)> {
     text.lines()
         .filter_map(|line| {
@@ -158,10 +168,7 @@ pub fn parse_loader_cache(text: &str) -> Vec<(String, PathBuf)> {
             let left = left.trim();
             let name = left.split_whitespace().next()?;
             let tags = left.get(name.len()..).unwrap_or("").trim();
-            let is_other_architecture = tags.contains("libc6")
-                && !tags.contains("x86-64")
-                && !tags.is_empty()
-                && cfg!(target_arch = "x86_64");
+            let is_other_architecture = tags.contains("libc6") && !tags.contains(LOADER_CACHE_ARCH_TAG);
             if is_other_architecture {
                 return None;
             }
@@ -338,13 +345,14 @@ pub fn system_places(
             add(folder.clone(), Origin::PythonSitePackages);
         }
     }
+    let [cuda_targets, usr_lib_arch, lib_arch] = ARCH_FOLDERS;
     for fixed in [
         "/usr/local/cuda/lib64",
-        "/usr/local/cuda/targets/x86_64-linux/lib",
+        cuda_targets,
         "/usr/local/nvidia/lib64",
         "/usr/local/nvidia/lib",
-        "/usr/lib/x86_64-linux-gnu",
-        "/lib/x86_64-linux-gnu",
+        usr_lib_arch,
+        lib_arch,
         "/usr/lib64",
         "/usr/lib/wsl/lib",
     ] {
