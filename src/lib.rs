@@ -6,13 +6,18 @@
 //! values and return values; `docker` and the file writers live at the edges.
 
 pub mod app;
+pub mod bake;
 pub mod build;
+pub mod ci;
 pub mod cli;
 pub mod compat;
 pub mod docker;
 pub mod engine_builder;
+pub mod fanout_commands;
 pub mod fingerprint;
+pub mod k8s;
 pub mod manifest;
+pub mod manifest_merge;
 pub mod matrix;
 pub mod plan;
 pub mod progress;
@@ -24,8 +29,3 @@ pub mod run_build;
 pub mod tags;
 pub mod upgrade;
 pub mod version;
-pub mod bake;
-pub mod ci;
-pub mod fanout_commands;
-pub mod k8s;
-pub mod manifest_merge;
