@@ -150,14 +150,26 @@ impl Discovery {
 }
 
 /// The `ldconfig -p` tag of this build's architecture (`libc6,x86-64` or `libc6,AArch64`).
-const LOADER_CACHE_ARCH_TAG: &str = if cfg!(target_arch = "aarch64") { "AArch64" } else { "x86-64" };
+const LOADER_CACHE_ARCH_TAG: &str = if cfg!(target_arch = "aarch64") {
+    "AArch64"
+} else {
+    "x86-64"
+};
 
 /// The fixed library folders of this build's architecture (SBSA images use `sbsa-linux` and
 /// `aarch64-linux-gnu`).
 #[cfg(target_arch = "aarch64")]
-const ARCH_FOLDERS: [&str; 3] = ["/usr/local/cuda/targets/sbsa-linux/lib", "/usr/lib/aarch64-linux-gnu", "/lib/aarch64-linux-gnu"];
+const ARCH_FOLDERS: [&str; 3] = [
+    "/usr/local/cuda/targets/sbsa-linux/lib",
+    "/usr/lib/aarch64-linux-gnu",
+    "/lib/aarch64-linux-gnu",
+];
 #[cfg(not(target_arch = "aarch64"))]
-const ARCH_FOLDERS: [&str; 3] = ["/usr/local/cuda/targets/x86_64-linux/lib", "/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu"];
+const ARCH_FOLDERS: [&str; 3] = [
+    "/usr/local/cuda/targets/x86_64-linux/lib",
+    "/usr/lib/x86_64-linux-gnu",
+    "/lib/x86_64-linux-gnu",
+];
 
 /// Parses `ldconfig -p` output into (file name, path) pairs, keeping entries of this build's
 /// architecture and entries without an architecture tag.
@@ -168,7 +180,8 @@ pub fn parse_loader_cache(text: &str) -> Vec<(String, PathBuf)> {
             let left = left.trim();
             let name = left.split_whitespace().next()?;
             let tags = left.get(name.len()..).unwrap_or("").trim();
-            let is_other_architecture = tags.contains("libc6") && !tags.contains(LOADER_CACHE_ARCH_TAG);
+            let is_other_architecture =
+                tags.contains("libc6") && !tags.contains(LOADER_CACHE_ARCH_TAG);
             if is_other_architecture {
                 return None;
             }
