@@ -76,7 +76,7 @@ impl Progress {
         match &self.terminal {
             Some(_) => {
                 if let Some(bar) = self.bars.lock().expect("bar lock").get(name) {
-                    if notable || text.len() < 120 {
+                    if notable {
                         bar.set_message(text.chars().take(160).collect::<String>());
                     }
                 }
