@@ -257,10 +257,10 @@ pub fn resolution_table(resolution: &Resolution) -> String {
             if rejection.platform != "linux/amd64" {
                 write!(cell, " {}", rejection.platform).ok();
             }
-            let origin = if rejection.origin == "axes" {
-                String::new()
-            } else {
-                format!(" [{}]", rejection.origin)
+            let origin = match (&rejection.location, rejection.origin.as_str()) {
+                (Some(location), origin) => format!(" [{origin} at {location}]"),
+                (None, "axes") => String::new(),
+                (None, origin) => format!(" [{origin}]"),
             };
             writeln!(out, "  {cell}{origin}: {}", rejection.reason).ok();
         }

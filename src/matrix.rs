@@ -283,6 +283,9 @@ pub struct Matrix {
     pub templates: Option<PathBuf>,
     #[serde(default)]
     pub base_images: BaseImages,
+    /// `file:line` of each `include` entry, so rejections can point at the rule that made them.
+    #[serde(skip)]
+    pub include_locations: Vec<String>,
 }
 
 fn default_variants() -> Vec<Variant> {
@@ -370,7 +373,12 @@ impl Matrix {
                 hint,
             }
         })?;
+        let mut matrix = matrix;
         matrix.validate(text, path)?;
+        matrix.include_locations = list_item_lines(text, "include")
+            .into_iter()
+            .map(|line| format!("{path}:{line}"))
+            .collect();
         Ok(matrix)
     }
 
@@ -458,6 +466,34 @@ impl Matrix {
             .map_err(|m| invalid("full", "", format!("tags.full: {m}"), None))?;
         Ok(())
     }
+}
+
+/// The 1-based lines of the items of the top-level list `key` (block `- ...` items or a flow
+/// `[{...}, {...}]` list on the key's own line, one item per `{`).
+fn list_item_lines(text: &str, key: &str) -> Vec<usize> {
+    let lines: Vec<&str> = text.lines().collect();
+    let Some(start) = lines.iter().position(|l| l.starts_with(&format!("{key}:"))) else {
+        return Vec::new();
+    };
+    let rest = lines[start][key.len() + 1..].trim();
+    if rest.starts_with('[') {
+        return vec![start + 1; rest.matches('{').count()];
+    }
+    let mut items = Vec::new();
+    for (offset, line) in lines[start + 1..].iter().enumerate() {
+        let trimmed = line.trim_start();
+        if !line.is_empty() && !line.starts_with(' ') && !line.starts_with('#') {
+            break;
+        }
+        if trimmed.starts_with("- ") || trimmed == "-" {
+            let indent = line.len() - trimmed.len();
+            // Only items of this list, not of lists nested inside its items.
+            if items.is_empty() || indent <= 2 {
+                items.push(start + offset + 2);
+            }
+        }
+    }
+    items
 }
 
 /// `did you mean` for serde's "unknown field `x`, expected one of ..." messages.
@@ -733,6 +769,17 @@ mod tests {
         let error = error_of(&MINIMAL.replace("[\"2.7\"]", "[\"2\"]"));
         assert!(error.contains("matrix.yaml:3:"), "{error}");
         assert!(error.contains("torch"), "{error}");
+    }
+
+    #[test]
+    fn include_entries_are_located() {
+        let text = format!("{MINIMAL}include:\n  - {{torch: \"2.7.0\", cuda: \"12.4\", os: ubuntu22.04}}\n  # a comment\n  - torch: \"2.7.1\"\n    cuda: \"12.8\"\n    os: ubuntu24.04\n    variants: [runtime]\n");
+        let matrix = Matrix::parse(&text, "m.yaml").unwrap();
+        assert_eq!(matrix.include_locations, vec!["m.yaml:7", "m.yaml:9"]);
+        assert_eq!(
+            list_item_lines("include: [{torch: \"2.7\"}, {torch: \"2.8\"}]\n", "include"),
+            vec![1, 1]
+        );
     }
 
     #[test]

@@ -87,6 +87,9 @@ pub struct Rejection {
     pub platform: String,
     /// `axes` or `include[N]`.
     pub origin: String,
+    /// `matrix.yaml:LINE` of the include rule that asked for the cell.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub location: Option<String>,
     pub reason: String,
 }
 
@@ -122,6 +125,7 @@ struct Cell {
     variant: Variant,
     platform: String,
     origin: String,
+    location: Option<String>,
 }
 
 impl Cell {
@@ -135,6 +139,7 @@ impl Cell {
             variant: self.variant,
             platform: self.platform.clone(),
             origin: self.origin.clone(),
+            location: self.location.clone(),
             reason,
         }
     }
@@ -236,6 +241,7 @@ pub fn resolve(matrix: &Matrix, knowledge: &Knowledge, options: &ResolveOptions)
                     variant: image.variant,
                     platform: image.platform.clone(),
                     origin: "driver".into(),
+                    location: None,
                     reason,
                 }),
             }
@@ -327,6 +333,7 @@ fn expand(matrix: &Matrix, resolution: &mut Resolution) -> Vec<Cell> {
                                     variant: *variant,
                                     platform: platform.0.clone(),
                                     origin: "axes".into(),
+                                    location: None,
                                 };
                                 if !matrix.exclude.iter().any(|rule| rule_matches(rule, &cell)) {
                                     cells.push(cell);
@@ -365,6 +372,7 @@ fn expand(matrix: &Matrix, resolution: &mut Resolution) -> Vec<Cell> {
                     variant,
                     platform: platform.0.clone(),
                     origin: origin.clone(),
+                    location: matrix.include_locations.get(index).cloned(),
                 });
             }
         }
@@ -903,6 +911,7 @@ fn reject_tag_collisions(
             variant: image.variant,
             platform: image.platform.clone(),
             origin: "tags".into(),
+            location: None,
             reason: format!("several images would share the full tag {}; add the differing placeholder (e.g. {{python}}, {{cudnn}}) to tags.full", image.tag),
         });
         false

@@ -88,6 +88,10 @@ fn resolve_json_has_every_documented_field() {
         "torch 2.7.0 has no CUDA 12.4 wheels (it publishes cu118, cu126, cu128)"
     );
     assert_eq!(example["origin"], "include[0]");
+    assert_eq!(
+        example["location"], "matrix.yaml:11",
+        "the include rule's line"
+    );
 }
 
 #[test]
