@@ -93,6 +93,24 @@ pub struct Rejection {
     pub reason: String,
 }
 
+impl Rejection {
+    /// A resolved image rejected after the fact (by the driver filter or a tag collision).
+    fn of_image(image: &ImageSpec, origin: &str, reason: String) -> Rejection {
+        Rejection {
+            torch: image.torch.clone(),
+            cuda: image.cuda.clone(),
+            cudnn: Some(image.cudnn.clone()),
+            python: Some(image.python.clone()),
+            os: image.os.clone(),
+            variant: image.variant,
+            platform: image.platform.clone(),
+            origin: origin.into(),
+            location: None,
+            reason,
+        }
+    }
+}
+
 /// The outcome of resolving a matrix.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Resolution {
@@ -225,25 +243,16 @@ pub fn resolve(matrix: &Matrix, knowledge: &Knowledge, options: &ResolveOptions)
         }
     }
 
-    reject_tag_collisions(&mut images, &mut resolution, &resolved);
+    reject_tag_collisions(&mut images, &mut resolution);
 
     if let Some(driver) = &options.driver {
         let mut kept = Vec::new();
         for image in images {
             match driver_verdict(&image, driver, options.forward_compat, knowledge) {
                 None => kept.push(image),
-                Some(reason) => resolution.rejected.push(Rejection {
-                    torch: image.torch.clone(),
-                    cuda: image.cuda.clone(),
-                    cudnn: Some(image.cudnn.clone()),
-                    python: Some(image.python.clone()),
-                    os: image.os.clone(),
-                    variant: image.variant,
-                    platform: image.platform.clone(),
-                    origin: "driver".into(),
-                    location: None,
-                    reason,
-                }),
+                Some(reason) => resolution
+                    .rejected
+                    .push(Rejection::of_image(&image, "driver", reason)),
             }
         }
         images = kept;
@@ -889,11 +898,7 @@ fn fingerprint_inputs(
 }
 
 /// Two images must never share a full tag; when a custom template makes them, both are rejected.
-fn reject_tag_collisions(
-    images: &mut Vec<ImageSpec>,
-    resolution: &mut Resolution,
-    _resolved: &[(Cell, Resolved)],
-) {
+fn reject_tag_collisions(images: &mut Vec<ImageSpec>, resolution: &mut Resolution) {
     let mut count: BTreeMap<String, usize> = BTreeMap::new();
     for image in images.iter() {
         *count.entry(image.tag.clone()).or_default() += 1;
@@ -902,18 +907,8 @@ fn reject_tag_collisions(
         if count[&image.tag] == 1 {
             return true;
         }
-        resolution.rejected.push(Rejection {
-            torch: image.torch.clone(),
-            cuda: image.cuda.clone(),
-            cudnn: Some(image.cudnn.clone()),
-            python: Some(image.python.clone()),
-            os: image.os.clone(),
-            variant: image.variant,
-            platform: image.platform.clone(),
-            origin: "tags".into(),
-            location: None,
-            reason: format!("several images would share the full tag {}; add the differing placeholder (e.g. {{python}}, {{cudnn}}) to tags.full", image.tag),
-        });
+        let reason = format!("several images would share the full tag {}; add the differing placeholder (e.g. {{python}}, {{cudnn}}) to tags.full", image.tag);
+        resolution.rejected.push(Rejection::of_image(image, "tags", reason));
         false
     });
 }
