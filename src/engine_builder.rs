@@ -56,7 +56,7 @@ impl Contexts {
                 None => {
                     let path = selftest_dir.join(&image.selftest);
                     let file = ContextFile::read("gpu-selftest", &path).map_err(|e| {
-                        anyhow!("{e}\nhint: build the self-test with `bash selftest/build.sh` (it writes target/selftest/gpu-selftest-cu11/12/13) or pass --selftest-dir")
+                        anyhow!("{e}\nhint: build the self-test with `bash selftest/build.sh` (it writes target/selftest/gpu-selftest-cu11/12/13 and -cu12/13-arm64) or pass --selftest-dir")
                     })?;
                     let file = ContextFile {
                         executable: true,
