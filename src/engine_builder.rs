@@ -4,7 +4,7 @@
 //! build, when aliases move) stays in `build`; wire protocols stay in `docker`.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -447,11 +447,6 @@ pub fn interpret_selftest(exit_code: i64, stdout: &str, stderr: &str, gpus: bool
             report,
         },
     }
-}
-
-/// Where rendered images and self-test binaries are found.
-pub fn default_selftest_dir(root: &Path) -> PathBuf {
-    root.join("target/selftest")
 }
 
 #[cfg(test)]

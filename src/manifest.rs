@@ -22,7 +22,7 @@ pub const SCHEMA_VERSION: u32 = 1;
 pub const DEFAULT_PATH: &str = "imagegen-manifest.json";
 
 /// How many earlier records each image and alias keeps.
-const HISTORY_LIMIT: usize = 50;
+pub const HISTORY_LIMIT: usize = 50;
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

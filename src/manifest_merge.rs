@@ -16,11 +16,8 @@ use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
 use crate::manifest::{
-    AliasRecord, AliasTarget, ImageRecord, IndexRecord, Manifest, SCHEMA_VERSION,
+    AliasRecord, AliasTarget, ImageRecord, IndexRecord, Manifest, HISTORY_LIMIT, SCHEMA_VERSION,
 };
-
-/// How many earlier records each image and alias keeps after a merge (as `manifest` keeps).
-pub const HISTORY_LIMIT: usize = 50;
 
 /// The identity of one build of a tag.
 fn build_identity(record: &ImageRecord) -> (Option<String>, String, String) {

@@ -73,6 +73,9 @@ pub struct ImageSpec {
     /// What the fingerprint covers, by name (kept in the manifest so `plan` can say what changed).
     #[serde(skip)]
     pub inputs: BTreeMap<String, String>,
+    /// What the tag and alias rules read, kept so aliases are computed from the same values.
+    #[serde(skip)]
+    pub tag_fields: TagFields,
 }
 
 /// A cell that cannot be built, with the values it was given and why.
@@ -258,7 +261,7 @@ pub fn resolve(matrix: &Matrix, knowledge: &Knowledge, options: &ResolveOptions)
         images = kept;
     }
 
-    assign_aliases(&mut images, matrix, knowledge);
+    assign_aliases(&mut images, matrix);
     resolution.images = images;
     resolution
 }
@@ -835,6 +838,7 @@ fn build_spec(
         unverified: found.unverified.clone(),
         fingerprint: String::new(),
         inputs: BTreeMap::new(),
+        tag_fields,
     };
     spec.inputs = fingerprint_inputs(&spec, matrix, options);
     spec.fingerprint = fingerprint(&spec.inputs);
@@ -991,7 +995,7 @@ fn driver_verdict(
     Some(reason)
 }
 
-fn assign_aliases(images: &mut [ImageSpec], matrix: &Matrix, knowledge: &Knowledge) {
+fn assign_aliases(images: &mut [ImageSpec], matrix: &Matrix) {
     // Aliases name what a user pulls: the image, or with several platforms the index. Compute
     // them once per published tag, then give them to every platform image of that tag.
     let published = |image: &ImageSpec| image.index.clone().unwrap_or_else(|| image.tag.clone());
@@ -1003,20 +1007,7 @@ fn assign_aliases(images: &mut [ImageSpec], matrix: &Matrix, knowledge: &Knowled
     }
     let fields: Vec<TagFields> = unique
         .iter()
-        .map(|image| TagFields {
-            torch: TorchVersion::parse(&image.torch)
-                .map(|t| t.version)
-                .unwrap_or_else(|_| semver::Version::new(0, 0, 0)),
-            cuda: image.cuda.clone(),
-            cudnn: image.cudnn.clone(),
-            python: image.python.clone(),
-            variant: image.variant,
-            os: image.os.clone(),
-            is_default_cuda: TorchVersion::parse(&image.torch)
-                .ok()
-                .and_then(|t| knowledge.torch_series(&t.series()))
-                .is_some_and(|s| s.default_cuda == image.cuda),
-        })
+        .map(|image| image.tag_fields.clone())
         .collect();
     let default_os = tags::default_os(
         &fields,

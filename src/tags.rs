@@ -15,7 +15,7 @@ use crate::matrix::Variant;
 use crate::version::DottedVersion;
 
 /// What the tag rules need to know about one image.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct TagFields {
     pub torch: semver::Version,
     pub cuda: String,
