@@ -6,8 +6,8 @@
 
 use std::time::{Duration, Instant};
 
-use imagegen::compat::Knowledge;
-use imagegen::matrix::Matrix;
+use imagegen::model::knowledge::Knowledge;
+use imagegen::model::matrix::Matrix;
 use imagegen::render::{render_all, Templates};
 use imagegen::resolve::{resolve, ResolveOptions};
 

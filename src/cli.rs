@@ -42,7 +42,7 @@ pub enum Command {
     /// Compare the matrix with the manifest: new and rebuilt images (and why), alias moves, rising driver minimums, images no longer made.
     Plan {
         /// The manifest file.
-        #[arg(long, default_value = crate::manifest::DEFAULT_PATH)]
+        #[arg(long, default_value = crate::history::manifest::DEFAULT_PATH)]
         manifest: PathBuf,
         #[arg(long, value_enum, default_value_t = PlanFormat::Table)]
         format: PlanFormat,
@@ -62,13 +62,13 @@ pub enum Command {
         #[arg(long)]
         previous: bool,
         /// The manifest file.
-        #[arg(long, default_value = crate::manifest::DEFAULT_PATH)]
+        #[arg(long, default_value = crate::history::manifest::DEFAULT_PATH)]
         manifest: PathBuf,
     },
     /// Assemble and push an OCI image index per full tag (and move its aliases) from the per-platform images recorded in the manifest.
     Publish {
         /// The manifest file.
-        #[arg(long, default_value = crate::manifest::DEFAULT_PATH)]
+        #[arg(long, default_value = crate::history::manifest::DEFAULT_PATH)]
         manifest: PathBuf,
         /// Publish indexes whose platform images' self-test was skipped (no GPU, foreign platform); aliases still wait for a pass.
         #[arg(long)]
@@ -82,7 +82,7 @@ pub enum Command {
         from: String,
         to: String,
         /// The manifest file.
-        #[arg(long, default_value = crate::manifest::DEFAULT_PATH)]
+        #[arg(long, default_value = crate::history::manifest::DEFAULT_PATH)]
         manifest: PathBuf,
     },
     /// Show which images the matrix makes, on which drivers they run, and which cells are impossible and why.
@@ -118,7 +118,7 @@ pub enum Command {
         jobs: usize,
         /// Build the I-th of N deterministic parts of the matrix (e.g. 2/4), one per CI runner.
         #[arg(long)]
-        shard: Option<crate::plan::Shard>,
+        shard: Option<crate::pipeline::plan::Shard>,
         /// Only images of this platform (linux/amd64 or linux/arm64): run one build per platform, each on a runner of that platform.
         #[arg(long)]
         platform: Option<String>,
@@ -141,7 +141,7 @@ pub enum Command {
         #[arg(long, default_value = "target/selftest")]
         selftest_dir: PathBuf,
         /// The manifest file.
-        #[arg(long, default_value = crate::manifest::DEFAULT_PATH)]
+        #[arg(long, default_value = crate::history::manifest::DEFAULT_PATH)]
         manifest: PathBuf,
         /// Where each image's full build log goes.
         #[arg(long, default_value = ".imagegen/logs")]
@@ -184,7 +184,7 @@ pub enum Command {
         #[arg(long)]
         no_driver_affinity: bool,
         /// The manifest whose recorded digest pins the image (`repository:tag@sha256:...`); a missing file pins nothing.
-        #[arg(long, default_value = crate::manifest::DEFAULT_PATH)]
+        #[arg(long, default_value = crate::history::manifest::DEFAULT_PATH)]
         manifest: PathBuf,
         /// The program to run, last on the line (default: the image's gpu-selftest), e.g. --command python train.py --epochs 3.
         #[arg(long, num_args = 1.., allow_hyphen_values = true)]

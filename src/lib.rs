@@ -2,30 +2,19 @@
 //! render their Dockerfiles, build them through the Docker Engine API, test them on GPUs with the
 //! bundled `gpu-selftest`, tag and push them, and keep a manifest of every digest.
 //!
-//! The pure modules (`matrix`, `compat`, `resolve`, `render`, `tags`, `fingerprint`, `plan`) take
-//! values and return values; `docker` and the file writers live at the edges.
+//! The folders follow the stages a matrix flows through, and each imports only the ones below it:
+//! `commands` (the imperative shell, one file per verb) → `project` (disk → values) →
+//! `pipeline` and `generate` (what to build and what to write for other tools) → `history` (the
+//! manifest) → `render` → `resolve` → `model` (matrix, versions, knowledge). `docker` is the edge
+//! that talks to the Docker daemon and registries; it imports no domain module.
 
-pub mod app;
-pub mod bake;
-pub mod build;
-pub mod ci;
 pub mod cli;
-pub mod compat;
+pub mod commands;
 pub mod docker;
-pub mod engine_builder;
-pub mod fanout_commands;
-pub mod fingerprint;
-pub mod k8s;
-pub mod manifest;
-pub mod manifest_merge;
-pub mod matrix;
-pub mod plan;
-pub mod progress;
+pub mod generate;
+pub mod history;
+pub mod model;
+pub mod pipeline;
 pub mod project;
-pub mod publish;
 pub mod render;
 pub mod resolve;
-pub mod run_build;
-pub mod tags;
-pub mod upgrade;
-pub mod version;

@@ -5,10 +5,10 @@ use clap::Parser;
 
 fn main() {
     let cli = imagegen::cli::Cli::parse();
-    let code = match imagegen::app::run(cli) {
+    let code = match imagegen::commands::run(cli) {
         Ok(outcome) => outcome.exit_code(),
         Err(error) => {
-            eprintln!("error: {}", imagegen::app::describe(&error));
+            eprintln!("error: {}", imagegen::commands::describe(&error));
             2
         }
     };

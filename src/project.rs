@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
-use crate::compat::Knowledge;
-use crate::matrix::Matrix;
+use crate::model::knowledge::Knowledge;
+use crate::model::matrix::Matrix;
 use crate::render::{RenderedImage, Templates};
 use crate::resolve::{resolve, Resolution, ResolveOptions};
 

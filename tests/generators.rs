@@ -189,7 +189,12 @@ fn k8s_pins_the_digest_the_manifest_recorded_for_this_build() {
 }
 
 /// Splits multi-document YAML and reads each document back through the typed model.
-fn read_back(yaml: &str) -> (Option<imagegen::k8s::Service>, imagegen::k8s::Job) {
+fn read_back(
+    yaml: &str,
+) -> (
+    Option<imagegen::generate::k8s::Service>,
+    imagegen::generate::k8s::Job,
+) {
     let documents: Vec<&str> = yaml
         .split("---\n")
         .filter(|d| !d.trim().is_empty())
@@ -210,8 +215,8 @@ fn k8s_single_gpu_job_for_an_alias() {
     snapshot_without_fingerprints!("k8s_single_gpu", yaml.clone());
     let (service, job) = read_back(&yaml);
     assert!(service.is_none());
-    let manifests = imagegen::k8s::Manifests { service, job };
-    assert!(imagegen::k8s::validate(&manifests).is_empty());
+    let manifests = imagegen::generate::k8s::Manifests { service, job };
+    assert!(imagegen::generate::k8s::validate(&manifests).is_empty());
     assert_eq!(
         manifests.to_yaml(),
         yaml,
@@ -243,8 +248,8 @@ fn k8s_multi_node_training_job_for_a_full_tag() {
     snapshot_without_fingerprints!("k8s_multi_node", yaml.clone());
     let (service, job) = read_back(&yaml);
     assert!(service.is_some());
-    let manifests = imagegen::k8s::Manifests { service, job };
-    assert!(imagegen::k8s::validate(&manifests).is_empty());
+    let manifests = imagegen::generate::k8s::Manifests { service, job };
+    assert!(imagegen::generate::k8s::validate(&manifests).is_empty());
     assert_eq!(manifests.to_yaml(), yaml);
 }
 

@@ -1,7 +1,7 @@
 //! Table of resolver cases, including every example of the "imagegen core" issue.
 
 use super::*;
-use crate::matrix::Matrix;
+use crate::model::matrix::Matrix;
 
 fn matrix(extra: &str) -> Matrix {
     Matrix::parse(
@@ -82,7 +82,7 @@ fn require_cuda_matches_nvidia_strings_exactly() {
     let knowledge = Knowledge::embedded();
     let check = |cuda: &str, expected: &str| {
         let release = knowledge.cuda_release_for(cuda).unwrap();
-        let mm = crate::version::DottedVersion::parse_kind(cuda, "", 3)
+        let mm = crate::model::version::DottedVersion::parse_kind(cuda, "", 3)
             .unwrap()
             .major_minor();
         assert_eq!(
@@ -406,7 +406,7 @@ fn platforms_build_per_platform_images_under_one_index() {
 fn impossible_platform_cells_say_why() {
     let reason = one_reason(&run("torch: [\"2.7\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\nvariants: [runtime]\nplatforms: [linux/arm64]\n"));
     assert_eq!(reason, "torch 2.7.1 publishes no linux/arm64 CUDA 12.6 wheels in the knowledge (linux/arm64 CUDA wheels are recorded for torch 2.12, 2.13)");
-    let knowledge_text = crate::compat::EMBEDDED.replace(
+    let knowledge_text = crate::model::knowledge::EMBEDDED.replace(
         "{version: \"12.6.3\", driver_min: \"560.35.05\", ubuntu: [\"20.04\", \"22.04\", \"24.04\"], cudnn_tag: \"cudnn\", brands: current, forward_compat_branches: [470, 535, 550], platforms: [linux/amd64, linux/arm64],",
         "{version: \"12.6.3\", driver_min: \"560.35.05\", ubuntu: [\"20.04\", \"22.04\", \"24.04\"], cudnn_tag: \"cudnn\", brands: current, forward_compat_branches: [470, 535, 550], platforms: [linux/amd64],",
     );

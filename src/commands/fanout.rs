@@ -7,8 +7,8 @@ use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 
-use crate::app::Outcome;
-use crate::manifest::Manifest;
+use crate::commands::Outcome;
+use crate::history::manifest::Manifest;
 use crate::project::{write_atomically, Project};
 use crate::resolve::{ImageSpec, ResolveOptions};
 
@@ -27,7 +27,7 @@ pub fn bake(
     stage: bool,
 ) -> Result<Outcome> {
     let images = images(matrix, knowledge)?;
-    let value = crate::bake::bake_file(&images)?;
+    let value = crate::generate::bake::bake_file(&images)?;
     let mut text = serde_json::to_string_pretty(&value)?;
     text.push('\n');
     let to_stdout = out.as_os_str() == "-";
@@ -39,17 +39,17 @@ pub fn bake(
             .unwrap_or(Path::new("."))
     };
     if stage {
-        for selftest in crate::bake::selftest_builds(&images) {
+        for selftest in crate::generate::bake::selftest_builds(&images) {
             let source = selftest_dir.join(&selftest);
             let bytes = std::fs::read(&source).with_context(|| {
                 format!(
                     "cannot read the self-test binary {}\nhint: build it with `bash selftest/build.sh`, pass --selftest-dir, or use --no-stage and copy it to {}/gpu-selftest yourself",
                     source.display(),
-                    crate::bake::staging_context(&selftest)
+                    crate::generate::bake::staging_context(&selftest)
                 )
             })?;
             let target = root
-                .join(crate::bake::staging_context(&selftest))
+                .join(crate::generate::bake::staging_context(&selftest))
                 .join("gpu-selftest");
             write_atomically(&target, &bytes)?;
             #[cfg(unix)]
@@ -139,7 +139,7 @@ pub fn k8s(
     knowledge: Option<&Path>,
     wanted: &str,
     manifest: &Path,
-    mut settings: crate::k8s::JobSettings,
+    mut settings: crate::generate::k8s::JobSettings,
 ) -> Result<Outcome> {
     let images = images(matrix, knowledge)?;
     let named = find_images(&images, wanted)?;
@@ -159,7 +159,7 @@ pub fn k8s(
             );
         }
     }
-    let manifests = crate::k8s::manifests(&named, &settings)?;
+    let manifests = crate::generate::k8s::manifests(&named, &settings)?;
     print!("{}", manifests.to_yaml());
     Ok(Outcome::Success)
 }
@@ -168,13 +168,13 @@ pub fn k8s(
 pub fn ci_github(
     matrix: &Path,
     knowledge: Option<&Path>,
-    fan_out: crate::ci::FanOut,
+    fan_out: crate::generate::github::FanOut,
 ) -> Result<Outcome> {
     let images = images(matrix, knowledge)?;
     if images.is_empty() {
         bail!("the matrix makes no images, so there is nothing to fan out\nhint: `imagegen resolve` says why each cell was rejected");
     }
-    let matrix = crate::ci::github_matrix(&images, fan_out);
+    let matrix = crate::generate::github::github_matrix(&images, fan_out);
     println!("{}", serde_json::to_string(&matrix)?);
     Ok(Outcome::Success)
 }
@@ -185,7 +185,7 @@ pub fn manifest_merge(inputs: &[std::path::PathBuf], out: Option<&Path>) -> Resu
         .iter()
         .map(|path| Manifest::load(path))
         .collect::<Result<Vec<_>>>()?;
-    let merged = crate::manifest_merge::merge_all(manifests);
+    let merged = crate::history::merge::merge_all(manifests);
     match out {
         Some(path) => {
             merged.save(path)?;

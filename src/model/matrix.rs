@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use serde::de::{self, Deserializer};
 use serde::{Deserialize, Serialize};
 
-use crate::version::{DottedVersion, TorchVersion};
+use crate::model::version::{DottedVersion, TorchVersion};
 
 /// An error in a matrix file, with where it is and what to do about it.
 #[derive(Debug, thiserror::Error)]

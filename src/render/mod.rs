@@ -10,23 +10,23 @@ use std::collections::BTreeMap;
 
 use minijinja::{context, Environment, UndefinedBehavior};
 
-use crate::compat::wheel_suffix;
-use crate::fingerprint::sha256_hex;
-use crate::matrix::{check_free_text, check_image_reference, Matrix, Variant};
+use crate::model::knowledge::wheel_suffix;
+use crate::model::matrix::{check_free_text, check_image_reference, Matrix, Variant};
+use crate::resolve::fingerprint::sha256_hex;
 use crate::resolve::ImageSpec;
 
 /// The embedded templates, by name.
 pub const EMBEDDED_TEMPLATES: &[(&str, &str)] = &[
     (
         "runtime.Dockerfile.j2",
-        include_str!("../templates/runtime.Dockerfile.j2"),
+        include_str!("../../templates/runtime.Dockerfile.j2"),
     ),
     (
         "devel.Dockerfile.j2",
-        include_str!("../templates/devel.Dockerfile.j2"),
+        include_str!("../../templates/devel.Dockerfile.j2"),
     ),
-    ("header.j2", include_str!("../templates/header.j2")),
-    ("labels.j2", include_str!("../templates/labels.j2")),
+    ("header.j2", include_str!("../../templates/header.j2")),
+    ("labels.j2", include_str!("../../templates/labels.j2")),
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -258,7 +258,7 @@ pub fn check_values(image: &ImageSpec) -> Result<(), RenderError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compat::Knowledge;
+    use crate::model::knowledge::Knowledge;
     use crate::resolve::{resolve, ResolveOptions};
 
     fn specs(extra: &str) -> (Vec<ImageSpec>, Matrix) {

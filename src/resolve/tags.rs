@@ -11,8 +11,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::matrix::Variant;
-use crate::version::DottedVersion;
+use crate::model::matrix::Variant;
+use crate::model::version::DottedVersion;
 
 /// What the tag rules need to know about one image.
 #[derive(Debug, Clone, PartialEq)]

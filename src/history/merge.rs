@@ -15,7 +15,7 @@
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
-use crate::manifest::{
+use crate::history::manifest::{
     AliasRecord, AliasTarget, ImageRecord, IndexRecord, Manifest, HISTORY_LIMIT, SCHEMA_VERSION,
 };
 

@@ -10,13 +10,13 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result};
 
-use crate::app::{table, Outcome};
-use crate::build::{execute, ExecOptions, ImageResult, Status, TestOutcome};
+use crate::commands::{table, Outcome};
 use crate::docker::{Engine, RetryPolicy};
-use crate::engine_builder::{Contexts, EngineBuilder, EngineBuilderSettings};
-use crate::manifest::{now_rfc3339, ImageRecord, Manifest, TestRecord};
-use crate::plan::{plan, select, Plan, Shard};
-use crate::progress::Progress;
+use crate::history::manifest::{now_rfc3339, ImageRecord, Manifest, TestRecord};
+use crate::pipeline::docker_builder::{Contexts, EngineBuilder, EngineBuilderSettings};
+use crate::pipeline::executor::{execute, ExecOptions, ImageResult, Status, TestOutcome};
+use crate::pipeline::plan::{plan, select, Plan, Shard};
+use crate::pipeline::progress::Progress;
 use crate::project::{self, Project};
 use crate::render::render_all;
 use crate::resolve::ResolveOptions;
@@ -93,7 +93,7 @@ pub fn run(project: &Project, settings: &BuildSettings) -> Result<Outcome> {
             recorded.is_some_and(|r| r.selftest.as_ref().is_some_and(|t| t.status == "pass"));
         image.recorded_digest = recorded.and_then(|r| r.digest.clone());
     }
-    crate::plan::guard_aliases(&mut plan, &manifest);
+    crate::pipeline::plan::guard_aliases(&mut plan, &manifest);
     if settings.dry_run {
         print!("{}", plan_table(&plan, &manifest));
         return Ok(Outcome::Success);
@@ -204,7 +204,7 @@ async fn execute_plan(
 /// Applies one result to the manifest.
 fn record(
     manifest: &mut Manifest,
-    planned: &crate::plan::PlannedImage,
+    planned: &crate::pipeline::plan::PlannedImage,
     result: &ImageResult,
     source_commit: Option<&str>,
 ) {

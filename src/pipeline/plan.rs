@@ -7,10 +7,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
-use crate::fingerprint::fingerprint;
-use crate::manifest::Manifest;
+use crate::history::manifest::Manifest;
+use crate::model::version::{DriverVersion, TorchVersion};
+use crate::resolve::fingerprint::fingerprint;
 use crate::resolve::ImageSpec;
-use crate::version::{DriverVersion, TorchVersion};
 
 /// `--shard I/N`: this runner builds the I-th of N deterministic parts (1-based).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -415,9 +415,9 @@ pub fn upgrade_plan(specs: &[ImageSpec], manifest: &Manifest) -> UpgradePlan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compat::Knowledge;
-    use crate::manifest::ImageRecord;
-    use crate::matrix::Matrix;
+    use crate::history::manifest::ImageRecord;
+    use crate::model::knowledge::Knowledge;
+    use crate::model::matrix::Matrix;
     use crate::resolve::{resolve, ResolveOptions};
 
     fn specs() -> Vec<ImageSpec> {

@@ -15,8 +15,8 @@ use std::time::Instant;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use serde::Serialize;
 
-use crate::manifest::Packages;
-use crate::plan::{Plan, PlannedImage};
+use crate::history::manifest::Packages;
+use crate::pipeline::plan::{Plan, PlannedImage};
 
 /// What the self-test said.
 #[derive(Debug, Clone, PartialEq, Serialize)]

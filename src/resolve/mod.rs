@@ -7,15 +7,20 @@
 //! NVIDIA publish a base image of that CUDA for that OS, is the glibc new enough, and (with
 //! `--driver`) does the fleet's driver run it.
 
+pub mod fingerprint;
+pub mod tags;
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
-use crate::compat::{wheel_suffix, CudaRelease, Knowledge, TorchCuda, TorchRelease, TorchSeries};
-use crate::fingerprint::fingerprint;
-use crate::matrix::{CellRule, Matrix, Variant};
-use crate::tags::{self, TagFields};
-use crate::version::{DottedVersion, DriverVersion, TorchVersion};
+use crate::model::knowledge::{
+    wheel_suffix, CudaRelease, Knowledge, TorchCuda, TorchRelease, TorchSeries,
+};
+use crate::model::matrix::{CellRule, Matrix, Variant};
+use crate::model::version::{DottedVersion, DriverVersion, TorchVersion};
+use fingerprint::fingerprint;
+use tags::TagFields;
 
 /// One image imagegen will render and build.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -321,7 +326,7 @@ fn sort_key(
 
 /// The cells the matrix asks for: axes minus excludes, plus includes.
 fn expand(matrix: &Matrix, resolution: &mut Resolution) -> Vec<Cell> {
-    let optional = |values: &[crate::matrix::VersionText]| -> Vec<Option<String>> {
+    let optional = |values: &[crate::model::matrix::VersionText]| -> Vec<Option<String>> {
         if values.is_empty() {
             vec![None]
         } else {
@@ -394,7 +399,7 @@ fn expand(matrix: &Matrix, resolution: &mut Resolution) -> Vec<Cell> {
 
 /// Whether an exclude rule covers a cell. Versions match by prefix (`2.7` covers `2.7.1`).
 fn rule_matches(rule: &CellRule, cell: &Cell) -> bool {
-    let version_matches = |rule_value: &Option<crate::matrix::VersionText>,
+    let version_matches = |rule_value: &Option<crate::model::matrix::VersionText>,
                            value: &Option<String>| match (
         rule_value, value,
     ) {

@@ -2,7 +2,7 @@
 //! consumes (`{"include": [...]}`). Pure: image specs in, a JSON value out.
 //!
 //! Every job runs `imagegen build --shard I/N`, which selects whole families (a runtime image and
-//! the devel images built on it) with `crate::plan::select`, so devel always builds after its
+//! the devel images built on it) with `crate::pipeline::plan::select`, so devel always builds after its
 //! runtime in the same job, and every runner computes the same split. `--per-image` is the same
 //! thing with one shard per family (the families sorted by name, dealt round-robin over as many
 //! shards as there are families, give exactly one family per shard). Shards that would select
@@ -18,7 +18,7 @@
 
 use serde::Serialize;
 
-use crate::plan::{select, Shard};
+use crate::pipeline::plan::{select, Shard};
 use crate::resolve::ImageSpec;
 
 /// The most jobs one GitHub Actions matrix may generate.
@@ -153,8 +153,8 @@ pub fn github_matrix(images: &[ImageSpec], fan_out: FanOut) -> GithubMatrix {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compat::Knowledge;
-    use crate::matrix::Matrix;
+    use crate::model::knowledge::Knowledge;
+    use crate::model::matrix::Matrix;
     use crate::resolve::{resolve, ResolveOptions};
     use std::collections::BTreeSet;
 

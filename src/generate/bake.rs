@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{json, Value};
 
-use crate::matrix::Variant;
+use crate::model::matrix::Variant;
 use crate::resolve::ImageSpec;
 
 /// Where `imagegen bake` stages one directory per self-test build, relative to the bake file.
@@ -156,8 +156,8 @@ pub fn selftest_builds(images: &[ImageSpec]) -> BTreeSet<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compat::Knowledge;
-    use crate::matrix::Matrix;
+    use crate::model::knowledge::Knowledge;
+    use crate::model::matrix::Matrix;
     use crate::resolve::{resolve, ResolveOptions};
 
     fn images() -> Vec<ImageSpec> {

@@ -7,10 +7,10 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use super::*;
-use crate::compat::Knowledge;
-use crate::manifest::Packages;
-use crate::matrix::Matrix;
-use crate::plan::{plan, select};
+use crate::history::manifest::Packages;
+use crate::model::knowledge::Knowledge;
+use crate::model::matrix::Matrix;
+use crate::pipeline::plan::{plan, select};
 use crate::resolve::{resolve, ResolveOptions};
 
 #[derive(Default)]

@@ -31,8 +31,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::model::version::DottedVersion;
 use crate::resolve::ImageSpec;
-use crate::version::DottedVersion;
 
 /// `/dev/shm` size per GPU.
 pub const SHM_GIB_PER_GPU: u32 = 8;
@@ -833,8 +833,8 @@ pub fn validate(manifests: &Manifests) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compat::Knowledge;
-    use crate::matrix::Matrix;
+    use crate::model::knowledge::Knowledge;
+    use crate::model::matrix::Matrix;
     use crate::resolve::{resolve, ResolveOptions};
 
     fn image() -> ImageSpec {

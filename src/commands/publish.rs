@@ -15,14 +15,14 @@ use std::path::Path;
 use anyhow::{anyhow, Result};
 use serde::Serialize;
 
-use crate::app::{table, Outcome};
+use crate::commands::{table, Outcome};
 use crate::docker::{
     registry_host_of, repository_path_of, DockerConfig, RegistryClient, MEDIA_TYPE_OCI_INDEX,
 };
-use crate::fingerprint::sha256_hex;
-use crate::manifest::{now_rfc3339, IndexRecord, Manifest, PlatformImage};
-use crate::plan::alias_guard;
+use crate::history::manifest::{now_rfc3339, IndexRecord, Manifest, PlatformImage};
+use crate::pipeline::plan::alias_guard;
 use crate::project::Project;
+use crate::resolve::fingerprint::sha256_hex;
 use crate::resolve::{ImageSpec, ResolveOptions};
 
 /// One platform image ready to go into an index.
@@ -382,9 +382,9 @@ mod tests {
 
     #[test]
     fn readiness_names_every_missing_or_failed_platform() {
-        use crate::compat::Knowledge;
-        use crate::manifest::{ImageRecord, TestRecord};
-        use crate::matrix::Matrix;
+        use crate::history::manifest::{ImageRecord, TestRecord};
+        use crate::model::knowledge::Knowledge;
+        use crate::model::matrix::Matrix;
         let matrix = Matrix::parse(
             "registry: r.example\nrepository: t/p\ntorch: [\"2.13\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\nvariants: [runtime]\nplatforms: [linux/amd64, linux/arm64]\n",
             "m.yaml",

@@ -11,15 +11,15 @@ use std::time::Duration;
 use anyhow::{anyhow, Context, Result};
 use tokio::sync::{Mutex, OnceCell};
 
-use crate::build::{Builder, Existing, TestOutcome};
 use crate::docker::{
     context_tar, registry_host_of, repository_path_of, BuildRequest, ContextFile, Credentials,
     DockerConfig, Engine, RegistryClient, RetryPolicy, RunRequest,
 };
-use crate::fingerprint::sha256_hex;
-use crate::manifest::Packages;
-use crate::plan::PlannedImage;
-use crate::progress::Progress;
+use crate::history::manifest::Packages;
+use crate::pipeline::executor::{Builder, Existing, TestOutcome};
+use crate::pipeline::plan::PlannedImage;
+use crate::pipeline::progress::Progress;
+use crate::resolve::fingerprint::sha256_hex;
 use crate::resolve::ImageSpec;
 
 /// The label that carries an image's build key.

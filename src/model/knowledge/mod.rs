@@ -12,7 +12,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::version::{DottedVersion, DriverVersion, TorchVersion, VersionError};
+use crate::model::version::{DottedVersion, DriverVersion, TorchVersion, VersionError};
 
 /// The embedded knowledge file.
 pub const EMBEDDED: &str = include_str!("knowledge.yaml");

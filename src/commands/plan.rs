@@ -11,11 +11,11 @@ use std::time::Instant;
 use anyhow::{anyhow, bail, Context, Result};
 use serde::Serialize;
 
-use crate::app::{table, Outcome};
 use crate::cli::PlanFormat;
+use crate::commands::{table, Outcome};
 use crate::docker::{registry_host_of, repository_path_of, DockerConfig, RegistryClient};
-use crate::manifest::{now_rfc3339, ImageRecord, Manifest};
-use crate::plan::{upgrade_plan, UpgradePlan};
+use crate::history::manifest::{now_rfc3339, ImageRecord, Manifest};
+use crate::pipeline::plan::{upgrade_plan, UpgradePlan};
 use crate::project::Project;
 use crate::resolve::ResolveOptions;
 
@@ -134,7 +134,7 @@ pub fn plan_text(plan: &UpgradePlan) -> String {
     out
 }
 
-fn change_summary(changes: &[crate::plan::InputChange]) -> String {
+fn change_summary(changes: &[crate::pipeline::plan::InputChange]) -> String {
     changes
         .iter()
         .map(|c| {
@@ -429,7 +429,7 @@ pub fn diff_records(from: &ImageRecord, to: &ImageRecord) -> ImageDiff {
             diff.fields.push((name.to_string(), a, b));
         }
     }
-    let empty = crate::manifest::Packages::default();
+    let empty = crate::history::manifest::Packages::default();
     let (a, b) = (
         from.packages.as_ref().unwrap_or(&empty),
         to.packages.as_ref().unwrap_or(&empty),

@@ -5,11 +5,16 @@ use std::fmt::Write as _;
 
 use anyhow::{Context, Result};
 
+pub mod build;
+pub mod fanout;
+pub mod plan;
+pub mod publish;
+
 use crate::cli::{Cli, Command, Format};
+use crate::model::version::DriverVersion;
 use crate::project::{self, Project};
 use crate::render::render_all;
 use crate::resolve::{Resolution, ResolveOptions};
-use crate::version::DriverVersion;
 
 /// How a command ended, when it could run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,22 +49,24 @@ pub fn run(cli: Cli) -> Result<Outcome> {
     match cli.command {
         Command::Plan { manifest, format } => {
             let project = Project::load(&cli.matrix, cli.knowledge.as_deref())?;
-            crate::upgrade::plan_command(&project, &manifest, format)
+            crate::commands::plan::plan_command(&project, &manifest, format)
         }
         Command::Rollback {
             alias,
             to,
             previous,
             manifest,
-        } => crate::upgrade::rollback_command(&alias, to.as_deref(), previous, &manifest),
-        Command::Diff { from, to, manifest } => crate::upgrade::diff_command(&from, &to, &manifest),
+        } => crate::commands::plan::rollback_command(&alias, to.as_deref(), previous, &manifest),
+        Command::Diff { from, to, manifest } => {
+            crate::commands::plan::diff_command(&from, &to, &manifest)
+        }
         Command::Publish {
             manifest,
             allow_untested,
             dry_run,
         } => {
             let project = Project::load(&cli.matrix, cli.knowledge.as_deref())?;
-            crate::publish::publish_command(&project, &manifest, allow_untested, dry_run)
+            crate::commands::publish::publish_command(&project, &manifest, allow_untested, dry_run)
         }
         Command::Resolve {
             driver,
@@ -104,7 +111,7 @@ pub fn run(cli: Cli) -> Result<Outcome> {
             dry_run,
         } => {
             let project = Project::load(&cli.matrix, cli.knowledge.as_deref())?;
-            let settings = crate::run_build::BuildSettings {
+            let settings = crate::commands::build::BuildSettings {
                 only,
                 jobs,
                 shard,
@@ -120,7 +127,7 @@ pub fn run(cli: Cli) -> Result<Outcome> {
                 push_attempts,
                 dry_run,
             };
-            crate::run_build::run(&project, &settings)
+            crate::commands::build::run(&project, &settings)
         }
         Command::Render { out, check } => {
             let project = Project::load(&cli.matrix, cli.knowledge.as_deref())?;
@@ -173,7 +180,7 @@ pub fn run(cli: Cli) -> Result<Outcome> {
             out,
             selftest_dir,
             no_stage,
-        } => crate::fanout_commands::bake(
+        } => crate::commands::fanout::bake(
             &cli.matrix,
             cli.knowledge.as_deref(),
             &out,
@@ -190,7 +197,7 @@ pub fn run(cli: Cli) -> Result<Outcome> {
             manifest,
             command,
         } => {
-            let settings = crate::k8s::JobSettings {
+            let settings = crate::generate::k8s::JobSettings {
                 gpus,
                 nodes,
                 namespace,
@@ -199,7 +206,7 @@ pub fn run(cli: Cli) -> Result<Outcome> {
                 driver_affinity: !no_driver_affinity,
                 digest: None,
             };
-            crate::fanout_commands::k8s(
+            crate::commands::fanout::k8s(
                 &cli.matrix,
                 cli.knowledge.as_deref(),
                 &image,
@@ -212,12 +219,15 @@ pub fn run(cli: Cli) -> Result<Outcome> {
             shards,
             per_image: _,
         } => {
-            let fan_out = shards.map_or(crate::ci::FanOut::PerImage, crate::ci::FanOut::Shards);
-            crate::fanout_commands::ci_github(&cli.matrix, cli.knowledge.as_deref(), fan_out)
+            let fan_out = shards.map_or(
+                crate::generate::github::FanOut::PerImage,
+                crate::generate::github::FanOut::Shards,
+            );
+            crate::commands::fanout::ci_github(&cli.matrix, cli.knowledge.as_deref(), fan_out)
         }
         Command::Manifest {
             action: crate::cli::ManifestAction::Merge { inputs, out },
-        } => crate::fanout_commands::manifest_merge(&inputs, out.as_deref()),
+        } => crate::commands::fanout::manifest_merge(&inputs, out.as_deref()),
     }
 }
 

@@ -1,0 +1,6 @@
+//! Files imagegen writes for other tools: a `docker buildx bake` file (`bake`), the GitHub Actions
+//! build matrix (`github`) and Kubernetes Jobs (`k8s`). Pure: image specs in, documents out.
+
+pub mod bake;
+pub mod github;
+pub mod k8s;
