@@ -1,9 +1,14 @@
-//! Command-line interface: clap derive structures only. Turning flags into settings and printing
-//! happen in `app`; `main` maps outcomes to exit codes.
+//! The command line: clap derive structures only, one `Args` struct per verb. Turning flags into
+//! settings and printing happen in `commands`; `main` maps the outcome to the exit code. This
+//! file imports no domain module: values that need parsing (a shard, a driver version) arrive as
+//! text and are parsed by the command, which names the flag in its error.
 
 use std::path::PathBuf;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// The manifest file every command that reads or writes one defaults to.
+pub const DEFAULT_MANIFEST: &str = "imagegen-manifest.json";
 
 #[derive(Debug, Parser)]
 #[command(name = "imagegen", version, about = "Resolve, render, build, test and publish GPU deep-learning container images from one matrix", long_about = None)]
@@ -40,184 +45,220 @@ pub enum PlanFormat {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Compare the matrix with the manifest: new and rebuilt images (and why), alias moves, rising driver minimums, images no longer made.
-    Plan {
-        /// The manifest file.
-        #[arg(long, default_value = crate::history::manifest::DEFAULT_PATH)]
-        manifest: PathBuf,
-        #[arg(long, value_enum, default_value_t = PlanFormat::Table)]
-        format: PlanFormat,
-    },
+    Plan(PlanArgs),
     /// Re-point an alias in the registry to an earlier digest recorded in the manifest, without a rebuild.
-    Rollback {
-        /// The alias to move, e.g. 2.7-cuda12.6-runtime or latest.
-        alias: String,
-        /// The digest to point it at (it must be recorded in the manifest).
-        #[arg(
-            long,
-            conflicts_with = "previous",
-            required_unless_present = "previous"
-        )]
-        to: Option<String>,
-        /// Point it where it pointed before its last move.
-        #[arg(long)]
-        previous: bool,
-        /// The manifest file.
-        #[arg(long, default_value = crate::history::manifest::DEFAULT_PATH)]
-        manifest: PathBuf,
-    },
+    Rollback(RollbackArgs),
     /// Assemble and push an OCI image index per full tag (and move its aliases) from the per-platform images recorded in the manifest.
-    Publish {
-        /// The manifest file.
-        #[arg(long, default_value = crate::history::manifest::DEFAULT_PATH)]
-        manifest: PathBuf,
-        /// Publish indexes whose platform images' self-test was skipped (no GPU, foreign platform); aliases still wait for a pass.
-        #[arg(long)]
-        allow_untested: bool,
-        /// Check readiness and print what would be published; push nothing.
-        #[arg(long)]
-        dry_run: bool,
-    },
+    Publish(PublishArgs),
     /// Show what changed between two images (tags, aliases or digests recorded in the manifest): versions and packages.
-    Diff {
-        from: String,
-        to: String,
-        /// The manifest file.
-        #[arg(long, default_value = crate::history::manifest::DEFAULT_PATH)]
-        manifest: PathBuf,
-    },
+    Diff(DiffArgs),
     /// Show which images the matrix makes, on which drivers they run, and which cells are impossible and why.
-    Resolve {
-        /// Only keep images that this NVIDIA driver runs (e.g. 535.104.05).
-        #[arg(long)]
-        driver: Option<String>,
-        /// With --driver: accept older driver branches that CUDA forward compatibility serves (data-center GPUs only).
-        #[arg(long, requires = "driver")]
-        forward_compat: bool,
-        #[arg(long, value_enum, default_value_t = Format::Table)]
-        format: Format,
-        /// Exit 1 when any cell is rejected.
-        #[arg(long)]
-        strict: bool,
-    },
+    Resolve(ResolveArgs),
     /// Render one Dockerfile per image into the output directory (or check that it is up to date).
-    Render {
-        /// Output directory.
-        #[arg(long, default_value = "images")]
-        out: PathBuf,
-        /// Write nothing; print a diff and exit 1 if the output directory is stale.
-        #[arg(long)]
-        check: bool,
-    },
+    Render(RenderArgs),
     /// Build the images through the Docker Engine API, test each with gpu-selftest, tag, push, and record them in the manifest.
-    Build {
-        /// Only images whose full tag contains this text (or matches it, with `*` as a wildcard); runtime images that selected devel images build on come along.
-        #[arg(long)]
-        only: Option<String>,
-        /// How many images to build at once.
-        #[arg(long, default_value_t = 2)]
-        jobs: usize,
-        /// Build the I-th of N deterministic parts of the matrix (e.g. 2/4), one per CI runner.
-        #[arg(long)]
-        shard: Option<crate::pipeline::plan::Shard>,
-        /// Only images of this platform (linux/amd64 or linux/arm64): run one build per platform, each on a runner of that platform.
-        #[arg(long)]
-        platform: Option<String>,
-        /// Push full tags (and moved aliases) to the matrix's registry.
-        #[arg(long)]
-        push: bool,
-        /// Do not run gpu-selftest (aliases then do not move).
-        #[arg(long)]
-        no_test: bool,
-        /// Fail every image whose self-test could not run on GPUs (no GPU on this host).
-        #[arg(long)]
-        require_gpu: bool,
-        /// Move aliases of images whose self-test was skipped for lack of GPUs (never of failed ones).
-        #[arg(long)]
-        move_untested_aliases: bool,
-        /// Directory of rendered images.
-        #[arg(long, default_value = "images")]
-        images: PathBuf,
-        /// Directory holding gpu-selftest-cu11, -cu12 and -cu13 (from selftest/build.sh).
-        #[arg(long, default_value = "target/selftest")]
-        selftest_dir: PathBuf,
-        /// The manifest file.
-        #[arg(long, default_value = crate::history::manifest::DEFAULT_PATH)]
-        manifest: PathBuf,
-        /// Where each image's full build log goes.
-        #[arg(long, default_value = ".imagegen/logs")]
-        log_dir: PathBuf,
-        /// Attempts per push before a transient registry failure counts (backoff 1 s, 2 s, 4 s, ...).
-        #[arg(long, default_value_t = 5)]
-        push_attempts: u32,
-        /// Print the plan (images, build keys, order, aliases) and build nothing.
-        #[arg(long)]
-        dry_run: bool,
-    },
+    Build(BuildArgs),
     /// Export the resolved matrix as a docker-bake.json for `docker buildx bake` (BuildKit, remote builders).
-    Bake {
-        /// The bake file to write (`-` prints it); the self-test binaries are staged beside it under .imagegen/bake/.
-        #[arg(long, default_value = "docker-bake.json")]
-        out: PathBuf,
-        /// Directory holding gpu-selftest-cu11, -cu12 and -cu13 (from selftest/build.sh).
-        #[arg(long, default_value = "target/selftest")]
-        selftest_dir: PathBuf,
-        /// Write only the bake file; do not stage the self-test binaries into the build contexts.
-        #[arg(long)]
-        no_stage: bool,
-    },
+    Bake(BakeArgs),
     /// Print a Kubernetes Job (YAML) that runs an image of the matrix on GPUs, kept off nodes whose driver is too old.
-    K8s {
-        /// A full tag or alias the matrix makes (with or without the repository).
-        image: String,
-        /// GPUs per node; more than one runs the command under torchrun.
-        #[arg(long, default_value_t = 1)]
-        gpus: u32,
-        /// Nodes; more than one makes an Indexed Job with a headless Service and a static torchrun rendezvous.
-        #[arg(long, default_value_t = 1)]
-        nodes: u32,
-        #[arg(long, default_value = "default")]
-        namespace: String,
-        /// The Job name (default: the repository's last component and the tag, as a DNS label).
-        #[arg(long)]
-        name: Option<String>,
-        /// Leave out the node affinity on NVIDIA GPU feature discovery's driver labels.
-        #[arg(long)]
-        no_driver_affinity: bool,
-        /// The manifest whose recorded digest pins the image (`repository:tag@sha256:...`); a missing file pins nothing.
-        #[arg(long, default_value = crate::history::manifest::DEFAULT_PATH)]
-        manifest: PathBuf,
-        /// The program to run, last on the line (default: the image's gpu-selftest), e.g. --command python train.py --epochs 3.
-        #[arg(long, num_args = 1.., allow_hyphen_values = true)]
-        command: Vec<String>,
-    },
+    K8s(K8sArgs),
     /// Print the build fan-out as a GitHub Actions strategy.matrix (JSON): one job per shard or per image family.
-    Ci {
-        /// Emit the GitHub Actions matrix (`{"include": [...]}`), the only CI format so far.
-        #[arg(long, required = true)]
-        github: bool,
-        /// At most N jobs (1 to 256, GitHub's limit), image families dealt round-robin (`imagegen build --shard I/N`).
-        #[arg(long, conflicts_with = "per_image", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=256))]
-        shards: Option<usize>,
-        /// One job per image family (a runtime image and the devel images on it); the default.
-        #[arg(long)]
-        per_image: bool,
-    },
+    Ci(CiArgs),
     /// Work with manifests (imagegen-manifest.json).
-    Manifest {
-        #[command(subcommand)]
-        action: ManifestAction,
-    },
+    Manifest(ManifestArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// The manifest file.
+    #[arg(long, default_value = DEFAULT_MANIFEST)]
+    pub manifest: PathBuf,
+    #[arg(long, value_enum, default_value_t = PlanFormat::Table)]
+    pub format: PlanFormat,
+}
+
+#[derive(Debug, Args)]
+pub struct RollbackArgs {
+    /// The alias to move, e.g. 2.7-cuda12.6-runtime or latest.
+    pub alias: String,
+    /// The digest to point it at (it must be recorded in the manifest).
+    #[arg(
+        long,
+        conflicts_with = "previous",
+        required_unless_present = "previous"
+    )]
+    pub to: Option<String>,
+    /// Point it where it pointed before its last move.
+    #[arg(long)]
+    pub previous: bool,
+    /// The manifest file.
+    #[arg(long, default_value = DEFAULT_MANIFEST)]
+    pub manifest: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct PublishArgs {
+    /// The manifest file.
+    #[arg(long, default_value = DEFAULT_MANIFEST)]
+    pub manifest: PathBuf,
+    /// Publish indexes whose platform images' self-test was skipped (no GPU, foreign platform); aliases still wait for a pass.
+    #[arg(long)]
+    pub allow_untested: bool,
+    /// Check readiness and print what would be published; push nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    pub from: String,
+    pub to: String,
+    /// The manifest file.
+    #[arg(long, default_value = DEFAULT_MANIFEST)]
+    pub manifest: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct ResolveArgs {
+    /// Only keep images that this NVIDIA driver runs (e.g. 535.104.05).
+    #[arg(long)]
+    pub driver: Option<String>,
+    /// With --driver: accept older driver branches that CUDA forward compatibility serves (data-center GPUs only).
+    #[arg(long, requires = "driver")]
+    pub forward_compat: bool,
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+    /// Exit 1 when any cell is rejected.
+    #[arg(long)]
+    pub strict: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct RenderArgs {
+    /// Output directory.
+    #[arg(long, default_value = "images")]
+    pub out: PathBuf,
+    /// Write nothing; print a diff and exit 1 if the output directory is stale.
+    #[arg(long)]
+    pub check: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct BuildArgs {
+    /// Only images whose full tag contains this text (or matches it, with `*` as a wildcard); runtime images that selected devel images build on come along.
+    #[arg(long)]
+    pub only: Option<String>,
+    /// How many images to build at once.
+    #[arg(long, default_value_t = 2)]
+    pub jobs: usize,
+    /// Build the I-th of N deterministic parts of the matrix (e.g. 2/4), one per CI runner.
+    #[arg(long)]
+    pub shard: Option<String>,
+    /// Only images of this platform (linux/amd64 or linux/arm64): run one build per platform, each on a runner of that platform.
+    #[arg(long)]
+    pub platform: Option<String>,
+    /// Push full tags (and moved aliases) to the matrix's registry.
+    #[arg(long)]
+    pub push: bool,
+    /// Do not run gpu-selftest (aliases then do not move).
+    #[arg(long)]
+    pub no_test: bool,
+    /// Fail every image whose self-test could not run on GPUs (no GPU on this host).
+    #[arg(long)]
+    pub require_gpu: bool,
+    /// Move aliases of images whose self-test was skipped for lack of GPUs (never of failed ones).
+    #[arg(long)]
+    pub move_untested_aliases: bool,
+    /// Directory of rendered images.
+    #[arg(long, default_value = "images")]
+    pub images: PathBuf,
+    /// Directory holding gpu-selftest-cu11, -cu12 and -cu13 (from selftest/build.sh).
+    #[arg(long, default_value = "target/selftest")]
+    pub selftest_dir: PathBuf,
+    /// The manifest file.
+    #[arg(long, default_value = DEFAULT_MANIFEST)]
+    pub manifest: PathBuf,
+    /// Where each image's full build log goes.
+    #[arg(long, default_value = ".imagegen/logs")]
+    pub log_dir: PathBuf,
+    /// Attempts per push before a transient registry failure counts (backoff 1 s, 2 s, 4 s, ...).
+    #[arg(long, default_value_t = 5)]
+    pub push_attempts: u32,
+    /// Print the plan (images, build keys, order, aliases) and build nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct BakeArgs {
+    /// The bake file to write (`-` prints it); the self-test binaries are staged beside it under .imagegen/bake/.
+    #[arg(long, default_value = "docker-bake.json")]
+    pub out: PathBuf,
+    /// Directory holding gpu-selftest-cu11, -cu12 and -cu13 (from selftest/build.sh).
+    #[arg(long, default_value = "target/selftest")]
+    pub selftest_dir: PathBuf,
+    /// Write only the bake file; do not stage the self-test binaries into the build contexts.
+    #[arg(long)]
+    pub no_stage: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct K8sArgs {
+    /// A full tag or alias the matrix makes (with or without the repository).
+    pub image: String,
+    /// GPUs per node; more than one runs the command under torchrun.
+    #[arg(long, default_value_t = 1)]
+    pub gpus: u32,
+    /// Nodes; more than one makes an Indexed Job with a headless Service and a static torchrun rendezvous.
+    #[arg(long, default_value_t = 1)]
+    pub nodes: u32,
+    #[arg(long, default_value = "default")]
+    pub namespace: String,
+    /// The Job name (default: the repository's last component and the tag, as a DNS label).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Leave out the node affinity on NVIDIA GPU feature discovery's driver labels.
+    #[arg(long)]
+    pub no_driver_affinity: bool,
+    /// The manifest whose recorded digest pins the image (`repository:tag@sha256:...`); a missing file pins nothing.
+    #[arg(long, default_value = DEFAULT_MANIFEST)]
+    pub manifest: PathBuf,
+    /// The program to run, last on the line (default: the image's gpu-selftest), e.g. --command python train.py --epochs 3.
+    #[arg(long, num_args = 1.., allow_hyphen_values = true)]
+    pub command: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct CiArgs {
+    /// Emit the GitHub Actions matrix (`{"include": [...]}`), the only CI format so far.
+    #[arg(long, required = true)]
+    pub github: bool,
+    /// At most N jobs (1 to 256, GitHub's limit), image families dealt round-robin (`imagegen build --shard I/N`).
+    #[arg(long, conflicts_with = "per_image", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=256))]
+    pub shards: Option<usize>,
+    /// One job per image family (a runtime image and the devel images on it); the default.
+    #[arg(long)]
+    pub per_image: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ManifestArgs {
+    #[command(subcommand)]
+    pub action: ManifestAction,
 }
 
 #[derive(Debug, Subcommand)]
 pub enum ManifestAction {
     /// Merge manifests (e.g. one per CI shard): newest record per tag wins, histories are unioned, aliases take their newest move.
-    Merge {
-        /// The manifests to merge (a missing file counts as empty).
-        #[arg(required = true)]
-        inputs: Vec<PathBuf>,
-        /// Where to write the result (default: print it).
-        #[arg(long)]
-        out: Option<PathBuf>,
-    },
+    Merge(MergeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct MergeArgs {
+    /// The manifests to merge (a missing file counts as empty).
+    #[arg(required = true)]
+    pub inputs: Vec<PathBuf>,
+    /// Where to write the result (default: print it).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
 }

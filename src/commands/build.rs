@@ -1,100 +1,55 @@
 //! The `build` command: check that `images/` is rendered from the matrix, assemble the build
 //! contexts, compute the plan, then (unless `--dry-run`) connect to Docker, execute the plan and
 //! record every result in the manifest as soon as it is known, so Ctrl-C or a crash keeps what
-//! finished. Prints a summary table; exit 1 if any image failed, 130 if interrupted.
+//! finished. Prints a summary table; exit 1 if any image failed, 130/143 on SIGINT/SIGTERM.
 
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result};
 
-use crate::commands::{table, Outcome};
+use super::output::table;
+use super::signals::{interrupted, Signal};
+use super::Outcome;
+use crate::cli::BuildArgs;
 use crate::docker::{Engine, RetryPolicy};
-use crate::history::manifest::{now_rfc3339, ImageRecord, Manifest, TestRecord};
+use crate::history::manifest::{now_rfc3339, Manifest};
 use crate::pipeline::docker_builder::{Contexts, EngineBuilder, EngineBuilderSettings};
-use crate::pipeline::executor::{execute, ExecOptions, ImageResult, Status, TestOutcome};
-use crate::pipeline::plan::{plan, select, Plan, Shard};
+use crate::pipeline::executor::{execute, ExecOptions, ImageResult};
+use crate::pipeline::plan::{plan, select_for_build, Plan, Shard};
 use crate::pipeline::progress::Progress;
-use crate::project::{self, Project};
-use crate::render::render_all;
-use crate::resolve::ResolveOptions;
+use crate::pipeline::record::record;
+use crate::project::{self, load_manifest, save_manifest, Project};
 
-/// Settings of one `imagegen build`.
-pub struct BuildSettings {
-    pub only: Option<String>,
-    pub jobs: usize,
-    pub shard: Option<Shard>,
-    pub platform: Option<String>,
-    pub push: bool,
-    pub test: bool,
-    pub require_gpu: bool,
-    pub move_untested_aliases: bool,
-    pub images: PathBuf,
-    pub selftest_dir: PathBuf,
-    pub manifest: PathBuf,
-    pub log_dir: PathBuf,
-    pub push_attempts: u32,
-    pub dry_run: bool,
-}
-
-pub fn run(project: &Project, settings: &BuildSettings) -> Result<Outcome> {
-    let resolution = project.resolve(ResolveOptions::default());
-    let rendered = render_all(&resolution.images, &project.matrix, &project.templates)?;
-    let drift = project::check(&rendered, &settings.images)?;
+pub fn run(project: &Project, args: &BuildArgs) -> Result<Outcome> {
+    let shard = args
+        .shard
+        .as_deref()
+        .map(str::parse::<Shard>)
+        .transpose()
+        .map_err(|message| anyhow::anyhow!(message))?;
+    let (resolution, rendered) = project.render()?;
+    let drift = project::check(&rendered, &args.images)?;
     if !drift.diffs.is_empty() {
         anyhow::bail!(
             "{} does not match {} ({} Dockerfiles differ): the images built must be the ones reviewed\nhint: run `imagegen render` and commit the result",
-            settings.images.display(),
+            args.images.display(),
             project.matrix_path.display(),
             drift.diffs.len()
         );
     }
-    let candidates: Vec<_> = match &settings.platform {
-        None => resolution.images.clone(),
-        Some(platform) => {
-            let of_platform: Vec<_> = resolution
-                .images
-                .iter()
-                .filter(|i| &i.platform == platform)
-                .cloned()
-                .collect();
-            if of_platform.is_empty() {
-                let platforms: std::collections::BTreeSet<&str> = resolution
-                    .images
-                    .iter()
-                    .map(|i| i.platform.as_str())
-                    .collect();
-                anyhow::bail!(
-                    "--platform {platform}: the matrix makes no image for it (it makes {})",
-                    platforms.into_iter().collect::<Vec<_>>().join(", ")
-                );
-            }
-            of_platform
-        }
-    };
-    let selected = select(&candidates, settings.only.as_deref(), settings.shard);
-    if selected.is_empty() {
-        anyhow::bail!(
-            "no image matches --only {:?} in this shard",
-            settings.only.as_deref().unwrap_or("")
-        );
-    }
-    let contexts = Contexts::assemble(&selected, &settings.images, &settings.selftest_dir)?;
-    let manifest = Manifest::load(&settings.manifest)?;
-    let mut plan = plan(&selected, &contexts.digests());
-    for image in &mut plan.images {
-        let recorded = manifest
-            .images
-            .get(&image.spec.tag)
-            .filter(|r| r.build_key == image.build_key && r.status == "ok");
-        image.passed_before =
-            recorded.is_some_and(|r| r.selftest.as_ref().is_some_and(|t| t.status == "pass"));
-        image.recorded_digest = recorded.and_then(|r| r.digest.clone());
-    }
-    crate::pipeline::plan::guard_aliases(&mut plan, &manifest);
-    if settings.dry_run {
+    let selected = select_for_build(
+        &resolution.images,
+        args.only.as_deref(),
+        shard,
+        args.platform.as_deref(),
+    )?;
+    let contexts = Contexts::assemble(&selected, &args.images, &args.selftest_dir)?;
+    let manifest = load_manifest(&args.manifest)?;
+    let plan = plan(&selected, &contexts.digests(), &manifest);
+    if args.dry_run {
         print!("{}", plan_table(&plan, &manifest));
         return Ok(Outcome::Success);
     }
@@ -103,12 +58,12 @@ pub fn run(project: &Project, settings: &BuildSettings) -> Result<Outcome> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(execute_plan(project, settings, plan, contexts, manifest))
+    runtime.block_on(execute_plan(project, args, plan, contexts, manifest))
 }
 
 async fn execute_plan(
     project: &Project,
-    settings: &BuildSettings,
+    settings: &BuildArgs,
     plan: Plan,
     contexts: Contexts,
     manifest: Manifest,
@@ -146,7 +101,7 @@ async fn execute_plan(
     let options = ExecOptions {
         jobs: settings.jobs,
         push: settings.push,
-        test: settings.test,
+        test: !settings.no_test,
         require_gpu: settings.require_gpu,
         move_untested_aliases: settings.move_untested_aliases,
     };
@@ -164,12 +119,15 @@ async fn execute_plan(
         .iter()
         .map(|i| (i.spec.name.clone(), i.clone()))
         .collect();
+    let signal: Mutex<Option<Signal>> = Mutex::new(None);
     let cancel = async {
-        let _ = tokio::signal::ctrl_c().await;
+        let received = interrupted().await;
         eprintln!(
-            "interrupted: stopping; finished images stay recorded in {}",
+            "{}: stopping; finished images stay recorded in {}",
+            received.name(),
             settings.manifest.display()
         );
+        *signal.lock().expect("signal lock") = Some(received);
     };
     let results = execute(&plan, builder, &options, cancel, |result| {
         progress.finish(&result.name, &one_line(result));
@@ -177,8 +135,14 @@ async fn execute_plan(
             return;
         };
         let mut manifest = manifest.lock().expect("manifest lock");
-        record(&mut manifest, planned, result, source_commit.as_deref());
-        if let Err(error) = manifest.save(&settings.manifest) {
+        record(
+            &mut manifest,
+            planned,
+            result,
+            source_commit.as_deref(),
+            &now_rfc3339(),
+        );
+        if let Err(error) = save_manifest(&settings.manifest, &manifest) {
             save_error.lock().expect("save lock").get_or_insert(error);
         }
     })
@@ -191,75 +155,14 @@ async fn execute_plan(
     }
     print!("{}", summary_table(&results));
     println!("manifest: {}", settings.manifest.display());
-    if results.iter().any(|r| r.status == Status::Interrupted) {
-        std::process::exit(130);
+    if let Some(received) = *signal.lock().expect("signal lock") {
+        return Ok(Outcome::Interrupted(received));
     }
     Ok(if results.iter().all(ImageResult::succeeded) {
         Outcome::Success
     } else {
         Outcome::Failed
     })
-}
-
-/// Applies one result to the manifest.
-fn record(
-    manifest: &mut Manifest,
-    planned: &crate::pipeline::plan::PlannedImage,
-    result: &ImageResult,
-    source_commit: Option<&str>,
-) {
-    let now = now_rfc3339();
-    let mut record = ImageRecord::for_spec(&planned.spec, &planned.build_key, &now);
-    record.image_id = result.image_id.clone();
-    record.build_seconds = (result.seconds * 10.0).round() / 10.0;
-    record.source_commit = source_commit.map(String::from);
-    let previous = manifest
-        .images
-        .get(&planned.spec.tag)
-        .filter(|p| p.build_key == planned.build_key)
-        .cloned();
-    record.selftest = match (&result.test, &previous) {
-        // A reused image keeps the report of the run that tested it.
-        (Some(TestOutcome::Pass { report: None, .. }), Some(previous)) if planned.passed_before => {
-            previous.selftest.clone()
-        }
-        // Not tested in this run (reused from the registry): keep what the manifest knew.
-        (None, Some(previous)) => previous.selftest.clone(),
-        (Some(test), _) => Some(TestRecord {
-            status: test.status().into(),
-            summary: test.summary().into(),
-            report: test.report().cloned(),
-            at: now.clone(),
-        }),
-        (None, None) => None,
-    };
-    record.packages = result
-        .packages
-        .clone()
-        .or_else(|| previous.as_ref().and_then(|p| p.packages.clone()));
-    match result.status {
-        Status::Built | Status::Reused => {
-            record.digest = result
-                .digest
-                .clone()
-                .or_else(|| previous.as_ref().and_then(|p| p.digest.clone()));
-            if result.status == Status::Reused {
-                if let Some(previous) = &previous {
-                    record.built_at = previous.built_at.clone();
-                    record.build_seconds = previous.build_seconds;
-                }
-            }
-            let digest = record.digest.clone();
-            manifest.record_success(record);
-            for alias in &result.aliases_moved {
-                manifest.move_alias(alias, &planned.spec.tag, digest.clone(), &now);
-            }
-        }
-        Status::Failed | Status::Skipped => {
-            manifest.record_failure(record, result.error.as_deref().unwrap_or("failed"))
-        }
-        Status::Interrupted => {}
-    }
 }
 
 /// `git rev-parse HEAD` of the matrix's repository, or `GITHUB_SHA`.

@@ -1,20 +1,30 @@
-//! The commands: turn parsed flags into settings, call the core, print for people (tables) or
-//! machines (JSON). Holds no compatibility or tag logic of its own.
+//! The imperative shell: one file per verb, each `run(&Project, &Args) -> Result<Outcome>`. A
+//! command loads what it needs through [`Project`], calls the pure stages, does the Docker and
+//! file work at the edges, and prints for people (tables) or machines (JSON). Policy lives in the
+//! stages, not here.
+
+pub mod bake;
+pub mod build;
+pub mod ci;
+pub mod diff;
+pub mod k8s;
+pub mod manifest;
+pub mod output;
+pub mod plan;
+pub mod publish;
+pub mod render;
+pub mod resolve;
+pub mod rollback;
+pub mod signals;
 
 use std::fmt::Write as _;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 
-pub mod build;
-pub mod fanout;
-pub mod plan;
-pub mod publish;
+use crate::cli::{Cli, Command, ManifestAction};
+use crate::project::Project;
 
-use crate::cli::{Cli, Command, Format};
-use crate::model::version::DriverVersion;
-use crate::project::{self, Project};
-use crate::render::render_all;
-use crate::resolve::{Resolution, ResolveOptions};
+pub use signals::Signal;
 
 /// How a command ended, when it could run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,6 +32,8 @@ pub enum Outcome {
     Success,
     /// A check, build or test failed (exit 1).
     Failed,
+    /// Stopped by SIGINT (exit 130) or SIGTERM (exit 143) after cleaning up.
+    Interrupted(Signal),
 }
 
 impl Outcome {
@@ -29,6 +41,7 @@ impl Outcome {
         match self {
             Outcome::Success => 0,
             Outcome::Failed => 1,
+            Outcome::Interrupted(signal) => signal.exit_code(),
         }
     }
 }
@@ -45,286 +58,22 @@ pub fn describe(error: &anyhow::Error) -> String {
     text
 }
 
+/// Runs the command `cli` names.
 pub fn run(cli: Cli) -> Result<Outcome> {
-    match cli.command {
-        Command::Plan { manifest, format } => {
-            let project = Project::load(&cli.matrix, cli.knowledge.as_deref())?;
-            crate::commands::plan::plan_command(&project, &manifest, format)
-        }
-        Command::Rollback {
-            alias,
-            to,
-            previous,
-            manifest,
-        } => crate::commands::plan::rollback_command(&alias, to.as_deref(), previous, &manifest),
-        Command::Diff { from, to, manifest } => {
-            crate::commands::plan::diff_command(&from, &to, &manifest)
-        }
-        Command::Publish {
-            manifest,
-            allow_untested,
-            dry_run,
-        } => {
-            let project = Project::load(&cli.matrix, cli.knowledge.as_deref())?;
-            crate::commands::publish::publish_command(&project, &manifest, allow_untested, dry_run)
-        }
-        Command::Resolve {
-            driver,
-            forward_compat,
-            format,
-            strict,
-        } => {
-            let project = Project::load(&cli.matrix, cli.knowledge.as_deref())?;
-            let driver = driver
-                .map(|text| DriverVersion::parse(&text))
-                .transpose()
-                .context("--driver")?;
-            let resolution = project.resolve(ResolveOptions {
-                driver,
-                forward_compat,
-                ..Default::default()
-            });
-            match format {
-                Format::Table => print!("{}", resolution_table(&resolution)),
-                Format::Json => println!("{}", serde_json::to_string_pretty(&resolution)?),
-            }
-            Ok(if strict && !resolution.rejected.is_empty() {
-                Outcome::Failed
-            } else {
-                Outcome::Success
-            })
-        }
-        Command::Build {
-            only,
-            jobs,
-            shard,
-            platform,
-            push,
-            no_test,
-            require_gpu,
-            move_untested_aliases,
-            images,
-            selftest_dir,
-            manifest,
-            log_dir,
-            push_attempts,
-            dry_run,
-        } => {
-            let project = Project::load(&cli.matrix, cli.knowledge.as_deref())?;
-            let settings = crate::commands::build::BuildSettings {
-                only,
-                jobs,
-                shard,
-                platform,
-                push,
-                test: !no_test,
-                require_gpu,
-                move_untested_aliases,
-                images,
-                selftest_dir,
-                manifest,
-                log_dir,
-                push_attempts,
-                dry_run,
-            };
-            crate::commands::build::run(&project, &settings)
-        }
-        Command::Render { out, check } => {
-            let project = Project::load(&cli.matrix, cli.knowledge.as_deref())?;
-            let resolution = project.resolve(ResolveOptions::default());
-            let rendered = render_all(&resolution.images, &project.matrix, &project.templates)?;
-            if check {
-                let drift = project::check(&rendered, &out)?;
-                for diff in &drift.diffs {
-                    print!("{diff}");
-                }
-                for name in &drift.stale {
-                    println!(
-                        "stale: {}/{name} is no longer made by {}",
-                        out.display(),
-                        project.matrix_path.display()
-                    );
-                }
-                if drift.is_clean() {
-                    println!("{}: {} images up to date", out.display(), rendered.len());
-                    Ok(Outcome::Success)
-                } else {
-                    eprintln!(
-                        "error: {} is out of date ({} files differ, {} stale images)\nhint: run `imagegen render` and commit the result",
-                        out.display(),
-                        drift.diffs.len(),
-                        drift.stale.len()
-                    );
-                    Ok(Outcome::Failed)
-                }
-            } else {
-                let (changed, removed) = project::write(&rendered, &out)?;
-                for name in &changed {
-                    println!("wrote {}/{name}/Dockerfile", out.display());
-                }
-                for name in &removed {
-                    println!("removed {}/{name}", out.display());
-                }
-                println!(
-                    "{} images in {} ({} changed, {} removed, {} cells rejected: see `imagegen resolve`)",
-                    rendered.len(),
-                    out.display(),
-                    changed.len(),
-                    removed.len(),
-                    resolution.rejected.len()
-                );
-                Ok(Outcome::Success)
-            }
-        }
-        Command::Bake {
-            out,
-            selftest_dir,
-            no_stage,
-        } => crate::commands::fanout::bake(
-            &cli.matrix,
-            cli.knowledge.as_deref(),
-            &out,
-            &selftest_dir,
-            !no_stage,
-        ),
-        Command::K8s {
-            image,
-            gpus,
-            nodes,
-            namespace,
-            name,
-            no_driver_affinity,
-            manifest,
-            command,
-        } => {
-            let settings = crate::generate::k8s::JobSettings {
-                gpus,
-                nodes,
-                namespace,
-                command,
-                name,
-                driver_affinity: !no_driver_affinity,
-                digest: None,
-            };
-            crate::commands::fanout::k8s(
-                &cli.matrix,
-                cli.knowledge.as_deref(),
-                &image,
-                &manifest,
-                settings,
-            )
-        }
-        Command::Ci {
-            github: _,
-            shards,
-            per_image: _,
-        } => {
-            let fan_out = shards.map_or(
-                crate::generate::github::FanOut::PerImage,
-                crate::generate::github::FanOut::Shards,
-            );
-            crate::commands::fanout::ci_github(&cli.matrix, cli.knowledge.as_deref(), fan_out)
-        }
-        Command::Manifest {
-            action: crate::cli::ManifestAction::Merge { inputs, out },
-        } => crate::commands::fanout::manifest_merge(&inputs, out.as_deref()),
+    let project = Project::open(&cli.matrix, cli.knowledge.as_deref());
+    match &cli.command {
+        Command::Resolve(args) => resolve::run(&project, args),
+        Command::Render(args) => render::run(&project, args),
+        Command::Build(args) => build::run(&project, args),
+        Command::Plan(args) => plan::run(&project, args),
+        Command::Rollback(args) => rollback::run(&project, args),
+        Command::Publish(args) => publish::run(&project, args),
+        Command::Diff(args) => diff::run(&project, args),
+        Command::Bake(args) => bake::run(&project, args),
+        Command::K8s(args) => k8s::run(&project, args),
+        Command::Ci(args) => ci::run(&project, args),
+        Command::Manifest(args) => match &args.action {
+            ManifestAction::Merge(merge) => manifest::merge(&project, merge),
+        },
     }
-}
-
-/// The resolution as a table for people: images with driver floors and aliases, then rejections.
-pub fn resolution_table(resolution: &Resolution) -> String {
-    let mut rows = vec![[
-        "IMAGE", "PYTHON", "CUDNN", "DRIVER>=", "COMPAT>=", "ALIASES",
-    ]
-    .map(String::from)
-    .to_vec()];
-    for image in &resolution.images {
-        rows.push(vec![
-            image.tag.clone(),
-            image.python.clone(),
-            image.cudnn.clone(),
-            image.driver_min.clone(),
-            image.driver_min_compat.clone(),
-            if image.aliases.is_empty() {
-                "-".into()
-            } else {
-                image.aliases.join(", ")
-            },
-        ]);
-    }
-    let mut out = table(&rows);
-    if !resolution.rejected.is_empty() {
-        writeln!(out, "\nrejected ({}):", resolution.rejected.len()).ok();
-        for rejection in &resolution.rejected {
-            let mut cell = format!("torch {} cuda {}", rejection.torch, rejection.cuda);
-            if let Some(cudnn) = &rejection.cudnn {
-                write!(cell, " cudnn {cudnn}").ok();
-            }
-            if let Some(python) = &rejection.python {
-                write!(cell, " python {python}").ok();
-            }
-            write!(cell, " {} {}", rejection.os, rejection.variant).ok();
-            if rejection.platform != "linux/amd64" {
-                write!(cell, " {}", rejection.platform).ok();
-            }
-            let origin = match (&rejection.location, rejection.origin.as_str()) {
-                (Some(location), origin) => format!(" [{origin} at {location}]"),
-                (None, "axes") => String::new(),
-                (None, origin) => format!(" [{origin}]"),
-            };
-            writeln!(out, "  {cell}{origin}: {}", rejection.reason).ok();
-        }
-    }
-    for warning in &resolution.warnings {
-        writeln!(out, "warning: {warning}").ok();
-    }
-    for image in resolution
-        .images
-        .iter()
-        .filter(|i| !i.unverified.is_empty())
-    {
-        writeln!(
-            out,
-            "warning: {} uses unverified knowledge: {}",
-            image.tag,
-            image.unverified.join("; ")
-        )
-        .ok();
-    }
-    writeln!(
-        out,
-        "\n{} images, {} rejected",
-        resolution.images.len(),
-        resolution.rejected.len()
-    )
-    .ok();
-    out
-}
-
-/// Left-aligned columns separated by two spaces; the last column is not padded.
-pub fn table(rows: &[Vec<String>]) -> String {
-    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
-    let widths: Vec<usize> = (0..columns)
-        .map(|c| {
-            rows.iter()
-                .filter_map(|r| r.get(c))
-                .map(|s| s.chars().count())
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let mut out = String::new();
-    for row in rows {
-        let mut line = String::new();
-        for (index, cell) in row.iter().enumerate() {
-            if index + 1 == row.len() {
-                line.push_str(cell);
-            } else {
-                write!(line, "{cell:<width$}  ", width = widths[index]).ok();
-            }
-        }
-        out.push_str(line.trim_end());
-        out.push('\n');
-    }
-    out
 }

@@ -4,3 +4,4 @@
 pub mod bake;
 pub mod github;
 pub mod k8s;
+pub mod oci_index;

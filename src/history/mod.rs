@@ -1,5 +1,11 @@
-//! The manifest: what was built, pushed and tested, kept as history (`manifest`), and merging
-//! manifests of CI shards (`merge`).
+//! The manifest and what is decided from it: the record of every image built, pushed and tested,
+//! kept as history (`manifest`); merging the manifests of CI shards (`merge`); the upgrade plan a
+//! person reviews before tags move (`upgrade`); the alias guard (`aliases`); rollback targets
+//! (`rollback`); and what changed between two images (`diff`). Pure: values in, values out.
 
+pub mod aliases;
+pub mod diff;
 pub mod manifest;
 pub mod merge;
+pub mod rollback;
+pub mod upgrade;

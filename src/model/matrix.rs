@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use serde::de::{self, Deserializer};
 use serde::{Deserialize, Serialize};
 
+use crate::model::names::edit_distance;
 use crate::model::version::{DottedVersion, TorchVersion};
 
 /// An error in a matrix file, with where it is and what to do about it.
@@ -520,21 +521,6 @@ fn unknown_field_hint(message: &str) -> Option<String> {
     }
 }
 
-/// Levenshtein distance, for key suggestions.
-pub fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut previous: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut current = vec![i + 1];
-        for (j, cb) in b.iter().enumerate() {
-            let substitution = previous[j] + usize::from(ca != *cb);
-            current.push(substitution.min(previous[j + 1] + 1).min(current[j] + 1));
-        }
-        previous = current;
-    }
-    previous[b.len()]
-}
-
 /// The 1-based line and column of the first line holding `key:` (and `needle`, when given).
 fn find_location(text: &str, key: &str, needle: &str) -> (Option<usize>, Option<usize>) {
     for (index, line) in text.lines().enumerate() {
@@ -780,12 +766,5 @@ mod tests {
             list_item_lines("include: [{torch: \"2.7\"}, {torch: \"2.8\"}]\n", "include"),
             vec![1, 1]
         );
-    }
-
-    #[test]
-    fn edit_distance_works() {
-        assert_eq!(edit_distance("torhc", "torch"), 2);
-        assert_eq!(edit_distance("", "abc"), 3);
-        assert_eq!(edit_distance("cuda", "cuda"), 0);
     }
 }

@@ -4,4 +4,5 @@
 
 pub mod knowledge;
 pub mod matrix;
+pub mod names;
 pub mod version;

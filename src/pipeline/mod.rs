@@ -6,3 +6,4 @@ pub mod docker_builder;
 pub mod executor;
 pub mod plan;
 pub mod progress;
+pub mod record;

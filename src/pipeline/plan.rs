@@ -7,8 +7,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
+use crate::history::aliases::alias_guard;
 use crate::history::manifest::Manifest;
-use crate::model::version::{DriverVersion, TorchVersion};
 use crate::resolve::fingerprint::fingerprint;
 use crate::resolve::ImageSpec;
 
@@ -101,6 +101,51 @@ pub fn select(specs: &[ImageSpec], only: Option<&str>, shard: Option<Shard>) -> 
     selected
 }
 
+/// Why a build selected nothing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SelectError {
+    #[error("--platform {platform}: the matrix makes no image for it (it makes {available})")]
+    NoImageForPlatform { platform: String, available: String },
+    #[error("no image matches --only {only:?} in this shard")]
+    NothingSelected { only: String },
+}
+
+/// The images one `imagegen build` builds: those of `platform` (all when `None`), then
+/// [`select`]ed by `only` and `shard`. Selecting nothing is an error, never an empty build.
+pub fn select_for_build(
+    specs: &[ImageSpec],
+    only: Option<&str>,
+    shard: Option<Shard>,
+    platform: Option<&str>,
+) -> Result<Vec<ImageSpec>, SelectError> {
+    let candidates: Vec<ImageSpec> = match platform {
+        None => specs.to_vec(),
+        Some(platform) => {
+            let of_platform: Vec<ImageSpec> = specs
+                .iter()
+                .filter(|spec| spec.platform == platform)
+                .cloned()
+                .collect();
+            if of_platform.is_empty() {
+                let available: BTreeSet<&str> =
+                    specs.iter().map(|spec| spec.platform.as_str()).collect();
+                return Err(SelectError::NoImageForPlatform {
+                    platform: platform.to_string(),
+                    available: available.into_iter().collect::<Vec<_>>().join(", "),
+                });
+            }
+            of_platform
+        }
+    };
+    let selected = select(&candidates, only, shard);
+    if selected.is_empty() {
+        return Err(SelectError::NothingSelected {
+            only: only.unwrap_or_default().to_string(),
+        });
+    }
+    Ok(selected)
+}
+
 /// `*` matches any run of characters; without `*` the pattern matches as a substring.
 pub fn matches_filter(pattern: &str, name: &str) -> bool {
     if !pattern.contains('*') {
@@ -126,8 +171,15 @@ pub fn matches_filter(pattern: &str, name: &str) -> bool {
     rest.is_empty()
 }
 
-/// Builds the plan for `selected` images, given the sha256 of each one's build context.
-pub fn plan(selected: &[ImageSpec], context_digests: &BTreeMap<String, String>) -> Plan {
+/// Builds the plan for `selected` images: each one's build key (from its fingerprint, the sha256
+/// of its build context and its parent's build key), what the manifest knows of that build key
+/// (tested before, pushed before), and the aliases it may move (never backwards, see
+/// [`alias_guard`]). Everything a build decides before its first Docker call is here.
+pub fn plan(
+    selected: &[ImageSpec],
+    context_digests: &BTreeMap<String, String>,
+    manifest: &Manifest,
+) -> Plan {
     let mut build_keys: BTreeMap<String, String> = BTreeMap::new();
     let mut images = Vec::new();
     for spec in selected {
@@ -145,41 +197,30 @@ pub fn plan(selected: &[ImageSpec], context_digests: &BTreeMap<String, String>) 
         }
         let build_key = fingerprint(&inputs);
         build_keys.insert(spec.name.clone(), build_key.clone());
+        let recorded = manifest
+            .images
+            .get(&spec.tag)
+            .filter(|r| r.build_key == build_key && r.status == "ok");
         images.push(PlannedImage {
             spec: spec.clone(),
             reference: format!("{}:{}", spec.repository, spec.tag),
             build_key,
             depends_on: spec.parent.clone(),
             aliases: spec.aliases.clone(),
-            passed_before: false,
-            recorded_digest: None,
+            passed_before: recorded
+                .is_some_and(|r| r.selftest.as_ref().is_some_and(|t| t.status == "pass")),
+            recorded_digest: recorded.and_then(|r| r.digest.clone()),
             aliases_blocked: Vec::new(),
         });
     }
-    Plan { images }
-}
-
-/// Whether `alias` may move from the image it points at now (`current`) to `candidate`: never
-/// backwards to an older torch release. `None` when it may; else the reason it may not.
-pub fn alias_guard(
-    alias: &str,
-    current: Option<(String, String)>,
-    candidate_torch: &str,
-    candidate_tag: &str,
-) -> Option<String> {
-    let (current_tag, current_torch) = current?;
-    let version = |text: &str| TorchVersion::parse(text).map(|t| t.version).ok();
-    match (version(&current_torch), version(candidate_torch)) {
-        (Some(now), Some(next)) if next < now => Some(format!(
-            "{alias} would move backwards from torch {current_torch} ({current_tag}) to {candidate_torch} ({candidate_tag}); use `imagegen rollback {alias}` to go back on purpose"
-        )),
-        _ => None,
-    }
+    let mut plan = Plan { images };
+    guard_aliases(&mut plan, manifest);
+    plan
 }
 
 /// Removes from each planned image the aliases that would move backwards (see [`alias_guard`]),
 /// keeping them, with the reason, in `aliases_blocked`.
-pub fn guard_aliases(plan: &mut Plan, manifest: &Manifest) {
+fn guard_aliases(plan: &mut Plan, manifest: &Manifest) {
     for image in &mut plan.images {
         let published = image
             .spec
@@ -202,220 +243,11 @@ pub fn guard_aliases(plan: &mut Plan, manifest: &Manifest) {
     }
 }
 
-/// What `imagegen build` would do, compared with the manifest: the upgrade plan a person reviews
-/// before tags move.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct UpgradePlan {
-    pub new_images: Vec<PlannedChange>,
-    pub rebuilt: Vec<PlannedChange>,
-    pub unchanged: Vec<String>,
-    pub alias_moves: Vec<AliasMove>,
-    pub alias_holds: Vec<AliasHold>,
-    pub driver_rises: Vec<DriverRise>,
-    pub removed: Vec<RemovedImage>,
-}
-
-/// A new or rebuilt image; `changes` says which inputs differ from the manifest's record.
-#[derive(Debug, Clone, Serialize)]
-pub struct PlannedChange {
-    pub tag: String,
-    pub driver_min: String,
-    pub changes: Vec<InputChange>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct InputChange {
-    pub input: String,
-    pub from: String,
-    pub to: String,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct AliasMove {
-    pub alias: String,
-    pub from_tag: Option<String>,
-    pub from_digest: Option<String>,
-    pub to_tag: String,
-    /// Known when the target was already built with the same fingerprint.
-    pub to_digest: Option<String>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct AliasHold {
-    pub alias: String,
-    pub reason: String,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct DriverRise {
-    /// An alias whose target needs a newer driver, or a full tag rebuilt with a newer minimum.
-    pub subject: String,
-    pub from: String,
-    pub to: String,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct RemovedImage {
-    pub tag: String,
-    pub digest: Option<String>,
-    pub aliases: Vec<String>,
-}
-
-/// Compares the images the matrix makes now with the manifest.
-pub fn upgrade_plan(specs: &[ImageSpec], manifest: &Manifest) -> UpgradePlan {
-    let mut plan = UpgradePlan::default();
-    let driver = |text: &str| DriverVersion::parse(text).ok();
-    for spec in specs {
-        match manifest.images.get(&spec.tag).filter(|r| r.status == "ok") {
-            None => plan.new_images.push(PlannedChange {
-                tag: spec.tag.clone(),
-                driver_min: spec.driver_min.clone(),
-                changes: Vec::new(),
-            }),
-            Some(record) if record.fingerprint == spec.fingerprint => {
-                plan.unchanged.push(spec.tag.clone())
-            }
-            Some(record) => {
-                let mut changes: Vec<InputChange> = spec
-                    .inputs
-                    .iter()
-                    .filter(|(key, value)| record.inputs.get(*key) != Some(value))
-                    .map(|(key, value)| InputChange {
-                        input: key.clone(),
-                        from: record
-                            .inputs
-                            .get(key)
-                            .cloned()
-                            .unwrap_or_else(|| "(not recorded)".into()),
-                        to: value.clone(),
-                    })
-                    .collect();
-                if changes.is_empty() {
-                    changes.push(InputChange {
-                        input: "fingerprint".into(),
-                        from: record.fingerprint.clone(),
-                        to: spec.fingerprint.clone(),
-                    });
-                }
-                if let (Some(from), Some(to)) =
-                    (driver(&record.driver_min), driver(&spec.driver_min))
-                {
-                    if to > from {
-                        plan.driver_rises.push(DriverRise {
-                            subject: spec.tag.clone(),
-                            from: record.driver_min.clone(),
-                            to: spec.driver_min.clone(),
-                        });
-                    }
-                }
-                plan.rebuilt.push(PlannedChange {
-                    tag: spec.tag.clone(),
-                    driver_min: spec.driver_min.clone(),
-                    changes,
-                });
-            }
-        }
-        // With several platforms, aliases point at the index, which `publish` moves once.
-        let published = spec.index.clone().unwrap_or_else(|| spec.tag.clone());
-        for alias in &spec.aliases {
-            if plan.alias_moves.iter().any(|m| &m.alias == alias)
-                || plan.alias_holds.iter().any(|h| &h.alias == alias)
-            {
-                continue;
-            }
-            let current_alias = manifest.aliases.get(alias);
-            if let Some(reason) =
-                alias_guard(alias, manifest.alias_target(alias), &spec.torch, &published)
-            {
-                plan.alias_holds.push(AliasHold {
-                    alias: alias.clone(),
-                    reason,
-                });
-                continue;
-            }
-            let known_digest = match &spec.index {
-                None => manifest
-                    .images
-                    .get(&spec.tag)
-                    .filter(|r| r.fingerprint == spec.fingerprint)
-                    .and_then(|r| r.digest.clone()),
-                Some(index) => {
-                    let platforms_unchanged = specs
-                        .iter()
-                        .filter(|s| s.index.as_ref() == Some(index))
-                        .all(|s| {
-                            manifest
-                                .images
-                                .get(&s.tag)
-                                .is_some_and(|r| r.fingerprint == s.fingerprint)
-                        });
-                    manifest
-                        .indexes
-                        .get(index)
-                        .filter(|_| platforms_unchanged)
-                        .map(|i| i.digest.clone())
-                }
-            };
-            let unchanged = current_alias.is_some_and(|a| {
-                a.tag == published && known_digest.is_some() && a.digest == known_digest
-            });
-            if unchanged {
-                continue;
-            }
-            let current_driver = current_alias.and_then(|a| {
-                manifest
-                    .images
-                    .get(&a.tag)
-                    .map(|r| r.driver_min.clone())
-                    .or_else(|| manifest.indexes.get(&a.tag).map(|i| i.driver_min.clone()))
-            });
-            if let (Some(from_text), Some(to)) = (current_driver, driver(&spec.driver_min)) {
-                if driver(&from_text).is_some_and(|from| to > from) {
-                    plan.driver_rises.push(DriverRise {
-                        subject: alias.clone(),
-                        from: from_text,
-                        to: spec.driver_min.clone(),
-                    });
-                }
-            }
-            plan.alias_moves.push(AliasMove {
-                alias: alias.clone(),
-                from_tag: current_alias.map(|a| a.tag.clone()),
-                from_digest: current_alias.and_then(|a| a.digest.clone()),
-                to_tag: published.clone(),
-                to_digest: known_digest,
-            });
-        }
-    }
-    let produced: BTreeSet<&str> = specs
-        .iter()
-        .flat_map(|s| std::iter::once(s.tag.as_str()).chain(s.index.as_deref()))
-        .collect();
-    for (tag, index) in &manifest.indexes {
-        if !produced.contains(tag.as_str()) {
-            plan.removed.push(RemovedImage {
-                tag: tag.clone(),
-                digest: Some(index.digest.clone()),
-                aliases: index.aliases.clone(),
-            });
-        }
-    }
-    for (tag, record) in &manifest.images {
-        if !produced.contains(tag.as_str()) && record.status == "ok" {
-            plan.removed.push(RemovedImage {
-                tag: tag.clone(),
-                digest: record.digest.clone(),
-                aliases: record.aliases.clone(),
-            });
-        }
-    }
-    plan
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::history::manifest::ImageRecord;
+    use crate::history::upgrade::upgrade_plan;
     use crate::model::knowledge::Knowledge;
     use crate::model::matrix::Matrix;
     use crate::resolve::{resolve, ResolveOptions};
@@ -518,9 +350,9 @@ mod tests {
         let mut digests = BTreeMap::new();
         digests.insert(selected[0].name.clone(), "a".to_string());
         digests.insert(selected[1].name.clone(), "b".to_string());
-        let first = plan(&selected, &digests);
+        let first = plan(&selected, &digests, &Manifest::new());
         digests.insert(selected[0].name.clone(), "changed".to_string());
-        let second = plan(&selected, &digests);
+        let second = plan(&selected, &digests, &Manifest::new());
         assert_ne!(first.images[0].build_key, second.images[0].build_key);
         assert_ne!(
             first.images[1].build_key, second.images[1].build_key,
@@ -531,7 +363,6 @@ mod tests {
             Some(selected[0].name.as_str())
         );
     }
-
     fn manifest_with(specs: &[ImageSpec], alias_targets: &[(&str, &str)]) -> Manifest {
         let mut manifest = Manifest::new();
         for spec in specs {
@@ -556,63 +387,6 @@ mod tests {
     }
 
     #[test]
-    fn upgrade_plan_reports_latest_moving_to_a_newer_driver() {
-        let old = specs_for("2.7.1", "12.6");
-        let manifest = manifest_with(
-            &old,
-            &[("latest", "2.7.1-cuda12.6-cudnn9-runtime-ubuntu24.04")],
-        );
-        let new = specs_for("2.8.0", "12.8");
-        let plan = upgrade_plan(&new, &manifest);
-        let latest = plan
-            .alias_moves
-            .iter()
-            .find(|m| m.alias == "latest")
-            .unwrap();
-        assert_eq!(
-            latest.from_tag.as_deref(),
-            Some("2.7.1-cuda12.6-cudnn9-runtime-ubuntu24.04")
-        );
-        assert_eq!(latest.to_digest, None, "not built yet");
-        let rise = plan
-            .driver_rises
-            .iter()
-            .find(|r| r.subject == "latest")
-            .unwrap();
-        assert_eq!(
-            (rise.from.as_str(), rise.to.as_str()),
-            ("560.35.05", "570.124.06")
-        );
-        assert_eq!(
-            plan.removed[0].tag,
-            "2.7.1-cuda12.6-cudnn9-runtime-ubuntu24.04"
-        );
-        assert_eq!(plan.removed[0].aliases, vec!["latest"]);
-    }
-
-    #[test]
-    fn upgrade_plan_says_which_input_changed() {
-        let old = specs_for("2.7.1", "12.6");
-        let mut manifest = manifest_with(&old, &[]);
-        let mut record = manifest.images.values().next().unwrap().clone();
-        record
-            .inputs
-            .insert("wheel_index".into(), "https://old.example/whl/cu126".into());
-        record.fingerprint = "sha256:old".into();
-        manifest.images.insert(record.tag.clone(), record);
-        let plan = upgrade_plan(&old, &manifest);
-        assert_eq!(plan.rebuilt.len(), 1);
-        assert_eq!(
-            plan.rebuilt[0].changes,
-            vec![InputChange {
-                input: "wheel_index".into(),
-                from: "https://old.example/whl/cu126".into(),
-                to: "https://download.pytorch.org/whl/cu126".into()
-            }]
-        );
-    }
-
-    #[test]
     fn aliases_never_move_backwards() {
         let newer = specs_for("2.7.1", "12.6");
         let manifest = manifest_with(
@@ -623,8 +397,7 @@ mod tests {
             )],
         );
         let older = specs_for("2.7.0", "12.6");
-        let mut plan = plan(&older, &BTreeMap::new());
-        guard_aliases(&mut plan, &manifest);
+        let plan = plan(&older, &BTreeMap::new(), &manifest);
         assert!(!plan.images[0]
             .aliases
             .contains(&"2.7-cuda12.6-runtime".to_string()));

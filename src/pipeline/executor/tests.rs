@@ -102,7 +102,11 @@ fn test_plan() -> Plan {
     )
     .unwrap();
     let specs = resolve(&matrix, &Knowledge::embedded(), &ResolveOptions::default()).images;
-    plan(&select(&specs, None, None), &BTreeMap::new())
+    plan(
+        &select(&specs, None, None),
+        &BTreeMap::new(),
+        &crate::history::manifest::Manifest::new(),
+    )
 }
 
 fn options(jobs: usize) -> ExecOptions {

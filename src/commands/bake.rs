@@ -1,0 +1,71 @@
+//! `imagegen bake`: writes the `docker-bake.json` that `generate::bake` makes (or prints it with
+//! `-`) and stages the self-test binaries its build contexts need.
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+
+use super::Outcome;
+use crate::cli::BakeArgs;
+use crate::generate::bake::{bake_file, selftest_builds, staging_context};
+use crate::project::{write_atomically, Project};
+use crate::resolve::ResolveOptions;
+
+/// `imagegen bake`: writes the bake file (or prints it with `-`) and stages
+/// `<selftest_dir>/gpu-selftest-cuNN` as `.imagegen/bake/gpu-selftest-cuNN/gpu-selftest` beside it.
+pub fn run(project: &Project, args: &BakeArgs) -> Result<Outcome> {
+    let (out, selftest_dir, stage) = (
+        args.out.as_path(),
+        args.selftest_dir.as_path(),
+        !args.no_stage,
+    );
+    let images = project.resolve(ResolveOptions::default())?.images;
+    let value = bake_file(&images)?;
+    let mut text = serde_json::to_string_pretty(&value)?;
+    text.push('\n');
+    let to_stdout = out.as_os_str() == "-";
+    let root = if to_stdout {
+        Path::new(".")
+    } else {
+        out.parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."))
+    };
+    if stage {
+        for selftest in selftest_builds(&images) {
+            let source = selftest_dir.join(&selftest);
+            let bytes = std::fs::read(&source).with_context(|| {
+                format!(
+                    "cannot read the self-test binary {}\nhint: build it with `bash selftest/build.sh`, pass --selftest-dir, or use --no-stage and copy it to {}/gpu-selftest yourself",
+                    source.display(),
+                    staging_context(&selftest)
+                )
+            })?;
+            let target = root.join(staging_context(&selftest)).join("gpu-selftest");
+            write_atomically(&target, &bytes)?;
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o755))
+                    .with_context(|| format!("cannot make {} executable", target.display()))?;
+            }
+            eprintln!("staged {}", target.display());
+        }
+    }
+    if to_stdout {
+        print!("{text}");
+    } else {
+        write_atomically(out, text.as_bytes())?;
+        eprintln!(
+            "wrote {} ({} targets){}",
+            out.display(),
+            images.len(),
+            if stage {
+                ""
+            } else {
+                "; not staged: copy target/selftest/gpu-selftest-cuNN to .imagegen/bake/gpu-selftest-cuNN/gpu-selftest before `docker buildx bake`"
+            }
+        );
+    }
+    Ok(Outcome::Success)
+}

@@ -1,0 +1,22 @@
+//! `imagegen ci --github`: prints the build fan-out that `generate::github` makes, on one line
+//! (what `$GITHUB_OUTPUT` takes).
+
+use anyhow::{bail, Result};
+
+use super::Outcome;
+use crate::cli::CiArgs;
+use crate::generate::github::{github_matrix, FanOut};
+use crate::project::Project;
+use crate::resolve::ResolveOptions;
+
+/// `imagegen ci --github`: prints the matrix on one line (what `$GITHUB_OUTPUT` takes).
+pub fn run(project: &Project, args: &CiArgs) -> Result<Outcome> {
+    let fan_out = args.shards.map_or(FanOut::PerImage, FanOut::Shards);
+    let images = project.resolve(ResolveOptions::default())?.images;
+    if images.is_empty() {
+        bail!("the matrix makes no images, so there is nothing to fan out\nhint: `imagegen resolve` says why each cell was rejected");
+    }
+    let matrix = github_matrix(&images, fan_out);
+    println!("{}", serde_json::to_string(&matrix)?);
+    Ok(Outcome::Success)
+}

@@ -1,0 +1,61 @@
+//! `imagegen diff A B`: what changed between two recorded images (tags, aliases or digests):
+//! versions and every pip and OS package.
+
+use std::fmt::Write as _;
+
+use anyhow::{anyhow, Result};
+
+use super::Outcome;
+use crate::cli::DiffArgs;
+use crate::history::diff::diff_records;
+use crate::project::{load_manifest, Project};
+
+pub fn run(_project: &Project, args: &DiffArgs) -> Result<Outcome> {
+    let (from, to, manifest_path) = (
+        args.from.as_str(),
+        args.to.as_str(),
+        args.manifest.as_path(),
+    );
+    let manifest = load_manifest(manifest_path)?;
+    let find = |reference: &str| {
+        manifest.find(reference).ok_or_else(|| {
+            anyhow!(
+                "{reference} is not a tag, alias or digest recorded in {}",
+                manifest_path.display()
+            )
+        })
+    };
+    let (a, b) = (find(from)?, find(to)?);
+    let diff = diff_records(a, b);
+    let mut out = String::new();
+    for (field, x, y) in &diff.fields {
+        writeln!(out, "{field}: {x} -> {y}").ok();
+    }
+    for (title, list, missing) in [
+        (
+            "pip",
+            &diff.pip,
+            a.packages.is_none() || b.packages.is_none(),
+        ),
+        ("os", &diff.os, false),
+    ] {
+        if missing {
+            writeln!(out, "{title}: package lists not recorded for both images").ok();
+            continue;
+        }
+        for name in &list.added {
+            writeln!(out, "{title} + {name}").ok();
+        }
+        for name in &list.removed {
+            writeln!(out, "{title} - {name}").ok();
+        }
+        for (name, x, y) in &list.changed {
+            writeln!(out, "{title} ~ {name} {x} -> {y}").ok();
+        }
+    }
+    if out.is_empty() {
+        out.push_str("no difference\n");
+    }
+    print!("{out}");
+    Ok(Outcome::Success)
+}

@@ -1,0 +1,48 @@
+//! `imagegen k8s IMAGE`: prints the Kubernetes Job (and Service) that `generate::k8s` makes for
+//! a full tag or alias, pinned to the digest the manifest recorded for the image's current good
+//! build, if any.
+
+use anyhow::Result;
+
+use super::Outcome;
+use crate::cli::K8sArgs;
+use crate::generate::k8s::{manifests, JobSettings};
+use crate::project::{load_manifest, Project};
+use crate::resolve::lookup::find_images;
+use crate::resolve::ResolveOptions;
+
+/// `imagegen k8s IMAGE`: prints the Job (and Service) YAML, pinned to the digest `manifest`
+/// recorded for the image's current good build, if any.
+pub fn run(project: &Project, args: &K8sArgs) -> Result<Outcome> {
+    let mut settings = JobSettings {
+        gpus: args.gpus,
+        nodes: args.nodes,
+        namespace: args.namespace.clone(),
+        command: args.command.clone(),
+        name: args.name.clone(),
+        driver_affinity: !args.no_driver_affinity,
+        digest: None,
+    };
+    let manifest = args.manifest.as_path();
+    let images = project.resolve(ResolveOptions::default())?.images;
+    let named = find_images(&images, &args.image)?;
+    // A digest pins one image; an index of several platforms runs by its tag.
+    if let [image] = named.as_slice() {
+        let recorded = load_manifest(manifest)?;
+        settings.digest = recorded
+            .images
+            .get(&image.tag)
+            .filter(|record| record.status == "ok" && record.fingerprint == image.fingerprint)
+            .and_then(|record| record.digest.clone());
+        if settings.digest.is_none() {
+            eprintln!(
+                "note: {} has no pushed build of {} with this fingerprint; the Job uses the tag without a digest",
+                manifest.display(),
+                image.tag
+            );
+        }
+    }
+    let manifests = manifests(&named, &settings)?;
+    print!("{}", manifests.to_yaml());
+    Ok(Outcome::Success)
+}

@@ -1,0 +1,33 @@
+//! `imagegen manifest merge A B ... [--out FILE]`: one manifest from several (one per CI shard);
+//! the rules are `history::merge`'s.
+
+use anyhow::Result;
+
+use super::Outcome;
+use crate::cli::MergeArgs;
+use crate::history::merge::merge_all;
+use crate::project::{load_manifest, save_manifest, Project};
+
+/// `imagegen manifest merge A B ... [--out FILE]`.
+pub fn merge(_project: &Project, args: &MergeArgs) -> Result<Outcome> {
+    let (inputs, out) = (&args.inputs, args.out.as_deref());
+    let manifests = inputs
+        .iter()
+        .map(|path| load_manifest(path))
+        .collect::<Result<Vec<_>>>()?;
+    let merged = merge_all(manifests);
+    match out {
+        Some(path) => {
+            save_manifest(path, &merged)?;
+            eprintln!(
+                "wrote {} ({} images, {} aliases, from {} manifests)",
+                path.display(),
+                merged.images.len(),
+                merged.aliases.len(),
+                inputs.len()
+            );
+        }
+        None => println!("{}", serde_json::to_string_pretty(&merged)?),
+    }
+    Ok(Outcome::Success)
+}

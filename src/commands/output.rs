@@ -1,0 +1,32 @@
+//! Output formatting shared by the commands: aligned tables for people. Below every command, so
+//! nothing imports upward.
+
+use std::fmt::Write as _;
+
+/// Left-aligned columns separated by two spaces; the last column is not padded.
+pub fn table(rows: &[Vec<String>]) -> String {
+    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..columns)
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .map(|s| s.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let mut line = String::new();
+        for (index, cell) in row.iter().enumerate() {
+            if index + 1 == row.len() {
+                line.push_str(cell);
+            } else {
+                write!(line, "{cell:<width$}  ", width = widths[index]).ok();
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}

@@ -1,0 +1,106 @@
+//! `imagegen resolve`: which images the matrix makes, on which drivers they run, and which cells
+//! are impossible and why; a table for people or JSON for machines.
+
+use std::fmt::Write as _;
+
+use anyhow::{Context, Result};
+
+use super::output::table;
+use super::Outcome;
+use crate::cli::{Format, ResolveArgs};
+use crate::model::version::DriverVersion;
+use crate::project::Project;
+use crate::resolve::{Resolution, ResolveOptions};
+
+pub fn run(project: &Project, args: &ResolveArgs) -> Result<Outcome> {
+    let driver = args
+        .driver
+        .as_deref()
+        .map(DriverVersion::parse)
+        .transpose()
+        .context("--driver")?;
+    let resolution = project.resolve(ResolveOptions {
+        driver,
+        forward_compat: args.forward_compat,
+        ..Default::default()
+    })?;
+    match args.format {
+        Format::Table => print!("{}", resolution_table(&resolution)),
+        Format::Json => println!("{}", serde_json::to_string_pretty(&resolution)?),
+    }
+    Ok(if args.strict && !resolution.rejected.is_empty() {
+        Outcome::Failed
+    } else {
+        Outcome::Success
+    })
+}
+
+/// The resolution as a table for people: images with driver floors and aliases, then rejections.
+pub fn resolution_table(resolution: &Resolution) -> String {
+    let mut rows = vec![[
+        "IMAGE", "PYTHON", "CUDNN", "DRIVER>=", "COMPAT>=", "ALIASES",
+    ]
+    .map(String::from)
+    .to_vec()];
+    for image in &resolution.images {
+        rows.push(vec![
+            image.tag.clone(),
+            image.python.clone(),
+            image.cudnn.clone(),
+            image.driver_min.clone(),
+            image.driver_min_compat.clone(),
+            if image.aliases.is_empty() {
+                "-".into()
+            } else {
+                image.aliases.join(", ")
+            },
+        ]);
+    }
+    let mut out = table(&rows);
+    if !resolution.rejected.is_empty() {
+        writeln!(out, "\nrejected ({}):", resolution.rejected.len()).ok();
+        for rejection in &resolution.rejected {
+            let mut cell = format!("torch {} cuda {}", rejection.torch, rejection.cuda);
+            if let Some(cudnn) = &rejection.cudnn {
+                write!(cell, " cudnn {cudnn}").ok();
+            }
+            if let Some(python) = &rejection.python {
+                write!(cell, " python {python}").ok();
+            }
+            write!(cell, " {} {}", rejection.os, rejection.variant).ok();
+            if rejection.platform != "linux/amd64" {
+                write!(cell, " {}", rejection.platform).ok();
+            }
+            let origin = match (&rejection.location, rejection.origin.as_str()) {
+                (Some(location), origin) => format!(" [{origin} at {location}]"),
+                (None, "axes") => String::new(),
+                (None, origin) => format!(" [{origin}]"),
+            };
+            writeln!(out, "  {cell}{origin}: {}", rejection.reason).ok();
+        }
+    }
+    for warning in &resolution.warnings {
+        writeln!(out, "warning: {warning}").ok();
+    }
+    for image in resolution
+        .images
+        .iter()
+        .filter(|i| !i.unverified.is_empty())
+    {
+        writeln!(
+            out,
+            "warning: {} uses unverified knowledge: {}",
+            image.tag,
+            image.unverified.join("; ")
+        )
+        .ok();
+    }
+    writeln!(
+        out,
+        "\n{} images, {} rejected",
+        resolution.images.len(),
+        resolution.rejected.len()
+    )
+    .ok();
+    out
+}

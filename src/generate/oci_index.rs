@@ -1,0 +1,223 @@
+//! OCI image indexes: with several platforms, each image is built per platform and pushed under
+//! an `-amd64`/`-arm64` tag, and `imagegen publish` assembles, for every full tag, an index
+//! (`application/vnd.oci.image.index.v1+json`) over the per-platform digests the manifest
+//! recorded. This module decides readiness (every platform built, pushed, current and tested)
+//! and writes the index document, deterministically. Pure; the registry calls are the command's.
+
+use serde::Serialize;
+
+pub use crate::docker::MEDIA_TYPE_OCI_INDEX;
+use crate::history::manifest::Manifest;
+use crate::resolve::ImageSpec;
+
+/// One platform image ready to go into an index.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReadyPlatform {
+    pub platform: String,
+    pub tag: String,
+    pub digest: String,
+    /// Whether its self-test passed (rather than being skipped and allowed).
+    pub passed: bool,
+}
+
+/// Checks that every platform of one index is built, pushed, current and tested. Returns the
+/// platform images, or every problem found.
+pub fn index_readiness(
+    platform_images: &[&ImageSpec],
+    manifest: &Manifest,
+    allow_untested: bool,
+) -> Result<Vec<ReadyPlatform>, Vec<String>> {
+    let mut ready = Vec::new();
+    let mut problems = Vec::new();
+    for spec in platform_images {
+        let platform = &spec.platform;
+        let Some(record) = manifest.images.get(&spec.tag) else {
+            problems.push(format!("{platform} is missing: {} was never built (run `imagegen build --platform {platform} --push` on a {platform} runner)", spec.tag));
+            continue;
+        };
+        let Some(digest) = record.digest.clone().filter(|_| record.status == "ok") else {
+            let why = record.last_error.as_deref().unwrap_or("it was not pushed");
+            problems.push(format!(
+                "{platform}: {} has no pushed digest ({})",
+                spec.tag,
+                why.lines().next().unwrap_or(why)
+            ));
+            continue;
+        };
+        if record.fingerprint != spec.fingerprint {
+            problems.push(format!(
+                "{platform}: {} was built from other inputs than the matrix makes now; rebuild it",
+                spec.tag
+            ));
+            continue;
+        }
+        let status = record
+            .selftest
+            .as_ref()
+            .map(|t| t.status.as_str())
+            .unwrap_or("not run");
+        let passed = status == "pass";
+        let allowed = passed || (allow_untested && status == "skipped");
+        if !allowed {
+            let summary = record
+                .selftest
+                .as_ref()
+                .map(|t| t.summary.as_str())
+                .unwrap_or("");
+            problems.push(format!(
+                "{platform}: {} self-test {status}{}{}",
+                spec.tag,
+                if summary.is_empty() { "" } else { ": " },
+                summary
+            ));
+            continue;
+        }
+        ready.push(ReadyPlatform {
+            platform: platform.clone(),
+            tag: spec.tag.clone(),
+            digest,
+            passed,
+        });
+    }
+    if problems.is_empty() {
+        Ok(ready)
+    } else {
+        Err(problems)
+    }
+}
+
+#[derive(Serialize)]
+struct IndexDocument<'a> {
+    #[serde(rename = "schemaVersion")]
+    schema_version: u32,
+    #[serde(rename = "mediaType")]
+    media_type: &'a str,
+    manifests: Vec<IndexEntry>,
+}
+
+/// One entry of an index; the fields are the OCI image index spec's descriptor fields.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct IndexEntry {
+    #[serde(rename = "mediaType")]
+    pub media_type: String,
+    pub digest: String,
+    pub size: u64,
+    pub platform: IndexPlatform,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct IndexPlatform {
+    pub architecture: String,
+    pub os: String,
+}
+
+/// The index document's bytes: entries sorted by platform, compact JSON in a fixed field order,
+/// so the same per-platform digests always give the same index digest.
+pub fn index_document(mut entries: Vec<IndexEntry>) -> Vec<u8> {
+    entries.sort_by(|a, b| {
+        (&a.platform.os, &a.platform.architecture).cmp(&(&b.platform.os, &b.platform.architecture))
+    });
+    let document = IndexDocument {
+        schema_version: 2,
+        media_type: MEDIA_TYPE_OCI_INDEX,
+        manifests: entries,
+    };
+    serde_json::to_vec(&document).expect("an index document always serializes")
+}
+
+/// `linux/arm64` → (`linux`, `arm64`).
+pub fn split_platform(platform: &str) -> (String, String) {
+    match platform.split_once('/') {
+        Some((os, arch)) => (os.to_string(), arch.to_string()),
+        None => ("linux".to_string(), platform.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(arch: &str, digest: &str) -> IndexEntry {
+        IndexEntry {
+            media_type: "application/vnd.docker.distribution.manifest.v2+json".into(),
+            digest: digest.into(),
+            size: 528,
+            platform: IndexPlatform {
+                architecture: arch.into(),
+                os: "linux".into(),
+            },
+        }
+    }
+
+    #[test]
+    fn index_documents_are_deterministic_and_sorted() {
+        let a = index_document(vec![entry("arm64", "sha256:b"), entry("amd64", "sha256:a")]);
+        let b = index_document(vec![entry("amd64", "sha256:a"), entry("arm64", "sha256:b")]);
+        assert_eq!(a, b, "the order platforms were built in does not matter");
+        let text = String::from_utf8(a).unwrap();
+        assert!(text.starts_with(r#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[{"mediaType""#), "{text}");
+        assert!(text.find("amd64").unwrap() < text.find("arm64").unwrap());
+    }
+
+    #[test]
+    fn readiness_names_every_missing_or_failed_platform() {
+        use crate::history::manifest::{ImageRecord, TestRecord};
+        use crate::model::knowledge::Knowledge;
+        use crate::model::matrix::Matrix;
+        use crate::resolve::ResolveOptions;
+        let matrix = Matrix::parse(
+            "registry: r.example\nrepository: t/p\ntorch: [\"2.13\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\nvariants: [runtime]\nplatforms: [linux/amd64, linux/arm64]\n",
+            "m.yaml",
+        )
+        .unwrap();
+        let specs =
+            crate::resolve::resolve(&matrix, &Knowledge::embedded(), &ResolveOptions::default())
+                .images;
+        let group: Vec<&ImageSpec> = specs.iter().collect();
+        let mut manifest = Manifest::new();
+        let problems = index_readiness(&group, &manifest, false).unwrap_err();
+        assert_eq!(problems.len(), 2);
+        assert!(
+            problems[1].starts_with("linux/arm64 is missing"),
+            "{problems:?}"
+        );
+
+        let record = |spec: &ImageSpec, status: &str| {
+            let mut record = ImageRecord::for_spec(spec, "k", "t");
+            record.digest = Some(format!("sha256:{}", spec.platform.replace('/', "")));
+            record.selftest = Some(TestRecord {
+                status: status.into(),
+                summary: "s".into(),
+                report: None,
+                at: "t".into(),
+            });
+            record
+        };
+        manifest.record_success(record(&specs[0], "pass"));
+        manifest.record_success(record(&specs[1], "skipped"));
+        let problems = index_readiness(&group, &manifest, false).unwrap_err();
+        assert_eq!(
+            problems,
+            vec![format!(
+                "linux/arm64: {} self-test skipped: s",
+                specs[1].tag
+            )]
+        );
+        let ready = index_readiness(&group, &manifest, true).unwrap();
+        assert_eq!(
+            ready.iter().map(|r| r.passed).collect::<Vec<_>>(),
+            vec![true, false]
+        );
+
+        manifest.record_success(record(&specs[1], "fail"));
+        assert!(
+            index_readiness(&group, &manifest, true).unwrap_err()[0].contains("self-test fail"),
+            "a failed test is never allowed"
+        );
+        let mut stale = record(&specs[1], "pass");
+        stale.fingerprint = "sha256:other".into();
+        manifest.record_success(stale);
+        assert!(index_readiness(&group, &manifest, true).unwrap_err()[0]
+            .contains("built from other inputs"));
+    }
+}

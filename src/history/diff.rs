@@ -1,0 +1,126 @@
+//! What changed between two recorded images: their fields, and their pip and OS packages by
+//! name. Pure.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::history::manifest::{ImageRecord, Packages};
+
+/// What changed between two recorded images.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct ImageDiff {
+    pub fields: Vec<(String, String, String)>,
+    pub pip: ListDiff,
+    pub os: ListDiff,
+}
+
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct ListDiff {
+    pub added: Vec<String>,
+    pub removed: Vec<String>,
+    /// name, from version, to version
+    pub changed: Vec<(String, String, String)>,
+}
+
+/// Compares package lists of `name==version` (pip) or `name=version` (dpkg) lines.
+pub fn diff_lists(from: &[String], to: &[String]) -> ListDiff {
+    let split = |line: &String| -> (String, String) {
+        match line
+            .split_once("==")
+            .or_else(|| line.split_once('='))
+            .or_else(|| line.split_once(" @ "))
+        {
+            Some((name, version)) => (name.to_string(), version.to_string()),
+            None => (line.clone(), String::new()),
+        }
+    };
+    let before: BTreeMap<String, String> = from.iter().map(split).collect();
+    let after: BTreeMap<String, String> = to.iter().map(split).collect();
+    let mut diff = ListDiff::default();
+    for (name, version) in &after {
+        match before.get(name) {
+            None => diff
+                .added
+                .push(format!("{name} {version}").trim().to_string()),
+            Some(old) if old != version => {
+                diff.changed
+                    .push((name.clone(), old.clone(), version.clone()))
+            }
+            _ => {}
+        }
+    }
+    for (name, version) in &before {
+        if !after.contains_key(name) {
+            diff.removed
+                .push(format!("{name} {version}").trim().to_string());
+        }
+    }
+    diff
+}
+
+pub fn diff_records(from: &ImageRecord, to: &ImageRecord) -> ImageDiff {
+    let fields = |r: &ImageRecord| -> Vec<(&'static str, String)> {
+        vec![
+            ("tag", r.tag.clone()),
+            ("digest", r.digest.clone().unwrap_or_default()),
+            ("torch", r.torch.clone()),
+            ("torchvision", r.torchvision.clone()),
+            ("cuda", r.cuda_full.clone()),
+            ("cudnn", r.cudnn.clone()),
+            ("python", r.python.clone()),
+            ("os", r.os.clone()),
+            ("driver_min", r.driver_min.clone()),
+            ("built_at", r.built_at.clone()),
+        ]
+    };
+    let mut diff = ImageDiff::default();
+    for ((name, a), (_, b)) in fields(from).into_iter().zip(fields(to)) {
+        if a != b {
+            diff.fields.push((name.to_string(), a, b));
+        }
+    }
+    let empty = Packages::default();
+    let (a, b) = (
+        from.packages.as_ref().unwrap_or(&empty),
+        to.packages.as_ref().unwrap_or(&empty),
+    );
+    diff.pip = diff_lists(&a.pip, &b.pip);
+    diff.os = diff_lists(&a.os, &b.os);
+    diff
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn package_lists_diff_by_name() {
+        let from = vec![
+            "numpy==2.1.0".to_string(),
+            "torch==2.7.0+cu126".into(),
+            "sympy==1.13".into(),
+        ];
+        let to = vec![
+            "numpy==2.1.0".to_string(),
+            "torch==2.7.1+cu126".into(),
+            "triton==3.3.1".into(),
+        ];
+        let diff = diff_lists(&from, &to);
+        assert_eq!(diff.added, vec!["triton 3.3.1"]);
+        assert_eq!(diff.removed, vec!["sympy 1.13"]);
+        assert_eq!(
+            diff.changed,
+            vec![(
+                "torch".to_string(),
+                "2.7.0+cu126".to_string(),
+                "2.7.1+cu126".to_string()
+            )]
+        );
+        let os = diff_lists(
+            &["libc6=2.39-0ubuntu8".to_string()],
+            &["libc6=2.39-0ubuntu8.4".to_string()],
+        );
+        assert_eq!(os.changed[0].2, "2.39-0ubuntu8.4");
+    }
+}

@@ -1,0 +1,312 @@
+//! The upgrade plan: what `imagegen build` would change, compared with the manifest (new and
+//! rebuilt images and which input changed, alias moves from which digest to which, aliases held,
+//! driver minimums that rise, images no longer produced), for a person to review before tags
+//! move. Pure: specs and a manifest in, a plan out.
+
+use std::collections::BTreeSet;
+
+use serde::Serialize;
+
+use crate::history::aliases::alias_guard;
+use crate::history::manifest::Manifest;
+use crate::model::version::DriverVersion;
+use crate::resolve::ImageSpec;
+
+/// What `imagegen build` would do, compared with the manifest: the upgrade plan a person reviews
+/// before tags move.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct UpgradePlan {
+    pub new_images: Vec<PlannedChange>,
+    pub rebuilt: Vec<PlannedChange>,
+    pub unchanged: Vec<String>,
+    pub alias_moves: Vec<AliasMove>,
+    pub alias_holds: Vec<AliasHold>,
+    pub driver_rises: Vec<DriverRise>,
+    pub removed: Vec<RemovedImage>,
+}
+
+/// A new or rebuilt image; `changes` says which inputs differ from the manifest's record.
+#[derive(Debug, Clone, Serialize)]
+pub struct PlannedChange {
+    pub tag: String,
+    pub driver_min: String,
+    pub changes: Vec<InputChange>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct InputChange {
+    pub input: String,
+    pub from: String,
+    pub to: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct AliasMove {
+    pub alias: String,
+    pub from_tag: Option<String>,
+    pub from_digest: Option<String>,
+    pub to_tag: String,
+    /// Known when the target was already built with the same fingerprint.
+    pub to_digest: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct AliasHold {
+    pub alias: String,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct DriverRise {
+    /// An alias whose target needs a newer driver, or a full tag rebuilt with a newer minimum.
+    pub subject: String,
+    pub from: String,
+    pub to: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RemovedImage {
+    pub tag: String,
+    pub digest: Option<String>,
+    pub aliases: Vec<String>,
+}
+
+/// Compares the images the matrix makes now with the manifest.
+pub fn upgrade_plan(specs: &[ImageSpec], manifest: &Manifest) -> UpgradePlan {
+    let mut plan = UpgradePlan::default();
+    let driver = |text: &str| DriverVersion::parse(text).ok();
+    for spec in specs {
+        match manifest.images.get(&spec.tag).filter(|r| r.status == "ok") {
+            None => plan.new_images.push(PlannedChange {
+                tag: spec.tag.clone(),
+                driver_min: spec.driver_min.clone(),
+                changes: Vec::new(),
+            }),
+            Some(record) if record.fingerprint == spec.fingerprint => {
+                plan.unchanged.push(spec.tag.clone())
+            }
+            Some(record) => {
+                let mut changes: Vec<InputChange> = spec
+                    .inputs
+                    .iter()
+                    .filter(|(key, value)| record.inputs.get(*key) != Some(value))
+                    .map(|(key, value)| InputChange {
+                        input: key.clone(),
+                        from: record
+                            .inputs
+                            .get(key)
+                            .cloned()
+                            .unwrap_or_else(|| "(not recorded)".into()),
+                        to: value.clone(),
+                    })
+                    .collect();
+                if changes.is_empty() {
+                    changes.push(InputChange {
+                        input: "fingerprint".into(),
+                        from: record.fingerprint.clone(),
+                        to: spec.fingerprint.clone(),
+                    });
+                }
+                if let (Some(from), Some(to)) =
+                    (driver(&record.driver_min), driver(&spec.driver_min))
+                {
+                    if to > from {
+                        plan.driver_rises.push(DriverRise {
+                            subject: spec.tag.clone(),
+                            from: record.driver_min.clone(),
+                            to: spec.driver_min.clone(),
+                        });
+                    }
+                }
+                plan.rebuilt.push(PlannedChange {
+                    tag: spec.tag.clone(),
+                    driver_min: spec.driver_min.clone(),
+                    changes,
+                });
+            }
+        }
+        // With several platforms, aliases point at the index, which `publish` moves once.
+        let published = spec.index.clone().unwrap_or_else(|| spec.tag.clone());
+        for alias in &spec.aliases {
+            if plan.alias_moves.iter().any(|m| &m.alias == alias)
+                || plan.alias_holds.iter().any(|h| &h.alias == alias)
+            {
+                continue;
+            }
+            let current_alias = manifest.aliases.get(alias);
+            if let Some(reason) =
+                alias_guard(alias, manifest.alias_target(alias), &spec.torch, &published)
+            {
+                plan.alias_holds.push(AliasHold {
+                    alias: alias.clone(),
+                    reason,
+                });
+                continue;
+            }
+            let known_digest = match &spec.index {
+                None => manifest
+                    .images
+                    .get(&spec.tag)
+                    .filter(|r| r.fingerprint == spec.fingerprint)
+                    .and_then(|r| r.digest.clone()),
+                Some(index) => {
+                    let platforms_unchanged = specs
+                        .iter()
+                        .filter(|s| s.index.as_ref() == Some(index))
+                        .all(|s| {
+                            manifest
+                                .images
+                                .get(&s.tag)
+                                .is_some_and(|r| r.fingerprint == s.fingerprint)
+                        });
+                    manifest
+                        .indexes
+                        .get(index)
+                        .filter(|_| platforms_unchanged)
+                        .map(|i| i.digest.clone())
+                }
+            };
+            let unchanged = current_alias.is_some_and(|a| {
+                a.tag == published && known_digest.is_some() && a.digest == known_digest
+            });
+            if unchanged {
+                continue;
+            }
+            let current_driver = current_alias.and_then(|a| {
+                manifest
+                    .images
+                    .get(&a.tag)
+                    .map(|r| r.driver_min.clone())
+                    .or_else(|| manifest.indexes.get(&a.tag).map(|i| i.driver_min.clone()))
+            });
+            if let (Some(from_text), Some(to)) = (current_driver, driver(&spec.driver_min)) {
+                if driver(&from_text).is_some_and(|from| to > from) {
+                    plan.driver_rises.push(DriverRise {
+                        subject: alias.clone(),
+                        from: from_text,
+                        to: spec.driver_min.clone(),
+                    });
+                }
+            }
+            plan.alias_moves.push(AliasMove {
+                alias: alias.clone(),
+                from_tag: current_alias.map(|a| a.tag.clone()),
+                from_digest: current_alias.and_then(|a| a.digest.clone()),
+                to_tag: published.clone(),
+                to_digest: known_digest,
+            });
+        }
+    }
+    let produced: BTreeSet<&str> = specs
+        .iter()
+        .flat_map(|s| std::iter::once(s.tag.as_str()).chain(s.index.as_deref()))
+        .collect();
+    for (tag, index) in &manifest.indexes {
+        if !produced.contains(tag.as_str()) {
+            plan.removed.push(RemovedImage {
+                tag: tag.clone(),
+                digest: Some(index.digest.clone()),
+                aliases: index.aliases.clone(),
+            });
+        }
+    }
+    for (tag, record) in &manifest.images {
+        if !produced.contains(tag.as_str()) && record.status == "ok" {
+            plan.removed.push(RemovedImage {
+                tag: tag.clone(),
+                digest: record.digest.clone(),
+                aliases: record.aliases.clone(),
+            });
+        }
+    }
+    plan
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::manifest::ImageRecord;
+    use crate::model::knowledge::Knowledge;
+    use crate::model::matrix::Matrix;
+    use crate::resolve::{resolve, ResolveOptions};
+
+    fn manifest_with(specs: &[ImageSpec], alias_targets: &[(&str, &str)]) -> Manifest {
+        let mut manifest = Manifest::new();
+        for spec in specs {
+            let mut record = ImageRecord::for_spec(spec, "key", "t0");
+            record.digest = Some(format!("sha256:{}", spec.tag));
+            manifest.record_success(record);
+        }
+        for (alias, tag) in alias_targets {
+            let digest = manifest.images[*tag].digest.clone();
+            manifest.move_alias(alias, tag, digest, "t0");
+        }
+        manifest
+    }
+
+    fn specs_for(torch: &str, cuda: &str) -> Vec<ImageSpec> {
+        let matrix = Matrix::parse(
+            &format!("registry: r.example\nrepository: t/p\ntorch: [\"{torch}\"]\ncuda: [\"{cuda}\"]\nos: [ubuntu24.04]\nvariants: [runtime]\n"),
+            "m.yaml",
+        )
+        .unwrap();
+        resolve(&matrix, &Knowledge::embedded(), &ResolveOptions::default()).images
+    }
+
+    #[test]
+    fn upgrade_plan_reports_latest_moving_to_a_newer_driver() {
+        let old = specs_for("2.7.1", "12.6");
+        let manifest = manifest_with(
+            &old,
+            &[("latest", "2.7.1-cuda12.6-cudnn9-runtime-ubuntu24.04")],
+        );
+        let new = specs_for("2.8.0", "12.8");
+        let plan = upgrade_plan(&new, &manifest);
+        let latest = plan
+            .alias_moves
+            .iter()
+            .find(|m| m.alias == "latest")
+            .unwrap();
+        assert_eq!(
+            latest.from_tag.as_deref(),
+            Some("2.7.1-cuda12.6-cudnn9-runtime-ubuntu24.04")
+        );
+        assert_eq!(latest.to_digest, None, "not built yet");
+        let rise = plan
+            .driver_rises
+            .iter()
+            .find(|r| r.subject == "latest")
+            .unwrap();
+        assert_eq!(
+            (rise.from.as_str(), rise.to.as_str()),
+            ("560.35.05", "570.124.06")
+        );
+        assert_eq!(
+            plan.removed[0].tag,
+            "2.7.1-cuda12.6-cudnn9-runtime-ubuntu24.04"
+        );
+        assert_eq!(plan.removed[0].aliases, vec!["latest"]);
+    }
+
+    #[test]
+    fn upgrade_plan_says_which_input_changed() {
+        let old = specs_for("2.7.1", "12.6");
+        let mut manifest = manifest_with(&old, &[]);
+        let mut record = manifest.images.values().next().unwrap().clone();
+        record
+            .inputs
+            .insert("wheel_index".into(), "https://old.example/whl/cu126".into());
+        record.fingerprint = "sha256:old".into();
+        manifest.images.insert(record.tag.clone(), record);
+        let plan = upgrade_plan(&old, &manifest);
+        assert_eq!(plan.rebuilt.len(), 1);
+        assert_eq!(
+            plan.rebuilt[0].changes,
+            vec![InputChange {
+                input: "wheel_index".into(),
+                from: "https://old.example/whl/cu126".into(),
+                to: "https://download.pytorch.org/whl/cu126".into()
+            }]
+        );
+    }
+}

@@ -1,0 +1,140 @@
+//! The cells a matrix asks for: every combination of its axes, minus `exclude` rules, plus
+//! `include` rules, each remembering where it came from so a rejection can point at its rule.
+//! Pure.
+
+use crate::model::matrix::{CellRule, Matrix, Variant, VersionText};
+use crate::model::version::DottedVersion;
+use crate::resolve::{Rejection, Resolution};
+
+/// One requested combination before it is checked.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) struct Cell {
+    pub(super) torch: String,
+    pub(super) cuda: String,
+    pub(super) cudnn: Option<String>,
+    pub(super) python: Option<String>,
+    pub(super) os: String,
+    pub(super) variant: Variant,
+    pub(super) platform: String,
+    pub(super) origin: String,
+    pub(super) location: Option<String>,
+}
+
+impl Cell {
+    pub(super) fn reject(&self, reason: String) -> Rejection {
+        Rejection {
+            torch: self.torch.clone(),
+            cuda: self.cuda.clone(),
+            cudnn: self.cudnn.clone(),
+            python: self.python.clone(),
+            os: self.os.clone(),
+            variant: self.variant,
+            platform: self.platform.clone(),
+            origin: self.origin.clone(),
+            location: self.location.clone(),
+            reason,
+        }
+    }
+}
+
+/// The cells the matrix asks for: axes minus excludes, plus includes.
+pub(super) fn expand(matrix: &Matrix, resolution: &mut Resolution) -> Vec<Cell> {
+    let optional = |values: &[VersionText]| -> Vec<Option<String>> {
+        if values.is_empty() {
+            vec![None]
+        } else {
+            values.iter().map(|v| Some(v.0.clone())).collect()
+        }
+    };
+    let mut cells = Vec::new();
+    for torch in &matrix.torch {
+        for cuda in &matrix.cuda {
+            for cudnn in optional(&matrix.cudnn) {
+                for python in optional(&matrix.python) {
+                    for os in &matrix.os {
+                        for variant in &matrix.variants {
+                            for platform in &matrix.platforms {
+                                let cell = Cell {
+                                    torch: torch.0.clone(),
+                                    cuda: cuda.0.clone(),
+                                    cudnn: cudnn.clone(),
+                                    python: python.clone(),
+                                    os: os.0.clone(),
+                                    variant: *variant,
+                                    platform: platform.0.clone(),
+                                    origin: "axes".into(),
+                                    location: None,
+                                };
+                                if !matrix.exclude.iter().any(|rule| rule_matches(rule, &cell)) {
+                                    cells.push(cell);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    for (index, rule) in matrix.include.iter().enumerate() {
+        let origin = format!("include[{index}]");
+        let (Some(torch), Some(cuda), Some(os)) = (&rule.torch, &rule.cuda, &rule.os) else {
+            resolution.warnings.push(format!(
+                "{origin} is ignored: an include must name torch, cuda and os"
+            ));
+            continue;
+        };
+        for variant in rule
+            .variants
+            .clone()
+            .unwrap_or_else(|| matrix.variants.clone())
+        {
+            for platform in rule
+                .platforms
+                .clone()
+                .unwrap_or_else(|| matrix.platforms.clone())
+            {
+                cells.push(Cell {
+                    torch: torch.0.clone(),
+                    cuda: cuda.0.clone(),
+                    cudnn: rule.cudnn.as_ref().map(|v| v.0.clone()),
+                    python: rule.python.as_ref().map(|v| v.0.clone()),
+                    os: os.0.clone(),
+                    variant,
+                    platform: platform.0.clone(),
+                    origin: origin.clone(),
+                    location: matrix.include_locations.get(index).cloned(),
+                });
+            }
+        }
+    }
+    cells
+}
+
+/// Whether an exclude rule covers a cell. Versions match by prefix (`2.7` covers `2.7.1`).
+fn rule_matches(rule: &CellRule, cell: &Cell) -> bool {
+    let version_matches =
+        |rule_value: &Option<VersionText>, value: &Option<String>| match (rule_value, value) {
+            (None, _) => true,
+            (Some(_), None) => false,
+            (Some(wanted), Some(value)) => match (
+                DottedVersion::parse_kind(&wanted.0, "", 4),
+                DottedVersion::parse_kind(value, "", 4),
+            ) {
+                (Ok(wanted), Ok(value)) => value.starts_with(&wanted) || wanted.starts_with(&value),
+                _ => false,
+            },
+        };
+    version_matches(&rule.torch, &Some(cell.torch.clone()))
+        && version_matches(&rule.cuda, &Some(cell.cuda.clone()))
+        && version_matches(&rule.cudnn, &cell.cudnn)
+        && version_matches(&rule.python, &cell.python)
+        && rule.os.as_ref().is_none_or(|os| os.0 == cell.os)
+        && rule
+            .variants
+            .as_ref()
+            .is_none_or(|variants| variants.contains(&cell.variant))
+        && rule
+            .platforms
+            .as_ref()
+            .is_none_or(|platforms| platforms.iter().any(|p| p.0 == cell.platform))
+}

@@ -1,0 +1,437 @@
+//! The rules a cell must pass, one function each, in the order `check_cell` applies them. Each
+//! returns the reason a person can act on when the cell fails it: what is wrong, and what would
+//! work instead. Pure: the cell and the knowledge in, a verdict out.
+
+use crate::model::knowledge::{
+    wheel_suffix, CudaRelease, Knowledge, OsRelease, TorchCuda, TorchRelease, TorchSeries,
+};
+use crate::model::matrix::Matrix;
+use crate::model::version::{DottedVersion, TorchVersion};
+use crate::resolve::cells::Cell;
+use crate::resolve::Resolved;
+
+/// Checks one cell against the knowledge; the error is the reason shown to the user.
+pub(super) fn check_cell(
+    cell: &Cell,
+    matrix: &Matrix,
+    knowledge: &Knowledge,
+) -> Result<Resolved, String> {
+    let allow_unverified = matrix.allow_unverified;
+    let base_override = matrix.base_images.runtime.is_some();
+    let mut unverified = Vec::new();
+    let (series, release) = torch_release(cell, knowledge)?;
+    let variant = wheel_variant(
+        cell,
+        series,
+        release,
+        knowledge,
+        allow_unverified,
+        &mut unverified,
+    )?;
+    let cuda_release = cuda_base_release(
+        cell,
+        knowledge,
+        allow_unverified,
+        base_override,
+        &mut unverified,
+    )?;
+    platform_available(cell, release, variant, cuda_release, knowledge)?;
+    let os = os_release(cell, knowledge)?;
+    base_image_for_os(cell, series, cuda_release, knowledge, base_override)?;
+    glibc_floor(cell, series, release, variant, os)?;
+    let python = python_version(cell, series, release, os, knowledge)?;
+    cudnn_bundled(cell, release, variant, knowledge)?;
+    Ok(Resolved {
+        series: series.clone(),
+        release: release.clone(),
+        variant: variant.clone(),
+        cuda_release: cuda_release.clone(),
+        os: cell.os.clone(),
+        python,
+        variant_kind: cell.variant,
+        platform: cell.platform.clone(),
+        unverified,
+    })
+}
+
+/// The torch release a cell names: a series (`2.7`) means its newest known patch.
+fn torch_release<'k>(
+    cell: &Cell,
+    knowledge: &'k Knowledge,
+) -> Result<(&'k TorchSeries, &'k TorchRelease), String> {
+    let torch = TorchVersion::parse(&cell.torch).map_err(|e| e.to_string())?;
+    let series = knowledge.torch_series(&torch.series()).ok_or_else(|| {
+        let known: Vec<&str> = knowledge.torch.iter().map(|t| t.series.as_str()).collect();
+        format!(
+            "torch {} is not in the compatibility knowledge (it knows {}); add it to a --knowledge file with its source",
+            cell.torch,
+            known.join(", ")
+        )
+    })?;
+    let release = if torch.is_series {
+        series
+            .releases
+            .iter()
+            .max_by_key(|r| TorchVersion::parse(&r.torch).map(|t| t.version).ok())
+            .ok_or_else(|| format!("torch {} has no releases in the knowledge", series.series))?
+    } else {
+        series
+            .releases
+            .iter()
+            .find(|r| r.torch == torch.version.to_string())
+            .ok_or_else(|| {
+                let known: Vec<&str> = series.releases.iter().map(|r| r.torch.as_str()).collect();
+                format!(
+                    "torch {} is not a known release (torch {} has {})",
+                    cell.torch,
+                    series.series,
+                    known.join(", ")
+                )
+            })?
+    };
+    Ok((series, release))
+}
+
+/// The torch wheel variant of the cell's CUDA (`cu126`); an unverified one only when allowed,
+/// noted in `unverified`.
+fn wheel_variant<'k>(
+    cell: &Cell,
+    series: &'k TorchSeries,
+    release: &TorchRelease,
+    knowledge: &Knowledge,
+    allow_unverified: bool,
+    unverified: &mut Vec<String>,
+) -> Result<&'k TorchCuda, String> {
+    let wanted_cuda =
+        DottedVersion::parse_kind(&cell.cuda, "CUDA", 3).map_err(|e| e.to_string())?;
+    let published: Vec<String> = series
+        .cuda
+        .iter()
+        .filter(|c| c.verified)
+        .map(|c| wheel_suffix(&c.cuda))
+        .collect();
+    let variant = series
+        .cuda
+        .iter()
+        .find(|c| c.cuda == wanted_cuda.major_minor())
+        .ok_or_else(|| {
+            let other_torch: Vec<&str> = knowledge
+                .torch
+                .iter()
+                .filter(|t| {
+                    t.cuda
+                        .iter()
+                        .any(|c| c.verified && c.cuda == wanted_cuda.major_minor())
+                })
+                .map(|t| t.series.as_str())
+                .collect();
+            let alternative = if other_torch.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; CUDA {} wheels exist for torch {}",
+                    wanted_cuda.major_minor(),
+                    other_torch.join(", ")
+                )
+            };
+            format!(
+                "torch {} has no CUDA {} wheels (it publishes {}){alternative}",
+                release.torch,
+                cell.cuda,
+                published.join(", ")
+            )
+        })?;
+    if !variant.verified {
+        let note = variant.note.clone().unwrap_or_default();
+        if !allow_unverified {
+            return Err(format!(
+                "torch {} CUDA {} wheels are UNVERIFIED in the knowledge ({note}); verified variants: {}; set `allow_unverified: true` to build it anyway",
+                release.torch,
+                variant.cuda,
+                published.join(", ")
+            ));
+        }
+        unverified.push(format!(
+            "torch {} {}: {note}",
+            release.torch,
+            wheel_suffix(&variant.cuda)
+        ));
+    }
+    Ok(variant)
+}
+
+/// The nvidia/cuda release to build on (`12.6` → `12.6.3`), which must have images unless the
+/// matrix brings its own base; an unverified one only when allowed.
+fn cuda_base_release<'k>(
+    cell: &Cell,
+    knowledge: &'k Knowledge,
+    allow_unverified: bool,
+    base_override: bool,
+    unverified: &mut Vec<String>,
+) -> Result<&'k CudaRelease, String> {
+    let wanted_cuda =
+        DottedVersion::parse_kind(&cell.cuda, "CUDA", 3).map_err(|e| e.to_string())?;
+    let cuda_release = knowledge.cuda_release_for(&cell.cuda).ok_or_else(|| {
+        let known: Vec<&str> = knowledge
+            .cuda
+            .iter()
+            .filter(|c| c.version.starts_with(&wanted_cuda.major_minor()))
+            .map(|c| c.version.as_str())
+            .collect();
+        format!(
+            "CUDA {} has no nvidia/cuda base release in the knowledge (known for {}: {})",
+            cell.cuda,
+            wanted_cuda.major_minor(),
+            known.join(", ")
+        )
+    })?;
+    if !cuda_release.verified {
+        let note = cuda_release.note.clone().unwrap_or_default();
+        if !allow_unverified {
+            return Err(format!(
+                "CUDA {} is UNVERIFIED in the knowledge ({note}); the driver minimum could be wrong; set `allow_unverified: true` to build it anyway",
+                cuda_release.version
+            ));
+        }
+        unverified.push(format!("CUDA {}: {note}", cuda_release.version));
+    }
+    if cuda_release.ubuntu.is_empty() && !base_override {
+        let line = DottedVersion::parse_kind(&cuda_release.version, "CUDA", 3)
+            .map(|v| v.major_minor())
+            .unwrap_or_default();
+        let with_images: Vec<&str> = knowledge
+            .cuda
+            .iter()
+            .filter(|c| !c.ubuntu.is_empty() && c.version.starts_with(&format!("{line}.")))
+            .map(|c| c.version.as_str())
+            .collect();
+        return Err(format!(
+            "nvidia/cuda publishes no images of CUDA {} in the knowledge (CUDA {line} images: {})",
+            cuda_release.version,
+            if with_images.is_empty() {
+                "none".to_string()
+            } else {
+                with_images.join(", ")
+            }
+        ));
+    }
+    Ok(cuda_release)
+}
+
+/// Torch publishes wheels, and nvidia/cuda images, for the cell's platform.
+fn platform_available(
+    cell: &Cell,
+    release: &TorchRelease,
+    variant: &TorchCuda,
+    cuda_release: &CudaRelease,
+    knowledge: &Knowledge,
+) -> Result<(), String> {
+    if !variant.platforms().contains(&cell.platform.as_str()) {
+        let with_platform: Vec<&str> = knowledge
+            .torch
+            .iter()
+            .filter(|t| {
+                t.cuda
+                    .iter()
+                    .any(|c| c.verified && c.platforms().contains(&cell.platform.as_str()))
+            })
+            .map(|t| t.series.as_str())
+            .collect();
+        return Err(format!(
+            "torch {} publishes no {} CUDA {} wheels in the knowledge ({} CUDA wheels are recorded for torch {})",
+            release.torch,
+            cell.platform,
+            variant.cuda,
+            cell.platform,
+            if with_platform.is_empty() { "none".to_string() } else { with_platform.join(", ") }
+        ));
+    }
+    if !cuda_release.platforms.contains(&cell.platform) {
+        return Err(format!(
+            "nvidia/cuda {} has no {} images (it has {})",
+            cuda_release.version,
+            cell.platform,
+            cuda_release.platforms.join(", ")
+        ));
+    }
+    Ok(())
+}
+
+/// The OS release the cell names.
+fn os_release<'k>(cell: &Cell, knowledge: &'k Knowledge) -> Result<&'k OsRelease, String> {
+    let os = knowledge.os(&cell.os).ok_or_else(|| {
+        let known: Vec<&str> = knowledge.os.iter().map(|o| o.name.as_str()).collect();
+        format!(
+            "OS {} is not in the knowledge (known: {})",
+            cell.os,
+            known.join(", ")
+        )
+    })?;
+    Ok(os)
+}
+
+/// nvidia/cuda publishes the cell's CUDA release for its Ubuntu (unless the matrix brings its
+/// own base); otherwise names the CUDA lines that do.
+fn base_image_for_os(
+    cell: &Cell,
+    series: &TorchSeries,
+    cuda_release: &CudaRelease,
+    knowledge: &Knowledge,
+    base_override: bool,
+) -> Result<(), String> {
+    let ubuntu = cell.os.trim_start_matches("ubuntu");
+    if !cuda_release.ubuntu.iter().any(|u| u == ubuntu) && !base_override {
+        let others: Vec<String> = knowledge
+            .cuda
+            .iter()
+            .filter(|c| {
+                c.verified
+                    && c.ubuntu.iter().any(|u| u == ubuntu)
+                    && series
+                        .cuda
+                        .iter()
+                        .any(|v| v.verified && c.version.starts_with(&format!("{}.", v.cuda)))
+            })
+            .map(|c| {
+                DottedVersion::parse_kind(&c.version, "", 3)
+                    .map(|v| v.major_minor())
+                    .unwrap_or_default()
+            })
+            .collect();
+        let hint = if others.is_empty() {
+            String::new()
+        } else {
+            format!(
+                ", or CUDA {} with torch {}",
+                others.join("/"),
+                series.series
+            )
+        };
+        return Err(format!(
+            "nvidia/cuda {} has no {} images (it has {}); use {}{hint}",
+            cuda_release.version,
+            cell.os,
+            cuda_release
+                .ubuntu
+                .iter()
+                .map(|u| format!("ubuntu{u}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            cuda_release
+                .ubuntu
+                .iter()
+                .map(|u| format!("ubuntu{u}"))
+                .collect::<Vec<_>>()
+                .join(" or ")
+        ));
+    }
+    Ok(())
+}
+
+/// The OS's glibc is at least the wheels' manylinux floor.
+fn glibc_floor(
+    cell: &Cell,
+    series: &TorchSeries,
+    release: &TorchRelease,
+    variant: &TorchCuda,
+    os: &OsRelease,
+) -> Result<(), String> {
+    let glibc_min = variant.glibc_min.as_deref().unwrap_or(&series.glibc_min);
+    let glibc_ok = matches!(
+        (DottedVersion::parse_kind(&os.glibc, "", 2), DottedVersion::parse_kind(glibc_min, "", 2)),
+        (Ok(have), Ok(need)) if have >= need
+    );
+    if !glibc_ok {
+        return Err(format!(
+            "torch {} wheels need glibc ≥ {glibc_min}; {} has {}",
+            release.torch, cell.os, os.glibc
+        ));
+    }
+    Ok(())
+}
+
+/// The Python of the image: the OS's own, which must be the one asked for and one torch
+/// publishes wheels for.
+fn python_version(
+    cell: &Cell,
+    series: &TorchSeries,
+    release: &TorchRelease,
+    os: &OsRelease,
+    knowledge: &Knowledge,
+) -> Result<String, String> {
+    let python = match &cell.python {
+        None => os.python.clone(),
+        Some(wanted) if *wanted == os.python => wanted.clone(),
+        Some(wanted) => {
+            let fitting: Vec<&str> = knowledge
+                .os
+                .iter()
+                .filter(|o| o.python == *wanted)
+                .map(|o| o.name.as_str())
+                .collect();
+            let hint = if fitting.is_empty() {
+                String::from("no known OS ships it")
+            } else {
+                format!("for Python {wanted} use {}", fitting.join(" or "))
+            };
+            return Err(format!(
+                "{} ships Python {} and imagegen uses the OS Python; {hint}",
+                cell.os, os.python
+            ));
+        }
+    };
+    if !series.python.contains(&python) {
+        let experimental = if series.python_experimental.contains(&python) {
+            " (only experimental wheels)"
+        } else {
+            ""
+        };
+        return Err(format!(
+            "torch {} has no Python {python} wheels{experimental} (it supports {}–{}); {} uses Python {python}",
+            release.torch,
+            series.python.first().map(String::as_str).unwrap_or("?"),
+            series.python.last().map(String::as_str).unwrap_or("?"),
+            cell.os
+        ));
+    }
+    Ok(python)
+}
+
+/// A cuDNN the cell asks for is the one the wheel bundles (torch pins its cuDNN).
+fn cudnn_bundled(
+    cell: &Cell,
+    release: &TorchRelease,
+    variant: &TorchCuda,
+    knowledge: &Knowledge,
+) -> Result<(), String> {
+    if let Some(wanted) = &cell.cudnn {
+        let wanted_version =
+            DottedVersion::parse_kind(wanted, "cuDNN", 4).map_err(|e| e.to_string())?;
+        let bundled =
+            DottedVersion::parse_kind(&variant.cudnn, "cuDNN", 4).map_err(|e| e.to_string())?;
+        if !bundled.starts_with(&wanted_version) {
+            let matching: Vec<String> = knowledge
+                .torch
+                .iter()
+                .flat_map(|t| t.cuda.iter().filter(|c| c.verified).map(move |c| (t, c)))
+                .filter(|(_, c)| {
+                    DottedVersion::parse_kind(&c.cudnn, "", 4)
+                        .is_ok_and(|v| v.starts_with(&wanted_version))
+                })
+                .map(|(t, c)| format!("{}+{}", t.series, wheel_suffix(&c.cuda)))
+                .collect();
+            let hint = if matching.is_empty() {
+                String::new()
+            } else {
+                format!("; cuDNN {wanted} comes with torch {}", matching.join(", "))
+            };
+            return Err(format!(
+                "torch {}+{} bundles cuDNN {}, not {wanted} (torch pins its cuDNN; a different one cannot be swapped in){hint}",
+                release.torch,
+                wheel_suffix(&variant.cuda),
+                variant.cudnn
+            ));
+        }
+    }
+    Ok(())
+}
