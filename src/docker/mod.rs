@@ -44,6 +44,7 @@
 //! # }
 //! ```
 
+mod auth;
 mod context;
 mod credentials;
 mod engine;

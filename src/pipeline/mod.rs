@@ -7,3 +7,4 @@ pub mod executor;
 pub mod plan;
 pub mod progress;
 pub mod record;
+pub mod selftest;
