@@ -5,11 +5,12 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 
-use super::Outcome;
 use crate::cli::BakeArgs;
+use crate::commands::outcome::Outcome;
+use crate::commands::stages::resolve_project;
 use crate::generate::bake::{bake_file, selftest_builds, staging_context};
 use crate::project::{write_atomically, Project};
-use crate::resolve::ResolveOptions;
+use crate::resolve::image::ResolveOptions;
 
 /// `imagegen bake`: writes the bake file (or prints it with `-`) and stages
 /// `<selftest_dir>/gpu-selftest-cuNN` as `.imagegen/bake/gpu-selftest-cuNN/gpu-selftest` beside it.
@@ -19,7 +20,7 @@ pub fn run(project: &Project, args: &BakeArgs) -> Result<Outcome> {
         args.selftest_dir.as_path(),
         !args.no_stage,
     );
-    let images = project.resolve(ResolveOptions::default())?.images;
+    let images = resolve_project(project, ResolveOptions::default())?.images;
     let value = bake_file(&images)?;
     let mut text = serde_json::to_string_pretty(&value)?;
     text.push('\n');

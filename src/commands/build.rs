@@ -10,10 +10,11 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result};
 
-use super::output::table;
-use super::signals::{interrupted, Signal};
-use super::Outcome;
 use crate::cli::BuildArgs;
+use crate::commands::outcome::Outcome;
+use crate::commands::output::table;
+use crate::commands::signals::{interrupted, Signal};
+use crate::commands::stages::render_project;
 use crate::docker::{Engine, RetryPolicy};
 use crate::history::manifest::{now_rfc3339, Manifest};
 use crate::pipeline::docker_builder::{Contexts, EngineBuilder, EngineBuilderSettings};
@@ -30,7 +31,7 @@ pub fn run(project: &Project, args: &BuildArgs) -> Result<Outcome> {
         .map(str::parse::<Shard>)
         .transpose()
         .map_err(|message| anyhow::anyhow!(message))?;
-    let (resolution, rendered) = project.render()?;
+    let (resolution, rendered) = render_project(project)?;
     let drift = project::check(&rendered, &args.images)?;
     if !drift.diffs.is_empty() {
         anyhow::bail!(

@@ -5,8 +5,8 @@ use std::fmt::Write as _;
 
 use anyhow::{anyhow, Result};
 
-use super::Outcome;
 use crate::cli::DiffArgs;
+use crate::commands::outcome::Outcome;
 use crate::history::diff::diff_records;
 use crate::project::{load_manifest, Project};
 

@@ -4,12 +4,13 @@
 
 use anyhow::Result;
 
-use super::Outcome;
 use crate::cli::K8sArgs;
+use crate::commands::outcome::Outcome;
+use crate::commands::stages::resolve_project;
 use crate::generate::k8s::{manifests, JobSettings};
 use crate::project::{load_manifest, Project};
+use crate::resolve::image::ResolveOptions;
 use crate::resolve::lookup::find_images;
-use crate::resolve::ResolveOptions;
 
 /// `imagegen k8s IMAGE`: prints the Job (and Service) YAML, pinned to the digest `manifest`
 /// recorded for the image's current good build, if any.
@@ -24,7 +25,7 @@ pub fn run(project: &Project, args: &K8sArgs) -> Result<Outcome> {
         digest: None,
     };
     let manifest = args.manifest.as_path();
-    let images = project.resolve(ResolveOptions::default())?.images;
+    let images = resolve_project(project, ResolveOptions::default())?.images;
     let named = find_images(&images, &args.image)?;
     // A digest pins one image; an index of several platforms runs by its tag.
     if let [image] = named.as_slice() {

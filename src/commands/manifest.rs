@@ -3,8 +3,8 @@
 
 use anyhow::Result;
 
-use super::Outcome;
 use crate::cli::MergeArgs;
+use crate::commands::outcome::Outcome;
 use crate::history::merge::merge_all;
 use crate::project::{load_manifest, save_manifest, Project};
 

@@ -9,6 +9,7 @@ pub mod ci;
 pub mod diff;
 pub mod k8s;
 pub mod manifest;
+pub mod outcome;
 pub mod output;
 pub mod plan;
 pub mod publish;
@@ -16,47 +17,15 @@ pub mod render;
 pub mod resolve;
 pub mod rollback;
 pub mod signals;
-
-use std::fmt::Write as _;
+pub mod stages;
 
 use anyhow::Result;
 
 use crate::cli::{Cli, Command, ManifestAction};
 use crate::project::Project;
 
+pub use outcome::{describe, Outcome};
 pub use signals::Signal;
-
-/// How a command ended, when it could run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    Success,
-    /// A check, build or test failed (exit 1).
-    Failed,
-    /// Stopped by SIGINT (exit 130) or SIGTERM (exit 143) after cleaning up.
-    Interrupted(Signal),
-}
-
-impl Outcome {
-    pub fn exit_code(self) -> i32 {
-        match self {
-            Outcome::Success => 0,
-            Outcome::Failed => 1,
-            Outcome::Interrupted(signal) => signal.exit_code(),
-        }
-    }
-}
-
-/// The whole error chain on one line each, with any `hint:` kept on its own line.
-pub fn describe(error: &anyhow::Error) -> String {
-    let mut text = error.to_string();
-    for cause in error.chain().skip(1) {
-        let cause = cause.to_string();
-        if !text.contains(&cause) {
-            write!(text, "\n  caused by: {cause}").ok();
-        }
-    }
-    text
-}
 
 /// Runs the command `cli` names.
 pub fn run(cli: Cli) -> Result<Outcome> {

@@ -30,3 +30,11 @@ pub fn table(rows: &[Vec<String>]) -> String {
     }
     out
 }
+
+/// The first 19 characters of a digest (`sha256:` and 12 hex digits), or `(new build)`.
+pub fn short(digest: &Option<String>) -> String {
+    digest
+        .as_deref()
+        .map(|d| d.chars().take(19).collect())
+        .unwrap_or_else(|| "(new build)".into())
+}

@@ -6,16 +6,17 @@ use std::fmt::Write as _;
 
 use anyhow::Result;
 
-use super::output::table;
-use super::Outcome;
 use crate::cli::{PlanArgs, PlanFormat};
+use crate::commands::outcome::Outcome;
+use crate::commands::output::{short, table};
+use crate::commands::stages::resolve_project;
 use crate::history::upgrade::{upgrade_plan, InputChange, UpgradePlan};
 use crate::project::{load_manifest, Project};
-use crate::resolve::ResolveOptions;
+use crate::resolve::image::ResolveOptions;
 
 pub fn run(project: &Project, args: &PlanArgs) -> Result<Outcome> {
     let manifest = load_manifest(&args.manifest)?;
-    let resolution = project.resolve(ResolveOptions::default())?;
+    let resolution = resolve_project(project, ResolveOptions::default())?;
     let plan = upgrade_plan(&resolution.images, &manifest);
     match args.format {
         PlanFormat::Json => println!("{}", serde_json::to_string_pretty(&plan)?),
@@ -23,13 +24,6 @@ pub fn run(project: &Project, args: &PlanArgs) -> Result<Outcome> {
         PlanFormat::Markdown => print!("{}", plan_markdown(&plan)),
     }
     Ok(Outcome::Success)
-}
-
-pub(crate) fn short(digest: &Option<String>) -> String {
-    digest
-        .as_deref()
-        .map(|d| d.chars().take(19).collect())
-        .unwrap_or_else(|| "(new build)".into())
 }
 
 /// The plan as text for a terminal.

@@ -10,9 +10,10 @@ use std::collections::BTreeMap;
 
 use anyhow::{anyhow, Result};
 
-use super::output::table;
-use super::Outcome;
 use crate::cli::PublishArgs;
+use crate::commands::outcome::Outcome;
+use crate::commands::output::table;
+use crate::commands::stages::resolve_project;
 use crate::docker::{registry_host_of, repository_path_of, DockerConfig, RegistryClient};
 use crate::generate::oci_index::{
     index_document, index_readiness, split_platform, IndexEntry, IndexPlatform, ReadyPlatform,
@@ -22,12 +23,12 @@ use crate::history::aliases::alias_guard;
 use crate::history::manifest::{now_rfc3339, IndexRecord, Manifest, PlatformImage};
 use crate::project::{load_manifest, save_manifest, Project};
 use crate::resolve::fingerprint::sha256_hex;
-use crate::resolve::{ImageSpec, ResolveOptions};
+use crate::resolve::image::{ImageSpec, ResolveOptions};
 
 pub fn run(project: &Project, args: &PublishArgs) -> Result<Outcome> {
     let (manifest_path, allow_untested, dry_run) =
         (args.manifest.as_path(), args.allow_untested, args.dry_run);
-    let resolution = project.resolve(ResolveOptions::default())?;
+    let resolution = resolve_project(project, ResolveOptions::default())?;
     if !project.matrix()?.multi_platform() {
         println!("the matrix builds linux/amd64 only: `imagegen build --push` publishes its images and aliases; there are no indexes to assemble");
         return Ok(Outcome::Success);

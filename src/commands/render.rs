@@ -3,12 +3,13 @@
 
 use anyhow::Result;
 
-use super::Outcome;
 use crate::cli::RenderArgs;
+use crate::commands::outcome::Outcome;
+use crate::commands::stages::render_project;
 use crate::project::{self, Project};
 
 pub fn run(project: &Project, args: &RenderArgs) -> Result<Outcome> {
-    let (resolution, rendered) = project.render()?;
+    let (resolution, rendered) = render_project(project)?;
     let out = &args.out;
     if args.check {
         let drift = project::check(&rendered, out)?;

@@ -5,12 +5,13 @@ use std::fmt::Write as _;
 
 use anyhow::{Context, Result};
 
-use super::output::table;
-use super::Outcome;
 use crate::cli::{Format, ResolveArgs};
+use crate::commands::outcome::Outcome;
+use crate::commands::output::table;
+use crate::commands::stages::resolve_project;
 use crate::model::version::DriverVersion;
 use crate::project::Project;
-use crate::resolve::{Resolution, ResolveOptions};
+use crate::resolve::image::{Resolution, ResolveOptions};
 
 pub fn run(project: &Project, args: &ResolveArgs) -> Result<Outcome> {
     let driver = args
@@ -19,11 +20,14 @@ pub fn run(project: &Project, args: &ResolveArgs) -> Result<Outcome> {
         .map(DriverVersion::parse)
         .transpose()
         .context("--driver")?;
-    let resolution = project.resolve(ResolveOptions {
-        driver,
-        forward_compat: args.forward_compat,
-        ..Default::default()
-    })?;
+    let resolution = resolve_project(
+        project,
+        ResolveOptions {
+            driver,
+            forward_compat: args.forward_compat,
+            ..Default::default()
+        },
+    )?;
     match args.format {
         Format::Table => print!("{}", resolution_table(&resolution)),
         Format::Json => println!("{}", serde_json::to_string_pretty(&resolution)?),

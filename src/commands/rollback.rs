@@ -6,9 +6,9 @@ use std::time::Instant;
 
 use anyhow::{anyhow, bail, Context, Result};
 
-use super::plan::short;
-use super::Outcome;
 use crate::cli::RollbackArgs;
+use crate::commands::outcome::Outcome;
+use crate::commands::output::short;
 use crate::docker::{registry_host_of, repository_path_of, DockerConfig, RegistryClient};
 use crate::history::manifest::now_rfc3339;
 use crate::history::rollback::rollback_target;

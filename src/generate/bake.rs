@@ -23,8 +23,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{json, Value};
 
-use crate::model::matrix::Variant;
-use crate::resolve::ImageSpec;
+use crate::model::axes::Variant;
+use crate::resolve::image::ImageSpec;
 
 /// Where `imagegen bake` stages one directory per self-test build, relative to the bake file.
 pub const STAGING_DIR: &str = ".imagegen/bake";

@@ -19,7 +19,7 @@
 use serde::Serialize;
 
 use crate::pipeline::plan::{select, Shard};
-use crate::resolve::ImageSpec;
+use crate::resolve::image::ImageSpec;
 
 /// The most jobs one GitHub Actions matrix may generate.
 pub const GITHUB_MATRIX_LIMIT: usize = 256;

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 pub use crate::docker::MEDIA_TYPE_OCI_INDEX;
 use crate::history::manifest::Manifest;
-use crate::resolve::ImageSpec;
+use crate::resolve::image::ImageSpec;
 
 /// One platform image ready to go into an index.
 #[derive(Debug, Clone, PartialEq)]
@@ -161,10 +161,10 @@ mod tests {
 
     #[test]
     fn readiness_names_every_missing_or_failed_platform() {
-        use crate::history::manifest::{ImageRecord, TestRecord};
+        use crate::history::manifest::TestRecord;
         use crate::model::knowledge::Knowledge;
         use crate::model::matrix::Matrix;
-        use crate::resolve::ResolveOptions;
+        use crate::resolve::image::ResolveOptions;
         let matrix = Matrix::parse(
             "registry: r.example\nrepository: t/p\ntorch: [\"2.13\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\nvariants: [runtime]\nplatforms: [linux/amd64, linux/arm64]\n",
             "m.yaml",
@@ -183,7 +183,7 @@ mod tests {
         );
 
         let record = |spec: &ImageSpec, status: &str| {
-            let mut record = ImageRecord::for_spec(spec, "k", "t");
+            let mut record = crate::pipeline::record::image_record(spec, "k", "t");
             record.digest = Some(format!("sha256:{}", spec.platform.replace('/', "")));
             record.selftest = Some(TestRecord {
                 status: status.into(),

@@ -15,8 +15,6 @@ use std::collections::BTreeMap;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::resolve::ImageSpec;
-
 pub const SCHEMA_VERSION: u32 = 1;
 pub const DEFAULT_PATH: &str = "imagegen-manifest.json";
 
@@ -126,43 +124,6 @@ pub struct ImageRecord {
     /// Earlier records of this full tag, newest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub history: Vec<ImageRecord>,
-}
-
-impl ImageRecord {
-    /// A record for `spec` with the fields every build knows; the caller fills in the rest.
-    pub fn for_spec(spec: &ImageSpec, build_key: &str, at: &str) -> ImageRecord {
-        ImageRecord {
-            repository: spec.repository.clone(),
-            tag: spec.tag.clone(),
-            aliases: Vec::new(),
-            digest: None,
-            image_id: None,
-            fingerprint: spec.fingerprint.clone(),
-            build_key: build_key.to_string(),
-            variant: spec.variant.to_string(),
-            torch: spec.torch.clone(),
-            torchvision: spec.torchvision.clone(),
-            torchaudio: spec.torchaudio.clone(),
-            cuda: spec.cuda.clone(),
-            cuda_full: spec.cuda_full.clone(),
-            cudnn: spec.cudnn.clone(),
-            python: spec.python.clone(),
-            os: spec.os.clone(),
-            base_image: spec.base_image.clone(),
-            driver_min: spec.driver_min.clone(),
-            driver_min_compat: spec.driver_min_compat.clone(),
-            require_cuda: spec.require_cuda.clone(),
-            selftest: None,
-            inputs: spec.inputs.clone(),
-            packages: None,
-            built_at: at.to_string(),
-            build_seconds: 0.0,
-            source_commit: None,
-            status: "ok".into(),
-            last_error: None,
-            history: Vec::new(),
-        }
-    }
 }
 
 /// The packages of an image: `pip freeze` of its Python environment and the OS packages

@@ -10,7 +10,7 @@ use serde::Serialize;
 use crate::history::aliases::alias_guard;
 use crate::history::manifest::Manifest;
 use crate::model::version::DriverVersion;
-use crate::resolve::ImageSpec;
+use crate::resolve::image::ImageSpec;
 
 /// What `imagegen build` would do, compared with the manifest: the upgrade plan a person reviews
 /// before tags move.
@@ -225,7 +225,6 @@ pub fn upgrade_plan(specs: &[ImageSpec], manifest: &Manifest) -> UpgradePlan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::history::manifest::ImageRecord;
     use crate::model::knowledge::Knowledge;
     use crate::model::matrix::Matrix;
     use crate::resolve::{resolve, ResolveOptions};
@@ -233,7 +232,7 @@ mod tests {
     fn manifest_with(specs: &[ImageSpec], alias_targets: &[(&str, &str)]) -> Manifest {
         let mut manifest = Manifest::new();
         for spec in specs {
-            let mut record = ImageRecord::for_spec(spec, "key", "t0");
+            let mut record = crate::pipeline::record::image_record(spec, "key", "t0");
             record.digest = Some(format!("sha256:{}", spec.tag));
             manifest.record_success(record);
         }

@@ -2,6 +2,7 @@
 //! (`file:line` errors), version types, and the compatibility knowledge as data. Parsing what it
 //! is handed is the only I/O here.
 
+pub mod axes;
 pub mod knowledge;
 pub mod matrix;
 pub mod names;

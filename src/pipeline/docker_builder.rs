@@ -21,7 +21,7 @@ use crate::pipeline::plan::PlannedImage;
 use crate::pipeline::progress::Progress;
 use crate::pipeline::selftest::{interpret_selftest, parse_packages, LIST_PACKAGES};
 use crate::resolve::fingerprint::sha256_hex;
-use crate::resolve::ImageSpec;
+use crate::resolve::image::ImageSpec;
 
 /// The label that carries an image's build key.
 pub const BUILD_KEY_LABEL: &str = "imagegen.build-key";

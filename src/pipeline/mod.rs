@@ -7,4 +7,5 @@ pub mod executor;
 pub mod plan;
 pub mod progress;
 pub mod record;
+pub mod results;
 pub mod selftest;

@@ -10,7 +10,7 @@ use serde::Serialize;
 use crate::history::aliases::alias_guard;
 use crate::history::manifest::Manifest;
 use crate::resolve::fingerprint::fingerprint;
-use crate::resolve::ImageSpec;
+use crate::resolve::image::ImageSpec;
 
 /// `--shard I/N`: this runner builds the I-th of N deterministic parts (1-based).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -246,7 +246,6 @@ fn guard_aliases(plan: &mut Plan, manifest: &Manifest) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::history::manifest::ImageRecord;
     use crate::history::upgrade::upgrade_plan;
     use crate::model::knowledge::Knowledge;
     use crate::model::matrix::Matrix;
@@ -366,7 +365,7 @@ mod tests {
     fn manifest_with(specs: &[ImageSpec], alias_targets: &[(&str, &str)]) -> Manifest {
         let mut manifest = Manifest::new();
         for spec in specs {
-            let mut record = ImageRecord::for_spec(spec, "key", "t0");
+            let mut record = crate::pipeline::record::image_record(spec, "key", "t0");
             record.digest = Some(format!("sha256:{}", spec.tag));
             manifest.record_success(record);
         }

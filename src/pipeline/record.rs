@@ -3,8 +3,9 @@
 //! finished.
 
 use crate::history::manifest::{ImageRecord, Manifest, TestRecord};
-use crate::pipeline::executor::{ImageResult, Status, TestOutcome};
 use crate::pipeline::plan::PlannedImage;
+use crate::pipeline::results::{ImageResult, Status, TestOutcome};
+use crate::resolve::image::ImageSpec;
 
 /// Applies one result to the manifest: a built or reused image's record (keeping the test report
 /// and packages of the run that tested a reused build key), the aliases it moved, or a failure
@@ -17,7 +18,7 @@ pub fn record(
     now: &str,
 ) {
     let now = now.to_string();
-    let mut record = ImageRecord::for_spec(&planned.spec, &planned.build_key, &now);
+    let mut record = image_record(&planned.spec, &planned.build_key, &now);
     record.image_id = result.image_id.clone();
     record.build_seconds = (result.seconds * 10.0).round() / 10.0;
     record.source_commit = source_commit.map(String::from);
@@ -67,5 +68,40 @@ pub fn record(
             manifest.record_failure(record, result.error.as_deref().unwrap_or("failed"))
         }
         Status::Interrupted => {}
+    }
+}
+
+/// A manifest record for `spec` with the fields every build knows; the caller fills in the rest.
+pub fn image_record(spec: &ImageSpec, build_key: &str, at: &str) -> ImageRecord {
+    ImageRecord {
+        repository: spec.repository.clone(),
+        tag: spec.tag.clone(),
+        aliases: Vec::new(),
+        digest: None,
+        image_id: None,
+        fingerprint: spec.fingerprint.clone(),
+        build_key: build_key.to_string(),
+        variant: spec.variant.to_string(),
+        torch: spec.torch.clone(),
+        torchvision: spec.torchvision.clone(),
+        torchaudio: spec.torchaudio.clone(),
+        cuda: spec.cuda.clone(),
+        cuda_full: spec.cuda_full.clone(),
+        cudnn: spec.cudnn.clone(),
+        python: spec.python.clone(),
+        os: spec.os.clone(),
+        base_image: spec.base_image.clone(),
+        driver_min: spec.driver_min.clone(),
+        driver_min_compat: spec.driver_min_compat.clone(),
+        require_cuda: spec.require_cuda.clone(),
+        selftest: None,
+        inputs: spec.inputs.clone(),
+        packages: None,
+        built_at: at.to_string(),
+        build_seconds: 0.0,
+        source_commit: None,
+        status: "ok".into(),
+        last_error: None,
+        history: Vec::new(),
     }
 }

@@ -3,7 +3,7 @@
 //! values out.
 
 use crate::history::manifest::Packages;
-use crate::pipeline::executor::TestOutcome;
+use crate::pipeline::results::TestOutcome;
 
 /// Lists pip and OS packages; the marker separates the two lists.
 pub const LIST_PACKAGES: &str = "if command -v pip >/dev/null 2>&1; then pip freeze --all 2>/dev/null; fi; echo '--- imagegen: os packages ---'; if command -v dpkg-query >/dev/null 2>&1; then dpkg-query -W -f='${Package}=${Version}\\n'; fi";

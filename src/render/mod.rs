@@ -10,10 +10,11 @@ use std::collections::BTreeMap;
 
 use minijinja::{context, Environment, UndefinedBehavior};
 
+use crate::model::axes::Variant;
 use crate::model::knowledge::wheel_suffix;
-use crate::model::matrix::{check_free_text, check_image_reference, Matrix, Variant};
+use crate::model::matrix::{check_free_text, check_image_reference, Matrix};
 use crate::resolve::fingerprint::sha256_hex;
-use crate::resolve::ImageSpec;
+use crate::resolve::image::ImageSpec;
 
 /// The embedded templates, by name.
 pub const EMBEDDED_TEMPLATES: &[(&str, &str)] = &[

@@ -2,40 +2,10 @@
 //! `include` rules, each remembering where it came from so a rejection can point at its rule.
 //! Pure.
 
-use crate::model::matrix::{CellRule, Matrix, Variant, VersionText};
+use crate::model::axes::VersionText;
+use crate::model::matrix::{CellRule, Matrix};
 use crate::model::version::DottedVersion;
-use crate::resolve::{Rejection, Resolution};
-
-/// One requested combination before it is checked.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub(super) struct Cell {
-    pub(super) torch: String,
-    pub(super) cuda: String,
-    pub(super) cudnn: Option<String>,
-    pub(super) python: Option<String>,
-    pub(super) os: String,
-    pub(super) variant: Variant,
-    pub(super) platform: String,
-    pub(super) origin: String,
-    pub(super) location: Option<String>,
-}
-
-impl Cell {
-    pub(super) fn reject(&self, reason: String) -> Rejection {
-        Rejection {
-            torch: self.torch.clone(),
-            cuda: self.cuda.clone(),
-            cudnn: self.cudnn.clone(),
-            python: self.python.clone(),
-            os: self.os.clone(),
-            variant: self.variant,
-            platform: self.platform.clone(),
-            origin: self.origin.clone(),
-            location: self.location.clone(),
-            reason,
-        }
-    }
-}
+use crate::resolve::image::{Cell, Resolution};
 
 /// The cells the matrix asks for: axes minus excludes, plus includes.
 pub(super) fn expand(matrix: &Matrix, resolution: &mut Resolution) -> Vec<Cell> {

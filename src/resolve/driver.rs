@@ -4,7 +4,7 @@
 
 use crate::model::knowledge::{wheel_suffix, CudaRelease, Knowledge};
 use crate::model::version::{DottedVersion, DriverVersion};
-use crate::resolve::ImageSpec;
+use crate::resolve::image::ImageSpec;
 
 /// The `NVIDIA_REQUIRE_CUDA` value: the CUDA floor, OR a whitelisted forward-compatibility branch
 /// for each brand NVIDIA lists (space = OR, comma = AND, per nvidia-container-toolkit).

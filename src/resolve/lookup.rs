@@ -4,7 +4,7 @@
 use anyhow::{bail, Result};
 
 use crate::model::names::closest;
-use crate::resolve::ImageSpec;
+use crate::resolve::image::ImageSpec;
 
 /// The images a full tag or alias names (with or without `repository:`): one image, or with
 /// several platforms, the per-platform images of the index a full tag or alias names (a

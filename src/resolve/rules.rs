@@ -7,8 +7,7 @@ use crate::model::knowledge::{
 };
 use crate::model::matrix::Matrix;
 use crate::model::version::{DottedVersion, TorchVersion};
-use crate::resolve::cells::Cell;
-use crate::resolve::Resolved;
+use crate::resolve::image::{Cell, Resolved};
 
 /// Checks one cell against the knowledge; the error is the reason shown to the user.
 pub(super) fn check_cell(

@@ -8,8 +8,8 @@ use crate::model::matrix::Matrix;
 use crate::model::version::{DottedVersion, TorchVersion};
 use crate::resolve::driver::require_cuda;
 use crate::resolve::fingerprint::fingerprint;
+use crate::resolve::image::{ImageSpec, ResolveOptions, Resolved};
 use crate::resolve::tags::{self, TagFields};
-use crate::resolve::{ImageSpec, ResolveOptions, Resolved};
 
 pub(super) fn build_spec(
     found: &Resolved,

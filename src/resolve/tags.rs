@@ -11,27 +11,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::model::matrix::Variant;
+use crate::model::axes::Variant;
 use crate::model::version::DottedVersion;
-
-/// What the tag rules need to know about one image.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TagFields {
-    pub torch: semver::Version,
-    pub cuda: String,
-    pub cudnn: String,
-    pub python: String,
-    pub variant: Variant,
-    pub os: String,
-    /// Whether `cuda` is the default CUDA of this torch series.
-    pub is_default_cuda: bool,
-}
-
-impl TagFields {
-    fn series(&self) -> String {
-        format!("{}.{}", self.torch.major, self.torch.minor)
-    }
-}
+pub use crate::resolve::image::TagFields;
 
 /// Fills the full-tag template (validated by the matrix loader) with `fields`.
 pub fn full_tag(template: &str, fields: &TagFields) -> String {

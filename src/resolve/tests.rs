@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::model::matrix::Matrix;
+use crate::model::version::DriverVersion;
 use crate::resolve::driver::require_cuda;
 
 fn matrix(extra: &str) -> Matrix {

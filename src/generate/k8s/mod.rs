@@ -27,7 +27,7 @@
 //!   (`<job>-0.<job>:29500`). `backoffLimit: 0`: a failed rank fails the run, it is not retried
 //!   into a world that has moved on.
 
-mod objects;
+pub mod objects;
 mod validation;
 
 use std::collections::BTreeMap;
@@ -36,7 +36,7 @@ pub use objects::*;
 pub use validation::validate;
 
 use crate::model::version::DottedVersion;
-use crate::resolve::ImageSpec;
+use crate::resolve::image::ImageSpec;
 
 /// `/dev/shm` size per GPU.
 pub const SHM_GIB_PER_GPU: u32 = 8;
@@ -102,28 +102,6 @@ pub enum K8sError {
     DriverVersion { image: String, driver_min: String },
     #[error("the generated manifests break Kubernetes rules: {}", problems.join("; "))]
     Invalid { problems: Vec<String> },
-}
-
-/// The documents for one run: the headless Service (multi-node only) and the Job.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Manifests {
-    pub service: Option<Service>,
-    pub job: Job,
-}
-
-impl Manifests {
-    /// Deterministic multi-document YAML (the Service first: the Job's pods resolve through it).
-    pub fn to_yaml(&self) -> String {
-        let mut documents = Vec::new();
-        if let Some(service) = &self.service {
-            documents.push(serde_yaml::to_string(service).expect("a Service serializes"));
-        }
-        documents.push(serde_yaml::to_string(&self.job).expect("a Job serializes"));
-        documents
-            .iter()
-            .map(|document| format!("---\n{document}"))
-            .collect()
-    }
 }
 
 /// One NodeSelectorRequirement.

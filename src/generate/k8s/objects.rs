@@ -203,3 +203,25 @@ pub struct ServicePort {
     pub name: String,
     pub port: u16,
 }
+
+/// The documents for one run: the headless Service (multi-node only) and the Job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Manifests {
+    pub service: Option<Service>,
+    pub job: Job,
+}
+
+impl Manifests {
+    /// Deterministic multi-document YAML (the Service first: the Job's pods resolve through it).
+    pub fn to_yaml(&self) -> String {
+        let mut documents = Vec::new();
+        if let Some(service) = &self.service {
+            documents.push(serde_yaml::to_string(service).expect("a Service serializes"));
+        }
+        documents.push(serde_yaml::to_string(&self.job).expect("a Job serializes"));
+        documents
+            .iter()
+            .map(|document| format!("---\n{document}"))
+            .collect()
+    }
+}

@@ -1,7 +1,7 @@
 //! The rules the API server would enforce on what `imagegen k8s` emits (names are DNS labels,
 //! quantities parse, selectors match the template, ...), checked before anything is printed.
 
-use super::Manifests;
+use crate::generate::k8s::objects::Manifests;
 
 pub(super) fn is_dns_label(text: &str) -> bool {
     !text.is_empty()

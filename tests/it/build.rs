@@ -7,15 +7,13 @@
 //! `gpu-selftest` script; the real binary is tested in the selftest crate and on the GPU machine.
 //! These tests fail, never skip, when the daemon is missing.
 
-mod support;
-
 use std::path::PathBuf;
 
-use imagegen::docker::Credentials;
-use support::project::{
+use crate::support::project::{
     assert_code, prepare, text, Project, SELFTEST_FAIL, SELFTEST_NO_GPU, SELFTEST_PASS,
 };
-use support::Registry;
+use crate::support::Registry;
+use imagegen::docker::Credentials;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn build_push_skip_unchanged_and_rebuild_only_what_changed() {
@@ -249,7 +247,7 @@ async fn a_failed_self_test_blocks_push_and_aliases_and_no_gpu_holds_aliases() {
 #[tokio::test(flavor = "multi_thread")]
 async fn registry_down_is_a_clear_failure_that_loses_nothing() {
     prepare().await;
-    let port = support::free_port();
+    let port = crate::support::free_port();
     let project = Project::new(&format!("127.0.0.1:{port}"), SELFTEST_PASS);
     let output = project.build(&[
         "--push",
@@ -461,7 +459,7 @@ async fn credentials_never_appear_in_output_logs_or_manifest() {
             "a secret leaked into output, logs or manifest"
         );
     }
-    let engine = support::engine().await;
+    let engine = crate::support::engine().await;
     let labels = engine
         .image_labels(&format!(
             "{}/{}:{tag}",

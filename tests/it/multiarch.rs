@@ -2,12 +2,10 @@
 //! scratch` + `COPY`, built with `--platform`), pushed to the real registry on 127.0.0.1,
 //! assembled into OCI image indexes by `imagegen publish`, and read back from the registry.
 
-mod support;
-
+use crate::support::project::{assert_code, prepare, text, Project};
+use crate::support::Registry;
 use imagegen::docker::MEDIA_TYPE_OCI_INDEX;
 use serde_json::Value;
-use support::project::{assert_code, prepare, text, Project};
-use support::Registry;
 
 const INDEX: &str = "2.13.0-cuda12.6-cudnn9-runtime-ubuntu24.04";
 
@@ -70,7 +68,7 @@ async fn per_platform_builds_are_published_as_oci_indexes() {
         .unwrap()
         .unwrap();
     assert_eq!(labels["imagegen.platform"], "linux/arm64");
-    let engine = support::engine().await;
+    let engine = crate::support::engine().await;
     let local = engine
         .client()
         .inspect_image(&format!(
@@ -203,7 +201,7 @@ async fn per_platform_builds_are_published_as_oci_indexes() {
 async fn a_single_platform_matrix_has_nothing_to_publish() {
     prepare().await;
     let registry = Registry::start();
-    let project = Project::new(registry.host(), support::project::SELFTEST_PASS);
+    let project = Project::new(registry.host(), crate::support::project::SELFTEST_PASS);
     let output = project.imagegen(&["publish"]).output().unwrap();
     assert_code(&output, 0);
     assert!(text(&output).contains("no indexes to assemble"));

@@ -1,11 +1,9 @@
 //! `imagegen plan`, `rollback`, `diff`, tag immutability and never-backwards aliases against the
 //! real Docker daemon and a real registry on 127.0.0.1 (the build tests' fixture).
 
-mod support;
-
+use crate::support::project::{assert_code, prepare, text, Project, SELFTEST_PASS};
+use crate::support::Registry;
 use serde_json::Value;
-use support::project::{assert_code, prepare, text, Project, SELFTEST_PASS};
-use support::Registry;
 
 const ALIAS: &str = "2.7-cuda12.6-runtime";
 

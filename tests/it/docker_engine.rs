@@ -2,17 +2,15 @@
 //! `docker-registry` on 127.0.0.1. They fail (never skip) when the daemon is missing.
 //! Prerequisites: a running dockerd and `.ci/install-deps.sh`.
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use crate::support::{base_image, context_dir, engine, unique_name, Registry};
 use imagegen::docker::{
     build_step_progress, context_tar, BuildRequest, ContextFile, Credentials, DockerConfig,
     DockerError, Engine, RegistryClient, RetryPolicy, RunRequest, MEDIA_TYPE_DOCKER_MANIFEST,
 };
 use sha2::{Digest, Sha256};
-use support::{base_image, context_dir, engine, unique_name, Registry};
 
 const APP_DOCKERFILE: &str = "FROM imagegen-test/base:1
 ARG GREETING=unset

@@ -1,0 +1,117 @@
+//! The value types of a matrix's axes: image variants, versions as written, OS names and
+//! platforms. Each parses strictly (a value that could not reach a Dockerfile safely never
+//! parses) and prints as written.
+
+use std::fmt;
+
+use serde::de::{self, Deserializer};
+use serde::{Deserialize, Serialize};
+
+use crate::model::version::DottedVersion;
+
+/// The image variants imagegen knows how to render.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Variant {
+    /// Lean, to run: torch and its pip-provided CUDA libraries, a C compiler for Triton, no nvcc.
+    Runtime,
+    /// Built on the runtime image, adds the CUDA compiler and headers to build extensions.
+    Devel,
+}
+
+impl Variant {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Variant::Runtime => "runtime",
+            Variant::Devel => "devel",
+        }
+    }
+}
+
+impl fmt::Display for Variant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A version string checked at load time (digits and dots only), kept exactly as written.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct VersionText(pub String);
+
+impl fmt::Display for VersionText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for VersionText {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        DottedVersion::parse_kind(&text, "", 4)
+            .map_err(|e| de::Error::custom(format!("malformed version {:?}: {}", text, e.why)))?;
+        Ok(VersionText(text))
+    }
+}
+
+/// An OS name such as `ubuntu24.04`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct OsName(pub String);
+
+impl fmt::Display for OsName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for OsName {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        let valid = text.strip_prefix("ubuntu").is_some_and(|rest| {
+            DottedVersion::parse_kind(rest, "", 2).is_ok_and(|v| v.parts().len() == 2)
+        });
+        if !valid {
+            return Err(de::Error::custom(format!(
+                "malformed OS {text:?}: write it as ubuntuYY.MM, e.g. ubuntu24.04"
+            )));
+        }
+        Ok(OsName(text))
+    }
+}
+
+/// A target platform: `linux/amd64` or `linux/arm64` (SBSA: Grace Hopper, Grace Blackwell).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct Platform(pub String);
+
+impl Platform {
+    pub fn amd64() -> Platform {
+        Platform("linux/amd64".into())
+    }
+
+    /// `amd64` or `arm64`.
+    pub fn arch(&self) -> &str {
+        self.0.rsplit('/').next().unwrap_or(&self.0)
+    }
+}
+
+impl fmt::Display for Platform {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Platform {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        match text.as_str() {
+            "linux/amd64" | "linux/arm64" => Ok(Platform(text)),
+            "linux/aarch64" | "linux/arm64/v8" => Ok(Platform("linux/arm64".into())),
+            "linux/x86_64" => Ok(Platform("linux/amd64".into())),
+            _ => Err(de::Error::custom(format!(
+                "unknown platform {text:?}: imagegen builds linux/amd64 and linux/arm64"
+            ))),
+        }
+    }
+}

@@ -1,0 +1,122 @@
+//! What building one image came to: its status, the self-test outcome, the digest pushed, the
+//! aliases moved or held, and why it failed. Values the executor produces, the manifest fold and
+//! the command's summary read.
+
+use serde::Serialize;
+
+use crate::history::manifest::Packages;
+
+/// What the self-test said.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "status", rename_all = "lowercase")]
+pub enum TestOutcome {
+    Pass {
+        summary: String,
+        report: Option<serde_json::Value>,
+    },
+    Fail {
+        summary: String,
+        report: Option<serde_json::Value>,
+    },
+    /// Not run: no GPU on the host, or `--no-test`.
+    Skipped { summary: String },
+    /// The self-test could not run (exit 2, unreadable output, container failure).
+    Error {
+        summary: String,
+        report: Option<serde_json::Value>,
+    },
+}
+
+impl TestOutcome {
+    pub fn status(&self) -> &'static str {
+        match self {
+            TestOutcome::Pass { .. } => "pass",
+            TestOutcome::Fail { .. } => "fail",
+            TestOutcome::Skipped { .. } => "skipped",
+            TestOutcome::Error { .. } => "error",
+        }
+    }
+
+    pub fn summary(&self) -> &str {
+        match self {
+            TestOutcome::Pass { summary, .. }
+            | TestOutcome::Fail { summary, .. }
+            | TestOutcome::Skipped { summary }
+            | TestOutcome::Error { summary, .. } => summary,
+        }
+    }
+
+    pub fn report(&self) -> Option<&serde_json::Value> {
+        match self {
+            TestOutcome::Pass { report, .. }
+            | TestOutcome::Fail { report, .. }
+            | TestOutcome::Error { report, .. } => report.as_ref(),
+            TestOutcome::Skipped { .. } => None,
+        }
+    }
+}
+
+/// An image with the same build key that already exists.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Existing {
+    /// In the local daemon, with this image id.
+    Local(String),
+    /// Already pushed to the registry, with this manifest digest (not present locally).
+    Registry(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Built,
+    /// An image with the same build key already existed.
+    Reused,
+    Failed,
+    /// Not attempted because the image it builds on failed.
+    Skipped,
+    Interrupted,
+}
+
+/// What happened to one image.
+#[derive(Debug, Clone, Serialize)]
+pub struct ImageResult {
+    pub name: String,
+    pub status: Status,
+    pub image_id: Option<String>,
+    pub digest: Option<String>,
+    pub test: Option<TestOutcome>,
+    /// The packages read from the image (not read again for an image reused with a passed test).
+    pub packages: Option<Packages>,
+    pub aliases_moved: Vec<String>,
+    /// Things worth knowing that did not fail the image (packages not readable, ...).
+    pub notes: Vec<String>,
+    /// Aliases not moved, with why.
+    pub aliases_held: Vec<(String, String)>,
+    /// Which stage failed: `lookup` (local or registry), `build`, `test`, `push`, `alias`.
+    pub failed_stage: Option<String>,
+    pub error: Option<String>,
+    pub seconds: f64,
+}
+
+impl ImageResult {
+    pub fn new(name: &str, status: Status) -> ImageResult {
+        ImageResult {
+            name: name.to_string(),
+            status,
+            image_id: None,
+            digest: None,
+            test: None,
+            packages: None,
+            aliases_moved: Vec::new(),
+            notes: Vec::new(),
+            aliases_held: Vec::new(),
+            failed_stage: None,
+            error: None,
+            seconds: 0.0,
+        }
+    }
+
+    pub fn succeeded(&self) -> bool {
+        matches!(self.status, Status::Built | Status::Reused)
+    }
+}

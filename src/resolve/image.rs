@@ -1,0 +1,205 @@
+//! What resolution produces: the spec of every image imagegen will render and build, the cells
+//! it rejected with the reason, and the settings that are not part of the matrix.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::model::axes::Variant;
+use crate::model::knowledge::{CudaRelease, TorchCuda, TorchRelease, TorchSeries};
+use crate::model::version::DriverVersion;
+
+/// One image imagegen will render and build.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ImageSpec {
+    /// Directory name under `images/`; equal to the full tag.
+    pub name: String,
+    /// `registry/repository`, e.g. `ghcr.io/acme/pytorch`.
+    pub repository: String,
+    /// The immutable full tag.
+    pub tag: String,
+    /// Moving aliases this image currently earns.
+    pub aliases: Vec<String>,
+    pub variant: Variant,
+    /// `linux/amd64` or `linux/arm64`.
+    pub platform: String,
+    /// With several platforms: the full tag of the OCI image index this per-platform image
+    /// belongs to (`imagegen publish` assembles it); `tag` then carries an `-amd64`/`-arm64` suffix.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub index: Option<String>,
+    pub torch: String,
+    /// Pip requirement version for torchvision: exact, or `0.28.*` where only the series is known.
+    pub torchvision: String,
+    pub torchaudio: Option<String>,
+    /// CUDA of the torch wheel, major.minor.
+    pub cuda: String,
+    /// The CUDA toolkit release of the base image (`12.6.3`).
+    pub cuda_full: String,
+    /// cuDNN bundled by the torch wheel.
+    pub cudnn: String,
+    pub nccl: Option<String>,
+    pub python: String,
+    pub os: String,
+    /// The image this one is built `FROM`.
+    pub base_image: String,
+    /// For devel images, the name of the runtime image it builds on.
+    pub parent: Option<String>,
+    /// Toolkit driver minimum for `cuda_full` (full feature set).
+    pub driver_min: String,
+    /// Minor-version-compatibility driver minimum of the CUDA major (limited feature set).
+    pub driver_min_compat: String,
+    /// Driver branches that run the image through forward compatibility on data-center GPUs.
+    pub forward_compat_branches: Vec<u64>,
+    /// The `NVIDIA_REQUIRE_CUDA` value.
+    pub require_cuda: String,
+    /// GPU compute capabilities compiled into the torch wheel.
+    pub archs: Vec<String>,
+    /// The pip index the torch wheels come from.
+    pub wheel_index: String,
+    /// Which gpu-selftest build the image carries (one per CUDA major).
+    pub selftest: String,
+    /// Knowledge entries used that are marked unverified (allowed by `allow_unverified`).
+    pub unverified: Vec<String>,
+    /// sha256 over everything that determines the image's content.
+    pub fingerprint: String,
+    /// What the fingerprint covers, by name (kept in the manifest so `plan` can say what changed).
+    #[serde(skip)]
+    pub inputs: BTreeMap<String, String>,
+    /// What the tag and alias rules read, kept so aliases are computed from the same values.
+    #[serde(skip)]
+    pub tag_fields: TagFields,
+}
+
+/// A cell that cannot be built, with the values it was given and why.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Rejection {
+    pub torch: String,
+    pub cuda: String,
+    pub cudnn: Option<String>,
+    pub python: Option<String>,
+    pub os: String,
+    pub variant: Variant,
+    pub platform: String,
+    /// `axes` or `include[N]`.
+    pub origin: String,
+    /// `matrix.yaml:LINE` of the include rule that asked for the cell.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub location: Option<String>,
+    pub reason: String,
+}
+
+impl Rejection {
+    /// A resolved image rejected after the fact (by the driver filter or a tag collision).
+    pub(crate) fn of_image(image: &ImageSpec, origin: &str, reason: String) -> Rejection {
+        Rejection {
+            torch: image.torch.clone(),
+            cuda: image.cuda.clone(),
+            cudnn: Some(image.cudnn.clone()),
+            python: Some(image.python.clone()),
+            os: image.os.clone(),
+            variant: image.variant,
+            platform: image.platform.clone(),
+            origin: origin.into(),
+            location: None,
+            reason,
+        }
+    }
+}
+
+/// The outcome of resolving a matrix.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Resolution {
+    pub images: Vec<ImageSpec>,
+    pub rejected: Vec<Rejection>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+/// Settings that are not part of the matrix.
+#[derive(Debug, Clone, Default)]
+pub struct ResolveOptions {
+    /// Only keep images this driver runs.
+    pub driver: Option<DriverVersion>,
+    /// With `driver`: accept older driver branches that forward compatibility serves
+    /// (data-center GPUs with the cuda-compat package, which nvidia/cuda bases carry).
+    pub forward_compat: bool,
+    /// Digest of the templates in use, so a template change changes every fingerprint.
+    pub template_digest: String,
+}
+
+/// What the tag rules need to know about one image.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TagFields {
+    pub torch: semver::Version,
+    pub cuda: String,
+    pub cudnn: String,
+    pub python: String,
+    pub variant: Variant,
+    pub os: String,
+    /// Whether `cuda` is the default CUDA of this torch series.
+    pub is_default_cuda: bool,
+}
+
+impl TagFields {
+    pub fn series(&self) -> String {
+        format!("{}.{}", self.torch.major, self.torch.minor)
+    }
+}
+
+/// One requested combination before it is checked.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Cell {
+    pub(crate) torch: String,
+    pub(crate) cuda: String,
+    pub(crate) cudnn: Option<String>,
+    pub(crate) python: Option<String>,
+    pub(crate) os: String,
+    pub(crate) variant: Variant,
+    pub(crate) platform: String,
+    pub(crate) origin: String,
+    pub(crate) location: Option<String>,
+}
+
+impl Cell {
+    pub(crate) fn reject(&self, reason: String) -> Rejection {
+        Rejection {
+            torch: self.torch.clone(),
+            cuda: self.cuda.clone(),
+            cudnn: self.cudnn.clone(),
+            python: self.python.clone(),
+            os: self.os.clone(),
+            variant: self.variant,
+            platform: self.platform.clone(),
+            origin: self.origin.clone(),
+            location: self.location.clone(),
+            reason,
+        }
+    }
+}
+
+/// What a cell resolved to in the knowledge.
+#[derive(Debug, Clone)]
+pub(crate) struct Resolved {
+    pub(crate) series: TorchSeries,
+    pub(crate) release: TorchRelease,
+    pub(crate) variant: TorchCuda,
+    pub(crate) cuda_release: CudaRelease,
+    pub(crate) os: String,
+    pub(crate) python: String,
+    pub(crate) variant_kind: Variant,
+    pub(crate) platform: String,
+    pub(crate) unverified: Vec<String>,
+}
+
+impl Resolved {
+    /// Identity of the image apart from its variant.
+    pub(crate) fn key(&self) -> (String, String, String, String, String) {
+        (
+            self.release.torch.clone(),
+            self.cuda_release.version.clone(),
+            self.os.clone(),
+            self.python.clone(),
+            self.platform.clone(),
+        )
+    }
+}
