@@ -213,12 +213,7 @@ fn plan_table(plan: &Plan, manifest: &Manifest) -> String {
             .is_some_and(|r| r.build_key == image.build_key);
         rows.push(vec![
             image.reference.clone(),
-            image
-                .build_key
-                .trim_start_matches("sha256:")
-                .chars()
-                .take(12)
-                .collect(),
+            image.build_key.hex()[..12].to_string(),
             image.depends_on.clone().unwrap_or_else(|| "-".into()),
             if known {
                 "reuse if present, else build".into()
@@ -268,8 +263,8 @@ fn summary_table(results: &[ImageResult]) -> String {
                 .unwrap_or_else(|| "-".into()),
             result
                 .digest
-                .as_deref()
-                .map(|d| d.chars().take(19).collect())
+                .as_ref()
+                .map(|d| d.short().to_string())
                 .unwrap_or_else(|| "-".into()),
             format!("{:.1}", result.seconds),
             aliases,

@@ -8,6 +8,7 @@ use crate::cli::K8sArgs;
 use crate::commands::outcome::Outcome;
 use crate::commands::stages::resolve_project;
 use crate::generate::k8s::{manifests, JobSettings};
+use crate::history::manifest::RecordStatus;
 use crate::project::{load_manifest, Project};
 use crate::resolve::image::ResolveOptions;
 use crate::resolve::lookup::find_images;
@@ -33,7 +34,9 @@ pub fn run(project: &Project, args: &K8sArgs) -> Result<Outcome> {
         settings.digest = recorded
             .images
             .get(&image.tag)
-            .filter(|record| record.status == "ok" && record.fingerprint == image.fingerprint)
+            .filter(|record| {
+                record.status == RecordStatus::Ok && record.fingerprint == image.fingerprint
+            })
             .and_then(|record| record.digest.clone());
         if settings.digest.is_none() {
             eprintln!(

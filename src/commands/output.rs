@@ -3,6 +3,8 @@
 
 use std::fmt::Write as _;
 
+use crate::model::digest::Digest;
+
 /// Left-aligned columns separated by two spaces; the last column is not padded.
 pub fn table(rows: &[Vec<String>]) -> String {
     let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
@@ -32,9 +34,9 @@ pub fn table(rows: &[Vec<String>]) -> String {
 }
 
 /// The first 19 characters of a digest (`sha256:` and 12 hex digits), or `(new build)`.
-pub fn short(digest: &Option<String>) -> String {
+pub fn short(digest: &Option<Digest>) -> String {
     digest
-        .as_deref()
-        .map(|d| d.chars().take(19).collect())
+        .as_ref()
+        .map(|d| d.short().to_string())
         .unwrap_or_else(|| "(new build)".into())
 }

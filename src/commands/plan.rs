@@ -42,7 +42,7 @@ pub fn plan_text(plan: &UpgradePlan) -> String {
     rows.extend(
         plan.new_images
             .iter()
-            .map(|c| vec![c.tag.clone(), c.driver_min.clone()]),
+            .map(|c| vec![c.tag.clone(), c.driver_min.to_string()]),
     );
     section(&mut out, "new images", rows);
     let mut rows = vec![vec!["IMAGE".to_string(), "WHY".into()]];
@@ -83,7 +83,7 @@ pub fn plan_text(plan: &UpgradePlan) -> String {
     rows.extend(
         plan.driver_rises
             .iter()
-            .map(|r| vec![r.subject.clone(), r.from.clone(), r.to.clone()]),
+            .map(|r| vec![r.subject.clone(), r.from.to_string(), r.to.to_string()]),
     );
     section(&mut out, "driver minimums that would rise", rows);
     let mut rows = vec![vec!["IMAGE".to_string(), "DIGEST".into(), "ALIASES".into()]];
@@ -167,7 +167,7 @@ pub fn plan_markdown(plan: &UpgradePlan) -> String {
         &["image", "driver ≥"],
         plan.new_images
             .iter()
-            .map(|c| vec![code(&c.tag), c.driver_min.clone()])
+            .map(|c| vec![code(&c.tag), c.driver_min.to_string()])
             .collect(),
     );
     table(
@@ -212,7 +212,7 @@ pub fn plan_markdown(plan: &UpgradePlan) -> String {
         &["image or alias", "driver ≥ now", "after"],
         plan.driver_rises
             .iter()
-            .map(|r| vec![code(&r.subject), r.from.clone(), r.to.clone()])
+            .map(|r| vec![code(&r.subject), r.from.to_string(), r.to.to_string()])
             .collect(),
     );
     table(

@@ -21,8 +21,8 @@ use crate::generate::oci_index::{
 };
 use crate::history::aliases::alias_guard;
 use crate::history::manifest::{now_rfc3339, IndexRecord, Manifest, PlatformImage};
+use crate::model::digest::Digest;
 use crate::project::{load_manifest, save_manifest, Project};
-use crate::resolve::fingerprint::sha256_hex;
 use crate::resolve::image::{ImageSpec, ResolveOptions};
 
 pub fn run(project: &Project, args: &PublishArgs) -> Result<Outcome> {
@@ -83,7 +83,7 @@ pub fn run(project: &Project, args: &PublishArgs) -> Result<Outcome> {
         rows.push(vec![
             index_tag.clone(),
             outcome.result,
-            outcome.digest.chars().take(19).collect(),
+            outcome.digest.short().to_string(),
             platforms,
             outcome.aliases,
         ]);
@@ -104,7 +104,7 @@ pub fn run(project: &Project, args: &PublishArgs) -> Result<Outcome> {
 
 struct Published {
     result: String,
-    digest: String,
+    digest: Digest,
     aliases: String,
 }
 
@@ -121,7 +121,7 @@ async fn publish_one(
     let mut entries = Vec::new();
     for platform in ready {
         let child = client
-            .get_manifest(path, &platform.digest)
+            .get_manifest(path, platform.digest.as_str())
             .await?
             .ok_or_else(|| {
                 anyhow!(
@@ -140,17 +140,17 @@ async fn publish_one(
         });
     }
     let document = index_document(entries);
-    let digest = format!("sha256:{}", sha256_hex(&document));
+    let digest = Digest::of(&document);
     let existing = client.manifest_digest(path, index_tag).await?;
     let result = match existing.as_deref() {
-        Some(current) if current == digest => "unchanged".to_string(),
+        Some(current) if current == digest.as_str() => "unchanged".to_string(),
         Some(current) => anyhow::bail!(
             "refusing to publish {}:{index_tag}: the registry already has this tag as {current}, and the platform images now give {digest}; full tags are immutable\nhint: publish a rebuild under a new tag (a revision suffix in tags.full)",
             spec.repository
         ),
         None => {
             let written = client.put_manifest(path, index_tag, MEDIA_TYPE_OCI_INDEX, document.clone()).await?;
-            if written != digest {
+            if written != digest.as_str() {
                 anyhow::bail!("the registry stored {index_tag} as {written}, expected {digest}");
             }
             "published".to_string()
@@ -197,7 +197,7 @@ async fn publish_one(
         if manifest
             .aliases
             .get(alias)
-            .is_some_and(|a| a.digest.as_deref() == Some(digest.as_str()))
+            .is_some_and(|a| a.digest.as_ref() == Some(&digest))
         {
             continue;
         }

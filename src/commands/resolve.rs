@@ -51,8 +51,8 @@ pub fn resolution_table(resolution: &Resolution) -> String {
             image.tag.clone(),
             image.python.clone(),
             image.cudnn.clone(),
-            image.driver_min.clone(),
-            image.driver_min_compat.clone(),
+            image.driver_min.to_string(),
+            image.driver_min_compat.to_string(),
             if image.aliases.is_empty() {
                 "-".into()
             } else {

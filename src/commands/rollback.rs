@@ -12,17 +12,21 @@ use crate::commands::output::short;
 use crate::docker::{registry_host_of, repository_path_of, DockerConfig, RegistryClient};
 use crate::history::manifest::now_rfc3339;
 use crate::history::rollback::rollback_target;
+use crate::model::digest::Digest;
 use crate::project::{load_manifest, save_manifest, Project};
 
 pub fn run(_project: &Project, args: &RollbackArgs) -> Result<Outcome> {
-    let (alias, to, previous, manifest_path) = (
-        args.alias.as_str(),
-        args.to.as_deref(),
-        args.previous,
-        args.manifest.as_path(),
-    );
+    let (alias, previous, manifest_path) =
+        (args.alias.as_str(), args.previous, args.manifest.as_path());
+    // A value that is not a digest never reaches the registry: it would become a URL path.
+    let to = args
+        .to
+        .as_deref()
+        .map(Digest::parse)
+        .transpose()
+        .context("--to")?;
     let mut manifest = load_manifest(manifest_path)?;
-    let target = rollback_target(&manifest, alias, to, previous)?;
+    let target = rollback_target(&manifest, alias, to.as_ref(), previous)?;
     let (repository, target_tag, digest) = (target.repository, target.tag, target.digest);
     let from = manifest.aliases[alias].clone();
     let start = Instant::now();
@@ -35,11 +39,11 @@ pub fn run(_project: &Project, args: &RollbackArgs) -> Result<Outcome> {
         let client = RegistryClient::new(&host, credentials);
         let path = repository_path_of(&repository);
         let stored = client
-            .get_manifest(path, &digest)
+            .get_manifest(path, digest.as_str())
             .await?
             .ok_or_else(|| anyhow!("the registry {host} no longer has {repository}@{digest}; it cannot be restored without a rebuild"))?;
         let written = client.put_manifest(path, alias, &stored.media_type, stored.bytes).await?;
-        if written != digest {
+        if written != digest.as_str() {
             bail!("the registry stored {alias} as {written}, not {digest}");
         }
         Ok::<_, anyhow::Error>(())

@@ -105,7 +105,7 @@ pub fn bake_file(images: &[ImageSpec]) -> Result<Value, BakeError> {
             );
         }
         let mut labels = BTreeMap::new();
-        labels.insert("imagegen.fingerprint", image.fingerprint.clone());
+        labels.insert("imagegen.fingerprint", image.fingerprint.to_string());
         labels.insert("imagegen.bake.target", target.clone());
         let mut body = json!({
             "context": staging_context(&image.selftest),
@@ -230,7 +230,7 @@ mod tests {
         assert_eq!(devel_target["context"], ".imagegen/bake/gpu-selftest-cu12");
         assert_eq!(
             devel_target["labels"]["imagegen.fingerprint"],
-            devel.fingerprint
+            devel.fingerprint.as_str()
         );
         let tags = bake["target"][target_name(&runtime.name)]["tags"]
             .as_array()

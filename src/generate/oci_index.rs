@@ -7,7 +7,8 @@
 use serde::Serialize;
 
 pub use crate::docker::MEDIA_TYPE_OCI_INDEX;
-use crate::history::manifest::Manifest;
+use crate::history::manifest::{Manifest, RecordStatus, TestStatus};
+use crate::model::digest::Digest;
 use crate::resolve::image::ImageSpec;
 
 /// One platform image ready to go into an index.
@@ -15,7 +16,7 @@ use crate::resolve::image::ImageSpec;
 pub struct ReadyPlatform {
     pub platform: String,
     pub tag: String,
-    pub digest: String,
+    pub digest: Digest,
     /// Whether its self-test passed (rather than being skipped and allowed).
     pub passed: bool,
 }
@@ -35,7 +36,11 @@ pub fn index_readiness(
             problems.push(format!("{platform} is missing: {} was never built (run `imagegen build --platform {platform} --push` on a {platform} runner)", spec.tag));
             continue;
         };
-        let Some(digest) = record.digest.clone().filter(|_| record.status == "ok") else {
+        let Some(digest) = record
+            .digest
+            .clone()
+            .filter(|_| record.status == RecordStatus::Ok)
+        else {
             let why = record.last_error.as_deref().unwrap_or("it was not pushed");
             problems.push(format!(
                 "{platform}: {} has no pushed digest ({})",
@@ -51,13 +56,10 @@ pub fn index_readiness(
             ));
             continue;
         }
-        let status = record
-            .selftest
-            .as_ref()
-            .map(|t| t.status.as_str())
-            .unwrap_or("not run");
-        let passed = status == "pass";
-        let allowed = passed || (allow_untested && status == "skipped");
+        let test_status = record.selftest.as_ref().map(|t| t.status);
+        let status = test_status.map(TestStatus::as_str).unwrap_or("not run");
+        let passed = test_status == Some(TestStatus::Pass);
+        let allowed = passed || (allow_untested && test_status == Some(TestStatus::Skipped));
         if !allowed {
             let summary = record
                 .selftest
@@ -73,7 +75,7 @@ pub fn index_readiness(
             continue;
         }
         ready.push(ReadyPlatform {
-            platform: platform.clone(),
+            platform: platform.to_string(),
             tag: spec.tag.clone(),
             digest,
             passed,
@@ -100,7 +102,7 @@ struct IndexDocument<'a> {
 pub struct IndexEntry {
     #[serde(rename = "mediaType")]
     pub media_type: String,
-    pub digest: String,
+    pub digest: Digest,
     pub size: u64,
     pub platform: IndexPlatform,
 }
@@ -140,7 +142,7 @@ mod tests {
     fn entry(arch: &str, digest: &str) -> IndexEntry {
         IndexEntry {
             media_type: "application/vnd.docker.distribution.manifest.v2+json".into(),
-            digest: digest.into(),
+            digest: Digest::of(digest.as_bytes()),
             size: 528,
             platform: IndexPlatform {
                 architecture: arch.into(),
@@ -182,19 +184,19 @@ mod tests {
             "{problems:?}"
         );
 
-        let record = |spec: &ImageSpec, status: &str| {
-            let mut record = crate::pipeline::record::image_record(spec, "k", "t");
-            record.digest = Some(format!("sha256:{}", spec.platform.replace('/', "")));
+        let record = |spec: &ImageSpec, status: TestStatus| {
+            let mut record = crate::pipeline::record::image_record(spec, &Digest::of(b"k"), "t");
+            record.digest = Some(Digest::of(spec.platform.as_str().as_bytes()));
             record.selftest = Some(TestRecord {
-                status: status.into(),
+                status,
                 summary: "s".into(),
                 report: None,
                 at: "t".into(),
             });
             record
         };
-        manifest.record_success(record(&specs[0], "pass"));
-        manifest.record_success(record(&specs[1], "skipped"));
+        manifest.record_success(record(&specs[0], TestStatus::Pass));
+        manifest.record_success(record(&specs[1], TestStatus::Skipped));
         let problems = index_readiness(&group, &manifest, false).unwrap_err();
         assert_eq!(
             problems,
@@ -209,13 +211,13 @@ mod tests {
             vec![true, false]
         );
 
-        manifest.record_success(record(&specs[1], "fail"));
+        manifest.record_success(record(&specs[1], TestStatus::Fail));
         assert!(
             index_readiness(&group, &manifest, true).unwrap_err()[0].contains("self-test fail"),
             "a failed test is never allowed"
         );
-        let mut stale = record(&specs[1], "pass");
-        stale.fingerprint = "sha256:other".into();
+        let mut stale = record(&specs[1], TestStatus::Pass);
+        stale.fingerprint = Digest::of(b"sha256:other");
         manifest.record_success(stale);
         assert!(index_readiness(&group, &manifest, true).unwrap_err()[0]
             .contains("built from other inputs"));

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::history::manifest::{ImageRecord, Packages};
+use crate::model::digest::Digest;
 
 /// What changed between two recorded images.
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
@@ -63,14 +64,17 @@ pub fn diff_records(from: &ImageRecord, to: &ImageRecord) -> ImageDiff {
     let fields = |r: &ImageRecord| -> Vec<(&'static str, String)> {
         vec![
             ("tag", r.tag.clone()),
-            ("digest", r.digest.clone().unwrap_or_default()),
+            (
+                "digest",
+                r.digest.as_ref().map(Digest::to_string).unwrap_or_default(),
+            ),
             ("torch", r.torch.clone()),
             ("torchvision", r.torchvision.clone()),
             ("cuda", r.cuda_full.clone()),
             ("cudnn", r.cudnn.clone()),
             ("python", r.python.clone()),
             ("os", r.os.clone()),
-            ("driver_min", r.driver_min.clone()),
+            ("driver_min", r.driver_min.to_string()),
             ("built_at", r.built_at.clone()),
         ]
     };

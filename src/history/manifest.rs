@@ -12,8 +12,12 @@
 
 use std::collections::BTreeMap;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use serde::{Deserialize, Serialize};
+
+use crate::model::axes::Variant;
+use crate::model::digest::Digest;
+use crate::model::version::DriverVersion;
 
 pub const SCHEMA_VERSION: u32 = 1;
 pub const DEFAULT_PATH: &str = "imagegen-manifest.json";
@@ -41,10 +45,10 @@ pub struct Manifest {
 pub struct IndexRecord {
     pub repository: String,
     pub tag: String,
-    pub digest: String,
+    pub digest: Digest,
     pub media_type: String,
     pub torch: String,
-    pub driver_min: String,
+    pub driver_min: DriverVersion,
     /// Platform (`linux/arm64`) → the per-platform image's tag and digest.
     pub platforms: BTreeMap<String, PlatformImage>,
     #[serde(default)]
@@ -58,14 +62,62 @@ pub struct IndexRecord {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PlatformImage {
     pub tag: String,
-    pub digest: String,
+    pub digest: Digest,
+}
+
+/// Whether an image record holds a good build (`ok`) or only a failure (`failed`: the image was
+/// never built successfully; a failure of an image built before is noted beside its good record).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RecordStatus {
+    Ok,
+    Failed,
+}
+
+/// What the self-test said: passed, failed a check, skipped (no GPU, another platform,
+/// `--no-test`), or could not run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TestStatus {
+    Pass,
+    Fail,
+    Skipped,
+    Error,
+}
+
+impl TestStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TestStatus::Pass => "pass",
+            TestStatus::Fail => "fail",
+            TestStatus::Skipped => "skipped",
+            TestStatus::Error => "error",
+        }
+    }
+}
+
+impl PartialEq<str> for TestStatus {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for TestStatus {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl std::fmt::Display for TestStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// The self-test outcome stored with an image.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TestRecord {
-    /// `pass`, `fail`, `skipped` or `error`.
-    pub status: String,
+    pub status: TestStatus,
     pub summary: String,
     /// gpu-selftest's JSON report, when it ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -82,14 +134,14 @@ pub struct ImageRecord {
     pub aliases: Vec<String>,
     /// Registry manifest digest (`sha256:...`), once pushed.
     #[serde(default)]
-    pub digest: Option<String>,
+    pub digest: Option<Digest>,
     /// Local image id (`sha256:...`).
     #[serde(default)]
     pub image_id: Option<String>,
-    pub fingerprint: String,
+    pub fingerprint: Digest,
     /// sha256 of the exact build context plus the parent's build key.
-    pub build_key: String,
-    pub variant: String,
+    pub build_key: Digest,
+    pub variant: Variant,
     pub torch: String,
     pub torchvision: String,
     #[serde(default)]
@@ -100,8 +152,8 @@ pub struct ImageRecord {
     pub python: String,
     pub os: String,
     pub base_image: String,
-    pub driver_min: String,
-    pub driver_min_compat: String,
+    pub driver_min: DriverVersion,
+    pub driver_min_compat: DriverVersion,
     pub require_cuda: String,
     #[serde(default)]
     pub selftest: Option<TestRecord>,
@@ -116,8 +168,7 @@ pub struct ImageRecord {
     pub build_seconds: f64,
     #[serde(default)]
     pub source_commit: Option<String>,
-    /// `ok` or `failed`.
-    pub status: String,
+    pub status: RecordStatus,
     /// The last failure of this image, kept beside the last good record.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
@@ -141,7 +192,7 @@ pub struct Packages {
 pub struct AliasRecord {
     pub tag: String,
     #[serde(default)]
-    pub digest: Option<String>,
+    pub digest: Option<Digest>,
     pub moved_at: String,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub history: Vec<AliasTarget>,
@@ -151,7 +202,7 @@ pub struct AliasRecord {
 pub struct AliasTarget {
     pub tag: String,
     #[serde(default)]
-    pub digest: Option<String>,
+    pub digest: Option<Digest>,
     pub moved_at: String,
 }
 
@@ -198,9 +249,10 @@ impl Manifest {
     /// current target, a tag to its current record, a digest to whichever record carries it.
     pub fn find(&self, reference: &str) -> Option<&ImageRecord> {
         if reference.starts_with("sha256:") {
+            let digest = Digest::parse(reference).ok()?;
             return self
                 .all_records()
-                .find(|r| r.digest.as_deref() == Some(reference));
+                .find(|r| r.digest.as_ref() == Some(&digest));
         }
         if let Some(alias) = self.aliases.get(reference) {
             return match &alias.digest {
@@ -223,8 +275,18 @@ impl Manifest {
 
     /// Parses a manifest; `origin` (its path) is named in errors.
     pub fn from_json(text: &str, origin: &str) -> Result<Manifest> {
-        let manifest: Manifest = serde_json::from_str(text).with_context(|| {
-            format!("manifest {origin} is not valid (schema version {SCHEMA_VERSION} expected)")
+        let manifest: Manifest = serde_json::from_str(text).map_err(|error| {
+            // serde_json ends its message with " at line L column C"; the location leads ours.
+            let message = error.to_string();
+            let message = match message.rfind(" at line ") {
+                Some(at) => message[..at].to_string(),
+                None => message,
+            };
+            anyhow::anyhow!(
+                "manifest {origin}:{}:{}: {message}\nhint: the manifest is written by imagegen (schema version {SCHEMA_VERSION}); restore it from version control rather than editing it by hand",
+                error.line(),
+                error.column()
+            )
         })?;
         if manifest.schema_version != SCHEMA_VERSION {
             anyhow::bail!(
@@ -246,7 +308,7 @@ impl Manifest {
     pub fn record_success(&mut self, mut record: ImageRecord) {
         if let Some(mut previous) = self.images.remove(&record.tag) {
             let mut history = std::mem::take(&mut previous.history);
-            if previous.status == "ok"
+            if previous.status == RecordStatus::Ok
                 && (previous.digest != record.digest || previous.build_key != record.build_key)
             {
                 history.insert(0, previous);
@@ -254,7 +316,7 @@ impl Manifest {
             history.truncate(HISTORY_LIMIT);
             record.history = history;
         }
-        record.status = "ok".into();
+        record.status = RecordStatus::Ok;
         record.last_error = None;
         self.images.insert(record.tag.clone(), record);
     }
@@ -265,7 +327,7 @@ impl Manifest {
         match self.images.get_mut(&record.tag) {
             Some(existing) => existing.last_error = Some(error.to_string()),
             None => {
-                record.status = "failed".into();
+                record.status = RecordStatus::Failed;
                 record.last_error = Some(error.to_string());
                 self.images.insert(record.tag.clone(), record);
             }
@@ -274,7 +336,7 @@ impl Manifest {
 
     /// Points `alias` at `tag`/`digest`, keeping the earlier target in the alias's history, and
     /// keeps the image records' alias lists in step.
-    pub fn move_alias(&mut self, alias: &str, tag: &str, digest: Option<String>, at: &str) {
+    pub fn move_alias(&mut self, alias: &str, tag: &str, digest: Option<Digest>, at: &str) {
         let previous = self.aliases.remove(alias);
         let mut history = Vec::new();
         if let Some(previous) = previous {
@@ -362,16 +424,20 @@ pub fn rfc3339(seconds: u64) -> String {
 mod tests {
     use super::*;
 
+    fn d(label: &str) -> Digest {
+        Digest::of(label.as_bytes())
+    }
+
     fn record(tag: &str, digest: &str, key: &str) -> ImageRecord {
         let mut record = ImageRecord {
             repository: "r/p".into(),
             tag: tag.into(),
             aliases: vec![],
-            digest: Some(digest.into()),
+            digest: Some(d(digest)),
             image_id: None,
-            fingerprint: "sha256:f".into(),
-            build_key: key.into(),
-            variant: "runtime".into(),
+            fingerprint: d("f"),
+            build_key: d(key),
+            variant: Variant::Runtime,
             torch: "2.7.1".into(),
             torchvision: "0.22.1".into(),
             torchaudio: None,
@@ -381,8 +447,8 @@ mod tests {
             python: "3.12".into(),
             os: "ubuntu24.04".into(),
             base_image: "b".into(),
-            driver_min: "560.35.05".into(),
-            driver_min_compat: "525.60.13".into(),
+            driver_min: "560.35.05".parse().unwrap(),
+            driver_min_compat: "525.60.13".parse().unwrap(),
             require_cuda: "cuda>=12.6".into(),
             selftest: None,
             inputs: BTreeMap::new(),
@@ -390,11 +456,11 @@ mod tests {
             built_at: "2026-11-30T00:00:00Z".into(),
             build_seconds: 1.0,
             source_commit: None,
-            status: "ok".into(),
+            status: RecordStatus::Ok,
             last_error: None,
             history: vec![],
         };
-        record.status = "ok".into();
+        record.status = RecordStatus::Ok;
         record
     }
 
@@ -408,11 +474,8 @@ mod tests {
             "an identical record is not history"
         );
         manifest.record_success(record("t", "sha256:2", "k2"));
-        assert_eq!(manifest.images["t"].digest.as_deref(), Some("sha256:2"));
-        assert_eq!(
-            manifest.images["t"].history[0].digest.as_deref(),
-            Some("sha256:1")
-        );
+        assert_eq!(manifest.images["t"].digest, Some(d("sha256:2")));
+        assert_eq!(manifest.images["t"].history[0].digest, Some(d("sha256:1")));
     }
 
     #[test]
@@ -420,14 +483,14 @@ mod tests {
         let mut manifest = Manifest::new();
         manifest.record_success(record("t", "sha256:1", "k1"));
         manifest.record_failure(record("t", "sha256:x", "k2"), "RUN pip install failed");
-        assert_eq!(manifest.images["t"].digest.as_deref(), Some("sha256:1"));
-        assert_eq!(manifest.images["t"].status, "ok");
+        assert_eq!(manifest.images["t"].digest, Some(d("sha256:1")));
+        assert_eq!(manifest.images["t"].status, RecordStatus::Ok);
         assert_eq!(
             manifest.images["t"].last_error.as_deref(),
             Some("RUN pip install failed")
         );
         manifest.record_failure(record("new", "sha256:x", "k"), "boom");
-        assert_eq!(manifest.images["new"].status, "failed");
+        assert_eq!(manifest.images["new"].status, RecordStatus::Failed);
     }
 
     #[test]
@@ -435,13 +498,13 @@ mod tests {
         let mut manifest = Manifest::new();
         manifest.record_success(record("a", "sha256:1", "k1"));
         manifest.record_success(record("b", "sha256:2", "k2"));
-        manifest.move_alias("2.7-cuda12.6-runtime", "a", Some("sha256:1".into()), "t1");
-        manifest.move_alias("2.7-cuda12.6-runtime", "a", Some("sha256:1".into()), "t2");
+        manifest.move_alias("2.7-cuda12.6-runtime", "a", Some(d("sha256:1")), "t1");
+        manifest.move_alias("2.7-cuda12.6-runtime", "a", Some(d("sha256:1")), "t2");
         assert!(
             manifest.aliases["2.7-cuda12.6-runtime"].history.is_empty(),
             "no move, no history"
         );
-        manifest.move_alias("2.7-cuda12.6-runtime", "b", Some("sha256:2".into()), "t3");
+        manifest.move_alias("2.7-cuda12.6-runtime", "b", Some(d("sha256:2")), "t3");
         let alias = &manifest.aliases["2.7-cuda12.6-runtime"];
         assert_eq!(alias.tag, "b");
         assert_eq!(alias.history[0].tag, "a");

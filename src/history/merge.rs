@@ -16,11 +16,13 @@ use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
 use crate::history::manifest::{
-    AliasRecord, AliasTarget, ImageRecord, IndexRecord, Manifest, HISTORY_LIMIT, SCHEMA_VERSION,
+    AliasRecord, AliasTarget, ImageRecord, IndexRecord, Manifest, RecordStatus, HISTORY_LIMIT,
+    SCHEMA_VERSION,
 };
+use crate::model::digest::Digest;
 
 /// The identity of one build of a tag.
-fn build_identity(record: &ImageRecord) -> (Option<String>, String, String) {
+fn build_identity(record: &ImageRecord) -> (Option<Digest>, Digest, String) {
     (
         record.digest.clone(),
         record.build_key.clone(),
@@ -30,7 +32,7 @@ fn build_identity(record: &ImageRecord) -> (Option<String>, String, String) {
 
 /// Orders two records of one tag: greater is the one to keep as current.
 fn record_order(left: &ImageRecord, right: &ImageRecord) -> Ordering {
-    let good = |record: &ImageRecord| record.status == "ok";
+    let good = |record: &ImageRecord| record.status == RecordStatus::Ok;
     good(left)
         .cmp(&good(right))
         .then_with(|| left.built_at.cmp(&right.built_at))
@@ -56,7 +58,7 @@ fn merge_image(left: ImageRecord, right: ImageRecord) -> ImageRecord {
         if winner.last_error.is_none() {
             winner.last_error = loser.last_error.take();
         }
-    } else if loser.status == "ok" {
+    } else if loser.status == RecordStatus::Ok {
         loser.last_error = None;
         history.push(loser);
     } else if winner.built_at < loser.built_at {
@@ -190,10 +192,14 @@ pub fn merge_all(manifests: Vec<Manifest>) -> Manifest {
 mod tests {
     use super::*;
 
+    fn d(label: &str) -> Digest {
+        Digest::of(label.as_bytes())
+    }
+
     fn record(tag: &str, digest: &str, built_at: &str) -> ImageRecord {
         let spec_free = serde_json::json!({
-            "repository": "r/p", "tag": tag, "digest": digest, "fingerprint": "f",
-            "build_key": format!("key-{digest}"), "variant": "runtime", "torch": "2.7.1",
+            "repository": "r/p", "tag": tag, "digest": d(digest), "fingerprint": d("f"),
+            "build_key": d(&format!("key-{digest}")), "variant": "runtime", "torch": "2.7.1",
             "torchvision": "0.22.1", "cuda": "12.6", "cuda_full": "12.6.3", "cudnn": "9",
             "python": "3.12", "os": "ubuntu24.04", "base_image": "b", "driver_min": "560.35.05",
             "driver_min_compat": "525.60.13", "require_cuda": "cuda>=12.6",
@@ -218,18 +224,15 @@ mod tests {
         ]);
         let mut shard_one = base.clone();
         shard_one.record_success(record("a", "sha256:a1", "t1"));
-        shard_one.move_alias("2.7-runtime", "a", Some("sha256:a1".into()), "t1");
+        shard_one.move_alias("2.7-runtime", "a", Some(d("sha256:a1")), "t1");
         let mut shard_two = base.clone();
         shard_two.record_success(record("b", "sha256:b1", "t2"));
-        shard_two.move_alias("latest", "b", Some("sha256:b1".into()), "t2");
+        shard_two.move_alias("latest", "b", Some(d("sha256:b1")), "t2");
         let merged = merge_all(vec![base.clone(), shard_one.clone(), shard_two.clone()]);
-        assert_eq!(merged.images["a"].digest.as_deref(), Some("sha256:a1"));
-        assert_eq!(merged.images["b"].digest.as_deref(), Some("sha256:b1"));
+        assert_eq!(merged.images["a"].digest, Some(d("sha256:a1")));
+        assert_eq!(merged.images["b"].digest, Some(d("sha256:b1")));
         assert_eq!(merged.images["a"].history.len(), 1);
-        assert_eq!(
-            merged.images["a"].history[0].digest.as_deref(),
-            Some("sha256:a0")
-        );
+        assert_eq!(merged.images["a"].history[0].digest, Some(d("sha256:a0")));
         assert_eq!(merged.images["a"].aliases, vec!["2.7-runtime"]);
         assert_eq!(merged.images["b"].aliases, vec!["latest"]);
         assert_eq!(
@@ -246,24 +249,9 @@ mod tests {
             record("b", "sha256:2", "t2"),
         ]);
         let mut right = left.clone();
-        left.move_alias(
-            "latest",
-            "a",
-            Some("sha256:1".into()),
-            "2026-11-30T10:00:00Z",
-        );
-        right.move_alias(
-            "latest",
-            "a",
-            Some("sha256:1".into()),
-            "2026-11-30T10:00:00Z",
-        );
-        right.move_alias(
-            "latest",
-            "b",
-            Some("sha256:2".into()),
-            "2026-11-30T11:00:00Z",
-        );
+        left.move_alias("latest", "a", Some(d("sha256:1")), "2026-11-30T10:00:00Z");
+        right.move_alias("latest", "a", Some(d("sha256:1")), "2026-11-30T10:00:00Z");
+        right.move_alias("latest", "b", Some(d("sha256:2")), "2026-11-30T11:00:00Z");
         let merged = merge(left.clone(), right.clone());
         assert_eq!(merged.aliases["latest"].tag, "b");
         assert_eq!(merged.aliases["latest"].history.len(), 1);
@@ -276,11 +264,11 @@ mod tests {
     fn a_failure_never_replaces_a_good_record_but_its_error_is_kept() {
         let good = manifest(vec![record("a", "sha256:1", "t1")]);
         let mut failed = record("a", "sha256:x", "t2");
-        failed.status = "failed".into();
+        failed.status = RecordStatus::Failed;
         failed.last_error = Some("RUN pip install failed".into());
         let merged = merge(good.clone(), manifest(vec![failed.clone()]));
-        assert_eq!(merged.images["a"].digest.as_deref(), Some("sha256:1"));
-        assert_eq!(merged.images["a"].status, "ok");
+        assert_eq!(merged.images["a"].digest, Some(d("sha256:1")));
+        assert_eq!(merged.images["a"].status, RecordStatus::Ok);
         assert_eq!(
             merged.images["a"].last_error.as_deref(),
             Some("RUN pip install failed")
@@ -294,7 +282,7 @@ mod tests {
 
     fn index(tag: &str, digest: &str, published_at: &str) -> IndexRecord {
         serde_json::from_value(serde_json::json!({
-            "repository": "r/p", "tag": tag, "digest": digest,
+            "repository": "r/p", "tag": tag, "digest": d(digest),
             "media_type": "application/vnd.oci.image.index.v1+json", "torch": "2.13.0",
             "driver_min": "560.35.05", "platforms": {}, "published_at": published_at
         }))
@@ -314,15 +302,15 @@ mod tests {
             "latest".into(),
             AliasRecord {
                 tag: "x".into(),
-                digest: Some("sha256:2".into()),
+                digest: Some(d("sha256:2")),
                 moved_at: "2026-11-30T11:00:00Z".into(),
                 history: Vec::new(),
             },
         );
         let merged = merge(left.clone(), right.clone());
-        assert_eq!(merged.indexes["x"].digest, "sha256:2");
+        assert_eq!(merged.indexes["x"].digest, d("sha256:2"));
         assert_eq!(merged.indexes["x"].history.len(), 1);
-        assert_eq!(merged.indexes["x"].history[0].digest, "sha256:1");
+        assert_eq!(merged.indexes["x"].history[0].digest, d("sha256:1"));
         assert_eq!(merged.indexes["x"].aliases, vec!["latest"]);
         assert_eq!(merged, merge(right, left));
     }

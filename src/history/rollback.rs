@@ -4,13 +4,14 @@
 use anyhow::{anyhow, bail, Result};
 
 use crate::history::manifest::Manifest;
+use crate::model::digest::Digest;
 
 /// Where `rollback` moves an alias: a recorded image or index.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RollbackTarget {
     pub repository: String,
     pub tag: String,
-    pub digest: String,
+    pub digest: Digest,
 }
 
 /// Which recorded digest `rollback` moves `alias` to: `--to` a digest the manifest recorded (an
@@ -18,7 +19,7 @@ pub struct RollbackTarget {
 pub fn rollback_target(
     manifest: &Manifest,
     alias: &str,
-    to: Option<&str>,
+    to: Option<&Digest>,
     previous: bool,
 ) -> Result<RollbackTarget> {
     let current = manifest.aliases.get(alias).ok_or_else(|| {
@@ -33,7 +34,7 @@ pub fn rollback_target(
         )
     })?;
     let digest = match (to, previous) {
-        (Some(digest), _) => digest.to_string(),
+        (Some(digest), _) => digest.clone(),
         (None, true) => current
             .history
             .iter()
@@ -44,12 +45,12 @@ pub fn rollback_target(
             })?,
         (None, false) => bail!("say where to: --to DIGEST or --previous"),
     };
-    if current.digest.as_deref() == Some(digest.as_str()) {
+    if current.digest.as_ref() == Some(&digest) {
         bail!("alias {alias} already points at {digest}");
     }
     let image = manifest
         .all_records()
-        .find(|r| r.digest.as_deref() == Some(digest.as_str()))
+        .find(|r| r.digest.as_ref() == Some(&digest))
         .map(|r| RollbackTarget {
             repository: r.repository.clone(),
             tag: r.tag.clone(),
@@ -68,7 +69,7 @@ pub fn rollback_target(
             })
     };
     image.or_else(index).ok_or_else(|| {
-        let known: Vec<String> = std::iter::once(current.digest.clone()).chain(current.history.iter().map(|t| t.digest.clone())).flatten().collect();
+        let known: Vec<String> = std::iter::once(current.digest.clone()).chain(current.history.iter().map(|t| t.digest.clone())).flatten().map(|d| d.to_string()).collect();
         anyhow!("digest {digest} is not recorded in the manifest; rollback only goes to digests imagegen built and recorded (this alias has had: {})", known.join(", "))
     })
 }

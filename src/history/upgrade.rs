@@ -8,7 +8,8 @@ use std::collections::BTreeSet;
 use serde::Serialize;
 
 use crate::history::aliases::alias_guard;
-use crate::history::manifest::Manifest;
+use crate::history::manifest::{Manifest, RecordStatus};
+use crate::model::digest::Digest;
 use crate::model::version::DriverVersion;
 use crate::resolve::image::ImageSpec;
 
@@ -29,7 +30,7 @@ pub struct UpgradePlan {
 #[derive(Debug, Clone, Serialize)]
 pub struct PlannedChange {
     pub tag: String,
-    pub driver_min: String,
+    pub driver_min: DriverVersion,
     pub changes: Vec<InputChange>,
 }
 
@@ -44,10 +45,10 @@ pub struct InputChange {
 pub struct AliasMove {
     pub alias: String,
     pub from_tag: Option<String>,
-    pub from_digest: Option<String>,
+    pub from_digest: Option<Digest>,
     pub to_tag: String,
     /// Known when the target was already built with the same fingerprint.
-    pub to_digest: Option<String>,
+    pub to_digest: Option<Digest>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -60,23 +61,26 @@ pub struct AliasHold {
 pub struct DriverRise {
     /// An alias whose target needs a newer driver, or a full tag rebuilt with a newer minimum.
     pub subject: String,
-    pub from: String,
-    pub to: String,
+    pub from: DriverVersion,
+    pub to: DriverVersion,
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct RemovedImage {
     pub tag: String,
-    pub digest: Option<String>,
+    pub digest: Option<Digest>,
     pub aliases: Vec<String>,
 }
 
 /// Compares the images the matrix makes now with the manifest.
 pub fn upgrade_plan(specs: &[ImageSpec], manifest: &Manifest) -> UpgradePlan {
     let mut plan = UpgradePlan::default();
-    let driver = |text: &str| DriverVersion::parse(text).ok();
     for spec in specs {
-        match manifest.images.get(&spec.tag).filter(|r| r.status == "ok") {
+        match manifest
+            .images
+            .get(&spec.tag)
+            .filter(|r| r.status == RecordStatus::Ok)
+        {
             None => plan.new_images.push(PlannedChange {
                 tag: spec.tag.clone(),
                 driver_min: spec.driver_min.clone(),
@@ -103,20 +107,16 @@ pub fn upgrade_plan(specs: &[ImageSpec], manifest: &Manifest) -> UpgradePlan {
                 if changes.is_empty() {
                     changes.push(InputChange {
                         input: "fingerprint".into(),
-                        from: record.fingerprint.clone(),
-                        to: spec.fingerprint.clone(),
+                        from: record.fingerprint.to_string(),
+                        to: spec.fingerprint.to_string(),
                     });
                 }
-                if let (Some(from), Some(to)) =
-                    (driver(&record.driver_min), driver(&spec.driver_min))
-                {
-                    if to > from {
-                        plan.driver_rises.push(DriverRise {
-                            subject: spec.tag.clone(),
-                            from: record.driver_min.clone(),
-                            to: spec.driver_min.clone(),
-                        });
-                    }
+                if spec.driver_min > record.driver_min {
+                    plan.driver_rises.push(DriverRise {
+                        subject: spec.tag.clone(),
+                        from: record.driver_min.clone(),
+                        to: spec.driver_min.clone(),
+                    });
                 }
                 plan.rebuilt.push(PlannedChange {
                     tag: spec.tag.clone(),
@@ -179,14 +179,12 @@ pub fn upgrade_plan(specs: &[ImageSpec], manifest: &Manifest) -> UpgradePlan {
                     .map(|r| r.driver_min.clone())
                     .or_else(|| manifest.indexes.get(&a.tag).map(|i| i.driver_min.clone()))
             });
-            if let (Some(from_text), Some(to)) = (current_driver, driver(&spec.driver_min)) {
-                if driver(&from_text).is_some_and(|from| to > from) {
-                    plan.driver_rises.push(DriverRise {
-                        subject: alias.clone(),
-                        from: from_text,
-                        to: spec.driver_min.clone(),
-                    });
-                }
+            if let Some(from) = current_driver.filter(|from| spec.driver_min > *from) {
+                plan.driver_rises.push(DriverRise {
+                    subject: alias.clone(),
+                    from,
+                    to: spec.driver_min.clone(),
+                });
             }
             plan.alias_moves.push(AliasMove {
                 alias: alias.clone(),
@@ -211,7 +209,7 @@ pub fn upgrade_plan(specs: &[ImageSpec], manifest: &Manifest) -> UpgradePlan {
         }
     }
     for (tag, record) in &manifest.images {
-        if !produced.contains(tag.as_str()) && record.status == "ok" {
+        if !produced.contains(tag.as_str()) && record.status == RecordStatus::Ok {
             plan.removed.push(RemovedImage {
                 tag: tag.clone(),
                 digest: record.digest.clone(),
@@ -232,8 +230,8 @@ mod tests {
     fn manifest_with(specs: &[ImageSpec], alias_targets: &[(&str, &str)]) -> Manifest {
         let mut manifest = Manifest::new();
         for spec in specs {
-            let mut record = crate::pipeline::record::image_record(spec, "key", "t0");
-            record.digest = Some(format!("sha256:{}", spec.tag));
+            let mut record = crate::pipeline::record::image_record(spec, &Digest::of(b"key"), "t0");
+            record.digest = Some(Digest::of(spec.tag.as_bytes()));
             manifest.record_success(record);
         }
         for (alias, tag) in alias_targets {
@@ -295,7 +293,7 @@ mod tests {
         record
             .inputs
             .insert("wheel_index".into(), "https://old.example/whl/cu126".into());
-        record.fingerprint = "sha256:old".into();
+        record.fingerprint = Digest::of(b"sha256:old");
         manifest.images.insert(record.tag.clone(), record);
         let plan = upgrade_plan(&old, &manifest);
         assert_eq!(plan.rebuilt.len(), 1);

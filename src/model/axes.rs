@@ -90,9 +90,31 @@ impl Platform {
         Platform("linux/amd64".into())
     }
 
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
     /// `amd64` or `arm64`.
     pub fn arch(&self) -> &str {
         self.0.rsplit('/').next().unwrap_or(&self.0)
+    }
+}
+
+impl PartialEq<str> for Platform {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
+impl PartialEq<String> for Platform {
+    fn eq(&self, other: &String) -> bool {
+        self.0 == *other
+    }
+}
+
+impl PartialEq<&str> for Platform {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
     }
 }
 

@@ -146,6 +146,11 @@ impl DriverVersion {
         self.0.part(0)
     }
 
+    /// Component `index` (branch, minor, revision), 0 when absent (`570.26` has revision 0).
+    pub fn part(&self, index: usize) -> u64 {
+        self.0.part(index)
+    }
+
     pub fn as_str(&self) -> &str {
         self.0.as_str()
     }
@@ -154,6 +159,38 @@ impl DriverVersion {
 impl fmt::Display for DriverVersion {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.0.fmt(f)
+    }
+}
+
+impl PartialEq<str> for DriverVersion {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for DriverVersion {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl std::str::FromStr for DriverVersion {
+    type Err = VersionError;
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        DriverVersion::parse(text)
+    }
+}
+
+impl serde::Serialize for DriverVersion {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for DriverVersion {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = <String as serde::Deserialize>::deserialize(deserializer)?;
+        DriverVersion::parse(&text).map_err(serde::de::Error::custom)
     }
 }
 

@@ -16,11 +16,11 @@ use crate::docker::{
     DockerConfig, Engine, RegistryClient, RetryPolicy, RunRequest,
 };
 use crate::history::manifest::Packages;
+use crate::model::digest::Digest;
 use crate::pipeline::executor::{Builder, Existing, TestOutcome};
 use crate::pipeline::plan::PlannedImage;
 use crate::pipeline::progress::Progress;
 use crate::pipeline::selftest::{interpret_selftest, parse_packages, LIST_PACKAGES};
-use crate::resolve::fingerprint::sha256_hex;
 use crate::resolve::image::ImageSpec;
 
 /// The label that carries an image's build key.
@@ -75,10 +75,10 @@ impl Contexts {
     }
 
     /// sha256 of each context, for build keys.
-    pub fn digests(&self) -> BTreeMap<String, String> {
+    pub fn digests(&self) -> BTreeMap<String, Digest> {
         self.tars
             .iter()
-            .map(|(name, tar)| (name.clone(), sha256_hex(tar)))
+            .map(|(name, tar)| (name.clone(), Digest::of(tar)))
             .collect()
     }
 }
@@ -169,7 +169,7 @@ impl EngineBuilder {
 
     /// Whether containers of `image` run on this daemon without emulation.
     async fn runs_here(&self, image: &PlannedImage) -> bool {
-        self.host_platform().await == image.spec.platform
+        self.host_platform().await == image.spec.platform.as_str()
     }
 
     async fn gpus(&self) -> bool {
@@ -184,7 +184,7 @@ impl Builder for EngineBuilder {
     async fn find_existing(&self, image: &PlannedImage) -> Result<Option<Existing>> {
         if let Some(local) = self
             .engine
-            .find_image_with_label(BUILD_KEY_LABEL, &image.build_key)
+            .find_image_with_label(BUILD_KEY_LABEL, image.build_key.as_str())
             .await?
         {
             return Ok(Some(Existing::Local(local.id)));
@@ -196,8 +196,10 @@ impl Builder for EngineBuilder {
                     .with_retry(self.settings.registry_retry);
             let path = repository_path_of(&image.spec.repository);
             if let Some(labels) = client.image_labels(path, &image.spec.tag).await? {
-                if labels.get(BUILD_KEY_LABEL) == Some(&image.build_key) {
+                if labels.get(BUILD_KEY_LABEL).map(String::as_str) == Some(image.build_key.as_str())
+                {
                     if let Some(digest) = client.manifest_digest(path, &image.spec.tag).await? {
+                        let digest = registry_digest(&digest, &image.spec.repository)?;
                         if &digest == recorded {
                             return Ok(Some(Existing::Registry(digest)));
                         }
@@ -217,11 +219,11 @@ impl Builder for EngineBuilder {
             .cloned()
             .ok_or_else(|| anyhow!("no build context assembled for {name}"))?;
         let mut request = BuildRequest::new(image.reference.clone(), context);
-        request.platform = Some(image.spec.platform.clone());
+        request.platform = Some(image.spec.platform.to_string());
         request.labels = self.settings.build_labels.clone();
         request
             .labels
-            .insert(BUILD_KEY_LABEL.into(), image.build_key.clone());
+            .insert(BUILD_KEY_LABEL.into(), image.build_key.to_string());
         self.progress.start(name, "building");
         let progress = Arc::clone(&self.progress);
         let log_name = name.clone();
@@ -313,7 +315,12 @@ impl Builder for EngineBuilder {
         Ok(Some(parse_packages(&output.stdout)))
     }
 
-    async fn push(&self, repository: &str, tag: &str, build_key: Option<&str>) -> Result<String> {
+    async fn push(
+        &self,
+        repository: &str,
+        tag: &str,
+        build_key: Option<&Digest>,
+    ) -> Result<Digest> {
         let credentials = self.credentials_for(repository).await?;
         if let Some(build_key) = build_key {
             let client = RegistryClient::new(&registry_host_of(repository), credentials.clone())
@@ -326,7 +333,7 @@ impl Builder for EngineBuilder {
                     .get(BUILD_KEY_LABEL)
                     .map(String::as_str)
                     .unwrap_or("none");
-                if theirs != build_key {
+                if theirs != build_key.as_str() {
                     anyhow::bail!(
                         "refusing to push {repository}:{tag}: the registry already has this full tag with different content (build key {theirs}, this image {build_key}); full tags are immutable\nhint: to publish a rebuild under a new tag, add a revision to tags.full in the matrix (e.g. \"{{torch}}-cuda{{cuda}}-cudnn{{cudnn_major}}-{{variant}}-{{os}}-r2\"), or move aliases back with `imagegen rollback`"
                     );
@@ -335,13 +342,21 @@ impl Builder for EngineBuilder {
         }
         self.progress
             .line(tag, &format!("== pushing {repository}:{tag}"));
-        Ok(self
+        let digest = self
             .engine
             .push(repository, tag, credentials.as_ref(), |_| {})
-            .await?)
+            .await?;
+        registry_digest(&digest, repository)
     }
 
     async fn tag(&self, source: &str, repository: &str, tag: &str) -> Result<()> {
         Ok(self.engine.tag(source, repository, tag).await?)
     }
+}
+
+/// A digest as the registry or daemon reported it, checked: anything else is an error naming
+/// the repository, never a value that is carried on.
+fn registry_digest(text: &str, repository: &str) -> Result<Digest> {
+    Digest::parse(text)
+        .with_context(|| format!("the registry answered for {repository} with a malformed digest"))
 }

@@ -8,7 +8,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 
 use crate::history::aliases::alias_guard;
-use crate::history::manifest::Manifest;
+use crate::history::manifest::{Manifest, RecordStatus, TestStatus};
+use crate::model::digest::Digest;
 use crate::resolve::fingerprint::fingerprint;
 use crate::resolve::image::ImageSpec;
 
@@ -41,7 +42,7 @@ pub struct PlannedImage {
     pub reference: String,
     /// sha256 over the fingerprint, the exact build context and the parent's build key: an image
     /// carrying this key as a label is reused instead of rebuilt.
-    pub build_key: String,
+    pub build_key: Digest,
     /// The image that must be built first (devel → its runtime).
     pub depends_on: Option<String>,
     /// Aliases this image may move to itself once it passed its test.
@@ -50,7 +51,7 @@ pub struct PlannedImage {
     /// is not tested again.
     pub passed_before: bool,
     /// The digest the manifest records for this build key, if it was pushed before.
-    pub recorded_digest: Option<String>,
+    pub recorded_digest: Option<Digest>,
     /// Aliases this image earns but may not take (they would move backwards), with why.
     pub aliases_blocked: Vec<(String, String)>,
 }
@@ -177,22 +178,29 @@ pub fn matches_filter(pattern: &str, name: &str) -> bool {
 /// [`alias_guard`]). Everything a build decides before its first Docker call is here.
 pub fn plan(
     selected: &[ImageSpec],
-    context_digests: &BTreeMap<String, String>,
+    context_digests: &BTreeMap<String, Digest>,
     manifest: &Manifest,
 ) -> Plan {
-    let mut build_keys: BTreeMap<String, String> = BTreeMap::new();
+    let mut build_keys: BTreeMap<String, Digest> = BTreeMap::new();
     let mut images = Vec::new();
     for spec in selected {
-        let mut inputs = BTreeMap::new();
-        inputs.insert("fingerprint", spec.fingerprint.clone());
+        // The hashed text is the same as before digests were typed, so recorded build keys hold.
+        let mut inputs: BTreeMap<&str, String> = BTreeMap::new();
+        inputs.insert("fingerprint", spec.fingerprint.to_string());
         inputs.insert(
             "context",
-            context_digests.get(&spec.name).cloned().unwrap_or_default(),
+            context_digests
+                .get(&spec.name)
+                .map(|digest| digest.hex().to_string())
+                .unwrap_or_default(),
         );
         if let Some(parent) = &spec.parent {
             inputs.insert(
                 "parent",
-                build_keys.get(parent).cloned().unwrap_or_default(),
+                build_keys
+                    .get(parent)
+                    .map(Digest::to_string)
+                    .unwrap_or_default(),
             );
         }
         let build_key = fingerprint(&inputs);
@@ -200,15 +208,18 @@ pub fn plan(
         let recorded = manifest
             .images
             .get(&spec.tag)
-            .filter(|r| r.build_key == build_key && r.status == "ok");
+            .filter(|r| r.build_key == build_key && r.status == RecordStatus::Ok);
         images.push(PlannedImage {
             spec: spec.clone(),
             reference: format!("{}:{}", spec.repository, spec.tag),
             build_key,
             depends_on: spec.parent.clone(),
             aliases: spec.aliases.clone(),
-            passed_before: recorded
-                .is_some_and(|r| r.selftest.as_ref().is_some_and(|t| t.status == "pass")),
+            passed_before: recorded.is_some_and(|r| {
+                r.selftest
+                    .as_ref()
+                    .is_some_and(|t| t.status == TestStatus::Pass)
+            }),
             recorded_digest: recorded.and_then(|r| r.digest.clone()),
             aliases_blocked: Vec::new(),
         });
@@ -347,10 +358,10 @@ mod tests {
             None,
         );
         let mut digests = BTreeMap::new();
-        digests.insert(selected[0].name.clone(), "a".to_string());
-        digests.insert(selected[1].name.clone(), "b".to_string());
+        digests.insert(selected[0].name.clone(), Digest::of(b"a"));
+        digests.insert(selected[1].name.clone(), Digest::of(b"b"));
         let first = plan(&selected, &digests, &Manifest::new());
-        digests.insert(selected[0].name.clone(), "changed".to_string());
+        digests.insert(selected[0].name.clone(), Digest::of(b"changed"));
         let second = plan(&selected, &digests, &Manifest::new());
         assert_ne!(first.images[0].build_key, second.images[0].build_key);
         assert_ne!(
@@ -365,8 +376,8 @@ mod tests {
     fn manifest_with(specs: &[ImageSpec], alias_targets: &[(&str, &str)]) -> Manifest {
         let mut manifest = Manifest::new();
         for spec in specs {
-            let mut record = crate::pipeline::record::image_record(spec, "key", "t0");
-            record.digest = Some(format!("sha256:{}", spec.tag));
+            let mut record = crate::pipeline::record::image_record(spec, &Digest::of(b"key"), "t0");
+            record.digest = Some(Digest::of(spec.tag.as_bytes()));
             manifest.record_success(record);
         }
         for (alias, tag) in alias_targets {

@@ -2,7 +2,8 @@
 //! as it is known, so the command can save after every image and an interruption keeps what
 //! finished.
 
-use crate::history::manifest::{ImageRecord, Manifest, TestRecord};
+use crate::history::manifest::{ImageRecord, Manifest, RecordStatus, TestRecord};
+use crate::model::digest::Digest;
 use crate::pipeline::plan::PlannedImage;
 use crate::pipeline::results::{ImageResult, Status, TestOutcome};
 use crate::resolve::image::ImageSpec;
@@ -35,7 +36,7 @@ pub fn record(
         // Not tested in this run (reused from the registry): keep what the manifest knew.
         (None, Some(previous)) => previous.selftest.clone(),
         (Some(test), _) => Some(TestRecord {
-            status: test.status().into(),
+            status: test.status(),
             summary: test.summary().into(),
             report: test.report().cloned(),
             at: now.clone(),
@@ -72,7 +73,7 @@ pub fn record(
 }
 
 /// A manifest record for `spec` with the fields every build knows; the caller fills in the rest.
-pub fn image_record(spec: &ImageSpec, build_key: &str, at: &str) -> ImageRecord {
+pub fn image_record(spec: &ImageSpec, build_key: &Digest, at: &str) -> ImageRecord {
     ImageRecord {
         repository: spec.repository.clone(),
         tag: spec.tag.clone(),
@@ -80,8 +81,8 @@ pub fn image_record(spec: &ImageSpec, build_key: &str, at: &str) -> ImageRecord 
         digest: None,
         image_id: None,
         fingerprint: spec.fingerprint.clone(),
-        build_key: build_key.to_string(),
-        variant: spec.variant.to_string(),
+        build_key: build_key.clone(),
+        variant: spec.variant,
         torch: spec.torch.clone(),
         torchvision: spec.torchvision.clone(),
         torchaudio: spec.torchaudio.clone(),
@@ -100,7 +101,7 @@ pub fn image_record(spec: &ImageSpec, build_key: &str, at: &str) -> ImageRecord 
         built_at: at.to_string(),
         build_seconds: 0.0,
         source_commit: None,
-        status: "ok".into(),
+        status: RecordStatus::Ok,
         last_error: None,
         history: Vec::new(),
     }

@@ -4,7 +4,8 @@
 
 use serde::Serialize;
 
-use crate::history::manifest::Packages;
+use crate::history::manifest::{Packages, TestStatus};
+use crate::model::digest::Digest;
 
 /// What the self-test said.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -28,12 +29,12 @@ pub enum TestOutcome {
 }
 
 impl TestOutcome {
-    pub fn status(&self) -> &'static str {
+    pub fn status(&self) -> TestStatus {
         match self {
-            TestOutcome::Pass { .. } => "pass",
-            TestOutcome::Fail { .. } => "fail",
-            TestOutcome::Skipped { .. } => "skipped",
-            TestOutcome::Error { .. } => "error",
+            TestOutcome::Pass { .. } => TestStatus::Pass,
+            TestOutcome::Fail { .. } => TestStatus::Fail,
+            TestOutcome::Skipped { .. } => TestStatus::Skipped,
+            TestOutcome::Error { .. } => TestStatus::Error,
         }
     }
 
@@ -62,7 +63,7 @@ pub enum Existing {
     /// In the local daemon, with this image id.
     Local(String),
     /// Already pushed to the registry, with this manifest digest (not present locally).
-    Registry(String),
+    Registry(Digest),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -83,7 +84,7 @@ pub struct ImageResult {
     pub name: String,
     pub status: Status,
     pub image_id: Option<String>,
-    pub digest: Option<String>,
+    pub digest: Option<Digest>,
     pub test: Option<TestOutcome>,
     /// The packages read from the image (not read again for an image reused with a passed test).
     pub packages: Option<Packages>,

@@ -231,7 +231,7 @@ pub fn check_values(image: &ImageSpec) -> Result<(), RenderError> {
     version_like("python", &image.python)?;
     version_like("os", &image.os)?;
     version_like("tag", &image.tag)?;
-    version_like("driver_min", &image.driver_min)?;
+    version_like("driver_min", image.driver_min.as_str())?;
     for arch in &image.archs {
         version_like("archs", arch)?;
     }

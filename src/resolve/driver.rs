@@ -38,8 +38,7 @@ pub(super) fn driver_verdict(
     forward_compat: bool,
     knowledge: &Knowledge,
 ) -> Option<String> {
-    let minimum = DriverVersion::parse(&image.driver_min).ok()?;
-    if *driver >= minimum {
+    if *driver >= image.driver_min {
         return None;
     }
     if forward_compat && image.forward_compat_branches.contains(&driver.branch()) {

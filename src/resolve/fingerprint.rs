@@ -5,7 +5,9 @@
 
 use std::collections::BTreeMap;
 
-use sha2::{Digest, Sha256};
+use sha2::{Digest as _, Sha256};
+
+use crate::model::digest::Digest;
 
 /// Lowercase hex of a sha256 digest.
 pub fn sha256_hex(bytes: &[u8]) -> String {
@@ -17,19 +19,14 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 
 /// The fingerprint of `inputs` as `sha256:<hex>`. Keys are sorted (BTreeMap) and each entry is
 /// written as `len(key):key=len(value):value\n`, so no two different maps hash the same bytes.
-pub fn fingerprint<K: AsRef<str>>(inputs: &BTreeMap<K, String>) -> String {
+pub fn fingerprint<K: AsRef<str>>(inputs: &BTreeMap<K, String>) -> Digest {
     let mut hasher = Sha256::new();
     hasher.update(b"imagegen-fingerprint-v1\n");
     for (key, value) in inputs {
         let key = key.as_ref();
         hasher.update(format!("{}:{key}={}:{value}\n", key.len(), value.len()).as_bytes());
     }
-    let hex: String = hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    format!("sha256:{hex}")
+    Digest::from_sha256(hasher.finalize().as_slice())
 }
 
 #[cfg(test)]
@@ -45,8 +42,7 @@ mod tests {
         b.insert("cuda", "12.6".to_string());
         b.insert("torch", "2.7.1".to_string());
         assert_eq!(fingerprint(&a), fingerprint(&b));
-        assert!(fingerprint(&a).starts_with("sha256:"));
-        assert_eq!(fingerprint(&a).len(), 7 + 64);
+        assert!(fingerprint(&a).as_str().starts_with("sha256:"));
     }
 
     #[test]

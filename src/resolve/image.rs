@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::model::axes::Variant;
+use crate::model::axes::{Platform, Variant};
+use crate::model::digest::Digest;
 use crate::model::knowledge::{CudaRelease, TorchCuda, TorchRelease, TorchSeries};
 use crate::model::version::DriverVersion;
 
@@ -22,7 +23,7 @@ pub struct ImageSpec {
     pub aliases: Vec<String>,
     pub variant: Variant,
     /// `linux/amd64` or `linux/arm64`.
-    pub platform: String,
+    pub platform: Platform,
     /// With several platforms: the full tag of the OCI image index this per-platform image
     /// belongs to (`imagegen publish` assembles it); `tag` then carries an `-amd64`/`-arm64` suffix.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -45,9 +46,9 @@ pub struct ImageSpec {
     /// For devel images, the name of the runtime image it builds on.
     pub parent: Option<String>,
     /// Toolkit driver minimum for `cuda_full` (full feature set).
-    pub driver_min: String,
+    pub driver_min: DriverVersion,
     /// Minor-version-compatibility driver minimum of the CUDA major (limited feature set).
-    pub driver_min_compat: String,
+    pub driver_min_compat: DriverVersion,
     /// Driver branches that run the image through forward compatibility on data-center GPUs.
     pub forward_compat_branches: Vec<u64>,
     /// The `NVIDIA_REQUIRE_CUDA` value.
@@ -61,7 +62,7 @@ pub struct ImageSpec {
     /// Knowledge entries used that are marked unverified (allowed by `allow_unverified`).
     pub unverified: Vec<String>,
     /// sha256 over everything that determines the image's content.
-    pub fingerprint: String,
+    pub fingerprint: Digest,
     /// What the fingerprint covers, by name (kept in the manifest so `plan` can say what changed).
     #[serde(skip)]
     pub inputs: BTreeMap<String, String>,
@@ -98,7 +99,7 @@ impl Rejection {
             python: Some(image.python.clone()),
             os: image.os.clone(),
             variant: image.variant,
-            platform: image.platform.clone(),
+            platform: image.platform.to_string(),
             origin: origin.into(),
             location: None,
             reason,

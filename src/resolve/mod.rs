@@ -19,6 +19,7 @@ pub mod tags;
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::model::axes::Variant;
+use crate::model::digest::Digest;
 use crate::model::knowledge::Knowledge;
 use crate::model::matrix::Matrix;
 use crate::model::version::{DottedVersion, TorchVersion};
@@ -83,7 +84,7 @@ pub fn resolve(matrix: &Matrix, knowledge: &Knowledge, options: &ResolveOptions)
         .collect();
 
     // Devel images point at their runtime image, and their fingerprint covers the parent's.
-    let runtime_by_key: BTreeMap<_, (String, String, String)> = images
+    let runtime_by_key: BTreeMap<_, (String, String, Digest)> = images
         .iter()
         .zip(&resolved)
         .filter(|(image, _)| image.variant == Variant::Runtime)
@@ -106,7 +107,7 @@ pub fn resolve(matrix: &Matrix, knowledge: &Knowledge, options: &ResolveOptions)
                 image.inputs.insert("base_image".into(), reference.clone());
                 image
                     .inputs
-                    .insert("parent_fingerprint".into(), parent_fingerprint.clone());
+                    .insert("parent_fingerprint".into(), parent_fingerprint.to_string());
                 image.fingerprint = fingerprint(&image.inputs);
             }
         }

@@ -3,6 +3,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::model::axes::Platform;
+use crate::model::digest::Digest;
 use crate::model::knowledge::{wheel_suffix, Knowledge};
 use crate::model::matrix::Matrix;
 use crate::model::version::{DottedVersion, TorchVersion};
@@ -69,7 +71,7 @@ pub(super) fn build_spec(
         tag,
         aliases: Vec::new(),
         variant: found.variant_kind,
-        platform: found.platform.clone(),
+        platform: Platform(found.platform.clone()),
         index,
         torch: found.release.torch.clone(),
         torchvision,
@@ -97,7 +99,8 @@ pub(super) fn build_spec(
             format!("gpu-selftest-cu{major}-{arch}")
         },
         unverified: found.unverified.clone(),
-        fingerprint: String::new(),
+        // Replaced below, once the inputs it covers are known.
+        fingerprint: Digest::of(b""),
         inputs: BTreeMap::new(),
         tag_fields,
     };
@@ -128,7 +131,7 @@ fn fingerprint_inputs(
 ) -> BTreeMap<String, String> {
     let mut inputs: BTreeMap<&str, String> = BTreeMap::new();
     inputs.insert("variant", spec.variant.to_string());
-    inputs.insert("platform", spec.platform.clone());
+    inputs.insert("platform", spec.platform.to_string());
     inputs.insert("torch", spec.torch.clone());
     inputs.insert("torchvision", spec.torchvision.clone());
     inputs.insert("torchaudio", spec.torchaudio.clone().unwrap_or_default());
@@ -139,7 +142,7 @@ fn fingerprint_inputs(
     inputs.insert("os", spec.os.clone());
     inputs.insert("base_image", spec.base_image.clone());
     inputs.insert("require_cuda", spec.require_cuda.clone());
-    inputs.insert("driver_min", spec.driver_min.clone());
+    inputs.insert("driver_min", spec.driver_min.to_string());
     inputs.insert("wheel_index", spec.wheel_index.clone());
     inputs.insert("selftest", spec.selftest.clone());
     inputs.insert(

@@ -76,7 +76,7 @@ fn a_good_cell_resolves_every_field() {
             "latest"
         ]
     );
-    assert!(image.fingerprint.starts_with("sha256:"));
+    assert!(image.fingerprint.as_str().starts_with("sha256:"));
 }
 
 #[test]

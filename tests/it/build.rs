@@ -135,7 +135,7 @@ async fn a_failing_build_among_good_ones() {
     let registry = Registry::start();
     let project = Project::new(registry.host(), SELFTEST_PASS);
     // An earlier record that this run must not lose.
-    let earlier = serde_json::json!({"schema_version": 1, "updated_at": "", "images": {}, "aliases": {"keep-me": {"tag": "x", "digest": "sha256:0", "moved_at": "2026-01-01T00:00:00Z"}}});
+    let earlier = serde_json::json!({"schema_version": 1, "updated_at": "", "images": {}, "aliases": {"keep-me": {"tag": "x", "digest": "sha256:0000000000000000000000000000000000000000000000000000000000000000", "moved_at": "2026-01-01T00:00:00Z"}}});
     std::fs::write(
         project.path().join("imagegen-manifest.json"),
         serde_json::to_string(&earlier).unwrap(),

@@ -158,7 +158,7 @@ fn k8s_pins_the_digest_the_manifest_recorded_for_this_build() {
     let record = |fingerprint: &str| {
         serde_json::json!({"schema_version": 1, "images": {tag: {
             "repository": "registry.example.com/team/pytorch", "tag": tag, "digest": digest,
-            "fingerprint": fingerprint, "build_key": "k", "variant": "runtime", "torch": "2.7.1",
+            "fingerprint": fingerprint, "build_key": "sha256:6b6b6b6b6b6b6b6b6b6b6b6b6b6b6b6b6b6b6b6b6b6b6b6b6b6b6b6b6b6b6b6b", "variant": "runtime", "torch": "2.7.1",
             "torchvision": "0.22.1", "cuda": "12.6", "cuda_full": "12.6.3", "cudnn": "9",
             "python": "3.12", "os": "ubuntu24.04", "base_image": "b", "driver_min": "560.35.05",
             "driver_min_compat": "525.60.13", "require_cuda": "cuda>=12.6",
@@ -180,7 +180,11 @@ fn k8s_pins_the_digest_the_manifest_recorded_for_this_build() {
         "{yaml}"
     );
     // A record of another build of the tag (other fingerprint) pins nothing.
-    std::fs::write(&manifest, record("sha256:other").to_string()).unwrap();
+    std::fs::write(
+        &manifest,
+        record(&format!("sha256:{}", "0e".repeat(32))).to_string(),
+    )
+    .unwrap();
     let yaml = stdout_of(&["k8s", "2.7-cuda12.6-runtime", "--manifest", manifest_arg]);
     assert!(
         yaml.contains(&format!("image: registry.example.com/team/pytorch:{tag}\n")),
@@ -281,18 +285,19 @@ fn manifest_merge_unions_shards() {
     let dir = tempfile::tempdir().unwrap();
     let record = |tag: &str, digest: &str, at: &str| {
         serde_json::json!({
-            "repository": "r/p", "tag": tag, "digest": digest, "fingerprint": "f",
-            "build_key": format!("key-{digest}"), "variant": "runtime", "torch": "2.7.1",
+            "repository": "r/p", "tag": tag, "digest": digest,
+            "fingerprint": format!("sha256:{}", "0f".repeat(32)),
+            "build_key": digest, "variant": "runtime", "torch": "2.7.1",
             "torchvision": "0.22.1", "cuda": "12.6", "cuda_full": "12.6.3", "cudnn": "9",
             "python": "3.12", "os": "ubuntu24.04", "base_image": "b", "driver_min": "560.35.05",
             "driver_min_compat": "525.60.13", "require_cuda": "cuda>=12.6",
             "built_at": at, "status": "ok"
         })
     };
-    let first = serde_json::json!({"schema_version": 1, "images": {"a": record("a", "sha256:a1", "2026-11-30T10:00:00Z")},
-        "aliases": {"latest": {"tag": "a", "digest": "sha256:a1", "moved_at": "2026-11-30T10:00:00Z"}}});
-    let second = serde_json::json!({"schema_version": 1, "images": {"b": record("b", "sha256:b1", "2026-11-30T11:00:00Z")},
-        "aliases": {"latest": {"tag": "b", "digest": "sha256:b1", "moved_at": "2026-11-30T11:00:00Z"}}});
+    let first = serde_json::json!({"schema_version": 1, "images": {"a": record("a", "sha256:a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1", "2026-11-30T10:00:00Z")},
+        "aliases": {"latest": {"tag": "a", "digest": "sha256:a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1", "moved_at": "2026-11-30T10:00:00Z"}}});
+    let second = serde_json::json!({"schema_version": 1, "images": {"b": record("b", "sha256:b1b1b1b1b1b1b1b1b1b1b1b1b1b1b1b1b1b1b1b1b1b1b1b1b1b1b1b1b1b1b1b1", "2026-11-30T11:00:00Z")},
+        "aliases": {"latest": {"tag": "b", "digest": "sha256:b1b1b1b1b1b1b1b1b1b1b1b1b1b1b1b1b1b1b1b1b1b1b1b1b1b1b1b1b1b1b1b1", "moved_at": "2026-11-30T11:00:00Z"}}});
     std::fs::write(dir.path().join("1.json"), first.to_string()).unwrap();
     std::fs::write(dir.path().join("2.json"), second.to_string()).unwrap();
     let out = dir.path().join("merged.json");

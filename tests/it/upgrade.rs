@@ -170,7 +170,12 @@ async fn plan_upgrade_roll_back_and_refuse_to_go_backwards() {
         Some(new_digest.as_str())
     );
     let unknown = project
-        .imagegen(&["rollback", ALIAS, "--to", "sha256:0000"])
+        .imagegen(&[
+            "rollback",
+            ALIAS,
+            "--to",
+            "sha256:0000000000000000000000000000000000000000000000000000000000000000",
+        ])
         .output()
         .unwrap();
     assert_code(&unknown, 2);

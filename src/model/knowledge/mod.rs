@@ -119,7 +119,7 @@ pub struct TorchRelease {
 #[serde(deny_unknown_fields)]
 pub struct CudaRelease {
     pub version: String,
-    pub driver_min: String,
+    pub driver_min: DriverVersion,
     /// Ubuntu releases nvidia/cuda publishes images of this release for; empty when none are known.
     #[serde(default)]
     pub ubuntu: Vec<String>,
@@ -144,7 +144,7 @@ pub struct CudaRelease {
 #[serde(deny_unknown_fields)]
 pub struct CudaFamily {
     pub major: u64,
-    pub driver_min: String,
+    pub driver_min: DriverVersion,
     #[serde(default)]
     pub note: Option<String>,
     pub source: Vec<String>,
@@ -352,10 +352,6 @@ impl Knowledge {
         }
         for cuda in &self.cuda {
             version(&cuda.version, "CUDA", 3)?;
-            DriverVersion::parse(&cuda.driver_min).map_err(|source| KnowledgeError::Version {
-                origin: origin.into(),
-                source,
-            })?;
             check_sources(&format!("CUDA {}", cuda.version), &cuda.source)?;
             if let Some(platform) = cuda
                 .platforms
@@ -374,10 +370,6 @@ impl Knowledge {
             }
         }
         for family in &self.cuda_families {
-            DriverVersion::parse(&family.driver_min).map_err(|source| KnowledgeError::Version {
-                origin: origin.into(),
-                source,
-            })?;
             check_sources(&format!("CUDA {} family", family.major), &family.source)?;
         }
         for os in &self.os {
@@ -439,7 +431,7 @@ impl Knowledge {
         self.cuda
             .iter()
             .filter(|c| c.verified)
-            .filter(|c| DriverVersion::parse(&c.driver_min).is_ok_and(|min| *driver >= min))
+            .filter(|c| *driver >= c.driver_min)
             .filter_map(|c| DottedVersion::parse_kind(&c.version, "CUDA", 3).ok())
             .max()
             .map(|v| v.major_minor())
@@ -512,7 +504,11 @@ mod tests {
             "there was no CUDA 12.7"
         );
         assert_eq!(
-            knowledge.cuda_release_for("13.0").unwrap().driver_min,
+            knowledge
+                .cuda_release_for("13.0")
+                .unwrap()
+                .driver_min
+                .as_str(),
             "580.65.06"
         );
     }

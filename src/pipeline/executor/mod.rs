@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::history::manifest::Packages;
+use crate::model::digest::Digest;
 use crate::pipeline::plan::{Plan, PlannedImage};
 pub use crate::pipeline::results::{Existing, ImageResult, Status, TestOutcome};
 use futures_util::stream::{FuturesUnordered, StreamExt};
@@ -40,8 +41,8 @@ pub trait Builder: Send + Sync + 'static {
         &self,
         repository: &str,
         tag: &str,
-        build_key: Option<&str>,
-    ) -> impl Future<Output = anyhow::Result<String>> + Send;
+        build_key: Option<&Digest>,
+    ) -> impl Future<Output = anyhow::Result<Digest>> + Send;
     /// Tags local `source` as `repository:tag`.
     fn tag(
         &self,

@@ -84,10 +84,10 @@ impl Builder for FakeBuilder {
         &self,
         repository: &str,
         tag: &str,
-        _build_key: Option<&str>,
-    ) -> anyhow::Result<String> {
+        _build_key: Option<&Digest>,
+    ) -> anyhow::Result<Digest> {
         self.record(format!("push {repository}:{tag}"));
-        Ok(format!("sha256:digest-{tag}"))
+        Ok(Digest::of(format!("digest-{tag}").as_bytes()))
     }
     async fn tag(&self, source: &str, _repository: &str, tag: &str) -> anyhow::Result<()> {
         self.record(format!("tag {source} {tag}"));
@@ -169,8 +169,8 @@ async fn builds_in_parallel_with_devel_after_its_runtime() {
     );
     let runtime = results.iter().find(|r| r.name == RUNTIME_126).unwrap();
     assert_eq!(
-        runtime.digest.as_deref(),
-        Some(format!("sha256:digest-{RUNTIME_126}").as_str())
+        runtime.digest,
+        Some(Digest::of(format!("digest-{RUNTIME_126}").as_bytes()))
     );
     assert!(
         runtime.aliases_moved.contains(&"latest".to_string())
