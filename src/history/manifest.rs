@@ -520,11 +520,12 @@ mod tests {
             Manifest::from_json(&manifest.to_json(), "m.json").unwrap(),
             manifest
         );
+        let error = Manifest::from_json("{\"schema_version\": 1, \"imagez\": {}}", "m.json")
+            .unwrap_err()
+            .to_string();
         assert!(
-            Manifest::from_json("{\"schema_version\": 1, \"imagez\": {}}", "m.json")
-                .unwrap_err()
-                .to_string()
-                .contains("is not valid")
+            error.starts_with("manifest m.json:1:") && error.contains("unknown field `imagez`"),
+            "{error}"
         );
     }
 
