@@ -2,8 +2,10 @@
 //! the flags, run, exit with 0 (all passed), 1 (a check failed) or 2 (could not run).
 
 mod app;
+mod baseline;
 mod cli;
 mod discovery;
+mod expected;
 mod framework;
 mod gpu;
 mod loader;

@@ -21,19 +21,33 @@ pub struct Gpu {
     pub context: Arc<CudaContext>,
 }
 
-/// Opens every visible GPU. The driver must already be known to load.
+/// Opens every visible GPU. The driver must already be known to load. Creating a primary
+/// context takes a good part of a second on a large GPU and the GPUs are independent, so they
+/// are opened side by side, one thread each.
 pub fn open_all() -> Result<Vec<Gpu>> {
     let count = CudaContext::device_count().context("cuInit / cuDeviceGetCount failed")?;
-    (0..count as usize)
-        .map(|ordinal| {
-            let context = CudaContext::new(ordinal)
-                .with_context(|| format!("cannot create a context on GPU {ordinal}"))?;
-            // Every check synchronises its own streams; automatic event tracking would insert
-            // waits between the copy stream and the compute stream of the overlap check.
-            unsafe { context.disable_event_tracking() };
-            Ok(Gpu { ordinal, context })
-        })
-        .collect()
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..count as usize)
+            .map(|ordinal| scope.spawn(move || open(ordinal)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|handle| {
+                handle
+                    .join()
+                    .unwrap_or_else(|payload| std::panic::resume_unwind(payload))
+            })
+            .collect()
+    })
+}
+
+fn open(ordinal: usize) -> Result<Gpu> {
+    let context = CudaContext::new(ordinal)
+        .with_context(|| format!("cannot create a context on GPU {ordinal}"))?;
+    // Every check synchronises its own streams; automatic event tracking would insert waits
+    // between the copy stream and the compute stream of the overlap check.
+    unsafe { context.disable_event_tracking() };
+    Ok(Gpu { ordinal, context })
 }
 
 /// A start/end pair of timing events.
