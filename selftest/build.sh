@@ -39,7 +39,7 @@ command -v readelf >/dev/null ||
 # 1. What to build: the arguments, else what the matrix's images name.
 builds=("$@")
 if [ "${#builds[@]}" -eq 0 ]; then
-  echo "== which self-test builds the matrix needs: cargo run --release -q -- resolve --format json"
+  echo "== [${SECONDS} s] which self-test builds the matrix needs: cargo run --release -q -- resolve --format json"
   resolution="$(cargo run --release -q -- resolve --format json)" ||
     fail "imagegen resolve failed; name the builds instead, e.g. bash selftest/build.sh cu12 cu13"
   mapfile -t builds < <(python3 -c '
@@ -70,13 +70,13 @@ done
 # 3. zig (through PyPI's ziglang, in our own virtual environment) and cargo-zigbuild.
 export PATH="$tools/bin:$tools/zigenv/bin:$PATH"
 if ! command -v zig >/dev/null && ! python3 -m ziglang version >/dev/null 2>&1; then
-  echo "== installing zig (ziglang $ziglang_version from PyPI) into target/tools/zigenv"
+  echo "== [${SECONDS} s] installing zig (ziglang $ziglang_version from PyPI) into target/tools/zigenv"
   python3 -m venv "$tools/zigenv" ||
     fail "cannot make a Python virtual environment (Debian: apt-get install python3-venv)"
   "$tools/zigenv/bin/python3" -m pip install --quiet --disable-pip-version-check "ziglang==$ziglang_version"
 fi
 if ! command -v cargo-zigbuild >/dev/null; then
-  echo "== installing cargo-zigbuild $zigbuild_version into target/tools"
+  echo "== [${SECONDS} s] installing cargo-zigbuild $zigbuild_version into target/tools"
   cargo install --quiet --locked --version "$zigbuild_version" --root "$tools" cargo-zigbuild
 fi
 
@@ -86,7 +86,7 @@ mkdir -p target/selftest
 for name in "${builds[@]}"; do
   major="${name%-arm64}"
   if [[ "$name" == *-arm64 ]]; then target_triple="aarch64-unknown-linux-gnu"; else target_triple="x86_64-unknown-linux-gnu"; fi
-  echo "== building gpu-selftest-$name ($target_triple, glibc $glibc_floor)"
+  echo "== [${SECONDS} s] building gpu-selftest-$name ($target_triple, glibc $glibc_floor)"
   CARGO_TARGET_DIR="$CARGO_TARGET_DIR/$name" cargo zigbuild --release -p gpu-selftest \
     --no-default-features --features "$major" --target "$target_triple.$glibc_floor"
   built="$CARGO_TARGET_DIR/$name/$target_triple/release/gpu-selftest"
@@ -100,3 +100,4 @@ for name in "${builds[@]}"; do
   fi
   echo "   $output: newest glibc symbol GLIBC_$newest (<= $glibc_floor)"
 done
+echo "== [${SECONDS} s] done: ${builds[*]}"

@@ -170,7 +170,7 @@ struct GpuBlas<'a> {
 }
 
 /// Uploads inputs, runs the checked product, then times the repetitions, on one GPU.
-fn run_on_gpu<T: DeviceRepr + Copy + Default + Into<AsFloat64>>(
+fn run_on_gpu<T: DeviceRepr + Copy + Default + Sync + Into<AsFloat64>>(
     lane: &GpuBlas,
     precision: Precision,
     settings: &MatmulSettings,
@@ -200,7 +200,7 @@ fn run_on_gpu<T: DeviceRepr + Copy + Default + Into<AsFloat64>>(
     unsafe { gemm(handle, precision, size, a_pointer, b_pointer, c_pointer)? };
     stream.synchronize()?;
     let output: Vec<T> = stream.clone_dtoh(&c).context("downloading C")?;
-    let all_finite = output.iter().all(|value| (*value).into().0.is_finite());
+    let all_finite = stats::parallel_all(&output, |value| (*value).into().0.is_finite());
     // Sampled entries against a float64 reference of the same inputs (column-major): a grid of
     // rows × columns, so each row of A is gathered once (its elements lie `size` apart).
     let mut generator = SplitMix64::new(seed ^ 0x5EED);

@@ -125,9 +125,8 @@ pub fn measure(gpus: &[Gpu], settings: &NcclSettings) -> Result<Vec<NcclPoint>> 
     let comms = Comm::from_devices(streams.clone())
         .map_err(|error| anyhow!("ncclCommInitAll over {ranks} GPUs failed: {error:?}"))?;
     // contribution(rank, i) = base[i + 31·rank]: one host pattern serves every rank.
-    let base: Vec<f32> = (0..largest_elements + 31 * ranks)
-        .map(|index| contribution(0, index))
-        .collect();
+    let mut base = vec![0f32; largest_elements + 31 * ranks];
+    stats::parallel_fill(&mut base, |index| contribution(0, index));
     let mut sends: Vec<CudaSlice<f32>> = Vec::new();
     let mut receives: Vec<CudaSlice<f32>> = Vec::new();
     for (rank, stream) in streams.iter().enumerate() {
