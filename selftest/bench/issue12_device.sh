@@ -38,7 +38,7 @@ run() {
   local name="$1"; shift
   local started ended code
   started="$(date +%s%N)"
-  "$binary" --format json "$@" >"$work/runs/$name.json" 2>"$work/runs/$name.err"
+  timeout 120 "$binary" --format json "$@" >"$work/runs/$name.json" 2>"$work/runs/$name.err"
   code=$?
   ended="$(date +%s%N)"
   printf '%s %d.%03d\n' "$code" $(( (ended - started) / 1000000000 )) $(( (ended - started) / 1000000 % 1000 )) >"$work/runs/$name.status"
@@ -74,7 +74,7 @@ if [ ! -f /usr/include/nccl.h ]; then
 fi
 note "NCCL for nccl-tests: ${nccl_home:-system (/usr/include/nccl.h)}"
 build_started="$(date +%s)"
-make -C "$nccl_source/src" -j "$(nproc)" MPI=0 CUDA_HOME=/usr/local/cuda \
+timeout 300 make -C "$nccl_source/src" -j "$(nproc)" MPI=0 CUDA_HOME=/usr/local/cuda \
   NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" BUILDDIR="$work/nccl-build" \
   ${nccl_home:+NCCL_HOME="$nccl_home"} \
   "$work/nccl-build/all_reduce_perf" >"$work/nccl-build.log" 2>&1 || tail -30 "$work/nccl-build.log"
@@ -132,7 +132,7 @@ note "busy process: $(tail -1 "$work/busy.log")"
 note "N: NCCL against nccl-tests, three alternated rounds"
 for round in 1 2 3; do
   run "N-selftest-$round" --checks nccl --no-framework --nccl-sizes 8M,64M,512M
-  "$all_reduce_perf" -b 8M -e 512M -f 8 -g 2 >"$work/runs/N-nccl-tests-$round.txt" 2>&1
+  timeout 60 "$all_reduce_perf" -b 8M -e 512M -f 8 -g 2 >"$work/runs/N-nccl-tests-$round.txt" 2>&1
   note "all_reduce_perf round $round: exit $?"
 done
 
