@@ -5,6 +5,7 @@
 #      Inductor caches, as in a freshly built image), saving a baseline;
 #   -  nccl-tests' all_reduce_perf built from source (sm_90 only) against the system NCCL;
 #   B  two warm default runs judged against that baseline;
+#   C  two default runs after dropping the page cache, with empty compile caches;
 #   P  the framework probe alone, Triton kernel and torch.compile, each with empty caches;
 #   E  the default run with NCCL_P2P_DISABLE=1 and the baseline (the NCCL check must fail and
 #      name the expected NVLink figure);
@@ -85,6 +86,14 @@ ldd "$all_reduce_perf" | grep -E "nccl|cudart" || true
 note "B: warm default runs against the baseline"
 run B-warm-1 --baseline "$work/baseline.json"
 run B-warm-2 --baseline "$work/baseline.json"
+
+note "C: default runs with the page cache dropped and empty compile caches (cold disk, warm driver)"
+for attempt in 1 2; do
+  sync
+  if echo 3 >/proc/sys/vm/drop_caches 2>/dev/null; then note "page cache dropped"; else note "could not drop the page cache"; fi
+  fresh_caches
+  run "C-cold-$attempt"
+done
 
 note "P: the framework probe alone, empty caches each time"
 fresh_caches

@@ -51,7 +51,10 @@ for name in names:
         phases = [
             f"{label} {found[key]:.1f} s"
             for key, label in (
+                ("probe_seconds", "probe in all"),
                 ("import_seconds", "import torch"),
+                ("versions_seconds", "versions"),
+                ("device_query_seconds", "devices"),
                 ("cuda_init_seconds", "CUDA start"),
                 ("triton_seconds", "Triton kernel"),
                 ("compile_seconds", "torch.compile"),
@@ -59,6 +62,9 @@ for name in names:
             if isinstance(found.get(key), (int, float))
         ]
         print(f"{'':18} framework probe ({found.get('probe')}): " + ", ".join(phases))
+    communicator = checks(report).get("nccl", {}).get("communicator_seconds")
+    if communicator is not None:
+        print(f"{'':18} NCCL communicators created in {communicator:.2f} s (beside the matmul check)")
     if report.get("error"):
         print(f"{'':18} error: {report['error']}")
 
@@ -87,7 +93,7 @@ for gpu in inventory.get("gpus", []):
     )
 
 print()
-print("== matmul TFLOP/s (share of the dense peak), per run and GPU")
+print("== matmul TFLOP/s back to back (share of the dense peak) and verdicts, per run and GPU")
 for name in names:
     report, _, _ = load(name)
     judgements = checks(report).get("matmul", {}).get("judgements", [])
@@ -104,6 +110,17 @@ for name in names:
             + (f"/baseline {base}" if base else "")
         )
     print(f"{name:18} " + "; ".join(parts))
+
+print()
+print("== matmul TFLOP/s: median of single products / back to back, per run and GPU")
+for name in names:
+    report, _, _ = load(name)
+    results = checks(report).get("matmul", {}).get("results", [])
+    if results:
+        print(f"{name:18} " + "; ".join(
+            f"GPU{r['gpu']} {r['precision']} {r['tflops']:.0f}/{r.get('back_to_back_tflops', float('nan')):.0f}"
+            for r in results
+        ))
 
 print()
 print("== all-reduce bus bandwidth GB/s: per call / back to back, per run and size")

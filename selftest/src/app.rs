@@ -284,13 +284,29 @@ fn run_checks(cli: &Cli, prepared: &Prepared, report: &mut Report) -> Result<(),
             repetitions: 5,
         };
         checks.push(guarded("overlap", || {
+            let inputs = overlap::OverlapInputs::new(&gpus[0], &settings)?;
             let results = gpus
                 .iter()
-                .map(|device| overlap::measure(device, &settings))
+                .map(|device| overlap::measure(device, &settings, &inputs))
                 .collect::<anyhow::Result<Vec<_>>>()?;
             Ok(overlap::check(&results))
         }));
     }
+    // The NCCL communicators are created while the matmul check runs: creating them is host
+    // work (topology search, buffers, connections; about two seconds on 2×H200) that the
+    // products, timed on the GPUs by events, do not feel.
+    let communicators = runs_nccl.then(|| {
+        let contexts: Vec<_> = gpus.iter().map(|gpu| gpu.context.clone()).collect();
+        std::thread::spawn(move || {
+            std::panic::catch_unwind(AssertUnwindSafe(|| nccl::Communicators::create(&contexts)))
+                .unwrap_or_else(|_| {
+                    Err(anyhow::anyhow!(
+                        "internal error (panic) while creating the NCCL communicators: {}",
+                        last_panic()
+                    ))
+                })
+        })
+    });
     // 256 sampled entries per product are checked against float64; see gpu/matmul.rs.
     let mut matmul_results = Vec::new();
     if wants("matmul") {
@@ -337,13 +353,15 @@ fn run_checks(cli: &Cli, prepared: &Prepared, report: &mut Report) -> Result<(),
                 .collect();
             let path = rules::collective_path(&links);
             checks.push(guarded("nccl", || {
-                nccl_points = nccl::measure(&gpus, &settings)?;
-                Ok(nccl::check(
-                    &nccl_points,
-                    version.as_deref(),
-                    &path,
-                    &references,
-                ))
+                let communicators = communicators
+                    .expect("started whenever the NCCL check runs")
+                    .join()
+                    .map_err(|_| anyhow::anyhow!("the NCCL set-up thread stopped"))??;
+                nccl_points = nccl::measure(&gpus, &communicators, &settings)?;
+                Ok(
+                    nccl::check(&nccl_points, version.as_deref(), &path, &references)
+                        .figure("communicator_seconds", communicators.seconds),
+                )
             }));
         } else {
             checks.push(

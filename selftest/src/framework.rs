@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// Which run-time compilation the probe proves.
@@ -54,6 +55,7 @@ except Exception as error:
 out["import_seconds"] = time.time() - started
 out["torch"] = torch.__version__
 out["cuda"] = torch.version.cuda
+started = time.time()
 try:
     out["cudnn"] = torch.backends.cudnn.version()
 except Exception as error:
@@ -65,8 +67,11 @@ try:
     out["nccl"] = ".".join(str(part) for part in version[:3])
 except Exception as error:
     out["nccl_error"] = repr(error)[:400]
+out["versions_seconds"] = time.time() - started
+started = time.time()
 out["cuda_available"] = bool(torch.cuda.is_available())
 out["device_count"] = torch.cuda.device_count() if out["cuda_available"] else 0
+out["device_query_seconds"] = time.time() - started
 
 def function(x):
     return torch.sin(x) * 2.0 + torch.cos(x) * x
@@ -156,6 +161,13 @@ pub struct Findings {
     pub triton_seconds: Option<f64>,
     pub triton_max_error: Option<f64>,
     pub triton_error: Option<String>,
+    /// Asking torch for its cuDNN and NCCL versions (loads those libraries).
+    pub versions_seconds: Option<f64>,
+    /// `torch.cuda.is_available()` and `device_count()` (the driver's start in torch).
+    pub device_query_seconds: Option<f64>,
+    /// From starting the interpreter to the end of its output, measured by gpu-selftest: the
+    /// probe's whole length, which runs beside the GPU checks.
+    pub probe_seconds: Option<f64>,
 }
 
 /// A running framework probe.
@@ -166,6 +178,21 @@ pub struct Running {
     interpreter: String,
     /// The script's file, removed when the probe is dropped.
     script: PathBuf,
+    /// Readers of standard output (with the moment it closed: the probe's end) and error,
+    /// started with the probe so that a full pipe never stalls it.
+    output_reader: Option<JoinHandle<(String, Instant)>>,
+    error_reader: Option<JoinHandle<(String, Instant)>>,
+}
+
+/// Reads a pipe to its end on a thread of its own; returns the text and when the end came.
+fn read_to_end(pipe: Option<impl Read + Send + 'static>) -> JoinHandle<(String, Instant)> {
+    std::thread::spawn(move || {
+        let mut text = String::new();
+        if let Some(mut pipe) = pipe {
+            let _ = pipe.read_to_string(&mut text);
+        }
+        (text, Instant::now())
+    })
 }
 
 /// Starts the probe with `interpreter`; `Err` carries why it could not start (no Python).
@@ -202,16 +229,21 @@ pub fn start(
     if std::env::var_os("TORCHINDUCTOR_COMPILE_THREADS").is_none() {
         command.env("TORCHINDUCTOR_COMPILE_THREADS", "1");
     }
-    let child = command.spawn().map_err(|error| {
+    let started = Instant::now();
+    let mut child = command.spawn().map_err(|error| {
         let _ = std::fs::remove_file(&script);
         format!("cannot run `{interpreter}`: {error}")
     })?;
+    let output_reader = Some(read_to_end(child.stdout.take()));
+    let error_reader = Some(read_to_end(child.stderr.take()));
     Ok(Running {
         child,
-        started: Instant::now(),
+        started,
         timeout,
         interpreter: interpreter.to_string(),
         script,
+        output_reader,
+        error_reader,
     })
 }
 
@@ -226,24 +258,9 @@ impl Drop for Running {
     }
 }
 
-/// Waits for the probe (killing it at the timeout) and parses its answer.
+/// Waits for the probe (killing it at the timeout) and parses its answer; `probe_seconds` is
+/// set to the time from its start to the end of its output.
 pub fn finish(mut running: Running) -> Result<Findings, String> {
-    let mut stdout = running.child.stdout.take();
-    let mut stderr = running.child.stderr.take();
-    let reader = std::thread::spawn(move || {
-        let mut text = String::new();
-        if let Some(pipe) = stdout.as_mut() {
-            let _ = pipe.read_to_string(&mut text);
-        }
-        text
-    });
-    let error_reader = std::thread::spawn(move || {
-        let mut text = String::new();
-        if let Some(pipe) = stderr.as_mut() {
-            let _ = pipe.read_to_string(&mut text);
-        }
-        text
-    });
     loop {
         match running.child.try_wait() {
             Ok(Some(_)) => break,
@@ -260,16 +277,27 @@ pub fn finish(mut running: Running) -> Result<Findings, String> {
             Err(error) => return Err(format!("waiting for `{}`: {error}", running.interpreter)),
         }
     }
-    let output = reader.join().unwrap_or_default();
-    let errors = error_reader.join().unwrap_or_default();
-    parse_output(&output).ok_or_else(|| {
+    let joined = |reader: Option<JoinHandle<(String, Instant)>>| {
+        reader
+            .and_then(|handle| handle.join().ok())
+            .unwrap_or_else(|| (String::new(), Instant::now()))
+    };
+    let (output, output_ended) = joined(running.output_reader.take());
+    let (errors, _) = joined(running.error_reader.take());
+    let mut findings = parse_output(&output).ok_or_else(|| {
         let tail: String = errors.lines().rev().take(3).collect::<Vec<_>>().join(" | ");
         format!(
             "`{}` printed no result (stderr: {})",
             running.interpreter,
             if tail.is_empty() { "empty" } else { &tail }
         )
-    })
+    })?;
+    findings.probe_seconds = Some(
+        output_ended
+            .saturating_duration_since(running.started)
+            .as_secs_f64(),
+    );
+    Ok(findings)
 }
 
 /// Finds the script's JSON line in its output (the last one: torch may print warnings first).
@@ -393,7 +421,7 @@ pub fn judge(findings: &Findings, claims: &Claims, visible_gpus: usize) -> Check
     }
     match (ok, error) {
         (Some(true), _) => lines.push(format!(
-            "{what}: compiled and ran on GPU 0 in {:.1} s{}, max error {:.1e} against eager (import torch {:.1} s, CUDA start {:.1} s)",
+            "{what}: compiled and ran on GPU 0 in {:.1} s{}, max error {:.1e} against eager (probe {:.1} s in all: import torch {:.1} s, versions {:.1} s, devices {:.1} s, CUDA start {:.1} s)",
             seconds.unwrap_or(0.0),
             findings
                 .triton
@@ -402,7 +430,10 @@ pub fn judge(findings: &Findings, claims: &Claims, visible_gpus: usize) -> Check
                 .map(|version| format!(" (Triton {version})"))
                 .unwrap_or_default(),
             max_error.unwrap_or(0.0),
+            findings.probe_seconds.unwrap_or(0.0),
             findings.import_seconds.unwrap_or(0.0),
+            findings.versions_seconds.unwrap_or(0.0),
+            findings.device_query_seconds.unwrap_or(0.0),
             findings.cuda_init_seconds.unwrap_or(0.0)
         )),
         (Some(false), _) => problems.push(format!(

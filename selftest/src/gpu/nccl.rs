@@ -19,7 +19,7 @@ use crate::report::{Check, Metric, Status};
 use crate::rules::{self, CollectivePath, Expectation, References, Verdict};
 use crate::stats;
 use anyhow::{anyhow, Context as _, Result};
-use cudarc::driver::{CudaSlice, CudaStream, DevicePtrMut};
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtrMut};
 use cudarc::nccl::{group_end, group_start, Comm, ReduceOp};
 use serde::Serialize;
 use std::sync::Arc;
@@ -112,18 +112,54 @@ pub fn bus_bandwidth(algorithm_bytes_per_second: f64, ranks: usize) -> f64 {
     algorithm_bytes_per_second * 2.0 * (ranks as f64 - 1.0) / ranks as f64
 }
 
-/// Runs the sweep across all GPUs.
-pub fn measure(gpus: &[Gpu], settings: &NcclSettings) -> Result<Vec<NcclPoint>> {
+/// One communicator per GPU, all created by this process (ncclCommInitAll): the layout of a
+/// single-process training job, and no launcher or rendezvous is needed.
+pub struct Communicators {
+    streams: Vec<Arc<CudaStream>>,
+    comms: Vec<Comm>,
+    /// Seconds `ncclCommInitAll` took (topology search, buffers, connections).
+    pub seconds: f64,
+}
+
+// SAFETY: an NCCL communicator may be used from any thread as long as one thread at a time
+// does; `Communicators` is made on a helper thread and then handed whole to the one thread that
+// measures, never shared.
+unsafe impl Send for Communicators {}
+
+impl Communicators {
+    /// Creates a stream and a communicator on every GPU whose context is given.
+    pub fn create(contexts: &[Arc<CudaContext>]) -> Result<Communicators> {
+        let started = Instant::now();
+        let streams: Vec<Arc<CudaStream>> = contexts
+            .iter()
+            .map(|context| context.new_stream())
+            .collect::<std::result::Result<_, _>>()?;
+        let comms = Comm::from_devices(streams.clone()).map_err(|error| {
+            anyhow!(
+                "ncclCommInitAll over {} GPUs failed: {error:?}",
+                contexts.len()
+            )
+        })?;
+        Ok(Communicators {
+            streams,
+            comms,
+            seconds: started.elapsed().as_secs_f64(),
+        })
+    }
+}
+
+/// Runs the sweep across all GPUs over `communicators`.
+pub fn measure(
+    gpus: &[Gpu],
+    communicators: &Communicators,
+    settings: &NcclSettings,
+) -> Result<Vec<NcclPoint>> {
     let ranks = gpus.len();
     let largest_elements = (settings.sizes.iter().copied().max().unwrap_or(0) / 4) as usize;
-    let streams: Vec<Arc<CudaStream>> = gpus
-        .iter()
-        .map(|gpu| gpu.context.new_stream())
-        .collect::<std::result::Result<_, _>>()?;
-    // One communicator per GPU, all created by this process (ncclCommInitAll): the layout of a
-    // single-process training job, and no launcher or rendezvous is needed.
-    let comms = Comm::from_devices(streams.clone())
-        .map_err(|error| anyhow!("ncclCommInitAll over {ranks} GPUs failed: {error:?}"))?;
+    let (streams, comms) = (
+        communicators.streams.as_slice(),
+        communicators.comms.as_slice(),
+    );
     // contribution(rank, i) = base[i + 31·rank]: one host pattern serves every rank.
     let mut base = vec![0f32; largest_elements + 31 * ranks];
     stats::parallel_fill(&mut base, |index| contribution(0, index));
@@ -160,16 +196,16 @@ pub fn measure(gpus: &[Gpu], settings: &NcclSettings) -> Result<Vec<NcclPoint>> 
         for _ in 0..settings.warm_up {
             all_reduce(&mut receives)?;
         }
-        for stream in &streams {
+        for stream in streams {
             stream.synchronize()?;
         }
         let mut times = Vec::with_capacity(settings.repetitions);
         for _ in 0..settings.repetitions {
-            for (pair, stream) in events.iter().zip(&streams) {
+            for (pair, stream) in events.iter().zip(streams) {
                 pair.start.record(stream)?;
             }
             all_reduce(&mut receives)?;
-            for (pair, stream) in events.iter().zip(&streams) {
+            for (pair, stream) in events.iter().zip(streams) {
                 pair.end.record(stream)?;
             }
             let mut slowest: f64 = 0.0;
@@ -182,14 +218,14 @@ pub fn measure(gpus: &[Gpu], settings: &NcclSettings) -> Result<Vec<NcclPoint>> 
         // one after another, wait for every stream, divide the host clock's span by the count.
         let mut run_times = Vec::with_capacity(settings.back_to_back_runs);
         for _ in 0..settings.back_to_back_runs {
-            for stream in &streams {
+            for stream in streams {
                 stream.synchronize()?;
             }
             let started = Instant::now();
             for _ in 0..settings.repetitions {
                 all_reduce(&mut receives)?;
             }
-            for stream in &streams {
+            for stream in streams {
                 stream.synchronize()?;
             }
             run_times.push(started.elapsed().as_secs_f64() * 1000.0 / settings.repetitions as f64);
@@ -197,13 +233,13 @@ pub fn measure(gpus: &[Gpu], settings: &NcclSettings) -> Result<Vec<NcclPoint>> 
         // The checked run: poison, reduce once more, compare every element on every rank. The
         // timed runs above are not checked themselves, so that copying gigabytes back to the
         // host stays out of the figures.
-        for (receive, stream) in receives.iter_mut().zip(&streams) {
+        for (receive, stream) in receives.iter_mut().zip(streams) {
             let (pointer, _guard) = receive.device_ptr_mut(stream);
             poison(pointer, elements * 4, stream)?;
         }
         all_reduce(&mut receives)?;
         let mut wrong_elements = 0u64;
-        for (receive, stream) in receives.iter().zip(&streams) {
+        for (receive, stream) in receives.iter().zip(streams) {
             stream.synchronize()?;
             let values: Vec<f32> = stream.clone_dtoh(&receive.slice(0..elements))?;
             wrong_elements += count_wrong(&values, ranks);
@@ -227,7 +263,6 @@ pub fn measure(gpus: &[Gpu], settings: &NcclSettings) -> Result<Vec<NcclPoint>> 
             collectives_per_run: settings.repetitions,
         });
     }
-    drop(comms);
     Ok(points)
 }
 
