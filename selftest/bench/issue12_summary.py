@@ -131,6 +131,7 @@ for name in names:
         continue
     parts = [
         f"{point['size_bytes'] >> 20} MiB {point['bus_bytes_per_second'] / 1e9:.1f} / {point['back_to_back_bus_bytes_per_second'] / 1e9:.1f}"
+        + (f" ({point['seconds']:.2f} s)" if "seconds" in point else "")
         for point in points
     ]
     print(f"{name:18} " + "; ".join(parts))

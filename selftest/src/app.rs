@@ -88,7 +88,8 @@ pub fn run(cli: Cli) -> i32 {
         Ok(Err(CannotRun(message))) => report.error = Some(message),
         Err(_) => report.error = Some(format!("internal error (panic): {}", last_panic())),
     }
-    report.duration_seconds = started.elapsed().as_secs_f64();
+    // The search for libraries before the re-execution belongs to the run too.
+    report.duration_seconds = (started.elapsed() + loader::first_stage_elapsed()).as_secs_f64();
     // The exit code follows the report, so the two can never disagree.
     report.settle();
     if let Some(folder) = &prepared.link_folder {

@@ -54,6 +54,9 @@ pub struct NcclPoint {
     pub back_to_back_bus_bytes_per_second: f64,
     pub back_to_back_runs: usize,
     pub collectives_per_run: usize,
+    /// Wall-clock seconds this size took, warm-ups and the checked run included (the first
+    /// size also pays for anything NCCL sets up at its first collective).
+    pub seconds: f64,
 }
 
 /// What rank `rank` contributes at element `index`.
@@ -180,6 +183,7 @@ pub fn measure(
         .collect::<Result<_>>()?;
     let mut points = Vec::new();
     for &size in &settings.sizes {
+        let size_started = Instant::now();
         let elements = (size / 4) as usize;
         let all_reduce = |receives: &mut Vec<CudaSlice<f32>>| -> Result<()> {
             group_start().map_err(|error| anyhow!("ncclGroupStart failed: {error:?}"))?;
@@ -261,6 +265,7 @@ pub fn measure(
             back_to_back_bus_bytes_per_second: bus_bandwidth(back_to_back_algorithm, ranks),
             back_to_back_runs: run_times.len(),
             collectives_per_run: settings.repetitions,
+            seconds: size_started.elapsed().as_secs_f64(),
         });
     }
     Ok(points)
@@ -600,6 +605,7 @@ mod tests {
             back_to_back_bus_bytes_per_second: bus_bytes_per_second,
             back_to_back_runs: 5,
             collectives_per_run: 20,
+            seconds: 0.1,
         }
     }
 
