@@ -44,7 +44,7 @@ for name in names:
     )
     print(
         f"{name:18} exit {code}, {wall:5.1f} s wall, report {report['duration_seconds']:.1f} s, "
-        f"setup {report['setup_seconds']:.1f} s: {durations}"
+        f"loader {report.get('loader_seconds', 0):.2f} s, setup {report['setup_seconds']:.1f} s: {durations}"
     )
     found = checks(report).get("framework", {}).get("found", {})
     if found:

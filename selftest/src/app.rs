@@ -79,7 +79,9 @@ pub fn run(cli: Cli) -> i32 {
     // First stage: search the libraries and re-execute with them on the loader path (this call
     // does not return then); second stage: read the search result back.
     let prepared = loader::prepare(cli.prefer_pip_libraries);
+    let first_stage = loader::first_stage_elapsed();
     let mut report = Report::new(started_at, loader::cuda_build_major());
+    report.loader_seconds = first_stage.as_secs_f64();
     let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
         run_checks(&cli, &prepared, &mut report)
     }));
@@ -89,7 +91,7 @@ pub fn run(cli: Cli) -> i32 {
         Err(_) => report.error = Some(format!("internal error (panic): {}", last_panic())),
     }
     // The search for libraries before the re-execution belongs to the run too.
-    report.duration_seconds = (started.elapsed() + loader::first_stage_elapsed()).as_secs_f64();
+    report.duration_seconds = (started.elapsed() + first_stage).as_secs_f64();
     // The exit code follows the report, so the two can never disagree.
     report.settle();
     if let Some(folder) = &prepared.link_folder {
