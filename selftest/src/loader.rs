@@ -382,4 +382,12 @@ mod tests {
         )));
         assert!(variables.contains(&(std::ffi::OsStr::new(STAGE_VARIABLE), None)));
     }
+
+    #[test]
+    fn the_first_stage_adds_nothing_when_there_was_none() {
+        // The test process was not re-executed, so the variable is not set.
+        assert!(std::env::var_os(FIRST_STAGE_STARTED_VARIABLE).is_none());
+        assert_eq!(first_stage_elapsed(), std::time::Duration::ZERO);
+        assert!(nanoseconds_since_epoch() > 1_700_000_000 * 1_000_000_000);
+    }
 }

@@ -20,21 +20,25 @@ pub const PINNED_SHARE_OF_LINK: f64 = 0.80;
 pub const MINIMUM_HIDDEN_SHARE: f64 = 0.50;
 /// `/dev/shm` below this size draws a warning (PyTorch DataLoader workers pass batches through it).
 pub const MINIMUM_SHM_BYTES: u64 = 1 << 30;
-/// Each GPU's matmul TFLOP/s must reach this share of its model's dense datasheet peak. Healthy
-/// H200s reach 0.73–0.91 of it in every precision (bf16 780–860 of 989.5); one other process
-/// running matmuls on the same GPU halves what a product gets (time slicing), to about 0.4.
+/// Each GPU's matmul TFLOP/s (products queued back to back) must reach this share of its
+/// model's dense datasheet peak. Healthy H200s reached 0.75–0.86 of it in every precision over
+/// three sessions (bf16 790–818 of 989.5, fp32 50–51 of 67); with a second process running bf16
+/// matmuls on the same GPU, 0.31–0.33 in every precision (BENCHMARKS.md).
 pub const MATMUL_SHARE_OF_PEAK: f64 = 0.60;
 /// The peak rule applies from this n on: smaller products cannot fill a large GPU, so their
 /// rate says little about its health.
 pub const MATMUL_SMALLEST_JUDGED_SIZE: usize = 4096;
 /// All-reduce bus bandwidth must reach this share of what one direction of the path between the
-/// GPUs carries. 2×H200 over NVLink 4 x18 (450 GB/s per direction) reach 305–335 GB/s (0.68–0.74)
-/// at 512 MiB–2 GiB; without peer-to-peer (through host memory) far less.
+/// GPUs carries. 2×H200 over NVLink 4 x18 (450 GB/s per direction) reach 311–315 GB/s back to
+/// back at 512 MiB (0.69–0.70; 335 at 2 GiB); with `NCCL_P2P_DISABLE=1` (through host memory)
+/// 26–28 GB/s (0.06), and with another process's matmuls on one GPU 142 GB/s (0.32).
 pub const NCCL_SHARE_OF_PATH: f64 = 0.50;
 /// The path rule applies to sizes from this on; smaller all-reduces are bound by latency.
 pub const NCCL_SMALLEST_JUDGED_BYTES: u64 = 256 << 20;
 /// With a baseline, every judged figure must reach this share of the baseline's. Repeated runs
-/// on one H200 node vary by up to about 10% (matmul between GPUs and runs, all-reduce at 8 MiB).
+/// on 2×H200 machines varied by at most 4% (bf16 790–818 TFLOP/s, all-reduce at 8 MiB 172–179
+/// GB/s, pinned copies 41–43 GB/s at 1 MiB), and gpu-anchors.md reports up to 10% between GPUs;
+/// a shared GPU or a lost NVLink falls far below 80%.
 pub const BASELINE_SHARE: f64 = 0.80;
 
 /// Usable bandwidth of one PCIe lane in one direction, in bytes per second, after line coding.
