@@ -296,7 +296,7 @@ fn run_checks(cli: &Cli, prepared: &Prepared, report: &mut Report) -> Result<(),
         }));
     }
     // The NCCL communicators are created while the matmul check runs: creating them is host
-    // work (topology search, buffers, connections; about two seconds on 2×H200) that the
+    // work (topology search, buffers, connecting the peers: 0.7–1.0 s on 2×H200) that the
     // products, timed on the GPUs by events, do not feel.
     let communicators = runs_nccl.then(|| {
         let contexts: Vec<_> = gpus.iter().map(|gpu| gpu.context.clone()).collect();
