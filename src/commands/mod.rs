@@ -8,6 +8,7 @@ pub mod build;
 pub mod ci;
 pub mod diff;
 pub mod k8s;
+pub mod lock;
 pub mod manifest;
 pub mod outcome;
 pub mod output;
@@ -29,10 +30,21 @@ pub use signals::Signal;
 
 /// Runs the command `cli` names.
 pub fn run(cli: Cli) -> Result<Outcome> {
-    let project = Project::open(&cli.matrix, cli.knowledge.as_deref());
+    // Rendered images and their locks live in `images/` unless the command names another folder.
+    let images_dir = match &cli.command {
+        Command::Render(args) => Some(&args.out),
+        Command::Lock(args) => Some(&args.out),
+        Command::Build(args) => Some(&args.images),
+        _ => None,
+    };
+    let mut project = Project::open(&cli.matrix, cli.knowledge.as_deref());
+    if let Some(dir) = images_dir {
+        project = project.with_images_dir(dir);
+    }
     match &cli.command {
         Command::Resolve(args) => resolve::run(&project, args),
         Command::Render(args) => render::run(&project, args),
+        Command::Lock(args) => lock::run(&project, args),
         Command::Build(args) => build::run(&project, args),
         Command::Plan(args) => plan::run(&project, args),
         Command::Rollback(args) => rollback::run(&project, args),

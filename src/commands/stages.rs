@@ -1,29 +1,124 @@
 //! The pure stages as the commands call them on a project: resolve its matrix against its
-//! knowledge, and render its images, with the templates it uses.
+//! knowledge (with the digests of its images' locks and of its CA bundle, which fingerprints
+//! cover), render its images with the templates it uses, and say which locks are stale.
+
+use std::collections::BTreeMap;
 
 use anyhow::Result;
 
+use crate::model::digest::Digest;
 use crate::project::Project;
 use crate::render::{render_all, RenderedImage};
 use crate::resolve::image::{Resolution, ResolveOptions};
+use crate::resolve::lock::{lock_status, LockStatus, LOCK_FILE};
 use crate::resolve::resolve;
 
-/// Resolves the project's matrix; `options.template_digest` is filled in from the templates in
-/// use, so a template change changes every fingerprint.
-pub fn resolve_project(project: &Project, mut options: ResolveOptions) -> Result<Resolution> {
+/// Resolves the project's matrix; `options.template_digest`, the lock digests and the CA bundle's
+/// digest are filled in from the project, so a change to any of them changes the fingerprints.
+pub fn resolve_project(project: &Project, options: ResolveOptions) -> Result<Resolution> {
+    let locks = project.locks()?;
+    resolve_with_locks(project, options, &locks)
+}
+
+/// Resolves with the locks given (by image name) instead of those on disk: `imagegen lock`
+/// resolves again after each lock it writes.
+pub fn resolve_with_locks(
+    project: &Project,
+    mut options: ResolveOptions,
+    locks: &BTreeMap<String, String>,
+) -> Result<Resolution> {
     let definition = project.definition()?;
     options.template_digest = definition.templates.digest();
+    options.no_lock = !locks_enabled(project)?;
+    options.locks = if options.no_lock {
+        BTreeMap::new()
+    } else {
+        locks
+            .iter()
+            .map(|(name, text)| (name.clone(), Digest::of(text.as_bytes())))
+            .collect()
+    };
+    options.ca_bundle = project
+        .ca_bundle()?
+        .map(|bundle| Digest::of(bundle.text.as_bytes()));
     Ok(resolve(&definition.matrix, &definition.knowledge, &options))
+}
+
+/// Whether the project's images install from locks: `lock:` in the matrix, by default whenever
+/// an embedded runtime or devel template (which install from one) is in use.
+pub fn locks_enabled(project: &Project) -> Result<bool> {
+    let definition = project.definition()?;
+    let embedded = definition.templates.embedded_variant_template_in_use();
+    match definition.matrix.lock {
+        Some(false) if embedded => anyhow::bail!(
+            "{}: `lock: false`, but the embedded runtime or devel template installs from images/<name>/{LOCK_FILE}\nhint: drop `lock: false` and run `imagegen lock`, or replace both templates with your own (`templates:`)",
+            project.matrix_path.display()
+        ),
+        Some(enabled) => Ok(enabled),
+        None => Ok(embedded),
+    }
 }
 
 /// Resolves and renders every image the project's matrix makes.
 pub fn render_project(project: &Project) -> Result<(Resolution, Vec<RenderedImage>)> {
     let definition = project.definition()?;
     let resolution = resolve_project(project, ResolveOptions::default())?;
+    let ca_bundle = project.ca_bundle()?;
     let rendered = render_all(
         &resolution.images,
         &definition.matrix,
         &definition.templates,
+        ca_bundle.as_ref(),
     )?;
     Ok((resolution, rendered))
+}
+
+/// One problem with an image's lock, for `render --check` and `build`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockProblem {
+    pub image: String,
+    pub status: LockStatus,
+}
+
+impl LockProblem {
+    /// What to tell a person, with the lock's path under `images_dir`.
+    pub fn describe(&self, images_dir: &std::path::Path) -> String {
+        let path = images_dir.join(&self.image).join(LOCK_FILE);
+        match &self.status {
+            LockStatus::Fresh => format!("{} is up to date", path.display()),
+            LockStatus::Missing => format!("{} is missing", path.display()),
+            LockStatus::Stale { found, wanted } => {
+                let mut text = format!(
+                    "{} is stale: the matrix asks for other inputs",
+                    path.display()
+                );
+                for line in found.iter().filter(|line| !wanted.contains(line)) {
+                    text.push_str(&format!("\n  - {}", line.trim_start_matches("# ")));
+                }
+                for line in wanted.iter().filter(|line| !found.contains(line)) {
+                    text.push_str(&format!("\n  + {}", line.trim_start_matches("# ")));
+                }
+                text
+            }
+        }
+    }
+}
+
+/// The images of `resolution` whose lock is missing or stale.
+pub fn lock_problems(
+    resolution: &Resolution,
+    locks: &BTreeMap<String, String>,
+) -> Vec<LockProblem> {
+    resolution
+        .images
+        .iter()
+        .filter_map(|image| {
+            let spec = image.lock.as_ref()?;
+            let status = lock_status(spec, locks.get(&image.name).map(String::as_str));
+            (status != LockStatus::Fresh).then(|| LockProblem {
+                image: image.name.clone(),
+                status,
+            })
+        })
+        .collect()
 }

@@ -54,10 +54,17 @@ impl<'de> Deserialize<'de> for VersionText {
     }
 }
 
-/// An OS name such as `ubuntu24.04`.
+/// An OS name such as `ubuntu24.04` or `debian12`.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(transparent)]
 pub struct OsName(pub String);
+
+impl OsName {
+    /// Whether this is a Debian release (`debian12`), whose images use Debian's archive.
+    pub fn is_debian(name: &str) -> bool {
+        name.starts_with("debian")
+    }
+}
 
 impl fmt::Display for OsName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -68,12 +75,15 @@ impl fmt::Display for OsName {
 impl<'de> Deserialize<'de> for OsName {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let text = String::deserialize(deserializer)?;
-        let valid = text.strip_prefix("ubuntu").is_some_and(|rest| {
+        let ubuntu = text.strip_prefix("ubuntu").is_some_and(|rest| {
             DottedVersion::parse_kind(rest, "", 2).is_ok_and(|v| v.parts().len() == 2)
         });
-        if !valid {
+        let debian = text.strip_prefix("debian").is_some_and(|rest| {
+            !rest.is_empty() && rest.len() <= 3 && rest.chars().all(|c| c.is_ascii_digit())
+        });
+        if !(ubuntu || debian) {
             return Err(de::Error::custom(format!(
-                "malformed OS {text:?}: write it as ubuntuYY.MM, e.g. ubuntu24.04"
+                "malformed OS {text:?}: write it as ubuntuYY.MM (ubuntu24.04) or debianN (debian12)"
             )));
         }
         Ok(OsName(text))

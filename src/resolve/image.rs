@@ -8,7 +8,10 @@ use serde::Serialize;
 use crate::model::axes::{Platform, Variant};
 use crate::model::digest::Digest;
 use crate::model::knowledge::{CudaRelease, TorchCuda, TorchRelease, TorchSeries};
+use crate::model::matrix::TorchWheels;
 use crate::model::version::DriverVersion;
+use crate::resolve::lock::LockSpec;
+use crate::resolve::sources::{AptRewrite, PipIndexes};
 
 /// One image imagegen will render and build.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -29,7 +32,7 @@ pub struct ImageSpec {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub index: Option<String>,
     pub torch: String,
-    /// Pip requirement version for torchvision: exact, or `0.28.*` where only the series is known.
+    /// The torchvision released beside this torch, exact (`0.28.0`).
     pub torchvision: String,
     pub torchaudio: Option<String>,
     /// CUDA of the torch wheel, major.minor.
@@ -57,6 +60,22 @@ pub struct ImageSpec {
     pub archs: Vec<String>,
     /// The pip index the torch wheels come from.
     pub wheel_index: String,
+    /// Where torch comes from: PyTorch's index (`torch==X+cuXYZ`) or a plain one (`torch==X`).
+    pub torch_wheels: TorchWheels,
+    /// The Python package indexes pip installs from (and uv locks against).
+    pub pip: PipIndexes,
+    /// What this image adds from the Python index, before locking: torch and its companions for
+    /// runtime images, the build tools (and with `devel_toolkit: pypi` the CUDA toolkit) for devel.
+    pub requirements: Vec<String>,
+    /// What its lock is resolved from; `None` when the matrix's templates install without one.
+    pub lock: Option<LockSpec>,
+    /// sha256 of the lock on disk (`images/<name>/requirements.lock`), covered by the fingerprint.
+    pub lock_digest: Option<Digest>,
+    /// The apt hosts its build reaches that are rewritten to mirrors.
+    pub apt_rewrites: Vec<AptRewrite>,
+    /// Devel images: where nvcc and the CUDA headers come from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub toolkit: Option<ToolkitSource>,
     /// Which gpu-selftest build the image carries (one per CUDA major).
     pub selftest: String,
     /// Knowledge entries used that are marked unverified (allowed by `allow_unverified`).
@@ -69,6 +88,16 @@ pub struct ImageSpec {
     /// What the tag and alias rules read, kept so aliases are computed from the same values.
     #[serde(skip)]
     pub tag_fields: TagFields,
+}
+
+/// Where a devel image's CUDA compiler and headers come from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "source", rename_all = "lowercase")]
+pub enum ToolkitSource {
+    /// NVIDIA's apt repository: `cuda-nvcc-13-0` and friends.
+    Apt,
+    /// NVIDIA's toolkit wheels, which lay out one CUDA tree in `site-packages/nvidia/<folder>`.
+    Pypi { folder: String },
 }
 
 /// A cell that cannot be built, with the values it was given and why.
@@ -126,6 +155,13 @@ pub struct ResolveOptions {
     pub forward_compat: bool,
     /// Digest of the templates in use, so a template change changes every fingerprint.
     pub template_digest: String,
+    /// The images' templates install without a lock (templates of your own, `lock: false`).
+    pub no_lock: bool,
+    /// sha256 of each image's lock on disk, by image name: the fingerprint covers it, and a devel
+    /// image's lock is resolved against its runtime image's.
+    pub locks: BTreeMap<String, Digest>,
+    /// sha256 of the matrix's CA bundle (`ca_bundle`), which goes into every image.
+    pub ca_bundle: Option<Digest>,
 }
 
 /// What the tag rules need to know about one image.
@@ -186,6 +222,8 @@ pub(crate) struct Resolved {
     pub(crate) variant: TorchCuda,
     pub(crate) cuda_release: CudaRelease,
     pub(crate) os: String,
+    /// The OS's glibc, for the platform the lock is resolved for.
+    pub(crate) glibc: String,
     pub(crate) python: String,
     pub(crate) variant_kind: Variant,
     pub(crate) platform: String,

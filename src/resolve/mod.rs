@@ -11,14 +11,16 @@ mod cells;
 pub mod driver;
 pub mod fingerprint;
 pub mod image;
+pub mod lock;
 pub mod lookup;
 mod rules;
+pub mod sources;
 mod spec;
 pub mod tags;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::model::axes::Variant;
+use crate::model::axes::{OsName, Variant};
 use crate::model::digest::Digest;
 use crate::model::knowledge::Knowledge;
 use crate::model::matrix::Matrix;
@@ -26,8 +28,9 @@ use crate::model::version::{DottedVersion, TorchVersion};
 use cells::expand;
 use driver::driver_verdict;
 use fingerprint::fingerprint;
+use lock::ParentLock;
 use rules::check_cell;
-use spec::build_spec;
+use spec::{build_spec, lock_spec};
 use tags::TagFields;
 
 use image::{Cell, Resolved};
@@ -83,8 +86,9 @@ pub fn resolve(matrix: &Matrix, knowledge: &Knowledge, options: &ResolveOptions)
         .map(|(_, found)| build_spec(found, matrix, knowledge, options))
         .collect();
 
-    // Devel images point at their runtime image, and their fingerprint covers the parent's.
-    let runtime_by_key: BTreeMap<_, (String, String, Digest)> = images
+    // Devel images point at their runtime image, their fingerprint covers the parent's, and their
+    // lock is resolved against the parent's lock.
+    let runtime_by_key: BTreeMap<_, (String, String, Digest, Vec<String>)> = images
         .iter()
         .zip(&resolved)
         .filter(|(image, _)| image.variant == Variant::Runtime)
@@ -95,15 +99,29 @@ pub fn resolve(matrix: &Matrix, knowledge: &Knowledge, options: &ResolveOptions)
                     image.name.clone(),
                     format!("{}:{}", image.repository, image.tag),
                     image.fingerprint.clone(),
+                    image.requirements.clone(),
                 ),
             )
         })
         .collect();
     for (image, (_, found)) in images.iter_mut().zip(&resolved) {
         if image.variant == Variant::Devel {
-            if let Some((name, reference, parent_fingerprint)) = runtime_by_key.get(&found.key()) {
+            if let Some((name, reference, parent_fingerprint, parent_requirements)) =
+                runtime_by_key.get(&found.key())
+            {
                 image.parent = Some(name.clone());
                 image.base_image = reference.clone();
+                if let Some(own) = &image.lock {
+                    let parent = ParentLock {
+                        image: name.clone(),
+                        digest: options.locks.get(name).cloned(),
+                    };
+                    image.lock = Some(lock_spec(
+                        image,
+                        own.python_platform.clone(),
+                        Some((parent, parent_requirements.clone())),
+                    ));
+                }
                 image.inputs.insert("base_image".into(), reference.clone());
                 image
                     .inputs
@@ -112,6 +130,7 @@ pub fn resolve(matrix: &Matrix, knowledge: &Knowledge, options: &ResolveOptions)
             }
         }
     }
+    apt_mirror_warnings(&images, matrix, &mut resolution);
 
     reject_tag_collisions(&mut images, &mut resolution);
 
@@ -131,6 +150,35 @@ pub fn resolve(matrix: &Matrix, knowledge: &Knowledge, options: &ResolveOptions)
     assign_aliases(&mut images, matrix);
     resolution.images = images;
     resolution
+}
+
+/// With any apt mirror set (an air-gapped build), every apt host a build reaches should have one:
+/// a warning per uncovered host names the images and the `mirrors.*` key.
+fn apt_mirror_warnings(images: &[ImageSpec], matrix: &Matrix, resolution: &mut Resolution) {
+    if !sources::any_apt_mirror(&matrix.mirrors) {
+        return;
+    }
+    let mut uncovered: BTreeMap<(&str, &str), Vec<&str>> = BTreeMap::new();
+    for image in images {
+        if image.variant != Variant::Runtime {
+            continue;
+        }
+        let hosts = sources::uncovered_apt_hosts(
+            &image.os,
+            image.platform.arch(),
+            !OsName::is_debian(&image.os),
+            &matrix.mirrors,
+        );
+        for host in hosts {
+            uncovered.entry(host).or_default().push(&image.name);
+        }
+    }
+    for ((key, host), names) in uncovered {
+        resolution.warnings.push(format!(
+            "{host} has no mirror (set mirrors.{key}): the builds of {} reach it",
+            names.join(", ")
+        ));
+    }
 }
 
 fn sort_key(

@@ -5,7 +5,8 @@
 use crate::model::knowledge::{
     wheel_suffix, CudaRelease, Knowledge, OsRelease, TorchCuda, TorchRelease, TorchSeries,
 };
-use crate::model::matrix::Matrix;
+use crate::model::axes::{OsName, Variant};
+use crate::model::matrix::{DevelToolkit, Matrix, TorchWheels};
 use crate::model::version::{DottedVersion, TorchVersion};
 use crate::resolve::image::{Cell, Resolved};
 
@@ -16,7 +17,7 @@ pub(super) fn check_cell(
     knowledge: &Knowledge,
 ) -> Result<Resolved, String> {
     let allow_unverified = matrix.allow_unverified;
-    let base_override = matrix.base_images.runtime.is_some();
+    let base_override = matrix.base_images.covers_os(&cell.os);
     let mut unverified = Vec::new();
     let (series, release) = torch_release(cell, knowledge)?;
     let variant = wheel_variant(
@@ -27,6 +28,9 @@ pub(super) fn check_cell(
         allow_unverified,
         &mut unverified,
     )?;
+    if matrix.torch_wheels == TorchWheels::Pypi {
+        pypi_variant(series, release, variant)?;
+    }
     let cuda_release = cuda_base_release(
         cell,
         knowledge,
@@ -40,12 +44,16 @@ pub(super) fn check_cell(
     glibc_floor(cell, series, release, variant, os)?;
     let python = python_version(cell, series, release, os, knowledge)?;
     cudnn_bundled(cell, release, variant, knowledge)?;
+    if cell.variant == Variant::Devel {
+        devel_toolkit(cell, variant, matrix.devel_toolkit, knowledge)?;
+    }
     Ok(Resolved {
         series: series.clone(),
         release: release.clone(),
         variant: variant.clone(),
         cuda_release: cuda_release.clone(),
         os: cell.os.clone(),
+        glibc: os.glibc.clone(),
         python,
         variant_kind: cell.variant,
         platform: cell.platform.clone(),
@@ -157,6 +165,69 @@ fn wheel_variant<'k>(
         ));
     }
     Ok(variant)
+}
+
+/// With `torch_wheels: pypi`, the cell's CUDA is the one variant PyPI carries for the release
+/// (installed as `torch==X`); any other lives on PyTorch's own index only.
+fn pypi_variant(
+    series: &TorchSeries,
+    release: &TorchRelease,
+    variant: &TorchCuda,
+) -> Result<(), String> {
+    let Some(pypi_cuda) = &series.pypi_cuda else {
+        return Err(format!(
+            "the knowledge does not record which CUDA variant PyPI carries for torch {} (`pypi_cuda` of series {}); add it to a --knowledge file with its source, or set `torch_wheels: pytorch` with `mirrors.torch_index` pointing at PyTorch's index",
+            release.torch, series.series
+        ));
+    };
+    if *pypi_cuda != variant.cuda {
+        return Err(format!(
+            "torch {} on a plain PyPI index is the CUDA {pypi_cuda} build ({}); its {} wheels are only on PyTorch's index: set `torch_wheels: pytorch` with `mirrors.torch_index` pointing at a mirror of https://download.pytorch.org/whl (which serves /{}), or use CUDA {pypi_cuda}",
+            release.torch,
+            wheel_suffix(pypi_cuda),
+            wheel_suffix(&variant.cuda),
+            wheel_suffix(&variant.cuda)
+        ));
+    }
+    Ok(())
+}
+
+/// A devel image's toolkit source serves its cell: NVIDIA's apt repository needs a base that
+/// configures it (nvidia/cuda, Ubuntu only); PyPI's toolkit wheels need a CUDA major whose wheels
+/// lay out one CUDA tree.
+fn devel_toolkit(
+    cell: &Cell,
+    variant: &TorchCuda,
+    toolkit: DevelToolkit,
+    knowledge: &Knowledge,
+) -> Result<(), String> {
+    let major = DottedVersion::parse_kind(&variant.cuda, "CUDA", 3)
+        .map(|v| v.part(0))
+        .map_err(|e| e.to_string())?;
+    match toolkit {
+        DevelToolkit::Apt if OsName::is_debian(&cell.os) => Err(format!(
+            "a devel image on {} cannot install nvcc from NVIDIA's apt repository, which only nvidia/cuda (Ubuntu) bases configure; set `devel_toolkit: pypi` to install the CUDA {} toolkit from the Python index",
+            cell.os, variant.cuda
+        )),
+        DevelToolkit::Pypi
+            if knowledge
+                .family(major)
+                .and_then(|f| f.pypi_toolkit.as_ref())
+                .is_none() =>
+        {
+            let with: Vec<String> = knowledge
+                .cuda_families
+                .iter()
+                .filter(|f| f.pypi_toolkit.is_some())
+                .map(|f| f.major.to_string())
+                .collect();
+            Err(format!(
+                "`devel_toolkit: pypi` needs CUDA toolkit wheels that lay out one CUDA tree, which the knowledge records for CUDA {} only (CUDA {major}'s put each component in its own folder); use `devel_toolkit: apt` on an nvidia/cuda base",
+                if with.is_empty() { "none".to_string() } else { with.join(", ") }
+            ))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// The nvidia/cuda release to build on (`12.6` → `12.6.3`), which must have images unless the
@@ -278,6 +349,12 @@ fn base_image_for_os(
     knowledge: &Knowledge,
     base_override: bool,
 ) -> Result<(), String> {
+    if !cell.os.starts_with("ubuntu") && !base_override {
+        return Err(format!(
+            "nvidia/cuda publishes no {} images (only Ubuntu): name the base of {} cells in matrix.yaml, e.g. `base_images: {{runtime: {{{}: registry.example.com/base:{}}}}}`",
+            cell.os, cell.os, cell.os, cell.os
+        ));
+    }
     let ubuntu = cell.os.trim_start_matches("ubuntu");
     if !cuda_release.ubuntu.iter().any(|u| u == ubuntu) && !base_override {
         let others: Vec<String> = knowledge

@@ -1,17 +1,25 @@
-//! An image spec from a resolved cell: tags, base image, wheel index, driver minimums and the
-//! content fingerprint over everything that determines the image's bytes. Pure.
+//! An image spec from a resolved cell: tags, base image, wheel index and what the image installs
+//! (its lock's inputs), the apt mirrors of its build, driver minimums and the content fingerprint
+//! over everything that determines the image's bytes. Pure.
 
 use std::collections::BTreeMap;
 
-use crate::model::axes::Platform;
+use crate::model::axes::{OsName, Platform, Variant};
 use crate::model::digest::Digest;
 use crate::model::knowledge::{wheel_suffix, Knowledge};
-use crate::model::matrix::Matrix;
+use crate::model::matrix::{BaseImageFields, DevelToolkit, Matrix, TorchWheels};
 use crate::model::version::{DottedVersion, TorchVersion};
 use crate::resolve::driver::require_cuda;
 use crate::resolve::fingerprint::fingerprint;
-use crate::resolve::image::{ImageSpec, ResolveOptions, Resolved};
+use crate::resolve::image::{ImageSpec, ResolveOptions, Resolved, ToolkitSource};
+use crate::resolve::lock::{cuda_line_constraints, python_platform, LockSpec, ParentLock};
+use crate::resolve::sources::{apt_rewrites, pip_indexes, plain_index};
 use crate::resolve::tags::{self, TagFields};
+
+/// The extras of NVIDIA's `cuda-toolkit` wheel a devel image installs with `devel_toolkit: pypi`:
+/// nvcc and what it runs (crt, nvvm), the runtime headers and libraries, CCCL (Thrust, CUB),
+/// the profiler API and culibos, which `torch.utils.cpp_extension` builds need.
+pub const PYPI_TOOLKIT_EXTRAS: &str = "cccl,crt,cudart,culibos,nvcc,nvvm,profiler";
 
 pub(super) fn build_spec(
     found: &Resolved,
@@ -43,28 +51,58 @@ pub(super) fn build_spec(
         .as_ref()
         .map(|r| format!("{r}/"))
         .unwrap_or_default();
-    let base_image = match &matrix.base_images.runtime {
-        Some(base) => base.clone(),
-        None => format!(
-            "{base_registry}nvidia/cuda:{}-base-{}",
-            found.cuda_release.version, found.os
-        ),
+    let base_image = matrix
+        .base_images
+        .runtime_for(&BaseImageFields {
+            cuda: &found.variant.cuda,
+            cuda_full: &found.cuda_release.version,
+            os: &found.os,
+            arch: &arch,
+        })
+        .unwrap_or_else(|| {
+            format!(
+                "{base_registry}nvidia/cuda:{}-base-{}",
+                found.cuda_release.version, found.os
+            )
+        });
+    let wheel_index = match matrix.torch_wheels {
+        TorchWheels::Pypi => plain_index(&matrix.mirrors),
+        TorchWheels::Pytorch => {
+            let torch_index_base = matrix
+                .mirrors
+                .torch_index
+                .clone()
+                .unwrap_or_else(|| knowledge.wheel_index.replace("/{suffix}", ""));
+            format!(
+                "{}/{}",
+                torch_index_base.trim_end_matches('/'),
+                wheel_suffix(&found.variant.cuda)
+            )
+        }
     };
-    let torch_index_base = matrix
-        .mirrors
-        .torch_index
-        .clone()
-        .unwrap_or_else(|| knowledge.wheel_index.replace("/{suffix}", ""));
-    let wheel_index = format!(
-        "{}/{}",
-        torch_index_base.trim_end_matches('/'),
-        wheel_suffix(&found.variant.cuda)
+    let pip = pip_indexes(matrix.torch_wheels, &wheel_index, &matrix.mirrors);
+    let torchvision = found.release.torchvision.clone();
+    let requirements = match found.variant_kind {
+        Variant::Runtime => runtime_requirements(found, matrix.torch_wheels),
+        Variant::Devel => devel_requirements(found, matrix.devel_toolkit),
+    };
+    let toolkit = (found.variant_kind == Variant::Devel).then(|| match matrix.devel_toolkit {
+        DevelToolkit::Apt => ToolkitSource::Apt,
+        DevelToolkit::Pypi => ToolkitSource::Pypi {
+            folder: knowledge
+                .family(major)
+                .and_then(|family| family.pypi_toolkit.clone())
+                .unwrap_or_default(),
+        },
+    });
+    // Debian has no nvidia/cuda images, so no NVIDIA repository in its sources; Ubuntu bases
+    // (nvidia/cuda or a copy of it) have one.
+    let apt_rewrites = apt_rewrites(
+        &found.os,
+        &arch,
+        !OsName::is_debian(&found.os),
+        &matrix.mirrors,
     );
-    let torchvision = if found.release.torchvision.split('.').count() == 2 {
-        format!("{}.*", found.release.torchvision)
-    } else {
-        found.release.torchvision.clone()
-    };
     let mut spec = ImageSpec {
         name: tag.clone(),
         repository,
@@ -93,6 +131,13 @@ pub(super) fn build_spec(
         require_cuda: require_cuda(&found.variant.cuda, &found.cuda_release, knowledge),
         archs: found.variant.archs_for(&found.platform),
         wheel_index,
+        torch_wheels: matrix.torch_wheels,
+        pip,
+        requirements,
+        lock: None,
+        lock_digest: None,
+        apt_rewrites,
+        toolkit,
         selftest: if arch == "amd64" {
             format!("gpu-selftest-cu{major}")
         } else {
@@ -104,9 +149,68 @@ pub(super) fn build_spec(
         inputs: BTreeMap::new(),
         tag_fields,
     };
+    if !options.no_lock {
+        // A devel image's parent is known only once every spec is built: `resolve` sets it then.
+        let platform = python_platform(&arch, &found.glibc);
+        spec.lock = Some(lock_spec(&spec, platform, None));
+        spec.lock_digest = options.locks.get(&spec.name).cloned();
+    }
     spec.inputs = fingerprint_inputs(&spec, matrix, options);
     spec.fingerprint = fingerprint(&spec.inputs);
     spec
+}
+
+/// torch and its companions, exact: with PyTorch's index the `+cuXYZ` builds, from a plain index
+/// the release itself (its CUDA is the one PyPI carries, checked by the rules).
+fn runtime_requirements(found: &Resolved, torch_wheels: TorchWheels) -> Vec<String> {
+    let local = match torch_wheels {
+        TorchWheels::Pytorch => format!("+{}", wheel_suffix(&found.variant.cuda)),
+        TorchWheels::Pypi => String::new(),
+    };
+    let mut requirements = vec![
+        format!("torch=={}{local}", found.release.torch),
+        format!("torchvision=={}{local}", found.release.torchvision),
+    ];
+    if let Some(audio) = &found.release.torchaudio {
+        requirements.push(format!("torchaudio=={audio}{local}"));
+    }
+    requirements
+}
+
+/// What a devel image adds: ninja for `torch.utils.cpp_extension`, and with `devel_toolkit: pypi`
+/// the CUDA toolkit's wheels of the image's CUDA line (the runtime lock pins the exact release).
+fn devel_requirements(found: &Resolved, toolkit: DevelToolkit) -> Vec<String> {
+    let mut requirements = Vec::new();
+    if toolkit == DevelToolkit::Pypi {
+        requirements.push(format!(
+            "cuda-toolkit[{PYPI_TOOLKIT_EXTRAS}]=={}.*",
+            found.variant.cuda
+        ));
+    }
+    requirements.push("ninja".to_string());
+    requirements
+}
+
+/// The lock spec of `spec`. A devel image's lock installs its runtime image's requirements too
+/// (pip finds them installed, so nothing changes) and is resolved against the runtime's lock.
+pub(super) fn lock_spec(
+    spec: &ImageSpec,
+    python_platform: String,
+    parent: Option<(ParentLock, Vec<String>)>,
+) -> LockSpec {
+    let (parent, mut requirements) = match parent {
+        Some((parent, runtime_requirements)) => (Some(parent), runtime_requirements),
+        None => (None, Vec::new()),
+    };
+    requirements.extend(spec.requirements.iter().cloned());
+    LockSpec::new(
+        requirements,
+        cuda_line_constraints(&spec.cuda),
+        spec.pip.clone(),
+        &spec.python,
+        python_platform,
+        parent,
+    )
 }
 
 fn tag_fields(found: &Resolved) -> TagFields {
@@ -145,11 +249,40 @@ fn fingerprint_inputs(
     inputs.insert("driver_min", spec.driver_min.to_string());
     inputs.insert("wheel_index", spec.wheel_index.clone());
     inputs.insert("selftest", spec.selftest.clone());
+    inputs.insert("pip_indexes", spec.pip.all().join(" "));
+    inputs.insert("requirements", spec.requirements.join(" "));
     inputs.insert(
-        "pip_index",
-        matrix.mirrors.pip_index.clone().unwrap_or_default(),
+        "apt_mirrors",
+        spec.apt_rewrites
+            .iter()
+            .map(|rewrite| format!("{}\n", rewrite.expression))
+            .collect(),
     );
-    inputs.insert("apt_mirror", matrix.mirrors.apt.clone().unwrap_or_default());
+    inputs.insert(
+        "lock",
+        match (&spec.lock, &spec.lock_digest) {
+            (None, _) => "none".to_string(),
+            (Some(_), None) => "missing".to_string(),
+            (Some(_), Some(digest)) => digest.to_string(),
+        },
+    );
+    inputs.insert(
+        "ca_bundle",
+        options
+            .ca_bundle
+            .as_ref()
+            .map(Digest::to_string)
+            .unwrap_or_default(),
+    );
+    if let Some(toolkit) = &spec.toolkit {
+        inputs.insert(
+            "toolkit",
+            match toolkit {
+                ToolkitSource::Apt => "apt".to_string(),
+                ToolkitSource::Pypi { folder } => format!("pypi {folder}"),
+            },
+        );
+    }
     inputs.insert(
         "labels",
         matrix

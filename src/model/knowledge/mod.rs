@@ -45,6 +45,10 @@ pub struct TorchSeries {
     pub python_experimental: Vec<String>,
     pub glibc_min: String,
     pub default_cuda: String,
+    /// The CUDA variant of the wheels on PyPI itself (installed as `torch==X`, without `+cuXYZ`);
+    /// absent where the knowledge does not record it.
+    #[serde(default)]
+    pub pypi_cuda: Option<String>,
     pub cuda: Vec<TorchCuda>,
     pub releases: Vec<TorchRelease>,
     #[serde(default)]
@@ -104,7 +108,8 @@ pub struct Aarch64Wheels {
 pub const PLATFORM_AMD64: &str = "linux/amd64";
 pub const PLATFORM_ARM64: &str = "linux/arm64";
 
-/// One torch release with the torchvision/torchaudio versions published beside it.
+/// One torch release with the torchvision/torchaudio versions published beside it, exact
+/// (`0.28.0`, never a series): they are pinned in every lock.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TorchRelease {
@@ -145,6 +150,10 @@ pub struct CudaRelease {
 pub struct CudaFamily {
     pub major: u64,
     pub driver_min: DriverVersion,
+    /// The folder under `site-packages/nvidia/` where PyPI's toolkit wheels of this major lay out
+    /// one CUDA tree (`cu13`), usable as CUDA_HOME; absent where they do not.
+    #[serde(default)]
+    pub pypi_toolkit: Option<String>,
     #[serde(default)]
     pub note: Option<String>,
     pub source: Vec<String>,
@@ -325,6 +334,13 @@ impl Knowledge {
                     )));
                 }
             }
+            if let Some(pypi) = &series.pypi_cuda {
+                if !series.cuda.iter().any(|c| c.cuda == *pypi) {
+                    return Err(invalid(format!(
+                        "{what}: pypi_cuda {pypi} is not one of its variants"
+                    )));
+                }
+            }
             if !series.cuda.iter().any(|c| c.cuda == series.default_cuda) {
                 return Err(invalid(format!(
                     "{what}: default_cuda {} is not one of its variants",
@@ -344,9 +360,18 @@ impl Knowledge {
                         release.torch
                     )));
                 }
-                version(&release.torchvision, "torchvision", 3)?;
-                if let Some(audio) = &release.torchaudio {
-                    version(audio, "torchaudio", 3)?;
+                // Companions are pinned exactly in every lock: a series (`0.28`) is not enough.
+                for (kind, companion) in [
+                    ("torchvision", Some(&release.torchvision)),
+                    ("torchaudio", release.torchaudio.as_ref()),
+                ] {
+                    let Some(companion) = companion else { continue };
+                    if version(companion, kind, 3)?.parts().len() != 3 {
+                        return Err(invalid(format!(
+                            "{what}: release {} names {kind} {companion}, not an exact release (write major.minor.patch)",
+                            release.torch
+                        )));
+                    }
                 }
             }
         }
@@ -371,6 +396,14 @@ impl Knowledge {
         }
         for family in &self.cuda_families {
             check_sources(&format!("CUDA {} family", family.major), &family.source)?;
+            if let Some(folder) = &family.pypi_toolkit {
+                if folder.is_empty() || !folder.chars().all(|c| c.is_ascii_alphanumeric()) {
+                    return Err(invalid(format!(
+                        "CUDA {} family: pypi_toolkit {folder:?} must be a folder name of letters and digits",
+                        family.major
+                    )));
+                }
+            }
         }
         for os in &self.os {
             version(&os.glibc, "glibc", 2)?;

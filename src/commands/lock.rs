@@ -1,0 +1,269 @@
+//! `imagegen lock`: resolves each image's Python packages to exact versions and sha256 hashes with
+//! uv (`uv pip compile --generate-hashes` for the image's Python and platform, against its
+//! indexes) and writes `images/<name>/requirements.lock`, then renders again (each image's
+//! fingerprint covers its lock). Runtime images are locked first: a devel image's lock is
+//! resolved against its runtime image's. Missing and stale locks are made; fresh ones are kept
+//! unless `--upgrade`; a stale lock keeps the versions it had where they still fit.
+//!
+//! This is the one command that needs the network (the package indexes). uv runs in a temporary
+//! folder holding fixed file names, with no user configuration and none of the `UV_*` settings
+//! that would change what it resolves, so the same inputs and indexes give the same lock.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+
+use crate::cli::LockArgs;
+use crate::commands::outcome::Outcome;
+use crate::commands::stages::{locks_enabled, render_project, resolve_with_locks};
+use crate::model::axes::Variant;
+use crate::pipeline::plan::matches_filter;
+use crate::project::{self, Project};
+use crate::resolve::image::ResolveOptions;
+use crate::resolve::lock::{lock_status, LockSpec, LockStatus, LOCK_FILE};
+
+/// uv's environment variables that may stay: where its cache is and how it talks to the network.
+/// Every other `UV_*` (indexes, constraints, resolution strategy, ...) is removed.
+const UV_ENV_KEPT: &[&str] = &[
+    "UV_CACHE_DIR",
+    "UV_NATIVE_TLS",
+    "UV_HTTP_TIMEOUT",
+    "UV_CONCURRENT_DOWNLOADS",
+    "UV_INSECURE_HOST",
+];
+
+pub fn run(project: &Project, args: &LockArgs) -> Result<Outcome> {
+    if !locks_enabled(project)? {
+        bail!(
+            "{} installs without locks (`lock: false`, templates of your own): there is nothing to lock\nhint: set `lock: true` to lock and check the images' Python packages",
+            project.matrix_path.display()
+        );
+    }
+    let uv = Uv::find(args.uv.as_deref())?;
+    let out = &args.out;
+    let mut locks = project.locks()?;
+    let resolution = resolve_with_locks(project, ResolveOptions::default(), &locks)?;
+    let selected: Vec<String> = resolution
+        .images
+        .iter()
+        .filter(|image| {
+            args.only
+                .as_deref()
+                .is_none_or(|only| matches_filter(only, &image.name))
+        })
+        .map(|image| image.name.clone())
+        .collect();
+    if selected.is_empty() {
+        bail!(
+            "no image of {} matches --only {:?}\nhint: `imagegen resolve` lists the images",
+            project.matrix_path.display(),
+            args.only.as_deref().unwrap_or_default()
+        );
+    }
+    eprintln!("locking with {} ({} images)", uv.version, selected.len());
+    let (mut written, mut kept) = (0, 0);
+    // Runtime images first: a devel lock is resolved against its runtime lock, so devel specs are
+    // computed again once the runtime locks are on disk.
+    for variant in [Variant::Runtime, Variant::Devel] {
+        let resolution = resolve_with_locks(project, ResolveOptions::default(), &locks)?;
+        for image in resolution
+            .images
+            .iter()
+            .filter(|image| image.variant == variant && selected.contains(&image.name))
+        {
+            let Some(spec) = &image.lock else { continue };
+            let current = locks.get(&image.name).map(String::as_str);
+            let status = lock_status(spec, current);
+            if status == LockStatus::Fresh && !args.upgrade {
+                kept += 1;
+                continue;
+            }
+            let parent_lock = match &spec.parent {
+                None => None,
+                Some(parent) => Some(locks.get(&parent.image).cloned().with_context(|| {
+                    format!(
+                        "{} has no lock yet, and the lock of {} is resolved against it\nhint: run `imagegen lock --only {}` first (or without --only)",
+                        out.join(&parent.image).join(LOCK_FILE).display(),
+                        image.name,
+                        parent.image
+                    )
+                })?),
+            };
+            let started = Instant::now();
+            // A stale lock keeps its versions where they still fit; --upgrade starts afresh.
+            let previous = if args.upgrade { None } else { current };
+            let body = uv
+                .compile(spec, previous, parent_lock.as_deref())
+                .with_context(|| format!("locking {}", image.name))?;
+            let text = format!("{}{body}", spec.header(&uv.version));
+            let changed = current != Some(text.as_str());
+            if changed {
+                project::write_lock(out, &image.name, &text)?;
+                written += 1;
+            } else {
+                kept += 1;
+            }
+            eprintln!(
+                "{} {}/{}/{LOCK_FILE}: {} packages ({}, {:.1} s)",
+                if changed { "locked" } else { "unchanged" },
+                out.display(),
+                image.name,
+                package_count(&body),
+                match status {
+                    LockStatus::Fresh => "upgrade",
+                    LockStatus::Missing => "was missing",
+                    LockStatus::Stale { .. } => "was stale",
+                },
+                started.elapsed().as_secs_f64()
+            );
+            locks.insert(image.name.clone(), text);
+        }
+    }
+    // The fingerprints (in the Dockerfiles) cover the locks: render again.
+    let (_, rendered) = render_project(project)?;
+    let (changed, _) = project::write(&rendered, out)?;
+    println!(
+        "{written} locks written, {kept} unchanged; {} Dockerfiles rendered again in {}",
+        changed.len(),
+        out.display()
+    );
+    Ok(Outcome::Success)
+}
+
+/// The number of pinned packages in a lock body.
+fn package_count(body: &str) -> usize {
+    body.lines()
+        .filter(|line| !line.starts_with([' ', '#']) && line.contains("=="))
+        .count()
+}
+
+/// The uv executable and its version.
+struct Uv {
+    program: PathBuf,
+    /// `uv 0.13.9`: recorded in each lock's header (not an input of the lock).
+    version: String,
+}
+
+impl Uv {
+    /// `explicit` (--uv, IMAGEGEN_UV) or `uv` on PATH; an error with a hint when it cannot run.
+    fn find(explicit: Option<&Path>) -> Result<Uv> {
+        let mut program = explicit
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| PathBuf::from("uv"));
+        // uv runs in a temporary folder: a relative path must not change meaning there.
+        if program.is_relative() && program.components().count() > 1 {
+            program = std::env::current_dir()
+                .context("cannot read the current folder")?
+                .join(program);
+        }
+        let output = Command::new(&program)
+            .arg("--version")
+            .output()
+            .map_err(|error| {
+                anyhow::anyhow!(
+                    "cannot run uv ({}): {error}\nhint: `imagegen lock` resolves the locks with uv: install it (e.g. `python3 -m venv .venv-uv && .venv-uv/bin/pip install uv`; `bash .ci/install-deps.sh` puts one in .ci/venv/bin) and put it on PATH or name it with --uv or IMAGEGEN_UV",
+                    program.display()
+                )
+            })?;
+        if !output.status.success() {
+            bail!(
+                "`{} --version` failed: {}",
+                program.display(),
+                String::from_utf8_lossy(&output.stderr).trim()
+            );
+        }
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        // `uv 0.13.9 (x86_64-unknown-linux-gnu)`: the host's triple is left out of the locks.
+        let version = stdout
+            .split_whitespace()
+            .take(2)
+            .collect::<Vec<_>>()
+            .join(" ");
+        if !version.starts_with("uv ") {
+            bail!(
+                "{} does not look like uv: `--version` printed {:?}",
+                program.display(),
+                stdout.trim()
+            );
+        }
+        Ok(Uv { program, version })
+    }
+
+    /// Resolves `spec` and returns the lock's body (uv's output without a header). `previous`: a
+    /// lock whose versions uv keeps where they fit; `parent`: the runtime lock a devel lock is
+    /// resolved against.
+    fn compile(
+        &self,
+        spec: &LockSpec,
+        previous: Option<&str>,
+        parent: Option<&str>,
+    ) -> Result<String> {
+        let folder = tempfile::tempdir().context("cannot make a temporary folder for uv")?;
+        let dir = folder.path();
+        let lines = |items: &[String]| -> String {
+            items.iter().map(|item| format!("{item}\n")).collect()
+        };
+        std::fs::write(dir.join("requirements.in"), lines(&spec.requirements))?;
+        std::fs::write(dir.join("constraints.txt"), lines(&spec.constraints))?;
+        if let Some(previous) = previous {
+            std::fs::write(dir.join(LOCK_FILE), previous)?;
+        }
+        let mut command = Command::new(&self.program);
+        command
+            .current_dir(dir)
+            .args(["pip", "compile", "requirements.in"])
+            .args(["--constraints", "constraints.txt"]);
+        if let Some(parent) = parent {
+            std::fs::write(dir.join("runtime.lock"), parent)?;
+            command.args(["--constraints", "runtime.lock"]);
+        }
+        command
+            .args(["--output-file", LOCK_FILE])
+            .args(["--python-version", &spec.python])
+            .args(["--python-platform", &spec.python_platform])
+            .args(["--generate-hashes", "--no-header", "--only-binary", ":all:"])
+            .args(["--no-config", "--no-progress", "--quiet"]);
+        // The first index wins for a package it has (uv's default, against dependency confusion):
+        // PyTorch's index before the plain one.
+        match &spec.indexes.extra_index_url {
+            Some(plain) => command
+                .args(["--index", &spec.indexes.index_url])
+                .args(["--default-index", plain]),
+            None => command.args(["--default-index", &spec.indexes.index_url]),
+        };
+        for (key, _) in std::env::vars_os() {
+            let key = key.to_string_lossy();
+            if key.starts_with("UV_") && !UV_ENV_KEPT.contains(&key.as_ref()) {
+                command.env_remove(key.as_ref());
+            }
+        }
+        command.env("UV_PYTHON_DOWNLOADS", "never");
+        let output = command
+            .output()
+            .with_context(|| format!("cannot run {}", self.program.display()))?;
+        if !output.status.success() {
+            bail!(
+                "uv could not resolve {} for Python {} on {} from {}:\n{}\nhint: uv needs the package indexes (the one command that does); a requirement no index has is a knowledge or matrix problem",
+                spec.requirements.join(" "),
+                spec.python,
+                spec.python_platform,
+                spec.indexes.all().join(" "),
+                String::from_utf8_lossy(&output.stderr).trim()
+            );
+        }
+        let body = std::fs::read_to_string(dir.join(LOCK_FILE))
+            .context("uv wrote no requirements.lock")?;
+        // uv keeps comment lines of a previous output file at its top; the header is ours.
+        let body: String = body
+            .lines()
+            .skip_while(|line| line.starts_with('#') || line.is_empty())
+            .map(|line| format!("{line}\n"))
+            .collect();
+        if package_count(&body) == 0 {
+            bail!("uv resolved no packages:\n{body}");
+        }
+        Ok(body)
+    }
+}

@@ -1,0 +1,286 @@
+//! What each image's lock (`images/<name>/requirements.lock`) is resolved from, and whether the
+//! lock on disk is still the one the matrix asks for. Pure: the lock's inputs are values of the
+//! spec; `imagegen lock` hands them to uv, and `render --check` compares them, offline, with the
+//! first line of the lock on disk.
+//!
+//! A lock pins the exact version and hashes of every Python package an image installs, for its
+//! Python and platform. Its first line is `# imagegen-lock-inputs: sha256:...`, a digest over
+//! every input below: a matrix or knowledge change that would resolve differently changes the
+//! digest, and the lock is reported stale. The lock's own bytes are covered by the image's
+//! fingerprint, so a refreshed lock rebuilds the image.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::model::digest::Digest;
+use crate::resolve::fingerprint::fingerprint;
+use crate::resolve::sources::PipIndexes;
+
+/// The file name of a lock, beside the image's Dockerfile.
+pub const LOCK_FILE: &str = "requirements.lock";
+
+/// The first line's prefix.
+pub const INPUTS_PREFIX: &str = "# imagegen-lock-inputs: ";
+
+/// What an image's lock is resolved from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LockSpec {
+    /// What the image installs, one requirement each (`torch==2.13.0`, `ninja`).
+    pub requirements: Vec<String>,
+    /// Versions the resolver must stay within (`nvidia-nvjitlink==13.0.*`).
+    pub constraints: Vec<String>,
+    /// Where the packages come from, as the Dockerfile's pip reads them.
+    pub indexes: PipIndexes,
+    /// The image's Python (`3.12`).
+    pub python: String,
+    /// uv's target platform: architecture and the OS's glibc (`x86_64-manylinux_2_39`).
+    pub python_platform: String,
+    /// For devel images: the runtime image whose lock constrains this one (its packages are
+    /// installed already, so the devel lock keeps every one of them as it is).
+    pub parent: Option<ParentLock>,
+    /// sha256 over all of the above: the first line of the lock.
+    pub inputs_digest: Digest,
+}
+
+/// The runtime lock a devel lock is resolved against.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ParentLock {
+    /// The runtime image's name (its directory under `images/`).
+    pub image: String,
+    /// sha256 of its lock file; `None` while it has none.
+    pub digest: Option<Digest>,
+}
+
+impl LockSpec {
+    /// A lock spec with its inputs digest computed.
+    pub fn new(
+        requirements: Vec<String>,
+        constraints: Vec<String>,
+        indexes: PipIndexes,
+        python: &str,
+        python_platform: String,
+        parent: Option<ParentLock>,
+    ) -> LockSpec {
+        let mut spec = LockSpec {
+            requirements,
+            constraints,
+            indexes,
+            python: python.to_string(),
+            python_platform,
+            parent,
+            inputs_digest: Digest::of(b""),
+        };
+        spec.inputs_digest = fingerprint(&spec.inputs());
+        spec
+    }
+
+    /// The inputs, by name, as the digest covers them.
+    fn inputs(&self) -> BTreeMap<&'static str, String> {
+        let mut inputs = BTreeMap::new();
+        inputs.insert("format", "imagegen-lock-v1".to_string());
+        inputs.insert("requirements", self.requirements.join("\n"));
+        inputs.insert("constraints", self.constraints.join("\n"));
+        inputs.insert("indexes", self.indexes.all().join("\n"));
+        inputs.insert("python", self.python.clone());
+        inputs.insert("python_platform", self.python_platform.clone());
+        inputs.insert(
+            "parent_lock",
+            self.parent
+                .as_ref()
+                .map(|parent| {
+                    format!(
+                        "{} {}",
+                        parent.image,
+                        parent.digest.as_ref().map(Digest::as_str).unwrap_or("none")
+                    )
+                })
+                .unwrap_or_default(),
+        );
+        inputs
+    }
+
+    /// The header lines that say, for people, what the lock was resolved from (after the
+    /// inputs line and the generator line).
+    pub fn description(&self) -> Vec<String> {
+        let mut lines = vec![
+            format!("# python: {} ({})", self.python, self.python_platform),
+            format!("# indexes: {}", self.indexes.all().join(" ")),
+            format!("# requirements: {}", self.requirements.join(" ")),
+            format!("# constraints: {}", self.constraints.join(" ")),
+        ];
+        if let Some(parent) = &self.parent {
+            lines.push(format!(
+                "# constrained by: ../{}/{LOCK_FILE} ({})",
+                parent.image,
+                parent.digest.as_ref().map(Digest::as_str).unwrap_or("none")
+            ));
+        }
+        lines
+    }
+
+    /// The lock's header: the inputs line, what made it, and the description.
+    pub fn header(&self, resolver: &str) -> String {
+        let mut text = format!("{INPUTS_PREFIX}{}\n", self.inputs_digest);
+        text.push_str(&format!(
+            "# GENERATED by `imagegen lock` ({resolver}). DO NOT EDIT: change matrix.yaml and run `imagegen lock`.\n"
+        ));
+        for line in self.description() {
+            text.push_str(&line);
+            text.push('\n');
+        }
+        text
+    }
+}
+
+/// How a lock on disk compares with what the matrix asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LockStatus {
+    Fresh,
+    Missing,
+    /// The inputs changed: what the lock says it was made from, and what is asked for now.
+    Stale { found: Vec<String>, wanted: Vec<String> },
+}
+
+/// Compares `text` (the lock on disk, if any) with `spec`.
+pub fn lock_status(spec: &LockSpec, text: Option<&str>) -> LockStatus {
+    let Some(text) = text else {
+        return LockStatus::Missing;
+    };
+    let first = text.lines().next().unwrap_or_default();
+    if first == format!("{INPUTS_PREFIX}{}", spec.inputs_digest) {
+        return LockStatus::Fresh;
+    }
+    // What the header says it was made from (without the inputs and generator lines).
+    let found = text
+        .lines()
+        .take_while(|line| line.starts_with('#'))
+        .filter(|line| !line.starts_with(INPUTS_PREFIX) && !line.starts_with("# GENERATED"))
+        .map(str::to_string)
+        .collect();
+    LockStatus::Stale {
+        found,
+        wanted: spec.description(),
+    }
+}
+
+/// uv's `--python-platform` for an architecture (`amd64`, `arm64`) and the OS's glibc (`2.39`):
+/// the newest manylinux level the OS runs. uv knows manylinux 2.17, 2.28 and 2.31 to 2.40.
+pub fn python_platform(arch: &str, glibc: &str) -> String {
+    let machine = if arch == "arm64" { "aarch64" } else { "x86_64" };
+    let minor: u64 = glibc
+        .split('.')
+        .nth(1)
+        .and_then(|minor| minor.parse().ok())
+        .unwrap_or(17);
+    let level = match minor {
+        0..=27 => 17,
+        28..=30 => 28,
+        31..=40 => minor,
+        _ => 40,
+    };
+    format!("{machine}-manylinux_2_{level}")
+}
+
+/// The packages of a CUDA line that must stay on the wheel's CUDA `major.minor` although torch
+/// does not pin them: nvJitLink comes in through cuSPARSE/cuSOLVER's `>=` requirement and would
+/// float to the newest 13.x (13.5 beside cudart 13.0, whose PTX an R580 driver cannot JIT), and
+/// cuda-bindings (torch's `>=` requirement) would too.
+pub fn cuda_line_constraints(cuda: &str) -> Vec<String> {
+    let major = cuda.split('.').next().unwrap_or_default();
+    if major.parse::<u64>().unwrap_or(0) >= 13 {
+        vec![
+            format!("cuda-bindings=={cuda}.*"),
+            format!("nvidia-nvjitlink=={cuda}.*"),
+        ]
+    } else {
+        vec![format!("nvidia-nvjitlink-cu{major}=={cuda}.*")]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(requirements: &[&str]) -> LockSpec {
+        LockSpec::new(
+            requirements.iter().map(|r| r.to_string()).collect(),
+            cuda_line_constraints("13.0"),
+            PipIndexes {
+                index_url: "https://pypi.org/simple".into(),
+                extra_index_url: None,
+            },
+            "3.12",
+            python_platform("amd64", "2.39"),
+            None,
+        )
+    }
+
+    #[test]
+    fn platforms_follow_the_os_glibc() {
+        assert_eq!(python_platform("amd64", "2.39"), "x86_64-manylinux_2_39");
+        assert_eq!(python_platform("arm64", "2.35"), "aarch64-manylinux_2_35");
+        assert_eq!(python_platform("amd64", "2.36"), "x86_64-manylinux_2_36");
+        assert_eq!(python_platform("amd64", "2.29"), "x86_64-manylinux_2_28");
+        assert_eq!(python_platform("amd64", "2.27"), "x86_64-manylinux_2_17");
+    }
+
+    #[test]
+    fn constraints_keep_the_cuda_line() {
+        assert_eq!(
+            cuda_line_constraints("13.0"),
+            ["cuda-bindings==13.0.*", "nvidia-nvjitlink==13.0.*"]
+        );
+        assert_eq!(
+            cuda_line_constraints("12.6"),
+            ["nvidia-nvjitlink-cu12==12.6.*"]
+        );
+    }
+
+    #[test]
+    fn a_lock_is_fresh_missing_or_stale() {
+        let wanted = spec(&["torch==2.13.0", "torchvision==0.28.0"]);
+        let text = format!("{}torch==2.13.0 \\\n", wanted.header("uv 0.13.9"));
+        assert_eq!(lock_status(&wanted, Some(&text)), LockStatus::Fresh);
+        assert_eq!(lock_status(&wanted, None), LockStatus::Missing);
+        let changed = spec(&["torch==2.13.0", "torchvision==0.28.1"]);
+        match lock_status(&changed, Some(&text)) {
+            LockStatus::Stale { found, wanted } => {
+                assert!(found.contains(&"# requirements: torch==2.13.0 torchvision==0.28.0".to_string()));
+                assert!(wanted.contains(&"# requirements: torch==2.13.0 torchvision==0.28.1".to_string()));
+            }
+            other => panic!("{other:?}"),
+        }
+        // The resolver's version is not an input: another uv makes the same lock fresh.
+        let other_uv = format!("{}torch==2.13.0 \\\n", wanted.header("uv 0.14.0"));
+        assert_eq!(lock_status(&wanted, Some(&other_uv)), LockStatus::Fresh);
+    }
+
+    #[test]
+    fn the_parent_lock_is_an_input() {
+        let parent = |digest: Option<Digest>| {
+            LockSpec::new(
+                vec!["ninja".into()],
+                vec![],
+                PipIndexes {
+                    index_url: "https://pypi.org/simple".into(),
+                    extra_index_url: None,
+                },
+                "3.12",
+                "x86_64-manylinux_2_39".into(),
+                Some(ParentLock {
+                    image: "runtime".into(),
+                    digest,
+                }),
+            )
+        };
+        assert_ne!(
+            parent(None).inputs_digest,
+            parent(Some(Digest::of(b"lock"))).inputs_digest
+        );
+        assert_ne!(
+            parent(Some(Digest::of(b"a"))).inputs_digest,
+            parent(Some(Digest::of(b"b"))).inputs_digest
+        );
+    }
+}
