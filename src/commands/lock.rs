@@ -202,9 +202,8 @@ impl Uv {
     ) -> Result<String> {
         let folder = tempfile::tempdir().context("cannot make a temporary folder for uv")?;
         let dir = folder.path();
-        let lines = |items: &[String]| -> String {
-            items.iter().map(|item| format!("{item}\n")).collect()
-        };
+        let lines =
+            |items: &[String]| -> String { items.iter().map(|item| format!("{item}\n")).collect() };
         std::fs::write(dir.join("requirements.in"), lines(&spec.requirements))?;
         std::fs::write(dir.join("constraints.txt"), lines(&spec.constraints))?;
         if let Some(previous) = previous {

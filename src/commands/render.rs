@@ -33,7 +33,11 @@ pub fn run(project: &Project, args: &RenderArgs) -> Result<Outcome> {
             println!("lock: {}", problem.describe(out));
         }
         if drift.is_clean() && locks.is_empty() {
-            let locked = resolution.images.iter().filter(|i| i.lock.is_some()).count();
+            let locked = resolution
+                .images
+                .iter()
+                .filter(|i| i.lock.is_some())
+                .count();
             println!(
                 "{}: {} images up to date{}",
                 out.display(),

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use anyhow::Result;
 
+use crate::model::axes::Variant;
 use crate::model::digest::Digest;
 use crate::project::Project;
 use crate::render::{render_all, RenderedImage};
@@ -45,10 +46,29 @@ pub fn resolve_with_locks(
 }
 
 /// Whether the project's images install from locks: `lock:` in the matrix, by default whenever
-/// an embedded runtime or devel template (which install from one) is in use.
+/// an image the matrix asks for renders from an embedded template (which installs from one).
 pub fn locks_enabled(project: &Project) -> Result<bool> {
     let definition = project.definition()?;
-    let embedded = definition.templates.embedded_variant_template_in_use();
+    let matrix = &definition.matrix;
+    let mut variants: Vec<Variant> = matrix
+        .variants
+        .iter()
+        .chain(
+            matrix
+                .include
+                .iter()
+                .filter_map(|rule| rule.variants.as_ref())
+                .flatten(),
+        )
+        .copied()
+        .collect();
+    // A devel image builds on its runtime image, which resolution adds.
+    if variants.contains(&Variant::Devel) {
+        variants.push(Variant::Runtime);
+    }
+    let embedded = variants
+        .iter()
+        .any(|variant| definition.templates.embedded_for(*variant));
     match definition.matrix.lock {
         Some(false) if embedded => anyhow::bail!(
             "{}: `lock: false`, but the embedded runtime or devel template installs from images/<name>/{LOCK_FILE}\nhint: drop `lock: false` and run `imagegen lock`, or replace both templates with your own (`templates:`)",

@@ -34,6 +34,31 @@ impl fmt::Display for Variant {
     }
 }
 
+/// Where torch, torchvision and torchaudio come from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TorchWheels {
+    /// PyTorch's own index (download.pytorch.org/whl/cuXYZ or `mirrors.torch_index`): every CUDA
+    /// variant, installed as `torch==X+cuXYZ`.
+    #[default]
+    Pytorch,
+    /// A plain PyPI-style index (PyPI or `mirrors.pip_index`): only the CUDA variant PyPI carries
+    /// for the release (the knowledge's `pypi_cuda`), installed as `torch==X`.
+    Pypi,
+}
+
+/// Where a devel image's CUDA compiler and headers come from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DevelToolkit {
+    /// NVIDIA's apt repository (`cuda-nvcc-13-0`, ...), which nvidia/cuda bases configure.
+    #[default]
+    Apt,
+    /// NVIDIA's toolkit wheels from the Python index, locked like everything else (CUDA majors
+    /// whose wheels lay out one CUDA tree: 13 and later).
+    Pypi,
+}
+
 /// A version string checked at load time (digits and dots only), kept exactly as written.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(transparent)]

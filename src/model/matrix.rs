@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::model::axes::{OsName, Platform, Variant, VersionText};
+pub use crate::model::axes::{DevelToolkit, OsName, Platform, TorchWheels, Variant, VersionText};
 use crate::model::names::edit_distance;
 use crate::model::version::TorchVersion;
 
@@ -139,31 +139,6 @@ pub struct Mirrors {
     /// A registry prefix for the base images (`nvidia/cuda`), e.g. `mirror.example.com/dockerhub`.
     #[serde(default)]
     pub base_registry: Option<String>,
-}
-
-/// Where torch, torchvision and torchaudio come from.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum TorchWheels {
-    /// PyTorch's own index (download.pytorch.org/whl/cuXYZ or `mirrors.torch_index`): every CUDA
-    /// variant, installed as `torch==X+cuXYZ`.
-    #[default]
-    Pytorch,
-    /// A plain PyPI-style index (PyPI or `mirrors.pip_index`): only the CUDA variant PyPI carries
-    /// for the release (the knowledge's `pypi_cuda`), installed as `torch==X`.
-    Pypi,
-}
-
-/// Where a devel image's CUDA compiler and headers come from.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum DevelToolkit {
-    /// NVIDIA's apt repository (`cuda-nvcc-13-0`, ...), which nvidia/cuda bases configure.
-    #[default]
-    Apt,
-    /// NVIDIA's toolkit wheels from the Python index, locked like everything else (CUDA majors
-    /// whose wheels lay out one CUDA tree: 13 and later).
-    Pypi,
 }
 
 /// The base image of runtime images: one reference or pattern for every cell, or one per OS.

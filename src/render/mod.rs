@@ -30,7 +30,10 @@ pub const EMBEDDED_TEMPLATES: &[(&str, &str)] = &[
     ),
     ("header.j2", include_str!("../../templates/header.j2")),
     ("labels.j2", include_str!("../../templates/labels.j2")),
-    ("apt-mirrors.j2", include_str!("../../templates/apt-mirrors.j2")),
+    (
+        "apt-mirrors.j2",
+        include_str!("../../templates/apt-mirrors.j2"),
+    ),
 ];
 
 /// The libcuda stub script devel images with `devel_toolkit: pypi` run (copied as it is).
@@ -40,8 +43,13 @@ pub const MAKE_CUDA_STUB: &str = include_str!("../../templates/make-cuda-stub.sh
 pub const CA_BUNDLE_FILE: &str = "ca-bundle.crt";
 pub const CUDA_STUB_SCRIPT: &str = "make-cuda-stub.sh";
 
-/// The templates that render an image, one per variant.
-const VARIANT_TEMPLATES: &[&str] = &["runtime.Dockerfile.j2", "devel.Dockerfile.j2"];
+/// The template that renders images of `variant`.
+fn template_name(variant: Variant) -> &'static str {
+    match variant {
+        Variant::Runtime => "runtime.Dockerfile.j2",
+        Variant::Devel => "devel.Dockerfile.j2",
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum RenderError {
@@ -79,12 +87,10 @@ impl Templates {
         }
     }
 
-    /// Whether an embedded runtime or devel template is in use: they install from the image's
-    /// lock, so such a matrix locks its images.
-    pub fn embedded_variant_template_in_use(&self) -> bool {
-        VARIANT_TEMPLATES
-            .iter()
-            .any(|name| !self.overridden.contains(*name))
+    /// Whether images of `variant` render from the embedded template, which installs from the
+    /// image's lock (so such a matrix locks its images).
+    pub fn embedded_for(&self, variant: Variant) -> bool {
+        !self.overridden.contains(template_name(variant))
     }
 
     /// The embedded templates with `overrides` (name → text) laid over them.
@@ -213,7 +219,9 @@ pub fn check_ca_bundle(text: &str) -> Result<(), String> {
         return Err("the last certificate has no END line".into());
     }
     if certificates == 0 {
-        return Err("no `-----BEGIN CERTIFICATE-----` block: a CA bundle is PEM certificates".into());
+        return Err(
+            "no `-----BEGIN CERTIFICATE-----` block: a CA bundle is PEM certificates".into(),
+        );
     }
     Ok(())
 }
@@ -225,10 +233,7 @@ fn render_one(
     ca_bundle: Option<&CaBundle>,
 ) -> Result<RenderedImage, RenderError> {
     check_values(image)?;
-    let template_name = match image.variant {
-        Variant::Runtime => "runtime.Dockerfile.j2",
-        Variant::Devel => "devel.Dockerfile.j2",
-    };
+    let template_name = template_name(image.variant);
     let template =
         environment
             .get_template(template_name)
@@ -422,7 +427,8 @@ mod tests {
             .collect()
     }
 
-    const CERTIFICATE: &str = "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUQ2=\n-----END CERTIFICATE-----\n";
+    const CERTIFICATE: &str =
+        "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUQ2=\n-----END CERTIFICATE-----\n";
 
     #[test]
     fn rendering_is_deterministic_and_installs_the_lock() {
@@ -438,13 +444,26 @@ mod tests {
         assert!(!runtime.contains("# syntax"));
         assert!(runtime.contains("COPY requirements.lock /opt/imagegen/requirements.lock"));
         assert!(runtime.contains(
-            "pip install --no-deps --require-hashes --only-binary=:all: \\\n      --index-url https://download.pytorch.org/whl/cu126 \\\n      -r /opt/imagegen/requirements.lock \\\n && pip check"
+            "pip install --no-cache-dir --no-deps --require-hashes --only-binary=:all: \\\n      --index-url https://download.pytorch.org/whl/cu126 \\\n      -r /opt/imagegen/requirements.lock \\\n && pip check"
         ), "{runtime}");
-        assert!(runtime.contains("torch==2.7.1+cu126 torchvision==0.22.1+cu126 torchaudio==2.7.1+cu126"));
-        assert!(runtime.contains("      g++ \\\n"), "torch.compile on CPU needs g++");
-        assert!(runtime.contains("sysconfig.get_path(\"purelib\")"), "site-packages is derived");
-        assert!(!runtime.contains("/opt/venv/lib/python3"), "no hard-coded Python path");
-        assert!(runtime.contains("v == \"3.12\""), "the base's python3 is checked");
+        assert!(runtime
+            .contains("torch==2.7.1+cu126 torchvision==0.22.1+cu126 torchaudio==2.7.1+cu126"));
+        assert!(
+            runtime.contains("      g++ \\\n"),
+            "torch.compile on CPU needs g++"
+        );
+        assert!(
+            runtime.contains("sysconfig.get_path(\"purelib\")"),
+            "site-packages is derived"
+        );
+        assert!(
+            !runtime.contains("/opt/venv/lib/python3"),
+            "no hard-coded Python path"
+        );
+        assert!(
+            runtime.contains("v == \"3.12\""),
+            "the base's python3 is checked"
+        );
         assert!(runtime
             .contains("NVIDIA_REQUIRE_CUDA=\"cuda>=12.6 brand=unknown,driver>=470,driver<471"));
         assert!(runtime.contains("imagegen.driver.min=\"560.35.05\""));
@@ -489,7 +508,10 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("download.pytorch.org"), "{text}");
-        assert!(text.contains("lock: torch==2.13.0 torchvision==0.28.0 torchaudio==2.11.0 and"), "{text}");
+        assert!(
+            text.contains("lock: torch==2.13.0 torchvision==0.28.0 torchaudio==2.11.0 and"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -504,12 +526,17 @@ mod tests {
         for (name, files) in &images {
             let text = &files["Dockerfile"];
             let (own, other) = if name.ends_with("-amd64") {
-                ("archive\\.ubuntu\\.com/ubuntu/?([[:space:]]|$)#http://m.example.com/ubuntu/", "ports\\.ubuntu")
+                (
+                    "archive\\.ubuntu\\.com/ubuntu/?([[:space:]]|$)#http://m.example.com/ubuntu/",
+                    "ports\\.ubuntu",
+                )
             } else {
                 ("ports\\.ubuntu\\.com/ubuntu-ports/?([[:space:]]|$)#http://m.example.com/ubuntu-ports/", "archive\\.ubuntu")
             };
             // Runtime and devel both rewrite their apt sources before their first apt-get.
-            let rewrite = text.find("-exec sed -i -E").unwrap_or_else(|| panic!("{name}: {text}"));
+            let rewrite = text
+                .find("-exec sed -i -E")
+                .unwrap_or_else(|| panic!("{name}: {text}"));
             assert!(rewrite < text.find("apt-get update").unwrap(), "{name}");
             assert!(text.contains(own), "{name}: {text}");
             assert!(!text.contains(other), "{name}: {text}");
@@ -522,9 +549,17 @@ mod tests {
                 "{name}: {text}"
             );
             if name.contains("-runtime-") {
-                assert!(text.contains("FROM m.example.com/hub/nvidia/cuda:13.0.0-base-ubuntu24.04"), "{name}");
+                assert!(
+                    text.contains("FROM m.example.com/hub/nvidia/cuda:13.0.0-base-ubuntu24.04"),
+                    "{name}"
+                );
             } else {
-                assert!(text.contains("FROM ghcr.io/acme/pytorch:2.13.0-cuda13.0-cudnn9-runtime-ubuntu24.04-"), "{name}");
+                assert!(
+                    text.contains(
+                        "FROM ghcr.io/acme/pytorch:2.13.0-cuda13.0-cudnn9-runtime-ubuntu24.04-"
+                    ),
+                    "{name}"
+                );
             }
             assert!(!text.contains("security.ubuntu.com/ubuntu#") || name.ends_with("-amd64"));
         }
@@ -540,18 +575,41 @@ mod tests {
         let text = &runtime["Dockerfile"];
         assert!(text.contains("FROM local/bookworm:13.0\n"), "{text}");
         assert!(text.contains("deb\\.debian\\.org/debian-security/?([[:space:]]|$)#http://m.example.com/debian-security/"), "{text}");
-        assert!(text.contains("deb\\.debian\\.org/debian/?([[:space:]]|$)#http://m.example.com/debian/"), "{text}");
-        assert!(!text.contains("nvidia\\.com"), "Debian bases have no NVIDIA repository: {text}");
+        assert!(
+            text.contains(
+                "deb\\.debian\\.org/debian/?([[:space:]]|$)#http://m.example.com/debian/"
+            ),
+            "{text}"
+        );
+        assert!(
+            !text.contains("nvidia\\.com"),
+            "Debian bases have no NVIDIA repository: {text}"
+        );
         assert!(text.contains("v == \"3.11\""), "{text}");
         let devel = &images["2.13.0-cuda13.0-cudnn9-devel-debian12"];
         let text = &devel["Dockerfile"];
         assert_eq!(devel[CUDA_STUB_SCRIPT], MAKE_CUDA_STUB);
-        assert!(text.contains("COPY make-cuda-stub.sh /usr/local/lib/imagegen/make-cuda-stub.sh"), "{text}");
-        assert!(text.contains("ln -s \"$site/nvidia/cu13\" /usr/local/cuda"), "{text}");
+        assert!(
+            text.contains("COPY make-cuda-stub.sh /usr/local/lib/imagegen/make-cuda-stub.sh"),
+            "{text}"
+        );
+        assert!(
+            text.contains("ln -s \"$site/nvidia/cu13\" /usr/local/cuda"),
+            "{text}"
+        );
         assert!(text.contains("bash /usr/local/lib/imagegen/make-cuda-stub.sh /usr/local/cuda /usr/local/cuda/lib64/stubs"), "{text}");
-        assert!(text.contains("cuda-toolkit[cccl,crt,cudart,culibos,nvcc,nvvm,profiler]==13.0.* ninja"), "{text}");
-        assert!(!text.contains("cuda-nvcc-13-0"), "nothing from NVIDIA's apt repository: {text}");
-        assert!(text.contains("LIBRARY_PATH=/usr/local/cuda/lib64/stubs:"), "{text}");
+        assert!(
+            text.contains("cuda-toolkit[cccl,crt,cudart,culibos,nvcc,nvvm,profiler]==13.0.* ninja"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("cuda-nvcc-13-0"),
+            "nothing from NVIDIA's apt repository: {text}"
+        );
+        assert!(
+            text.contains("LIBRARY_PATH=/usr/local/cuda/lib64/stubs:"),
+            "{text}"
+        );
         assert!(text.contains("CPATH=/usr/local/cuda/include:/opt/imagegen/nvidia/nccl/include:/opt/imagegen/nvidia/cudnn/include"), "{text}");
     }
 
@@ -596,21 +654,30 @@ mod tests {
                 text.contains("--cert /etc/ssl/certs/ca-certificates.crt"),
                 "{text}"
             );
-            assert_eq!(files.get(CA_BUNDLE_FILE).is_some(), name.contains("-runtime-"));
+            assert_eq!(
+                files.get(CA_BUNDLE_FILE).is_some(),
+                name.contains("-runtime-")
+            );
             if name.contains("-runtime-") {
                 assert_eq!(files[CA_BUNDLE_FILE], CERTIFICATE);
                 let copy = text
                     .find("COPY ca-bundle.crt /usr/local/share/ca-certificates/imagegen-ca-bundle.crt")
                     .expect(text);
                 assert!(copy < text.find("apt-get update").unwrap());
-                assert!(text.contains("{ ! command -v update-ca-certificates >/dev/null || update-ca-certificates; }"));
-                assert!(text.contains(" && update-ca-certificates \\\n && rm -rf /var/lib/apt/lists/*"));
+                assert!(text.contains(
+                    "{ ! command -v update-ca-certificates >/dev/null || update-ca-certificates; }"
+                ));
+                assert!(
+                    text.contains(" && update-ca-certificates \\\n && rm -rf /var/lib/apt/lists/*")
+                );
             }
         }
         let (images, matrix) = specs("torch: [\"2.7\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\n");
         let key = CaBundle {
             path: "key.pem".into(),
-            text: format!("{CERTIFICATE}-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n"),
+            text: format!(
+                "{CERTIFICATE}-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n"
+            ),
         };
         let error = render_all(&images, &matrix, &Templates::embedded(), Some(&key))
             .unwrap_err()
@@ -622,23 +689,27 @@ mod tests {
     fn ca_bundles_are_pem_certificates_only() {
         assert!(check_ca_bundle(CERTIFICATE).is_ok());
         assert!(check_ca_bundle(&format!("# our proxy\n\n{CERTIFICATE}{CERTIFICATE}")).is_ok());
-        assert!(check_ca_bundle("").unwrap_err().contains("no `-----BEGIN CERTIFICATE-----`"));
+        assert!(check_ca_bundle("")
+            .unwrap_err()
+            .contains("no `-----BEGIN CERTIFICATE-----`"));
         assert!(check_ca_bundle("-----BEGIN CERTIFICATE-----\nAAAA\n")
             .unwrap_err()
             .contains("no END line"));
-        assert!(check_ca_bundle("-----BEGIN CERTIFICATE-----\nA\"AA\n-----END CERTIFICATE-----\n")
-            .unwrap_err()
-            .contains("not base64"));
+        assert!(
+            check_ca_bundle("-----BEGIN CERTIFICATE-----\nA\"AA\n-----END CERTIFICATE-----\n")
+                .unwrap_err()
+                .contains("not base64")
+        );
     }
 
     #[test]
     fn the_embedded_templates_decide_that_images_are_locked() {
-        assert!(Templates::embedded().embedded_variant_template_in_use());
+        assert!(Templates::embedded().embedded_for(Variant::Runtime));
         let mut overrides = BTreeMap::new();
         overrides.insert("runtime.Dockerfile.j2".to_string(), "FROM x\n".to_string());
-        assert!(Templates::with_overrides(overrides.clone()).embedded_variant_template_in_use());
-        overrides.insert("devel.Dockerfile.j2".to_string(), "FROM x\n".to_string());
-        assert!(!Templates::with_overrides(overrides).embedded_variant_template_in_use());
+        let templates = Templates::with_overrides(overrides);
+        assert!(!templates.embedded_for(Variant::Runtime));
+        assert!(templates.embedded_for(Variant::Devel));
     }
 
     #[test]
@@ -650,9 +721,14 @@ mod tests {
             "runtime.Dockerfile.j2".to_string(),
             "FROM {{ image.base_imag }}\n".to_string(),
         );
-        let error = render_all(&images, &matrix, &Templates::with_overrides(overrides), None)
-            .unwrap_err()
-            .to_string();
+        let error = render_all(
+            &images,
+            &matrix,
+            &Templates::with_overrides(overrides),
+            None,
+        )
+        .unwrap_err()
+        .to_string();
         assert!(error.contains("undefined"), "{error}");
     }
 

@@ -5,13 +5,11 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use crate::model::axes::TorchWheels;
 use crate::model::axes::{Platform, Variant};
 use crate::model::digest::Digest;
 use crate::model::knowledge::{CudaRelease, TorchCuda, TorchRelease, TorchSeries};
-use crate::model::matrix::TorchWheels;
 use crate::model::version::DriverVersion;
-use crate::resolve::lock::LockSpec;
-use crate::resolve::sources::{AptRewrite, PipIndexes};
 
 /// One image imagegen will render and build.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -88,6 +86,64 @@ pub struct ImageSpec {
     /// What the tag and alias rules read, kept so aliases are computed from the same values.
     #[serde(skip)]
     pub tag_fields: TagFields,
+}
+
+/// One apt host rewritten to a mirror.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AptRewrite {
+    /// The host as apt sources name it (`archive.ubuntu.com/ubuntu`), for the Dockerfile's comment.
+    pub host: String,
+    /// The `mirrors.*` key that names the mirror.
+    pub key: String,
+    /// A `sed -E` expression, `#`-delimited, that rewrites the host's URLs in apt's sources.
+    pub expression: String,
+}
+
+/// The Python package indexes of an image: the one pip and uv read first, and the second one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PipIndexes {
+    /// `--index-url`: PyTorch's index of the wheel's CUDA (`.../whl/cu130`), or the plain index.
+    pub index_url: String,
+    /// `--extra-index-url`: the plain index beside PyTorch's, when `mirrors.pip_index` is set.
+    pub extra_index_url: Option<String>,
+}
+
+impl PipIndexes {
+    /// Every index, first the one torch comes from.
+    pub fn all(&self) -> Vec<&str> {
+        let mut all = vec![self.index_url.as_str()];
+        all.extend(self.extra_index_url.as_deref());
+        all
+    }
+}
+
+/// What an image's lock is resolved from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LockSpec {
+    /// What the image installs, one requirement each (`torch==2.13.0`, `ninja`).
+    pub requirements: Vec<String>,
+    /// Versions the resolver must stay within (`nvidia-nvjitlink==13.0.*`).
+    pub constraints: Vec<String>,
+    /// Where the packages come from, as the Dockerfile's pip reads them.
+    pub indexes: PipIndexes,
+    /// The image's Python (`3.12`).
+    pub python: String,
+    /// uv's target platform: architecture and the OS's glibc (`x86_64-manylinux_2_39`).
+    pub python_platform: String,
+    /// For devel images: the runtime image whose lock constrains this one (its packages are
+    /// installed already, so the devel lock keeps every one of them as it is).
+    pub parent: Option<ParentLock>,
+    /// sha256 over all of the above: the first line of the lock.
+    pub inputs_digest: Digest,
+}
+
+/// The runtime lock a devel lock is resolved against.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ParentLock {
+    /// The runtime image's name (its directory under `images/`).
+    pub image: String,
+    /// sha256 of its lock file; `None` while it has none.
+    pub digest: Option<Digest>,
 }
 
 /// Where a devel image's CUDA compiler and headers come from.

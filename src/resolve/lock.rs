@@ -11,46 +11,16 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
-
 use crate::model::digest::Digest;
 use crate::resolve::fingerprint::fingerprint;
-use crate::resolve::sources::PipIndexes;
+use crate::resolve::image::PipIndexes;
+pub use crate::resolve::image::{LockSpec, ParentLock};
 
 /// The file name of a lock, beside the image's Dockerfile.
 pub const LOCK_FILE: &str = "requirements.lock";
 
 /// The first line's prefix.
 pub const INPUTS_PREFIX: &str = "# imagegen-lock-inputs: ";
-
-/// What an image's lock is resolved from.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct LockSpec {
-    /// What the image installs, one requirement each (`torch==2.13.0`, `ninja`).
-    pub requirements: Vec<String>,
-    /// Versions the resolver must stay within (`nvidia-nvjitlink==13.0.*`).
-    pub constraints: Vec<String>,
-    /// Where the packages come from, as the Dockerfile's pip reads them.
-    pub indexes: PipIndexes,
-    /// The image's Python (`3.12`).
-    pub python: String,
-    /// uv's target platform: architecture and the OS's glibc (`x86_64-manylinux_2_39`).
-    pub python_platform: String,
-    /// For devel images: the runtime image whose lock constrains this one (its packages are
-    /// installed already, so the devel lock keeps every one of them as it is).
-    pub parent: Option<ParentLock>,
-    /// sha256 over all of the above: the first line of the lock.
-    pub inputs_digest: Digest,
-}
-
-/// The runtime lock a devel lock is resolved against.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ParentLock {
-    /// The runtime image's name (its directory under `images/`).
-    pub image: String,
-    /// sha256 of its lock file; `None` while it has none.
-    pub digest: Option<Digest>,
-}
 
 impl LockSpec {
     /// A lock spec with its inputs digest computed.
@@ -139,7 +109,10 @@ pub enum LockStatus {
     Fresh,
     Missing,
     /// The inputs changed: what the lock says it was made from, and what is asked for now.
-    Stale { found: Vec<String>, wanted: Vec<String> },
+    Stale {
+        found: Vec<String>,
+        wanted: Vec<String>,
+    },
 }
 
 /// Compares `text` (the lock on disk, if any) with `spec`.
@@ -246,8 +219,10 @@ mod tests {
         let changed = spec(&["torch==2.13.0", "torchvision==0.28.1"]);
         match lock_status(&changed, Some(&text)) {
             LockStatus::Stale { found, wanted } => {
-                assert!(found.contains(&"# requirements: torch==2.13.0 torchvision==0.28.0".to_string()));
-                assert!(wanted.contains(&"# requirements: torch==2.13.0 torchvision==0.28.1".to_string()));
+                assert!(found
+                    .contains(&"# requirements: torch==2.13.0 torchvision==0.28.0".to_string()));
+                assert!(wanted
+                    .contains(&"# requirements: torch==2.13.0 torchvision==0.28.1".to_string()));
             }
             other => panic!("{other:?}"),
         }

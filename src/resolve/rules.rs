@@ -2,10 +2,10 @@
 //! returns the reason a person can act on when the cell fails it: what is wrong, and what would
 //! work instead. Pure: the cell and the knowledge in, a verdict out.
 
+use crate::model::axes::{OsName, Variant};
 use crate::model::knowledge::{
     wheel_suffix, CudaRelease, Knowledge, OsRelease, TorchCuda, TorchRelease, TorchSeries,
 };
-use crate::model::axes::{OsName, Variant};
 use crate::model::matrix::{DevelToolkit, Matrix, TorchWheels};
 use crate::model::version::{DottedVersion, TorchVersion};
 use crate::resolve::image::{Cell, Resolved};

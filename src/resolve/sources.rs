@@ -5,26 +5,14 @@
 //! An apt rewrite is kept as the `sed -E` expression the Dockerfile runs over `/etc/apt`, built
 //! here once from validated URLs, so the template prints it and cannot get the escaping wrong.
 
-use serde::Serialize;
-
 use crate::model::matrix::{Mirrors, TorchWheels};
+pub use crate::resolve::image::{AptRewrite, PipIndexes};
 
 /// The plain PyPI index, where torch's dependencies come from by default.
 pub const PYPI_SIMPLE: &str = "https://pypi.org/simple";
 
 /// NVIDIA's CUDA apt repositories, which nvidia/cuda base images configure.
 pub const NVIDIA_APT: &str = "https://developer.download.nvidia.com/compute/cuda/repos";
-
-/// One apt host rewritten to a mirror.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct AptRewrite {
-    /// The host as apt sources name it (`archive.ubuntu.com/ubuntu`), for the Dockerfile's comment.
-    pub host: String,
-    /// The `mirrors.*` key that names the mirror.
-    pub key: String,
-    /// A `sed -E` expression, `#`-delimited, that rewrites the host's URLs in apt's sources.
-    pub expression: String,
-}
 
 /// An apt host a build reaches, and the mirror key that covers it.
 struct AptHost {
@@ -121,10 +109,7 @@ pub fn apt_rewrites(
             // `#` (the delimiter), quotes and white space in apt mirrors.
             let replacement = mirror.replace('\\', r"\\").replace('&', r"\&");
             let expression = if host.whole_path {
-                format!(
-                    "s#{}/?([[:space:]]|$)#{replacement}/\\1#g",
-                    host.pattern
-                )
+                format!("s#{}/?([[:space:]]|$)#{replacement}/\\1#g", host.pattern)
             } else {
                 format!("s#{}#{replacement}#g", host.pattern)
             };
@@ -153,27 +138,15 @@ pub fn uncovered_apt_hosts(
 
 /// Whether the matrix names any apt mirror: then every apt host should have one.
 pub fn any_apt_mirror(mirrors: &Mirrors) -> bool {
-    ["apt", "apt_ports", "debian", "debian_security", "nvidia_apt"]
-        .iter()
-        .any(|key| mirror_of(mirrors, key).is_some())
-}
-
-/// The Python package indexes of an image: the one pip and uv read first, and the second one.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct PipIndexes {
-    /// `--index-url`: PyTorch's index of the wheel's CUDA (`.../whl/cu130`), or the plain index.
-    pub index_url: String,
-    /// `--extra-index-url`: the plain index beside PyTorch's, when `mirrors.pip_index` is set.
-    pub extra_index_url: Option<String>,
-}
-
-impl PipIndexes {
-    /// Every index, first the one torch comes from.
-    pub fn all(&self) -> Vec<&str> {
-        let mut all = vec![self.index_url.as_str()];
-        all.extend(self.extra_index_url.as_deref());
-        all
-    }
+    [
+        "apt",
+        "apt_ports",
+        "debian",
+        "debian_security",
+        "nvidia_apt",
+    ]
+    .iter()
+    .any(|key| mirror_of(mirrors, key).is_some())
 }
 
 /// The indexes of an image whose torch wheels come from `wheel_index` (PyTorch's index of its
@@ -304,7 +277,10 @@ mod tests {
             &apt_rewrites("ubuntu24.04", "amd64", false, &odd),
             "deb http://archive.ubuntu.com/ubuntu noble main\n",
         );
-        assert_eq!(rewritten, "deb http://m.example.com/ubuntu?a=1&b=2/ noble main\n");
+        assert_eq!(
+            rewritten,
+            "deb http://m.example.com/ubuntu?a=1&b=2/ noble main\n"
+        );
     }
 
     #[test]
