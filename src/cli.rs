@@ -209,13 +209,13 @@ pub struct BuildArgs {
 
 #[derive(Debug, Args)]
 pub struct BakeArgs {
-    /// The bake file to write (`-` prints it); the self-test binaries are staged beside it under .imagegen/bake/.
+    /// The bake file to write (`-` prints it); each image's build context (images/<name>/ and its self-test binary) is staged beside it under .imagegen/bake/<name>/.
     #[arg(long, default_value = "docker-bake.json")]
     pub out: PathBuf,
     /// Directory holding gpu-selftest-cu11, -cu12 and -cu13 (from selftest/build.sh).
     #[arg(long, default_value = "target/selftest")]
     pub selftest_dir: PathBuf,
-    /// Write only the bake file; do not stage the self-test binaries into the build contexts.
+    /// Write only the bake file; do not stage the build contexts.
     #[arg(long)]
     pub no_stage: bool,
 }

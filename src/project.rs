@@ -179,6 +179,34 @@ pub fn read_locks(dir: &Path) -> Result<BTreeMap<String, String>> {
     Ok(locks)
 }
 
+/// The files of a rendered image directory (`<dir>/<image>/`: Dockerfile, lock, CA bundle, ...),
+/// by name, for a build context assembled elsewhere (`imagegen bake`'s staging).
+pub fn image_files(dir: &Path, image: &str) -> Result<BTreeMap<String, Vec<u8>>> {
+    let folder = dir.join(image);
+    if !folder.join("Dockerfile").exists() {
+        anyhow::bail!(
+            "{} has no Dockerfile\nhint: run `imagegen render` first",
+            folder.display()
+        );
+    }
+    let mut files = BTreeMap::new();
+    for entry in
+        std::fs::read_dir(&folder).with_context(|| format!("cannot read {}", folder.display()))?
+    {
+        let entry = entry?;
+        if entry.file_type()?.is_file() {
+            let name = entry.file_name().to_string_lossy().to_string();
+            if name.starts_with('.') {
+                continue;
+            }
+            let bytes = std::fs::read(entry.path())
+                .with_context(|| format!("cannot read {}", entry.path().display()))?;
+            files.insert(name, bytes);
+        }
+    }
+    Ok(files)
+}
+
 /// Writes an image's lock (`<dir>/<image>/requirements.lock`) atomically.
 pub fn write_lock(dir: &Path, image: &str, text: &str) -> Result<()> {
     write_atomically(&dir.join(image).join(LOCK_FILE), text.as_bytes())

@@ -1,27 +1,31 @@
 //! `imagegen bake`: writes the `docker-bake.json` that `generate::bake` makes (or prints it with
-//! `-`) and stages the self-test binaries its build contexts need.
+//! `-`) and stages each image's build context: the files of `images/<name>/` (its lock, CA
+//! bundle, ...) and the self-test binary of its CUDA major.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{Context, Result};
 
 use crate::cli::BakeArgs;
 use crate::commands::outcome::Outcome;
-use crate::commands::stages::resolve_project;
-use crate::generate::bake::{bake_file, selftest_builds, staging_context};
-use crate::project::{write_atomically, Project};
+use crate::commands::stages::{lock_problems, resolve_project};
+use crate::generate::bake::{bake_file, staging_context};
+use crate::project::{image_files, write_atomically, Project};
 use crate::resolve::image::ResolveOptions;
 
-/// `imagegen bake`: writes the bake file (or prints it with `-`) and stages
-/// `<selftest_dir>/gpu-selftest-cuNN` as `.imagegen/bake/gpu-selftest-cuNN/gpu-selftest` beside it.
+/// `imagegen bake`: writes the bake file (or prints it with `-`) and stages, beside it, each
+/// image's context as `.imagegen/bake/<name>/`: the files of `images/<name>/` and
+/// `<selftest_dir>/gpu-selftest-cuNN` as `gpu-selftest`.
 pub fn run(project: &Project, args: &BakeArgs) -> Result<Outcome> {
     let (out, selftest_dir, stage) = (
         args.out.as_path(),
         args.selftest_dir.as_path(),
         !args.no_stage,
     );
-    let images = resolve_project(project, ResolveOptions::default())?.images;
-    let value = bake_file(&images)?;
+    let resolution = resolve_project(project, ResolveOptions::default())?;
+    let images = &resolution.images;
+    let value = bake_file(images)?;
     let mut text = serde_json::to_string_pretty(&value)?;
     text.push('\n');
     let to_stdout = out.as_os_str() == "-";
@@ -33,24 +37,45 @@ pub fn run(project: &Project, args: &BakeArgs) -> Result<Outcome> {
             .unwrap_or(Path::new("."))
     };
     if stage {
-        for selftest in selftest_builds(&images) {
-            let source = selftest_dir.join(&selftest);
-            let bytes = std::fs::read(&source).with_context(|| {
-                format!(
-                    "cannot read the self-test binary {}\nhint: build it with `bash selftest/build.sh`, pass --selftest-dir, or use --no-stage and copy it to {}/gpu-selftest yourself",
-                    source.display(),
-                    staging_context(&selftest)
-                )
-            })?;
-            let target = root.join(staging_context(&selftest)).join("gpu-selftest");
-            write_atomically(&target, &bytes)?;
+        // What BuildKit builds must be what was locked and reviewed, as for `imagegen build`.
+        let problems = lock_problems(&resolution, &project.locks()?);
+        if let Some(problem) = problems.first() {
+            anyhow::bail!(
+                "{}\nhint: run `imagegen lock` and `imagegen render`, and commit the result",
+                problem.describe(&project.images_dir)
+            );
+        }
+        let mut binaries: BTreeMap<&str, Vec<u8>> = BTreeMap::new();
+        for image in images {
+            if !binaries.contains_key(image.selftest.as_str()) {
+                let source = selftest_dir.join(&image.selftest);
+                let bytes = std::fs::read(&source).with_context(|| {
+                    format!(
+                        "cannot read the self-test binary {}\nhint: build it with `bash selftest/build.sh`, pass --selftest-dir, or use --no-stage and stage {}/ yourself",
+                        source.display(),
+                        staging_context(&image.name)
+                    )
+                })?;
+                binaries.insert(&image.selftest, bytes);
+            }
+            let context = root.join(staging_context(&image.name));
+            // A file an earlier staging left (a CA bundle the matrix dropped) must not ride along.
+            if context.exists() {
+                std::fs::remove_dir_all(&context)
+                    .with_context(|| format!("cannot clear {}", context.display()))?;
+            }
+            for (name, bytes) in image_files(&project.images_dir, &image.name)? {
+                write_atomically(&context.join(name), &bytes)?;
+            }
+            let target = context.join("gpu-selftest");
+            write_atomically(&target, &binaries[image.selftest.as_str()])?;
             #[cfg(unix)]
             {
                 use std::os::unix::fs::PermissionsExt;
                 std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o755))
                     .with_context(|| format!("cannot make {} executable", target.display()))?;
             }
-            eprintln!("staged {}", target.display());
+            eprintln!("staged {}", context.display());
         }
     }
     if to_stdout {
@@ -64,7 +89,7 @@ pub fn run(project: &Project, args: &BakeArgs) -> Result<Outcome> {
             if stage {
                 ""
             } else {
-                "; not staged: copy target/selftest/gpu-selftest-cuNN to .imagegen/bake/gpu-selftest-cuNN/gpu-selftest before `docker buildx bake`"
+                "; not staged: copy images/<name>/* and target/selftest/gpu-selftest-cuNN (as gpu-selftest) to .imagegen/bake/<name>/ before `docker buildx bake`"
             }
         );
     }

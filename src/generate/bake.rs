@@ -12,10 +12,11 @@
 //! the aliases name the OCI image index of all platforms, which `imagegen publish` assembles
 //! after the images passed their tests (two targets pushing one tag would overwrite each other).
 //!
-//! The build context: the rendered Dockerfiles `COPY gpu-selftest` from the main context, and the
-//! binary is not in `images/<name>/` (it is built by `selftest/build.sh`, one per CUDA major). So
-//! each target's context is a small staging directory holding only `gpu-selftest`
-//! (`.imagegen/bake/gpu-selftest-cu12/gpu-selftest`), and its `dockerfile` points back at
+//! The build context: the rendered Dockerfiles `COPY` the image's lock (and CA bundle, libcuda
+//! stub script) from `images/<name>/` and `gpu-selftest` from the main context, and the binary is
+//! not in `images/<name>/` (it is built by `selftest/build.sh`, one per CUDA major). So each
+//! target's context is a staging directory per image holding the files of `images/<name>/` and
+//! `gpu-selftest` (`.imagegen/bake/<name>/`), and its `dockerfile` points back at
 //! `images/<name>/Dockerfile` relative to that context (buildx joins the two). The command stages
 //! those directories; this module only names them. It never touches Docker.
 
@@ -26,7 +27,7 @@ use serde_json::{json, Value};
 use crate::model::axes::Variant;
 use crate::resolve::image::ImageSpec;
 
-/// Where `imagegen bake` stages one directory per self-test build, relative to the bake file.
+/// Where `imagegen bake` stages one directory per image, relative to the bake file.
 pub const STAGING_DIR: &str = ".imagegen/bake";
 
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -53,9 +54,9 @@ pub fn target_name(image_name: &str) -> String {
         .collect()
 }
 
-/// The staging directory (bake context) of the self-test build `selftest` (`gpu-selftest-cu12`).
-pub fn staging_context(selftest: &str) -> String {
-    format!("{STAGING_DIR}/{selftest}")
+/// The staging directory (bake context) of the image `image_name`.
+pub fn staging_context(image_name: &str) -> String {
+    format!("{STAGING_DIR}/{image_name}")
 }
 
 /// A reference as BuildKit's Dockerfile frontend looks it up among named contexts: the familiar
@@ -108,7 +109,7 @@ pub fn bake_file(images: &[ImageSpec]) -> Result<Value, BakeError> {
         labels.insert("imagegen.fingerprint", image.fingerprint.to_string());
         labels.insert("imagegen.bake.target", target.clone());
         let mut body = json!({
-            "context": staging_context(&image.selftest),
+            "context": staging_context(&image.name),
             "dockerfile": format!("{back_to_root}images/{}/Dockerfile", image.name),
             "tags": tags,
             "labels": labels,
@@ -146,11 +147,6 @@ pub fn bake_file(images: &[ImageSpec]) -> Result<Value, BakeError> {
         },
         "target": targets,
     }))
-}
-
-/// The self-test builds the targets need (`gpu-selftest-cu12`, ...), to stage.
-pub fn selftest_builds(images: &[ImageSpec]) -> BTreeSet<String> {
-    images.iter().map(|image| image.selftest.clone()).collect()
 }
 
 #[cfg(test)]
@@ -227,7 +223,10 @@ mod tests {
             devel_target["dockerfile"],
             format!("../../../images/{}/Dockerfile", devel.name)
         );
-        assert_eq!(devel_target["context"], ".imagegen/bake/gpu-selftest-cu12");
+        assert_eq!(
+            devel_target["context"],
+            format!(".imagegen/bake/{}", devel.name)
+        );
         assert_eq!(
             devel_target["labels"]["imagegen.fingerprint"],
             devel.fingerprint.as_str()
@@ -282,10 +281,7 @@ mod tests {
                 json!([format!("r.example/team/pytorch:{}", image.tag)]),
                 "the index tag and aliases are not pushed per platform"
             );
-            assert!(target["context"]
-                .as_str()
-                .unwrap()
-                .ends_with(&image.selftest));
+            assert!(target["context"].as_str().unwrap().ends_with(&image.name));
         }
     }
 

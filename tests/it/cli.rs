@@ -5,6 +5,8 @@ use std::path::{Path, PathBuf};
 use assert_cmd::Command;
 use predicates::prelude::*;
 
+use crate::support::uv::fake_uv;
+
 fn imagegen() -> Command {
     Command::cargo_bin("imagegen").unwrap()
 }
@@ -24,38 +26,6 @@ fn workspace(fixture_name: &str) -> tempfile::TempDir {
 
 fn write_matrix(dir: &Path, text: &str) {
     std::fs::write(dir.join("matrix.yaml"), text).unwrap();
-}
-
-/// A stand-in for uv in these offline tests (the real uv locks real images in `real_build`):
-/// it answers `--version`, records each call's arguments in `$FAKE_UV_LOG`, and "resolves" by
-/// pinning each requirement as written (`ninja` as 1.13.2), with a hash derived from the line,
-/// which is all `imagegen lock` reads of uv's output.
-const FAKE_UV: &str = r#"#!/bin/sh
-if [ "$1" = "--version" ]; then echo "uv 0.13.9 (test stand-in)"; exit 0; fi
-echo "$*" >> "$FAKE_UV_LOG"
-out=""
-while [ $# -gt 0 ]; do
-  if [ "$1" = "--output-file" ]; then out="$2"; fi
-  shift
-done
-: > "$out.new"
-while read -r requirement; do
-  case "$requirement" in *==*) pin="$requirement" ;; *) pin="$requirement==1.13.2" ;; esac
-  printf '%s \
-    --hash=sha256:%s
-    # via -r requirements.in
-' "$pin" "$(printf %s "$pin" | sha256sum | cut -d' ' -f1)" >> "$out.new"
-done < requirements.in
-mv "$out.new" "$out"
-"#;
-
-/// Writes the uv stand-in into `dir` and returns its path.
-fn fake_uv(dir: &Path) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
-    let path = dir.join("fake-uv");
-    std::fs::write(&path, FAKE_UV).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    path
 }
 
 fn stdout_of(command: &mut Command) -> String {
@@ -291,7 +261,9 @@ fn render_is_deterministic_and_check_finds_drift() {
         .args(["render", "--check"])
         .assert()
         .success()
-        .stdout(predicate::str::contains("18 images up to date, 18 locks fresh"));
+        .stdout(predicate::str::contains(
+            "18 images up to date, 18 locks fresh",
+        ));
     // Fresh locks are kept; a second lock asks uv nothing.
     let before = std::fs::read_to_string(&uv_log).unwrap().lines().count();
     imagegen()

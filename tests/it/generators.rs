@@ -85,44 +85,71 @@ fn bake_file_for_the_fixture() {
 }
 
 #[test]
-fn bake_stages_the_self_test_binaries_beside_the_bake_file() {
+fn bake_stages_each_image_context_beside_the_bake_file() {
     let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(fixture(), dir.path().join("matrix.yaml")).unwrap();
+    let in_dir = |arguments: &[&str]| {
+        let mut command = imagegen();
+        command.current_dir(dir.path()).args(arguments);
+        command
+    };
     let selftest = dir.path().join("selftest");
     std::fs::create_dir(&selftest).unwrap();
     let out = dir.path().join("docker-bake.json");
     // The fixture has CUDA 11.8 and 12.x images: the cu11 binary is missing at first.
     std::fs::write(selftest.join("gpu-selftest-cu12"), b"cu12 binary").unwrap();
-    imagegen()
-        .arg("--matrix")
-        .arg(fixture())
-        .args(["bake", "--out"])
-        .arg(&out)
-        .arg("--selftest-dir")
-        .arg(&selftest)
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains("gpu-selftest-cu11"))
-        .stderr(predicate::str::contains("selftest/build.sh"));
-    std::fs::write(selftest.join("gpu-selftest-cu11"), b"cu11 binary").unwrap();
-    imagegen()
-        .arg("--matrix")
-        .arg(fixture())
-        .args(["bake", "--out"])
-        .arg(&out)
-        .arg("--selftest-dir")
-        .arg(&selftest)
+    in_dir(&["render"]).assert().success();
+    // Rendered but not locked: what BuildKit would build was never locked.
+    in_dir(&[
+        "bake",
+        "--out",
+        "docker-bake.json",
+        "--selftest-dir",
+        "selftest",
+    ])
+    .assert()
+    .code(2)
+    .stderr(predicate::str::contains("requirements.lock is missing"));
+    let uv = crate::support::uv::fake_uv(dir.path());
+    in_dir(&["lock", "--uv", uv.to_str().unwrap()])
+        .env("FAKE_UV_LOG", dir.path().join("uv.log"))
         .assert()
         .success();
-    for (build, contents) in [
-        ("gpu-selftest-cu11", "cu11 binary"),
-        ("gpu-selftest-cu12", "cu12 binary"),
+    in_dir(&[
+        "bake",
+        "--out",
+        "docker-bake.json",
+        "--selftest-dir",
+        "selftest",
+    ])
+    .assert()
+    .code(2)
+    .stderr(predicate::str::contains("gpu-selftest-cu11"))
+    .stderr(predicate::str::contains("selftest/build.sh"));
+    std::fs::write(selftest.join("gpu-selftest-cu11"), b"cu11 binary").unwrap();
+    in_dir(&[
+        "bake",
+        "--out",
+        "docker-bake.json",
+        "--selftest-dir",
+        "selftest",
+    ])
+    .assert()
+    .success();
+    for (image, contents) in [
+        ("2.7.1-cuda11.8-cudnn9-runtime-ubuntu22.04", "cu11 binary"),
+        ("2.7.1-cuda12.6-cudnn9-devel-ubuntu24.04", "cu12 binary"),
     ] {
-        let staged = dir
-            .path()
-            .join(".imagegen/bake")
-            .join(build)
-            .join("gpu-selftest");
+        let context = dir.path().join(".imagegen/bake").join(image);
+        let staged = context.join("gpu-selftest");
         assert_eq!(std::fs::read_to_string(&staged).unwrap(), contents);
+        for file in ["Dockerfile", "requirements.lock"] {
+            assert_eq!(
+                std::fs::read(context.join(file)).unwrap(),
+                std::fs::read(dir.path().join("images").join(image).join(file)).unwrap(),
+                "{image}/{file}"
+            );
+        }
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;
@@ -131,7 +158,13 @@ fn bake_stages_the_self_test_binaries_beside_the_bake_file() {
         }
     }
     let written = std::fs::read_to_string(&out).unwrap();
-    assert_eq!(written, stdout_of(&["bake", "--out", "-", "--no-stage"]));
+    let printed = in_dir(&["bake", "--out", "-", "--no-stage"])
+        .output()
+        .unwrap();
+    assert!(
+        written == String::from_utf8_lossy(&printed.stdout),
+        "--out - prints what --out writes"
+    );
 }
 
 /// A manifest path that does not exist: the Job then uses the tag without a digest.

@@ -12,6 +12,7 @@
 #![allow(dead_code)]
 
 pub mod project;
+pub mod uv;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
