@@ -833,6 +833,80 @@ mod tests {
     }
 
     #[test]
+    fn base_images_are_patterns_or_maps_by_os() {
+        let matrix = Matrix::parse(
+            &format!("{MINIMAL}base_images:\n  runtime: {{debian12: \"local/bookworm:{{cuda_full}}-{{arch}}\", ubuntu24.04: \"ghcr.io/x/cuda:{{cuda}}\"}}\n"),
+            "matrix.yaml",
+        )
+        .unwrap();
+        let fields = |os| BaseImageFields {
+            cuda: "13.0",
+            cuda_full: "13.0.0",
+            os,
+            arch: "arm64",
+        };
+        assert_eq!(
+            matrix
+                .base_images
+                .runtime_for(&fields("debian12"))
+                .as_deref(),
+            Some("local/bookworm:13.0.0-arm64")
+        );
+        assert_eq!(matrix.base_images.runtime_for(&fields("ubuntu22.04")), None);
+        assert!(matrix.base_images.covers_os("ubuntu24.04"));
+        assert!(!matrix.base_images.covers_os("ubuntu22.04"));
+        let error = error_of(&format!(
+            "{MINIMAL}base_images:\n  runtime: \"x/cuda:{{cuda_version}}\"\n"
+        ));
+        assert!(
+            error.contains("unknown placeholder {cuda_version}"),
+            "{error}"
+        );
+        assert!(
+            error.contains("hint: placeholders: {cuda} {cuda_full} {os} {arch}"),
+            "{error}"
+        );
+        let error = error_of(&format!(
+            "{MINIMAL}base_images:\n  runtime: {{centos7: \"x/y:1\"}}\n"
+        ));
+        assert!(error.contains("malformed OS \"centos7\""), "{error}");
+        let error = error_of(&format!(
+            "{MINIMAL}base_images:\n  runtime: \"x/y:1 && curl\"\n"
+        ));
+        assert!(error.contains("not a valid image reference"), "{error}");
+    }
+
+    #[test]
+    fn the_lock_wheel_toolkit_and_ca_settings_parse() {
+        let matrix = Matrix::parse(
+            &format!("{MINIMAL}torch_wheels: pypi\ndevel_toolkit: pypi\nca_bundle: certs/ca.pem\nlock: true\nmirrors:\n  apt_ports: http://m.example/ubuntu-ports\n  debian: http://m.example/debian\n  debian_security: http://m.example/debian-security\n  nvidia_apt: https://m.example/nvidia\n"),
+            "matrix.yaml",
+        )
+        .unwrap();
+        assert_eq!(matrix.torch_wheels, TorchWheels::Pypi);
+        assert_eq!(matrix.devel_toolkit, DevelToolkit::Pypi);
+        assert_eq!(matrix.ca_bundle.as_deref(), Some(Path::new("certs/ca.pem")));
+        assert_eq!(matrix.lock, Some(true));
+        let error = error_of(&format!("{MINIMAL}torch_wheels: conda\n"));
+        assert!(error.contains("unknown variant `conda`"), "{error}");
+        let error = error_of(&format!(
+            "{MINIMAL}mirrors:\n  apt_ports: \"http://m.example/ports#x\"\n"
+        ));
+        assert!(
+            error.contains("not allowed in an apt mirror URL"),
+            "{error}"
+        );
+        // Relative to the matrix file.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("matrix.yaml");
+        std::fs::write(&path, format!("{MINIMAL}ca_bundle: certs/ca.pem\n")).unwrap();
+        assert_eq!(
+            Matrix::load(&path).unwrap().ca_bundle.unwrap(),
+            dir.path().join("certs/ca.pem")
+        );
+    }
+
+    #[test]
     fn include_entries_are_located() {
         let text = format!("{MINIMAL}include:\n  - {{torch: \"2.7.0\", cuda: \"12.4\", os: ubuntu22.04}}\n  # a comment\n  - torch: \"2.7.1\"\n    cuda: \"12.8\"\n    os: ubuntu24.04\n    variants: [runtime]\n");
         let matrix = Matrix::parse(&text, "m.yaml").unwrap();

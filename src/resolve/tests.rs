@@ -426,3 +426,227 @@ fn impossible_platform_cells_say_why() {
     );
     assert!(single.images[0].index.is_none());
 }
+
+#[test]
+fn base_images_per_os_or_pattern_with_the_cells_fields() {
+    let resolution = run("torch: [\"2.13\"]\ncuda: [\"12.6\", \"13.0\"]\nos: [ubuntu22.04, ubuntu24.04]\nvariants: [runtime]\nplatforms: [linux/amd64, linux/arm64]\nbase_images:\n  runtime: {ubuntu22.04: \"registry.example/cuda:{cuda_full}-{arch}-jammy\"}\n");
+    assert!(resolution.rejected.is_empty(), "{:?}", resolution.rejected);
+    let bases: BTreeSet<(&str, &str)> = resolution
+        .images
+        .iter()
+        .map(|i| (i.name.as_str(), i.base_image.as_str()))
+        .collect();
+    assert!(bases.contains(&(
+        "2.13.0-cuda13.0-cudnn9-runtime-ubuntu22.04-arm64",
+        "registry.example/cuda:13.0.0-arm64-jammy"
+    )));
+    assert!(bases.contains(&(
+        "2.13.0-cuda12.6-cudnn9-runtime-ubuntu22.04-amd64",
+        "registry.example/cuda:12.6.3-amd64-jammy"
+    )));
+    assert!(
+        bases.contains(&(
+            "2.13.0-cuda12.6-cudnn9-runtime-ubuntu24.04-amd64",
+            "nvidia/cuda:12.6.3-base-ubuntu24.04"
+        )),
+        "an OS the map leaves out builds on nvidia/cuda: {bases:?}"
+    );
+    // One pattern for every cell; a plain reference stays one base for all (as before).
+    let pattern = run("torch: [\"2.13\"]\ncuda: [\"13.0\"]\nos: [ubuntu22.04, ubuntu24.04]\nvariants: [runtime]\nbase_images:\n  runtime: \"mirror.example/cuda:{cuda}-{os}\"\n");
+    let bases: Vec<&str> = pattern
+        .images
+        .iter()
+        .map(|i| i.base_image.as_str())
+        .collect();
+    assert_eq!(
+        bases,
+        [
+            "mirror.example/cuda:13.0-ubuntu22.04",
+            "mirror.example/cuda:13.0-ubuntu24.04"
+        ]
+    );
+    // The Python each image is checked against follows its OS, not one base for all.
+    let pythons: Vec<&str> = pattern.images.iter().map(|i| i.python.as_str()).collect();
+    assert_eq!(pythons, ["3.10", "3.12"]);
+}
+
+#[test]
+fn debian_cells_need_a_base_and_get_their_python_and_glibc() {
+    let reason = one_reason(&run(
+        "torch: [\"2.13\"]\ncuda: [\"13.0\"]\nos: [debian12]\nvariants: [runtime]\n",
+    ));
+    assert!(
+        reason.starts_with("nvidia/cuda publishes no debian12 images (only Ubuntu)"),
+        "{reason}"
+    );
+    assert!(
+        reason.contains("base_images: {runtime: {debian12:"),
+        "{reason}"
+    );
+    let resolution = run("torch: [\"2.13\"]\ncuda: [\"13.0\"]\nos: [debian12]\nvariants: [runtime]\nbase_images:\n  runtime: {debian12: \"local/bookworm:1\"}\n");
+    let image = &resolution.images[0];
+    assert_eq!(image.python, "3.11");
+    assert_eq!(
+        image.lock.as_ref().unwrap().python_platform,
+        "x86_64-manylinux_2_36"
+    );
+    assert!(image.apt_rewrites.is_empty());
+}
+
+#[test]
+fn torch_from_pypi_is_only_the_variant_pypi_carries() {
+    let resolution = run("torch: [\"2.13\"]\ncuda: [\"12.6\", \"13.0\"]\nos: [ubuntu24.04]\nvariants: [runtime]\ntorch_wheels: pypi\n");
+    assert_eq!(resolution.images.len(), 1);
+    let image = &resolution.images[0];
+    assert_eq!(image.cuda, "13.0");
+    assert_eq!(
+        image.requirements,
+        ["torch==2.13.0", "torchvision==0.28.0", "torchaudio==2.11.0"]
+    );
+    assert_eq!(image.pip.all(), ["https://pypi.org/simple"]);
+    let reason = one_reason(&resolution);
+    assert!(
+        reason.starts_with("torch 2.13.0 on a plain PyPI index is the CUDA 13.0 build (cu130); its cu126 wheels are only on PyTorch's index"),
+        "{reason}"
+    );
+    assert!(reason.contains("mirrors.torch_index"), "{reason}");
+    assert!(
+        reason.contains("https://download.pytorch.org/whl"),
+        "{reason}"
+    );
+    // From PyTorch's index the same cell installs the +cu126 builds.
+    let pytorch =
+        run("torch: [\"2.13\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\nvariants: [runtime]\n");
+    assert_eq!(
+        pytorch.images[0].requirements,
+        [
+            "torch==2.13.0+cu126",
+            "torchvision==0.28.0+cu126",
+            "torchaudio==2.11.0+cu126"
+        ]
+    );
+}
+
+#[test]
+fn devel_toolkits_need_a_base_or_a_cuda_that_serves_them() {
+    let reason = one_reason(&run("torch: [\"2.13\"]\ncuda: [\"13.0\"]\nos: [debian12]\nvariants: [devel]\nbase_images:\n  runtime: \"local/bookworm:1\"\n"));
+    assert!(
+        reason.contains("cannot install nvcc from NVIDIA's apt repository"),
+        "{reason}"
+    );
+    assert!(reason.contains("devel_toolkit: pypi"), "{reason}");
+    let resolution = run("torch: [\"2.13\"]\ncuda: [\"12.6\", \"13.0\"]\nos: [ubuntu24.04]\nvariants: [devel]\ndevel_toolkit: pypi\n");
+    let reason = one_reason(&resolution);
+    assert!(
+        reason.contains("which the knowledge records for CUDA 13 only (CUDA 12's put each component in its own folder)"),
+        "{reason}"
+    );
+    let devel = resolution
+        .images
+        .iter()
+        .find(|i| i.variant == Variant::Devel)
+        .unwrap();
+    assert_eq!(
+        devel.toolkit,
+        Some(crate::resolve::image::ToolkitSource::Pypi {
+            folder: "cu13".into()
+        })
+    );
+    assert_eq!(
+        devel.requirements,
+        [
+            "cuda-toolkit[cccl,crt,cudart,culibos,nvcc,nvvm,profiler]==13.0.*",
+            "ninja"
+        ]
+    );
+}
+
+#[test]
+fn locks_are_inputs_of_the_fingerprint_and_devel_locks_follow_their_runtime() {
+    let text = "torch: [\"2.13\"]\ncuda: [\"13.0\"]\nos: [ubuntu24.04]\ntorch_wheels: pypi\n";
+    let missing = run(text);
+    let (runtime, devel) = (&missing.images[0], &missing.images[1]);
+    let runtime_lock = runtime.lock.as_ref().unwrap();
+    assert_eq!(runtime_lock.parent, None);
+    assert_eq!(
+        runtime_lock.constraints,
+        ["cuda-bindings==13.0.*", "nvidia-nvjitlink==13.0.*"]
+    );
+    let devel_lock = devel.lock.as_ref().unwrap();
+    assert_eq!(
+        devel_lock.requirements,
+        [
+            "torch==2.13.0",
+            "torchvision==0.28.0",
+            "torchaudio==2.11.0",
+            "ninja"
+        ]
+    );
+    assert_eq!(devel_lock.parent.as_ref().unwrap().image, runtime.name);
+    assert_eq!(devel_lock.parent.as_ref().unwrap().digest, None);
+
+    let mut locks = BTreeMap::new();
+    locks.insert(runtime.name.clone(), Digest::of(b"runtime lock"));
+    let locked = run_with(
+        text,
+        ResolveOptions {
+            locks: locks.clone(),
+            ..Default::default()
+        },
+    );
+    assert_ne!(
+        locked.images[0].fingerprint, runtime.fingerprint,
+        "the lock is an input"
+    );
+    assert_eq!(
+        locked.images[0].lock, missing.images[0].lock,
+        "a runtime lock's inputs do not depend on the lock itself"
+    );
+    assert_ne!(
+        locked.images[1].lock.as_ref().unwrap().inputs_digest,
+        devel_lock.inputs_digest,
+        "a new runtime lock makes the devel lock stale"
+    );
+    locks.insert(runtime.name.clone(), Digest::of(b"refreshed runtime lock"));
+    let refreshed = run_with(
+        text,
+        ResolveOptions {
+            locks,
+            ..Default::default()
+        },
+    );
+    assert_ne!(
+        refreshed.images[0].fingerprint,
+        locked.images[0].fingerprint
+    );
+    assert_ne!(
+        refreshed.images[1].fingerprint,
+        locked.images[1].fingerprint
+    );
+    // Images of templates without locks have none.
+    let unlocked = run_with(
+        text,
+        ResolveOptions {
+            no_lock: true,
+            ..Default::default()
+        },
+    );
+    assert!(unlocked.images.iter().all(|i| i.lock.is_none()));
+}
+
+#[test]
+fn uncovered_apt_hosts_are_warned_about_once_a_mirror_is_set() {
+    let resolution = run("torch: [\"2.13\"]\ncuda: [\"13.0\"]\nos: [ubuntu24.04]\nvariants: [runtime]\nplatforms: [linux/amd64, linux/arm64]\nmirrors:\n  apt: http://m.example/ubuntu\n");
+    let warnings = resolution.warnings.join("\n");
+    assert!(
+        warnings.contains("ports.ubuntu.com/ubuntu-ports has no mirror (set mirrors.apt_ports): the builds of 2.13.0-cuda13.0-cudnn9-runtime-ubuntu24.04-arm64 reach it"),
+        "{warnings}"
+    );
+    assert!(warnings.contains("set mirrors.nvidia_apt"), "{warnings}");
+    assert!(!warnings.contains("archive.ubuntu.com"), "{warnings}");
+    assert!(
+        run("torch: [\"2.13\"]\ncuda: [\"13.0\"]\nos: [ubuntu24.04]\n")
+            .warnings
+            .is_empty()
+    );
+}

@@ -606,6 +606,45 @@ torch:
     }
 
     #[test]
+    fn companions_are_exact_and_pypi_variants_are_published() {
+        let text = EMBEDDED.replace(
+            r#"{torch: "2.13.0", torchvision: "0.28.0", torchaudio: "2.11.0"}"#,
+            r#"{torch: "2.13.0", torchvision: "0.28"}"#,
+        );
+        let error = Knowledge::parse(&text, "k.yaml").unwrap_err().to_string();
+        assert!(
+            error.contains("release 2.13.0 names torchvision 0.28, not an exact release"),
+            "{error}"
+        );
+        let text = EMBEDDED.replacen(r#"pypi_cuda: "13.0""#, r#"pypi_cuda: "11.8""#, 1);
+        let error = Knowledge::parse(&text, "k.yaml").unwrap_err().to_string();
+        assert!(
+            error.contains("pypi_cuda 11.8 is not one of its variants"),
+            "{error}"
+        );
+        let knowledge = Knowledge::embedded();
+        assert_eq!(
+            knowledge.torch_series("2.13").unwrap().pypi_cuda.as_deref(),
+            Some("13.0")
+        );
+        assert_eq!(
+            knowledge.torch_series("2.1").unwrap().pypi_cuda.as_deref(),
+            Some("12.1"),
+            "PyPI's variant is not the series' default CUDA"
+        );
+        let debian = knowledge.os("debian12").unwrap();
+        assert_eq!(
+            (debian.glibc.as_str(), debian.python.as_str()),
+            ("2.36", "3.11")
+        );
+        assert_eq!(
+            knowledge.family(13).unwrap().pypi_toolkit.as_deref(),
+            Some("cu13")
+        );
+        assert_eq!(knowledge.family(12).unwrap().pypi_toolkit, None);
+    }
+
+    #[test]
     fn entries_without_a_known_source_are_refused() {
         let text = EMBEDDED.replace("source: [CUDA-RN, NVCUDA-IMG]}", "source: [NOWHERE]}");
         let error = Knowledge::parse(&text, "k.yaml").unwrap_err().to_string();
