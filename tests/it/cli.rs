@@ -182,9 +182,6 @@ fn render_is_deterministic_and_check_finds_drift() {
     let runtime =
         std::fs::read_to_string(out.join("2.7.1-cuda12.6-cudnn9-runtime-ubuntu24.04/Dockerfile"))
             .unwrap();
-    let devel =
-        std::fs::read_to_string(out.join("2.7.1-cuda12.6-cudnn9-devel-ubuntu24.04/Dockerfile"))
-            .unwrap();
 
     // A second render changes nothing, byte for byte.
     let again = stdout_of(imagegen().current_dir(dir.path()).arg("render"));
