@@ -47,7 +47,7 @@ fn main() {
         let start = Instant::now();
         let resolution = resolve(&matrix, &knowledge, &options);
         let resolved = start.elapsed();
-        let rendered = render_all(&resolution.images, &matrix, &templates).expect("render");
+        let rendered = render_all(&resolution.images, &matrix, &templates, None).expect("render");
         let total = start.elapsed();
         resolve_times.push(resolved);
         render_times.push(total - resolved);
