@@ -9,5 +9,6 @@ mod docker_host_env;
 mod generators;
 mod layout;
 mod multiarch;
+mod real_build;
 mod support;
 mod upgrade;

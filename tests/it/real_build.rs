@@ -1,0 +1,732 @@
+//! The real build: one runtime image (and the devel image on it) built end to end on the Docker
+//! daemon as a new user would, from the repository's own templates: a Debian bookworm base made
+//! here (debootstrap into a folder, then `docker import`: nothing can be pulled), torch 2.13.0 and
+//! everything it needs from a plain package index (PyPI) at the versions and hashes `imagegen
+//! lock` resolved with uv, the host's CA bundle, a real gpu-selftest (the CUDA 13 build).
+//!
+//! Inside the image it checks what the issue asks: torch, CUDA, cuDNN and NCCL are the versions
+//! the labels say; `torch.compile` on the CPU matches eager; pip installed exactly the lock; the
+//! wheels' CUDA libraries are in the loader cache; gpu-selftest exits 2 with its "no driver"
+//! report. A build from a tampered lock fails on the hash. In the devel image (CUDA toolkit from
+//! PyPI) a CPU and a CUDA `torch.utils.cpp_extension` compile, with the NCCL and cuDNN headers of
+//! the wheels, and `-lcuda` links against the stub.
+//!
+//! It needs the daemon, debootstrap (`.ci/install-deps.sh`), uv (`.ci/venv/bin/uv`, `IMAGEGEN_UV`
+//! or PATH), cargo and the network (deb.debian.org, PyPI), and fails, never skips, without them.
+//! It removes what it built (the base image stays, under its own name, for the next run); it
+//! prints each phase's time and the image's layers (see BENCHMARKS.md).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Instant;
+
+use crate::support::project::{assert_code, text};
+use crate::support::unique_name;
+
+/// The base image this test makes (and keeps, to start from it the next time).
+const BASE_IMAGE: &str = "imagegen-test/bookworm-minbase:1";
+/// Where the runtime image gets its CA bundle, as containers on this host need it.
+const HOST_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+const TORCH: &str = "2.13.0";
+
+fn repository_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Runs `program args`, failing the test with its output when it cannot run or fails.
+fn run(program: &str, args: &[&str]) -> String {
+    let output = Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|error| panic!("cannot run {program}: {error}"));
+    assert!(
+        output.status.success(),
+        "{program} {args:?} failed:\n{}",
+        text(&output)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn docker(args: &[&str]) -> Output {
+    Command::new("docker")
+        .args(args)
+        .output()
+        .expect("the docker CLI (docker.io)")
+}
+
+/// Root commands (debootstrap, reading its root-owned files) through `sudo -n` when not root.
+fn as_root(program: &str) -> Command {
+    let root = run("id", &["-u"]).trim() == "0";
+    if root {
+        Command::new(program)
+    } else {
+        let mut command = Command::new("sudo");
+        command.args(["-n", program]);
+        command
+    }
+}
+
+/// Phase timer: prints `[  12.3 s] what` to stderr and keeps the marks for the summary.
+struct Phases {
+    started: Instant,
+    marks: Vec<(String, f64)>,
+}
+
+impl Phases {
+    fn mark(&mut self, what: &str) {
+        let seconds = self.started.elapsed().as_secs_f64();
+        eprintln!("[{seconds:7.1} s] {what}");
+        self.marks.push((what.to_string(), seconds));
+    }
+}
+
+/// What the test built, removed on drop (also when an assertion fails): the tags it made, then
+/// every image the daemon gained while it ran whose parent chain reaches the base image (the
+/// classic builder's intermediate images, the tampered build's layers).
+struct Built {
+    tags: Vec<String>,
+    images_before: BTreeSet<String>,
+    base_id: String,
+}
+
+impl Drop for Built {
+    fn drop(&mut self) {
+        for tag in &self.tags {
+            let _ = docker(&["rmi", tag]);
+        }
+        let listed = docker(&["images", "-a", "-q", "--no-trunc"]);
+        let now: Vec<String> = String::from_utf8_lossy(&listed.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect();
+        let parent_of = |id: &str| -> String {
+            let output = docker(&["image", "inspect", "--format", "{{.Parent}}", id]);
+            String::from_utf8_lossy(&output.stdout).trim().to_string()
+        };
+        // Children before parents: newest first, as `docker images` lists them.
+        for id in now.iter().filter(|id| !self.images_before.contains(*id)) {
+            let mut cursor = parent_of(id);
+            let mut ours = false;
+            for _ in 0..64 {
+                if cursor.is_empty() {
+                    break;
+                }
+                if cursor == self.base_id {
+                    ours = true;
+                    break;
+                }
+                cursor = parent_of(&cursor);
+            }
+            if ours {
+                let _ = docker(&["rmi", id]);
+            }
+        }
+    }
+}
+
+/// The base image: a minbase debootstrap of bookworm with Debian's own sources (archive, updates,
+/// security, as the debian:12 image has them), imported; made once and kept under its own name.
+fn base_image(phases: &mut Phases) -> String {
+    let inspect = docker(&["image", "inspect", "--format", "{{.Id}}", BASE_IMAGE]);
+    if inspect.status.success() {
+        phases.mark(&format!("base image {BASE_IMAGE} is there"));
+        return String::from_utf8_lossy(&inspect.stdout).trim().to_string();
+    }
+    assert!(
+        Path::new("/usr/sbin/debootstrap").exists(),
+        "/usr/sbin/debootstrap is missing; run .ci/install-deps.sh (debootstrap)"
+    );
+    let folder = tempfile::tempdir().unwrap();
+    let rootfs = folder.path().join("rootfs");
+    let rootfs_text = rootfs.to_str().unwrap();
+    let output = as_root("/usr/sbin/debootstrap")
+        .args([
+            "--variant=minbase",
+            "bookworm",
+            rootfs_text,
+            "http://deb.debian.org/debian",
+        ])
+        .output()
+        .expect("debootstrap");
+    assert!(
+        output.status.success(),
+        "debootstrap failed (it needs root and deb.debian.org):\n{}",
+        text(&output)
+    );
+    let sources = "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm bookworm-updates\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n\nTypes: deb\nURIs: http://deb.debian.org/debian-security\nSuites: bookworm-security\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n";
+    let mut write = as_root("tee")
+        .arg(format!(
+            "{rootfs_text}/etc/apt/sources.list.d/debian.sources"
+        ))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    write
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(sources.as_bytes())
+        .unwrap();
+    assert!(write.wait().unwrap().success());
+    // What a base image does not carry: the .deb files, apt's lists, logs, the old-style list.
+    let cleanup = as_root("sh")
+        .arg("-c")
+        .arg(format!(
+            "rm -rf {0}/etc/apt/sources.list {0}/var/cache/apt/archives/*.deb {0}/var/cache/apt/*.bin {0}/var/lib/apt/lists/* {0}/var/log/* {0}/tmp/*",
+            rootfs_text
+        ))
+        .status()
+        .unwrap();
+    assert!(cleanup.success());
+    let mut tar = as_root("tar")
+        .args(["--numeric-owner", "-C", rootfs_text, "-c", "."])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("tar");
+    let import = Command::new("docker")
+        .args(["import", "--change", "CMD [\"bash\"]", "-", BASE_IMAGE])
+        .stdin(tar.stdout.take().unwrap())
+        .output()
+        .expect("docker import");
+    assert!(tar.wait().unwrap().success(), "tar of the rootfs failed");
+    assert!(import.status.success(), "docker import: {}", text(&import));
+    let _ = as_root("rm").args(["-rf", rootfs_text]).status();
+    phases.mark(&format!(
+        "base image {BASE_IMAGE} made (debootstrap, import)"
+    ));
+    let inspect = docker(&["image", "inspect", "--format", "{{.Id}}", BASE_IMAGE]);
+    String::from_utf8_lossy(&inspect.stdout).trim().to_string()
+}
+
+/// uv: `IMAGEGEN_UV`, the one `.ci/install-deps.sh` puts in `.ci/venv`, or `uv` on PATH.
+fn uv() -> PathBuf {
+    let candidates = [
+        std::env::var_os("IMAGEGEN_UV").map(PathBuf::from),
+        Some(repository_root().join(".ci/venv/bin/uv")),
+        Some(PathBuf::from("uv")),
+    ];
+    for candidate in candidates.into_iter().flatten() {
+        if Command::new(&candidate)
+            .arg("--version")
+            .output()
+            .is_ok_and(|output| output.status.success())
+        {
+            return candidate;
+        }
+    }
+    panic!(
+        "uv is missing: run .ci/install-deps.sh (it installs uv into .ci/venv) or set IMAGEGEN_UV"
+    );
+}
+
+/// Starts building gpu-selftest for CUDA 13 (release, in a target folder of its own, beside the
+/// test's own build), while the base image and the locks are made.
+fn start_selftest_build() -> (Child, PathBuf) {
+    let target = repository_root().join("target/real-build");
+    let child = Command::new(env!("CARGO"))
+        .current_dir(repository_root())
+        .env("CARGO_TARGET_DIR", &target)
+        .args([
+            "build",
+            "--quiet",
+            "--release",
+            "--locked",
+            "-p",
+            "gpu-selftest",
+            "--no-default-features",
+            "--features",
+            "cu13",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("cargo");
+    (child, target.join("release/gpu-selftest"))
+}
+
+fn imagegen(project: &Path, args: &[&str]) -> Output {
+    assert_cmd::Command::cargo_bin("imagegen")
+        .unwrap()
+        .current_dir(project)
+        .env("DOCKER_CONFIG", project.join("docker-config"))
+        .env("CI", "true")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// Runs `script` with the image's Python and returns the JSON it prints last.
+fn python_in(image: &str, script: &str) -> serde_json::Value {
+    let mut child = Command::new("docker")
+        .args([
+            "run",
+            "--rm",
+            "-i",
+            "--network",
+            "none",
+            image,
+            "python",
+            "-",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(script.as_bytes())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        output.status.success(),
+        "python in {image}:\n{}",
+        text(&output)
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    serde_json::from_str(stdout.lines().last().unwrap_or_default())
+        .unwrap_or_else(|error| panic!("{error}: {}", text(&output)))
+}
+
+fn labels_of(image: &str) -> BTreeMap<String, String> {
+    let output = docker(&[
+        "image",
+        "inspect",
+        "--format",
+        "{{json .Config.Labels}}",
+        image,
+    ]);
+    assert!(output.status.success(), "{}", text(&output));
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+/// The checks inside the runtime image, printed as one JSON line.
+const RUNTIME_CHECKS: &str = r#"
+import ctypes, json, subprocess, sys, time
+import torch, torchvision, torchaudio
+report = {
+    "torch": torch.__version__, "torchvision": torchvision.__version__,
+    "torchaudio": torchaudio.__version__, "cuda": torch.version.cuda,
+    "cudnn": torch.backends.cudnn.version(),
+    "nccl": ".".join(str(part) for part in torch.cuda.nccl.version()),
+}
+def f(x, y):
+    return torch.sin(x) * torch.cos(y) + (x @ y).relu().sum(dim=-1, keepdim=True)
+x, y = torch.randn(64, 64), torch.randn(64, 64)
+eager = f(x, y)
+started = time.time()
+compiled = torch.compile(f)(x, y)
+report["compile_seconds"] = round(time.time() - started, 1)
+report["compile_matches_eager"] = bool(torch.allclose(eager, compiled, rtol=1e-4, atol=1e-5))
+cache = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, check=True).stdout
+report["loader_cache"] = sorted({line.split()[0] for line in cache.splitlines()[1:] if "/opt/venv/" in line})
+ctypes.CDLL("libnccl.so")
+freeze = subprocess.run([sys.executable, "-m", "pip", "freeze", "--all"], capture_output=True, text=True, check=True).stdout
+report["pip"] = sorted(line.strip().lower() for line in freeze.splitlines() if "==" in line)
+print(json.dumps(report))
+"#;
+
+/// The checks inside the devel image: the extensions compile (CPU, and CUDA through nvcc with the
+/// wheels' NCCL and cuDNN headers), and `-lcuda` links against the stub without a GPU.
+const DEVEL_CHECKS: &str = r#"
+import json, os, subprocess, tempfile, time
+import torch
+from torch.utils.cpp_extension import CUDA_HOME, load_inline
+report = {"cuda_home": CUDA_HOME, "library_path": os.environ.get("LIBRARY_PATH", "")}
+report["nvcc"] = subprocess.run(["nvcc", "--version"], capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+started = time.time()
+cpu = load_inline(name="imagegen_cpu", cpp_sources=["torch::Tensor add_one(torch::Tensor x) { return x + 1; }"], functions=["add_one"])
+report["cpu_extension"] = cpu.add_one(torch.zeros(3)).tolist()
+report["cpu_seconds"] = round(time.time() - started, 1)
+cuda_source = r'''
+#include <torch/extension.h>
+#include <nccl.h>
+#include <cudnn.h>
+__global__ void scale_kernel(float* x, float s, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] *= s; }
+torch::Tensor scale(torch::Tensor x, double s) {
+  auto y = x.clone(); int n = y.numel();
+  scale_kernel<<<(n + 255) / 256, 256>>>(y.data_ptr<float>(), (float)s, n);
+  return y;
+}
+std::vector<int64_t> header_versions() { return {NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH, CUDNN_MAJOR, CUDNN_MINOR, CUDNN_PATCHLEVEL}; }
+'''
+started = time.time()
+cuda = load_inline(name="imagegen_cuda", cpp_sources=["torch::Tensor scale(torch::Tensor x, double s);\nstd::vector<int64_t> header_versions();"],
+                   cuda_sources=[cuda_source], functions=["scale", "header_versions"],
+                   extra_cuda_cflags=["-gencode=arch=compute_90,code=sm_90"])
+report["cuda_seconds"] = round(time.time() - started, 1)
+report["header_versions"] = cuda.header_versions()
+report["cuda_extension_needs"] = subprocess.run(["readelf", "-d", cuda.__file__], capture_output=True, text=True, check=True).stdout
+folder = tempfile.mkdtemp()
+with open(folder + "/driver.c", "w") as source:
+    source.write("int cuInit(unsigned int flags);\nint main(void) { return cuInit(0); }\n")
+subprocess.run(["gcc", folder + "/driver.c", "-lcuda", "-o", folder + "/driver"], check=True)
+report["driver_program_needs"] = subprocess.run(["readelf", "-d", folder + "/driver"], capture_output=True, text=True, check=True).stdout
+report["libcuda_in_loader_cache"] = "libcuda.so" in subprocess.run(["ldconfig", "-p"], capture_output=True, text=True).stdout
+print(json.dumps(report))
+"#;
+
+/// `9.20.0.48` → `9.20.0`: the part of a version a library reports about itself.
+fn first_three(version: &str) -> String {
+    version.split('.').take(3).collect::<Vec<_>>().join(".")
+}
+
+/// `name==version` with the name normalized as PEP 503 does (pip freeze prints
+/// `typing_extensions`, a lock `typing-extensions`).
+fn normalized(pin: &str) -> String {
+    let (name, version) = pin.split_once("==").unwrap_or((pin, ""));
+    let mut normal = String::new();
+    for character in name.trim().to_lowercase().chars() {
+        let character = if "_.".contains(character) {
+            '-'
+        } else {
+            character
+        };
+        if !(character == '-' && normal.ends_with('-')) {
+            normal.push(character);
+        }
+    }
+    format!("{normal}=={}", version.trim())
+}
+
+/// The packages a lock pins, normalized.
+fn pins(lock: &str) -> BTreeSet<String> {
+    lock.lines()
+        .filter(|line| !line.starts_with([' ', '#']) && line.contains("=="))
+        .map(|line| normalized(line.trim_end_matches(['\\', ' '])))
+        .collect()
+}
+
+#[test]
+fn a_runtime_and_a_devel_image_built_for_real_from_pypi_on_a_debootstrapped_base() {
+    let mut phases = Phases {
+        started: Instant::now(),
+        marks: Vec::new(),
+    };
+    let version = docker(&["version", "--format", "{{.Server.Version}}"]);
+    assert!(
+        version.status.success(),
+        "this test builds a real image and needs a running Docker daemon:\n{}",
+        text(&version)
+    );
+    let uv = uv();
+    let (selftest_build, selftest_binary) = start_selftest_build();
+    let base_id = base_image(&mut phases);
+    let listed = docker(&["images", "-a", "-q", "--no-trunc"]);
+    let mut built = Built {
+        tags: Vec::new(),
+        images_before: String::from_utf8_lossy(&listed.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect(),
+        base_id,
+    };
+
+    // The project: the fixture matrix, pointing at this base, with the host's CA bundle.
+    let project = tempfile::tempdir().unwrap();
+    let dir = project.path();
+    let repository = unique_name("imagegen-test/real");
+    let matrix =
+        std::fs::read_to_string(repository_root().join("tests/fixtures/real-build/matrix.yaml"))
+            .unwrap()
+            .replace("REPOSITORY", &repository)
+            .replace("BASE_IMAGE", BASE_IMAGE);
+    std::fs::write(dir.join("matrix.yaml"), matrix).unwrap();
+    std::fs::copy(HOST_CA_BUNDLE, dir.join("host-ca.pem")).expect(HOST_CA_BUNDLE);
+    std::fs::create_dir_all(dir.join("docker-config")).unwrap();
+    std::fs::write(dir.join("docker-config/config.json"), "{}").unwrap();
+
+    let lock = imagegen(dir, &["lock", "--uv", uv.to_str().unwrap()]);
+    assert_code(&lock, 0);
+    phases.mark("imagegen lock (uv, PyPI): 2 locks");
+    let runtime_name = format!("{TORCH}-cuda13.0-cudnn9-runtime-debian12");
+    let devel_name = format!("{TORCH}-cuda13.0-cudnn9-devel-debian12");
+    let runtime_tag = format!("registry.invalid/{repository}:{runtime_name}");
+    let devel_tag = format!("registry.invalid/{repository}:{devel_name}");
+    built.tags.extend([devel_tag.clone(), runtime_tag.clone()]);
+    let check = imagegen(dir, &["render", "--check"]);
+    assert_code(&check, 0);
+    assert!(
+        text(&check).contains("2 images up to date, 2 locks fresh"),
+        "{}",
+        text(&check)
+    );
+    let images = dir.join("images");
+    let runtime_lock =
+        std::fs::read_to_string(images.join(&runtime_name).join("requirements.lock")).unwrap();
+    let dockerfile =
+        std::fs::read_to_string(images.join(&runtime_name).join("Dockerfile")).unwrap();
+    assert!(
+        dockerfile.contains(&format!("FROM {BASE_IMAGE}\n")),
+        "{dockerfile}"
+    );
+    assert!(
+        runtime_lock.contains("\ntorch==2.13.0 \\\n"),
+        "{runtime_lock}"
+    );
+
+    let selftest_output = selftest_build.wait_with_output().unwrap();
+    assert!(
+        selftest_output.status.success(),
+        "cargo build -p gpu-selftest --features cu13:\n{}",
+        text(&selftest_output)
+    );
+    phases.mark("gpu-selftest (CUDA 13 build) ready");
+    std::fs::create_dir_all(dir.join("selftest")).unwrap();
+    std::fs::copy(&selftest_binary, dir.join("selftest/gpu-selftest-cu13")).unwrap();
+
+    // The build as a user runs it: both images, tested (no GPU here: skipped), recorded.
+    let build = imagegen(dir, &["build", "--selftest-dir", "selftest", "--jobs", "1"]);
+    let build_log = std::fs::read_to_string(
+        dir.join(".imagegen/logs")
+            .join(format!("{runtime_name}.log")),
+    )
+    .unwrap_or_default();
+    assert_code(&build, 0);
+    phases.mark("imagegen build: runtime and devel images");
+    assert!(
+        build_log.contains("http://security.debian.org/debian-security bookworm-security"),
+        "apt reached Debian's security archive through mirrors.debian_security:\n{build_log}"
+    );
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("imagegen-manifest.json")).unwrap())
+            .unwrap();
+    let record = &manifest["images"][&runtime_name];
+    assert_eq!(record["selftest"]["status"], "skipped", "{record:#}");
+    assert!(
+        record["selftest"]["report"]["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("libcuda.so.1"),
+        "{record:#}"
+    );
+
+    // torch, CUDA, cuDNN and NCCL as the labels say; torch.compile; the lock; the loader cache.
+    let labels = labels_of(&runtime_tag);
+    let report = python_in(&runtime_tag, RUNTIME_CHECKS);
+    phases.mark(&format!(
+        "runtime checks (torch.compile on the CPU: {} s)",
+        report["compile_seconds"]
+    ));
+    let torch_version = report["torch"].as_str().unwrap();
+    assert_eq!(
+        torch_version.split('+').next().unwrap(),
+        labels["imagegen.torch"],
+        "{report:#}"
+    );
+    assert_eq!(report["cuda"], labels["imagegen.cuda"].as_str());
+    assert_eq!(labels["imagegen.cuda"], "13.0");
+    let cudnn = report["cudnn"].as_u64().unwrap();
+    assert_eq!(
+        format!("{}.{}.{}", cudnn / 10000, cudnn % 10000 / 100, cudnn % 100),
+        first_three(&labels["imagegen.cudnn"]),
+        "{report:#}"
+    );
+    assert_eq!(report["nccl"], labels["imagegen.nccl"].as_str());
+    assert_eq!(
+        report["torchvision"],
+        labels["imagegen.torchvision"].as_str()
+    );
+    assert_eq!(report["torchaudio"], labels["imagegen.torchaudio"].as_str());
+    assert_eq!(report["compile_matches_eager"], true, "{report:#}");
+    let cache: BTreeSet<&str> = report["loader_cache"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|entry| entry.as_str())
+        .collect();
+    for library in [
+        "libcudart.so.13",
+        "libcublas.so.13",
+        "libcudnn.so.9",
+        "libnccl.so.2",
+        "libnvJitLink.so.13",
+    ] {
+        assert!(
+            cache.contains(library),
+            "{library} not in the loader cache: {cache:?}"
+        );
+    }
+    let installed: BTreeSet<String> = report["pip"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|entry| normalized(entry.as_str().unwrap()))
+        .collect();
+    let locked = pins(&runtime_lock);
+    assert!(locked.len() > 25, "{locked:?}");
+    let missing: Vec<&String> = locked.difference(&installed).collect();
+    assert!(
+        missing.is_empty(),
+        "installed differs from the lock: {missing:?}"
+    );
+    let extra: Vec<&String> = installed
+        .difference(&locked)
+        .filter(|pin| !pin.starts_with("pip=="))
+        .collect();
+    assert!(extra.is_empty(), "installed beyond the lock: {extra:?}");
+
+    // gpu-selftest, the CUDA 13 build, in the image: exit 2 with its "no driver" report.
+    let selftest = docker(&[
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        &runtime_tag,
+        "gpu-selftest",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(selftest.status.code(), Some(2), "{}", text(&selftest));
+    let selftest_report: serde_json::Value = serde_json::from_slice(&selftest.stdout).unwrap();
+    assert_eq!(selftest_report["overall"], "error");
+    assert_eq!(selftest_report["cuda_build_major"], "13");
+    assert!(selftest_report["checks"].as_array().unwrap().is_empty());
+    assert!(
+        selftest_report["error"]
+            .as_str()
+            .unwrap()
+            .contains("cannot load libcuda.so.1 (the NVIDIA driver library)"),
+        "{selftest_report:#}"
+    );
+
+    // The devel image: nvcc from PyPI, extensions compile, -lcuda links against the stub.
+    let devel_labels = labels_of(&devel_tag);
+    let devel = python_in(&devel_tag, DEVEL_CHECKS);
+    phases.mark(&format!(
+        "devel checks (CPU extension {} s, CUDA extension {} s)",
+        devel["cpu_seconds"], devel["cuda_seconds"]
+    ));
+    assert_eq!(devel["cuda_home"], "/usr/local/cuda");
+    assert!(
+        devel["nvcc"].as_str().unwrap().contains("cuda_13.0"),
+        "{devel:#}"
+    );
+    assert_eq!(devel["cpu_extension"], serde_json::json!([1.0, 1.0, 1.0]));
+    let header_versions: Vec<String> = devel["header_versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|part| part.to_string())
+        .collect();
+    assert_eq!(
+        header_versions[..3].join("."),
+        devel_labels["imagegen.nccl"]
+    );
+    assert_eq!(
+        header_versions[3..].join("."),
+        first_three(&devel_labels["imagegen.cudnn"])
+    );
+    assert!(
+        devel["driver_program_needs"]
+            .as_str()
+            .unwrap()
+            .contains("Shared library: [libcuda.so.1]"),
+        "{devel:#}"
+    );
+    assert!(
+        devel["library_path"]
+            .as_str()
+            .unwrap()
+            .starts_with("/usr/local/cuda/lib64/stubs:"),
+        "{devel:#}"
+    );
+    assert_eq!(
+        devel["libcuda_in_loader_cache"], false,
+        "the stub is for linking only, never for the loader"
+    );
+
+    // The layers, for BENCHMARKS.md.
+    let history = docker(&[
+        "history",
+        "--no-trunc",
+        "--human=false",
+        "--format",
+        "{{.Size}}\t{{.CreatedBy}}",
+        &runtime_tag,
+    ]);
+    let size = docker(&["image", "inspect", "--format", "{{.Size}}", &runtime_tag]);
+    eprintln!(
+        "runtime image {runtime_tag}: {} bytes; layers, newest first:",
+        String::from_utf8_lossy(&size.stdout).trim()
+    );
+    for line in String::from_utf8_lossy(&history.stdout).lines() {
+        let (bytes, created_by) = line.split_once('\t').unwrap_or((line, ""));
+        let bytes: u64 = bytes.parse().unwrap_or(0);
+        if bytes > 0 {
+            let created_by: String = created_by.chars().take(100).collect();
+            eprintln!("  {:>10.1} MB  {created_by}", bytes as f64 / 1e6);
+        }
+    }
+
+    // A lock whose hashes do not match what the index serves: pip refuses to install it.
+    let lock_path = images.join(&runtime_name).join("requirements.lock");
+    let first_package = runtime_lock
+        .lines()
+        .find(|line| !line.starts_with([' ', '#']) && line.contains("=="))
+        .unwrap()
+        .split("==")
+        .next()
+        .unwrap()
+        .to_string();
+    let mut tampered = String::new();
+    let mut in_first = false;
+    for line in runtime_lock.lines() {
+        if !line.starts_with([' ', '#']) {
+            in_first = line.starts_with(&format!("{first_package}=="));
+        }
+        if in_first && line.trim_start().starts_with("--hash=sha256:") {
+            let digest: String = line.trim_start()["--hash=sha256:".len()..]
+                .chars()
+                .take(64)
+                .collect();
+            // Another hash of the same length: every file of the package now "differs".
+            let changed: String = digest
+                .chars()
+                .map(|c| if c == '0' { '1' } else { '0' })
+                .collect();
+            tampered.push_str(&line.replace(&digest, &changed));
+        } else {
+            tampered.push_str(line);
+        }
+        tampered.push('\n');
+    }
+    assert_ne!(tampered, runtime_lock);
+    std::fs::write(&lock_path, &tampered).unwrap();
+    assert_code(&imagegen(dir, &["render"]), 0);
+    let refused = imagegen(
+        dir,
+        &[
+            "build",
+            "--selftest-dir",
+            "selftest",
+            "--only",
+            &runtime_name,
+            "--no-test",
+        ],
+    );
+    assert_code(&refused, 1);
+    let refused_log = std::fs::read_to_string(
+        dir.join(".imagegen/logs")
+            .join(format!("{runtime_name}.log")),
+    )
+    .unwrap_or_default();
+    assert!(
+        refused_log.contains("DO NOT MATCH THE HASHES"),
+        "a tampered lock must fail the build on its hashes:\n{}\n{refused_log}",
+        text(&refused)
+    );
+    assert!(refused_log.contains(&first_package), "{refused_log}");
+    phases.mark("tampered lock refused by pip");
+
+    eprintln!("phases:");
+    for (what, seconds) in &phases.marks {
+        eprintln!("  {seconds:7.1} s  {what}");
+    }
+    drop(built);
+}
