@@ -377,6 +377,33 @@ fn render_is_deterministic_and_check_finds_drift() {
 }
 
 #[test]
+fn lock_without_uv_is_one_error_with_a_hint() {
+    let dir = workspace("basic.yaml");
+    imagegen()
+        .current_dir(dir.path())
+        .env("PATH", "/nonexistent")
+        .env_remove("IMAGEGEN_UV")
+        .arg("lock")
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("error: cannot run uv (uv):").and(
+            predicate::str::contains("hint: `imagegen lock` resolves the locks with uv"),
+        ));
+    assert!(!dir.path().join("images").exists(), "nothing is written");
+    // A matrix whose templates install without a lock has nothing to lock.
+    let text = std::fs::read_to_string(dir.path().join("matrix.yaml")).unwrap();
+    write_matrix(dir.path(), &format!("{text}lock: false\n"));
+    imagegen()
+        .current_dir(dir.path())
+        .args(["render", "--check"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "`lock: false`, but the embedded runtime or devel template installs from images/<name>/requirements.lock",
+        ));
+}
+
+#[test]
 fn bad_matrix_input_is_one_precise_error_and_writes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let base = std::fs::read_to_string(fixture("basic.yaml")).unwrap();
