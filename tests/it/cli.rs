@@ -404,6 +404,33 @@ fn lock_without_uv_is_one_error_with_a_hint() {
 }
 
 #[test]
+fn build_refuses_images_whose_lock_is_missing() {
+    let dir = workspace("basic.yaml");
+    imagegen()
+        .current_dir(dir.path())
+        .arg("render")
+        .assert()
+        .success();
+    imagegen()
+        .current_dir(dir.path())
+        .args([
+            "build",
+            "--dry-run",
+            "--only",
+            "2.8.0-cuda12.8-cudnn9-runtime-ubuntu24.04",
+        ])
+        .assert()
+        .code(2)
+        .stderr(
+            predicate::str::contains("1 lock(s) of the images to build do not match")
+                .and(predicate::str::contains(
+                    "images/2.8.0-cuda12.8-cudnn9-runtime-ubuntu24.04/requirements.lock is missing",
+                ))
+                .and(predicate::str::contains("hint: run `imagegen lock`")),
+        );
+}
+
+#[test]
 fn bad_matrix_input_is_one_precise_error_and_writes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let base = std::fs::read_to_string(fixture("basic.yaml")).unwrap();
