@@ -6,6 +6,7 @@ use crate::model::knowledge::{
     wheel_suffix, CudaRelease, Knowledge, OsRelease, TorchCuda, TorchRelease, TorchSeries,
 };
 use crate::model::matrix::Matrix;
+use crate::model::selftest_binary::{binary_for, OLDEST_CUDA};
 use crate::model::version::{DottedVersion, TorchVersion};
 use crate::resolve::image::{Cell, Resolved};
 
@@ -35,6 +36,7 @@ pub(super) fn check_cell(
         &mut unverified,
     )?;
     platform_available(cell, release, variant, cuda_release, knowledge)?;
+    selftest_build(cell, release, cuda_release)?;
     let os = os_release(cell, knowledge)?;
     base_image_for_os(cell, series, cuda_release, knowledge, base_override)?;
     glibc_floor(cell, series, release, variant, os)?;
@@ -254,6 +256,24 @@ fn platform_available(
         ));
     }
     Ok(())
+}
+
+/// A gpu-selftest build serves the image's CUDA and architecture (the rule the self-test itself
+/// uses): an image nothing can test could never move an alias.
+fn selftest_build(
+    cell: &Cell,
+    release: &TorchRelease,
+    cuda_release: &CudaRelease,
+) -> Result<(), String> {
+    let arch = cell.platform.rsplit('/').next().unwrap_or(&cell.platform);
+    binary_for(&cuda_release.version, arch)
+        .map(|_| ())
+        .map_err(|why| {
+            format!(
+                "torch {} CUDA {} cannot be self-tested: {why}; use CUDA {}.{} or later",
+                release.torch, cuda_release.version, OLDEST_CUDA.0, OLDEST_CUDA.1
+            )
+        })
 }
 
 /// The OS release the cell names.

@@ -7,6 +7,7 @@ use crate::model::axes::Platform;
 use crate::model::digest::Digest;
 use crate::model::knowledge::{wheel_suffix, Knowledge};
 use crate::model::matrix::Matrix;
+use crate::model::selftest_binary::binary_for;
 use crate::model::version::{DottedVersion, TorchVersion};
 use crate::resolve::driver::require_cuda;
 use crate::resolve::fingerprint::fingerprint;
@@ -93,11 +94,8 @@ pub(super) fn build_spec(
         require_cuda: require_cuda(&found.variant.cuda, &found.cuda_release, knowledge),
         archs: found.variant.archs_for(&found.platform),
         wheel_index,
-        selftest: if arch == "amd64" {
-            format!("gpu-selftest-cu{major}")
-        } else {
-            format!("gpu-selftest-cu{major}-{arch}")
-        },
+        selftest: binary_for(&found.cuda_release.version, &arch)
+            .expect("rules::selftest_build checked the cell"),
         unverified: found.unverified.clone(),
         // Replaced below, once the inputs it covers are known.
         fingerprint: Digest::of(b""),

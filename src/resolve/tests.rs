@@ -426,3 +426,19 @@ fn impossible_platform_cells_say_why() {
     );
     assert!(single.images[0].index.is_none());
 }
+
+#[test]
+fn cells_no_self_test_serves_are_rejected_by_the_shared_rule() {
+    let reason = one_reason(&run(
+        "torch: [\"2.0\"]\ncuda: [\"11.7\"]\nos: [ubuntu22.04]\nvariants: [runtime]\n",
+    ));
+    assert!(
+        reason.starts_with(
+            "torch 2.0.1 CUDA 11.7.1 cannot be self-tested: CUDA 11.7.1 is older than 11.8"
+        ),
+        "{reason}"
+    );
+    assert!(reason.ends_with("use CUDA 11.8 or later"), "{reason}");
+    let ok = run("torch: [\"2.0\"]\ncuda: [\"11.8\"]\nos: [ubuntu22.04]\nvariants: [runtime]\n");
+    assert_eq!(ok.images[0].selftest, "gpu-selftest-cu11");
+}
