@@ -166,6 +166,10 @@ pub struct BuildArgs {
     /// Fail every image whose self-test could not run on GPUs (no GPU on this host).
     #[arg(long)]
     pub require_gpu: bool,
+    /// A gpu-selftest baseline saved on a node known to be good (`gpu-selftest --save-baseline
+    /// FILE`): each image's self-test also fails below its stated share of these figures.
+    #[arg(long, env = "IMAGEGEN_SELFTEST_BASELINE", value_name = "FILE")]
+    pub selftest_baseline: Option<PathBuf>,
     /// Move aliases of images whose self-test was skipped for lack of GPUs (never of failed ones).
     #[arg(long)]
     pub move_untested_aliases: bool,

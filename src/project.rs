@@ -89,6 +89,24 @@ pub fn load_manifest(path: &Path) -> Result<Manifest> {
     Manifest::from_json(&text, &path.display().to_string())
 }
 
+/// The largest gpu-selftest baseline read: a real one is a few kilobytes.
+const BASELINE_MAX_BYTES: u64 = 1 << 20;
+
+/// Reads a gpu-selftest baseline file (`build --selftest-baseline`), at most 1 MiB.
+pub fn read_selftest_baseline(path: &Path) -> Result<String> {
+    let size = std::fs::metadata(path)
+        .with_context(|| format!("cannot read the self-test baseline {}", path.display()))?
+        .len();
+    if size > BASELINE_MAX_BYTES {
+        anyhow::bail!(
+            "the self-test baseline {} is {size} bytes, more than {BASELINE_MAX_BYTES}: it is not a gpu-selftest baseline",
+            path.display()
+        );
+    }
+    std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read the self-test baseline {}", path.display()))
+}
+
 /// Writes the manifest atomically: temporary file, fsync, rename.
 pub fn save_manifest(path: &Path, manifest: &Manifest) -> Result<()> {
     write_atomically(path, manifest.to_json().as_bytes())

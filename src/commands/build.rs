@@ -17,12 +17,14 @@ use crate::commands::signals::{interrupted, Signal};
 use crate::commands::stages::render_project;
 use crate::docker::{Engine, RetryPolicy};
 use crate::history::manifest::{now_rfc3339, Manifest};
+use crate::model::digest::Digest;
 use crate::pipeline::docker_builder::{Contexts, EngineBuilder, EngineBuilderSettings};
 use crate::pipeline::executor::{execute, ExecOptions, ImageResult};
 use crate::pipeline::plan::{plan, select_for_build, Plan, Shard};
 use crate::pipeline::progress::Progress;
 use crate::pipeline::record::record;
-use crate::project::{self, load_manifest, save_manifest, Project};
+use crate::pipeline::selftest::check_baseline;
+use crate::project::{self, load_manifest, read_selftest_baseline, save_manifest, Project};
 
 pub fn run(project: &Project, args: &BuildArgs) -> Result<Outcome> {
     let shard = args
@@ -47,9 +49,28 @@ pub fn run(project: &Project, args: &BuildArgs) -> Result<Outcome> {
         shard,
         args.platform.as_deref(),
     )?;
+    let baseline = match &args.selftest_baseline {
+        Some(path) => {
+            let text = read_selftest_baseline(path)?;
+            check_baseline(&text).map_err(|why| {
+                anyhow::anyhow!(
+                    "--selftest-baseline {}: {why}\nhint: save one with `gpu-selftest --save-baseline FILE` on a node known to be good",
+                    path.display()
+                )
+            })?;
+            Some(text)
+        }
+        None => None,
+    };
+    let baseline_digest = baseline.as_deref().map(|text| Digest::of(text.as_bytes()));
     let contexts = Contexts::assemble(&selected, &args.images, &args.selftest_dir)?;
     let manifest = load_manifest(&args.manifest)?;
-    let plan = plan(&selected, &contexts.digests(), &manifest);
+    let plan = plan(
+        &selected,
+        &contexts.digests(),
+        &manifest,
+        baseline_digest.as_ref(),
+    );
     if args.dry_run {
         print!("{}", plan_table(&plan, &manifest));
         return Ok(Outcome::Success);
@@ -59,7 +80,9 @@ pub fn run(project: &Project, args: &BuildArgs) -> Result<Outcome> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(execute_plan(project, args, plan, contexts, manifest))
+    runtime.block_on(execute_plan(
+        project, args, plan, contexts, manifest, baseline,
+    ))
 }
 
 async fn execute_plan(
@@ -68,6 +91,7 @@ async fn execute_plan(
     plan: Plan,
     contexts: Contexts,
     manifest: Manifest,
+    selftest_baseline: Option<String>,
 ) -> Result<Outcome> {
     let retry = RetryPolicy {
         attempts: settings.push_attempts.max(1),
@@ -96,6 +120,7 @@ async fn execute_plan(
             build_labels,
             check_registry: settings.push,
             registry_retry: retry,
+            selftest_baseline,
             ..Default::default()
         },
     ));

@@ -192,6 +192,7 @@ mod tests {
                 summary: "s".into(),
                 report: None,
                 at: "t".into(),
+                baseline: None,
             });
             record
         };

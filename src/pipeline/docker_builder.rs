@@ -93,6 +93,8 @@ pub struct EngineBuilderSettings {
     pub selftest_shm_bytes: i64,
     /// Retries of registry lookups (pushes use the engine's own policy).
     pub registry_retry: RetryPolicy,
+    /// A gpu-selftest baseline (its JSON), handed to every self-test as `GPU_SELFTEST_BASELINE`.
+    pub selftest_baseline: Option<String>,
 }
 
 impl Default for EngineBuilderSettings {
@@ -102,6 +104,7 @@ impl Default for EngineBuilderSettings {
             check_registry: false,
             selftest_shm_bytes: SELFTEST_SHM_BYTES,
             registry_retry: RetryPolicy::default(),
+            selftest_baseline: None,
         }
     }
 }
@@ -270,6 +273,14 @@ impl Builder for EngineBuilder {
             shm_size_bytes: Some(self.settings.selftest_shm_bytes),
             timeout: Some(SELFTEST_TIMEOUT),
             labels: [("imagegen.selftest".to_string(), name.clone())].into(),
+            // gpu-selftest reads a baseline from this variable, the JSON itself when it starts
+            // with `{`: no file has to be mounted into the container.
+            env: self
+                .settings
+                .selftest_baseline
+                .iter()
+                .map(|baseline| ("GPU_SELFTEST_BASELINE".to_string(), baseline.clone()))
+                .collect(),
             ..Default::default()
         };
         let output = match self.engine.run(request).await {

@@ -106,6 +106,7 @@ fn test_plan() -> Plan {
         &select(&specs, None, None),
         &BTreeMap::new(),
         &crate::history::manifest::Manifest::new(),
+        None,
     )
 }
 
