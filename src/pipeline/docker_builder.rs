@@ -281,7 +281,6 @@ impl Builder for EngineBuilder {
                 .iter()
                 .map(|baseline| ("GPU_SELFTEST_BASELINE".to_string(), baseline.clone()))
                 .collect(),
-            ..Default::default()
         };
         let output = match self.engine.run(request).await {
             Ok(output) => output,
