@@ -218,6 +218,20 @@ pub fn run(cli: Cli) -> Result<Outcome> {
         Command::Manifest {
             action: crate::cli::ManifestAction::Merge { inputs, out },
         } => crate::fanout_commands::manifest_merge(&inputs, out.as_deref()),
+        Command::Knowledge {
+            action:
+                crate::cli::KnowledgeAction::Derive {
+                    package: crate::cli::DerivePackage::Torch,
+                    version,
+                    index,
+                    check,
+                },
+        } => crate::knowledge_command::derive_torch(
+            &version,
+            &index,
+            check,
+            cli.knowledge.as_deref(),
+        ),
     }
 }
 

@@ -207,6 +207,33 @@ pub enum Command {
         #[command(subcommand)]
         action: ManifestAction,
     },
+    /// Work with the compatibility knowledge.
+    Knowledge {
+        #[command(subcommand)]
+        action: KnowledgeAction,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KnowledgeAction {
+    /// Print the knowledge entry of a release as its wheels' own metadata gives it (Python and manylinux tags, platforms, the CUDA runtime, cuDNN and NCCL pins), read from a PyPI-style index.
+    Derive {
+        /// The package (only torch so far).
+        package: DerivePackage,
+        /// The release, e.g. 2.13.0.
+        version: String,
+        /// The simple index to read (PEP 691 JSON or PEP 503 HTML, with PEP 658 .metadata files).
+        #[arg(long, default_value = crate::knowledge_command::DEFAULT_INDEX)]
+        index: String,
+        /// Compare with the knowledge in use; exit 1 when they differ.
+        #[arg(long)]
+        check: bool,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DerivePackage {
+    Torch,
 }
 
 #[derive(Debug, Subcommand)]

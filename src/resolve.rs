@@ -11,7 +11,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
-use crate::compat::{wheel_suffix, CudaRelease, Knowledge, TorchCuda, TorchRelease, TorchSeries};
+use crate::compat::{
+    wheel_suffix, CudaRelease, Knowledge, TorchCuda, TorchRelease, PLATFORM_AMD64,
+};
 use crate::fingerprint::fingerprint;
 use crate::matrix::{CellRule, Matrix, Variant};
 use crate::tags::{self, TagFields};
@@ -36,7 +38,7 @@ pub struct ImageSpec {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub index: Option<String>,
     pub torch: String,
-    /// Pip requirement version for torchvision: exact, or `0.28.*` where only the series is known.
+    /// The exact torchvision release that pins this torch.
     pub torchvision: String,
     pub torchaudio: Option<String>,
     /// CUDA of the torch wheel, major.minor.
@@ -66,7 +68,8 @@ pub struct ImageSpec {
     pub wheel_index: String,
     /// Which gpu-selftest build the image carries (one per CUDA major).
     pub selftest: String,
-    /// Knowledge entries used that are marked unverified (allowed by `allow_unverified`).
+    /// Knowledge used that no primary source confirms: entries marked unverified (allowed by
+    /// `allow_unverified`) and single unconfirmed fields (such as an arch list).
     pub unverified: Vec<String>,
     /// sha256 over everything that determines the image's content.
     pub fingerprint: String,
@@ -269,7 +272,6 @@ pub fn resolve(matrix: &Matrix, knowledge: &Knowledge, options: &ResolveOptions)
 /// What a cell resolved to in the knowledge.
 #[derive(Debug, Clone)]
 struct Resolved {
-    series: TorchSeries,
     release: TorchRelease,
     variant: TorchCuda,
     cuda_release: CudaRelease,
@@ -525,6 +527,13 @@ fn check_cell(cell: &Cell, matrix: &Matrix, knowledge: &Knowledge) -> Result<Res
             known.join(", ")
         )
     })?;
+    if cuda_release.driver_min.is_none() {
+        return Err(format!(
+            "CUDA {} has no toolkit driver minimum in NVIDIA's release notes (Table 3 has no row for it), so imagegen cannot say which drivers run it; use another {} release",
+            cuda_release.version,
+            wanted_cuda.major_minor()
+        ));
+    }
     if !cuda_release.verified {
         let note = cuda_release.note.clone().unwrap_or_default();
         if !matrix.allow_unverified {
@@ -575,12 +584,24 @@ fn check_cell(cell: &Cell, matrix: &Matrix, knowledge: &Knowledge) -> Result<Res
             if with_platform.is_empty() { "none".to_string() } else { with_platform.join(", ") }
         ));
     }
-    if !cuda_release.platforms.contains(&cell.platform) {
+    if !cuda_release.platforms.contains_key(&cell.platform) {
         return Err(format!(
             "nvidia/cuda {} has no {} images (it has {})",
             cuda_release.version,
             cell.platform,
-            cuda_release.platforms.join(", ")
+            cuda_release.platforms().join(", ")
+        ));
+    }
+    let (unconfirmed, note) = variant.unconfirmed_for(&cell.platform);
+    if !unconfirmed.is_empty() {
+        let fields: Vec<&str> = unconfirmed.iter().map(|f| f.name()).collect();
+        unverified.push(format!(
+            "torch {} {} {} {}: {}",
+            release.torch,
+            wheel_suffix(&variant.cuda),
+            cell.platform,
+            fields.join(", "),
+            note.unwrap_or("not confirmed by a primary source")
         ));
     }
     let os = knowledge.os(&cell.os).ok_or_else(|| {
@@ -593,7 +614,7 @@ fn check_cell(cell: &Cell, matrix: &Matrix, knowledge: &Knowledge) -> Result<Res
     })?;
     let ubuntu = cell.os.trim_start_matches("ubuntu");
     if !cuda_release.ubuntu.iter().any(|u| u == ubuntu) && matrix.base_images.runtime.is_none() {
-        let others: Vec<String> = knowledge
+        let mut others: Vec<String> = knowledge
             .cuda
             .iter()
             .filter(|c| {
@@ -610,6 +631,8 @@ fn check_cell(cell: &Cell, matrix: &Matrix, knowledge: &Knowledge) -> Result<Res
                     .unwrap_or_default()
             })
             .collect();
+        // Several patch releases of a line can have images: name the line once.
+        others.dedup();
         let hint = if others.is_empty() {
             String::new()
         } else {
@@ -713,7 +736,6 @@ fn check_cell(cell: &Cell, matrix: &Matrix, knowledge: &Knowledge) -> Result<Res
         }
     }
     Ok(Resolved {
-        series: series.clone(),
         release: release.clone(),
         variant: variant.clone(),
         cuda_release: cuda_release.clone(),
@@ -730,15 +752,16 @@ fn check_cell(cell: &Cell, matrix: &Matrix, knowledge: &Knowledge) -> Result<Res
 pub fn require_cuda(
     cuda_major_minor: &str,
     release: &CudaRelease,
+    platform: &str,
     knowledge: &Knowledge,
 ) -> String {
     let mut value = format!("cuda>={cuda_major_minor}");
     if let Some(brands) = release
         .brands
         .as_ref()
-        .and_then(|name| knowledge.brands.get(name))
+        .and_then(|name| knowledge.brand_names(name))
     {
-        for branch in &release.forward_compat_branches {
+        for branch in release.forward_compat_branches(platform) {
             for brand in brands {
                 value.push_str(&format!(
                     " brand={brand},driver>={branch},driver<{}",
@@ -759,6 +782,11 @@ fn build_spec(
     let cuda_version = DottedVersion::parse_kind(&found.cuda_release.version, "CUDA", 3)
         .expect("checked knowledge");
     let major = cuda_version.part(0);
+    let driver_min = found
+        .cuda_release
+        .driver_min
+        .clone()
+        .expect("check_cell refuses releases without a driver minimum");
     let tag_fields = tag_fields(found);
     let full_tag = tags::full_tag(&matrix.tags.full, &tag_fields);
     let arch = found
@@ -797,11 +825,6 @@ fn build_spec(
         torch_index_base.trim_end_matches('/'),
         wheel_suffix(&found.variant.cuda)
     );
-    let torchvision = if found.release.torchvision.split('.').count() == 2 {
-        format!("{}.*", found.release.torchvision)
-    } else {
-        found.release.torchvision.clone()
-    };
     let mut spec = ImageSpec {
         name: tag.clone(),
         repository,
@@ -811,7 +834,7 @@ fn build_spec(
         platform: found.platform.clone(),
         index,
         torch: found.release.torch.clone(),
-        torchvision,
+        torchvision: found.release.torchvision.clone(),
         torchaudio: found.release.torchaudio.clone(),
         cuda: found.variant.cuda.clone(),
         cuda_full: found.cuda_release.version.clone(),
@@ -821,13 +844,21 @@ fn build_spec(
         os: found.os.clone(),
         base_image,
         parent: None,
-        driver_min: found.cuda_release.driver_min.clone(),
+        driver_min: driver_min.clone(),
         driver_min_compat: knowledge
             .family(major)
             .map(|f| f.driver_min.clone())
-            .unwrap_or_else(|| found.cuda_release.driver_min.clone()),
-        forward_compat_branches: found.cuda_release.forward_compat_branches.clone(),
-        require_cuda: require_cuda(&found.variant.cuda, &found.cuda_release, knowledge),
+            .unwrap_or(driver_min),
+        forward_compat_branches: found
+            .cuda_release
+            .forward_compat_branches(&found.platform)
+            .to_vec(),
+        require_cuda: require_cuda(
+            &found.variant.cuda,
+            &found.cuda_release,
+            &found.platform,
+            knowledge,
+        ),
         archs: found.variant.archs_for(&found.platform),
         wheel_index,
         selftest: if arch == "amd64" {
@@ -855,7 +886,9 @@ fn tag_fields(found: &Resolved) -> TagFields {
         python: found.python.clone(),
         variant: found.variant_kind,
         os: found.os.clone(),
-        is_default_cuda: found.series.default_cuda == found.variant.cuda,
+        // The default CUDA of a release is the one plain PyPI serves (`pip install torch==X`).
+        is_default_cuda: found.release.pypi_cuda(PLATFORM_AMD64)
+            == Some(found.variant.cuda.as_str()),
     }
 }
 
