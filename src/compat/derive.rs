@@ -641,13 +641,16 @@ pub fn cuda_pins(
     Ok(wheel)
 }
 
+/// The Linux wheels of a release per platform (`linux/amd64`, `linux/arm64`), with their files.
+pub type LinuxWheels = BTreeMap<&'static str, Vec<(WheelName, IndexFile)>>;
+
 /// The Linux wheels of `version` on an index page, per platform; of wheels that differ only in
 /// their build tag, the highest (what pip installs). Yanked files are left out.
 pub fn linux_wheels(
     files: &[IndexFile],
     project: &str,
     version: &str,
-) -> Result<BTreeMap<&'static str, Vec<(WheelName, IndexFile)>>, DeriveError> {
+) -> Result<LinuxWheels, DeriveError> {
     let mut best: BTreeMap<(&'static str, String), (WheelName, IndexFile)> = BTreeMap::new();
     for file in files
         .iter()
@@ -677,7 +680,7 @@ pub fn linux_wheels(
             best.insert(key, (name, file.clone()));
         }
     }
-    let mut grouped: BTreeMap<&'static str, Vec<(WheelName, IndexFile)>> = BTreeMap::new();
+    let mut grouped = LinuxWheels::new();
     for ((platform, _), wheel) in best {
         grouped.entry(platform).or_default().push(wheel);
     }
@@ -720,7 +723,7 @@ pub fn derive_release(
     project: &str,
     version: &str,
     page_url: &str,
-    wheels: &BTreeMap<&'static str, Vec<(WheelName, IndexFile)>>,
+    wheels: &LinuxWheels,
     metadata: &BTreeMap<String, String>,
 ) -> Result<DerivedRelease, DeriveError> {
     if wheels.is_empty() {

@@ -431,3 +431,113 @@ fn impossible_platform_cells_say_why() {
     );
     assert!(single.images[0].index.is_none());
 }
+
+#[test]
+fn arm64_cells_of_torch_2_7_to_2_11_resolve() {
+    let resolution = run("torch: [\"2.7\", \"2.8\", \"2.9\", \"2.10\", \"2.11\"]\ncuda: [\"12.6\", \"12.8\", \"12.9\", \"13.0\"]\nos: [ubuntu24.04]\nvariants: [runtime]\nplatforms: [linux/arm64]\n");
+    let made: Vec<String> = resolution
+        .images
+        .iter()
+        .map(|i| format!("{}+{}", i.torch, crate::compat::wheel_suffix(&i.cuda)))
+        .collect();
+    assert_eq!(
+        made,
+        [
+            "2.7.1+cu128",
+            "2.8.0+cu129",
+            "2.9.1+cu126",
+            "2.9.1+cu128",
+            "2.9.1+cu130",
+            "2.10.0+cu126",
+            "2.10.0+cu128",
+            "2.10.0+cu130",
+            "2.11.0+cu126",
+            "2.11.0+cu128",
+            "2.11.0+cu130"
+        ]
+    );
+    let confirmed = resolution.images.last().unwrap();
+    assert_eq!(confirmed.archs, ["8.0", "9.0", "10.0", "11.0", "12.0"]);
+    assert!(
+        confirmed.unverified.is_empty(),
+        "{:?}",
+        confirmed.unverified
+    );
+    let unconfirmed = &resolution.images[0];
+    assert!(unconfirmed.archs.is_empty());
+    assert!(
+        unconfirmed.unverified[0].starts_with(
+            "torch 2.7.1 cu128 linux/arm64 GPU arch list: published (release channel 12.8-aarch64)"
+        ),
+        "{:?}",
+        unconfirmed.unverified
+    );
+    assert!(resolution
+        .rejected
+        .iter()
+        .any(|r| r.torch == "2.7" && r.cuda == "12.6"));
+}
+
+#[test]
+fn latest_follows_the_cuda_variant_pypi_serves() {
+    // PyPI's torch 2.1-2.4 wheels are cu121, not the 11.8 RELEASE.md calls stable.
+    let resolution = run(
+        "torch: [\"2.3\"]\ncuda: [\"11.8\", \"12.1\"]\nos: [ubuntu22.04]\nvariants: [runtime]\n",
+    );
+    let latest: Vec<&str> = resolution
+        .images
+        .iter()
+        .filter(|i| i.aliases.contains(&"latest".to_string()))
+        .map(|i| i.cuda.as_str())
+        .collect();
+    assert_eq!(latest, ["12.1"]);
+}
+
+#[test]
+fn forward_compat_is_per_platform() {
+    let forward = ResolveOptions {
+        driver: Some(DriverVersion::parse("535.104.05").unwrap()),
+        forward_compat: true,
+        ..Default::default()
+    };
+    let resolution = run_with(
+        "torch: [\"2.8\"]\ncuda: [\"12.9\"]\nos: [ubuntu24.04]\nvariants: [runtime]\nplatforms: [linux/arm64]\n",
+        forward,
+    );
+    assert_eq!(resolution.images.len(), 1, "{:?}", resolution.rejected);
+    assert_eq!(
+        resolution.images[0].forward_compat_branches,
+        [535, 550, 560, 565, 570],
+        "12.9.1's arm64 stage whitelists the same branches as amd64"
+    );
+}
+
+#[test]
+fn a_cuda_release_without_a_driver_minimum_is_refused() {
+    let text = crate::compat::EMBEDDED.replace(
+        "{cuda: \"12.4\", cudnn: \"9.1.0.70\", archs: [\"5.0\", \"6.0\", \"7.0\", \"7.5\", \"8.0\", \"8.6\", \"9.0\"], source: [ti-golive-2.4, rel-md, builder-2.4]}",
+        "{cuda: \"12.3\", cudnn: \"9.1.0.70\", archs: [\"5.0\", \"6.0\", \"7.0\", \"7.5\", \"8.0\", \"8.6\", \"9.0\"], source: [ti-golive-2.4, rel-md, builder-2.4]}",
+    );
+    assert_ne!(text, crate::compat::EMBEDDED);
+    let knowledge = Knowledge::parse(&text, "k.yaml").unwrap();
+    let resolution = resolve(
+        &matrix("torch: [\"2.4\"]\ncuda: [\"12.3\"]\nos: [ubuntu22.04]\nvariants: [runtime]\n"),
+        &knowledge,
+        &ResolveOptions::default(),
+    );
+    assert_eq!(
+        one_reason(&resolution),
+        "CUDA 12.3.2 has no toolkit driver minimum in NVIDIA's release notes (Table 3 has no row for it), so imagegen cannot say which drivers run it; use another 12.3 release"
+    );
+}
+
+#[test]
+fn unconfirmed_fields_resolve_with_a_note() {
+    let resolution =
+        run("torch: [\"2.8\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\nvariants: [runtime]\n");
+    assert!(resolution.rejected.is_empty(), "{:?}", resolution.rejected);
+    assert_eq!(
+        resolution.images[0].unverified,
+        ["torch 2.8.0 cu126 linux/amd64 GPU arch list: arch list from the main-branch build script of the 2.8 cycle, not the release branch"]
+    );
+}
