@@ -71,6 +71,15 @@ impl Project {
         }))
     }
 
+    /// The knowledge alone (embedded, or with the `--knowledge` override), for commands that
+    /// need no matrix.
+    pub fn knowledge(&self) -> Result<Knowledge> {
+        Ok(match &self.knowledge_path {
+            Some(path) => Knowledge::with_override(path)?,
+            None => Knowledge::embedded(),
+        })
+    }
+
     /// The matrix (read on first use).
     pub fn matrix(&self) -> Result<&Matrix> {
         Ok(&self.definition()?.matrix)

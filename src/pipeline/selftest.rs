@@ -202,7 +202,7 @@ mod tests {
         assert!(
             check_baseline(&good.replace("\"schema_version\":1", "\"schema_version\":2"))
                 .unwrap_err()
-                .contains("schema version 2")
+                .contains("schema version is 2")
         );
         assert!(check_baseline(
             r#"{"schema_version":1,"kind":"gpu-selftest-baseline","figures":[]}"#
