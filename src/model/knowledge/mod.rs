@@ -19,6 +19,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::version::{DottedVersion, DriverVersion, TorchVersion, VersionError};
 
+/// The frozen subset of the knowledge that logic tests run on (see [`Knowledge::test_fixture`]).
+#[cfg(test)]
+pub const TEST_FIXTURE: &str = include_str!("../../../tests/fixtures/knowledge/frozen-subset.yaml");
+
 /// The embedded knowledge file.
 pub const EMBEDDED: &str = include_str!("knowledge.yaml");
 
@@ -398,6 +402,15 @@ impl Knowledge {
     /// which the unit tests rule out.
     pub fn embedded() -> Knowledge {
         Self::parse(EMBEDDED, "embedded knowledge.yaml").expect("embedded knowledge.yaml is valid")
+    }
+
+    /// A frozen subset of the knowledge for logic tests (`tests/fixtures/knowledge/`): tests of
+    /// the resolver, renderer, planner and generators run on it, so adding a release to the
+    /// shipped file never breaks them.
+    #[cfg(test)]
+    pub fn test_fixture() -> Knowledge {
+        Self::parse(TEST_FIXTURE, "tests/fixtures/knowledge/frozen-subset.yaml")
+            .expect("the test fixture knowledge is valid")
     }
 
     /// The embedded knowledge with the file at `path` merged over it.
