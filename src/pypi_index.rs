@@ -1,6 +1,6 @@
 //! The HTTP edge of `imagegen knowledge derive`: a PyPI-style simple index (PEP 691 JSON, else
 //! PEP 503 HTML) and the PEP 658 `.metadata` files of its wheels, fetched with ureq. What it
-//! fetches goes to `compat::derive` as text; nothing is decided here.
+//! fetches goes to `model::knowledge::derive` as text; nothing is decided here.
 
 use std::time::Duration;
 
