@@ -141,6 +141,9 @@ pub struct RenderArgs {
     /// Write nothing; print a diff and exit 1 if the output directory is stale.
     #[arg(long)]
     pub check: bool,
+    /// Accept a matrix that makes no image: render then removes every generated image directory (without it, that is an error).
+    #[arg(long)]
+    pub allow_empty: bool,
 }
 
 #[derive(Debug, Args)]

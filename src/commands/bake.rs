@@ -7,7 +7,8 @@ use anyhow::{Context, Result};
 
 use crate::cli::BakeArgs;
 use crate::commands::outcome::Outcome;
-use crate::commands::stages::resolve_project;
+use crate::commands::output::count;
+use crate::commands::stages::{no_images, resolve_project};
 use crate::generate::bake::{bake_file, selftest_builds, staging_context};
 use crate::project::{write_atomically, Project};
 use crate::resolve::image::ResolveOptions;
@@ -20,7 +21,16 @@ pub fn run(project: &Project, args: &BakeArgs) -> Result<Outcome> {
         args.selftest_dir.as_path(),
         !args.no_stage,
     );
-    let images = resolve_project(project, ResolveOptions::default())?.images;
+    let resolution = resolve_project(project, ResolveOptions::default())?;
+    if resolution.images.is_empty() {
+        return Err(no_images(
+            project,
+            &resolution,
+            " (a bake file would have no target; nothing was written)",
+            "",
+        ));
+    }
+    let images = resolution.images;
     let value = bake_file(&images)?;
     let mut text = serde_json::to_string_pretty(&value)?;
     text.push('\n');
@@ -58,9 +68,9 @@ pub fn run(project: &Project, args: &BakeArgs) -> Result<Outcome> {
     } else {
         write_atomically(out, text.as_bytes())?;
         eprintln!(
-            "wrote {} ({} targets){}",
+            "wrote {} ({}){}",
             out.display(),
-            images.len(),
+            count(images.len(), "target"),
             if stage {
                 ""
             } else {

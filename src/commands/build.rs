@@ -12,9 +12,9 @@ use anyhow::{Context, Result};
 
 use crate::cli::BuildArgs;
 use crate::commands::outcome::Outcome;
-use crate::commands::output::table;
+use crate::commands::output::{count, table};
 use crate::commands::signals::{interrupted, Signal};
-use crate::commands::stages::render_project;
+use crate::commands::stages::{no_images, render_project};
 use crate::docker::{Engine, RetryPolicy};
 use crate::history::manifest::{now_rfc3339, Manifest};
 use crate::pipeline::docker_builder::{Contexts, EngineBuilder, EngineBuilderSettings};
@@ -32,6 +32,9 @@ pub fn run(project: &Project, args: &BuildArgs) -> Result<Outcome> {
         .transpose()
         .map_err(|message| anyhow::anyhow!(message))?;
     let (resolution, rendered) = render_project(project)?;
+    if resolution.images.is_empty() {
+        return Err(no_images(project, &resolution, " to build", ""));
+    }
     let drift = project::check(&rendered, &args.images)?;
     if !drift.diffs.is_empty() {
         anyhow::bail!(
@@ -107,8 +110,8 @@ async fn execute_plan(
         move_untested_aliases: settings.move_untested_aliases,
     };
     eprintln!(
-        "building {} images, {} at a time{}",
-        plan.images.len(),
+        "building {}, {} at a time{}",
+        count(plan.images.len(), "image"),
         options.jobs.max(1),
         if settings.push { ", pushing" } else { "" }
     );
@@ -228,7 +231,10 @@ fn plan_table(plan: &Plan, manifest: &Manifest) -> String {
         ]);
     }
     let mut out = table(&rows);
-    out.push_str(&format!("\n{} images planned\n", plan.images.len()));
+    out.push_str(&format!(
+        "\n{} planned\n",
+        count(plan.images.len(), "image")
+    ));
     out
 }
 
@@ -285,8 +291,8 @@ fn summary_table(results: &[ImageResult]) -> String {
     }
     let failed = results.iter().filter(|r| !r.succeeded()).count();
     out.push_str(&format!(
-        "\n{} images: {} ok, {} not ok\n",
-        results.len(),
+        "\n{}: {} ok, {} not ok\n",
+        count(results.len(), "image"),
         results.len() - failed,
         failed
     ));

@@ -5,6 +5,7 @@ use anyhow::Result;
 
 use crate::cli::MergeArgs;
 use crate::commands::outcome::Outcome;
+use crate::commands::output::count;
 use crate::history::merge::merge_all;
 use crate::project::{load_manifest, save_manifest, Project};
 
@@ -20,11 +21,11 @@ pub fn merge(_project: &Project, args: &MergeArgs) -> Result<Outcome> {
         Some(path) => {
             save_manifest(path, &merged)?;
             eprintln!(
-                "wrote {} ({} images, {} aliases, from {} manifests)",
+                "wrote {} ({}, {}, from {})",
                 path.display(),
-                merged.images.len(),
-                merged.aliases.len(),
-                inputs.len()
+                count(merged.images.len(), "image"),
+                count(merged.aliases.len(), "alias"),
+                count(inputs.len(), "manifest")
             );
         }
         None => println!("{}", serde_json::to_string_pretty(&merged)?),

@@ -40,3 +40,24 @@ pub fn short(digest: &Option<Digest>) -> String {
         .map(|d| d.short().to_string())
         .unwrap_or_else(|| "(new build)".into())
 }
+
+/// `1 image`, `2 images`, `0 images`, `3 aliases`: a count with its noun.
+pub fn count(number: usize, noun: &str) -> String {
+    match (number, noun.ends_with('s')) {
+        (1, _) => format!("1 {noun}"),
+        (_, true) => format!("{number} {noun}es"),
+        (_, false) => format!("{number} {noun}s"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::count;
+
+    #[test]
+    fn counts_agree_with_their_number() {
+        assert_eq!(count(1, "image"), "1 image");
+        assert_eq!(count(0, "image"), "0 images");
+        assert_eq!(count(2, "alias"), "2 aliases");
+    }
+}

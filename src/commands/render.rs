@@ -1,16 +1,38 @@
 //! `imagegen render`: writes one directory per image under `images/`, or with `--check` writes
-//! nothing and reports (as a unified diff) how `images/` differs from what the matrix makes.
+//! nothing and reports (as a unified diff) how `images/` differs from what the matrix makes. A
+//! matrix that makes no image is an error (rendering it would remove every image) unless
+//! `--allow-empty` says so.
 
 use anyhow::Result;
 
 use crate::cli::RenderArgs;
 use crate::commands::outcome::Outcome;
-use crate::commands::stages::render_project;
+use crate::commands::output::count;
+use crate::commands::stages::{no_images, render_project};
 use crate::project::{self, Project};
 
 pub fn run(project: &Project, args: &RenderArgs) -> Result<Outcome> {
     let (resolution, rendered) = render_project(project)?;
     let out = &args.out;
+    if rendered.is_empty() && !args.allow_empty {
+        let consequence = if args.check {
+            format!(" (there is nothing to check {}/ against)", out.display())
+        } else {
+            format!(
+                " (rendering would remove every image in {}/)",
+                out.display()
+            )
+        };
+        return Err(no_images(
+            project,
+            &resolution,
+            &consequence,
+            &format!(
+                "; to empty {}/ on purpose, pass --allow-empty",
+                out.display()
+            ),
+        ));
+    }
     if args.check {
         let drift = project::check(&rendered, out)?;
         for diff in &drift.diffs {
@@ -24,7 +46,11 @@ pub fn run(project: &Project, args: &RenderArgs) -> Result<Outcome> {
             );
         }
         if drift.is_clean() {
-            println!("{}: {} images up to date", out.display(), rendered.len());
+            println!(
+                "{}: {} up to date",
+                out.display(),
+                count(rendered.len(), "image")
+            );
             return Ok(Outcome::Success);
         }
         eprintln!(
@@ -43,12 +69,12 @@ pub fn run(project: &Project, args: &RenderArgs) -> Result<Outcome> {
         println!("removed {}/{name}", out.display());
     }
     println!(
-        "{} images in {} ({} changed, {} removed, {} cells rejected: see `imagegen resolve`)",
-        rendered.len(),
+        "{} in {} ({} changed, {} removed, {} rejected: see `imagegen resolve`)",
+        count(rendered.len(), "image"),
         out.display(),
         changed.len(),
         removed.len(),
-        resolution.rejected.len()
+        count(resolution.rejected.len(), "cell")
     );
     Ok(Outcome::Success)
 }

@@ -8,3 +8,4 @@ pub mod knowledge;
 pub mod matrix;
 pub mod names;
 pub mod version;
+pub mod yaml;

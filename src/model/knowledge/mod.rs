@@ -13,6 +13,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::model::version::{DottedVersion, DriverVersion, TorchVersion, VersionError};
+use crate::model::yaml::{self, Problem, LIMITS};
 
 /// The embedded knowledge file.
 pub const EMBEDDED: &str = include_str!("knowledge.yaml");
@@ -33,6 +34,24 @@ pub enum KnowledgeError {
     },
     #[error("{origin}: {message}")]
     Invalid { origin: String, message: String },
+}
+
+impl KnowledgeError {
+    /// A problem the YAML reader found in the file `origin`, at its line and column.
+    fn located(origin: &str, problem: Problem) -> KnowledgeError {
+        let origin = match problem.at {
+            Some(at) => format!("{origin}:{}:{}", at.line, at.column),
+            None => origin.to_string(),
+        };
+        let hint = problem
+            .hint
+            .map(|hint| format!("\nhint: {hint}"))
+            .unwrap_or_default();
+        KnowledgeError::Parse {
+            origin,
+            message: format!("{}{hint}", problem.message),
+        }
+    }
 }
 
 /// One torch series (`2.7`) with its wheel variants and releases.
@@ -214,13 +233,19 @@ impl Knowledge {
         Self::parse(EMBEDDED, "embedded knowledge.yaml").expect("embedded knowledge.yaml is valid")
     }
 
-    /// The embedded knowledge with the file at `path` merged over it.
+    /// The embedded knowledge with the file at `path` merged over it. The file is read within
+    /// [`yaml::LIMITS`], like the matrix.
     pub fn with_override(path: &Path) -> Result<Knowledge, KnowledgeError> {
-        let text = std::fs::read_to_string(path).map_err(|source| KnowledgeError::Read {
-            path: path.display().to_string(),
-            source,
-        })?;
-        let extra = Self::parse_unchecked(&text, &path.display().to_string())?;
+        let origin = path.display().to_string();
+        let bytes = yaml::read_bounded(path, &LIMITS)
+            .map_err(|source| KnowledgeError::Read {
+                path: origin.clone(),
+                source,
+            })?
+            .map_err(|problem| KnowledgeError::located(&origin, problem))?;
+        let text =
+            yaml::decode(&bytes).map_err(|problem| KnowledgeError::located(&origin, problem))?;
+        let extra = Self::parse_unchecked(text, &origin)?;
         let mut merged = Self::embedded();
         merged.merge(extra);
         merged.check(&path.display().to_string())?;
@@ -235,6 +260,8 @@ impl Knowledge {
 
     /// Parses without the cross-reference checks (an override is checked after merging).
     fn parse_unchecked(text: &str, origin: &str) -> Result<Knowledge, KnowledgeError> {
+        yaml::locate(text, &LIMITS, origin)
+            .map_err(|problem| KnowledgeError::located(origin, problem))?;
         let knowledge: Knowledge =
             serde_yaml::from_str(text).map_err(|e| KnowledgeError::Parse {
                 origin: match e.location() {
