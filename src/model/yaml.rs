@@ -222,7 +222,14 @@ pub fn locate(text: &str, limits: &Limits, file: &str) -> Result<Locations, Prob
     let mut expanded: usize = text.chars().count();
     let mut documents = 0usize;
     for event in Parser::new_from_str(text) {
-        let (event, span) = event.map_err(|error| syntax_problem(text, &error))?;
+        let (event, span) = event.map_err(|error| {
+            if error.info() == "recursion limit exceeded" {
+                // The scanner's own bound on `[`/`{` nesting (255), far past ours.
+                too_deep(Position::of(error.marker()), limits)
+            } else {
+                syntax_problem(text, &error)
+            }
+        })?;
         let at = Position::of(&span.start);
         match event {
             Event::DocumentStart(_) => documents += 1,
@@ -291,14 +298,7 @@ pub fn locate(text: &str, limits: &Limits, file: &str) -> Result<Locations, Prob
                     });
                 }
                 if stack.len() >= limits.depth {
-                    return Err(Problem::new(
-                        Some(at),
-                        format!(
-                            "lists and mappings are nested more than {} deep",
-                            limits.depth
-                        ),
-                        Some("a matrix or knowledge file needs a few levels; is this the right file?"),
-                    ));
+                    return Err(too_deep(at, limits));
                 }
                 stack.push(Frame {
                     path,
@@ -387,6 +387,17 @@ fn node_path(
         return Err(too_many(frame, at, limits));
     }
     Ok(Some((format!("{}[{index}]", frame.path), None)))
+}
+
+fn too_deep(at: Position, limits: &Limits) -> Problem {
+    Problem::new(
+        Some(at),
+        format!(
+            "lists and mappings are nested more than {} deep",
+            limits.depth
+        ),
+        Some("a matrix or knowledge file needs a few levels; is this the right file?"),
+    )
 }
 
 fn too_many(frame: &Frame, at: Position, limits: &Limits) -> Problem {
@@ -514,6 +525,15 @@ mod tests {
         };
         let deep = locate("[[[[[1]]]]]", &small, "m").unwrap_err();
         assert!(deep.message.contains("nested more than 4"), "{deep:?}");
+        let block = locate("- - - - - - 1\n", &small, "m").unwrap_err();
+        assert!(block.message.contains("nested more than 4"), "{block:?}");
+        // Past the scanner's own bound (255 `[`), the message is the same.
+        let deeper = format!("{}{}", "[".repeat(300), "]".repeat(300));
+        let problem = locate(&deeper, &LIMITS, "m").unwrap_err();
+        assert!(
+            problem.message.contains("nested more than 32"),
+            "{problem:?}"
+        );
         let long = locate("[1, 2, 3, 4, 5, 6]", &small, "m").unwrap_err();
         assert!(long.message.contains("more than 5 entries"), "{long:?}");
         assert_eq!(long.at.unwrap().column, 17);
