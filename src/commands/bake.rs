@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 
 use crate::cli::BakeArgs;
 use crate::commands::outcome::Outcome;
-use crate::commands::output::count;
+use crate::commands::output::{count, emit, note};
 use crate::commands::stages::{no_images, resolve_project};
 use crate::generate::bake::{bake_file, selftest_builds, staging_context};
 use crate::project::{write_atomically, Project};
@@ -60,14 +60,14 @@ pub fn run(project: &Project, args: &BakeArgs) -> Result<Outcome> {
                 std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o755))
                     .with_context(|| format!("cannot make {} executable", target.display()))?;
             }
-            eprintln!("staged {}", target.display());
+            note(format!("staged {}", target.display()));
         }
     }
     if to_stdout {
-        print!("{text}");
+        emit(&text)?;
     } else {
         write_atomically(out, text.as_bytes())?;
-        eprintln!(
+        note(format!(
             "wrote {} ({}){}",
             out.display(),
             count(images.len(), "target"),
@@ -76,7 +76,7 @@ pub fn run(project: &Project, args: &BakeArgs) -> Result<Outcome> {
             } else {
                 "; not staged: copy target/selftest/gpu-selftest-cuNN to .imagegen/bake/gpu-selftest-cuNN/gpu-selftest before `docker buildx bake`"
             }
-        );
+        ));
     }
     Ok(Outcome::Success)
 }

@@ -12,7 +12,7 @@ use anyhow::{Context, Result};
 
 use crate::cli::BuildArgs;
 use crate::commands::outcome::Outcome;
-use crate::commands::output::{count, table};
+use crate::commands::output::{count, emit, note, table};
 use crate::commands::signals::{interrupted, Signal};
 use crate::commands::stages::{no_images, render_project};
 use crate::docker::{Engine, RetryPolicy};
@@ -54,7 +54,7 @@ pub fn run(project: &Project, args: &BuildArgs) -> Result<Outcome> {
     let manifest = load_manifest(&args.manifest)?;
     let plan = plan(&selected, &contexts.digests(), &manifest);
     if args.dry_run {
-        print!("{}", plan_table(&plan, &manifest));
+        emit(plan_table(&plan, &manifest))?;
         return Ok(Outcome::Success);
     }
 
@@ -109,12 +109,12 @@ async fn execute_plan(
         require_gpu: settings.require_gpu,
         move_untested_aliases: settings.move_untested_aliases,
     };
-    eprintln!(
+    note(format!(
         "building {}, {} at a time{}",
         count(plan.images.len(), "image"),
         options.jobs.max(1),
         if settings.push { ", pushing" } else { "" }
-    );
+    ));
 
     let manifest = Mutex::new(manifest);
     let save_error: Mutex<Option<anyhow::Error>> = Mutex::new(None);
@@ -126,11 +126,11 @@ async fn execute_plan(
     let signal: Mutex<Option<Signal>> = Mutex::new(None);
     let cancel = async {
         let received = interrupted().await;
-        eprintln!(
+        note(format!(
             "{}: stopping; finished images stay recorded in {}",
             received.name(),
             settings.manifest.display()
-        );
+        ));
         *signal.lock().expect("signal lock") = Some(received);
     };
     let results = execute(&plan, builder, &options, cancel, |result| {
@@ -157,8 +157,8 @@ async fn execute_plan(
             settings.manifest.display()
         )));
     }
-    print!("{}", summary_table(&results));
-    println!("manifest: {}", settings.manifest.display());
+    emit(summary_table(&results))?;
+    emit(format!("manifest: {}\n", settings.manifest.display()))?;
     if let Some(received) = *signal.lock().expect("signal lock") {
         return Ok(Outcome::Interrupted(received));
     }

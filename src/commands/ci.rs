@@ -1,16 +1,17 @@
-//! `imagegen ci --github`: prints the build fan-out that `generate::github` makes, on one line
+//! `imagegen ci --format github`: prints the build fan-out that `generate::github` makes, on one line
 //! (what `$GITHUB_OUTPUT` takes).
 
 use anyhow::Result;
 
-use crate::cli::CiArgs;
+use crate::cli::{CiArgs, CiFormat};
 use crate::commands::outcome::Outcome;
+use crate::commands::output::emit;
 use crate::commands::stages::{no_images, resolve_project};
 use crate::generate::github::{github_matrix, FanOut};
 use crate::project::Project;
 use crate::resolve::image::ResolveOptions;
 
-/// `imagegen ci --github`: prints the matrix on one line (what `$GITHUB_OUTPUT` takes).
+/// `imagegen ci --format github`: prints the matrix on one line (what `$GITHUB_OUTPUT` takes).
 pub fn run(project: &Project, args: &CiArgs) -> Result<Outcome> {
     let fan_out = args.shards.map_or(FanOut::PerImage, FanOut::Shards);
     let resolution = resolve_project(project, ResolveOptions::default())?;
@@ -22,7 +23,9 @@ pub fn run(project: &Project, args: &CiArgs) -> Result<Outcome> {
             "",
         ));
     }
-    let matrix = github_matrix(&resolution.images, fan_out);
-    println!("{}", serde_json::to_string(&matrix)?);
+    let text = match args.format {
+        CiFormat::Github => serde_json::to_string(&github_matrix(&resolution.images, fan_out))?,
+    };
+    emit(format!("{text}\n"))?;
     Ok(Outcome::Success)
 }

@@ -7,7 +7,7 @@ use anyhow::Result;
 
 use crate::cli::RenderArgs;
 use crate::commands::outcome::Outcome;
-use crate::commands::output::count;
+use crate::commands::output::{count, emit, note};
 use crate::commands::stages::{no_images, render_project};
 use crate::project::{self, Project};
 
@@ -36,45 +36,45 @@ pub fn run(project: &Project, args: &RenderArgs) -> Result<Outcome> {
     if args.check {
         let drift = project::check(&rendered, out)?;
         for diff in &drift.diffs {
-            print!("{diff}");
+            emit(diff)?;
         }
         for name in &drift.stale {
-            println!(
-                "stale: {}/{name} is no longer made by {}",
+            emit(format!(
+                "stale: {}/{name} is no longer made by {}\n",
                 out.display(),
                 project.matrix_path.display()
-            );
+            ))?;
         }
         if drift.is_clean() {
-            println!(
-                "{}: {} up to date",
+            emit(format!(
+                "{}: {} up to date\n",
                 out.display(),
                 count(rendered.len(), "image")
-            );
+            ))?;
             return Ok(Outcome::Success);
         }
-        eprintln!(
+        note(format!(
             "error: {} is out of date ({} files differ, {} stale images)\nhint: run `imagegen render` and commit the result",
             out.display(),
             drift.diffs.len(),
             drift.stale.len()
-        );
+        ));
         return Ok(Outcome::Failed);
     }
     let (changed, removed) = project::write(&rendered, out)?;
     for name in &changed {
-        println!("wrote {}/{name}/Dockerfile", out.display());
+        emit(format!("wrote {}/{name}/Dockerfile\n", out.display()))?;
     }
     for name in &removed {
-        println!("removed {}/{name}", out.display());
+        emit(format!("removed {}/{name}\n", out.display()))?;
     }
-    println!(
-        "{} in {} ({} changed, {} removed, {} rejected: see `imagegen resolve`)",
+    emit(format!(
+        "{} in {} ({} changed, {} removed, {} rejected: see `imagegen resolve`)\n",
         count(rendered.len(), "image"),
         out.display(),
         changed.len(),
         removed.len(),
         count(resolution.rejected.len(), "cell")
-    );
+    ))?;
     Ok(Outcome::Success)
 }

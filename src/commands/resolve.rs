@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 
 use crate::cli::{Format, ResolveArgs};
 use crate::commands::outcome::Outcome;
-use crate::commands::output::{count, table};
+use crate::commands::output::{count, emit, table};
 use crate::commands::stages::{no_images, resolve_project};
 use crate::model::version::DriverVersion;
 use crate::project::Project;
@@ -29,8 +29,8 @@ pub fn run(project: &Project, args: &ResolveArgs) -> Result<Outcome> {
         },
     )?;
     match args.format {
-        Format::Table => print!("{}", resolution_table(&resolution)),
-        Format::Json => println!("{}", serde_json::to_string_pretty(&resolution)?),
+        Format::Table => emit(resolution_table(&resolution))?,
+        Format::Json => emit(format!("{}\n", serde_json::to_string_pretty(&resolution)?))?,
     }
     // No image for a fleet's driver is an answer; no image at all is a matrix to fix.
     if resolution.images.is_empty() && args.driver.is_none() {

@@ -366,7 +366,7 @@ impl Matrix {
                         format!(
                             "`{key}` lists {value} twice{}",
                             first_at
-                                .map(|at| format!(" (first at line {})", at.line))
+                                .map(|at| format!(" (first at {}:{})", at.line, at.column))
                                 .unwrap_or_default()
                         ),
                         Some("list each value once".into()),
@@ -740,7 +740,7 @@ mod tests {
     fn repeated_values_and_too_many_cells_are_refused() {
         let error = error_of(&MINIMAL.replace("[\"12.6\"]", "[\"12.6\", \"12.8\",\n  \"12.6\"]"));
         assert!(
-            error.starts_with("matrix.yaml:5:3: `cuda` lists 12.6 twice (first at line 4)"),
+            error.starts_with("matrix.yaml:5:3: `cuda` lists 12.6 twice (first at 4:8)"),
             "{error}"
         );
         let many: Vec<String> = (0..200).map(|minor| format!("\"2.{minor}\"")).collect();

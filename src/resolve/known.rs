@@ -84,7 +84,7 @@ fn check_excludes(matrix: &Matrix) -> Result<(), (Option<Position>, String)> {
             return Err((
                 matrix.locations.value_at(&format!("exclude[{index}]")),
                 format!(
-                    "exclude[{index}] matches every cell of the axes (all {}), so they make no image",
+                    "exclude[{index}] matches every cell of the axes (all {}), so the axes make no image",
                     cells.len()
                 ),
             ));
