@@ -18,7 +18,7 @@ use crate::commands::stages::{no_images, render_project};
 use crate::docker::{Engine, RetryPolicy};
 use crate::history::manifest::{now_rfc3339, Manifest};
 use crate::pipeline::docker_builder::{Contexts, EngineBuilder, EngineBuilderSettings};
-use crate::pipeline::executor::{execute, ExecOptions, ImageResult};
+use crate::pipeline::executor::{execute, ExecOptions, ImageResult, Status};
 use crate::pipeline::plan::{plan, select_for_build, Plan, Shard};
 use crate::pipeline::progress::Progress;
 use crate::pipeline::record::record;
@@ -281,13 +281,29 @@ fn summary_table(results: &[ImageResult]) -> String {
     for result in results.iter().filter(|r| !r.notes.is_empty()) {
         out.push_str(&format!("\n{}: {}\n", result.name, result.notes.join("; ")));
     }
+    // One entry per cause: images that failed with the same error (a missing base image, a
+    // registry down) share it, each with its own log.
+    let mut causes: Vec<(String, Vec<&ImageResult>)> = Vec::new();
     for result in results.iter().filter(|r| !r.succeeded()) {
+        let cause = cause_of(result);
+        match causes.iter_mut().find(|(known, _)| *known == cause) {
+            Some((_, members)) => members.push(result),
+            None => causes.push((cause, vec![result])),
+        }
+    }
+    for (cause, members) in &causes {
+        let names: Vec<String> = members
+            .iter()
+            .map(|r| format!("{} {}", r.name, format!("{:?}", r.status).to_lowercase()))
+            .collect();
         out.push_str(&format!(
-            "\n{} {}:\n  {}\n",
-            result.name,
-            format!("{:?}", result.status).to_lowercase(),
-            result.error.as_deref().unwrap_or("").replace('\n', "\n  ")
+            "\n{}:\n  {}\n",
+            names.join(", "),
+            cause.replace('\n', "\n  ")
         ));
+        for log in members.iter().filter_map(|r| full_log_of(r)) {
+            out.push_str(&format!("  {log}\n"));
+        }
     }
     let failed = results.iter().filter(|r| !r.succeeded()).count();
     out.push_str(&format!(
@@ -297,4 +313,30 @@ fn summary_table(results: &[ImageResult]) -> String {
         failed
     ));
     out
+}
+
+/// A result's error without its `full log:` line, so images failing alike group together; devel
+/// images not built because their runtime image failed share one cause.
+fn cause_of(result: &ImageResult) -> String {
+    let error = result.error.as_deref().unwrap_or("");
+    if result.status == Status::Skipped && error.starts_with("not built: the image it builds on") {
+        return "not built: the runtime image each builds on failed (above)".into();
+    }
+    result
+        .error
+        .as_deref()
+        .unwrap_or("")
+        .lines()
+        .filter(|line| !line.starts_with("full log: "))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The `full log: ...` line of a result's error, if it has one.
+fn full_log_of(result: &ImageResult) -> Option<&str> {
+    result
+        .error
+        .as_deref()?
+        .lines()
+        .find(|line| line.starts_with("full log: "))
 }

@@ -86,6 +86,11 @@ impl Progress {
         }
     }
 
+    /// A line for `name`'s log file only (an error the summary shows once, not per image).
+    pub fn log_only(&self, name: &str, text: &str) {
+        self.log(name, text.trim_end());
+    }
+
     /// A stage of `name` begins (test, push, aliases).
     pub fn stage(&self, name: &str, what: &str) {
         self.line(name, &format!("== {what}"));
