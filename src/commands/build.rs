@@ -38,10 +38,10 @@ pub fn run(project: &Project, args: &BuildArgs) -> Result<Outcome> {
     let drift = project::check(&rendered, &args.images)?;
     if !drift.diffs.is_empty() {
         anyhow::bail!(
-            "{} does not match {} ({} Dockerfiles differ): the images built must be the ones reviewed\nhint: run `imagegen render` and commit the result",
+            "{} does not match {} ({} differ): the images built must be the ones reviewed\nhint: run `imagegen render` and commit the result",
             args.images.display(),
             project.matrix_path.display(),
-            drift.diffs.len()
+            count(drift.diffs.len(), "Dockerfile")
         );
     }
     let selected = select_for_build(

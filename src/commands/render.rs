@@ -54,10 +54,10 @@ pub fn run(project: &Project, args: &RenderArgs) -> Result<Outcome> {
             return Ok(Outcome::Success);
         }
         note(format!(
-            "error: {} is out of date ({} files differ, {} stale images)\nhint: run `imagegen render` and commit the result",
+            "error: {} is out of date ({} differ, {} stale)\nhint: run `imagegen render` and commit the result",
             out.display(),
-            drift.diffs.len(),
-            drift.stale.len()
+            count(drift.diffs.len(), "file"),
+            count(drift.stale.len(), "image")
         ));
         return Ok(Outcome::Failed);
     }
