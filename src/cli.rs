@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
 
 /// The package index `knowledge derive` reads by default.
 pub const DEFAULT_PACKAGE_INDEX: &str = "https://pypi.org/simple";
@@ -47,6 +47,12 @@ pub enum PlanFormat {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Show which images the matrix makes, on which drivers they run, and which cells are impossible and why.
+    Resolve(ResolveArgs),
+    /// Render one Dockerfile per image into the output directory (or check that it is up to date).
+    Render(RenderArgs),
+    /// Build the images through the Docker Engine API, test each with gpu-selftest, tag, push, and record them in the manifest.
+    Build(BuildArgs),
     /// Compare the matrix with the manifest: new and rebuilt images (and why), alias moves, rising driver minimums, images no longer made.
     Plan(PlanArgs),
     /// Re-point an alias in the registry to an earlier digest recorded in the manifest, without a rebuild.
@@ -55,12 +61,6 @@ pub enum Command {
     Publish(PublishArgs),
     /// Show what changed between two images (tags, aliases or digests recorded in the manifest): versions and packages.
     Diff(DiffArgs),
-    /// Show which images the matrix makes, on which drivers they run, and which cells are impossible and why.
-    Resolve(ResolveArgs),
-    /// Render one Dockerfile per image into the output directory (or check that it is up to date).
-    Render(RenderArgs),
-    /// Build the images through the Docker Engine API, test each with gpu-selftest, tag, push, and record them in the manifest.
-    Build(BuildArgs),
     /// Export the resolved matrix as a docker-bake.json for `docker buildx bake` (BuildKit, remote builders).
     Bake(BakeArgs),
     /// Print a Kubernetes Job (YAML) that runs an image of the matrix on GPUs, kept off nodes whose driver is too old.
@@ -78,20 +78,18 @@ pub struct PlanArgs {
     /// The manifest file.
     #[arg(long, default_value = DEFAULT_MANIFEST)]
     pub manifest: PathBuf,
+    /// How to print the plan: a table for a terminal, JSON, or markdown for a pull request.
     #[arg(long, value_enum, default_value_t = PlanFormat::Table)]
     pub format: PlanFormat,
 }
 
 #[derive(Debug, Args)]
+#[command(group(ArgGroup::new("target").required(true).args(["to", "previous"])))]
 pub struct RollbackArgs {
     /// The alias to move, e.g. 2.7-cuda12.6-runtime or latest.
     pub alias: String,
     /// The digest to point it at (it must be recorded in the manifest).
-    #[arg(
-        long,
-        conflicts_with = "previous",
-        required_unless_present = "previous"
-    )]
+    #[arg(long)]
     pub to: Option<String>,
     /// Point it where it pointed before its last move.
     #[arg(long)]
@@ -116,7 +114,9 @@ pub struct PublishArgs {
 
 #[derive(Debug, Args)]
 pub struct DiffArgs {
+    /// The earlier image: a full tag, an alias or a digest the manifest recorded.
     pub from: String,
+    /// The later image: a full tag, an alias or a digest the manifest recorded.
     pub to: String,
     /// The manifest file.
     #[arg(long, default_value = DEFAULT_MANIFEST)]
@@ -131,6 +131,7 @@ pub struct ResolveArgs {
     /// With --driver: accept older driver branches that CUDA forward compatibility serves (data-center GPUs only).
     #[arg(long, requires = "driver")]
     pub forward_compat: bool,
+    /// A table for people, or JSON (`{"images": [...], "rejected": [...]}`) for programs.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
     /// Exit 1 when any cell is rejected.
@@ -146,6 +147,9 @@ pub struct RenderArgs {
     /// Write nothing; print a diff and exit 1 if the output directory is stale.
     #[arg(long)]
     pub check: bool,
+    /// Accept a matrix that makes no image: render then removes every generated image directory (without it, that is an error).
+    #[arg(long)]
+    pub allow_empty: bool,
 }
 
 #[derive(Debug, Args)]
@@ -153,8 +157,8 @@ pub struct BuildArgs {
     /// Only images whose full tag contains this text (or matches it, with `*` as a wildcard); runtime images that selected devel images build on come along.
     #[arg(long)]
     pub only: Option<String>,
-    /// How many images to build at once.
-    #[arg(long, default_value_t = 2)]
+    /// How many images to build at once (at least 1).
+    #[arg(long, default_value_t = 2, value_parser = at_least_one)]
     pub jobs: usize,
     /// Build the I-th of N deterministic parts of the matrix (e.g. 2/4), one per CI runner.
     #[arg(long)]
@@ -221,9 +225,10 @@ pub struct K8sArgs {
     /// Nodes; more than one makes an Indexed Job with a headless Service and a static torchrun rendezvous.
     #[arg(long, default_value_t = 1)]
     pub nodes: u32,
+    /// The namespace of the Job (and Service).
     #[arg(long, default_value = "default")]
     pub namespace: String,
-    /// The Job name (default: the repository's last component and the tag, as a DNS label).
+    /// The Job name, a DNS label of at most 52 characters (default: the repository's last component and the tag).
     #[arg(long)]
     pub name: Option<String>,
     /// Leave out the node affinity on NVIDIA GPU feature discovery's driver labels.
@@ -237,10 +242,19 @@ pub struct K8sArgs {
     pub command: Vec<String>,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CiFormat {
+    /// The GitHub Actions `strategy.matrix` (`{"include": [...]}`) on one line.
+    Github,
+}
+
 #[derive(Debug, Args)]
 pub struct CiArgs {
-    /// Emit the GitHub Actions matrix (`{"include": [...]}`), the only CI format so far.
-    #[arg(long, required = true)]
+    /// The CI system's matrix format; GitHub Actions is the only one so far.
+    #[arg(long, value_enum, default_value_t = CiFormat::Github)]
+    pub format: CiFormat,
+    /// The same as --format github (kept for existing workflows).
+    #[arg(long, hide = true)]
     pub github: bool,
     /// At most N jobs (1 to 256, GitHub's limit), image families dealt round-robin (`imagegen build --shard I/N`).
     #[arg(long, conflicts_with = "per_image", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=256))]
@@ -252,6 +266,7 @@ pub struct CiArgs {
 
 #[derive(Debug, Args)]
 pub struct ManifestArgs {
+    /// What to do with manifests.
     #[command(subcommand)]
     pub action: ManifestAction,
 }
@@ -301,4 +316,13 @@ pub struct MergeArgs {
     /// Where to write the result (default: print it).
     #[arg(long)]
     pub out: Option<PathBuf>,
+}
+
+/// `--jobs`: a count of at least 1 (0 would build nothing and wait forever).
+fn at_least_one(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(0) => Err("0 would build nothing: give at least 1".into()),
+        Ok(count) => Ok(count),
+        Err(_) => Err(format!("{text:?} is not a number of images")),
+    }
 }

@@ -7,7 +7,8 @@ use anyhow::{Context, Result};
 
 use crate::cli::BakeArgs;
 use crate::commands::outcome::Outcome;
-use crate::commands::stages::resolve_project;
+use crate::commands::output::{count, emit, note};
+use crate::commands::stages::{no_images, resolve_project};
 use crate::generate::bake::{bake_file, selftest_builds, staging_context};
 use crate::project::{write_atomically, Project};
 use crate::resolve::image::ResolveOptions;
@@ -20,7 +21,16 @@ pub fn run(project: &Project, args: &BakeArgs) -> Result<Outcome> {
         args.selftest_dir.as_path(),
         !args.no_stage,
     );
-    let images = resolve_project(project, ResolveOptions::default())?.images;
+    let resolution = resolve_project(project, ResolveOptions::default())?;
+    if resolution.images.is_empty() {
+        return Err(no_images(
+            project,
+            &resolution,
+            " (a bake file would have no target; nothing was written)",
+            "",
+        ));
+    }
+    let images = resolution.images;
     let value = bake_file(&images)?;
     let mut text = serde_json::to_string_pretty(&value)?;
     text.push('\n');
@@ -50,23 +60,23 @@ pub fn run(project: &Project, args: &BakeArgs) -> Result<Outcome> {
                 std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o755))
                     .with_context(|| format!("cannot make {} executable", target.display()))?;
             }
-            eprintln!("staged {}", target.display());
+            note(format!("staged {}", target.display()));
         }
     }
     if to_stdout {
-        print!("{text}");
+        emit(&text)?;
     } else {
         write_atomically(out, text.as_bytes())?;
-        eprintln!(
-            "wrote {} ({} targets){}",
+        note(format!(
+            "wrote {} ({}){}",
             out.display(),
-            images.len(),
+            count(images.len(), "target"),
             if stage {
                 ""
             } else {
                 "; not staged: copy target/selftest/gpu-selftest-cuNN to .imagegen/bake/gpu-selftest-cuNN/gpu-selftest before `docker buildx bake`"
             }
-        );
+        ));
     }
     Ok(Outcome::Success)
 }

@@ -12,14 +12,14 @@ use anyhow::{Context, Result};
 
 use crate::cli::BuildArgs;
 use crate::commands::outcome::Outcome;
-use crate::commands::output::table;
+use crate::commands::output::{count, emit, note, table};
 use crate::commands::signals::{interrupted, Signal};
-use crate::commands::stages::render_project;
+use crate::commands::stages::{no_images, render_project};
 use crate::docker::{Engine, RetryPolicy};
 use crate::history::manifest::{now_rfc3339, Manifest};
 use crate::model::digest::Digest;
 use crate::pipeline::docker_builder::{Contexts, EngineBuilder, EngineBuilderSettings};
-use crate::pipeline::executor::{execute, ExecOptions, ImageResult};
+use crate::pipeline::executor::{execute, ExecOptions, ImageResult, Status};
 use crate::pipeline::plan::{plan, select_for_build, Plan, Shard};
 use crate::pipeline::progress::Progress;
 use crate::pipeline::record::record;
@@ -34,13 +34,16 @@ pub fn run(project: &Project, args: &BuildArgs) -> Result<Outcome> {
         .transpose()
         .map_err(|message| anyhow::anyhow!(message))?;
     let (resolution, rendered) = render_project(project)?;
+    if resolution.images.is_empty() {
+        return Err(no_images(project, &resolution, " to build", ""));
+    }
     let drift = project::check(&rendered, &args.images)?;
     if !drift.diffs.is_empty() {
         anyhow::bail!(
-            "{} does not match {} ({} Dockerfiles differ): the images built must be the ones reviewed\nhint: run `imagegen render` and commit the result",
+            "{} does not match {} ({} differ): the images built must be the ones reviewed\nhint: run `imagegen render` and commit the result",
             args.images.display(),
             project.matrix_path.display(),
-            drift.diffs.len()
+            count(drift.diffs.len(), "Dockerfile")
         );
     }
     let selected = select_for_build(
@@ -72,7 +75,7 @@ pub fn run(project: &Project, args: &BuildArgs) -> Result<Outcome> {
         baseline_digest.as_ref(),
     );
     if args.dry_run {
-        print!("{}", plan_table(&plan, &manifest));
+        emit(plan_table(&plan, &manifest))?;
         return Ok(Outcome::Success);
     }
 
@@ -131,12 +134,12 @@ async fn execute_plan(
         require_gpu: settings.require_gpu,
         move_untested_aliases: settings.move_untested_aliases,
     };
-    eprintln!(
-        "building {} images, {} at a time{}",
-        plan.images.len(),
+    note(format!(
+        "building {}, {} at a time{}",
+        count(plan.images.len(), "image"),
         options.jobs.max(1),
         if settings.push { ", pushing" } else { "" }
-    );
+    ));
 
     let manifest = Mutex::new(manifest);
     let save_error: Mutex<Option<anyhow::Error>> = Mutex::new(None);
@@ -148,11 +151,11 @@ async fn execute_plan(
     let signal: Mutex<Option<Signal>> = Mutex::new(None);
     let cancel = async {
         let received = interrupted().await;
-        eprintln!(
+        note(format!(
             "{}: stopping; finished images stay recorded in {}",
             received.name(),
             settings.manifest.display()
-        );
+        ));
         *signal.lock().expect("signal lock") = Some(received);
     };
     let results = execute(&plan, builder, &options, cancel, |result| {
@@ -179,8 +182,8 @@ async fn execute_plan(
             settings.manifest.display()
         )));
     }
-    print!("{}", summary_table(&results));
-    println!("manifest: {}", settings.manifest.display());
+    emit(summary_table(&results))?;
+    emit(format!("manifest: {}\n", settings.manifest.display()))?;
     if let Some(received) = *signal.lock().expect("signal lock") {
         return Ok(Outcome::Interrupted(received));
     }
@@ -253,7 +256,10 @@ fn plan_table(plan: &Plan, manifest: &Manifest) -> String {
         ]);
     }
     let mut out = table(&rows);
-    out.push_str(&format!("\n{} images planned\n", plan.images.len()));
+    out.push_str(&format!(
+        "\n{} planned\n",
+        count(plan.images.len(), "image")
+    ));
     out
 }
 
@@ -300,20 +306,62 @@ fn summary_table(results: &[ImageResult]) -> String {
     for result in results.iter().filter(|r| !r.notes.is_empty()) {
         out.push_str(&format!("\n{}: {}\n", result.name, result.notes.join("; ")));
     }
+    // One entry per cause: images that failed with the same error (a missing base image, a
+    // registry down) share it, each with its own log.
+    let mut causes: Vec<(String, Vec<&ImageResult>)> = Vec::new();
     for result in results.iter().filter(|r| !r.succeeded()) {
+        let cause = cause_of(result);
+        match causes.iter_mut().find(|(known, _)| *known == cause) {
+            Some((_, members)) => members.push(result),
+            None => causes.push((cause, vec![result])),
+        }
+    }
+    for (cause, members) in &causes {
+        let names: Vec<String> = members
+            .iter()
+            .map(|r| format!("{} {}", r.name, format!("{:?}", r.status).to_lowercase()))
+            .collect();
         out.push_str(&format!(
-            "\n{} {}:\n  {}\n",
-            result.name,
-            format!("{:?}", result.status).to_lowercase(),
-            result.error.as_deref().unwrap_or("").replace('\n', "\n  ")
+            "\n{}:\n  {}\n",
+            names.join(", "),
+            cause.replace('\n', "\n  ")
         ));
+        for log in members.iter().filter_map(|r| full_log_of(r)) {
+            out.push_str(&format!("  {log}\n"));
+        }
     }
     let failed = results.iter().filter(|r| !r.succeeded()).count();
     out.push_str(&format!(
-        "\n{} images: {} ok, {} not ok\n",
-        results.len(),
+        "\n{}: {} ok, {} not ok\n",
+        count(results.len(), "image"),
         results.len() - failed,
         failed
     ));
     out
+}
+
+/// A result's error without its `full log:` line, so images failing alike group together; devel
+/// images not built because their runtime image failed share one cause.
+fn cause_of(result: &ImageResult) -> String {
+    let error = result.error.as_deref().unwrap_or("");
+    if result.status == Status::Skipped && error.starts_with("not built: the image it builds on") {
+        return "not built: the runtime image each builds on failed (above)".into();
+    }
+    result
+        .error
+        .as_deref()
+        .unwrap_or("")
+        .lines()
+        .filter(|line| !line.starts_with("full log: "))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The `full log: ...` line of a result's error, if it has one.
+fn full_log_of(result: &ImageResult) -> Option<&str> {
+    result
+        .error
+        .as_deref()?
+        .lines()
+        .find(|line| line.starts_with("full log: "))
 }

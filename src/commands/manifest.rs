@@ -5,6 +5,7 @@ use anyhow::Result;
 
 use crate::cli::MergeArgs;
 use crate::commands::outcome::Outcome;
+use crate::commands::output::{count, emit, note};
 use crate::history::merge::merge_all;
 use crate::project::{load_manifest, save_manifest, Project};
 
@@ -19,15 +20,15 @@ pub fn merge(_project: &Project, args: &MergeArgs) -> Result<Outcome> {
     match out {
         Some(path) => {
             save_manifest(path, &merged)?;
-            eprintln!(
-                "wrote {} ({} images, {} aliases, from {} manifests)",
+            note(format!(
+                "wrote {} ({}, {}, from {})",
                 path.display(),
-                merged.images.len(),
-                merged.aliases.len(),
-                inputs.len()
-            );
+                count(merged.images.len(), "image"),
+                count(merged.aliases.len(), "alias"),
+                count(inputs.len(), "manifest")
+            ));
         }
-        None => println!("{}", serde_json::to_string_pretty(&merged)?),
+        None => emit(format!("{}\n", serde_json::to_string_pretty(&merged)?))?,
     }
     Ok(Outcome::Success)
 }

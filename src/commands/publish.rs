@@ -12,7 +12,7 @@ use anyhow::{anyhow, Result};
 
 use crate::cli::PublishArgs;
 use crate::commands::outcome::Outcome;
-use crate::commands::output::table;
+use crate::commands::output::{emit, note, table};
 use crate::commands::stages::resolve_project;
 use crate::docker::{registry_host_of, repository_path_of, DockerConfig, RegistryClient};
 use crate::generate::oci_index::{
@@ -30,7 +30,7 @@ pub fn run(project: &Project, args: &PublishArgs) -> Result<Outcome> {
         (args.manifest.as_path(), args.allow_untested, args.dry_run);
     let resolution = resolve_project(project, ResolveOptions::default())?;
     if !project.matrix()?.multi_platform() {
-        println!("the matrix builds linux/amd64 only: `imagegen build --push` publishes its images and aliases; there are no indexes to assemble");
+        emit("the matrix builds linux/amd64 only: `imagegen build --push` publishes its images and aliases; there are no indexes to assemble\n")?;
         return Ok(Outcome::Success);
     }
     let mut manifest = load_manifest(manifest_path)?;
@@ -88,15 +88,15 @@ pub fn run(project: &Project, args: &PublishArgs) -> Result<Outcome> {
             outcome.aliases,
         ]);
     }
-    print!("{}", table(&rows));
+    emit(table(&rows))?;
     for (index_tag, problems) in &refused {
-        eprintln!("refused to publish {index_tag}:");
+        note(format!("refused to publish {index_tag}:"));
         for problem in problems {
-            eprintln!("  {problem}");
+            note(format!("  {problem}"));
         }
     }
     if !refused.is_empty() {
-        eprintln!("hint: build and test the missing platforms (or pass --allow-untested to publish images whose self-test was skipped), then run `imagegen publish` again");
+        note("hint: build and test the missing platforms (or pass --allow-untested to publish images whose self-test was skipped), then run `imagegen publish` again");
         return Ok(Outcome::Failed);
     }
     Ok(Outcome::Success)

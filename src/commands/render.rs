@@ -1,54 +1,80 @@
 //! `imagegen render`: writes one directory per image under `images/`, or with `--check` writes
-//! nothing and reports (as a unified diff) how `images/` differs from what the matrix makes.
+//! nothing and reports (as a unified diff) how `images/` differs from what the matrix makes. A
+//! matrix that makes no image is an error (rendering it would remove every image) unless
+//! `--allow-empty` says so.
 
 use anyhow::Result;
 
 use crate::cli::RenderArgs;
 use crate::commands::outcome::Outcome;
-use crate::commands::stages::render_project;
+use crate::commands::output::{count, emit, note};
+use crate::commands::stages::{no_images, render_project};
 use crate::project::{self, Project};
 
 pub fn run(project: &Project, args: &RenderArgs) -> Result<Outcome> {
     let (resolution, rendered) = render_project(project)?;
     let out = &args.out;
+    if rendered.is_empty() && !args.allow_empty {
+        let consequence = if args.check {
+            format!(" (there is nothing to check {}/ against)", out.display())
+        } else {
+            format!(
+                " (rendering would remove every image in {}/)",
+                out.display()
+            )
+        };
+        return Err(no_images(
+            project,
+            &resolution,
+            &consequence,
+            &format!(
+                "; to empty {}/ on purpose, pass --allow-empty",
+                out.display()
+            ),
+        ));
+    }
     if args.check {
         let drift = project::check(&rendered, out)?;
         for diff in &drift.diffs {
-            print!("{diff}");
+            emit(diff)?;
         }
         for name in &drift.stale {
-            println!(
-                "stale: {}/{name} is no longer made by {}",
+            emit(format!(
+                "stale: {}/{name} is no longer made by {}\n",
                 out.display(),
                 project.matrix_path.display()
-            );
+            ))?;
         }
         if drift.is_clean() {
-            println!("{}: {} images up to date", out.display(), rendered.len());
+            emit(format!(
+                "{}: {} up to date\n",
+                out.display(),
+                count(rendered.len(), "image")
+            ))?;
             return Ok(Outcome::Success);
         }
-        eprintln!(
-            "error: {} is out of date ({} files differ, {} stale images)\nhint: run `imagegen render` and commit the result",
+        note(format!(
+            "error: {} is out of date ({} differ, {} stale)\nhint: run `imagegen render` and commit the result",
             out.display(),
-            drift.diffs.len(),
-            drift.stale.len()
-        );
+            count(drift.diffs.len(), "file"),
+            count(drift.stale.len(), "image")
+        ));
         return Ok(Outcome::Failed);
     }
     let (changed, removed) = project::write(&rendered, out)?;
     for name in &changed {
-        println!("wrote {}/{name}/Dockerfile", out.display());
+        emit(format!("wrote {}/{name}/Dockerfile\n", out.display()))?;
     }
     for name in &removed {
-        println!("removed {}/{name}", out.display());
+        emit(format!("removed {}/{name}\n", out.display()))?;
     }
-    println!(
-        "{} images in {} ({} changed, {} removed, {} cells rejected: see `imagegen resolve`)",
-        rendered.len(),
+    emit(format!(
+        "{} in {} ({} changed, {} removed, {} rejected: see `imagegen resolve`)\n",
+        count(rendered.len(), "image"),
         out.display(),
         changed.len(),
         removed.len(),
-        resolution.rejected.len()
-    );
+        count(resolution.rejected.len(), "cell")
+    ))?;
     Ok(Outcome::Success)
 }

@@ -8,7 +8,7 @@ use anyhow::{anyhow, bail, Context, Result};
 
 use crate::cli::RollbackArgs;
 use crate::commands::outcome::Outcome;
-use crate::commands::output::short;
+use crate::commands::output::{emit, short};
 use crate::docker::{registry_host_of, repository_path_of, DockerConfig, RegistryClient};
 use crate::history::manifest::now_rfc3339;
 use crate::history::rollback::rollback_target;
@@ -52,14 +52,14 @@ pub fn run(_project: &Project, args: &RollbackArgs) -> Result<Outcome> {
     save_manifest(manifest_path, &manifest).with_context(|| {
         format!("the registry moved {alias}, but the manifest could not record it")
     })?;
-    println!(
-        "{repository}:{alias}: {} ({}) -> {} ({}) in {:.1} s, no rebuild; recorded in {}",
+    emit(format!(
+        "{repository}:{alias}: {} ({}) -> {} ({}) in {:.1} s, no rebuild; recorded in {}\n",
         short(&from.digest),
         from.tag,
         short(&Some(digest)),
         target_tag,
         start.elapsed().as_secs_f64(),
         manifest_path.display()
-    );
+    ))?;
     Ok(Outcome::Success)
 }

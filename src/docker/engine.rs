@@ -15,9 +15,10 @@ use bollard::container::LogOutput;
 use bollard::errors::Error as BollardError;
 use bollard::models::{ContainerCreateBody, DeviceRequest, HostConfig};
 use bollard::query_parameters::{
-    BuildImageOptionsBuilder, ImportImageOptionsBuilder, ListImagesOptionsBuilder,
-    LogsOptionsBuilder, PushImageOptionsBuilder, RemoveContainerOptionsBuilder,
-    RemoveImageOptionsBuilder, TagImageOptionsBuilder, WaitContainerOptionsBuilder,
+    BuildImageOptionsBuilder, CreateImageOptionsBuilder, ImportImageOptionsBuilder,
+    ListImagesOptionsBuilder, LogsOptionsBuilder, PushImageOptionsBuilder,
+    RemoveContainerOptionsBuilder, RemoveImageOptionsBuilder, TagImageOptionsBuilder,
+    WaitContainerOptionsBuilder,
 };
 use bollard::{body_full, Docker};
 use futures_util::StreamExt;
@@ -544,6 +545,56 @@ impl Engine {
             Err(error) if is_not_found(&error) => Ok(false),
             Err(error) => Err(self.daemon_error(format!("removing image {reference}"), error)),
         }
+    }
+
+    /// Pulls `reference` (for `platform`, when given) with `credentials`; progress lines go to
+    /// `on_line`. A failure is [`DockerError::PullFailed`] with the daemon's reason (credentials
+    /// redacted), or [`DockerError::DaemonUnreachable`].
+    pub async fn pull(
+        &self,
+        reference: &str,
+        platform: Option<&str>,
+        credentials: Option<&Credentials>,
+        mut on_line: impl FnMut(&str) + Send,
+    ) -> Result<(), DockerError> {
+        let mut options = CreateImageOptionsBuilder::default().from_image(reference);
+        if let Some(platform) = platform {
+            options = options.platform(platform);
+        }
+        let docker_credentials = credentials
+            .map(|credentials| credentials.to_docker_credentials(&registry_host_of(reference)));
+        let mut stream = self
+            .docker
+            .create_image(Some(options.build()), None, docker_credentials);
+        let failed = |reason: String| DockerError::PullFailed {
+            address: self.address.clone(),
+            reference: reference.to_string(),
+            reason: match credentials {
+                Some(credentials) => credentials.redact(&reason),
+                None => reason,
+            },
+        };
+        while let Some(item) = stream.next().await {
+            match item {
+                Ok(info) => {
+                    if let Some(status) = info.status {
+                        // Per-layer "Downloading" progress repeats; the rest is worth a line.
+                        if status != "Downloading" && status != "Extracting" {
+                            on_line(&status);
+                        }
+                    }
+                }
+                Err(BollardError::DockerStreamError { error }) => return Err(failed(error)),
+                Err(error) if is_connection_failure(&error) => {
+                    return Err(self.daemon_error(format!("pulling {reference}"), error))
+                }
+                Err(BollardError::DockerResponseServerError { message, .. }) => {
+                    return Err(failed(message.trim().to_string()))
+                }
+                Err(error) => return Err(failed(error_chain(&error))),
+            }
+        }
+        Ok(())
     }
 
     /// Loads a `docker save`-format archive (`manifest.json`, config, layer tars). Returns the

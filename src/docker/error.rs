@@ -23,6 +23,14 @@ pub enum DockerError {
         reason: String,
     },
 
+    /// Pulling an image failed (registry unreachable, unknown name, access denied).
+    #[error("pulling {reference} through the Docker daemon at {address} failed: {reason}")]
+    PullFailed {
+        address: String,
+        reference: String,
+        reason: String,
+    },
+
     /// A local image that an operation needs does not exist.
     #[error("no image `{reference}` in the Docker daemon at {address}")]
     ImageNotFound { address: String, reference: String },

@@ -14,3 +14,4 @@ pub mod version;
 /// cannot disagree.
 #[path = "../../selftest/src/binary_name.rs"]
 pub mod selftest_binary;
+pub mod yaml;

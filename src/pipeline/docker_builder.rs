@@ -118,7 +118,13 @@ pub struct EngineBuilder {
     credentials: Mutex<BTreeMap<String, Option<Credentials>>>,
     gpus: OnceCell<bool>,
     host_platform: OnceCell<String>,
+    /// Per base image: present or pulled, or why not. Looked up once for all the images on it,
+    /// so a missing base is one attempt and one cause, not one daemon error per image.
+    bases: Mutex<BTreeMap<String, Arc<BaseImage>>>,
 }
+
+/// Whether a base image is in the daemon (present or pulled), or why it cannot be; set once.
+type BaseImage = OnceCell<Result<(), String>>;
 
 impl EngineBuilder {
     pub fn new(
@@ -138,7 +144,45 @@ impl EngineBuilder {
             credentials: Mutex::new(BTreeMap::new()),
             gpus: OnceCell::new(),
             host_platform: OnceCell::new(),
+            bases: Mutex::new(BTreeMap::new()),
         }
+    }
+
+    /// Makes sure the base image a runtime image is built `FROM` is in the daemon, pulling it
+    /// when it is not; the error says what to do when it cannot be had. A devel image's base is
+    /// its runtime image, built first in the plan.
+    async fn ensure_base(&self, image: &PlannedImage) -> Result<()> {
+        let base = &image.spec.base_image;
+        if image.spec.parent.is_some() || base == "scratch" {
+            return Ok(());
+        }
+        let cell = Arc::clone(self.bases.lock().await.entry(base.clone()).or_default());
+        let name = &image.spec.name;
+        let outcome = cell
+            .get_or_init(|| async {
+                match self.engine.image(base).await {
+                    Ok(Some(_)) => return Ok(()),
+                    Ok(None) => {}
+                    Err(error) => return Err(error.to_string()),
+                }
+                self.progress
+                    .stage(name, &format!("base image {base} is not here: pulling it"));
+                // A broken Docker config should not hide the real cause: pull anonymously then.
+                let credentials = self.credentials_for(base).await.ok().flatten();
+                let progress = Arc::clone(&self.progress);
+                self.engine
+                    .pull(
+                        base,
+                        Some(image.spec.platform.as_str()),
+                        credentials.as_ref(),
+                        |line| progress.line(name, line),
+                    )
+                    .await
+                    .map_err(|error| error.to_string())
+            })
+            .await
+            .clone();
+        outcome.map_err(|reason| anyhow!(missing_base_text(base, &reason)))
     }
 
     async fn credentials_for(&self, repository: &str) -> Result<Option<Credentials>> {
@@ -228,21 +272,31 @@ impl Builder for EngineBuilder {
             .labels
             .insert(BUILD_KEY_LABEL.into(), image.build_key.to_string());
         self.progress.start(name, "building");
-        let progress = Arc::clone(&self.progress);
-        let log_name = name.clone();
-        match self
-            .engine
-            .build(request, move |line| progress.line(&log_name, line))
-            .await
-        {
+        let built = match self.ensure_base(image).await {
+            Ok(()) => {
+                let progress = Arc::clone(&self.progress);
+                let log_name = name.clone();
+                self.engine
+                    .build(request, move |line| progress.line(&log_name, line))
+                    .await
+                    .map_err(anyhow::Error::from)
+            }
+            Err(error) => Err(error),
+        };
+        match built {
             Ok(id) => {
                 self.progress.stage(name, &format!("built {id}"));
                 Ok(id)
             }
             Err(error) => {
-                let log = self.progress.log_path(name);
+                // The log holds the error itself, not only that the build failed.
+                self.progress.log_only(name, "== error");
+                for line in format!("{error:#}").lines() {
+                    self.progress.log_only(name, line);
+                }
                 self.progress.stage(name, "build failed");
-                Err(anyhow!("{error}\nfull log: {}", log.display()))
+                let log = self.progress.log_path(name);
+                Err(anyhow!("{error:#}\nfull log: {}", log.display()))
             }
         }
     }
@@ -362,6 +416,17 @@ impl Builder for EngineBuilder {
     async fn tag(&self, source: &str, repository: &str, tag: &str) -> Result<()> {
         Ok(self.engine.tag(source, repository, tag).await?)
     }
+}
+
+/// Why a build cannot start: its base image is missing and could not be pulled, with the ways to
+/// provide it.
+fn missing_base_text(base: &str, reason: &str) -> String {
+    format!(
+        "base image {base} is not in the Docker daemon, and {reason}\n\
+         hint: where no registry is reachable, load it: `docker save {base} -o base.tar` on a machine \
+         that has it, then `docker load -i base.tar` here; or set `mirrors.base_registry` in the \
+         matrix to a registry mirror you can reach, or `base_images.runtime` to a base image you have"
+    )
 }
 
 /// A digest as the registry or daemon reported it, checked: anything else is an error naming

@@ -570,3 +570,82 @@ fn unconfirmed_fields_resolve_with_a_note() {
         ["torch 2.8.0 cu126 linux/amd64 GPU arch list: arch list from the main-branch build script of the 2.8 cycle, not the release branch"]
     );
 }
+
+/// Every torch wheel a driver rejection names as runnable runs on that driver: resolving it with
+/// the same driver keeps an image. 560.28.03 meets CUDA 12.6.0's toolkit driver but not 12.6.3's,
+/// the base the cu126 images build on, so cu126 may not be named for it (nor cu128 for 570.26).
+#[test]
+fn driver_hints_name_only_images_the_driver_runs() {
+    let knowledge = Knowledge::test_fixture();
+    let every_torch: Vec<String> = knowledge
+        .torch
+        .iter()
+        .step_by(3)
+        .map(|t| format!("\"{}\"", t.series))
+        .collect();
+    let every_cuda: Vec<String> = ["11.8", "12.1", "12.4", "12.6", "12.8", "12.9", "13.0"]
+        .iter()
+        .map(|c| format!("\"{c}\""))
+        .collect();
+    let wide = format!(
+        "torch: [{}]\ncuda: [{}]\nos: [ubuntu22.04, ubuntu24.04]\nvariants: [runtime]\n",
+        every_torch.join(", "),
+        every_cuda.join(", ")
+    );
+    for driver_text in [
+        "450.80.02",
+        "535.104.05",
+        "560.28.03",
+        "570.26",
+        "575.51.03",
+    ] {
+        for forward_compat in [false, true] {
+            let options = || ResolveOptions {
+                driver: Some(DriverVersion::parse(driver_text).unwrap()),
+                forward_compat,
+                ..Default::default()
+            };
+            let resolution = run_with(&wide, options());
+            let mut named_wheels = BTreeMap::new();
+            for rejection in resolution.rejected.iter().filter(|r| r.origin == "driver") {
+                let Some(examples) = rejection.reason.split("(e.g. torch ").nth(1) else {
+                    continue;
+                };
+                let examples = examples.split(')').next().unwrap();
+                for wheel in examples.split(", ") {
+                    named_wheels.insert(wheel.to_string(), rejection.torch.clone());
+                }
+            }
+            for (wheel, refused) in named_wheels {
+                {
+                    let (series, suffix) = wheel.split_once("+cu").unwrap();
+                    let (major, minor) = suffix.split_at(2);
+                    let cuda = format!("{major}.{minor}");
+                    let named = run_with(
+                        &format!("torch: [\"{series}\"]\ncuda: [\"{cuda}\"]\nos: [ubuntu20.04, ubuntu22.04, ubuntu24.04]\nvariants: [runtime]\n"),
+                        options(),
+                    );
+                    assert!(
+                        !named.images.is_empty()
+                            && named.rejected.iter().all(|r| r.origin != "driver"),
+                        "driver {driver_text} (forward compat {forward_compat}) was refused for torch {refused} and told it runs torch {wheel}, which it does not: {:#?}",
+                        named.rejected
+                    );
+                }
+            }
+        }
+    }
+    let resolution = run_with(
+        "torch: [\"2.9\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\nvariants: [runtime]\n",
+        ResolveOptions {
+            driver: Some(DriverVersion::parse("560.28.03").unwrap()),
+            ..Default::default()
+        },
+    );
+    let reason = one_reason(&resolution);
+    assert!(
+        reason.starts_with("needs NVIDIA driver ≥ 560.35.05 (CUDA 12.6.3 toolkit driver); driver 560.28.03 is older and runs CUDA ≤ 12.5 images"),
+        "{reason}"
+    );
+    assert!(!reason.contains("cu126"), "{reason}");
+}

@@ -536,3 +536,61 @@ fn base64_encode(bytes: &[u8]) -> String {
     use base64::Engine as _;
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
+
+/// The common first build: the base image is not here and its registry cannot be reached. One
+/// error for the cause (not the daemon's message once per image), what to do about it, and the
+/// error in each image's log.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_missing_base_image_is_one_error_with_what_to_do() {
+    prepare().await;
+    let registry = Registry::start();
+    let project = Project::new(registry.host(), SELFTEST_PASS);
+    let nowhere = format!("127.0.0.1:{}", crate::support::free_port());
+    let base = format!("{nowhere}/imagegen-test/missing-base:1");
+    project.edit_matrix("runtime: imagegen-test/base:1", &format!("runtime: {base}"));
+    let output = project.build(&[]);
+    assert_code(&output, 1);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let log = text(&output);
+    assert!(
+        !log.contains("Step 1/"),
+        "no build starts without its base:\n{log}"
+    );
+    assert_eq!(
+        stdout
+            .matches(&format!("base image {base} is not in the Docker daemon"))
+            .count(),
+        1,
+        "one error for the two runtime images on the missing base:\n{stdout}"
+    );
+    assert_eq!(stdout.matches("connection refused").count(), 1, "{stdout}");
+    assert!(
+        stdout.contains(&format!(
+            "{} failed, {} failed:",
+            project.tag("2.7.0", "runtime"),
+            project.tag("2.8.0", "runtime")
+        )),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("hint: where no registry is reachable, load it: `docker save")
+            && stdout.contains("`docker load -i base.tar`")
+            && stdout.contains("mirrors.base_registry"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("not built: the runtime image each builds on failed"));
+    {
+        for torch in ["2.7.0", "2.8.0"] {
+            let tag = project.tag(torch, "runtime");
+            let image_log =
+                std::fs::read_to_string(project.path().join(format!(".imagegen/logs/{tag}.log")))
+                    .unwrap();
+            assert!(
+                image_log.contains(&format!("pulling {base}"))
+                    && image_log.contains("connection refused"),
+                "{tag}'s log holds the error itself:\n{image_log}"
+            );
+            assert_eq!(project.manifest()["images"][&tag]["status"], "failed");
+        }
+    }
+}

@@ -46,22 +46,35 @@ macro_rules! snapshot_without_fingerprints {
 
 #[test]
 fn ci_matrix_per_image_family_and_by_shards() {
-    let per_image = stdout_of(&["ci", "--github"]);
+    let per_image = stdout_of(&["ci", "--format", "github"]);
     assert_eq!(per_image.lines().count(), 1, "one line, for $GITHUB_OUTPUT");
     insta::assert_snapshot!("ci_github_per_image", pretty(&per_image));
-    let shards = stdout_of(&["ci", "--github", "--shards", "3"]);
+    assert_eq!(
+        stdout_of(&["ci", "--github"]),
+        per_image,
+        "--github is kept"
+    );
+    assert_eq!(
+        stdout_of(&["ci"]),
+        per_image,
+        "github is the default format"
+    );
+    let shards = stdout_of(&["ci", "--format", "github", "--shards", "3"]);
     insta::assert_snapshot!("ci_github_shards_3", pretty(&shards));
 }
 
 #[test]
-fn ci_needs_the_github_flag_and_one_way_to_fan_out() {
+fn ci_takes_a_known_format_and_one_way_to_fan_out() {
     imagegen()
         .arg("--matrix")
         .arg(fixture())
-        .args(["ci"])
+        .args(["ci", "--format", "gitlab"])
         .assert()
         .code(2)
-        .stderr(predicate::str::contains("--github"));
+        .stderr(
+            predicate::str::contains("invalid value 'gitlab' for '--format <FORMAT>'")
+                .and(predicate::str::contains("github")),
+        );
     imagegen()
         .arg("--matrix")
         .arg(fixture())

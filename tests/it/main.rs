@@ -8,6 +8,7 @@ mod docker_engine;
 mod docker_host_env;
 mod generators;
 mod layout;
+mod limits;
 mod multiarch;
 mod support;
 mod upgrade;

@@ -95,6 +95,14 @@ pub enum K8sError {
     NoNodes,
     #[error("--nodes {nodes} needs --command: the program every node runs under torchrun (e.g. --command python train.py)")]
     MultiNodeWithoutCommand { nodes: u32 },
+    #[error(
+        "--name {name:?} is not a valid Job name: {rule}\nhint: for example --name {suggestion}"
+    )]
+    BadName {
+        name: String,
+        rule: String,
+        suggestion: String,
+    },
     #[error("no image to run")]
     NoImage,
     #[error("the generated manifests break Kubernetes rules: {}", problems.join("; "))]
@@ -207,6 +215,18 @@ pub fn dns_label(text: &str, max: usize) -> String {
     label.trim_end_matches('-').to_string()
 }
 
+/// A Job name as given, or why it is not one: never rewritten, so the Job is named as asked.
+pub fn checked_job_name(name: &str) -> Result<String, K8sError> {
+    if validation::is_dns_label(name) && name.len() <= JOB_NAME_MAX {
+        return Ok(name.to_string());
+    }
+    Err(K8sError::BadName {
+        name: name.to_string(),
+        rule: format!("a Job name is a DNS label of at most {JOB_NAME_MAX} characters (its pods add `-<index>` within 63): lowercase letters, digits and `-`, starting with a letter and ending with a letter or digit"),
+        suggestion: dns_label(name, JOB_NAME_MAX),
+    })
+}
+
 /// The default Job name: the repository's last component and the tag
 /// (`pytorch-2-7-1-cuda12-6-cudnn9-runtime-ubuntu24-04`).
 pub fn default_job_name(repository: &str, tag: &str) -> String {
@@ -287,11 +307,10 @@ pub fn manifests(images: &[&ImageSpec], settings: &JobSettings) -> Result<Manife
     if let Some(digest) = &settings.digest {
         reference = format!("{reference}@{digest}");
     }
-    let name = settings
-        .name
-        .as_deref()
-        .map(|name| dns_label(name, JOB_NAME_MAX))
-        .unwrap_or_else(|| default_job_name(&image.repository, &published_tag));
+    let name = match settings.name.as_deref() {
+        Some(name) => checked_job_name(name)?,
+        None => default_job_name(&image.repository, &published_tag),
+    };
     let multi_node = settings.nodes > 1;
     let pod_labels: BTreeMap<String, String> = [
         ("app.kubernetes.io/name".to_string(), name.clone()),
@@ -641,7 +660,7 @@ mod tests {
             nodes: 3,
             namespace: "training".into(),
             command: vec!["python".into(), "train.py".into()],
-            name: Some("Llama Finetune".into()),
+            name: Some("llama-finetune".into()),
             driver_affinity: true,
             digest: None,
         });
@@ -780,6 +799,38 @@ mod tests {
         )
         .unwrap_err();
         assert!(error.to_string().contains("namespace"), "{error}");
+        let error = manifests(
+            &image[..],
+            &JobSettings {
+                name: Some("Bad_Name".into()),
+                ..Default::default()
+            },
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            error.starts_with(
+                "--name \"Bad_Name\" is not a valid Job name: a Job name is a DNS label"
+            ),
+            "{error}"
+        );
+        assert!(
+            error.contains("\nhint: for example --name bad-name"),
+            "{error}"
+        );
+        let named = manifests(
+            &image[..],
+            &JobSettings {
+                name: Some("finetune-7".into()),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            named.job.metadata.name.as_deref(),
+            Some("finetune-7"),
+            "a good name is kept as given"
+        );
     }
 
     #[test]

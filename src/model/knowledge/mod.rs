@@ -18,6 +18,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::model::version::{DottedVersion, DriverVersion, TorchVersion, VersionError};
+use crate::model::yaml::{self, Problem, LIMITS};
 
 /// The frozen subset of the knowledge that logic tests run on (see [`Knowledge::test_fixture`]).
 #[cfg(test)]
@@ -48,6 +49,24 @@ pub enum KnowledgeError {
     },
     #[error("{origin}: {message}")]
     Invalid { origin: String, message: String },
+}
+
+impl KnowledgeError {
+    /// A problem the YAML reader found in the file `origin`, at its line and column.
+    fn located(origin: &str, problem: Problem) -> KnowledgeError {
+        let origin = match problem.at {
+            Some(at) => format!("{origin}:{}:{}", at.line, at.column),
+            None => origin.to_string(),
+        };
+        let hint = problem
+            .hint
+            .map(|hint| format!("\nhint: {hint}"))
+            .unwrap_or_default();
+        KnowledgeError::Parse {
+            origin,
+            message: format!("{}{hint}", problem.message),
+        }
+    }
 }
 
 /// Where a fact was read: a file of a repository at a commit, or a URL.
@@ -413,13 +432,19 @@ impl Knowledge {
             .expect("the test fixture knowledge is valid")
     }
 
-    /// The embedded knowledge with the file at `path` merged over it.
+    /// The embedded knowledge with the file at `path` merged over it. The file is read within
+    /// [`yaml::LIMITS`], like the matrix.
     pub fn with_override(path: &Path) -> Result<Knowledge, KnowledgeError> {
-        let text = std::fs::read_to_string(path).map_err(|source| KnowledgeError::Read {
-            path: path.display().to_string(),
-            source,
-        })?;
-        let extra = Self::parse_unchecked(&text, &path.display().to_string())?;
+        let origin = path.display().to_string();
+        let bytes = yaml::read_bounded(path, &LIMITS)
+            .map_err(|source| KnowledgeError::Read {
+                path: origin.clone(),
+                source,
+            })?
+            .map_err(|problem| KnowledgeError::located(&origin, problem))?;
+        let text =
+            yaml::decode(&bytes).map_err(|problem| KnowledgeError::located(&origin, problem))?;
+        let extra = Self::parse_unchecked(text, &origin)?;
         let mut merged = Self::embedded();
         merged.merge(extra);
         merged.check(&path.display().to_string())?;
@@ -434,6 +459,8 @@ impl Knowledge {
 
     /// Parses without the cross-reference checks (an override is checked after merging).
     fn parse_unchecked(text: &str, origin: &str) -> Result<Knowledge, KnowledgeError> {
+        yaml::locate(text, &LIMITS, origin)
+            .map_err(|problem| KnowledgeError::located(origin, problem))?;
         // Name the schema before serde trips over a field an older schema had.
         #[derive(Deserialize)]
         struct Header {
