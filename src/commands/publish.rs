@@ -179,6 +179,7 @@ async fn publish_one(
         aliases: Vec::new(),
         published_at: now.clone(),
         history: Vec::new(),
+        extra: Default::default(),
     });
     let mut moved = Vec::new();
     let mut held = Vec::new();

@@ -104,5 +104,6 @@ pub fn image_record(spec: &ImageSpec, build_key: &Digest, at: &str) -> ImageReco
         status: RecordStatus::Ok,
         last_error: None,
         history: Vec::new(),
+        extra: Default::default(),
     }
 }
