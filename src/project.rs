@@ -235,8 +235,8 @@ impl std::fmt::Display for LockHolder {
 }
 
 impl LockHolder {
-    /// This process.
-    fn this_process() -> LockHolder {
+    /// This process: its pid, its command line (the program as `imagegen`) and now.
+    pub fn this_process() -> LockHolder {
         let mut command: String = std::env::args()
             .map(|arg| {
                 let name = Path::new(&arg)
@@ -255,6 +255,16 @@ impl LockHolder {
             command,
             since: now_rfc3339(),
         }
+    }
+
+    /// This run as pending alias moves name it: `pid 1234 (`imagegen build --push`)`.
+    pub fn this_run() -> String {
+        let holder = LockHolder::this_process();
+        format!(
+            "pid {} (`{}`)",
+            holder.pid.unwrap_or_default(),
+            holder.command
+        )
     }
 
     fn to_text(&self) -> String {
@@ -651,4 +661,170 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
         }
     })?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::manifest::ImageRecord;
+    use crate::model::digest::Digest;
+
+    fn image(tag: &str, digest: &str) -> ImageRecord {
+        serde_json::from_value(serde_json::json!({
+            "repository": "r/p", "tag": tag, "digest": Digest::of(digest.as_bytes()),
+            "fingerprint": Digest::of(b"f"), "build_key": Digest::of(b"k"), "variant": "runtime",
+            "torch": "2.7.1", "torchvision": "0.22.1", "cuda": "12.6", "cuda_full": "12.6.3",
+            "cudnn": "9", "python": "3.12", "os": "ubuntu24.04", "base_image": "b",
+            "driver_min": "560.35.05", "driver_min_compat": "525.60.13",
+            "require_cuda": "cuda>=12.6", "built_at": "t", "status": "ok"
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn updates_merge_into_the_manifest_as_it_is_at_write_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("imagegen-manifest.json");
+        let first = ManifestFile::new(&path, Duration::from_secs(5));
+        let second = ManifestFile::new(&path, Duration::from_secs(5));
+        // Both runs read the (missing) manifest at their start ...
+        assert_eq!(first.read().unwrap(), Manifest::new());
+        assert_eq!(second.read().unwrap(), Manifest::new());
+        // ... and each writes its own record: neither erases the other's.
+        first.update(|m| m.record_success(image("a", "1"))).unwrap();
+        second
+            .update(|m| m.record_success(image("b", "2")))
+            .unwrap();
+        let both = load_manifest(&path).unwrap();
+        assert_eq!(both.images.keys().collect::<Vec<_>>(), vec!["a", "b"]);
+    }
+
+    #[test]
+    fn a_second_writer_waits_naming_the_holder_then_gives_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("imagegen-manifest.json");
+        let file = ManifestFile::new(&path, Duration::from_millis(300));
+        let held = file.lock().unwrap();
+        let mut lines = Vec::new();
+        let error = ProjectLock::acquire(
+            &file.lock_path().unwrap(),
+            "imagegen-manifest.json",
+            Duration::from_millis(300),
+            |line| lines.push(line.to_string()),
+        )
+        .unwrap_err()
+        .to_string();
+        let pid = std::process::id();
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(
+            lines[0].starts_with(&format!(
+                "waiting for imagegen-manifest.json (held by pid {pid}, command `"
+            )),
+            "{lines:?}"
+        );
+        assert!(error.contains(&format!("held by pid {pid}")), "{error}");
+        assert!(error.contains("hint:"), "{error}");
+        assert!(
+            file.update(|_| ()).is_err(),
+            "no write while another holds it"
+        );
+        drop(held);
+        file.update(|m| m.record_success(image("a", "1"))).unwrap();
+        assert!(ProjectLock::try_acquire(&file.lock_path().unwrap())
+            .unwrap()
+            .is_ok());
+    }
+
+    #[test]
+    fn a_released_lock_is_handed_to_the_waiting_writer() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.json");
+        let file = ManifestFile::new(&path, Duration::from_secs(30));
+        let held = file.lock().unwrap();
+        let waiter = {
+            let file = file.clone();
+            std::thread::spawn(move || file.update(|m| m.record_success(image("w", "1"))))
+        };
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(load_manifest(&path).unwrap().images.is_empty());
+        drop(held);
+        waiter.join().unwrap().unwrap();
+        assert!(load_manifest(&path).unwrap().images.contains_key("w"));
+    }
+
+    #[test]
+    fn the_manifest_is_written_through_its_link_which_stays_a_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let records = dir.path().join("records");
+        std::fs::create_dir(&records).unwrap();
+        let target = records.join("manifest.json");
+        let link = dir.path().join("imagegen-manifest.json");
+        std::os::unix::fs::symlink("records/manifest.json", &link).unwrap();
+        let file = ManifestFile::new(&link, Duration::from_secs(5));
+        file.update(|m| m.record_success(image("a", "1"))).unwrap();
+        file.update(|m| m.record_success(image("b", "2"))).unwrap();
+        assert!(std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert_eq!(load_manifest(&target).unwrap().images.len(), 2);
+        assert!(
+            records
+                .join(".imagegen/locks/imagegen-manifest.json.lock")
+                .exists(),
+            "the lock lives beside the file the link resolves to"
+        );
+        let leftovers: Vec<_> = std::fs::read_dir(&records)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+            .filter(|n| n.contains(".tmp"))
+            .collect();
+        assert!(leftovers.is_empty(), "{leftovers:?}");
+    }
+
+    #[test]
+    fn a_missing_input_manifest_is_an_error_not_an_empty_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("shard-3.json");
+        assert_eq!(load_manifest(&missing).unwrap(), Manifest::new());
+        let error = load_existing_manifest(&missing).unwrap_err().to_string();
+        assert!(error.contains("shard-3.json"), "{error}");
+        assert!(error.contains("no such file"), "{error}");
+    }
+
+    #[test]
+    fn render_refuses_image_links_out_of_the_output_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("images");
+        let elsewhere = dir.path().join("elsewhere");
+        std::fs::create_dir_all(&out).unwrap();
+        std::fs::create_dir_all(&elsewhere).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, out.join("img")).unwrap();
+        let rendered = vec![RenderedImage {
+            name: "img".into(),
+            files: [("Dockerfile".to_string(), "FROM x\n".to_string())].into(),
+        }];
+        let error = write(&rendered, &out).unwrap_err().to_string();
+        assert!(error.contains("symbolic link"), "{error}");
+        assert!(error.contains("outside"), "{error}");
+        assert!(std::fs::read_dir(&elsewhere).unwrap().next().is_none());
+
+        // A link that stays inside images/ is written through.
+        std::fs::remove_file(out.join("img")).unwrap();
+        std::fs::create_dir_all(out.join("real")).unwrap();
+        std::os::unix::fs::symlink("real", out.join("img")).unwrap();
+        write(&rendered, &out).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(out.join("real/Dockerfile")).unwrap(),
+            "FROM x\n"
+        );
+
+        // A Dockerfile that links out of images/ is refused like a directory.
+        std::fs::remove_file(out.join("img")).unwrap();
+        std::fs::create_dir_all(out.join("img")).unwrap();
+        std::os::unix::fs::symlink(elsewhere.join("Dockerfile"), out.join("img/Dockerfile"))
+            .unwrap();
+        assert!(write(&rendered, &out).is_err());
+        assert!(!elsewhere.join("Dockerfile").exists());
+    }
 }
