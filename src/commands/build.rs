@@ -305,7 +305,7 @@ impl ManifestJournal {
 impl Journal for ManifestJournal {
     async fn claim(&self, image: &PlannedImage) -> Result<Claim> {
         let path = self.file.publish_lock_path(&image.reference)?;
-        let what = format!("{} (another run is publishing it)", image.reference);
+        let what = format!("{}, which another run is publishing", image.reference);
         let timeout = self.file.lock_timeout();
         let start = Instant::now();
         let mut announced = false;

@@ -2,7 +2,11 @@
 //! the API version down to the daemon's), builds images from in-memory contexts with the classic
 //! builder while streaming output line by line, inspects, finds, tags, removes and loads images,
 //! pushes with retries of transient registry failures, and runs short-lived containers (optionally
-//! with all GPUs) that are always removed afterwards.
+//! with all GPUs) that are always removed afterwards (and finds and removes them by label, for a
+//! caller whose run was cancelled). Every daemon request has a deadline until its answer begins
+//! ([`Engine::connect_with_timeout`]); a push attempt that goes silent longer than its idle
+//! deadline ([`Engine::with_push_idle_timeout`]) counts as a transient failure: the registry
+//! behind the daemon accepted the connection and did not answer.
 //!
 //! It returns plain values (image ids, digests, labels, exit codes) and never decides what to
 //! build, which tags to use or whether a test passed; that is the executor's job.

@@ -3,8 +3,11 @@
 //! its image config carries, and reading or writing raw manifests (re-pointing a tag, OCI image
 //! indexes). Plain HTTP for loopback hosts (`127.0.0.1`, `localhost`, `[::1]`), HTTPS otherwise.
 //! Authentication: anonymous, `Basic`, and the `Bearer` token flow announced by
-//! `WWW-Authenticate` (user/password or identity token). Transient failures (connection refused or
-//! reset, timeouts, 5xx, 429) are retried with the client's [`RetryPolicy`].
+//! `WWW-Authenticate` (user/password or identity token). Every request has a deadline
+//! ([`RegistryClient::with_timeout`], 60 s by default): a registry that accepts the connection and
+//! never answers fails with [`DockerError::RegistryTimeout`], naming it and the deadline.
+//! Transient failures (connection refused or reset, timeouts, 5xx, 429) are retried with the
+//! client's [`RetryPolicy`].
 //!
 //! The client is synchronous inside (ureq) and async outside: every call runs on tokio's blocking
 //! pool. It knows nothing about which tags imagegen uses.

@@ -320,12 +320,23 @@ fn compare_alias(manifest: &Manifest, alias: &str, served: &Served) -> Option<Fi
     }
     let recorded_digest = recorded.clone()?;
     let (state, problem) = plain_state(&recorded_digest, &now, "this alias");
-    Some(finding(
-        state,
-        recorded.clone(),
-        problem,
-        (state != State::Ok).then(|| restore(&recorded)),
-    ))
+    // When the image the alias points at is gone from the registry too, a rollback to it cannot
+    // work; a build pushes the image again and moves the alias back onto it.
+    let target_tag = manifest.aliases.get(alias).map(|a| a.tag.clone());
+    let target_gone = target_tag.as_ref().is_some_and(|tag| {
+        served.contains_key(&Reference {
+            repository: repository.to_string(),
+            tag: tag.clone(),
+        }) && lookup(served, repository, tag).as_ref() != Some(&recorded_digest)
+    });
+    let fix = match (state, target_tag) {
+        (State::Ok, _) => None,
+        (_, Some(tag)) if target_gone => Some(format!(
+            "imagegen build --push --only {tag} (the image it points at is not served under its tag either; the build pushes it and moves {alias} onto it)"
+        )),
+        _ => Some(restore(&recorded)),
+    };
+    Some(finding(state, recorded.clone(), problem, fix))
 }
 
 fn served_text(served: &Option<Digest>) -> String {
@@ -499,19 +510,19 @@ mod tests {
         assert!(compare(&manifest, &all_ok).iter().all(|f| !f.is_drift()));
 
         let drifted = served(&[
-            ("old", None),
+            ("old", Some(d("old"))),
             ("new", Some(d("other"))),
             ("a", Some(d("new"))),
         ]);
         let findings = compare(&manifest, &drifted);
         let of = |name: &str| findings.iter().find(|f| f.name == name).unwrap();
-        assert_eq!(of("old").state, State::Missing);
-        assert!(of("old")
+        assert_eq!(of("old").state, State::Ok);
+        assert_eq!(of("new").state, State::Differs);
+        assert!(of("new")
             .fix
             .as_deref()
             .unwrap()
-            .starts_with("imagegen build --push --only old"));
-        assert_eq!(of("new").state, State::Differs);
+            .starts_with("imagegen build --push --only new"));
         assert_eq!(of("a").state, State::Differs);
         assert_eq!(
             of("a").fix.as_deref(),
@@ -578,6 +589,30 @@ mod tests {
             .find(|f| f.name == "b")
             .unwrap();
         assert_eq!(finding.state, State::PendingNotMoved);
+    }
+
+    #[test]
+    fn an_alias_whose_image_is_gone_too_is_fixed_by_a_build_not_a_rollback() {
+        let manifest = manifest();
+        let gone = served(&[("old", None), ("new", Some(d("new"))), ("a", None)]);
+        let findings = compare(&manifest, &gone);
+        let image = findings.iter().find(|f| f.name == "old").unwrap();
+        assert_eq!(image.state, State::Missing);
+        assert!(image
+            .fix
+            .as_deref()
+            .unwrap()
+            .starts_with("imagegen build --push --only old"));
+        let finding = findings.iter().find(|f| f.name == "a").unwrap();
+        assert_eq!(finding.state, State::Missing);
+        assert!(
+            finding
+                .fix
+                .as_deref()
+                .unwrap()
+                .starts_with("imagegen build --push --only old"),
+            "{finding:?}"
+        );
     }
 
     #[test]
