@@ -16,7 +16,7 @@ use crate::commands::output::short;
 use crate::commands::signals::Signals;
 use crate::docker::{registry_host_of, repository_path_of, DockerConfig, RegistryClient};
 use crate::history::manifest::now_rfc3339;
-use crate::history::rollback::{rollback_step, rollback_target, RollbackStep, RollbackTarget};
+use crate::history::rollback::{rollback_step, rollback_target, RollbackStep};
 use crate::history::verify::settle_one;
 use crate::model::digest::Digest;
 use crate::project::{LockHolder, ManifestFile, Project};
@@ -33,7 +33,23 @@ pub fn run(_project: &Project, args: &RollbackArgs) -> Result<Outcome> {
     let file = ManifestFile::new(&args.manifest, Duration::from_secs(args.lock.lock_timeout));
     let manifest = file.read()?;
     // Checked before the registry is asked anything: the alias and the target must be recorded.
-    let target = rollback_target(&manifest, alias, to.as_ref(), args.previous)?;
+    // With a move of this alias pending, `--previous` is only known once it is settled.
+    let repository = match (
+        rollback_target(&manifest, alias, to.as_ref(), args.previous),
+        manifest.pending_aliases.get(alias),
+    ) {
+        (Ok(target), _) => target.repository,
+        (Err(_), Some(pending)) if to.is_none() => manifest
+            .repository_of(&pending.tag)
+            .map(String::from)
+            .ok_or_else(|| {
+                anyhow!(
+                    "the pending move of {alias} points at {}, which the manifest does not record",
+                    pending.tag
+                )
+            })?,
+        (Err(error), _) => return Err(error),
+    };
     let timeout = Duration::from_secs(args.deadlines.registry_timeout);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -49,7 +65,7 @@ pub fn run(_project: &Project, args: &RollbackArgs) -> Result<Outcome> {
                 );
                 Ok(Outcome::Interrupted(received))
             }
-            outcome = roll_back(&file, alias, target, (to, args.previous), timeout) => outcome,
+            outcome = roll_back(&file, alias, &repository, (to, args.previous), timeout) => outcome,
         }
     })
 }
@@ -57,16 +73,15 @@ pub fn run(_project: &Project, args: &RollbackArgs) -> Result<Outcome> {
 async fn roll_back(
     file: &ManifestFile,
     alias: &str,
-    target: RollbackTarget,
+    repository: &str,
     (to, previous): (Option<Digest>, bool),
     timeout: Duration,
 ) -> Result<Outcome> {
     let start = Instant::now();
-    let repository = target.repository.clone();
-    let host = registry_host_of(&repository);
+    let host = registry_host_of(repository);
     let credentials = DockerConfig::load_default()?.credentials_for(&host)?;
     let client = RegistryClient::new(&host, credentials).with_timeout(timeout);
-    let path = repository_path_of(&repository);
+    let path = repository_path_of(repository);
 
     let served = client
         .manifest_digest(path, alias)
@@ -85,7 +100,7 @@ async fn roll_back(
     if let Some(outcome) = settled {
         eprintln!("settled the move of {alias} an earlier run left in between: {outcome}");
     }
-    let target = rollback_target(&manifest, alias, to.as_ref(), previous).unwrap_or(target);
+    let target = rollback_target(&manifest, alias, to.as_ref(), previous)?;
     let (target_tag, digest) = (target.tag, target.digest);
     let recorded = manifest.alias_digest(alias);
 
