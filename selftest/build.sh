@@ -1,39 +1,103 @@
 #!/usr/bin/env bash
-# Builds gpu-selftest once per CUDA major for glibc 2.17 (runs on Ubuntu 20.04 and later) with
-# cargo-zigbuild, and places the binaries where imagegen's build copies them from:
+# Builds gpu-selftest once per CUDA major (and architecture) for glibc 2.17, so the binaries run
+# on Ubuntu 20.04 and later, and places them where imagegen's build copies them from
+# (relative to the repository root):
 #   target/selftest/gpu-selftest-cu11, -cu12, -cu13          (x86_64)
-#   target/selftest/gpu-selftest-cu12-arm64, -cu13-arm64    (aarch64 / SBSA, for linux/arm64 images)
-# (relative to the repository root). aarch64 builds need `rustup target add aarch64-unknown-linux-gnu`.
-# Needs: cargo-zigbuild (`cargo install cargo-zigbuild --locked`) and zig on PATH
-# (`python3 -m venv /work/zigenv && /work/zigenv/bin/pip install ziglang`; then put
-# /work/zigenv/bin on PATH). Usage: selftest/build.sh [cu11 cu12 cu13 cu12-arm64 cu13-arm64]
+#   target/selftest/gpu-selftest-cu12-arm64, -cu13-arm64    (aarch64 / SBSA, linux/arm64 images)
+#
+# Usage: bash selftest/build.sh [BUILD...]   BUILD: cu11 cu12 cu13 cu11-arm64 cu12-arm64 cu13-arm64
+# Without arguments it builds only what the repository's matrix needs: the distinct `selftest`
+# values of the images `imagegen resolve --format json` prints.
+#
+# Needs a Rust toolchain (cargo, rustc), python3 with its venv module, and readelf (binutils).
+# It installs the rest under target/tools/ when missing, never into the system:
+#   zig            PyPI's ziglang, in the virtual environment target/tools/zigenv
+#   cargo-zigbuild cargo install --locked --root target/tools
+# An aarch64 build also needs the Rust standard library for aarch64-unknown-linux-gnu
+# (`rustup target add aarch64-unknown-linux-gnu`); without it the script stops before building.
 set -euo pipefail
 repository_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repository_root"
 glibc_floor="2.17"
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$repository_root/target/zig}"
-majors=("$@")
-if [ "${#majors[@]}" -eq 0 ]; then majors=(cu11 cu12 cu13 cu12-arm64 cu13-arm64); fi
-mkdir -p target/selftest
-for name in "${majors[@]}"; do
-  case "$name" in
-    cu11|cu12|cu13) major="$name"; target_triple="x86_64-unknown-linux-gnu" ;;
-    cu11-arm64|cu12-arm64|cu13-arm64) major="${name%-arm64}"; target_triple="aarch64-unknown-linux-gnu" ;;
-    *) echo "build.sh: unknown build '$name' (cu11, cu12, cu13, cu12-arm64, cu13-arm64)" >&2; exit 2 ;;
+# Versions checked together (shared/reference/crates.md §4).
+ziglang_version="0.17.1"
+zigbuild_version="0.24.1"
+tools="$repository_root/target/tools"
+known_builds="cu11 cu12 cu13 cu11-arm64 cu12-arm64 cu13-arm64"
+
+fail() {
+  echo "build.sh: $*" >&2
+  exit 2
+}
+
+command -v cargo >/dev/null || fail "cargo not found: install a Rust toolchain (https://rustup.rs)"
+command -v python3 >/dev/null ||
+  fail "python3 not found; it holds zig's virtual environment (Debian: apt-get install python3 python3-venv)"
+command -v readelf >/dev/null ||
+  fail "readelf not found; it checks the glibc floor of each binary (Debian: apt-get install binutils)"
+
+# 1. What to build: the arguments, else what the matrix's images name.
+builds=("$@")
+if [ "${#builds[@]}" -eq 0 ]; then
+  echo "== [${SECONDS} s] which self-test builds the matrix needs: cargo run --release -q -- resolve --format json"
+  resolution="$(cargo run --release -q -- resolve --format json)" ||
+    fail "imagegen resolve failed; name the builds instead, e.g. bash selftest/build.sh cu12 cu13"
+  mapfile -t builds < <(python3 -c '
+import json, sys
+resolution = json.load(sys.stdin)
+print("\n".join(sorted({image["selftest"].removeprefix("gpu-selftest-") for image in resolution["images"]})))
+' <<<"$resolution")
+  [ "${#builds[@]}" -gt 0 ] || fail "the matrix resolves to no image, so no self-test is needed"
+  echo "   ${builds[*]}"
+fi
+for name in "${builds[@]}"; do
+  case " $known_builds " in
+    *" $name "*) ;;
+    *) fail "unknown build '$name' (builds: $known_builds)" ;;
   esac
-  echo "== building gpu-selftest-$name ($target_triple, glibc $glibc_floor)"
-  # One cargo target folder per build: the cudarc feature changes the whole dependency graph.
+done
+
+# 2. Every aarch64 build needs the aarch64 standard library; check before building anything.
+sysroot="$(rustc --print sysroot)"
+for name in "${builds[@]}"; do
+  if [[ "$name" == *-arm64 ]] && [ ! -d "$sysroot/lib/rustlib/aarch64-unknown-linux-gnu" ]; then
+    x86_only=()
+    for other in "${builds[@]}"; do [[ "$other" == *-arm64 ]] || x86_only+=("$other"); done
+    fail "gpu-selftest-$name needs the Rust target aarch64-unknown-linux-gnu, which this toolchain lacks: run \`rustup target add aarch64-unknown-linux-gnu\` where a toolchain can be downloaded, or skip the arm64 builds with \`bash selftest/build.sh ${x86_only[*]:-cu13}\`"
+  fi
+done
+
+# 3. zig (through PyPI's ziglang, in our own virtual environment) and cargo-zigbuild.
+export PATH="$tools/bin:$tools/zigenv/bin:$PATH"
+if ! command -v zig >/dev/null && ! python3 -m ziglang version >/dev/null 2>&1; then
+  echo "== [${SECONDS} s] installing zig (ziglang $ziglang_version from PyPI) into target/tools/zigenv"
+  python3 -m venv "$tools/zigenv" ||
+    fail "cannot make a Python virtual environment (Debian: apt-get install python3-venv)"
+  "$tools/zigenv/bin/python3" -m pip install --quiet --disable-pip-version-check "ziglang==$ziglang_version"
+fi
+if ! command -v cargo-zigbuild >/dev/null; then
+  echo "== [${SECONDS} s] installing cargo-zigbuild $zigbuild_version into target/tools"
+  cargo install --quiet --locked --version "$zigbuild_version" --root "$tools" cargo-zigbuild
+fi
+
+# 4. The builds, one cargo target folder each: the cudarc feature changes the whole graph.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$repository_root/target/zig}"
+mkdir -p target/selftest
+for name in "${builds[@]}"; do
+  major="${name%-arm64}"
+  if [[ "$name" == *-arm64 ]]; then target_triple="aarch64-unknown-linux-gnu"; else target_triple="x86_64-unknown-linux-gnu"; fi
+  echo "== [${SECONDS} s] building gpu-selftest-$name ($target_triple, glibc $glibc_floor)"
   CARGO_TARGET_DIR="$CARGO_TARGET_DIR/$name" cargo zigbuild --release -p gpu-selftest \
     --no-default-features --features "$major" --target "$target_triple.$glibc_floor"
   built="$CARGO_TARGET_DIR/$name/$target_triple/release/gpu-selftest"
-  install -m 0755 "$built" "target/selftest/gpu-selftest-$name"
-  major="$name"
-  # Verify the glibc floor: no symbol may need a newer version than $glibc_floor (readelf reads
-  # any architecture's ELF).
-  newest="$(readelf --dyn-syms -W "target/selftest/gpu-selftest-$major" | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -uV | tail -n 1)"
+  output="target/selftest/gpu-selftest-$name"
+  install -m 0755 "$built" "$output"
+  # The glibc floor: no symbol may need a newer version (readelf reads any architecture's ELF).
+  newest="$(readelf --dyn-syms -W "$output" | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -uV | tail -n 1)"
   if [ "$(printf '%s\n%s\n' "$newest" "$glibc_floor" | sort -V | tail -n 1)" != "$glibc_floor" ]; then
-    echo "build.sh: gpu-selftest-$major needs GLIBC_$newest, newer than $glibc_floor" >&2
+    echo "build.sh: $output needs GLIBC_$newest, newer than $glibc_floor" >&2
     exit 1
   fi
-  echo "   target/selftest/gpu-selftest-$major: newest glibc symbol GLIBC_$newest (<= $glibc_floor)"
+  echo "   $output: newest glibc symbol GLIBC_$newest (<= $glibc_floor)"
 done
+echo "== [${SECONDS} s] done: ${builds[*]}"

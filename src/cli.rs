@@ -7,6 +7,9 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+/// The package index `knowledge derive` reads by default.
+pub const DEFAULT_PACKAGE_INDEX: &str = "https://pypi.org/simple";
+
 /// The manifest file every command that reads or writes one defaults to.
 pub const DEFAULT_MANIFEST: &str = "imagegen-manifest.json";
 
@@ -66,6 +69,8 @@ pub enum Command {
     Ci(CiArgs),
     /// Work with manifests (imagegen-manifest.json).
     Manifest(ManifestArgs),
+    /// Work with the compatibility knowledge.
+    Knowledge(KnowledgeArgs),
     /// Check every full tag, alias and index the manifest records against what the registry serves; exit 1 on any difference, naming the command that fixes it.
     Verify(VerifyArgs),
 }
@@ -216,6 +221,10 @@ pub struct BuildArgs {
     /// Fail every image whose self-test could not run on GPUs (no GPU on this host).
     #[arg(long)]
     pub require_gpu: bool,
+    /// A gpu-selftest baseline saved on a node known to be good (`gpu-selftest --save-baseline
+    /// FILE`): each image's self-test also fails below its stated share of these figures.
+    #[arg(long, env = "IMAGEGEN_SELFTEST_BASELINE", value_name = "FILE")]
+    pub selftest_baseline: Option<PathBuf>,
     /// Move aliases of images whose self-test was skipped for lack of GPUs (never of failed ones).
     #[arg(long)]
     pub move_untested_aliases: bool,
@@ -302,6 +311,37 @@ pub struct CiArgs {
 pub struct ManifestArgs {
     #[command(subcommand)]
     pub action: ManifestAction,
+}
+
+#[derive(Debug, Args)]
+pub struct KnowledgeArgs {
+    #[command(subcommand)]
+    pub action: KnowledgeAction,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KnowledgeAction {
+    /// Print the knowledge entry of a release as its wheels' own metadata gives it (Python and manylinux tags, platforms, the CUDA runtime, cuDNN and NCCL pins), read from a PyPI-style index.
+    Derive(DeriveArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct DeriveArgs {
+    /// The package (only torch so far).
+    pub package: DerivePackage,
+    /// The release, e.g. 2.13.0.
+    pub version: String,
+    /// The simple index to read (PEP 691 JSON or PEP 503 HTML, with PEP 658 .metadata files).
+    #[arg(long, default_value = DEFAULT_PACKAGE_INDEX)]
+    pub index: String,
+    /// Compare with the knowledge in use; exit 1 when they differ.
+    #[arg(long)]
+    pub check: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DerivePackage {
+    Torch,
 }
 
 #[derive(Debug, Subcommand)]

@@ -82,6 +82,15 @@ impl Project {
         }))
     }
 
+    /// The knowledge alone (embedded, or with the `--knowledge` override), for commands that
+    /// need no matrix.
+    pub fn knowledge(&self) -> Result<Knowledge> {
+        Ok(match &self.knowledge_path {
+            Some(path) => Knowledge::with_override(path)?,
+            None => Knowledge::embedded(),
+        })
+    }
+
     /// The matrix (read on first use).
     pub fn matrix(&self) -> Result<&Matrix> {
         Ok(&self.definition()?.matrix)
@@ -94,6 +103,24 @@ pub fn load_manifest(path: &Path) -> Result<Manifest> {
         Some(text) => Manifest::from_json(&text, &path.display().to_string()),
         None => Ok(Manifest::new()),
     }
+}
+
+/// The largest gpu-selftest baseline read: a real one is a few kilobytes.
+const BASELINE_MAX_BYTES: u64 = 1 << 20;
+
+/// Reads a gpu-selftest baseline file (`build --selftest-baseline`), at most 1 MiB.
+pub fn read_selftest_baseline(path: &Path) -> Result<String> {
+    let size = std::fs::metadata(path)
+        .with_context(|| format!("cannot read the self-test baseline {}", path.display()))?
+        .len();
+    if size > BASELINE_MAX_BYTES {
+        anyhow::bail!(
+            "the self-test baseline {} is {size} bytes, more than {BASELINE_MAX_BYTES}: it is not a gpu-selftest baseline",
+            path.display()
+        );
+    }
+    std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read the self-test baseline {}", path.display()))
 }
 
 /// Reads the manifest at `path`, which must exist: an input named on the command line (a CI

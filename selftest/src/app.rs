@@ -1,14 +1,19 @@
 //! The run: from flags to a report and an exit code. Prepares the loader (which may re-execute
 //! the process), makes sure the driver and the libraries the selected checks need load (exit 2
 //! naming the missing one and where it looked otherwise), runs the checks in order, each guarded
-//! so that an error or a panic inside becomes that check's failure, and renders the report.
+//! so that an error or a panic inside becomes that check's failure, judges their speed against
+//! the GPU models' expected figures and the baseline if one is given, saves a baseline if asked,
+//! and renders the report.
 
+use crate::baseline::{self, Baseline};
 use crate::cli::{self, Cli, Format};
-use crate::framework::{self, Claims};
+use crate::expected;
+use crate::framework::{self, Claims, Probe};
 use crate::gpu::{self, bandwidth, inventory, matmul, nccl, overlap};
 use crate::loader::{self, Prepared};
 use crate::nvml::Nvml;
 use crate::report::{self, Check, Overall, Report, Status};
+use crate::rules::{self, GpuLinks, References};
 use crate::{plot, shm};
 use std::panic::AssertUnwindSafe;
 use std::path::Path;
@@ -74,7 +79,9 @@ pub fn run(cli: Cli) -> i32 {
     // First stage: search the libraries and re-execute with them on the loader path (this call
     // does not return then); second stage: read the search result back.
     let prepared = loader::prepare(cli.prefer_pip_libraries);
+    let first_stage = loader::first_stage_elapsed();
     let mut report = Report::new(started_at, loader::cuda_build_major());
+    report.loader_seconds = first_stage.as_secs_f64();
     let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
         run_checks(&cli, &prepared, &mut report)
     }));
@@ -83,7 +90,8 @@ pub fn run(cli: Cli) -> i32 {
         Ok(Err(CannotRun(message))) => report.error = Some(message),
         Err(_) => report.error = Some(format!("internal error (panic): {}", last_panic())),
     }
-    report.duration_seconds = started.elapsed().as_secs_f64();
+    // The search for libraries before the re-execution belongs to the run too.
+    report.duration_seconds = (started.elapsed() + first_stage).as_secs_f64();
     // The exit code follows the report, so the two can never disagree.
     report.settle();
     if let Some(folder) = &prepared.link_folder {
@@ -144,6 +152,15 @@ fn run_checks(cli: &Cli, prepared: &Prepared, report: &mut Report) -> Result<(),
     let nccl_sizes = cli::parse_sizes(&cli.nccl_sizes).map_err(CannotRun)?;
     let overlap_bytes = cli::parse_size(&cli.overlap_bytes).map_err(CannotRun)?;
     let precisions = cli::parse_precisions(&cli.matmul_precisions).map_err(CannotRun)?;
+    // A baseline that cannot be read stops the run before any GPU work: the caller asked for a
+    // comparison this run could not make.
+    let loaded_baseline: Option<(Baseline, String)> = cli
+        .baseline
+        .as_deref()
+        .filter(|argument| !argument.trim().is_empty())
+        .map(baseline::load)
+        .transpose()
+        .map_err(CannotRun)?;
     let spec = |key: &str| {
         prepared
             .specs
@@ -158,6 +175,11 @@ fn run_checks(cli: &Cli, prepared: &Prepared, report: &mut Report) -> Result<(),
     let framework_probe = wants("framework").then(|| {
         framework::start(
             &cli.python,
+            if cli.framework_torch_compile {
+                Probe::TorchCompile
+            } else {
+                Probe::Triton
+            },
             Duration::from_secs(cli.framework_timeout),
             prepared.original_library_path.as_deref(),
         )
@@ -217,6 +239,21 @@ fn run_checks(cli: &Cli, prepared: &Prepared, report: &mut Report) -> Result<(),
         driver_cuda_version: gpu::driver_cuda_version().unwrap_or_else(|_| "unknown".to_string()),
     };
 
+    let gpu_names: Vec<String> = facts.iter().map(|gpu| gpu.name.clone()).collect();
+    if let Some((baseline, origin)) = &loaded_baseline {
+        baseline
+            .check_models(&gpu_names)
+            .map_err(|message| CannotRun(format!("{origin}: {message}")))?;
+    }
+    let references = References {
+        gpus: gpu_names
+            .iter()
+            .map(|name| (name.clone(), expected::find(name)))
+            .collect(),
+        baseline: loaded_baseline
+            .as_ref()
+            .map(|(baseline, origin)| (baseline, origin.clone())),
+    };
     let inventory_elapsed = inventory_started.elapsed().as_secs_f64();
     report.setup_seconds = started_checks.elapsed().as_secs_f64();
     let mut checks: Vec<Check> = Vec::new();
@@ -238,6 +275,7 @@ fn run_checks(cli: &Cli, prepared: &Prepared, report: &mut Report) -> Result<(),
                 &bandwidth_points,
                 &facts,
                 &bandwidth_sizes,
+                &references,
             ))
         }));
     }
@@ -249,14 +287,31 @@ fn run_checks(cli: &Cli, prepared: &Prepared, report: &mut Report) -> Result<(),
             repetitions: 5,
         };
         checks.push(guarded("overlap", || {
+            let inputs = overlap::OverlapInputs::new(&gpus[0], &settings)?;
             let results = gpus
                 .iter()
-                .map(|device| overlap::measure(device, &settings))
+                .map(|device| overlap::measure(device, &settings, &inputs))
                 .collect::<anyhow::Result<Vec<_>>>()?;
             Ok(overlap::check(&results))
         }));
     }
+    // The NCCL communicators are created while the matmul check runs: creating them is host
+    // work (topology search, buffers, connecting the peers: 0.7–1.0 s on 2×H200) that the
+    // products, timed on the GPUs by events, do not feel.
+    let communicators = runs_nccl.then(|| {
+        let contexts: Vec<_> = gpus.iter().map(|gpu| gpu.context.clone()).collect();
+        std::thread::spawn(move || {
+            std::panic::catch_unwind(AssertUnwindSafe(|| nccl::Communicators::create(&contexts)))
+                .unwrap_or_else(|_| {
+                    Err(anyhow::anyhow!(
+                        "internal error (panic) while creating the NCCL communicators: {}",
+                        last_panic()
+                    ))
+                })
+        })
+    });
     // 256 sampled entries per product are checked against float64; see gpu/matmul.rs.
+    let mut matmul_results = Vec::new();
     if wants("matmul") {
         let settings = matmul::MatmulSettings {
             size: cli.matmul_size,
@@ -266,7 +321,8 @@ fn run_checks(cli: &Cli, prepared: &Prepared, report: &mut Report) -> Result<(),
             samples: 256,
         };
         checks.push(guarded("matmul", || {
-            Ok(matmul::check(&matmul::measure(&gpus, &settings)?))
+            matmul_results = matmul::measure(&gpus, &settings)?;
+            Ok(matmul::check(&matmul_results, &references))
         }));
     }
     let mut versions = inventory::LibraryVersions::default();
@@ -275,6 +331,7 @@ fn run_checks(cli: &Cli, prepared: &Prepared, report: &mut Report) -> Result<(),
             .ok()
             .flatten();
     }
+    let mut nccl_points = Vec::new();
     if wants("nccl") {
         if runs_nccl {
             versions.nccl = std::panic::catch_unwind(inventory::nccl_version)
@@ -284,13 +341,30 @@ fn run_checks(cli: &Cli, prepared: &Prepared, report: &mut Report) -> Result<(),
                 sizes: nccl_sizes.clone(),
                 warm_up: 5,
                 repetitions: cli.nccl_repeats.max(1),
+                back_to_back_runs: cli.nccl_runs.max(1),
             };
             let version = versions.nccl.clone();
+            let links: Vec<GpuLinks> = facts
+                .iter()
+                .map(|gpu| GpuLinks {
+                    index: gpu.index,
+                    device_name: &gpu.name,
+                    model: references.model(gpu.index),
+                    pcie: gpu.pcie_max_generation.zip(gpu.pcie_max_width),
+                    nvlink_peers: gpu.nvlink_peer_indices(),
+                })
+                .collect();
+            let path = rules::collective_path(&links);
             checks.push(guarded("nccl", || {
-                Ok(nccl::check(
-                    &nccl::measure(&gpus, &settings)?,
-                    version.as_deref(),
-                ))
+                let communicators = communicators
+                    .expect("started whenever the NCCL check runs")
+                    .join()
+                    .map_err(|_| anyhow::anyhow!("the NCCL set-up thread stopped"))??;
+                nccl_points = nccl::measure(&gpus, &communicators, &settings)?;
+                Ok(
+                    nccl::check(&nccl_points, version.as_deref(), &path, &references)
+                        .figure("communicator_seconds", communicators.seconds),
+                )
             }));
         } else {
             checks.push(
@@ -356,6 +430,15 @@ fn run_checks(cli: &Cli, prepared: &Prepared, report: &mut Report) -> Result<(),
             checks.push(Check::new("plot", Status::Warn, message));
         }
     }
+    if let Some(path) = &cli.save_baseline {
+        let figures = [
+            bandwidth::baseline_figures(&bandwidth_points),
+            matmul::baseline_figures(&matmul_results),
+            nccl::baseline_figures(&nccl_points),
+        ]
+        .concat();
+        checks.push(save_baseline(path, &checks, gpu_names.clone(), figures));
+    }
     report.checks = checks;
     if report
         .checks
@@ -365,4 +448,61 @@ fn run_checks(cli: &Cli, prepared: &Prepared, report: &mut Report) -> Result<(),
         report.overall = Overall::Fail;
     }
     Ok(())
+}
+
+/// Saves the run's figures as a baseline, unless a check failed (a baseline must come from a
+/// node known to be good) or there is nothing to save; the outcome is a check of its own, so
+/// a baseline that was not written fails the run.
+fn save_baseline(
+    path: &Path,
+    checks: &[Check],
+    gpu_names: Vec<String>,
+    figures: Vec<baseline::BaselineFigure>,
+) -> Check {
+    let rule = "saved only when no check failed: a baseline must come from a node known to be good";
+    let failed: Vec<&str> = checks
+        .iter()
+        .filter(|check| check.status == Status::Fail)
+        .map(|check| check.name.as_str())
+        .collect();
+    if !failed.is_empty() {
+        return Check::new(
+            "baseline",
+            Status::Fail,
+            format!(
+                "not saved to {}: {} failed",
+                path.display(),
+                failed.join(", ")
+            ),
+        )
+        .with_rule(rule);
+    }
+    if figures.is_empty() {
+        return Check::new(
+            "baseline",
+            Status::Fail,
+            format!(
+                "not saved to {}: no bandwidth, matmul or nccl figures were measured",
+                path.display()
+            ),
+        )
+        .with_rule(rule);
+    }
+    let saved_at = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|elapsed| elapsed.as_secs())
+        .unwrap_or(0);
+    let count = figures.len();
+    let text = baseline::render(&Baseline::new(saved_at, gpu_names, figures));
+    match write_atomically(path, text.as_bytes()) {
+        Ok(()) => Check::new(
+            "baseline",
+            Status::Pass,
+            format!("saved {count} figures to {}", path.display()),
+        )
+        .with_rule(rule)
+        .figure("path", path.display().to_string())
+        .figure("figures", count),
+        Err(message) => Check::new("baseline", Status::Fail, message).with_rule(rule),
+    }
 }

@@ -56,8 +56,24 @@ pub struct Cli {
     #[arg(long)]
     pub no_framework: bool,
 
-    /// Transfer sizes of the bandwidth sweep (K, M, G are KiB, MiB, GiB).
-    #[arg(long, value_delimiter = ',', default_value = "1M,4M,16M,64M,256M,1G")]
+    /// In the framework check, compile a torch.compile function instead of a Triton kernel
+    /// (adds Dynamo's and Inductor's start-up: seconds longer).
+    #[arg(long)]
+    pub framework_torch_compile: bool,
+
+    /// Judge every figure also against this baseline (saved with --save-baseline on a good node
+    /// of the same GPU model): fail below 80% of it. A value starting with `{` is the baseline
+    /// itself, so a container can be handed one through the environment alone.
+    #[arg(long, env = "GPU_SELFTEST_BASELINE", value_name = "FILE|JSON")]
+    pub baseline: Option<String>,
+
+    /// After the run, save its figures as a baseline to FILE (only when no check failed).
+    #[arg(long, value_name = "FILE")]
+    pub save_baseline: Option<PathBuf>,
+
+    /// Transfer sizes of the bandwidth sweep (K, M, G are KiB, MiB, GiB). Pinned copies reach
+    /// their peak by 16-64 MiB; 1 GiB would add seconds of pageable copies and no information.
+    #[arg(long, value_delimiter = ',', default_value = "1M,4M,16M,64M,256M")]
     pub bandwidth_sizes: Vec<String>,
 
     /// Timed copies per size and mode (the median is reported), after one warm-up copy.
@@ -84,9 +100,14 @@ pub struct Cli {
     #[arg(long, value_delimiter = ',', default_value = "8M,64M,512M")]
     pub nccl_sizes: Vec<String>,
 
-    /// Timed all-reduces per size (median reported), after 5 warm-ups.
+    /// Timed all-reduces per size (median reported), after 5 warm-ups; also the all-reduces
+    /// queued in each back-to-back run.
     #[arg(long, default_value_t = 20)]
     pub nccl_repeats: usize,
+
+    /// Back-to-back runs per all-reduce size (median reported).
+    #[arg(long, default_value_t = 5)]
+    pub nccl_runs: usize,
 
     /// Python interpreter for the framework check.
     #[arg(long, default_value = "python3")]
@@ -117,8 +138,8 @@ pub struct Cli {
     #[arg(long)]
     pub prefer_pip_libraries: bool,
 
-    /// Print which gpu-selftest binary serves an image with this CUDA version
-    /// (gpu-selftest-cu11, -cu12 or -cu13) and exit; runs no check.
+    /// Print which gpu-selftest binary serves an image with this CUDA version on this machine's
+    /// architecture (gpu-selftest-cu11, -cu12, -cu13; -arm64 on aarch64) and exit; runs no check.
     #[arg(long, value_name = "CUDA_VERSION")]
     pub binary_for_cuda: Option<String>,
 }
@@ -250,5 +271,18 @@ mod tests {
         assert_eq!(cli.expect_torch.as_deref(), Some("2.7.1"));
         assert_eq!(cli.matmul_size, 8192);
         assert!(parse_precisions(&["bf16".into(), "fp8".into()]).is_err());
+        assert!(!cli.framework_torch_compile && cli.save_baseline.is_none());
+        let cli = Cli::try_parse_from([
+            "gpu-selftest",
+            "--baseline",
+            "good.json",
+            "--save-baseline",
+            "new.json",
+            "--framework-torch-compile",
+        ])
+        .unwrap();
+        assert_eq!(cli.baseline.as_deref(), Some("good.json"));
+        assert_eq!(cli.save_baseline, Some(PathBuf::from("new.json")));
+        assert!(cli.framework_torch_compile);
     }
 }

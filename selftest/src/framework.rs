@@ -1,7 +1,10 @@
 //! The framework check: the image's Python with torch sees the GPUs, reports the torch, CUDA,
 //! cuDNN and NCCL versions the image claims (`IMAGEGEN_TORCH`, `IMAGEGEN_CUDA`,
-//! `IMAGEGEN_CUDNN`, `IMAGEGEN_NCCL`, or the `--expect-*` flags), and compiles and runs a small
-//! `torch.compile` function on the GPU (so the Triton toolchain works).
+//! `IMAGEGEN_CUDNN`, `IMAGEGEN_NCCL`, or the `--expect-*` flags), and compiles and runs GPU code
+//! at run time: by default a Triton kernel (Triton is the compiler `torch.compile` generates
+//! its GPU code with, so this proves the same toolchain: Triton, ptxas, the C compiler for its
+//! launcher), or with `--framework-torch-compile` a `torch.compile` function, which adds
+//! Dynamo's and Inductor's start-up (seconds of CPU) to the same toolchain.
 //!
 //! The Python side is one embedded script printing one JSON line; it starts at the beginning of
 //! the run and works while the GPU checks do, since importing torch and compiling is mostly CPU.
@@ -11,24 +14,48 @@ use crate::report::{Check, Status};
 use crate::rules;
 use serde::{Deserialize, Serialize};
 use std::io::Read;
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+/// Which run-time compilation the probe proves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Probe {
+    /// A Triton kernel: the toolchain `torch.compile` uses, without Dynamo and Inductor.
+    Triton,
+    /// A `torch.compile` function (Dynamo, Inductor, Triton).
+    TorchCompile,
+}
+
+impl Probe {
+    /// The word the script takes as its argument and reports back as `probe`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Probe::Triton => "triton",
+            Probe::TorchCompile => "compile",
+        }
+    }
+}
 
 /// The probe. It prints one line, `GPU_SELFTEST_JSON {...}`, whatever happens inside (a failing
 /// step records its error instead of raising), so the Rust side never has to parse a traceback.
 /// Phases are timed separately: a slow default run is usually the import or the cold compile.
+/// It runs from a file, not `python -c`: Triton reads a kernel's source from its file.
 const SCRIPT: &str = r#"
-import json, sys, time
-out = {}
+import json, os, sys, time
+mode = sys.argv[1] if len(sys.argv) > 1 else "triton"
+out = {"probe": mode}
 started = time.time()
 try:
     import torch
 except Exception as error:
-    print("GPU_SELFTEST_JSON " + json.dumps({"torch_import_error": repr(error)[:400]}))
+    print("GPU_SELFTEST_JSON " + json.dumps({"probe": mode, "torch_import_error": repr(error)[:400]}))
     sys.exit(0)
 out["import_seconds"] = time.time() - started
 out["torch"] = torch.__version__
 out["cuda"] = torch.version.cuda
+started = time.time()
 try:
     out["cudnn"] = torch.backends.cudnn.version()
 except Exception as error:
@@ -40,17 +67,27 @@ try:
     out["nccl"] = ".".join(str(part) for part in version[:3])
 except Exception as error:
     out["nccl_error"] = repr(error)[:400]
+out["versions_seconds"] = time.time() - started
+started = time.time()
 out["cuda_available"] = bool(torch.cuda.is_available())
 out["device_count"] = torch.cuda.device_count() if out["cuda_available"] else 0
+out["device_query_seconds"] = time.time() - started
+
+def function(x):
+    return torch.sin(x) * 2.0 + torch.cos(x) * x
+
+x = None
 if out["cuda_available"]:
     try:
         started = time.time()
         x = torch.randn(1 << 16, device="cuda")
         torch.cuda.synchronize()
         out["cuda_init_seconds"] = time.time() - started
+    except Exception as error:
+        out["cuda_error"] = repr(error)[:600]
+if x is not None and mode == "compile":
+    try:
         started = time.time()
-        def function(x):
-            return torch.sin(x) * 2.0 + torch.cos(x) * x
         compiled = torch.compile(function)
         y = compiled(x)
         torch.cuda.synchronize()
@@ -59,7 +96,34 @@ if out["cuda_available"]:
         out["compile_ok"] = bool(torch.allclose(y, function(x), rtol=1e-5, atol=1e-5))
     except Exception as error:
         out["compile_error"] = repr(error)[:600]
-print("GPU_SELFTEST_JSON " + json.dumps(out))
+if x is not None and mode == "triton":
+    try:
+        started = time.time()
+        import triton
+        import triton.language as tl
+        out["triton"] = triton.__version__
+
+        @triton.jit
+        def probe_kernel(x_pointer, y_pointer, count, BLOCK: tl.constexpr):
+            offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            mask = offsets < count
+            value = tl.load(x_pointer + offsets, mask=mask)
+            tl.store(y_pointer + offsets, tl.sin(value) * 2.0 + tl.cos(value) * value, mask=mask)
+
+        y = torch.full_like(x, float("nan"))
+        probe_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+        torch.cuda.synchronize()
+        out["triton_seconds"] = time.time() - started
+        expected = function(x)
+        out["triton_max_error"] = float((y - expected).abs().max())
+        out["triton_ok"] = bool(torch.allclose(y, expected, rtol=1e-4, atol=1e-4))
+    except Exception as error:
+        out["triton_error"] = repr(error)[:600]
+print("GPU_SELFTEST_JSON " + json.dumps(out), flush=True)
+# Everything is said: skip the interpreter's teardown (torch's and CUDA's destructors take most
+# of a second), which would only delay the end of the run.
+sys.stderr.flush()
+os._exit(0)
 "#;
 
 /// What the image claims; `None` means no claim to compare.
@@ -74,6 +138,8 @@ pub struct Claims {
 /// What the Python script reported.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 pub struct Findings {
+    /// "triton" or "compile"; absent in the output of gpu-selftest before 0.2 (= "compile").
+    pub probe: Option<String>,
     pub torch_import_error: Option<String>,
     pub torch: Option<String>,
     pub cuda: Option<String>,
@@ -91,6 +157,21 @@ pub struct Findings {
     pub cuda_init_seconds: Option<f64>,
     pub compile_max_error: Option<f64>,
     pub compile_error: Option<String>,
+    pub cuda_error: Option<String>,
+    /// Triton's version, when the Triton probe imported it.
+    pub triton: Option<String>,
+    pub triton_ok: Option<bool>,
+    /// Importing Triton, compiling the kernel (and its launcher) and running it.
+    pub triton_seconds: Option<f64>,
+    pub triton_max_error: Option<f64>,
+    pub triton_error: Option<String>,
+    /// Asking torch for its cuDNN and NCCL versions (loads those libraries).
+    pub versions_seconds: Option<f64>,
+    /// `torch.cuda.is_available()` and `device_count()` (the driver's start in torch).
+    pub device_query_seconds: Option<f64>,
+    /// From starting the interpreter to the end of its output, measured by gpu-selftest: the
+    /// probe's whole length, which runs beside the GPU checks.
+    pub probe_seconds: Option<f64>,
 }
 
 /// A running framework probe.
@@ -99,17 +180,50 @@ pub struct Running {
     started: Instant,
     timeout: Duration,
     interpreter: String,
+    /// The script's file, removed when the probe is dropped.
+    script: PathBuf,
+    /// Readers of standard output (with the moment it closed: the probe's end) and error,
+    /// started with the probe so that a full pipe never stalls it.
+    output_reader: Option<JoinHandle<(String, Instant)>>,
+    error_reader: Option<JoinHandle<(String, Instant)>>,
+}
+
+/// Reads a pipe to its end on a thread of its own; returns the text and when the end came.
+fn read_to_end(pipe: Option<impl Read + Send + 'static>) -> JoinHandle<(String, Instant)> {
+    std::thread::spawn(move || {
+        let mut text = String::new();
+        if let Some(mut pipe) = pipe {
+            let _ = pipe.read_to_string(&mut text);
+        }
+        (text, Instant::now())
+    })
 }
 
 /// Starts the probe with `interpreter`; `Err` carries why it could not start (no Python).
 pub fn start(
     interpreter: &str,
+    probe: Probe,
     timeout: Duration,
     original_library_path: Option<&str>,
 ) -> Result<Running, String> {
+    // A file of our own in the temporary folder: the process id keeps runs apart, and
+    // `create_new` refuses a file someone placed there first.
+    let script = std::env::temp_dir().join(format!(
+        "gpu-selftest-probe-{}-{}.py",
+        std::process::id(),
+        probe.name()
+    ));
+    let _ = std::fs::remove_file(&script);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&script)
+        .and_then(|mut file| std::io::Write::write_all(&mut file, SCRIPT.as_bytes()))
+        .map_err(|error| format!("cannot write the probe {}: {error}", script.display()))?;
     let mut command = Command::new(interpreter);
     command
-        .args(["-c", SCRIPT])
+        .arg(&script)
+        .arg(probe.name())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -119,14 +233,21 @@ pub fn start(
     if std::env::var_os("TORCHINDUCTOR_COMPILE_THREADS").is_none() {
         command.env("TORCHINDUCTOR_COMPILE_THREADS", "1");
     }
-    let child = command
-        .spawn()
-        .map_err(|error| format!("cannot run `{interpreter}`: {error}"))?;
+    let started = Instant::now();
+    let mut child = command.spawn().map_err(|error| {
+        let _ = std::fs::remove_file(&script);
+        format!("cannot run `{interpreter}`: {error}")
+    })?;
+    let output_reader = Some(read_to_end(child.stdout.take()));
+    let error_reader = Some(read_to_end(child.stderr.take()));
     Ok(Running {
         child,
-        started: Instant::now(),
+        started,
         timeout,
         interpreter: interpreter.to_string(),
+        script,
+        output_reader,
+        error_reader,
     })
 }
 
@@ -137,27 +258,13 @@ impl Drop for Running {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
+        let _ = std::fs::remove_file(&self.script);
     }
 }
 
-/// Waits for the probe (killing it at the timeout) and parses its answer.
+/// Waits for the probe (killing it at the timeout) and parses its answer; `probe_seconds` is
+/// set to the time from its start to the end of its output.
 pub fn finish(mut running: Running) -> Result<Findings, String> {
-    let mut stdout = running.child.stdout.take();
-    let mut stderr = running.child.stderr.take();
-    let reader = std::thread::spawn(move || {
-        let mut text = String::new();
-        if let Some(pipe) = stdout.as_mut() {
-            let _ = pipe.read_to_string(&mut text);
-        }
-        text
-    });
-    let error_reader = std::thread::spawn(move || {
-        let mut text = String::new();
-        if let Some(pipe) = stderr.as_mut() {
-            let _ = pipe.read_to_string(&mut text);
-        }
-        text
-    });
     loop {
         match running.child.try_wait() {
             Ok(Some(_)) => break,
@@ -174,16 +281,27 @@ pub fn finish(mut running: Running) -> Result<Findings, String> {
             Err(error) => return Err(format!("waiting for `{}`: {error}", running.interpreter)),
         }
     }
-    let output = reader.join().unwrap_or_default();
-    let errors = error_reader.join().unwrap_or_default();
-    parse_output(&output).ok_or_else(|| {
+    let joined = |reader: Option<JoinHandle<(String, Instant)>>| {
+        reader
+            .and_then(|handle| handle.join().ok())
+            .unwrap_or_else(|| (String::new(), Instant::now()))
+    };
+    let (output, output_ended) = joined(running.output_reader.take());
+    let (errors, _) = joined(running.error_reader.take());
+    let mut findings = parse_output(&output).ok_or_else(|| {
         let tail: String = errors.lines().rev().take(3).collect::<Vec<_>>().join(" | ");
         format!(
             "`{}` printed no result (stderr: {})",
             running.interpreter,
             if tail.is_empty() { "empty" } else { &tail }
         )
-    })
+    })?;
+    findings.probe_seconds = Some(
+        output_ended
+            .saturating_duration_since(running.started)
+            .as_secs_f64(),
+    );
+    Ok(findings)
 }
 
 /// Finds the script's JSON line in its output (the last one: torch may print warnings first).
@@ -282,21 +400,53 @@ pub fn judge(findings: &Findings, claims: &Claims, visible_gpus: usize) -> Check
         "torch sees {} GPU(s) (gpu-selftest sees {visible_gpus})",
         findings.device_count
     ));
-    match (&findings.compile_ok, &findings.compile_error) {
+    // The run-time compilation: a Triton kernel (the default) or a torch.compile function (the
+    // probe names which; output without a name came from torch.compile).
+    let triton_probe = findings.probe.as_deref() == Some("triton");
+    let (what, ok, error, seconds, max_error) = if triton_probe {
+        (
+            "Triton kernel",
+            findings.triton_ok,
+            findings.triton_error.as_ref(),
+            findings.triton_seconds,
+            findings.triton_max_error,
+        )
+    } else {
+        (
+            "torch.compile",
+            findings.compile_ok,
+            findings.compile_error.as_ref(),
+            findings.compile_seconds,
+            findings.compile_max_error,
+        )
+    };
+    if let Some(error) = &findings.cuda_error {
+        problems.push(format!("torch cannot use the GPU: {error}"));
+    }
+    match (ok, error) {
         (Some(true), _) => lines.push(format!(
-            "torch.compile: compiled and ran on the GPU in {:.1} s, max error {:.1e} (import torch {:.1} s, CUDA start {:.1} s)",
-            findings.compile_seconds.unwrap_or(0.0),
-            findings.compile_max_error.unwrap_or(0.0),
+            "{what}: compiled and ran on GPU 0 in {:.1} s{}, max error {:.1e} against eager (probe {:.1} s in all: import torch {:.1} s, versions {:.1} s, devices {:.1} s, CUDA start {:.1} s)",
+            seconds.unwrap_or(0.0),
+            findings
+                .triton
+                .as_ref()
+                .filter(|_| triton_probe)
+                .map(|version| format!(" (Triton {version})"))
+                .unwrap_or_default(),
+            max_error.unwrap_or(0.0),
+            findings.probe_seconds.unwrap_or(0.0),
             findings.import_seconds.unwrap_or(0.0),
+            findings.versions_seconds.unwrap_or(0.0),
+            findings.device_query_seconds.unwrap_or(0.0),
             findings.cuda_init_seconds.unwrap_or(0.0)
         )),
         (Some(false), _) => problems.push(format!(
-            "torch.compile result differs from eager (max error {:.1e})",
-            findings.compile_max_error.unwrap_or(f64::NAN)
+            "{what} result differs from eager (max error {:.1e})",
+            max_error.unwrap_or(f64::NAN)
         )),
-        (None, Some(error)) => problems.push(format!("torch.compile failed: {error}")),
-        (None, None) if findings.cuda_available => {
-            problems.push("torch.compile did not run".to_string())
+        (None, Some(error)) => problems.push(format!("{what} failed: {error}")),
+        (None, None) if findings.cuda_available && findings.cuda_error.is_none() => {
+            problems.push(format!("{what} did not run"))
         }
         (None, None) => {}
     }
@@ -308,16 +458,28 @@ pub fn judge(findings: &Findings, claims: &Claims, visible_gpus: usize) -> Check
     };
     let summary = if problems.is_empty() {
         format!(
-            "torch {found_torch} (CUDA {found_cuda}, cuDNN {}, NCCL {}) sees {} GPU(s); torch.compile runs",
+            "torch {found_torch} (CUDA {found_cuda}, cuDNN {}, NCCL {}) sees {} GPU(s); {}",
             found_cudnn.as_deref().unwrap_or("none"),
             findings.nccl.as_deref().unwrap_or("none"),
-            findings.device_count
+            findings.device_count,
+            if triton_probe {
+                "a Triton kernel compiles and runs"
+            } else {
+                "torch.compile runs"
+            }
         )
     } else {
         problems.join("; ")
     };
     let mut result = Check::new("framework", status, summary)
-        .with_rule("torch sees every GPU; torch/CUDA/cuDNN/NCCL equal the image's claims (IMAGEGEN_* or --expect-*; cuDNN compared on major.minor.patch); a torch.compile function matches eager on the GPU")
+        .with_rule(format!(
+            "torch sees every GPU; torch/CUDA/cuDNN/NCCL equal the image's claims (IMAGEGEN_* or --expect-*; cuDNN compared on major.minor.patch); {} compiled at run time matches eager on GPU 0",
+            if triton_probe {
+                "a Triton kernel (the compiler torch.compile uses; --framework-torch-compile runs torch.compile itself)"
+            } else {
+                "a torch.compile function"
+            }
+        ))
         .figure("claims", claims)
         .figure("found", findings);
     result.lines = lines;
@@ -429,25 +591,86 @@ mod tests {
     }
 
     #[test]
-    fn a_python_without_torch_is_reported_by_the_real_script() {
-        // Runs the embedded script with `python3 -S`-like isolation only when python3 exists
-        // and has no torch (the CPU machine); otherwise there is nothing to assert here.
-        let Ok(running) = start("python3", Duration::from_secs(60), None) else {
-            return;
-        };
-        let findings = finish(running).expect("the script prints its JSON line");
-        if findings.torch_import_error.is_some() {
-            assert_eq!(judge(&findings, &claims(), 0).status, Status::Skip);
-        } else {
-            assert!(findings.torch.is_some());
+    fn the_real_script_reports_what_this_python_has() {
+        // Every path asserts: no python3 here is an error naming it; a python3 without torch
+        // (CI) reports the import error, which skips; one with torch reports its version and
+        // which probe ran.
+        match start("python3", Probe::Triton, Duration::from_secs(120), None) {
+            Err(message) => assert!(message.contains("python3"), "{message}"),
+            Ok(running) => {
+                let script = running.script.clone();
+                assert!(script.exists());
+                let findings = finish(running).expect("the script prints its JSON line");
+                assert_eq!(findings.probe.as_deref(), Some("triton"));
+                assert!(!script.exists(), "the probe's file is removed");
+                if findings.torch_import_error.is_some() {
+                    assert_eq!(judge(&findings, &claims(), 0).status, Status::Skip);
+                } else {
+                    assert!(findings.torch.is_some());
+                }
+            }
         }
     }
 
     #[test]
     fn a_missing_interpreter_is_an_error_naming_it() {
-        let error = start("/nonexistent/python3", Duration::from_secs(1), None)
-            .err()
-            .unwrap();
+        let error = start(
+            "/nonexistent/python3",
+            Probe::Triton,
+            Duration::from_secs(1),
+            None,
+        )
+        .err()
+        .unwrap();
         assert!(error.contains("/nonexistent/python3"));
+    }
+
+    #[test]
+    fn the_triton_probe_is_judged_by_its_own_fields() {
+        let triton = Findings {
+            probe: Some("triton".to_string()),
+            compile_ok: None,
+            compile_seconds: None,
+            triton: Some("3.6.0".to_string()),
+            triton_ok: Some(true),
+            triton_seconds: Some(2.1),
+            triton_max_error: Some(0.0),
+            ..healthy()
+        };
+        let check = judge(&triton, &claims(), 2);
+        assert_eq!(check.status, Status::Pass, "{}", check.summary);
+        assert!(check
+            .summary
+            .ends_with("; a Triton kernel compiles and runs"));
+        assert!(check.rule.contains("a Triton kernel"));
+        assert!(check.lines.iter().any(|line| line
+            .starts_with("Triton kernel: compiled and ran on GPU 0 in 2.1 s (Triton 3.6.0)")));
+        let wrong = Findings {
+            triton_ok: Some(false),
+            triton_max_error: Some(0.5),
+            ..triton.clone()
+        };
+        assert_eq!(
+            judge(&wrong, &claims(), 2).summary,
+            "Triton kernel result differs from eager (max error 5.0e-1)"
+        );
+        let broken = Findings {
+            triton_ok: None,
+            triton_error: Some("RuntimeError('Failed to find C compiler')".to_string()),
+            ..triton.clone()
+        };
+        let check = judge(&broken, &claims(), 2);
+        assert_eq!(check.status, Status::Fail);
+        assert!(check
+            .summary
+            .starts_with("Triton kernel failed: RuntimeError('Failed to find C compiler')"));
+        let silent = Findings {
+            triton_ok: None,
+            ..triton
+        };
+        assert_eq!(
+            judge(&silent, &claims(), 2).summary,
+            "Triton kernel did not run"
+        );
     }
 }

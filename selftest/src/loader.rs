@@ -16,8 +16,32 @@ const STAGE_VARIABLE: &str = "GPU_SELFTEST_STAGE";
 const DISCOVERY_VARIABLE: &str = "GPU_SELFTEST_DISCOVERY";
 const ORIGINAL_PATH_VARIABLE: &str = "GPU_SELFTEST_ORIGINAL_LD_LIBRARY_PATH";
 const LINK_FOLDER_VARIABLE: &str = "GPU_SELFTEST_LINK_FOLDER";
+/// When the first stage started (nanoseconds since the Unix epoch), so that the report's
+/// duration covers the search before the re-execution too.
+const FIRST_STAGE_STARTED_VARIABLE: &str = "GPU_SELFTEST_FIRST_STAGE_STARTED";
 /// Set to 1 to skip the re-execution (libraries then come from the default loader path only).
 pub const NO_REEXEC_VARIABLE: &str = "GPU_SELFTEST_NO_REEXEC";
+
+fn nanoseconds_since_epoch() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|elapsed| elapsed.as_nanos())
+        .unwrap_or(0)
+}
+
+/// Time spent in the first stage before this process image started (zero when this is the
+/// first stage): the report's duration adds it.
+pub fn first_stage_elapsed() -> std::time::Duration {
+    let started: Option<u128> = std::env::var(FIRST_STAGE_STARTED_VARIABLE)
+        .ok()
+        .and_then(|text| text.parse().ok());
+    started
+        .map(|started| {
+            let nanoseconds = nanoseconds_since_epoch().saturating_sub(started);
+            std::time::Duration::from_nanos(nanoseconds.min(u64::MAX as u128) as u64)
+        })
+        .unwrap_or_default()
+}
 
 /// The state after the loader stage.
 pub struct Prepared {
@@ -128,6 +152,7 @@ pub fn prepare(prefer_pip: bool) -> Prepared {
             original_library_path,
         };
     }
+    let first_stage_started = nanoseconds_since_epoch();
     let original_library_path = std::env::var("LD_LIBRARY_PATH").ok();
     let discovery = discover_on_this_system(original_library_path.as_deref(), prefer_pip);
     if std::env::var(NO_REEXEC_VARIABLE).as_deref() == Ok("1") {
@@ -162,6 +187,7 @@ pub fn prepare(prefer_pip: bool) -> Prepared {
         &discovery,
         original_library_path.as_deref(),
         link_folder.as_deref(),
+        first_stage_started,
     );
     // Only reached when exec failed: carry on with the default loader path.
     if let Some(folder) = &link_folder {
@@ -182,6 +208,7 @@ fn reexecute(
     discovery: &Discovery,
     original_library_path: Option<&str>,
     link_folder: Option<&Path>,
+    first_stage_started: u128,
 ) -> std::io::Error {
     use std::os::unix::process::CommandExt;
     let executable = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/proc/self/exe"));
@@ -202,6 +229,10 @@ fn reexecute(
         .env(
             ORIGINAL_PATH_VARIABLE,
             original_library_path.unwrap_or("\u{1}unset"),
+        )
+        .env(
+            FIRST_STAGE_STARTED_VARIABLE,
+            first_stage_started.to_string(),
         );
     if let Some(folder) = link_folder {
         command.env(LINK_FOLDER_VARIABLE, folder);
@@ -216,6 +247,7 @@ pub fn restore_environment(command: &mut Command, original_library_path: Option<
         DISCOVERY_VARIABLE,
         ORIGINAL_PATH_VARIABLE,
         LINK_FOLDER_VARIABLE,
+        FIRST_STAGE_STARTED_VARIABLE,
     ] {
         command.env_remove(variable);
     }
@@ -349,5 +381,13 @@ mod tests {
             Some(std::ffi::OsStr::new("/user/lib"))
         )));
         assert!(variables.contains(&(std::ffi::OsStr::new(STAGE_VARIABLE), None)));
+    }
+
+    #[test]
+    fn the_first_stage_adds_nothing_when_there_was_none() {
+        // The test process was not re-executed, so the variable is not set.
+        assert!(std::env::var_os(FIRST_STAGE_STARTED_VARIABLE).is_none());
+        assert_eq!(first_stage_elapsed(), std::time::Duration::ZERO);
+        assert!(nanoseconds_since_epoch() > 1_700_000_000 * 1_000_000_000);
     }
 }

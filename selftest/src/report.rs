@@ -139,6 +139,8 @@ pub struct Report {
     pub duration_seconds: f64,
     /// Seconds from the start until the GPUs were open and the inventory read (driver start-up).
     pub setup_seconds: f64,
+    /// Seconds the search for the CUDA libraries took before the re-execution (0 without it).
+    pub loader_seconds: f64,
     /// Why the run could not complete, when `overall` is "error".
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -156,6 +158,7 @@ impl Report {
             started_at_unix_seconds,
             duration_seconds: 0.0,
             setup_seconds: 0.0,
+            loader_seconds: 0.0,
             error: None,
             checks: Vec::new(),
         }

@@ -1,4 +1,5 @@
-//! Summary statistics over repeated timings: median, minimum, maximum and spread.
+//! Summary statistics over repeated timings: median, minimum, maximum and spread; and the
+//! host-side helpers that fill and scan the large buffers of the checks on every core.
 //!
 //! Every figure the self-test reports is the median of several timed repetitions after a
 //! warm-up, so one slow repetition (a page fault, a clock ramp) cannot move it. Pure functions.
@@ -88,6 +89,47 @@ pub fn fresh_seed() -> u64 {
     nanoseconds ^ ((std::process::id() as u64) << 32)
 }
 
+/// Threads for host-side work on large buffers: every core, at most 16.
+fn host_threads() -> usize {
+    std::thread::available_parallelism()
+        .map(|count| count.get())
+        .unwrap_or(1)
+        .min(16)
+}
+
+/// `values[i] = value_at(i)` for every index, split over the cores: filling hundreds of
+/// megabytes on one core takes a noticeable part of a second.
+pub fn parallel_fill<T: Send>(values: &mut [T], value_at: impl Fn(usize) -> T + Sync) {
+    let chunk = values.len().div_ceil(host_threads()).max(1);
+    std::thread::scope(|scope| {
+        for (part_index, part) in values.chunks_mut(chunk).enumerate() {
+            let value_at = &value_at;
+            scope.spawn(move || {
+                for (offset, value) in part.iter_mut().enumerate() {
+                    *value = value_at(part_index * chunk + offset);
+                }
+            });
+        }
+    });
+}
+
+/// Whether `holds` is true of every value, checked over the cores.
+pub fn parallel_all<T: Sync>(values: &[T], holds: impl Fn(&T) -> bool + Sync) -> bool {
+    let chunk = values.len().div_ceil(host_threads()).max(1);
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = values
+            .chunks(chunk)
+            .map(|part| {
+                let holds = &holds;
+                scope.spawn(move || part.iter().all(holds))
+            })
+            .collect();
+        workers
+            .into_iter()
+            .all(|worker| worker.join().unwrap_or(false))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -119,6 +161,19 @@ mod tests {
     fn bandwidth_from_bytes_and_milliseconds() {
         assert_eq!(bytes_per_second(1_000_000, 1.0), 1e9);
         assert_eq!(bytes_per_second(1, 0.0), 0.0);
+    }
+
+    #[test]
+    fn parallel_helpers_match_their_serial_meaning() {
+        let mut values = vec![0u64; 100_003];
+        parallel_fill(&mut values, |index| index as u64 * 3);
+        assert!(values.iter().enumerate().all(|(i, v)| *v == i as u64 * 3));
+        assert!(parallel_all(&values, |value| value % 3 == 0));
+        values[99_999] = 1;
+        assert!(!parallel_all(&values, |value| value % 3 == 0));
+        assert!(parallel_all(&Vec::<u8>::new(), |_| false));
+        let mut empty: Vec<u8> = Vec::new();
+        parallel_fill(&mut empty, |_| 1);
     }
 
     #[test]

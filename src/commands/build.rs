@@ -32,9 +32,10 @@ use crate::pipeline::executor::{
 use crate::pipeline::plan::{plan, select_for_build, Plan, PlannedImage, Shard};
 use crate::pipeline::progress::Progress;
 use crate::pipeline::record::{alias_intent, alias_moved, record};
+use crate::pipeline::selftest::check_baseline;
 use crate::project::{
-    self, lock_timeout_error, waiting_line, LockHolder, ManifestFile, Project, ProjectLock,
-    LOCK_POLL,
+    self, lock_timeout_error, read_selftest_baseline, waiting_line, LockHolder, ManifestFile,
+    Project, ProjectLock, LOCK_POLL,
 };
 
 pub fn run(project: &Project, args: &BuildArgs) -> Result<Outcome> {
@@ -60,11 +61,30 @@ pub fn run(project: &Project, args: &BuildArgs) -> Result<Outcome> {
         shard,
         args.platform.as_deref(),
     )?;
+    let baseline = match &args.selftest_baseline {
+        Some(path) => {
+            let text = read_selftest_baseline(path)?;
+            check_baseline(&text).map_err(|why| {
+                anyhow::anyhow!(
+                    "--selftest-baseline {}: {why}\nhint: save one with `gpu-selftest --save-baseline FILE` on a node known to be good",
+                    path.display()
+                )
+            })?;
+            Some(text)
+        }
+        None => None,
+    };
+    let baseline_digest = baseline.as_deref().map(|text| Digest::of(text.as_bytes()));
     let contexts = Contexts::assemble(&selected, &args.images, &args.selftest_dir)?;
     let manifest_file =
         ManifestFile::new(&args.manifest, Duration::from_secs(args.lock.lock_timeout));
     let manifest = manifest_file.read()?;
-    let plan = plan(&selected, &contexts.digests(), &manifest);
+    let plan = plan(
+        &selected,
+        &contexts.digests(),
+        &manifest,
+        baseline_digest.as_ref(),
+    );
     if args.dry_run {
         print!("{}", plan_table(&plan, &manifest));
         return Ok(Outcome::Success);
@@ -74,7 +94,14 @@ pub fn run(project: &Project, args: &BuildArgs) -> Result<Outcome> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(execute_plan(project, args, plan, contexts, manifest_file))
+    runtime.block_on(execute_plan(
+        project,
+        args,
+        plan,
+        contexts,
+        manifest_file,
+        baseline,
+    ))
 }
 
 async fn execute_plan(
@@ -83,6 +110,7 @@ async fn execute_plan(
     plan: Plan,
     contexts: Contexts,
     manifest_file: ManifestFile,
+    selftest_baseline: Option<String>,
 ) -> Result<Outcome> {
     // From here on SIGINT and SIGTERM stop the build cleanly instead of ending the process.
     let mut signals = Signals::listen();
@@ -111,7 +139,7 @@ async fn execute_plan(
         contexts,
         manifest_file,
         engine.clone(),
-        &run_id,
+        (&run_id, selftest_baseline),
         &mut signals,
     )
     .await;
@@ -137,7 +165,7 @@ async fn build_and_record(
     contexts: Contexts,
     manifest_file: ManifestFile,
     engine: Engine,
-    run_id: &str,
+    (run_id, selftest_baseline): (&str, Option<String>),
     signals: &mut Signals,
 ) -> Result<Outcome> {
     let retry = RetryPolicy {
@@ -173,6 +201,7 @@ async fn build_and_record(
             registry_timeout,
             build_timeout: Duration::from_secs(settings.build_timeout),
             run_id: run_id.to_string(),
+            selftest_baseline,
             ..Default::default()
         },
     ));

@@ -8,6 +8,7 @@ pub mod build;
 pub mod ci;
 pub mod diff;
 pub mod k8s;
+pub mod knowledge;
 pub mod manifest;
 pub mod outcome;
 pub mod output;
@@ -42,6 +43,7 @@ pub fn run(cli: Cli) -> Result<Outcome> {
         Command::Bake(args) => bake::run(&project, args),
         Command::K8s(args) => k8s::run(&project, args),
         Command::Ci(args) => ci::run(&project, args),
+        Command::Knowledge(args) => knowledge::run(&project, args),
         Command::Manifest(args) => match &args.action {
             ManifestAction::Merge(merge) => manifest::merge(&project, merge),
         },

@@ -166,7 +166,12 @@ mod tests {
             "m.yaml",
         )
         .unwrap();
-        resolve(&matrix, &Knowledge::embedded(), &ResolveOptions::default()).images
+        resolve(
+            &matrix,
+            &Knowledge::test_fixture(),
+            &ResolveOptions::default(),
+        )
+        .images
     }
 
     #[test]
@@ -270,7 +275,12 @@ mod tests {
             "m.yaml",
         )
         .unwrap();
-        let images = resolve(&matrix, &Knowledge::embedded(), &ResolveOptions::default()).images;
+        let images = resolve(
+            &matrix,
+            &Knowledge::test_fixture(),
+            &ResolveOptions::default(),
+        )
+        .images;
         assert!(images.iter().any(|i| i.platform == "linux/arm64"));
         let bake = bake_file(&images).unwrap();
         for image in &images {

@@ -164,7 +164,12 @@ mod tests {
             "m.yaml",
         )
         .unwrap();
-        resolve(&matrix, &Knowledge::embedded(), &ResolveOptions::default()).images
+        resolve(
+            &matrix,
+            &Knowledge::test_fixture(),
+            &ResolveOptions::default(),
+        )
+        .images
     }
 
     fn assert_partition(images: &[ImageSpec], matrix: &GithubMatrix) {
@@ -260,7 +265,12 @@ mod tests {
             "m.yaml",
         )
         .unwrap();
-        let images = resolve(&matrix, &Knowledge::embedded(), &ResolveOptions::default()).images;
+        let images = resolve(
+            &matrix,
+            &Knowledge::test_fixture(),
+            &ResolveOptions::default(),
+        )
+        .images;
         assert!(images.iter().any(|i| i.platform == "linux/arm64"));
         for fan_out in [FanOut::PerImage, FanOut::Shards(1), FanOut::Shards(2)] {
             let github = github_matrix(&images, fan_out);

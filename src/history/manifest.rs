@@ -157,6 +157,10 @@ pub struct TestRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub report: Option<serde_json::Value>,
     pub at: String,
+    /// sha256 of the gpu-selftest baseline the run was judged against (`build
+    /// --selftest-baseline`); a pass against another baseline, or none, does not count for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<Digest>,
 }
 
 /// One image as built (or as it failed to build).

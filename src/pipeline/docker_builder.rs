@@ -106,6 +106,8 @@ pub struct EngineBuilderSettings {
     pub build_timeout: Duration,
     /// The value of [`RUN_LABEL`] on this run's containers.
     pub run_id: String,
+    /// A gpu-selftest baseline (its JSON), handed to every self-test as `GPU_SELFTEST_BASELINE`.
+    pub selftest_baseline: Option<String>,
 }
 
 impl Default for EngineBuilderSettings {
@@ -118,6 +120,7 @@ impl Default for EngineBuilderSettings {
             registry_timeout: DEFAULT_REGISTRY_TIMEOUT,
             build_timeout: DEFAULT_BUILD_TIMEOUT,
             run_id: format!("pid-{}", std::process::id()),
+            selftest_baseline: None,
         }
     }
 }
@@ -323,7 +326,14 @@ impl Builder for EngineBuilder {
             shm_size_bytes: Some(self.settings.selftest_shm_bytes),
             timeout: Some(SELFTEST_TIMEOUT),
             labels: self.container_labels("imagegen.selftest", name),
-            ..Default::default()
+            // gpu-selftest reads a baseline from this variable, the JSON itself when it starts
+            // with `{`: no file has to be mounted into the container.
+            env: self
+                .settings
+                .selftest_baseline
+                .iter()
+                .map(|baseline| ("GPU_SELFTEST_BASELINE".to_string(), baseline.clone()))
+                .collect(),
         };
         let output = match self.engine.run(request).await {
             Ok(output) => output,

@@ -50,6 +50,8 @@ pub struct PlannedImage {
     /// The manifest says an image with this build key passed its self-test: a reused local image
     /// is not tested again.
     pub passed_before: bool,
+    /// sha256 of the gpu-selftest baseline the self-test is judged against, if any.
+    pub selftest_baseline: Option<Digest>,
     /// The digest the manifest records for this build key, if it was pushed before.
     pub recorded_digest: Option<Digest>,
     /// Aliases this image earns but may not take (they would move backwards), with why.
@@ -180,6 +182,7 @@ pub fn plan(
     selected: &[ImageSpec],
     context_digests: &BTreeMap<String, Digest>,
     manifest: &Manifest,
+    selftest_baseline: Option<&Digest>,
 ) -> Plan {
     let mut build_keys: BTreeMap<String, Digest> = BTreeMap::new();
     let mut images = Vec::new();
@@ -215,11 +218,14 @@ pub fn plan(
             build_key,
             depends_on: spec.parent.clone(),
             aliases: spec.aliases.clone(),
+            // A pass counts only against the same baseline (or none), so a new fleet baseline
+            // tests reused images again.
             passed_before: recorded.is_some_and(|r| {
-                r.selftest
-                    .as_ref()
-                    .is_some_and(|t| t.status == TestStatus::Pass)
+                r.selftest.as_ref().is_some_and(|t| {
+                    t.status == TestStatus::Pass && t.baseline.as_ref() == selftest_baseline
+                })
             }),
+            selftest_baseline: selftest_baseline.cloned(),
             recorded_digest: recorded.and_then(|r| r.digest.clone()),
             aliases_blocked: Vec::new(),
         });
@@ -268,7 +274,12 @@ mod tests {
             "m.yaml",
         )
         .unwrap();
-        resolve(&matrix, &Knowledge::embedded(), &ResolveOptions::default()).images
+        resolve(
+            &matrix,
+            &Knowledge::test_fixture(),
+            &ResolveOptions::default(),
+        )
+        .images
     }
 
     #[test]
@@ -360,9 +371,9 @@ mod tests {
         let mut digests = BTreeMap::new();
         digests.insert(selected[0].name.clone(), Digest::of(b"a"));
         digests.insert(selected[1].name.clone(), Digest::of(b"b"));
-        let first = plan(&selected, &digests, &Manifest::new());
+        let first = plan(&selected, &digests, &Manifest::new(), None);
         digests.insert(selected[0].name.clone(), Digest::of(b"changed"));
-        let second = plan(&selected, &digests, &Manifest::new());
+        let second = plan(&selected, &digests, &Manifest::new(), None);
         assert_ne!(first.images[0].build_key, second.images[0].build_key);
         assert_ne!(
             first.images[1].build_key, second.images[1].build_key,
@@ -393,7 +404,12 @@ mod tests {
             "m.yaml",
         )
         .unwrap();
-        resolve(&matrix, &Knowledge::embedded(), &ResolveOptions::default()).images
+        resolve(
+            &matrix,
+            &Knowledge::test_fixture(),
+            &ResolveOptions::default(),
+        )
+        .images
     }
 
     #[test]
@@ -407,7 +423,7 @@ mod tests {
             )],
         );
         let older = specs_for("2.7.0", "12.6");
-        let plan = plan(&older, &BTreeMap::new(), &manifest);
+        let plan = plan(&older, &BTreeMap::new(), &manifest, None);
         assert!(!plan.images[0]
             .aliases
             .contains(&"2.7-cuda12.6-runtime".to_string()));

@@ -43,6 +43,7 @@ pub fn record(
             summary: test.summary().into(),
             report: test.report().cloned(),
             at: now.clone(),
+            baseline: planned.selftest_baseline.clone(),
         }),
         (None, None) => None,
     };

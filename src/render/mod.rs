@@ -268,7 +268,11 @@ mod tests {
             "m.yaml",
         )
         .unwrap();
-        let resolution = resolve(&matrix, &Knowledge::embedded(), &ResolveOptions::default());
+        let resolution = resolve(
+            &matrix,
+            &Knowledge::test_fixture(),
+            &ResolveOptions::default(),
+        );
         (resolution.images, matrix)
     }
 
@@ -309,15 +313,15 @@ mod tests {
     }
 
     #[test]
-    fn torchvision_series_pins_use_a_wildcard() {
+    fn companions_are_pinned_exactly() {
         let (images, matrix) =
             specs("torch: [\"2.13\"]\ncuda: [\"13.0\"]\nos: [ubuntu24.04]\nvariants: [runtime]\n");
         let text =
             &render_all(&images, &matrix, &Templates::embedded()).unwrap()[0].files["Dockerfile"];
-        assert!(text.contains("\"torchvision==0.28.*\""), "{text}");
+        assert!(text.contains("\"torchvision==0.28.0+cu130\""), "{text}");
         assert!(
-            !text.contains("torchaudio"),
-            "no verified torchaudio for 2.13"
+            text.contains("\"torchaudio==2.11.0+cu130\""),
+            "torchaudio 2.11 serves every later torch: {text}"
         );
     }
 

@@ -11,15 +11,16 @@ use crate::resolve::image::ImageSpec;
 pub fn require_cuda(
     cuda_major_minor: &str,
     release: &CudaRelease,
+    platform: &str,
     knowledge: &Knowledge,
 ) -> String {
     let mut value = format!("cuda>={cuda_major_minor}");
     if let Some(brands) = release
         .brands
         .as_ref()
-        .and_then(|name| knowledge.brands.get(name))
+        .and_then(|name| knowledge.brand_names(name))
     {
-        for branch in &release.forward_compat_branches {
+        for branch in release.forward_compat_branches(platform) {
             for brand in brands {
                 value.push_str(&format!(
                     " brand={brand},driver>={branch},driver<{}",

@@ -6,6 +6,7 @@ use crate::model::knowledge::{
     wheel_suffix, CudaRelease, Knowledge, OsRelease, TorchCuda, TorchRelease, TorchSeries,
 };
 use crate::model::matrix::Matrix;
+use crate::model::selftest_binary::{binary_for, OLDEST_CUDA};
 use crate::model::version::{DottedVersion, TorchVersion};
 use crate::resolve::image::{Cell, Resolved};
 
@@ -35,13 +36,14 @@ pub(super) fn check_cell(
         &mut unverified,
     )?;
     platform_available(cell, release, variant, cuda_release, knowledge)?;
+    note_unconfirmed(cell, release, variant, &mut unverified);
+    selftest_build(cell, release, cuda_release)?;
     let os = os_release(cell, knowledge)?;
     base_image_for_os(cell, series, cuda_release, knowledge, base_override)?;
     glibc_floor(cell, series, release, variant, os)?;
     let python = python_version(cell, series, release, os, knowledge)?;
     cudnn_bundled(cell, release, variant, knowledge)?;
     Ok(Resolved {
-        series: series.clone(),
         release: release.clone(),
         variant: variant.clone(),
         cuda_release: cuda_release.clone(),
@@ -184,6 +186,13 @@ fn cuda_base_release<'k>(
             known.join(", ")
         )
     })?;
+    if cuda_release.driver_min.is_none() {
+        return Err(format!(
+            "CUDA {} has no toolkit driver minimum in NVIDIA's release notes (Table 3 has no row for it), so imagegen cannot say which drivers run it; use another {} release",
+            cuda_release.version,
+            wanted_cuda.major_minor()
+        ));
+    }
     if !cuda_release.verified {
         let note = cuda_release.note.clone().unwrap_or_default();
         if !allow_unverified {
@@ -245,15 +254,55 @@ fn platform_available(
             if with_platform.is_empty() { "none".to_string() } else { with_platform.join(", ") }
         ));
     }
-    if !cuda_release.platforms.contains(&cell.platform) {
+    if !cuda_release.platforms.contains_key(&cell.platform) {
         return Err(format!(
             "nvidia/cuda {} has no {} images (it has {})",
             cuda_release.version,
             cell.platform,
-            cuda_release.platforms.join(", ")
+            cuda_release.platforms().join(", ")
         ));
     }
     Ok(())
+}
+
+/// A gpu-selftest build serves the image's CUDA and architecture (the rule the self-test itself
+/// uses): an image nothing can test could never move an alias.
+fn selftest_build(
+    cell: &Cell,
+    release: &TorchRelease,
+    cuda_release: &CudaRelease,
+) -> Result<(), String> {
+    let arch = cell.platform.rsplit('/').next().unwrap_or(&cell.platform);
+    binary_for(&cuda_release.version, arch)
+        .map(|_| ())
+        .map_err(|why| {
+            format!(
+                "torch {} CUDA {} cannot be self-tested: {why}; use CUDA {}.{} or later",
+                release.torch, cuda_release.version, OLDEST_CUDA.0, OLDEST_CUDA.1
+            )
+        })
+}
+
+/// Notes single fields of the wheel variant that no primary source confirms (such as an arch
+/// list): the cell resolves, and the image lists them under `unverified`.
+fn note_unconfirmed(
+    cell: &Cell,
+    release: &TorchRelease,
+    variant: &TorchCuda,
+    unverified: &mut Vec<String>,
+) {
+    let (unconfirmed, note) = variant.unconfirmed_for(&cell.platform);
+    if !unconfirmed.is_empty() {
+        let fields: Vec<&str> = unconfirmed.iter().map(|f| f.name()).collect();
+        unverified.push(format!(
+            "torch {} {} {} {}: {}",
+            release.torch,
+            wheel_suffix(&variant.cuda),
+            cell.platform,
+            fields.join(", "),
+            note.unwrap_or("not confirmed by a primary source")
+        ));
+    }
 }
 
 /// The OS release the cell names.
@@ -280,7 +329,7 @@ fn base_image_for_os(
 ) -> Result<(), String> {
     let ubuntu = cell.os.trim_start_matches("ubuntu");
     if !cuda_release.ubuntu.iter().any(|u| u == ubuntu) && !base_override {
-        let others: Vec<String> = knowledge
+        let mut others: Vec<String> = knowledge
             .cuda
             .iter()
             .filter(|c| {
@@ -297,6 +346,8 @@ fn base_image_for_os(
                     .unwrap_or_default()
             })
             .collect();
+        // Several patch releases of a line can have images: name the line once.
+        others.dedup();
         let hint = if others.is_empty() {
             String::new()
         } else {

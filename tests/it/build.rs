@@ -244,6 +244,65 @@ async fn a_failed_self_test_blocks_push_and_aliases_and_no_gpu_holds_aliases() {
     assert!(text(&output).contains("--require-gpu"));
 }
 
+/// A stand-in self-test that passes only when imagegen hands it a baseline.
+const SELFTEST_NEEDS_BASELINE: &str = r#"#!/bin/sh
+case "$GPU_SELFTEST_BASELINE" in
+  *gpu-selftest-baseline*)
+    echo '{"schema_version":1,"tool":"gpu-selftest","overall":"pass","checks":[{"name":"baseline","status":"pass","summary":"every figure at least 80% of the baseline"}]}'
+    exit 0 ;;
+  *)
+    echo '{"schema_version":1,"tool":"gpu-selftest","overall":"fail","checks":[{"name":"baseline","status":"fail","summary":"no baseline given"}]}'
+    exit 1 ;;
+esac
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_selftest_baseline_reaches_the_self_test_and_only_counts_for_itself() {
+    prepare().await;
+    let project = Project::new("127.0.0.1:1", SELFTEST_NEEDS_BASELINE);
+    let only = ["--only", "2.8.0-cuda12.6-cudnn9-runtime"];
+
+    // A file that is not a baseline is refused before anything is built.
+    std::fs::write(
+        project.path().join("report.json"),
+        r#"{"schema_version":1,"overall":"pass","checks":[]}"#,
+    )
+    .unwrap();
+    let mut args = vec!["--selftest-baseline", "report.json"];
+    args.extend(only);
+    let output = project.build(&args);
+    assert_code(&output, 2);
+    assert!(
+        text(&output).contains("--selftest-baseline report.json"),
+        "{}",
+        text(&output)
+    );
+    assert!(!project.path().join("imagegen-manifest.json").exists());
+
+    // A baseline reaches the in-image run (the stand-in passes only with it) and is recorded.
+    let baseline = r#"{"schema_version":1,"kind":"gpu-selftest-baseline","gpus":["NVIDIA H200"],"figures":[{"check":"matmul","figure":"bf16","size":8192,"unit":"tflops","value":815.0,"per_gpu":[818.0,810.0]}]}"#;
+    std::fs::write(project.path().join("good-node.json"), baseline).unwrap();
+    let mut args = vec!["--selftest-baseline", "good-node.json"];
+    args.extend(only);
+    let output = project.build(&args);
+    assert_code(&output, 0);
+    let tag = project.tag("2.8.0", "runtime");
+    let test = &project.manifest()["images"][&tag]["selftest"];
+    assert_eq!(test["status"], "pass", "{test}");
+    let expected = imagegen::model::digest::Digest::of(baseline.as_bytes());
+    assert_eq!(test["baseline"], expected.as_str());
+
+    // The same image without the baseline is tested again: a pass against a baseline does
+    // not count for a run without one (and the stand-in fails without it).
+    let output = project.build(&only);
+    assert_code(&output, 1);
+    assert!(
+        text(&output).contains("no baseline given"),
+        "{}",
+        text(&output)
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn registry_down_is_a_clear_failure_that_loses_nothing() {
     prepare().await;

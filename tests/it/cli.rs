@@ -359,3 +359,130 @@ fn the_repository_images_are_up_to_date() {
         .assert()
         .success();
 }
+
+/// A one-thread HTTP server for a PyPI-style index made of the saved fixtures: the JSON page of
+/// torch (its file URLs pointed here) and the `.metadata` files that exist; anything else is 404.
+fn serve_fixture_index() -> String {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let page = std::fs::read_to_string(fixture("pypi/simple-torch-2.10.0-2.12.1.json"))
+        .unwrap()
+        .replace("https://files.pythonhosted.org", &format!("{base}/files"));
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut request_line = String::new();
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            if reader.read_line(&mut request_line).is_err() {
+                continue;
+            }
+            // Drain the headers.
+            let mut header = String::new();
+            while reader.read_line(&mut header).is_ok() && header.trim() != "" {
+                header.clear();
+            }
+            let path = request_line.split_whitespace().nth(1).unwrap_or("/");
+            let filename = path.rsplit('/').next().unwrap_or_default();
+            let (status, content_type, body) = if path == "/simple/torch/" {
+                (
+                    "200 OK",
+                    "application/vnd.pypi.simple.v1+json",
+                    page.clone(),
+                )
+            } else {
+                match std::fs::read_to_string(fixture(&format!("pypi/{filename}"))) {
+                    Ok(text) if path.starts_with("/files/") => ("200 OK", "text/plain", text),
+                    _ => ("404 Not Found", "text/plain", String::new()),
+                }
+            };
+            let _ = write!(
+                stream,
+                "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    format!("{base}/simple")
+}
+
+#[test]
+fn knowledge_derive_reads_an_index_and_checks_the_knowledge() {
+    let index = serve_fixture_index();
+    let stdout = stdout_of(imagegen().args([
+        "knowledge",
+        "derive",
+        "torch",
+        "2.12.1",
+        "--index",
+        &index,
+        "--check",
+    ]));
+    let stdout = stdout.replace(&index, "INDEX");
+    let read_on = stdout
+        .lines()
+        .next()
+        .and_then(|line| line.rsplit("read ").next())
+        .unwrap_or_default()
+        .trim_end_matches(')')
+        .to_string();
+    insta::assert_snapshot!("knowledge_derive_2_12_1", stdout.replace(&read_on, "DATE"));
+
+    let output = imagegen()
+        .args(["knowledge", "derive", "torch", "2.12", "--index", &index])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr)
+        .contains("`2.12` is not a torch release such as 2.13.0"));
+}
+
+#[test]
+fn knowledge_derive_names_an_unreachable_index() {
+    // Port 9 (discard) on loopback: nothing listens there.
+    let output = imagegen()
+        .args([
+            "knowledge",
+            "derive",
+            "torch",
+            "2.12.1",
+            "--index",
+            "http://127.0.0.1:9/simple",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("cannot reach http://127.0.0.1:9/simple/torch/"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("hint: `knowledge derive` reads the index over the network"),
+        "{stderr}"
+    );
+}
+
+/// The embedded knowledge of a released torch agrees with the wheels' own metadata on PyPI. This
+/// test needs https://pypi.org: without the network it fails (it does not skip) and says so.
+#[test]
+fn knowledge_derive_agrees_with_pypi_for_a_released_torch() {
+    let output = imagegen()
+        .args(["knowledge", "derive", "torch", "2.12.1", "--check"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "`imagegen knowledge derive torch 2.12.1 --check` failed. It reads https://pypi.org/simple/torch/ and the wheels' .metadata files: PyPI must be reachable from where the tests run.\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    assert!(
+        stdout.contains("# --check against the embedded knowledge: 0 difference(s)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("{platform: linux/amd64, cuda: \"13.0\", cuda_runtime: \"13.0.2\", cudnn: \"9.20.0.48\", nccl: \"2.29.7\"}"),
+        "{stdout}"
+    );
+}

@@ -3,13 +3,17 @@
 //! (the same method as `torch.Tensor.copy_(non_blocking=True)` timed with `torch.cuda.Event`).
 //!
 //! Rule: the best pinned median (either direction judged separately) reaches 80% of what the
-//! GPU's PCIe link generation and width allow.
+//! GPU's PCIe link generation and width allow (read by the inventory, else the model's datasheet
+//! interface); a link narrower than the model's interface warns. With a baseline, every pinned
+//! median reaches its share of the baseline's at that size and direction. Pageable copies are
+//! reported, not judged: they depend on the host's memory and CPU load more than on the GPU.
 
 use super::{time_repeated, Gpu};
+use crate::baseline::BaselineFigure;
 use crate::gpu::inventory::GpuFacts;
 use crate::plot::{size_label, Series};
 use crate::report::{Check, Metric, Status};
-use crate::rules::{self, Verdict};
+use crate::rules::{self, References, Verdict};
 use crate::stats;
 use anyhow::{Context as _, Result};
 use cudarc::driver::{result, sys, CudaSlice, DevicePtr, DevicePtrMut, PinnedHostSlice};
@@ -203,15 +207,40 @@ fn gigabytes(rate: f64) -> String {
     format!("{:.1}", rate / 1e9)
 }
 
+fn show_rate(value: f64) -> String {
+    format!("{:.1} GB/s", value / 1e9)
+}
+
+/// The baseline figure name of a pinned direction ("pinned h2d").
+fn baseline_figure_name(direction: &str) -> String {
+    format!("pinned {direction}")
+}
+
 /// Judges the measured points of every GPU and lays them out.
-pub fn check(points: &[BandwidthPoint], facts: &[GpuFacts], sizes: &[u64]) -> Check {
+pub fn check(
+    points: &[BandwidthPoint],
+    facts: &[GpuFacts],
+    sizes: &[u64],
+    references: &References,
+) -> Check {
     let mut status = Status::Pass;
     let mut summaries = Vec::new();
     let mut judgements = Vec::new();
+    let mut baseline_judgements = Vec::new();
     let mut lines = Vec::new();
     let mut metrics = Vec::new();
+    let mut problems: Vec<String> = Vec::new();
+    let mut warnings: Vec<String> = Vec::new();
     for gpu in facts {
-        let link = gpu.link_bytes_per_second();
+        let inventory_link = gpu.pcie_max_generation.zip(gpu.pcie_max_width);
+        let host_link = rules::host_link(inventory_link, references.model(gpu.index));
+        let link = host_link
+            .link
+            .and_then(|(generation, width)| rules::pcie_link_bytes_per_second(generation, width));
+        let link_label = match host_link.link {
+            Some((generation, width)) => format!("PCIe Gen{generation} x{width}"),
+            None => "PCIe link unknown".to_string(),
+        };
         let best_h2d = best(points, gpu.index, "h2d", "pinned");
         let best_d2h = best(points, gpu.index, "d2h", "pinned");
         let verdicts = [
@@ -219,9 +248,21 @@ pub fn check(points: &[BandwidthPoint], facts: &[GpuFacts], sizes: &[u64]) -> Ch
             rules::judge_pinned_bandwidth(best_d2h, link),
         ];
         if verdicts.contains(&Verdict::Fail) {
-            status = Status::Fail;
-        } else if verdicts.contains(&Verdict::NotApplied) && status == Status::Pass {
-            status = Status::Warn;
+            problems.push(format!(
+                "GPU {} pinned below {} ({:.0}% of {link_label})",
+                gpu.index,
+                show_rate(link.unwrap_or(0.0) * rules::PINNED_SHARE_OF_LINK),
+                rules::PINNED_SHARE_OF_LINK * 100.0
+            ));
+        } else if verdicts.contains(&Verdict::NotApplied) {
+            warnings.push(format!("GPU {}: PCIe link unknown, not judged", gpu.index));
+        }
+        if host_link.narrower_than_model {
+            warnings.push(format!(
+                "GPU {}: {}",
+                gpu.index,
+                host_link.note.clone().unwrap_or_default()
+            ));
         }
         let share = |rate: f64| {
             link.map(|l| format!(" ({:.0}% of link)", 100.0 * rate / l))
@@ -237,24 +278,29 @@ pub fn check(points: &[BandwidthPoint], facts: &[GpuFacts], sizes: &[u64]) -> Ch
         ));
         judgements.push(serde_json::json!({
             "gpu": gpu.index,
-            "link": gpu.link_label(),
+            "link": link_label,
+            "link_note": host_link.note,
             "link_bytes_per_second": link,
             "required_bytes_per_second": link.map(|l| l * rules::PINNED_SHARE_OF_LINK),
             "best_pinned_h2d_bytes_per_second": best_h2d,
             "best_pinned_d2h_bytes_per_second": best_d2h,
-            "h2d": format!("{:?}", verdicts[0]).to_lowercase(),
-            "d2h": format!("{:?}", verdicts[1]).to_lowercase(),
+            "h2d": verdicts[0],
+            "d2h": verdicts[1],
         }));
         lines.push(format!(
-            "GPU {} ({}{}) GB/s, median per size:",
+            "GPU {} ({link_label}{}{}) GB/s, median per size:",
             gpu.index,
-            gpu.link_label(),
             link.map(|l| format!(
-                ", {:.1} GB/s, needs {:.1}",
+                ", {:.1} GB/s, best pinned needs {:.1}",
                 l / 1e9,
                 l * rules::PINNED_SHARE_OF_LINK / 1e9
             ))
-            .unwrap_or_default()
+            .unwrap_or_default(),
+            host_link
+                .note
+                .as_ref()
+                .map(|note| format!("; {note}"))
+                .unwrap_or_default()
         ));
         lines.push(format!(
             "  {:>9} {:>10} {:>12} {:>10} {:>12} {:>9} {:>9}",
@@ -280,17 +326,71 @@ pub fn check(points: &[BandwidthPoint], facts: &[GpuFacts], sizes: &[u64]) -> Ch
                 (Some(p), Some(q)) if q > 0.0 => format!("{:.1}x", p / q),
                 _ => "-".to_string(),
             };
+            let mut baseline_text = String::new();
+            for (direction, measured) in [("h2d", h2d_pinned), ("d2h", d2h_pinned)] {
+                let Some(measured) = measured else { continue };
+                match references.baseline(
+                    "bandwidth",
+                    &baseline_figure_name(direction),
+                    size,
+                    show_rate,
+                ) {
+                    Some(Ok(expectation)) => {
+                        let verdict = expectation.judge(measured);
+                        if verdict == Verdict::Fail {
+                            problems.push(format!(
+                                "GPU {} pinned {} {} at {} < {} ({:.0}% of {})",
+                                gpu.index,
+                                direction.to_uppercase(),
+                                show_rate(measured),
+                                size_label(size),
+                                show_rate(expectation.required()),
+                                expectation.share * 100.0,
+                                expectation.basis
+                            ));
+                        }
+                        baseline_text.push_str(&format!(
+                            " {} {}",
+                            direction.to_uppercase(),
+                            rules::expectation_text(&expectation, measured, show_rate)
+                        ));
+                        baseline_judgements.push(serde_json::json!({
+                            "gpu": gpu.index, "direction": direction, "size_bytes": size,
+                            "bytes_per_second": measured, "baseline": expectation, "verdict": verdict,
+                        }));
+                    }
+                    Some(Err(reason)) => {
+                        warnings.push(format!(
+                            "GPU {} {direction} {}: {reason}",
+                            gpu.index,
+                            size_label(size)
+                        ));
+                        baseline_text.push_str(&format!(" {}: {reason}", direction.to_uppercase()));
+                    }
+                    None => {}
+                }
+            }
             lines.push(format!(
-                "  {:>9} {:>10} {:>12} {:>10} {:>12} {:>9} {:>9}",
+                "  {:>9} {:>10} {:>12} {:>10} {:>12} {:>9} {:>9}{}",
                 size_label(size),
                 show(h2d_pinned),
                 show(h2d_pageable),
                 show(d2h_pinned),
                 show(d2h_pageable),
                 ratio(h2d_pinned, h2d_pageable),
-                ratio(d2h_pinned, d2h_pageable)
+                ratio(d2h_pinned, d2h_pageable),
+                if baseline_text.is_empty() {
+                    String::new()
+                } else {
+                    format!("  baseline:{baseline_text}")
+                }
             ));
         }
+    }
+    if !problems.is_empty() {
+        status = Status::Fail;
+    } else if !warnings.is_empty() {
+        status = Status::Warn;
     }
     for point in points {
         metrics.push(
@@ -323,17 +423,57 @@ pub fn check(points: &[BandwidthPoint], facts: &[GpuFacts], sizes: &[u64]) -> Ch
             }))
         })
         .collect();
-    let mut result = Check::new("bandwidth", status, summaries.join("; "))
+    let mut summary = summaries.join("; ");
+    if !warnings.is_empty() {
+        summary = format!("{summary}; {}", warnings.join("; "));
+    }
+    if !problems.is_empty() {
+        summary = format!("SLOW: {}; {summary}", problems.join("; "));
+    }
+    let mut result = Check::new("bandwidth", status, summary)
         .with_rule(format!(
-            "best pinned median, H2D and D2H each, >= {:.0}% of what the PCIe link generation x width allows (warn when the link is unknown)",
-            rules::PINNED_SHARE_OF_LINK * 100.0
+            "best pinned median, H2D and D2H each, >= {:.0}% of what the PCIe link generation x width allows (the inventory's link, else the model's datasheet interface; warn when unknown or narrower than the model's){}",
+            rules::PINNED_SHARE_OF_LINK * 100.0,
+            references.baseline_rule().replace("each figure", "each pinned median")
         ))
         .figure("points", points)
         .figure("pinned_over_pageable", ratios)
         .figure("judgements", judgements);
+    if references.baseline.is_some() {
+        result = result.figure("baseline_judgements", baseline_judgements);
+    }
     result.lines = lines;
     result.metrics = metrics;
     result
+}
+
+/// The baseline figures of the sweep: per direction and size, each GPU's pinned median.
+pub fn baseline_figures(points: &[BandwidthPoint]) -> Vec<BaselineFigure> {
+    let mut keys: Vec<(&'static str, u64)> = points
+        .iter()
+        .filter(|p| p.memory == "pinned")
+        .map(|p| (p.direction, p.size_bytes))
+        .collect();
+    keys.sort();
+    keys.dedup();
+    keys.into_iter()
+        .filter_map(|(direction, size)| {
+            let per_gpu: Vec<f64> = points
+                .iter()
+                .filter(|p| {
+                    p.memory == "pinned" && p.direction == direction && p.size_bytes == size
+                })
+                .map(|p| p.bytes_per_second)
+                .collect();
+            BaselineFigure::from_gpus(
+                "bandwidth",
+                &baseline_figure_name(direction),
+                size,
+                "bytes_per_second",
+                per_gpu,
+            )
+        })
+        .collect()
 }
 
 /// The plot's series: per GPU and direction, pinned and pageable.
@@ -397,32 +537,116 @@ mod tests {
         list
     }
 
+    fn references(name: &str) -> References<'static> {
+        References {
+            gpus: vec![(name.to_string(), crate::expected::find(name))],
+            baseline: None,
+        }
+    }
+
     #[test]
     fn healthy_gen5_link_passes_and_prints_ratios() {
-        let check = check(&points(55.0e9), &[facts(Some(5))], &[1 << 30]);
-        assert_eq!(check.status, Status::Pass);
-        assert!(
-            check.summary.contains("pinned H2D 55.0 (87% of link)"),
-            "{}",
-            check.summary
+        let check = check(
+            &points(55.0e9),
+            &[facts(Some(5))],
+            &[1 << 30],
+            &references("NVIDIA H200"),
+        );
+        assert_eq!(check.status, Status::Pass, "{}", check.summary);
+        assert_eq!(
+            check.summary,
+            "GPU 0 pinned H2D 55.0 (87% of link) / D2H 55.0 (87% of link) GB/s"
         );
         assert!(check
             .lines
             .iter()
             .any(|l| l.contains("1 GiB") && l.contains("7.2x")));
+        assert!(check.lines[0].contains("PCIe Gen5 x16, 63.0 GB/s, best pinned needs 50.4"));
         assert_eq!(check.figures["pinned_over_pageable"][0]["direction"], "h2d");
+        assert_eq!(check.figures["judgements"][0]["h2d"], "pass");
     }
 
     #[test]
     fn slow_pinned_copies_fail_and_unknown_links_warn() {
-        assert_eq!(
-            check(&points(30.0e9), &[facts(Some(5))], &[1 << 30]).status,
-            Status::Fail
+        let h200 = references("NVIDIA H200");
+        let slow = check(&points(30.0e9), &[facts(Some(5))], &[1 << 30], &h200);
+        assert_eq!(slow.status, Status::Fail);
+        assert!(slow
+            .summary
+            .starts_with("SLOW: GPU 0 pinned below 50.4 GB/s (80% of PCIe Gen5 x16)"));
+        assert_eq!(slow.figures["judgements"][0]["d2h"], "fail");
+        // No link read and a model the table does not know: nothing to judge against.
+        let unknown = check(
+            &points(55.0e9),
+            &[facts(None)],
+            &[1 << 30],
+            &references("NVIDIA GeForce RTX 4090"),
+        );
+        assert_eq!(unknown.status, Status::Warn);
+        assert!(unknown.summary.contains("PCIe link unknown, not judged"));
+        assert_eq!(unknown.figures["judgements"][0]["h2d"], "notapplied");
+    }
+
+    #[test]
+    fn the_models_interface_stands_in_for_an_unread_link_and_a_narrower_slot_warns() {
+        let h200 = references("NVIDIA H200");
+        let assumed = check(&points(55.0e9), &[facts(None)], &[1 << 30], &h200);
+        assert_eq!(assumed.status, Status::Pass, "{}", assumed.summary);
+        assert!(assumed.lines[0]
+            .contains("link not readable here: the H200 SXM datasheet's PCIe Gen5 x16 assumed"));
+        // A Gen4 slot passes by its own rate but warns: the H200 is built for Gen5.
+        let narrower = check(&points(25.5e9), &[facts(Some(4))], &[1 << 30], &h200);
+        assert_eq!(narrower.status, Status::Warn);
+        assert!(narrower
+            .summary
+            .contains("GPU 0: link at most PCIe Gen4 x16, narrower than the H200 SXM's Gen5 x16"));
+    }
+
+    #[test]
+    fn a_baseline_judges_every_pinned_size_and_direction() {
+        let good_node = crate::baseline::Baseline::new(
+            0,
+            vec!["NVIDIA H200".to_string()],
+            baseline_figures(&points(55.0e9)),
         );
         assert_eq!(
-            check(&points(55.0e9), &[facts(None)], &[1 << 30]).status,
-            Status::Warn
+            good_node.reference("bandwidth", "pinned h2d", 1 << 30),
+            Some(55.0e9)
         );
+        // Pageable copies are not part of a baseline.
+        assert_eq!(good_node.figures.len(), 2);
+        let mut judged = references("NVIDIA H200");
+        judged.baseline = Some((&good_node, "good.json".to_string()));
+        let healthy = check(&points(52.0e9), &[facts(Some(5))], &[1 << 30], &judged);
+        assert_eq!(healthy.status, Status::Pass, "{}", healthy.summary);
+        assert!(healthy
+            .rule
+            .contains("baseline (good.json): each pinned median >= 80%"));
+        assert!(healthy.lines[2]
+            .contains("baseline: H2D needs >= 44.0 GB/s (80% of baseline 55.0 GB/s): ok"));
+        // A node that clears the link rule (51.0 >= 50.4) but falls 23% below a faster
+        // good node's baseline fails by the baseline.
+        let fast_node = crate::baseline::Baseline::new(
+            0,
+            vec!["NVIDIA H200".to_string()],
+            baseline_figures(&points(66.0e9)),
+        );
+        judged.baseline = Some((&fast_node, "fast.json".to_string()));
+        let below = check(&points(51.0e9), &[facts(Some(5))], &[1 << 30], &judged);
+        assert_eq!(below.status, Status::Fail);
+        assert!(below.summary.starts_with(
+            "SLOW: GPU 0 pinned H2D 51.0 GB/s at 1 GiB < 52.8 GB/s (80% of baseline 66.0 GB/s)"
+        ));
+        // A size the baseline lacks warns.
+        let mut other_size = points(55.0e9);
+        for point in &mut other_size {
+            point.size_bytes = 256 << 20;
+        }
+        let missing = check(&other_size, &[facts(Some(5))], &[256 << 20], &judged);
+        assert_eq!(missing.status, Status::Warn);
+        assert!(missing
+            .summary
+            .contains("the baseline has no bandwidth pinned h2d figure at this size"));
     }
 
     #[test]

@@ -37,9 +37,16 @@ pub struct GpuFacts {
 }
 
 impl GpuFacts {
-    /// What the link allows in one direction, in bytes per second.
-    pub fn link_bytes_per_second(&self) -> Option<f64> {
-        crate::rules::pcie_link_bytes_per_second(self.pcie_max_generation?, self.pcie_max_width?)
+    /// Indices of the visible GPUs NVML reports joined to this one by NVLink; `None` without
+    /// NVML.
+    pub fn nvlink_peer_indices(&self) -> Option<Vec<usize>> {
+        let peers = self.nvlink_peers.as_ref()?;
+        Some(
+            peers
+                .iter()
+                .filter_map(|peer| peer.strip_prefix("GPU ")?.parse().ok())
+                .collect(),
+        )
     }
 
     pub fn link_label(&self) -> String {
@@ -252,7 +259,21 @@ pub fn check(
         )
         .figure("libraries_loaded", loaded)
         .figure("library_versions", versions)
-        .figure("loader", loader_note);
+        .figure("loader", loader_note)
+        .figure(
+            "models",
+            facts
+                .iter()
+                .map(|gpu| {
+                    let model = crate::expected::find(&gpu.name);
+                    serde_json::json!({
+                        "gpu": gpu.index,
+                        "model": model.map(|m| &m.model),
+                        "source": model.map(|m| &m.source.url),
+                    })
+                })
+                .collect::<Vec<_>>(),
+        );
     for gpu in facts {
         let current = match (gpu.pcie_current_generation, gpu.pcie_current_width) {
             (Some(generation), Some(width)) => format!(" (now Gen{generation} x{width})"),
@@ -276,6 +297,16 @@ pub fn check(
             current,
             peers
         ));
+        result.lines.push(match crate::expected::find(&gpu.name) {
+            Some(model) => format!(
+                "  expected figures: {} from {} <{}>",
+                model.model, model.source.document, model.source.url
+            ),
+            None => format!(
+                "  expected figures: none ({} is not in data/gpu-models.json; speed rules warn, use --baseline)",
+                gpu.name
+            ),
+        });
         result.metrics.push(
             Metric::new(
                 "gpu_memory_bytes",
@@ -426,7 +457,7 @@ mod tests {
             nvlink_peers: Some(vec!["GPU 1".to_string()]),
         };
         assert_eq!(facts.link_label(), "PCIe Gen5 x16");
-        assert!((facts.link_bytes_per_second().unwrap() / 1e9 - 63.0).abs() < 0.1);
+        assert_eq!(facts.nvlink_peer_indices(), Some(vec![1]));
         let driver = DriverFacts {
             driver_version: Some("580.159.04".to_string()),
             driver_cuda_version: "13.0".to_string(),
@@ -443,5 +474,7 @@ mod tests {
         assert_eq!(check.status, Status::Pass);
         assert!(check.summary.contains("driver 580.159.04 (CUDA 13.0)"));
         assert!(check.lines[0].contains("PCIe Gen5 x16 (now Gen1 x16), 18 NVLinks active to GPU 1"));
+        assert!(check.lines[1].starts_with("  expected figures: H200 SXM from NVIDIA H200"));
+        assert_eq!(check.figures["models"][0]["model"], "H200 SXM");
     }
 }

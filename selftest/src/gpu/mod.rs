@@ -21,19 +21,33 @@ pub struct Gpu {
     pub context: Arc<CudaContext>,
 }
 
-/// Opens every visible GPU. The driver must already be known to load.
+/// Opens every visible GPU. The driver must already be known to load. Creating a primary
+/// context takes a good part of a second on a large GPU and the GPUs are independent, so they
+/// are opened side by side, one thread each.
 pub fn open_all() -> Result<Vec<Gpu>> {
     let count = CudaContext::device_count().context("cuInit / cuDeviceGetCount failed")?;
-    (0..count as usize)
-        .map(|ordinal| {
-            let context = CudaContext::new(ordinal)
-                .with_context(|| format!("cannot create a context on GPU {ordinal}"))?;
-            // Every check synchronises its own streams; automatic event tracking would insert
-            // waits between the copy stream and the compute stream of the overlap check.
-            unsafe { context.disable_event_tracking() };
-            Ok(Gpu { ordinal, context })
-        })
-        .collect()
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..count as usize)
+            .map(|ordinal| scope.spawn(move || open(ordinal)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|handle| {
+                handle
+                    .join()
+                    .unwrap_or_else(|payload| std::panic::resume_unwind(payload))
+            })
+            .collect()
+    })
+}
+
+fn open(ordinal: usize) -> Result<Gpu> {
+    let context = CudaContext::new(ordinal)
+        .with_context(|| format!("cannot create a context on GPU {ordinal}"))?;
+    // Every check synchronises its own streams; automatic event tracking would insert waits
+    // between the copy stream and the compute stream of the overlap check.
+    unsafe { context.disable_event_tracking() };
+    Ok(Gpu { ordinal, context })
 }
 
 /// A start/end pair of timing events.
@@ -82,6 +96,40 @@ pub fn time_repeated(
         times.push(events.elapsed_ms()?);
     }
     Ok(times)
+}
+
+/// Times `repetitions` runs of `work` queued back to back on `stream` after `warm_up` untimed
+/// runs, with an event before, between and after them; returns each run's milliseconds and the
+/// whole span's. Nothing waits between the runs, so the GPU goes from one to the next as a
+/// training loop's kernels do, and the span also holds whatever else the GPU did meanwhile
+/// (another process's kernels on a shared GPU), which the median of single runs leaves out.
+pub fn time_back_to_back(
+    context: &Arc<CudaContext>,
+    stream: &Arc<CudaStream>,
+    warm_up: usize,
+    repetitions: usize,
+    mut work: impl FnMut() -> Result<()>,
+) -> Result<(Vec<f64>, f64)> {
+    context.bind_to_thread()?;
+    for _ in 0..warm_up {
+        work()?;
+    }
+    stream.synchronize()?;
+    let flags = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
+    let events = (0..=repetitions)
+        .map(|_| context.new_event(flags))
+        .collect::<std::result::Result<Vec<CudaEvent>, _>>()?;
+    events[0].record(stream)?;
+    for event in &events[1..] {
+        work()?;
+        event.record(stream)?;
+    }
+    let per_run = events
+        .windows(2)
+        .map(|pair| Ok(pair[0].elapsed_ms(&pair[1])? as f64))
+        .collect::<Result<Vec<f64>>>()?;
+    let span = events[0].elapsed_ms(&events[repetitions])? as f64;
+    Ok((per_run, span))
 }
 
 /// Fills `bytes` bytes at `pointer` with 0xFF on `stream`: NaN in fp32, fp16 and bf16, so that

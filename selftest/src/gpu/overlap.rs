@@ -13,7 +13,7 @@ use crate::rules::{self, Precision};
 use crate::stats;
 use anyhow::{anyhow, Context as _, Result};
 use cudarc::cublas::CudaBlas;
-use cudarc::driver::{result, sys, CudaSlice, DevicePtr, DevicePtrMut};
+use cudarc::driver::{result, sys, CudaSlice, DevicePtr, DevicePtrMut, PinnedHostSlice};
 use half::bf16;
 use serde::Serialize;
 
@@ -40,8 +40,40 @@ pub struct OverlapResult {
     pub hidden_share: f64,
 }
 
+/// The host side every GPU's measurement shares: the page-locked source of the copy (portable,
+/// so pinned for every context) and the matmul input, made once rather than once per GPU.
+pub struct OverlapInputs {
+    pinned: PinnedHostSlice<u8>,
+    matrix: Vec<bf16>,
+}
+
+impl OverlapInputs {
+    pub fn new(first_gpu: &Gpu, settings: &OverlapSettings) -> Result<Self> {
+        let bytes = settings.copy_bytes as usize;
+        let mut pinned = unsafe {
+            first_gpu
+                .context
+                .alloc_pinned_with_flags::<u8>(bytes, sys::CU_MEMHOSTALLOC_PORTABLE)
+        }
+        .with_context(|| {
+            format!(
+                "cannot pin {} of host memory",
+                size_label(settings.copy_bytes)
+            )
+        })?;
+        pinned.as_mut_slice()?.fill(0x3C);
+        let elements = settings.matmul_size * settings.matmul_size;
+        let matrix = super::matmul::random_values(elements, stats::fresh_seed(), bf16::from_f32);
+        Ok(OverlapInputs { pinned, matrix })
+    }
+}
+
 /// Measures one GPU.
-pub fn measure(gpu: &Gpu, settings: &OverlapSettings) -> Result<OverlapResult> {
+pub fn measure(
+    gpu: &Gpu,
+    settings: &OverlapSettings,
+    inputs: &OverlapInputs,
+) -> Result<OverlapResult> {
     let context = &gpu.context;
     let copy_stream = context.new_stream()?;
     let compute_stream = context.new_stream()?;
@@ -49,23 +81,13 @@ pub fn measure(gpu: &Gpu, settings: &OverlapSettings) -> Result<OverlapResult> {
         .map_err(|error| anyhow!("cannot create a cuBLAS handle: {error:?}"))?;
     let handle = *blas_handle.handle();
     let bytes = settings.copy_bytes as usize;
-    let mut pinned =
-        unsafe { context.alloc_pinned_with_flags::<u8>(bytes, 0) }.with_context(|| {
-            format!(
-                "cannot pin {} of host memory",
-                size_label(settings.copy_bytes)
-            )
-        })?;
-    pinned.as_mut_slice()?.fill(0x3C);
-    let host: &[u8] = pinned.as_slice()?;
+    let host: &[u8] = inputs.pinned.as_slice()?;
     let mut device: CudaSlice<u8> = unsafe { copy_stream.alloc::<u8>(bytes) }?;
     let (device_pointer, _device_guard) = device.device_ptr_mut(&copy_stream);
     let size = settings.matmul_size;
     let elements = size * size;
-    let a_host: Vec<bf16> =
-        super::matmul::random_values(elements, stats::fresh_seed(), bf16::from_f32);
-    let a: CudaSlice<bf16> = compute_stream.clone_htod(&a_host)?;
-    let b: CudaSlice<bf16> = compute_stream.clone_htod(&a_host)?;
+    let a: CudaSlice<bf16> = compute_stream.clone_htod(&inputs.matrix)?;
+    let b: CudaSlice<bf16> = compute_stream.clone_htod(&inputs.matrix)?;
     let mut c: CudaSlice<bf16> = unsafe { compute_stream.alloc::<bf16>(elements) }?;
     let (a_pointer, _a_guard) = a.device_ptr(&compute_stream);
     let (b_pointer, _b_guard) = b.device_ptr(&compute_stream);

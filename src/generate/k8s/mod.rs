@@ -458,9 +458,13 @@ mod tests {
             "m.yaml",
         )
         .unwrap();
-        resolve(&matrix, &Knowledge::embedded(), &ResolveOptions::default())
-            .images
-            .remove(0)
+        resolve(
+            &matrix,
+            &Knowledge::test_fixture(),
+            &ResolveOptions::default(),
+        )
+        .images
+        .remove(0)
     }
 
     fn node(major: &str, minor: &str, revision: Option<&str>) -> BTreeMap<String, String> {
@@ -711,7 +715,12 @@ mod tests {
             "m.yaml",
         )
         .unwrap();
-        let images = resolve(&matrix, &Knowledge::embedded(), &ResolveOptions::default()).images;
+        let images = resolve(
+            &matrix,
+            &Knowledge::test_fixture(),
+            &ResolveOptions::default(),
+        )
+        .images;
         let all: Vec<&ImageSpec> = images.iter().collect();
         assert_eq!(all.len(), 2);
         let index = manifests(&all, &JobSettings::default()).unwrap();

@@ -192,11 +192,17 @@ fn test_plan() -> Plan {
         "m.yaml",
     )
     .unwrap();
-    let specs = resolve(&matrix, &Knowledge::embedded(), &ResolveOptions::default()).images;
+    let specs = resolve(
+        &matrix,
+        &Knowledge::test_fixture(),
+        &ResolveOptions::default(),
+    )
+    .images;
     plan(
         &select(&specs, None, None),
         &BTreeMap::new(),
         &crate::history::manifest::Manifest::new(),
+        None,
     )
 }
 
