@@ -18,12 +18,13 @@ use crate::docker::{registry_host_of, repository_path_of, DockerConfig, Registry
 use crate::history::manifest::now_rfc3339;
 use crate::history::verify::{adopt, compare, references, Adopted, Finding, Reference, Served};
 use crate::model::digest::Digest;
-use crate::project::{ManifestFile, Project};
+use crate::project::{load_existing_manifest, ManifestFile, Project};
 
 pub fn run(_project: &Project, args: &VerifyArgs) -> Result<Outcome> {
     let file = ManifestFile::new(&args.manifest, Duration::from_secs(args.lock.lock_timeout));
-    // Loading checks every digest in it (file:line:col on a bad one).
-    let manifest = file.read()?;
+    // Loading checks every digest in it (file:line:col on a bad one); a manifest that is not
+    // there is an error (a mistyped path must not verify as "nothing recorded").
+    let manifest = load_existing_manifest(&args.manifest)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
