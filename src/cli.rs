@@ -71,6 +71,49 @@ pub enum Command {
     Manifest(ManifestArgs),
     /// Work with the compatibility knowledge.
     Knowledge(KnowledgeArgs),
+    /// Check every full tag, alias and index the manifest records against what the registry serves; exit 1 on any difference, naming the command that fixes it.
+    Verify(VerifyArgs),
+}
+
+/// Deadlines of the calls a command makes to registries and the Docker daemon.
+#[derive(Debug, Clone, Args)]
+pub struct DeadlineArgs {
+    /// Seconds each registry request may take; also the longest a push may go without progress. A registry that accepts connections and never answers fails each attempt within it.
+    #[arg(long, env = "IMAGEGEN_REGISTRY_TIMEOUT", default_value_t = 60, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub registry_timeout: u64,
+    /// Seconds each Docker daemon request may take until its answer begins (a build's or push's streamed output is not cut off by it).
+    #[arg(long, env = "IMAGEGEN_DAEMON_TIMEOUT", default_value_t = 300, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub daemon_timeout: u64,
+}
+
+/// How long a command that writes the manifest waits for another run's lock on it.
+#[derive(Debug, Clone, Args)]
+pub struct LockArgs {
+    /// Seconds to wait for another run that holds the manifest's lock (or publishes the same tag) before giving up, naming it; 0 gives up at once.
+    #[arg(
+        long,
+        env = "IMAGEGEN_LOCK_TIMEOUT",
+        default_value_t = 600,
+        value_name = "SECONDS"
+    )]
+    pub lock_timeout: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    /// The manifest file.
+    #[arg(long, default_value = DEFAULT_MANIFEST)]
+    pub manifest: PathBuf,
+    /// `table` for people, `json` for machines.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+    /// Settle alias moves left in between (begun, not written down as done) by what the registry serves, and write that down; nothing else is changed.
+    #[arg(long)]
+    pub adopt: bool,
+    #[command(flatten)]
+    pub deadlines: DeadlineArgs,
+    #[command(flatten)]
+    pub lock: LockArgs,
 }
 
 #[derive(Debug, Args)]
@@ -97,6 +140,10 @@ pub struct RollbackArgs {
     /// The manifest file.
     #[arg(long, default_value = DEFAULT_MANIFEST)]
     pub manifest: PathBuf,
+    #[command(flatten)]
+    pub deadlines: DeadlineArgs,
+    #[command(flatten)]
+    pub lock: LockArgs,
 }
 
 #[derive(Debug, Args)]
@@ -110,6 +157,10 @@ pub struct PublishArgs {
     /// Check readiness and print what would be published; push nothing.
     #[arg(long)]
     pub dry_run: bool,
+    #[command(flatten)]
+    pub deadlines: DeadlineArgs,
+    #[command(flatten)]
+    pub lock: LockArgs,
 }
 
 #[derive(Debug, Args)]
@@ -200,6 +251,13 @@ pub struct BuildArgs {
     /// Print the plan (images, build keys, order, aliases) and build nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// Seconds one image's build may take before it is stopped.
+    #[arg(long, env = "IMAGEGEN_BUILD_TIMEOUT", default_value_t = 21600, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub build_timeout: u64,
+    #[command(flatten)]
+    pub deadlines: DeadlineArgs,
+    #[command(flatten)]
+    pub lock: LockArgs,
 }
 
 #[derive(Debug, Args)]
@@ -310,12 +368,14 @@ pub enum ManifestAction {
 
 #[derive(Debug, Args)]
 pub struct MergeArgs {
-    /// The manifests to merge (a missing file counts as empty).
+    /// The manifests to merge; each must exist (a missing one is an error, not an empty manifest).
     #[arg(required = true)]
     pub inputs: Vec<PathBuf>,
-    /// Where to write the result (default: print it).
+    /// Where to write the result (default: print it); written under its lock, with inputs read under it.
     #[arg(long)]
     pub out: Option<PathBuf>,
+    #[command(flatten)]
+    pub lock: LockArgs,
 }
 
 /// `--jobs`: a count of at least 1 (0 would build nothing and wait forever).

@@ -19,6 +19,7 @@ pub mod resolve;
 pub mod rollback;
 pub mod signals;
 pub mod stages;
+pub mod verify;
 
 use anyhow::Result;
 
@@ -46,5 +47,6 @@ pub fn run(cli: Cli) -> Result<Outcome> {
         Command::Manifest(args) => match &args.action {
             ManifestAction::Merge(merge) => manifest::merge(&project, merge),
         },
+        Command::Verify(args) => verify::run(&project, args),
     }
 }

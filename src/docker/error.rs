@@ -107,6 +107,20 @@ pub enum DockerError {
         reason: String,
     },
 
+    /// The registry accepted the connection and did not answer within the deadline (after
+    /// retries).
+    #[error(
+        "registry {host} did not answer within {seconds} s ({url}), {attempts} attempt(s)\n\
+         hint: is the registry at {host} up and answering? A slow registry needs a longer \
+         deadline: --registry-timeout or IMAGEGEN_REGISTRY_TIMEOUT"
+    )]
+    RegistryTimeout {
+        host: String,
+        url: String,
+        attempts: u32,
+        seconds: u64,
+    },
+
     /// The registry's TLS certificate was rejected; not retried.
     #[error(
         "cannot connect securely to registry {host} ({url}): {reason}\n\

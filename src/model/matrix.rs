@@ -548,15 +548,18 @@ pub fn check_image_reference(value: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// An http(s) URL with no character that could escape a Dockerfile line or a shell word.
+/// An http(s) URL that is safe where the templates put it: unquoted on a `RUN` line (pip's
+/// `--index-url`) and inside a `sed s|...|...|` expression (the apt mirror). Only letters,
+/// digits and `-._~:/%@+=,` pass: no shell metacharacter (`;`, `&`, `|`, `$`, backticks,
+/// quotes, spaces, `<>`, `()`, globs, `#`, `\`), and nothing `sed` reads specially.
 fn check_url(url: &str) -> Result<(), String> {
     if !(url.starts_with("http://") || url.starts_with("https://")) {
         return Err(format!("{url:?} must start with http:// or https://"));
     }
-    let allowed = |c: char| c.is_ascii_alphanumeric() || "-._~:/?#[]@!&'()*+,;=%".contains(c);
-    if let Some(bad) = url.chars().find(|c| !allowed(*c) || *c == '\'') {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || "-._~:/%@+=,".contains(c);
+    if let Some(bad) = url.chars().find(|c| !allowed(*c)) {
         return Err(format!(
-            "{url:?} contains {bad:?}, which is not allowed in a mirror URL"
+            "{url:?} contains {bad:?}, which is not safe on a shell line (a mirror URL may hold only letters, digits and -._~:/%@+=,)"
         ));
     }
     Ok(())
@@ -715,6 +718,46 @@ mod tests {
             "{MINIMAL}tags:\n  full: \"{{torch}}-{{nope}}-{{variant}}\"\n"
         ));
         assert!(error.contains("unknown placeholder {nope}"), "{error}");
+    }
+
+    #[test]
+    fn mirror_urls_with_shell_metacharacters_are_refused_at_load_with_their_line() {
+        for key in ["torch_index", "pip_index", "apt"] {
+            for bad in [
+                "https://m.example/simple;curl${IFS}evil",
+                "https://m.example/simple&&id",
+                "https://m.example/a&b",
+                "https://m.example/a|sh",
+                "https://m.example/$HOME",
+                "https://m.example/`id`",
+                "https://m.example/a'b",
+                "https://m.example/a<b",
+                "https://m.example/a>b",
+                "https://m.example/a(b)",
+                "https://m.example/a?b*",
+                "https://m.example/a#b",
+            ] {
+                let text = format!("{MINIMAL}mirrors:\n  {key}: \"{bad}\"\n");
+                let line = text.lines().count();
+                let error = error_of(&text);
+                assert!(
+                    error.starts_with(&format!("matrix.yaml:{line}:")),
+                    "{key}: {bad}: {error}"
+                );
+                assert!(error.contains(&format!("mirrors.{key}")), "{error}");
+                assert!(error.contains("not safe on a shell line"), "{error}");
+            }
+            let escaped = format!("{MINIMAL}mirrors:\n  {key}: \"https://m.example/a\\x20b\"\n");
+            assert!(
+                error_of(&escaped)
+                    .starts_with(&format!("matrix.yaml:{}:", escaped.lines().count())),
+                "a value written with escapes is located at its key"
+            );
+            let good = format!(
+                "{MINIMAL}mirrors:\n  {key}: https://user@artifactory.example.com:8443/api/pypi/pypi-remote/simple\n"
+            );
+            Matrix::parse(&good, "matrix.yaml").unwrap();
+        }
     }
 
     #[test]

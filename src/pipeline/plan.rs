@@ -5,11 +5,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde::Serialize;
-
 use crate::history::aliases::alias_guard;
 use crate::history::manifest::{Manifest, RecordStatus, TestStatus};
 use crate::model::digest::Digest;
+pub use crate::pipeline::planned::{Plan, PlannedImage};
 use crate::resolve::fingerprint::fingerprint;
 use crate::resolve::image::ImageSpec;
 use crate::resolve::lookup::{closest_names, named_images, without_repository};
@@ -33,36 +32,6 @@ impl std::str::FromStr for Shard {
         }
         Ok(Shard { index, count })
     }
-}
-
-/// One image of the plan.
-#[derive(Debug, Clone, Serialize)]
-pub struct PlannedImage {
-    pub spec: ImageSpec,
-    /// `repository:tag`.
-    pub reference: String,
-    /// sha256 over the fingerprint, the exact build context and the parent's build key: an image
-    /// carrying this key as a label is reused instead of rebuilt.
-    pub build_key: Digest,
-    /// The image that must be built first (devel → its runtime).
-    pub depends_on: Option<String>,
-    /// Aliases this image may move to itself once it passed its test.
-    pub aliases: Vec<String>,
-    /// The manifest says an image with this build key passed its self-test: a reused local image
-    /// is not tested again.
-    pub passed_before: bool,
-    /// sha256 of the gpu-selftest baseline the self-test is judged against, if any.
-    pub selftest_baseline: Option<Digest>,
-    /// The digest the manifest records for this build key, if it was pushed before.
-    pub recorded_digest: Option<Digest>,
-    /// Aliases this image earns but may not take (they would move backwards), with why.
-    pub aliases_blocked: Vec<(String, String)>,
-}
-
-/// The whole plan, in build order.
-#[derive(Debug, Clone, Serialize)]
-pub struct Plan {
-    pub images: Vec<PlannedImage>,
 }
 
 /// Selects images by `only` and `shard`, adds the runtime parents that selected devel images

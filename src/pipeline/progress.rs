@@ -35,7 +35,14 @@ impl Progress {
     /// An image starts (building, testing or pushing): opens its log and its bar.
     pub fn start(&self, name: &str, what: &str) {
         if std::fs::create_dir_all(&self.log_dir).is_ok() {
-            if let Ok(file) = std::fs::File::create(self.log_path(name)) {
+            // A fresh file, never through a link planted at its name (a write would follow it).
+            let path = self.log_path(name);
+            let _ = std::fs::remove_file(&path);
+            let created = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&path);
+            if let Ok(file) = created {
                 self.logs
                     .lock()
                     .expect("log lock")

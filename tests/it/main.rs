@@ -6,6 +6,7 @@ mod build;
 mod cli;
 mod docker_engine;
 mod docker_host_env;
+mod faults;
 mod generators;
 mod layout;
 mod limits;

@@ -328,6 +328,37 @@ impl Registry {
         }
     }
 
+    /// The registry's process id, while it runs (fault tests stop and continue it).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Starts a stopped registry again on the same address, with the same storage and
+    /// configuration (plain HTTP registries only).
+    pub fn restart(&mut self) {
+        self.stop();
+        let log = std::fs::OpenOptions::new()
+            .append(true)
+            .open(self.directory.path().join("registry.log"))
+            .unwrap();
+        self.child = Some(
+            Command::new(REGISTRY_BINARY)
+                .arg("serve")
+                .arg(self.directory.path().join("config.yml"))
+                .stdin(Stdio::null())
+                .stdout(log.try_clone().unwrap())
+                .stderr(log)
+                .spawn()
+                .expect("restart docker-registry"),
+        );
+        assert!(
+            self.wait_until_ready(Duration::from_secs(30), false),
+            "docker-registry did not come back on {}:\n{}",
+            self.host,
+            self.log()
+        );
+    }
+
     fn launch(htpasswd: Option<(&str, &str)>, tls: bool) -> Registry {
         assert!(
             Path::new(REGISTRY_BINARY).exists(),
