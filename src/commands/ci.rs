@@ -1,12 +1,12 @@
 //! `imagegen ci --github`: prints the build fan-out that `generate::github` makes, on one line
-//! (what `$GITHUB_OUTPUT` takes).
+//! (what `$GITHUB_OUTPUT` takes), once it passed the `strategy.matrix` check.
 
 use anyhow::{bail, Result};
 
 use crate::cli::CiArgs;
 use crate::commands::outcome::Outcome;
 use crate::commands::stages::resolve_project;
-use crate::generate::github::{github_matrix, FanOut};
+use crate::generate::github::{github_matrix, output_line, FanOut};
 use crate::project::Project;
 use crate::resolve::image::ResolveOptions;
 
@@ -17,7 +17,8 @@ pub fn run(project: &Project, args: &CiArgs) -> Result<Outcome> {
     if images.is_empty() {
         bail!("the matrix makes no images, so there is nothing to fan out\nhint: `imagegen resolve` says why each cell was rejected");
     }
-    let matrix = github_matrix(&images, fan_out);
-    println!("{}", serde_json::to_string(&matrix)?);
+    // Checked against what `strategy.matrix` accepts before anything is printed.
+    let line = output_line(&github_matrix(&images, fan_out))?;
+    println!("{line}");
     Ok(Outcome::Success)
 }
