@@ -838,6 +838,18 @@ mod tests {
             ),
             Err(K8sError::MultiNodeWithoutCommand { nodes: 2 })
         );
+        // A Job counts completions in an int32.
+        assert_eq!(
+            manifests(
+                &image[..],
+                &JobSettings {
+                    nodes: u32::MAX,
+                    command: vec!["python".into(), "t.py".into()],
+                    ..Default::default()
+                }
+            ),
+            Err(K8sError::TooManyNodes { nodes: u32::MAX })
+        );
         let error = manifests(
             &image[..],
             &JobSettings {

@@ -4,12 +4,13 @@
 //! documents of one run ([`Manifests`]) and turns it into YAML and back.
 //!
 //! The API version: `k8s-openapi` is built with its `v1_33` feature, Kubernetes 1.33, where the
-//! NVIDIA GPU Operator's supported range starts. Its platform-support page (GPU Operator 26.7,
-//! <https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/platform-support.html#supported-operating-systems-and-kubernetes-platforms>,
-//! source `gpu-operator/platform-support.rst` in NVIDIA/cloud-native-docs at 52dcb7b8) lists
+//! NVIDIA GPU Operator's supported range starts. Its platform-support page for GPU Operator 26.7,
+//! the supported release (26.3.x is deprecated),
+//! <https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/platform-support.html#supported-operating-systems-and-kubernetes-platforms>
+//! (source `gpu-operator/platform-support.rst` in NVIDIA/cloud-native-docs at 52dcb7b8), lists
 //! Kubernetes 1.33–1.36 for every operating system, with one cell left at 1.32 (upstream
-//! Kubernetes on Ubuntu 24.04). Every field emitted here is GA since 1.24 (Indexed Jobs) or
-//! earlier, so the objects also apply on that 1.32.
+//! Kubernetes on Ubuntu 24.04; 26.3 started at 1.32 everywhere). Every field emitted here is GA
+//! since 1.24 (Indexed Jobs) or earlier, so the objects also apply on that 1.32.
 //!
 //! `k8s-openapi` serializes fields in its own order (`apiVersion`, `kind`, then alphabetical),
 //! skips every unset optional field, and its maps are `BTreeMap`s: the YAML is deterministic.
