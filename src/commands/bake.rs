@@ -31,9 +31,7 @@ pub fn run(project: &Project, args: &BakeArgs) -> Result<Outcome> {
         ));
     }
     let images = resolution.images;
-    let value = bake_file(&images)?;
-    let mut text = serde_json::to_string_pretty(&value)?;
-    text.push('\n');
+    let text = bake_file(&images)?.to_json();
     let to_stdout = out.as_os_str() == "-";
     let root = if to_stdout {
         Path::new(".")

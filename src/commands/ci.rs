@@ -1,5 +1,5 @@
-//! `imagegen ci --format github`: prints the build fan-out that `generate::github` makes, on one line
-//! (what `$GITHUB_OUTPUT` takes).
+//! `imagegen ci --format github`: prints the build fan-out that `generate::github` makes, on one
+//! line (what `$GITHUB_OUTPUT` takes), once it passed the `strategy.matrix` check.
 
 use anyhow::Result;
 
@@ -7,7 +7,7 @@ use crate::cli::{CiArgs, CiFormat};
 use crate::commands::outcome::Outcome;
 use crate::commands::output::emit;
 use crate::commands::stages::{no_images, resolve_project};
-use crate::generate::github::{github_matrix, FanOut};
+use crate::generate::github::{github_matrix, output_line, FanOut};
 use crate::project::Project;
 use crate::resolve::image::ResolveOptions;
 
@@ -23,9 +23,10 @@ pub fn run(project: &Project, args: &CiArgs) -> Result<Outcome> {
             "",
         ));
     }
-    let text = match args.format {
-        CiFormat::Github => serde_json::to_string(&github_matrix(&resolution.images, fan_out))?,
+    // Checked against what `strategy.matrix` accepts before anything is printed.
+    let line = match args.format {
+        CiFormat::Github => output_line(&github_matrix(&resolution.images, fan_out))?,
     };
-    emit(format!("{text}\n"))?;
+    emit(format!("{line}\n"))?;
     Ok(Outcome::Success)
 }
