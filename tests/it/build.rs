@@ -241,7 +241,7 @@ async fn a_failed_self_test_blocks_push_and_aliases_and_no_gpu_holds_aliases() {
     // --require-gpu turns a skipped test into a failure.
     let output = project.build(&["--only", "2.7.0-cuda12.6-cudnn9-runtime", "--require-gpu"]);
     assert_code(&output, 1);
-    assert!(text(&output).contains("--require-gpu"));
+    assert!(text(&output).contains("--require-gpu"), "{}", text(&output));
 }
 
 /// A stand-in self-test that passes only when imagegen hands it a baseline.

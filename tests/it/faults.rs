@@ -642,7 +642,7 @@ async fn sigterm_during_a_build_step_and_during_the_self_test() {
         "{output}"
     );
     assert!(
-        output.contains("1 images: 0 ok, 1 not ok"),
+        output.contains("1 image: 0 ok, 1 not ok"),
         "the summary: {output}"
     );
     assert_kept(&before, &project.manifest());
