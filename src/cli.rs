@@ -5,7 +5,10 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
+
+/// The package index `knowledge derive` reads by default.
+pub const DEFAULT_PACKAGE_INDEX: &str = "https://pypi.org/simple";
 
 /// The manifest file every command that reads or writes one defaults to.
 pub const DEFAULT_MANIFEST: &str = "imagegen-manifest.json";
@@ -44,6 +47,14 @@ pub enum PlanFormat {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Show which images the matrix makes, on which drivers they run, and which cells are impossible and why.
+    Resolve(ResolveArgs),
+    /// Render one Dockerfile per image into the output directory (or check that it and the images' locks are up to date).
+    Render(RenderArgs),
+    /// Resolve each image's Python packages to exact versions and hashes with uv and write its lock (images/<name>/requirements.lock); the one command that needs the network.
+    Lock(LockImagesArgs),
+    /// Build the images through the Docker Engine API, test each with gpu-selftest, tag, push, and record them in the manifest.
+    Build(BuildArgs),
     /// Compare the matrix with the manifest: new and rebuilt images (and why), alias moves, rising driver minimums, images no longer made.
     Plan(PlanArgs),
     /// Re-point an alias in the registry to an earlier digest recorded in the manifest, without a rebuild.
@@ -52,14 +63,6 @@ pub enum Command {
     Publish(PublishArgs),
     /// Show what changed between two images (tags, aliases or digests recorded in the manifest): versions and packages.
     Diff(DiffArgs),
-    /// Show which images the matrix makes, on which drivers they run, and which cells are impossible and why.
-    Resolve(ResolveArgs),
-    /// Render one Dockerfile per image into the output directory (or check that it and the images' locks are up to date).
-    Render(RenderArgs),
-    /// Resolve each image's Python packages to exact versions and hashes with uv and write its lock (images/<name>/requirements.lock); the one command that needs the network.
-    Lock(LockArgs),
-    /// Build the images through the Docker Engine API, test each with gpu-selftest, tag, push, and record them in the manifest.
-    Build(BuildArgs),
     /// Export the resolved matrix as a docker-bake.json for `docker buildx bake` (BuildKit, remote builders).
     Bake(BakeArgs),
     /// Print a Kubernetes Job (YAML) that runs an image of the matrix on GPUs, kept off nodes whose driver is too old.
@@ -68,6 +71,51 @@ pub enum Command {
     Ci(CiArgs),
     /// Work with manifests (imagegen-manifest.json).
     Manifest(ManifestArgs),
+    /// Work with the compatibility knowledge.
+    Knowledge(KnowledgeArgs),
+    /// Check every full tag, alias and index the manifest records against what the registry serves; exit 1 on any difference, naming the command that fixes it.
+    Verify(VerifyArgs),
+}
+
+/// Deadlines of the calls a command makes to registries and the Docker daemon.
+#[derive(Debug, Clone, Args)]
+pub struct DeadlineArgs {
+    /// Seconds each registry request may take; also the longest a push may go without progress. A registry that accepts connections and never answers fails each attempt within it.
+    #[arg(long, env = "IMAGEGEN_REGISTRY_TIMEOUT", default_value_t = 60, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub registry_timeout: u64,
+    /// Seconds each Docker daemon request may take until its answer begins (a build's or push's streamed output is not cut off by it).
+    #[arg(long, env = "IMAGEGEN_DAEMON_TIMEOUT", default_value_t = 300, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub daemon_timeout: u64,
+}
+
+/// How long a command that writes the manifest waits for another run's lock on it.
+#[derive(Debug, Clone, Args)]
+pub struct LockArgs {
+    /// Seconds to wait for another run that holds the manifest's lock (or publishes the same tag) before giving up, naming it; 0 gives up at once.
+    #[arg(
+        long,
+        env = "IMAGEGEN_LOCK_TIMEOUT",
+        default_value_t = 600,
+        value_name = "SECONDS"
+    )]
+    pub lock_timeout: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    /// The manifest file.
+    #[arg(long, default_value = DEFAULT_MANIFEST)]
+    pub manifest: PathBuf,
+    /// `table` for people, `json` for machines.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+    /// Settle alias moves left in between (begun, not written down as done) by what the registry serves, and write that down; nothing else is changed.
+    #[arg(long)]
+    pub adopt: bool,
+    #[command(flatten)]
+    pub deadlines: DeadlineArgs,
+    #[command(flatten)]
+    pub lock: LockArgs,
 }
 
 #[derive(Debug, Args)]
@@ -75,20 +123,18 @@ pub struct PlanArgs {
     /// The manifest file.
     #[arg(long, default_value = DEFAULT_MANIFEST)]
     pub manifest: PathBuf,
+    /// How to print the plan: a table for a terminal, JSON, or markdown for a pull request.
     #[arg(long, value_enum, default_value_t = PlanFormat::Table)]
     pub format: PlanFormat,
 }
 
 #[derive(Debug, Args)]
+#[command(group(ArgGroup::new("target").required(true).args(["to", "previous"])))]
 pub struct RollbackArgs {
     /// The alias to move, e.g. 2.7-cuda12.6-runtime or latest.
     pub alias: String,
     /// The digest to point it at (it must be recorded in the manifest).
-    #[arg(
-        long,
-        conflicts_with = "previous",
-        required_unless_present = "previous"
-    )]
+    #[arg(long)]
     pub to: Option<String>,
     /// Point it where it pointed before its last move.
     #[arg(long)]
@@ -96,6 +142,10 @@ pub struct RollbackArgs {
     /// The manifest file.
     #[arg(long, default_value = DEFAULT_MANIFEST)]
     pub manifest: PathBuf,
+    #[command(flatten)]
+    pub deadlines: DeadlineArgs,
+    #[command(flatten)]
+    pub lock: LockArgs,
 }
 
 #[derive(Debug, Args)]
@@ -109,11 +159,17 @@ pub struct PublishArgs {
     /// Check readiness and print what would be published; push nothing.
     #[arg(long)]
     pub dry_run: bool,
+    #[command(flatten)]
+    pub deadlines: DeadlineArgs,
+    #[command(flatten)]
+    pub lock: LockArgs,
 }
 
 #[derive(Debug, Args)]
 pub struct DiffArgs {
+    /// The earlier image: a full tag, an alias or a digest the manifest recorded.
     pub from: String,
+    /// The later image: a full tag, an alias or a digest the manifest recorded.
     pub to: String,
     /// The manifest file.
     #[arg(long, default_value = DEFAULT_MANIFEST)]
@@ -128,6 +184,7 @@ pub struct ResolveArgs {
     /// With --driver: accept older driver branches that CUDA forward compatibility serves (data-center GPUs only).
     #[arg(long, requires = "driver")]
     pub forward_compat: bool,
+    /// A table for people, or JSON (`{"images": [...], "rejected": [...]}`) for programs.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
     /// Exit 1 when any cell is rejected.
@@ -143,10 +200,13 @@ pub struct RenderArgs {
     /// Write nothing; print a diff and exit 1 if the output directory is stale.
     #[arg(long)]
     pub check: bool,
+    /// Accept a matrix that makes no image: render then removes every generated image directory (without it, that is an error).
+    #[arg(long)]
+    pub allow_empty: bool,
 }
 
 #[derive(Debug, Args)]
-pub struct LockArgs {
+pub struct LockImagesArgs {
     /// Directory of rendered images (each lock is written beside its Dockerfile).
     #[arg(long, default_value = "images")]
     pub out: PathBuf,
@@ -166,8 +226,8 @@ pub struct BuildArgs {
     /// Only images whose full tag contains this text (or matches it, with `*` as a wildcard); runtime images that selected devel images build on come along.
     #[arg(long)]
     pub only: Option<String>,
-    /// How many images to build at once.
-    #[arg(long, default_value_t = 2)]
+    /// How many images to build at once (at least 1).
+    #[arg(long, default_value_t = 2, value_parser = at_least_one)]
     pub jobs: usize,
     /// Build the I-th of N deterministic parts of the matrix (e.g. 2/4), one per CI runner.
     #[arg(long)]
@@ -184,6 +244,10 @@ pub struct BuildArgs {
     /// Fail every image whose self-test could not run on GPUs (no GPU on this host).
     #[arg(long)]
     pub require_gpu: bool,
+    /// A gpu-selftest baseline saved on a node known to be good (`gpu-selftest --save-baseline
+    /// FILE`): each image's self-test also fails below its stated share of these figures.
+    #[arg(long, env = "IMAGEGEN_SELFTEST_BASELINE", value_name = "FILE")]
+    pub selftest_baseline: Option<PathBuf>,
     /// Move aliases of images whose self-test was skipped for lack of GPUs (never of failed ones).
     #[arg(long)]
     pub move_untested_aliases: bool,
@@ -205,6 +269,13 @@ pub struct BuildArgs {
     /// Print the plan (images, build keys, order, aliases) and build nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// Seconds one image's build may take before it is stopped.
+    #[arg(long, env = "IMAGEGEN_BUILD_TIMEOUT", default_value_t = 21600, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub build_timeout: u64,
+    #[command(flatten)]
+    pub deadlines: DeadlineArgs,
+    #[command(flatten)]
+    pub lock: LockArgs,
 }
 
 #[derive(Debug, Args)]
@@ -230,9 +301,10 @@ pub struct K8sArgs {
     /// Nodes; more than one makes an Indexed Job with a headless Service and a static torchrun rendezvous.
     #[arg(long, default_value_t = 1)]
     pub nodes: u32,
+    /// The namespace of the Job (and Service).
     #[arg(long, default_value = "default")]
     pub namespace: String,
-    /// The Job name (default: the repository's last component and the tag, as a DNS label).
+    /// The Job name, a DNS label of at most 52 characters (default: the repository's last component and the tag).
     #[arg(long)]
     pub name: Option<String>,
     /// Leave out the node affinity on NVIDIA GPU feature discovery's driver labels.
@@ -246,10 +318,19 @@ pub struct K8sArgs {
     pub command: Vec<String>,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CiFormat {
+    /// The GitHub Actions `strategy.matrix` (`{"include": [...]}`) on one line.
+    Github,
+}
+
 #[derive(Debug, Args)]
 pub struct CiArgs {
-    /// Emit the GitHub Actions matrix (`{"include": [...]}`), the only CI format so far.
-    #[arg(long, required = true)]
+    /// The CI system's matrix format; GitHub Actions is the only one so far.
+    #[arg(long, value_enum, default_value_t = CiFormat::Github)]
+    pub format: CiFormat,
+    /// The same as --format github (kept for existing workflows).
+    #[arg(long, hide = true)]
     pub github: bool,
     /// At most N jobs (1 to 256, GitHub's limit), image families dealt round-robin (`imagegen build --shard I/N`).
     #[arg(long, conflicts_with = "per_image", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=256))]
@@ -261,8 +342,40 @@ pub struct CiArgs {
 
 #[derive(Debug, Args)]
 pub struct ManifestArgs {
+    /// What to do with manifests.
     #[command(subcommand)]
     pub action: ManifestAction,
+}
+
+#[derive(Debug, Args)]
+pub struct KnowledgeArgs {
+    #[command(subcommand)]
+    pub action: KnowledgeAction,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KnowledgeAction {
+    /// Print the knowledge entry of a release as its wheels' own metadata gives it (Python and manylinux tags, platforms, the CUDA runtime, cuDNN and NCCL pins), read from a PyPI-style index.
+    Derive(DeriveArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct DeriveArgs {
+    /// The package (only torch so far).
+    pub package: DerivePackage,
+    /// The release, e.g. 2.13.0.
+    pub version: String,
+    /// The simple index to read (PEP 691 JSON or PEP 503 HTML, with PEP 658 .metadata files).
+    #[arg(long, default_value = DEFAULT_PACKAGE_INDEX)]
+    pub index: String,
+    /// Compare with the knowledge in use; exit 1 when they differ.
+    #[arg(long)]
+    pub check: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DerivePackage {
+    Torch,
 }
 
 #[derive(Debug, Subcommand)]
@@ -273,10 +386,21 @@ pub enum ManifestAction {
 
 #[derive(Debug, Args)]
 pub struct MergeArgs {
-    /// The manifests to merge (a missing file counts as empty).
+    /// The manifests to merge; each must exist (a missing one is an error, not an empty manifest).
     #[arg(required = true)]
     pub inputs: Vec<PathBuf>,
-    /// Where to write the result (default: print it).
+    /// Where to write the result (default: print it); written under its lock, with inputs read under it.
     #[arg(long)]
     pub out: Option<PathBuf>,
+    #[command(flatten)]
+    pub lock: LockArgs,
+}
+
+/// `--jobs`: a count of at least 1 (0 would build nothing and wait forever).
+fn at_least_one(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(0) => Err("0 would build nothing: give at least 1".into()),
+        Ok(count) => Ok(count),
+        Err(_) => Err(format!("{text:?} is not a number of images")),
+    }
 }

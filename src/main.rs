@@ -3,6 +3,8 @@
 //! (bad input, daemon down), 130/143 stopped by SIGINT/SIGTERM. This is the only place that ends
 //! the process.
 
+use std::io::Write;
+
 use clap::Parser;
 
 fn main() {
@@ -15,7 +17,12 @@ fn main() {
         Ok(cli) => match imagegen::commands::run(cli) {
             Ok(outcome) => outcome.exit_code(),
             Err(error) => {
-                eprintln!("error: {}", imagegen::commands::describe(&error));
+                // A closed standard error leaves only the exit code to tell.
+                let _ = writeln!(
+                    std::io::stderr().lock(),
+                    "error: {}",
+                    imagegen::commands::describe(&error)
+                );
                 2
             }
         },

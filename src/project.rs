@@ -3,17 +3,29 @@
 //! locks, the manifest, files for other tools), each through a temporary file and a rename. This
 //! is the only module that reads the project's files; everything it hands out is a value the pure
 //! stages take.
+//!
+//! The manifest is shared state: two `imagegen build --push` runs, a `rollback` during a build, a
+//! `manifest merge --out` in CI. Every write of it goes through [`ManifestFile::update`]: take the
+//! manifest's lock (`flock(2)` on `.imagegen/locks/<name>.lock` beside it, released when the
+//! process ends however it ends), read the manifest as it is now, apply this run's change, write
+//! it atomically, release. A second writer waits with a line naming the holder, or gives up after
+//! the lock deadline, naming it. No write follows a symbolic link out of where it belongs: the
+//! manifest is written to its link's target (the link stays a link), and `render` refuses an
+//! `images/<name>` that links outside `images/`.
 
 use std::cell::OnceCell;
 use std::collections::{BTreeMap, BTreeSet};
+use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 
-use crate::history::manifest::Manifest;
+use crate::history::manifest::{now_rfc3339, Manifest};
 use crate::model::knowledge::Knowledge;
 use crate::model::matrix::Matrix;
 use crate::render::{CaBundle, RenderedImage, Templates};
+use crate::resolve::known::check_known;
 use crate::resolve::lock::LOCK_FILE;
 
 /// The marker every generated Dockerfile carries; only directories holding it are ever deleted.
@@ -101,6 +113,8 @@ impl Project {
             Some(path) => Knowledge::with_override(path)?,
             None => Knowledge::embedded(),
         };
+        // A value no release has is a typo, not an impossible cell: refuse it before resolving.
+        check_known(&matrix, &knowledge)?;
         let templates = match &matrix.templates {
             Some(dir) => Templates::with_overrides(read_templates(dir)?),
             None => Templates::embedded(),
@@ -112,27 +126,401 @@ impl Project {
         }))
     }
 
+    /// The knowledge alone (embedded, or with the `--knowledge` override), for commands that
+    /// need no matrix.
+    pub fn knowledge(&self) -> Result<Knowledge> {
+        Ok(match &self.knowledge_path {
+            Some(path) => Knowledge::with_override(path)?,
+            None => Knowledge::embedded(),
+        })
+    }
+
     /// The matrix (read on first use).
     pub fn matrix(&self) -> Result<&Matrix> {
         Ok(&self.definition()?.matrix)
     }
 }
 
-/// Reads the manifest at `path`; a missing file is an empty manifest.
+/// Reads the manifest at `path`; a missing file is an empty manifest (the first build).
 pub fn load_manifest(path: &Path) -> Result<Manifest> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(text) => text,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(Manifest::new()),
-        Err(error) => {
-            return Err(error).with_context(|| format!("cannot read manifest {}", path.display()))
-        }
-    };
-    Manifest::from_json(&text, &path.display().to_string())
+    match read_manifest_text(path)? {
+        Some(text) => Manifest::from_json(&text, &path.display().to_string()),
+        None => Ok(Manifest::new()),
+    }
 }
 
-/// Writes the manifest atomically: temporary file, fsync, rename.
+/// The largest gpu-selftest baseline read: a real one is a few kilobytes.
+const BASELINE_MAX_BYTES: u64 = 1 << 20;
+
+/// Reads a gpu-selftest baseline file (`build --selftest-baseline`), at most 1 MiB.
+pub fn read_selftest_baseline(path: &Path) -> Result<String> {
+    let size = std::fs::metadata(path)
+        .with_context(|| format!("cannot read the self-test baseline {}", path.display()))?
+        .len();
+    if size > BASELINE_MAX_BYTES {
+        anyhow::bail!(
+            "the self-test baseline {} is {size} bytes, more than {BASELINE_MAX_BYTES}: it is not a gpu-selftest baseline",
+            path.display()
+        );
+    }
+    std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read the self-test baseline {}", path.display()))
+}
+
+/// Reads the manifest at `path`, which must exist: an input named on the command line (a CI
+/// shard's artefact) that is missing is an error, never an empty manifest.
+pub fn load_existing_manifest(path: &Path) -> Result<Manifest> {
+    match read_manifest_text(path)? {
+        Some(text) => Manifest::from_json(&text, &path.display().to_string()),
+        None => bail!(
+            "cannot read manifest {}: no such file\nhint: check the path; a missing shard manifest would lose that shard's records, so it is not read as empty",
+            path.display()
+        ),
+    }
+}
+
+fn read_manifest_text(path: &Path) -> Result<Option<String>> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => Ok(Some(text)),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(error) => {
+            Err(error).with_context(|| format!("cannot read manifest {}", path.display()))
+        }
+    }
+}
+
+/// Writes the manifest atomically: temporary file, fsync, rename. Callers that share the
+/// manifest with other runs use [`ManifestFile::update`], which does this under its lock.
 pub fn save_manifest(path: &Path, manifest: &Manifest) -> Result<()> {
     write_atomically(path, manifest.to_json().as_bytes())
+}
+
+/// The manifest file of a command that writes it: every write is a locked read-change-write.
+#[derive(Debug, Clone)]
+pub struct ManifestFile {
+    pub path: PathBuf,
+    lock_timeout: Duration,
+}
+
+impl ManifestFile {
+    /// The manifest at `path`; a writer waits at most `lock_timeout` for another one's lock.
+    pub fn new(path: &Path, lock_timeout: Duration) -> ManifestFile {
+        ManifestFile {
+            path: path.to_path_buf(),
+            lock_timeout,
+        }
+    }
+
+    /// The manifest as it is now; a missing file is an empty manifest.
+    pub fn read(&self) -> Result<Manifest> {
+        load_manifest(&self.path)
+    }
+
+    /// Where this manifest's lock files live: `.imagegen/locks/` beside the file the manifest
+    /// path resolves to, so two links to one manifest share its lock.
+    fn lock_dir(&self) -> Result<PathBuf> {
+        let target = resolve_links(&self.path)?;
+        let parent = target
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        Ok(parent.join(".imagegen").join("locks"))
+    }
+
+    /// The lock file of the manifest itself.
+    pub fn lock_path(&self) -> Result<PathBuf> {
+        let name = self
+            .path
+            .file_name()
+            .map(|n| n.to_string_lossy().to_string())
+            .unwrap_or_else(|| "manifest".into());
+        Ok(self.lock_dir()?.join(format!("{name}.lock")))
+    }
+
+    /// Takes the manifest's lock, waiting up to the lock deadline.
+    pub fn lock(&self) -> Result<ProjectLock> {
+        let what = self.path.display().to_string();
+        ProjectLock::acquire(&self.lock_path()?, &what, self.lock_timeout, |line| {
+            eprintln!("{line}")
+        })
+    }
+
+    /// Locks the manifest, reads it as it is now, applies `change`, writes it back when it
+    /// changed (atomically, through a symbolic link to its target), and unlocks. Another run's
+    /// records, written since this run started, are kept: they are in what is read here.
+    pub fn update<T>(&self, change: impl FnOnce(&mut Manifest) -> T) -> Result<T> {
+        let _lock = self.lock()?;
+        let mut manifest = self.read()?;
+        let before = manifest.clone();
+        let result = change(&mut manifest);
+        if manifest != before {
+            save_manifest(&self.path, &manifest)
+                .with_context(|| format!("cannot write the manifest {}", self.path.display()))?;
+        }
+        Ok(result)
+    }
+
+    /// The lock file that keeps two runs from publishing `reference` (`repository:tag`) at the
+    /// same time; see [`ProjectLock::try_acquire`].
+    pub fn publish_lock_path(&self, reference: &str) -> Result<PathBuf> {
+        let name: String = reference
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        Ok(self.lock_dir()?.join(format!("publish-{name}.lock")))
+    }
+
+    pub fn lock_timeout(&self) -> Duration {
+        self.lock_timeout
+    }
+}
+
+/// Who holds a lock, as its lock file says.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LockHolder {
+    pub pid: Option<u32>,
+    pub command: String,
+    pub since: String,
+}
+
+impl std::fmt::Display for LockHolder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.pid {
+            Some(pid) => write!(f, "held by pid {pid}")?,
+            None => write!(f, "held by another process")?,
+        }
+        if !self.command.is_empty() {
+            write!(f, ", command `{}`", self.command)?;
+        }
+        if !self.since.is_empty() {
+            write!(f, ", since {}", self.since)?;
+        }
+        Ok(())
+    }
+}
+
+impl LockHolder {
+    /// This process: its pid, its command line (the program as `imagegen`) and now.
+    pub fn this_process() -> LockHolder {
+        let mut command: String = std::env::args()
+            .map(|arg| {
+                let name = Path::new(&arg)
+                    .file_name()
+                    .map(|n| n.to_string_lossy().to_string());
+                match name {
+                    Some(name) if arg.contains('/') && name == "imagegen" => name,
+                    _ => arg,
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" ");
+        command.truncate(200);
+        LockHolder {
+            pid: Some(std::process::id()),
+            command,
+            since: now_rfc3339(),
+        }
+    }
+
+    /// This run as pending alias moves name it: `pid 1234 (`imagegen build --push`)`.
+    pub fn this_run() -> String {
+        let holder = LockHolder::this_process();
+        format!(
+            "pid {} (`{}`)",
+            holder.pid.unwrap_or_default(),
+            holder.command
+        )
+    }
+
+    fn to_text(&self) -> String {
+        format!(
+            "pid={}\ncommand={}\nsince={}\n",
+            self.pid.map(|p| p.to_string()).unwrap_or_default(),
+            self.command.replace('\n', " "),
+            self.since
+        )
+    }
+
+    fn parse(text: &str) -> LockHolder {
+        let mut holder = LockHolder::default();
+        for line in text.lines() {
+            match line.split_once('=') {
+                Some(("pid", pid)) => holder.pid = pid.trim().parse().ok(),
+                Some(("command", command)) => holder.command = command.to_string(),
+                Some(("since", since)) => holder.since = since.to_string(),
+                _ => {}
+            }
+        }
+        holder
+    }
+}
+
+/// An exclusive lock on a lock file, held while this value lives: `flock(2)`, so the kernel
+/// releases it when the process ends, however it ends (no stale lock after a crash or SIGKILL).
+/// The lock file is never deleted (deleting it would let a third process lock a new file while
+/// a second still waits on the old one); it holds the current holder's pid, command and start.
+#[derive(Debug)]
+pub struct ProjectLock {
+    file: std::fs::File,
+    path: PathBuf,
+}
+
+impl ProjectLock {
+    /// Takes the lock at `lock_path` if it is free; otherwise says who holds it.
+    pub fn try_acquire(lock_path: &Path) -> Result<std::result::Result<ProjectLock, LockHolder>> {
+        if let Some(dir) = lock_path.parent() {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("cannot create the lock directory {}", dir.display()))?;
+        }
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(lock_path)
+            .with_context(|| format!("cannot open the lock file {}", lock_path.display()))?;
+        if !flock::try_exclusive(&file)
+            .with_context(|| format!("cannot lock {}", lock_path.display()))?
+        {
+            let mut text = String::new();
+            let _ = file.read_to_string(&mut text);
+            return Ok(Err(LockHolder::parse(&text)));
+        }
+        let holder = LockHolder::this_process();
+        // Who holds it is information for the others; failing to write it loses only that.
+        let _ = file
+            .set_len(0)
+            .and_then(|()| file.rewind())
+            .and_then(|()| file.write_all(holder.to_text().as_bytes()));
+        Ok(Ok(ProjectLock {
+            file,
+            path: lock_path.to_path_buf(),
+        }))
+    }
+
+    /// Takes the lock at `lock_path`, waiting up to `timeout` for its holder: `on_wait` gets one
+    /// "waiting for `what` (held by pid N, command ...)" line; after the deadline it is an error
+    /// naming the holder.
+    pub fn acquire(
+        lock_path: &Path,
+        what: &str,
+        timeout: Duration,
+        mut on_wait: impl FnMut(&str),
+    ) -> Result<ProjectLock> {
+        let start = Instant::now();
+        let mut announced = false;
+        loop {
+            let holder = match Self::try_acquire(lock_path)? {
+                Ok(lock) => return Ok(lock),
+                Err(holder) => holder,
+            };
+            if start.elapsed() >= timeout {
+                return Err(lock_timeout_error(what, &holder, timeout));
+            }
+            if !announced {
+                on_wait(&waiting_line(what, &holder));
+                announced = true;
+            }
+            std::thread::sleep(LOCK_POLL.min(timeout.saturating_sub(start.elapsed())));
+        }
+    }
+
+    /// The lock file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// How often a waiting writer tries the lock again.
+pub const LOCK_POLL: Duration = Duration::from_millis(50);
+
+/// The line a waiting writer prints.
+pub fn waiting_line(what: &str, holder: &LockHolder) -> String {
+    format!("waiting for {what} ({holder})")
+}
+
+/// The error of a writer that waited in vain.
+pub fn lock_timeout_error(what: &str, holder: &LockHolder, timeout: Duration) -> anyhow::Error {
+    anyhow!(
+        "gave up waiting for {what} after {} s: it is {holder}\nhint: let that run finish, or stop it if it hangs (a stopped or hung process keeps the lock until it ends); --lock-timeout (IMAGEGEN_LOCK_TIMEOUT) sets how long to wait",
+        timeout.as_secs()
+    )
+}
+
+impl Drop for ProjectLock {
+    fn drop(&mut self) {
+        // Closing the file releases the lock too; unlocking first makes it immediate.
+        let _ = flock::unlock(&self.file);
+    }
+}
+
+/// `flock(2)`, declared here: the only system call imagegen makes that std does not wrap at
+/// its minimum supported Rust version.
+mod flock {
+    use std::os::fd::AsRawFd;
+
+    const LOCK_EX: i32 = 2;
+    const LOCK_NB: i32 = 4;
+    const LOCK_UN: i32 = 8;
+
+    extern "C" {
+        fn flock(fd: i32, operation: i32) -> i32;
+    }
+
+    /// Takes an exclusive lock without waiting: `Ok(false)` when another holds it.
+    pub fn try_exclusive(file: &std::fs::File) -> std::io::Result<bool> {
+        loop {
+            // SAFETY: flock on a file descriptor this `File` owns for the whole call.
+            let result = unsafe { flock(file.as_raw_fd(), LOCK_EX | LOCK_NB) };
+            if result == 0 {
+                return Ok(true);
+            }
+            let error = std::io::Error::last_os_error();
+            match error.kind() {
+                std::io::ErrorKind::WouldBlock => return Ok(false),
+                std::io::ErrorKind::Interrupted => continue,
+                _ => return Err(error),
+            }
+        }
+    }
+
+    pub fn unlock(file: &std::fs::File) -> std::io::Result<()> {
+        // SAFETY: as above.
+        match unsafe { flock(file.as_raw_fd(), LOCK_UN) } {
+            0 => Ok(()),
+            _ => Err(std::io::Error::last_os_error()),
+        }
+    }
+}
+
+/// The file `path` names once symbolic links in its last component are followed (a dangling
+/// link gives its target, which a write then creates). Relative link targets are taken from
+/// the link's directory.
+pub fn resolve_links(path: &Path) -> Result<PathBuf> {
+    let mut current = path.to_path_buf();
+    for _ in 0..40 {
+        match std::fs::symlink_metadata(&current) {
+            Ok(metadata) if metadata.file_type().is_symlink() => {
+                let target = std::fs::read_link(&current)
+                    .with_context(|| format!("cannot read the link {}", current.display()))?;
+                current = match current.parent() {
+                    Some(parent) if target.is_relative() => parent.join(target),
+                    _ => target,
+                };
+            }
+            _ => return Ok(current),
+        }
+    }
+    bail!(
+        "{} is a chain of more than 40 symbolic links (a loop?)",
+        path.display()
+    )
 }
 
 /// Every `*.j2` file in `dir`, by file name.
@@ -209,7 +597,10 @@ pub fn image_files(dir: &Path, image: &str) -> Result<BTreeMap<String, Vec<u8>>>
 
 /// Writes an image's lock (`<dir>/<image>/requirements.lock`) atomically.
 pub fn write_lock(dir: &Path, image: &str, text: &str) -> Result<()> {
-    write_atomically(&dir.join(image).join(LOCK_FILE), text.as_bytes())
+    let path = dir.join(image).join(LOCK_FILE);
+    confine(dir, &dir.join(image))?;
+    confine(dir, &path)?;
+    write_atomically(&path, text.as_bytes())
 }
 
 /// How the rendered images differ from what is on disk.
@@ -293,8 +684,16 @@ pub fn check(rendered: &[RenderedImage], out: &Path) -> Result<Drift> {
 
 /// Writes `rendered` under `out` (each file through a temporary file and a rename, so a reader
 /// never sees half a Dockerfile) and removes generated directories the matrix no longer makes.
-/// Returns the names written (changed) and removed.
+/// Returns the names written (changed) and removed. An image directory or file that is a
+/// symbolic link out of `out` is refused before anything is written.
 pub fn write(rendered: &[RenderedImage], out: &Path) -> Result<(Vec<String>, Vec<String>)> {
+    for image in rendered {
+        let dir = out.join(&image.name);
+        confine(out, &dir)?;
+        for file in image.files.keys() {
+            confine(out, &dir.join(file))?;
+        }
+    }
     let drift = check(rendered, out)?;
     let mut changed = Vec::new();
     for image in rendered {
@@ -327,26 +726,259 @@ pub fn write(rendered: &[RenderedImage], out: &Path) -> Result<(Vec<String>, Vec
     Ok((changed, drift.stale))
 }
 
-/// Writes `bytes` to `path` through a sibling temporary file and a rename.
+/// Refuses `path` (inside `out`) when it is a symbolic link that leads outside `out`: a write
+/// through it would land wherever it points.
+fn confine(out: &Path, path: &Path) -> Result<()> {
+    let is_link = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
+    if !is_link {
+        return Ok(());
+    }
+    let root =
+        std::fs::canonicalize(out).with_context(|| format!("cannot resolve {}", out.display()))?;
+    let target = resolve_links(path)?;
+    // The target's directory must exist to be resolved; a dangling link into `out` is fine.
+    let resolved = match std::fs::canonicalize(&target) {
+        Ok(resolved) => resolved,
+        Err(_) => target
+            .parent()
+            .and_then(|parent| std::fs::canonicalize(parent).ok())
+            .map(|parent| parent.join(target.file_name().unwrap_or_default()))
+            .unwrap_or_else(|| target.clone()),
+    };
+    if resolved.starts_with(&root) {
+        return Ok(());
+    }
+    bail!(
+        "refusing to write {}: it is a symbolic link to {}, outside {}\nhint: replace the link with a plain directory or file; imagegen writes rendered images only inside {}",
+        path.display(),
+        target.display(),
+        out.display(),
+        out.display()
+    )
+}
+
+/// Writes `bytes` to `path` through a temporary file beside it and a rename. When `path` is a
+/// symbolic link, its target is written (the temporary file beside the target, renamed over
+/// it), so the link stays a link instead of being replaced by a regular file.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
-    let parent = path.parent().unwrap_or(Path::new("."));
+    let target = resolve_links(path)?;
+    let parent = target
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     std::fs::create_dir_all(parent)
         .with_context(|| format!("cannot create {}", parent.display()))?;
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let temporary = parent.join(format!(
-        ".{}.tmp-{}",
-        path.file_name().unwrap_or_default().to_string_lossy(),
-        std::process::id()
+        ".{}.tmp-{}-{}",
+        target.file_name().unwrap_or_default().to_string_lossy(),
+        std::process::id(),
+        WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     ));
-    {
-        use std::io::Write;
-        let mut file = std::fs::File::create(&temporary)
-            .with_context(|| format!("cannot write {}", temporary.display()))?;
+    let written = (|| -> Result<()> {
+        // `create_new`: a link planted at the temporary name is never followed. A leftover of a
+        // killed run with the same pid (pid 1 in containers) is removed first.
+        let open = || {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&temporary)
+        };
+        let mut file = match open() {
+            Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {
+                std::fs::remove_file(&temporary)
+                    .and_then(|()| open())
+                    .with_context(|| format!("cannot write {}", temporary.display()))?
+            }
+            other => other.with_context(|| format!("cannot write {}", temporary.display()))?,
+        };
         file.write_all(bytes)
             .with_context(|| format!("cannot write {}", temporary.display()))?;
         file.sync_all()
             .with_context(|| format!("cannot sync {}", temporary.display()))?;
+        Ok(())
+    })();
+    if let Err(error) = written {
+        let _ = std::fs::remove_file(&temporary);
+        return Err(error);
     }
-    std::fs::rename(&temporary, path)
-        .with_context(|| format!("cannot move {} into place", path.display()))?;
+    std::fs::rename(&temporary, &target).with_context(|| {
+        let _ = std::fs::remove_file(&temporary);
+        if target == path {
+            format!("cannot move {} into place", path.display())
+        } else {
+            format!(
+                "cannot move {} into place (the link {} points there)",
+                target.display(),
+                path.display()
+            )
+        }
+    })?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::manifest::ImageRecord;
+    use crate::model::digest::Digest;
+
+    fn image(tag: &str, digest: &str) -> ImageRecord {
+        serde_json::from_value(serde_json::json!({
+            "repository": "r/p", "tag": tag, "digest": Digest::of(digest.as_bytes()),
+            "fingerprint": Digest::of(b"f"), "build_key": Digest::of(b"k"), "variant": "runtime",
+            "torch": "2.7.1", "torchvision": "0.22.1", "cuda": "12.6", "cuda_full": "12.6.3",
+            "cudnn": "9", "python": "3.12", "os": "ubuntu24.04", "base_image": "b",
+            "driver_min": "560.35.05", "driver_min_compat": "525.60.13",
+            "require_cuda": "cuda>=12.6", "built_at": "t", "status": "ok"
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn updates_merge_into_the_manifest_as_it_is_at_write_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("imagegen-manifest.json");
+        let first = ManifestFile::new(&path, Duration::from_secs(5));
+        let second = ManifestFile::new(&path, Duration::from_secs(5));
+        // Both runs read the (missing) manifest at their start ...
+        assert_eq!(first.read().unwrap(), Manifest::new());
+        assert_eq!(second.read().unwrap(), Manifest::new());
+        // ... and each writes its own record: neither erases the other's.
+        first.update(|m| m.record_success(image("a", "1"))).unwrap();
+        second
+            .update(|m| m.record_success(image("b", "2")))
+            .unwrap();
+        let both = load_manifest(&path).unwrap();
+        assert_eq!(both.images.keys().collect::<Vec<_>>(), vec!["a", "b"]);
+    }
+
+    #[test]
+    fn a_second_writer_waits_naming_the_holder_then_gives_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("imagegen-manifest.json");
+        let file = ManifestFile::new(&path, Duration::from_millis(300));
+        let held = file.lock().unwrap();
+        let mut lines = Vec::new();
+        let error = ProjectLock::acquire(
+            &file.lock_path().unwrap(),
+            "imagegen-manifest.json",
+            Duration::from_millis(300),
+            |line| lines.push(line.to_string()),
+        )
+        .unwrap_err()
+        .to_string();
+        let pid = std::process::id();
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(
+            lines[0].starts_with(&format!(
+                "waiting for imagegen-manifest.json (held by pid {pid}, command `"
+            )),
+            "{lines:?}"
+        );
+        assert!(error.contains(&format!("held by pid {pid}")), "{error}");
+        assert!(error.contains("hint:"), "{error}");
+        assert!(
+            file.update(|_| ()).is_err(),
+            "no write while another holds it"
+        );
+        drop(held);
+        file.update(|m| m.record_success(image("a", "1"))).unwrap();
+        assert!(ProjectLock::try_acquire(&file.lock_path().unwrap())
+            .unwrap()
+            .is_ok());
+    }
+
+    #[test]
+    fn a_released_lock_is_handed_to_the_waiting_writer() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.json");
+        let file = ManifestFile::new(&path, Duration::from_secs(30));
+        let held = file.lock().unwrap();
+        let waiter = {
+            let file = file.clone();
+            std::thread::spawn(move || file.update(|m| m.record_success(image("w", "1"))))
+        };
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(load_manifest(&path).unwrap().images.is_empty());
+        drop(held);
+        waiter.join().unwrap().unwrap();
+        assert!(load_manifest(&path).unwrap().images.contains_key("w"));
+    }
+
+    #[test]
+    fn the_manifest_is_written_through_its_link_which_stays_a_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let records = dir.path().join("records");
+        std::fs::create_dir(&records).unwrap();
+        let target = records.join("manifest.json");
+        let link = dir.path().join("imagegen-manifest.json");
+        std::os::unix::fs::symlink("records/manifest.json", &link).unwrap();
+        let file = ManifestFile::new(&link, Duration::from_secs(5));
+        file.update(|m| m.record_success(image("a", "1"))).unwrap();
+        file.update(|m| m.record_success(image("b", "2"))).unwrap();
+        assert!(std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert_eq!(load_manifest(&target).unwrap().images.len(), 2);
+        assert!(
+            records
+                .join(".imagegen/locks/imagegen-manifest.json.lock")
+                .exists(),
+            "the lock lives beside the file the link resolves to"
+        );
+        let leftovers: Vec<_> = std::fs::read_dir(&records)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+            .filter(|n| n.contains(".tmp"))
+            .collect();
+        assert!(leftovers.is_empty(), "{leftovers:?}");
+    }
+
+    #[test]
+    fn a_missing_input_manifest_is_an_error_not_an_empty_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("shard-3.json");
+        assert_eq!(load_manifest(&missing).unwrap(), Manifest::new());
+        let error = load_existing_manifest(&missing).unwrap_err().to_string();
+        assert!(error.contains("shard-3.json"), "{error}");
+        assert!(error.contains("no such file"), "{error}");
+    }
+
+    #[test]
+    fn render_refuses_image_links_out_of_the_output_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("images");
+        let elsewhere = dir.path().join("elsewhere");
+        std::fs::create_dir_all(&out).unwrap();
+        std::fs::create_dir_all(&elsewhere).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, out.join("img")).unwrap();
+        let rendered = vec![RenderedImage {
+            name: "img".into(),
+            files: [("Dockerfile".to_string(), "FROM x\n".to_string())].into(),
+        }];
+        let error = write(&rendered, &out).unwrap_err().to_string();
+        assert!(error.contains("symbolic link"), "{error}");
+        assert!(error.contains("outside"), "{error}");
+        assert!(std::fs::read_dir(&elsewhere).unwrap().next().is_none());
+
+        // A link that stays inside images/ is written through.
+        std::fs::remove_file(out.join("img")).unwrap();
+        std::fs::create_dir_all(out.join("real")).unwrap();
+        std::os::unix::fs::symlink("real", out.join("img")).unwrap();
+        write(&rendered, &out).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(out.join("real/Dockerfile")).unwrap(),
+            "FROM x\n"
+        );
+
+        // A Dockerfile that links out of images/ is refused like a directory.
+        std::fs::remove_file(out.join("img")).unwrap();
+        std::fs::create_dir_all(out.join("img")).unwrap();
+        std::os::unix::fs::symlink(elsewhere.join("Dockerfile"), out.join("img/Dockerfile"))
+            .unwrap();
+        assert!(write(&rendered, &out).is_err());
+        assert!(!elsewhere.join("Dockerfile").exists());
+    }
 }

@@ -138,8 +138,8 @@ pub struct Cli {
     #[arg(long)]
     pub prefer_pip_libraries: bool,
 
-    /// Print which gpu-selftest binary serves an image with this CUDA version
-    /// (gpu-selftest-cu11, -cu12 or -cu13) and exit; runs no check.
+    /// Print which gpu-selftest binary serves an image with this CUDA version on this machine's
+    /// architecture (gpu-selftest-cu11, -cu12, -cu13; -arm64 on aarch64) and exit; runs no check.
     #[arg(long, value_name = "CUDA_VERSION")]
     pub binary_for_cuda: Option<String>,
 }

@@ -3,6 +3,7 @@
 
 mod app;
 mod baseline;
+mod binary_name;
 mod cli;
 mod discovery;
 mod expected;
@@ -28,7 +29,13 @@ fn main() {
     }
     let arguments = cli::Cli::parse();
     if let Some(version) = &arguments.binary_for_cuda {
-        match rules::binary_for_cuda_version(version) {
+        // The architecture names of Docker platforms (linux/amd64, linux/arm64).
+        let arch = match std::env::consts::ARCH {
+            "x86_64" => "amd64",
+            "aarch64" => "arm64",
+            other => other,
+        };
+        match binary_name::binary_for(version, arch) {
             Ok(name) => {
                 println!("{name}");
                 std::process::exit(0);

@@ -459,34 +459,6 @@ impl Precision {
     }
 }
 
-/// The binary imagegen copies into an image whose CUDA version is `cuda_version` ("12.6",
-/// "11.8.0", "13.0"): `gpu-selftest-cu11`, `-cu12` or `-cu13`. Versions before 11.8 are refused
-/// (cudarc binds 11.4 and up, and the matrix starts at 11.8); unknown majors are refused.
-pub fn binary_for_cuda_version(cuda_version: &str) -> Result<&'static str, String> {
-    let mut parts = cuda_version.trim().split('.');
-    let major: u32 = parts
-        .next()
-        .and_then(|text| text.parse().ok())
-        .ok_or_else(|| format!("CUDA version `{cuda_version}` does not start with a number"))?;
-    let minor: u32 = match parts.next() {
-        Some(text) => text
-            .parse()
-            .map_err(|_| format!("CUDA version `{cuda_version}` has no numeric minor part"))?,
-        None => 0,
-    };
-    match (major, minor) {
-        (11, minor) if minor >= 8 => Ok("gpu-selftest-cu11"),
-        (major, _) if major <= 11 => Err(format!(
-            "CUDA {cuda_version} is older than 11.8, the oldest CUDA gpu-selftest supports"
-        )),
-        (12, _) => Ok("gpu-selftest-cu12"),
-        (13, _) => Ok("gpu-selftest-cu13"),
-        _ => Err(format!(
-            "CUDA {cuda_version}: no gpu-selftest binary for CUDA major {major} (built: 11, 12, 13)"
-        )),
-    }
-}
-
 /// Splits a dotted version into numbers, ignoring a local part ("2.7.1+cu126" → [2, 7, 1]).
 pub fn version_numbers(text: &str) -> Vec<u64> {
     let public = text.trim().split('+').next().unwrap_or("");
@@ -758,27 +730,6 @@ mod tests {
         assert!(Precision::Fp16.tolerance() < Precision::Bf16.tolerance());
         assert_eq!(Precision::parse("BF16"), Some(Precision::Bf16));
         assert_eq!(Precision::parse("fp8"), None);
-    }
-
-    #[test]
-    fn binary_choice_per_cuda_major() {
-        assert_eq!(binary_for_cuda_version("11.8"), Ok("gpu-selftest-cu11"));
-        assert_eq!(binary_for_cuda_version("11.8.0"), Ok("gpu-selftest-cu11"));
-        assert_eq!(binary_for_cuda_version("12.1"), Ok("gpu-selftest-cu12"));
-        assert_eq!(binary_for_cuda_version("12.9.1"), Ok("gpu-selftest-cu12"));
-        assert_eq!(binary_for_cuda_version("13.0"), Ok("gpu-selftest-cu13"));
-        assert_eq!(binary_for_cuda_version(" 13 "), Ok("gpu-selftest-cu13"));
-        assert!(binary_for_cuda_version("11.7")
-            .unwrap_err()
-            .contains("older than 11.8"));
-        assert!(binary_for_cuda_version("10.2")
-            .unwrap_err()
-            .contains("older than 11.8"));
-        assert!(binary_for_cuda_version("14.0")
-            .unwrap_err()
-            .contains("major 14"));
-        assert!(binary_for_cuda_version("cuda").is_err());
-        assert!(binary_for_cuda_version("12.x").is_err());
     }
 
     #[test]

@@ -9,7 +9,8 @@ use anyhow::{Context, Result};
 
 use crate::cli::BakeArgs;
 use crate::commands::outcome::Outcome;
-use crate::commands::stages::{lock_problems, resolve_project};
+use crate::commands::output::{count, emit, note};
+use crate::commands::stages::{lock_problems, no_images, resolve_project};
 use crate::generate::bake::{bake_file, staging_context};
 use crate::project::{image_files, write_atomically, Project};
 use crate::resolve::image::ResolveOptions;
@@ -24,10 +25,16 @@ pub fn run(project: &Project, args: &BakeArgs) -> Result<Outcome> {
         !args.no_stage,
     );
     let resolution = resolve_project(project, ResolveOptions::default())?;
+    if resolution.images.is_empty() {
+        return Err(no_images(
+            project,
+            &resolution,
+            " (a bake file would have no target; nothing was written)",
+            "",
+        ));
+    }
     let images = &resolution.images;
-    let value = bake_file(images)?;
-    let mut text = serde_json::to_string_pretty(&value)?;
-    text.push('\n');
+    let text = bake_file(images)?.to_json();
     let to_stdout = out.as_os_str() == "-";
     let root = if to_stdout {
         Path::new(".")
@@ -75,23 +82,23 @@ pub fn run(project: &Project, args: &BakeArgs) -> Result<Outcome> {
                 std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o755))
                     .with_context(|| format!("cannot make {} executable", target.display()))?;
             }
-            eprintln!("staged {}", context.display());
+            note(format!("staged {}", context.display()));
         }
     }
     if to_stdout {
-        print!("{text}");
+        emit(&text)?;
     } else {
         write_atomically(out, text.as_bytes())?;
-        eprintln!(
-            "wrote {} ({} targets){}",
+        note(format!(
+            "wrote {} ({}){}",
             out.display(),
-            images.len(),
+            count(images.len(), "target"),
             if stage {
                 ""
             } else {
                 "; not staged: copy images/<name>/* and target/selftest/gpu-selftest-cuNN (as gpu-selftest) to .imagegen/bake/<name>/ before `docker buildx bake`"
             }
-        );
+        ));
     }
     Ok(Outcome::Success)
 }

@@ -1,28 +1,42 @@
 //! The `build` command: check that `images/` is rendered from the matrix, assemble the build
-//! contexts, compute the plan, then (unless `--dry-run`) connect to Docker, execute the plan and
-//! record every result in the manifest as soon as it is known, so Ctrl-C or a crash keeps what
-//! finished. Prints a summary table; exit 1 if any image failed, 130/143 on SIGINT/SIGTERM.
+//! contexts, compute the plan, then (unless `--dry-run`) connect to Docker, settle alias moves an
+//! earlier run left in between, execute the plan and write down every change in the manifest
+//! as it happens (under the manifest's lock, merged into the manifest as it is then, so another
+//! run's records survive), so Ctrl-C, SIGTERM or a crash keeps what finished. Prints a summary
+//! table and what was left undone; removes every container the run started, on every path; exit
+//! 1 if any image failed, 130/143 on SIGINT/SIGTERM.
 
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
 use crate::cli::BuildArgs;
 use crate::commands::outcome::Outcome;
-use crate::commands::output::table;
-use crate::commands::signals::{interrupted, Signal};
-use crate::commands::stages::{lock_problems, render_project};
-use crate::docker::{Engine, RetryPolicy};
+use crate::commands::output::{count, emit, note, table};
+use crate::commands::signals::{Signal, Signals};
+use crate::commands::stages::{lock_problems, no_images, render_project};
+use crate::docker::{
+    registry_host_of, repository_path_of, DockerConfig, Engine, RegistryClient, RetryPolicy,
+};
 use crate::history::manifest::{now_rfc3339, Manifest};
-use crate::pipeline::docker_builder::{Contexts, EngineBuilder, EngineBuilderSettings};
-use crate::pipeline::executor::{execute, ExecOptions, ImageResult};
-use crate::pipeline::plan::{plan, select_for_build, Plan, Shard};
+use crate::history::verify::settle_one;
+use crate::model::digest::Digest;
+use crate::pipeline::docker_builder::{Contexts, EngineBuilder, EngineBuilderSettings, RUN_LABEL};
+use crate::pipeline::executor::{
+    execute, AliasIntent, Claim, ExecOptions, ImageResult, Journal, Status,
+};
+use crate::pipeline::plan::{plan, select_for_build, Plan, PlannedImage, Shard};
 use crate::pipeline::progress::Progress;
-use crate::pipeline::record::record;
-use crate::project::{self, load_manifest, save_manifest, Project};
+use crate::pipeline::record::{alias_intent, alias_moved, record};
+use crate::pipeline::selftest::check_baseline;
+use crate::project::{
+    self, lock_timeout_error, read_selftest_baseline, waiting_line, LockHolder, ManifestFile,
+    Project, ProjectLock, LOCK_POLL,
+};
 
 pub fn run(project: &Project, args: &BuildArgs) -> Result<Outcome> {
     let shard = args
@@ -32,13 +46,16 @@ pub fn run(project: &Project, args: &BuildArgs) -> Result<Outcome> {
         .transpose()
         .map_err(|message| anyhow::anyhow!(message))?;
     let (resolution, rendered) = render_project(project)?;
+    if resolution.images.is_empty() {
+        return Err(no_images(project, &resolution, " to build", ""));
+    }
     let drift = project::check(&rendered, &args.images)?;
     if !drift.diffs.is_empty() {
         anyhow::bail!(
-            "{} does not match {} ({} Dockerfiles differ): the images built must be the ones reviewed\nhint: run `imagegen render` and commit the result",
+            "{} does not match {} ({} differ): the images built must be the ones reviewed\nhint: run `imagegen render` and commit the result",
             args.images.display(),
             project.matrix_path.display(),
-            drift.diffs.len()
+            count(drift.diffs.len(), "Dockerfile")
         );
     }
     let selected = select_for_build(
@@ -55,8 +72,8 @@ pub fn run(project: &Project, args: &BuildArgs) -> Result<Outcome> {
         .collect();
     if !locks.is_empty() {
         anyhow::bail!(
-            "{} lock(s) of the images to build do not match {}: the images built must install what was locked and reviewed\n{}\nhint: run `imagegen lock` and `imagegen render`, and commit the result",
-            locks.len(),
+            "{} missing or stale for the images to build from {}: the images built must install what was locked and reviewed\n{}\nhint: run `imagegen lock` and `imagegen render`, and commit the result",
+            count(locks.len(), "lock"),
             project.matrix_path.display(),
             locks
                 .iter()
@@ -65,11 +82,32 @@ pub fn run(project: &Project, args: &BuildArgs) -> Result<Outcome> {
                 .join("\n")
         );
     }
+    let baseline = match &args.selftest_baseline {
+        Some(path) => {
+            let text = read_selftest_baseline(path)?;
+            check_baseline(&text).map_err(|why| {
+                anyhow::anyhow!(
+                    "--selftest-baseline {}: {why}\nhint: save one with `gpu-selftest --save-baseline FILE` on a node known to be good",
+                    path.display()
+                )
+            })?;
+            Some(text)
+        }
+        None => None,
+    };
+    let baseline_digest = baseline.as_deref().map(|text| Digest::of(text.as_bytes()));
     let contexts = Contexts::assemble(&selected, &args.images, &args.selftest_dir)?;
-    let manifest = load_manifest(&args.manifest)?;
-    let plan = plan(&selected, &contexts.digests(), &manifest);
+    let manifest_file =
+        ManifestFile::new(&args.manifest, Duration::from_secs(args.lock.lock_timeout));
+    let manifest = manifest_file.read()?;
+    let plan = plan(
+        &selected,
+        &contexts.digests(),
+        &manifest,
+        baseline_digest.as_ref(),
+    );
     if args.dry_run {
-        print!("{}", plan_table(&plan, &manifest));
+        emit(plan_table(&plan, &manifest))?;
         return Ok(Outcome::Success);
     }
 
@@ -77,7 +115,14 @@ pub fn run(project: &Project, args: &BuildArgs) -> Result<Outcome> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(execute_plan(project, args, plan, contexts, manifest))
+    runtime.block_on(execute_plan(
+        project,
+        args,
+        plan,
+        contexts,
+        manifest_file,
+        baseline,
+    ))
 }
 
 async fn execute_plan(
@@ -85,13 +130,70 @@ async fn execute_plan(
     settings: &BuildArgs,
     plan: Plan,
     contexts: Contexts,
-    manifest: Manifest,
+    manifest_file: ManifestFile,
+    selftest_baseline: Option<String>,
+) -> Result<Outcome> {
+    // From here on SIGINT and SIGTERM stop the build cleanly instead of ending the process.
+    let mut signals = Signals::listen();
+    let retry = RetryPolicy {
+        attempts: settings.push_attempts.max(1),
+        ..RetryPolicy::default()
+    };
+    let registry_timeout = Duration::from_secs(settings.deadlines.registry_timeout);
+    let engine =
+        Engine::connect_with_timeout(Duration::from_secs(settings.deadlines.daemon_timeout))
+            .await?
+            .with_push_retry(retry)
+            .with_push_idle_timeout(registry_timeout);
+    let run_id = format!(
+        "{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0)
+    );
+    let outcome = build_and_record(
+        project,
+        settings,
+        plan,
+        contexts,
+        manifest_file,
+        engine.clone(),
+        (&run_id, selftest_baseline),
+        &mut signals,
+    )
+    .await;
+    // Every path ends here: containers of this run that a cancellation left behind go.
+    match engine
+        .remove_containers_with_label(RUN_LABEL, &run_id)
+        .await
+    {
+        Ok(0) => {}
+        Ok(count) => eprintln!("removed {count} container(s) this run left behind"),
+        Err(error) => eprintln!(
+            "warning: could not remove this run's containers (label {RUN_LABEL}={run_id}): {error}"
+        ),
+    }
+    outcome
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn build_and_record(
+    project: &Project,
+    settings: &BuildArgs,
+    plan: Plan,
+    contexts: Contexts,
+    manifest_file: ManifestFile,
+    engine: Engine,
+    (run_id, selftest_baseline): (&str, Option<String>),
+    signals: &mut Signals,
 ) -> Result<Outcome> {
     let retry = RetryPolicy {
         attempts: settings.push_attempts.max(1),
         ..RetryPolicy::default()
     };
-    let engine = Engine::connect().await?.with_push_retry(retry);
+    let registry_timeout = Duration::from_secs(settings.deadlines.registry_timeout);
     let terminal = std::io::stderr().is_terminal() && std::env::var_os("CI").is_none();
     let progress = Arc::new(Progress::new(terminal, &settings.log_dir));
     let source_commit = source_commit(&project.matrix_path);
@@ -106,6 +208,9 @@ async fn execute_plan(
             commit.clone(),
         );
     }
+    if settings.push {
+        settle_pending_moves(&manifest_file, &plan, retry, registry_timeout).await;
+    }
     let builder = Arc::new(EngineBuilder::new(
         engine,
         contexts,
@@ -114,9 +219,20 @@ async fn execute_plan(
             build_labels,
             check_registry: settings.push,
             registry_retry: retry,
+            registry_timeout,
+            build_timeout: Duration::from_secs(settings.build_timeout),
+            run_id: run_id.to_string(),
+            selftest_baseline,
             ..Default::default()
         },
     ));
+    let by = LockHolder::this_run();
+    let journal = Arc::new(ManifestJournal {
+        file: manifest_file.clone(),
+        source_commit,
+        by: by.clone(),
+        progress: Arc::clone(&progress),
+    });
     let options = ExecOptions {
         jobs: settings.jobs,
         push: settings.push,
@@ -124,56 +240,31 @@ async fn execute_plan(
         require_gpu: settings.require_gpu,
         move_untested_aliases: settings.move_untested_aliases,
     };
-    eprintln!(
-        "building {} images, {} at a time{}",
-        plan.images.len(),
+    note(format!(
+        "building {}, {} at a time{}",
+        count(plan.images.len(), "image"),
         options.jobs.max(1),
         if settings.push { ", pushing" } else { "" }
-    );
+    ));
 
-    let manifest = Mutex::new(manifest);
-    let save_error: Mutex<Option<anyhow::Error>> = Mutex::new(None);
-    let by_name: BTreeMap<String, _> = plan
-        .images
-        .iter()
-        .map(|i| (i.spec.name.clone(), i.clone()))
-        .collect();
     let signal: Mutex<Option<Signal>> = Mutex::new(None);
     let cancel = async {
-        let received = interrupted().await;
-        eprintln!(
-            "{}: stopping; finished images stay recorded in {}",
+        let received = signals.recv().await;
+        note(format!(
+            "{}: stopping; finished work stays recorded in {}",
             received.name(),
             settings.manifest.display()
-        );
+        ));
         *signal.lock().expect("signal lock") = Some(received);
     };
-    let results = execute(&plan, builder, &options, cancel, |result| {
+    let results = execute(&plan, builder, journal, &options, cancel, |result| {
         progress.finish(&result.name, &one_line(result));
-        let Some(planned) = by_name.get(&result.name) else {
-            return;
-        };
-        let mut manifest = manifest.lock().expect("manifest lock");
-        record(
-            &mut manifest,
-            planned,
-            result,
-            source_commit.as_deref(),
-            &now_rfc3339(),
-        );
-        if let Err(error) = save_manifest(&settings.manifest, &manifest) {
-            save_error.lock().expect("save lock").get_or_insert(error);
-        }
     })
     .await;
-    if let Some(error) = save_error.into_inner().expect("save lock") {
-        return Err(error.context(format!(
-            "cannot write the manifest {}",
-            settings.manifest.display()
-        )));
-    }
-    print!("{}", summary_table(&results));
-    println!("manifest: {}", settings.manifest.display());
+    emit(summary_table(&results))?;
+    let manifest = manifest_file.read().unwrap_or_default();
+    emit(left_undone(&plan, &results, &manifest, &by, settings.push))?;
+    emit(format!("manifest: {}\n", settings.manifest.display()))?;
     if let Some(received) = *signal.lock().expect("signal lock") {
         return Ok(Outcome::Interrupted(received));
     }
@@ -182,6 +273,142 @@ async fn execute_plan(
     } else {
         Outcome::Failed
     })
+}
+
+/// Settles the alias moves an earlier run of these images' repositories began and did not
+/// write down as done, by what the registry serves for each alias. A registry that cannot be
+/// asked leaves them for later (the build moves its aliases anyway).
+async fn settle_pending_moves(
+    manifest_file: &ManifestFile,
+    plan: &Plan,
+    retry: RetryPolicy,
+    registry_timeout: Duration,
+) {
+    let Ok(manifest) = manifest_file.read() else {
+        return;
+    };
+    let repositories: std::collections::BTreeSet<&str> = plan
+        .images
+        .iter()
+        .map(|image| image.spec.repository.as_str())
+        .collect();
+    for (alias, pending) in &manifest.pending_aliases {
+        let Some(repository) = manifest
+            .repository_of(&pending.tag)
+            .filter(|r| repositories.contains(r))
+        else {
+            continue;
+        };
+        let served = async {
+            let host = registry_host_of(repository);
+            let credentials = DockerConfig::load_default()?.credentials_for(&host)?;
+            let client = RegistryClient::new(&host, credentials)
+                .with_retry(retry)
+                .with_timeout(registry_timeout);
+            let served = client
+                .manifest_digest(repository_path_of(repository), alias)
+                .await?;
+            served
+                .map(|text| Digest::parse(&text))
+                .transpose()
+                .map_err(anyhow::Error::from)
+        }
+        .await;
+        let settled = served.and_then(|served| {
+            manifest_file.update(|m| settle_one(m, alias, &served, &now_rfc3339()))
+        });
+        match settled {
+            Ok(Some(outcome)) => eprintln!(
+                "settled the move of {alias} to {} that an earlier run left in between: {outcome}",
+                pending.to
+            ),
+            Ok(None) => eprintln!(
+                "warning: {alias}: a move to {} was left in between and the registry serves neither its origin nor its target; `imagegen verify` shows it",
+                pending.to
+            ),
+            Err(error) => eprintln!(
+                "warning: could not settle the move of {alias} left in between: {error:#}"
+            ),
+        }
+    }
+}
+
+/// The manifest file as the executor's [`Journal`]: each write takes the manifest's lock,
+/// reads the manifest as it is now, applies the pure fold of `pipeline::record`, and writes.
+struct ManifestJournal {
+    file: ManifestFile,
+    source_commit: Option<String>,
+    by: String,
+    progress: Arc<Progress>,
+}
+
+impl ManifestJournal {
+    /// A write under the lock, off the async workers (waiting for the lock blocks).
+    fn update<T>(&self, change: impl FnOnce(&mut Manifest) -> T) -> Result<T> {
+        tokio::task::block_in_place(|| self.file.update(change))
+    }
+}
+
+impl Journal for ManifestJournal {
+    async fn claim(&self, image: &PlannedImage) -> Result<Claim> {
+        let path = self.file.publish_lock_path(&image.reference)?;
+        let what = format!("{}, which another run is publishing", image.reference);
+        let timeout = self.file.lock_timeout();
+        let start = Instant::now();
+        let mut announced = false;
+        loop {
+            match ProjectLock::try_acquire(&path)? {
+                Ok(lock) => return Ok(Box::new(lock)),
+                Err(holder) => {
+                    if start.elapsed() >= timeout {
+                        return Err(lock_timeout_error(&what, &holder, timeout));
+                    }
+                    if !announced {
+                        self.progress.line(
+                            &image.spec.name,
+                            &format!("== {}", waiting_line(&what, &holder)),
+                        );
+                        announced = true;
+                    }
+                    tokio::time::sleep(LOCK_POLL).await;
+                }
+            }
+        }
+    }
+
+    fn image(&self, image: &PlannedImage, result: &ImageResult) -> Result<()> {
+        self.update(|manifest| {
+            record(
+                manifest,
+                image,
+                result,
+                self.source_commit.as_deref(),
+                &now_rfc3339(),
+            )
+        })
+    }
+
+    fn alias_intent(
+        &self,
+        image: &PlannedImage,
+        alias: &str,
+        digest: &Digest,
+    ) -> Result<AliasIntent> {
+        self.update(|manifest| {
+            alias_intent(
+                manifest,
+                alias,
+                (&image.spec.tag, &image.spec.torch),
+                digest,
+                &now_rfc3339(),
+                &self.by,
+            )
+        })
+    }
+
+    fn alias_moved(&self, image: &PlannedImage, alias: &str, digest: &Digest) -> Result<()> {
+        self.update(|manifest| alias_moved(manifest, image, alias, digest, &now_rfc3339()))
+    }
 }
 
 /// `git rev-parse HEAD` of the matrix's repository, or `GITHUB_SHA`.
@@ -238,16 +465,42 @@ fn plan_table(plan: &Plan, manifest: &Manifest) -> String {
             } else {
                 "build".into()
             },
-            if image.aliases.is_empty() {
-                "-".into()
-            } else {
-                image.aliases.join(", ")
-            },
+            alias_cell(&image.aliases, &image.aliases_blocked),
         ]);
     }
     let mut out = table(&rows);
-    out.push_str(&format!("\n{} images planned\n", plan.images.len()));
+    out.push_str(&format!(
+        "\n{} planned\n",
+        count(plan.images.len(), "image")
+    ));
+    for image in &plan.images {
+        for (alias, reason) in &image.aliases_blocked {
+            out.push_str(&format!("held: {alias}: {reason}\n"));
+        }
+    }
     out
+}
+
+/// The aliases column: those moved (or to move) and those held, both named.
+fn alias_cell(moved: &[String], held: &[(String, String)]) -> String {
+    let mut parts = Vec::new();
+    if !moved.is_empty() {
+        parts.push(moved.join(", "));
+    }
+    if !held.is_empty() {
+        parts.push(format!(
+            "held: {}",
+            held.iter()
+                .map(|(alias, _)| alias.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    if parts.is_empty() {
+        "-".into()
+    } else {
+        parts.join("; ")
+    }
 }
 
 fn summary_table(results: &[ImageResult]) -> String {
@@ -255,21 +508,16 @@ fn summary_table(results: &[ImageResult]) -> String {
         .map(String::from)
         .to_vec()];
     for result in results {
-        let aliases = if !result.aliases_moved.is_empty() {
-            format!("moved: {}", result.aliases_moved.join(", "))
-        } else if !result.aliases_held.is_empty() {
-            format!(
-                "held ({}): {}",
-                result.aliases_held[0].1,
-                result
-                    .aliases_held
-                    .iter()
-                    .map(|(a, _)| a.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )
+        let moved = if result.aliases_moved.is_empty() {
+            String::new()
         } else {
-            "-".into()
+            format!("moved: {}", result.aliases_moved.join(", "))
+        };
+        let aliases = match (moved.is_empty(), result.aliases_held.is_empty()) {
+            (true, true) => "-".to_string(),
+            (false, true) => moved,
+            (true, false) => held_text(result),
+            (false, false) => format!("{moved}; {}", held_text(result)),
         };
         rows.push(vec![
             result.name.clone(),
@@ -293,20 +541,195 @@ fn summary_table(results: &[ImageResult]) -> String {
     for result in results.iter().filter(|r| !r.notes.is_empty()) {
         out.push_str(&format!("\n{}: {}\n", result.name, result.notes.join("; ")));
     }
+    for result in results {
+        for (alias, reason) in &result.aliases_held {
+            out.push_str(&format!("\n{}: held {alias}: {reason}", result.name));
+        }
+    }
+    if results.iter().any(|r| !r.aliases_held.is_empty()) {
+        out.push('\n');
+    }
+    // One entry per cause: images that failed with the same error (a missing base image, a
+    // registry down) share it, each with its own log.
+    let mut causes: Vec<(String, Vec<&ImageResult>)> = Vec::new();
     for result in results.iter().filter(|r| !r.succeeded()) {
+        let cause = cause_of(result);
+        match causes.iter_mut().find(|(known, _)| *known == cause) {
+            Some((_, members)) => members.push(result),
+            None => causes.push((cause, vec![result])),
+        }
+    }
+    for (cause, members) in &causes {
+        let names: Vec<String> = members
+            .iter()
+            .map(|r| format!("{} {}", r.name, format!("{:?}", r.status).to_lowercase()))
+            .collect();
         out.push_str(&format!(
-            "\n{} {}:\n  {}\n",
-            result.name,
-            format!("{:?}", result.status).to_lowercase(),
-            result.error.as_deref().unwrap_or("").replace('\n', "\n  ")
+            "\n{}:\n  {}\n",
+            names.join(", "),
+            cause.replace('\n', "\n  ")
         ));
+        for log in members.iter().filter_map(|r| full_log_of(r)) {
+            out.push_str(&format!("  {log}\n"));
+        }
     }
     let failed = results.iter().filter(|r| !r.succeeded()).count();
     out.push_str(&format!(
-        "\n{} images: {} ok, {} not ok\n",
-        results.len(),
+        "\n{}: {} ok, {} not ok\n",
+        count(results.len(), "image"),
         results.len() - failed,
         failed
     ));
     out
+}
+
+/// A result's error without its `full log:` line, so images failing alike group together; devel
+/// images not built because their runtime image failed share one cause.
+fn cause_of(result: &ImageResult) -> String {
+    let error = result.error.as_deref().unwrap_or("");
+    if result.status == Status::Skipped && error.starts_with("not built: the image it builds on") {
+        return "not built: the runtime image each builds on failed (above)".into();
+    }
+    result
+        .error
+        .as_deref()
+        .unwrap_or("")
+        .lines()
+        .filter(|line| !line.starts_with("full log: "))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The `full log: ...` line of a result's error, if it has one.
+fn full_log_of(result: &ImageResult) -> Option<&str> {
+    result
+        .error
+        .as_deref()?
+        .lines()
+        .find(|line| line.starts_with("full log: "))
+}
+
+/// `held (reason): a, b` for one reason, or each alias with its own.
+fn held_text(result: &ImageResult) -> String {
+    let first = &result.aliases_held[0].1;
+    let names: Vec<&str> = result
+        .aliases_held
+        .iter()
+        .map(|(a, _)| a.as_str())
+        .collect();
+    if result
+        .aliases_held
+        .iter()
+        .all(|(_, reason)| reason == first)
+    {
+        format!("held ({first}): {}", names.join(", "))
+    } else {
+        format!("held: {} (reasons below)", names.join(", "))
+    }
+}
+
+/// What this run did not get to: images interrupted or failed before they were pushed, aliases
+/// that did not move, and alias moves it began and did not finish (pending in the manifest),
+/// each with the command that finishes it.
+fn left_undone(
+    plan: &Plan,
+    results: &[ImageResult],
+    manifest: &Manifest,
+    by: &str,
+    push: bool,
+) -> String {
+    let mut lines = Vec::new();
+    let rerun = |name: &str| {
+        format!(
+            "imagegen build{} --only {name}",
+            if push { " --push" } else { "" }
+        )
+    };
+    for result in results {
+        let Some(planned) = plan.images.iter().find(|i| i.spec.name == result.name) else {
+            continue;
+        };
+        let unmoved: Vec<&str> = planned
+            .aliases
+            .iter()
+            .filter(|alias| {
+                !result.aliases_moved.contains(alias)
+                    && !result.aliases_held.iter().any(|(held, _)| held == *alias)
+            })
+            .map(String::as_str)
+            .collect();
+        match result.status {
+            Status::Interrupted => lines.push(format!(
+                "{}: {}; to finish: {}",
+                result.name,
+                result.error.as_deref().unwrap_or("interrupted"),
+                rerun(&result.name)
+            )),
+            Status::Failed | Status::Skipped if result.digest.is_some() => lines.push(format!(
+                "{}: pushed as {}, but aliases not moved: {}; to finish: {}",
+                result.name,
+                result
+                    .digest
+                    .as_ref()
+                    .map(Digest::to_string)
+                    .unwrap_or_default(),
+                if unmoved.is_empty() {
+                    "-".to_string()
+                } else {
+                    unmoved.join(", ")
+                },
+                rerun(&result.name)
+            )),
+            Status::Failed | Status::Skipped => lines.push(format!(
+                "{}: not {} (failed at {}); after fixing it: {}",
+                result.name,
+                if push { "pushed" } else { "built" },
+                result.failed_stage.as_deref().unwrap_or("an earlier image"),
+                rerun(&result.name)
+            )),
+            Status::Built | Status::Reused => {}
+        }
+    }
+    for (alias, pending) in &manifest.pending_aliases {
+        if pending.by == by {
+            lines.push(format!(
+                "alias {alias}: the move to {} ({}) is written down as pending, not as done; `imagegen verify --adopt` settles it by what the registry serves, `imagegen build --push` makes it",
+                pending.to, pending.tag
+            ));
+        }
+    }
+    if lines.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from("\nleft undone:\n");
+    for line in lines {
+        out.push_str(&format!("  {line}\n"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_summary_names_held_aliases_beside_moved_ones() {
+        let mut result =
+            ImageResult::new("2.7.0-cuda12.6-cudnn9-runtime-ubuntu24.04", Status::Built);
+        result.aliases_moved = vec!["2.7-cuda12.6-runtime-ubuntu24.04".into()];
+        result.aliases_held = vec![(
+            "2.7-cuda12.6-runtime".into(),
+            "2.7-cuda12.6-runtime would move backwards from torch 2.7.1".into(),
+        )];
+        let summary = summary_table(&[result]);
+        assert!(
+            summary.contains("moved: 2.7-cuda12.6-runtime-ubuntu24.04; held (2.7-cuda12.6-runtime would move backwards from torch 2.7.1): 2.7-cuda12.6-runtime"),
+            "{summary}"
+        );
+        assert!(
+            summary
+                .contains("held 2.7-cuda12.6-runtime: 2.7-cuda12.6-runtime would move backwards"),
+            "{summary}"
+        );
+    }
 }

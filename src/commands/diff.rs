@@ -7,6 +7,7 @@ use anyhow::{anyhow, Result};
 
 use crate::cli::DiffArgs;
 use crate::commands::outcome::Outcome;
+use crate::commands::output::emit;
 use crate::history::diff::diff_records;
 use crate::project::{load_manifest, Project};
 
@@ -56,6 +57,6 @@ pub fn run(_project: &Project, args: &DiffArgs) -> Result<Outcome> {
     if out.is_empty() {
         out.push_str("no difference\n");
     }
-    print!("{out}");
+    emit(&out)?;
     Ok(Outcome::Success)
 }

@@ -6,8 +6,9 @@ use anyhow::Result;
 
 use crate::cli::K8sArgs;
 use crate::commands::outcome::Outcome;
+use crate::commands::output::{emit, note};
 use crate::commands::stages::resolve_project;
-use crate::generate::k8s::{manifests, JobSettings};
+use crate::generate::k8s::{checked_job_name, manifests, JobSettings};
 use crate::history::manifest::RecordStatus;
 use crate::project::{load_manifest, Project};
 use crate::resolve::image::ResolveOptions;
@@ -16,6 +17,9 @@ use crate::resolve::lookup::find_images;
 /// `imagegen k8s IMAGE`: prints the Job (and Service) YAML, pinned to the digest `manifest`
 /// recorded for the image's current good build, if any.
 pub fn run(project: &Project, args: &K8sArgs) -> Result<Outcome> {
+    if let Some(name) = &args.name {
+        checked_job_name(name)?;
+    }
     let mut settings = JobSettings {
         gpus: args.gpus,
         nodes: args.nodes,
@@ -39,14 +43,14 @@ pub fn run(project: &Project, args: &K8sArgs) -> Result<Outcome> {
             })
             .and_then(|record| record.digest.clone());
         if settings.digest.is_none() {
-            eprintln!(
+            note(format!(
                 "note: {} has no pushed build of {} with this fingerprint; the Job uses the tag without a digest",
                 manifest.display(),
                 image.tag
-            );
+            ));
         }
     }
     let manifests = manifests(&named, &settings)?;
-    print!("{}", manifests.to_yaml());
+    emit(manifests.to_yaml())?;
     Ok(Outcome::Success)
 }

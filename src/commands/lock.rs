@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 
-use crate::cli::LockArgs;
+use crate::cli::LockImagesArgs;
 use crate::commands::outcome::Outcome;
 use crate::commands::stages::{locks_enabled, render_project, resolve_with_locks};
 use crate::model::axes::Variant;
@@ -34,7 +34,7 @@ const UV_ENV_KEPT: &[&str] = &[
     "UV_INSECURE_HOST",
 ];
 
-pub fn run(project: &Project, args: &LockArgs) -> Result<Outcome> {
+pub fn run(project: &Project, args: &LockImagesArgs) -> Result<Outcome> {
     if !locks_enabled(project)? {
         bail!(
             "{} installs without locks (`lock: false`, templates of your own): there is nothing to lock\nhint: set `lock: true` to lock and check the images' Python packages",

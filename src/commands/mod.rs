@@ -8,6 +8,7 @@ pub mod build;
 pub mod ci;
 pub mod diff;
 pub mod k8s;
+pub mod knowledge;
 pub mod lock;
 pub mod manifest;
 pub mod outcome;
@@ -19,6 +20,7 @@ pub mod resolve;
 pub mod rollback;
 pub mod signals;
 pub mod stages;
+pub mod verify;
 
 use anyhow::Result;
 
@@ -53,8 +55,10 @@ pub fn run(cli: Cli) -> Result<Outcome> {
         Command::Bake(args) => bake::run(&project, args),
         Command::K8s(args) => k8s::run(&project, args),
         Command::Ci(args) => ci::run(&project, args),
+        Command::Knowledge(args) => knowledge::run(&project, args),
         Command::Manifest(args) => match &args.action {
             ManifestAction::Merge(merge) => manifest::merge(&project, merge),
         },
+        Command::Verify(args) => verify::run(&project, args),
     }
 }

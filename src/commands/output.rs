@@ -2,8 +2,39 @@
 //! nothing imports upward.
 
 use std::fmt::Write as _;
+use std::io::Write as _;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::model::digest::Digest;
+
+/// Set once standard output's reader went away; later output is dropped.
+static STDOUT_CLOSED: AtomicBool = AtomicBool::new(false);
+
+/// Writes `text` to standard output. A reader that went away (`imagegen resolve | head -1`) is not
+/// an error: as with `ls | head`, the rest of the output is dropped, and the command still
+/// finishes its work and exits with its own code. Other write errors (a full disk) are errors.
+pub fn emit(text: impl AsRef<str>) -> std::io::Result<()> {
+    if STDOUT_CLOSED.load(Ordering::Relaxed) {
+        return Ok(());
+    }
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_ref().as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => {
+            STDOUT_CLOSED.store(true, Ordering::Relaxed);
+            Ok(())
+        }
+        other => other,
+    }
+}
+
+/// Writes a line to standard error for people (progress, notes); a closed standard error is
+/// ignored, as there is nowhere left to report it.
+pub fn note(text: impl AsRef<str>) {
+    let _ = writeln!(std::io::stderr().lock(), "{}", text.as_ref());
+}
 
 /// Left-aligned columns separated by two spaces; the last column is not padded.
 pub fn table(rows: &[Vec<String>]) -> String {
@@ -39,4 +70,25 @@ pub fn short(digest: &Option<Digest>) -> String {
         .as_ref()
         .map(|d| d.short().to_string())
         .unwrap_or_else(|| "(new build)".into())
+}
+
+/// `1 image`, `2 images`, `0 images`, `3 aliases`: a count with its noun.
+pub fn count(number: usize, noun: &str) -> String {
+    match (number, noun.ends_with('s')) {
+        (1, _) => format!("1 {noun}"),
+        (_, true) => format!("{number} {noun}es"),
+        (_, false) => format!("{number} {noun}s"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::count;
+
+    #[test]
+    fn counts_agree_with_their_number() {
+        assert_eq!(count(1, "image"), "1 image");
+        assert_eq!(count(0, "image"), "0 images");
+        assert_eq!(count(2, "alias"), "2 aliases");
+    }
 }

@@ -8,7 +8,7 @@ use anyhow::Result;
 
 use crate::cli::{PlanArgs, PlanFormat};
 use crate::commands::outcome::Outcome;
-use crate::commands::output::{short, table};
+use crate::commands::output::{emit, short, table};
 use crate::commands::stages::resolve_project;
 use crate::history::upgrade::{upgrade_plan, InputChange, UpgradePlan};
 use crate::project::{load_manifest, Project};
@@ -19,9 +19,9 @@ pub fn run(project: &Project, args: &PlanArgs) -> Result<Outcome> {
     let resolution = resolve_project(project, ResolveOptions::default())?;
     let plan = upgrade_plan(&resolution.images, &manifest);
     match args.format {
-        PlanFormat::Json => println!("{}", serde_json::to_string_pretty(&plan)?),
-        PlanFormat::Table => print!("{}", plan_text(&plan)),
-        PlanFormat::Markdown => print!("{}", plan_markdown(&plan)),
+        PlanFormat::Json => emit(format!("{}\n", serde_json::to_string_pretty(&plan)?))?,
+        PlanFormat::Table => emit(plan_text(&plan))?,
+        PlanFormat::Markdown => emit(plan_markdown(&plan))?,
     }
     Ok(Outcome::Success)
 }

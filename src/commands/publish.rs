@@ -4,25 +4,28 @@
 //!
 //! It refuses an index when a platform the matrix promises is missing, stale, failed, or (without
 //! `--allow-untested`) untested, and says which. Aliases move only when every platform passed its
-//! self-test, and never backwards.
+//! self-test, and never backwards. Every manifest write (the index, each alias move before and
+//! after) is a locked read-change-write; SIGINT/SIGTERM stop it between steps.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use anyhow::{anyhow, Result};
 
 use crate::cli::PublishArgs;
 use crate::commands::outcome::Outcome;
-use crate::commands::output::table;
+use crate::commands::output::{emit, note, table};
+use crate::commands::signals::Signals;
 use crate::commands::stages::resolve_project;
 use crate::docker::{registry_host_of, repository_path_of, DockerConfig, RegistryClient};
 use crate::generate::oci_index::{
     index_document, index_readiness, split_platform, IndexEntry, IndexPlatform, ReadyPlatform,
     MEDIA_TYPE_OCI_INDEX,
 };
-use crate::history::aliases::alias_guard;
-use crate::history::manifest::{now_rfc3339, IndexRecord, Manifest, PlatformImage};
+use crate::history::manifest::{now_rfc3339, IndexRecord, PlatformImage};
 use crate::model::digest::Digest;
-use crate::project::{load_manifest, save_manifest, Project};
+use crate::pipeline::record::{alias_intent, AliasIntent};
+use crate::project::{LockHolder, ManifestFile, Project};
 use crate::resolve::image::{ImageSpec, ResolveOptions};
 
 pub fn run(project: &Project, args: &PublishArgs) -> Result<Outcome> {
@@ -30,10 +33,12 @@ pub fn run(project: &Project, args: &PublishArgs) -> Result<Outcome> {
         (args.manifest.as_path(), args.allow_untested, args.dry_run);
     let resolution = resolve_project(project, ResolveOptions::default())?;
     if !project.matrix()?.multi_platform() {
-        println!("the matrix builds linux/amd64 only: `imagegen build --push` publishes its images and aliases; there are no indexes to assemble");
+        emit("the matrix builds linux/amd64 only: `imagegen build --push` publishes its images and aliases; there are no indexes to assemble\n")?;
         return Ok(Outcome::Success);
     }
-    let mut manifest = load_manifest(manifest_path)?;
+    let file = ManifestFile::new(manifest_path, Duration::from_secs(args.lock.lock_timeout));
+    let manifest = file.read()?;
+    let timeout = Duration::from_secs(args.deadlines.registry_timeout);
     let mut groups: BTreeMap<String, Vec<&ImageSpec>> = BTreeMap::new();
     for spec in &resolution.images {
         if let Some(index) = &spec.index {
@@ -47,6 +52,7 @@ pub fn run(project: &Project, args: &PublishArgs) -> Result<Outcome> {
         .map(String::from)
         .to_vec()];
     let mut refused = Vec::new();
+    let mut signals = runtime.block_on(async { Signals::listen() });
     for (index_tag, platform_images) in &groups {
         let ready = match index_readiness(platform_images, &manifest, allow_untested) {
             Ok(ready) => ready,
@@ -78,8 +84,24 @@ pub fn run(project: &Project, args: &PublishArgs) -> Result<Outcome> {
             continue;
         }
         let spec = platform_images[0];
-        let outcome = runtime.block_on(publish_one(spec, index_tag, &ready, &mut manifest))?;
-        save_manifest(manifest_path, &manifest)?;
+        let published = runtime.block_on(async {
+            tokio::select! {
+                received = signals.recv() => Err(received),
+                outcome = publish_one(spec, index_tag, &ready, &file, timeout) => Ok(outcome),
+            }
+        });
+        let outcome = match published {
+            Ok(outcome) => outcome?,
+            Err(received) => {
+                emit(table(&rows))?;
+                note(format!(
+                    "{}: stopped before {index_tag} was done; what was published is recorded in {} (`imagegen verify` shows anything left in between, `imagegen publish` finishes)",
+                    received.name(),
+                    manifest_path.display()
+                ));
+                return Ok(Outcome::Interrupted(received));
+            }
+        };
         rows.push(vec![
             index_tag.clone(),
             outcome.result,
@@ -88,15 +110,15 @@ pub fn run(project: &Project, args: &PublishArgs) -> Result<Outcome> {
             outcome.aliases,
         ]);
     }
-    print!("{}", table(&rows));
+    emit(table(&rows))?;
     for (index_tag, problems) in &refused {
-        eprintln!("refused to publish {index_tag}:");
+        note(format!("refused to publish {index_tag}:"));
         for problem in problems {
-            eprintln!("  {problem}");
+            note(format!("  {problem}"));
         }
     }
     if !refused.is_empty() {
-        eprintln!("hint: build and test the missing platforms (or pass --allow-untested to publish images whose self-test was skipped), then run `imagegen publish` again");
+        note("hint: build and test the missing platforms (or pass --allow-untested to publish images whose self-test was skipped), then run `imagegen publish` again");
         return Ok(Outcome::Failed);
     }
     Ok(Outcome::Success)
@@ -112,11 +134,12 @@ async fn publish_one(
     spec: &ImageSpec,
     index_tag: &str,
     ready: &[ReadyPlatform],
-    manifest: &mut Manifest,
+    file: &ManifestFile,
+    timeout: Duration,
 ) -> Result<Published> {
     let host = registry_host_of(&spec.repository);
     let credentials = DockerConfig::load_default()?.credentials_for(&host)?;
-    let client = RegistryClient::new(&host, credentials);
+    let client = RegistryClient::new(&host, credentials).with_timeout(timeout);
     let path = repository_path_of(&spec.repository);
     let mut entries = Vec::new();
     for platform in ready {
@@ -157,7 +180,7 @@ async fn publish_one(
         }
     };
     let now = now_rfc3339();
-    manifest.record_index(IndexRecord {
+    let index = IndexRecord {
         repository: spec.repository.clone(),
         tag: index_tag.to_string(),
         digest: digest.clone(),
@@ -179,7 +202,10 @@ async fn publish_one(
         aliases: Vec::new(),
         published_at: now.clone(),
         history: Vec::new(),
-    });
+        extra: Default::default(),
+    };
+    file.update(|manifest| manifest.record_index(index))?;
+    let by = LockHolder::this_run();
     let mut moved = Vec::new();
     let mut held = Vec::new();
     let all_passed = ready.iter().all(|r| r.passed);
@@ -188,23 +214,42 @@ async fn publish_one(
             held.push(format!("{alias} (not every platform passed its self-test)"));
             continue;
         }
-        if let Some(reason) =
-            alias_guard(alias, manifest.alias_target(alias), &spec.torch, index_tag)
-        {
-            held.push(format!("{alias} ({reason})"));
-            continue;
+        // Judged against the manifest as it is now, and written down before the move.
+        let intent = file.update(|manifest| {
+            alias_intent(
+                manifest,
+                alias,
+                (index_tag, &spec.torch),
+                &digest,
+                &now_rfc3339(),
+                &by,
+            )
+        })?;
+        match intent {
+            AliasIntent::Held(reason) => {
+                held.push(format!("{alias} ({reason})"));
+                continue;
+            }
+            AliasIntent::AlreadyThere
+                if client.manifest_digest(path, alias).await?.as_deref()
+                    == Some(digest.as_str()) =>
+            {
+                continue;
+            }
+            AliasIntent::AlreadyThere | AliasIntent::Move => {}
         }
-        if manifest
-            .aliases
-            .get(alias)
-            .is_some_and(|a| a.digest.as_ref() == Some(&digest))
-        {
-            continue;
-        }
-        client
+        let written = client
             .put_manifest(path, alias, MEDIA_TYPE_OCI_INDEX, document.clone())
-            .await?;
-        manifest.move_alias(alias, index_tag, Some(digest.clone()), &now);
+            .await
+            .map_err(|error| {
+                anyhow!("{error}\nmoving {alias} to {index_tag} failed; the move stays written down as pending (`imagegen verify --adopt` settles it)")
+            })?;
+        if written != digest.as_str() {
+            anyhow::bail!("the registry stored {alias} as {written}, expected {digest}");
+        }
+        file.update(|manifest| {
+            manifest.finish_alias_move(alias, index_tag, &digest, &now_rfc3339())
+        })?;
         moved.push(alias.clone());
     }
     let mut aliases = String::new();

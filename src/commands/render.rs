@@ -1,53 +1,77 @@
 //! `imagegen render`: writes one directory per image under `images/`, or with `--check` writes
 //! nothing and reports (as a unified diff) how `images/` differs from what the matrix makes, and
 //! which images' locks are missing or stale (offline: each lock's first line records a digest of
-//! its inputs, compared with what the matrix asks for now).
+//! its inputs, compared with what the matrix asks for now). A matrix that makes no image is an
+//! error (rendering it would remove every image) unless `--allow-empty` says so.
 
 use anyhow::Result;
 
 use crate::cli::RenderArgs;
 use crate::commands::outcome::Outcome;
-use crate::commands::stages::{lock_problems, render_project};
+use crate::commands::output::{count, emit, note};
+use crate::commands::stages::{lock_problems, no_images, render_project};
 use crate::project::{self, Project};
 
 pub fn run(project: &Project, args: &RenderArgs) -> Result<Outcome> {
     let (resolution, rendered) = render_project(project)?;
     let out = &args.out;
+    if rendered.is_empty() && !args.allow_empty {
+        let consequence = if args.check {
+            format!(" (there is nothing to check {}/ against)", out.display())
+        } else {
+            format!(
+                " (rendering would remove every image in {}/)",
+                out.display()
+            )
+        };
+        return Err(no_images(
+            project,
+            &resolution,
+            &consequence,
+            &format!(
+                "; to empty {}/ on purpose, pass --allow-empty",
+                out.display()
+            ),
+        ));
+    }
     if args.check {
         let drift = project::check(&rendered, out)?;
         let locks = lock_problems(&resolution, &project.locks()?);
         for diff in &drift.diffs {
-            print!("{diff}");
+            emit(diff)?;
         }
         for name in &drift.stale {
-            println!(
-                "stale: {}/{name} is no longer made by {}",
+            emit(format!(
+                "stale: {}/{name} is no longer made by {}\n",
                 out.display(),
                 project.matrix_path.display()
-            );
+            ))?;
         }
         for file in &drift.stale_files {
-            println!("stale: {}/{file} is no longer rendered", out.display());
+            emit(format!(
+                "stale: {}/{file} is no longer rendered\n",
+                out.display()
+            ))?;
         }
         for problem in &locks {
-            println!("lock: {}", problem.describe(out));
+            emit(format!("lock: {}\n", problem.describe(out)))?;
         }
         if drift.is_clean() && locks.is_empty() {
             let locked = resolution
                 .images
                 .iter()
-                .filter(|i| i.lock.is_some())
+                .filter(|image| image.lock.is_some())
                 .count();
-            println!(
-                "{}: {} images up to date{}",
+            emit(format!(
+                "{}: {} up to date{}\n",
                 out.display(),
-                rendered.len(),
+                count(rendered.len(), "image"),
                 if locked > 0 {
-                    format!(", {locked} locks fresh")
+                    format!(", {} fresh", count(locked, "lock"))
                 } else {
                     String::new()
                 }
-            );
+            ))?;
             return Ok(Outcome::Success);
         }
         let mut hints = Vec::new();
@@ -57,31 +81,31 @@ pub fn run(project: &Project, args: &RenderArgs) -> Result<Outcome> {
         if !locks.is_empty() {
             hints.push("run `imagegen lock` (it needs uv and the package indexes) and commit the locks, then `imagegen render`");
         }
-        eprintln!(
-            "error: {} is out of date ({} files differ, {} stale images, {} stale files, {} locks missing or stale)\nhint: {}",
+        note(format!(
+            "error: {} is out of date ({} differ, {} stale, {} stale, {} missing or stale)\nhint: {}",
             out.display(),
-            drift.diffs.len(),
-            drift.stale.len(),
-            drift.stale_files.len(),
-            locks.len(),
+            count(drift.diffs.len(), "file"),
+            count(drift.stale.len(), "image"),
+            count(drift.stale_files.len(), "file"),
+            count(locks.len(), "lock"),
             hints.join("; ")
-        );
+        ));
         return Ok(Outcome::Failed);
     }
     let (changed, removed) = project::write(&rendered, out)?;
     for name in &changed {
-        println!("wrote {}/{name}/Dockerfile", out.display());
+        emit(format!("wrote {}/{name}/Dockerfile\n", out.display()))?;
     }
     for name in &removed {
-        println!("removed {}/{name}", out.display());
+        emit(format!("removed {}/{name}\n", out.display()))?;
     }
-    println!(
-        "{} images in {} ({} changed, {} removed, {} cells rejected: see `imagegen resolve`)",
-        rendered.len(),
+    emit(format!(
+        "{} in {} ({} changed, {} removed, {} rejected: see `imagegen resolve`)\n",
+        count(rendered.len(), "image"),
         out.display(),
         changed.len(),
         removed.len(),
-        resolution.rejected.len()
-    );
+        count(resolution.rejected.len(), "cell")
+    ))?;
     Ok(Outcome::Success)
 }

@@ -7,8 +7,8 @@ use anyhow::{Context, Result};
 
 use crate::cli::{Format, ResolveArgs};
 use crate::commands::outcome::Outcome;
-use crate::commands::output::table;
-use crate::commands::stages::resolve_project;
+use crate::commands::output::{count, emit, table};
+use crate::commands::stages::{no_images, resolve_project};
 use crate::model::version::DriverVersion;
 use crate::project::Project;
 use crate::resolve::image::{Resolution, ResolveOptions};
@@ -29,8 +29,12 @@ pub fn run(project: &Project, args: &ResolveArgs) -> Result<Outcome> {
         },
     )?;
     match args.format {
-        Format::Table => print!("{}", resolution_table(&resolution)),
-        Format::Json => println!("{}", serde_json::to_string_pretty(&resolution)?),
+        Format::Table => emit(resolution_table(&resolution))?,
+        Format::Json => emit(format!("{}\n", serde_json::to_string_pretty(&resolution)?))?,
+    }
+    // No image for a fleet's driver is an answer; no image at all is a matrix to fix.
+    if resolution.images.is_empty() && args.driver.is_none() {
+        return Err(no_images(project, &resolution, "", ""));
     }
     Ok(if args.strict && !resolution.rejected.is_empty() {
         Outcome::Failed
@@ -101,8 +105,8 @@ pub fn resolution_table(resolution: &Resolution) -> String {
     }
     writeln!(
         out,
-        "\n{} images, {} rejected",
-        resolution.images.len(),
+        "\n{}, {} rejected",
+        count(resolution.images.len(), "image"),
         resolution.rejected.len()
     )
     .ok();

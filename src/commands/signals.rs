@@ -24,25 +24,46 @@ impl Signal {
     }
 }
 
-/// Resolves when SIGINT or SIGTERM arrives, with the one that did. Must run inside a Tokio
-/// runtime; if a handler cannot be installed, that signal keeps its default action.
-pub async fn interrupted() -> Signal {
-    use tokio::signal::unix::{signal, SignalKind};
-    let interrupt = signal(SignalKind::interrupt());
-    let terminate = signal(SignalKind::terminate());
-    match (interrupt, terminate) {
-        (Ok(mut interrupt), Ok(mut terminate)) => tokio::select! {
-            _ = interrupt.recv() => Signal::Interrupt,
-            _ = terminate.recv() => Signal::Terminate,
-        },
-        (Ok(mut interrupt), Err(_)) => {
-            interrupt.recv().await;
-            Signal::Interrupt
+/// SIGINT and SIGTERM, caught from the moment [`Signals::listen`] returns: from then on neither
+/// ends the process by itself; [`Signals::recv`] reports them so the command stops cleanly,
+/// writes down what it finished and exits 130 or 143. Must be created inside a Tokio runtime;
+/// a handler that cannot be installed leaves that signal its default action.
+pub struct Signals {
+    interrupt: Option<tokio::signal::unix::Signal>,
+    terminate: Option<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    pub fn listen() -> Signals {
+        use tokio::signal::unix::{signal, SignalKind};
+        Signals {
+            interrupt: signal(SignalKind::interrupt()).ok(),
+            terminate: signal(SignalKind::terminate()).ok(),
         }
-        (Err(_), Ok(mut terminate)) => {
-            terminate.recv().await;
-            Signal::Terminate
-        }
-        (Err(_), Err(_)) => std::future::pending().await,
     }
+
+    /// Resolves when SIGINT or SIGTERM arrives (or arrived since `listen`), with the one that did.
+    pub async fn recv(&mut self) -> Signal {
+        match (&mut self.interrupt, &mut self.terminate) {
+            (Some(interrupt), Some(terminate)) => tokio::select! {
+                _ = interrupt.recv() => Signal::Interrupt,
+                _ = terminate.recv() => Signal::Terminate,
+            },
+            (Some(interrupt), None) => {
+                interrupt.recv().await;
+                Signal::Interrupt
+            }
+            (None, Some(terminate)) => {
+                terminate.recv().await;
+                Signal::Terminate
+            }
+            (None, None) => std::future::pending().await,
+        }
+    }
+}
+
+/// Resolves when SIGINT or SIGTERM arrives, with the one that did. The handlers are installed on
+/// first poll; a command that must not be killed before then uses [`Signals::listen`].
+pub async fn interrupted() -> Signal {
+    Signals::listen().recv().await
 }

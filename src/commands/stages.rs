@@ -1,6 +1,8 @@
 //! The pure stages as the commands call them on a project: resolve its matrix against its
 //! knowledge (with the digests of its images' locks and of its CA bundle, which fingerprints
-//! cover), render its images with the templates it uses, and say which locks are stale.
+//! cover), render its images with the templates it uses, and say which locks are stale. A matrix
+//! that makes no image is an error for every command that would write or build from it
+//! ([`no_images`]).
 
 use std::collections::BTreeMap;
 
@@ -141,4 +143,31 @@ pub fn lock_problems(
             })
         })
         .collect()
+}
+
+/// The error of a command that needs images when the matrix makes none: every cell was rejected,
+/// and the first reason is shown (`imagegen resolve` lists them all). `consequence` says what the
+/// command would have done; `extra_hint` names the way to go on anyway, where there is one.
+pub fn no_images(
+    project: &Project,
+    resolution: &Resolution,
+    consequence: &str,
+    extra_hint: &str,
+) -> anyhow::Error {
+    let first = resolution
+        .rejected
+        .first()
+        .map(|rejection| {
+            format!(
+                " (the first: torch {} cuda {} {} {}: {})",
+                rejection.torch, rejection.cuda, rejection.os, rejection.variant, rejection.reason
+            )
+        })
+        .unwrap_or_default();
+    let rejected = resolution.rejected.len();
+    anyhow::anyhow!(
+        "{} makes no images{consequence}: {rejected} cell{} rejected{first}\nhint: `imagegen resolve` lists every rejected cell and why{extra_hint}",
+        project.matrix_path.display(),
+        if rejected == 1 { " is" } else { "s are" },
+    )
 }

@@ -2,7 +2,11 @@
 //! the API version down to the daemon's), builds images from in-memory contexts with the classic
 //! builder while streaming output line by line, inspects, finds, tags, removes and loads images,
 //! pushes with retries of transient registry failures, and runs short-lived containers (optionally
-//! with all GPUs) that are always removed afterwards.
+//! with all GPUs) that are always removed afterwards (and finds and removes them by label, for a
+//! caller whose run was cancelled). Every daemon request has a deadline until its answer begins
+//! ([`Engine::connect_with_timeout`]); a push attempt that goes silent longer than its idle
+//! deadline ([`Engine::with_push_idle_timeout`]) counts as a transient failure: the registry
+//! behind the daemon accepted the connection and did not answer.
 //!
 //! It returns plain values (image ids, digests, labels, exit codes) and never decides what to
 //! build, which tags to use or whether a test passed; that is the executor's job.
@@ -15,9 +19,10 @@ use bollard::container::LogOutput;
 use bollard::errors::Error as BollardError;
 use bollard::models::{ContainerCreateBody, DeviceRequest, HostConfig};
 use bollard::query_parameters::{
-    BuildImageOptionsBuilder, ImportImageOptionsBuilder, ListImagesOptionsBuilder,
-    LogsOptionsBuilder, PushImageOptionsBuilder, RemoveContainerOptionsBuilder,
-    RemoveImageOptionsBuilder, TagImageOptionsBuilder, WaitContainerOptionsBuilder,
+    BuildImageOptionsBuilder, CreateImageOptionsBuilder, ImportImageOptionsBuilder,
+    ListContainersOptionsBuilder, ListImagesOptionsBuilder, LogsOptionsBuilder,
+    PushImageOptionsBuilder, RemoveContainerOptionsBuilder, RemoveImageOptionsBuilder,
+    TagImageOptionsBuilder, WaitContainerOptionsBuilder,
 };
 use bollard::{body_full, Docker};
 use futures_util::StreamExt;
@@ -29,10 +34,15 @@ use super::retry::{is_transient_message, RetryPolicy};
 /// The address used when `DOCKER_HOST` is unset or empty.
 pub const DEFAULT_DOCKER_HOST: &str = "unix:///var/run/docker.sock";
 
-/// How long connecting, negotiating and pinging may take before the daemon counts as unreachable.
+/// How long connecting, negotiating and pinging may take before the daemon counts as unreachable
+/// (or the request deadline, when that is shorter).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
-/// Per-request limit once connected: covers large contexts being uploaded before headers return.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(3600);
+/// The default deadline of each daemon request until its answer begins (a streamed answer, such
+/// as a build's output, is not cut off by it).
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
+/// The default longest silence of a push before it counts as hung: the daemon reports progress
+/// while layers upload, and nothing while the registry does not answer.
+pub const DEFAULT_PUSH_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Build output lines kept for a failure report.
 const FAILURE_TAIL_LINES: usize = 20;
 
@@ -168,6 +178,8 @@ pub struct Engine {
     docker: Docker,
     address: String,
     push_retry: RetryPolicy,
+    request_timeout: Duration,
+    push_idle_timeout: Duration,
 }
 
 /// The text of an error and of all its sources, without repeats ("client error (Connect): tcp
@@ -286,36 +298,69 @@ enum PushAttemptFailure {
 impl Engine {
     /// Connects to `DOCKER_HOST`, or to [`DEFAULT_DOCKER_HOST`] when it is unset or empty.
     pub async fn connect() -> Result<Engine, DockerError> {
+        Self::connect_with_timeout(DEFAULT_REQUEST_TIMEOUT).await
+    }
+
+    /// [`Engine::connect`] with `request_timeout` as the deadline of every daemon request.
+    pub async fn connect_with_timeout(request_timeout: Duration) -> Result<Engine, DockerError> {
         let address = std::env::var("DOCKER_HOST")
             .ok()
             .filter(|host| !host.trim().is_empty())
             .unwrap_or_else(|| DEFAULT_DOCKER_HOST.to_string());
-        Self::connect_to(&address).await
+        Self::connect_to_with_timeout(&address, request_timeout).await
     }
 
     /// Connects to `address` (`unix://...`, `tcp://...`, `http://...`), negotiates the API
     /// version and pings. Any failure is one [`DockerError::DaemonUnreachable`] naming `address`.
     pub async fn connect_to(address: &str) -> Result<Engine, DockerError> {
+        Self::connect_to_with_timeout(address, DEFAULT_REQUEST_TIMEOUT).await
+    }
+
+    /// [`Engine::connect_to`] with `request_timeout` as the deadline of every daemon request
+    /// until its answer begins (at least one second).
+    pub async fn connect_to_with_timeout(
+        address: &str,
+        request_timeout: Duration,
+    ) -> Result<Engine, DockerError> {
+        let request_timeout = request_timeout.max(Duration::from_secs(1));
         let unreachable = |reason: String| DockerError::DaemonUnreachable {
             address: address.to_string(),
             reason,
         };
+        let connect_timeout = CONNECT_TIMEOUT.min(request_timeout);
         let docker = Docker::connect_with_host(address)
             .map_err(|error| unreachable(error_chain(&error)))?
-            .with_timeout(CONNECT_TIMEOUT);
-        let docker = docker
-            .negotiate_version()
-            .await
-            .map_err(|error| unreachable(error_chain(&error)))?;
-        docker
-            .ping()
-            .await
-            .map_err(|error| unreachable(error_chain(&error)))?;
+            .with_timeout(connect_timeout);
+        let timed_out = || {
+            unreachable(format!(
+                "no answer within {} s (the daemon deadline)",
+                connect_timeout.as_secs()
+            ))
+        };
+        let docker = match docker.negotiate_version().await {
+            Ok(docker) => docker,
+            Err(BollardError::RequestTimeoutError) => return Err(timed_out()),
+            Err(error) => return Err(unreachable(error_chain(&error))),
+        };
+        match docker.ping().await {
+            Ok(_) => {}
+            Err(BollardError::RequestTimeoutError) => return Err(timed_out()),
+            Err(error) => return Err(unreachable(error_chain(&error))),
+        }
         Ok(Engine {
-            docker: docker.with_timeout(REQUEST_TIMEOUT),
+            docker: docker.with_timeout(request_timeout),
             address: address.to_string(),
             push_retry: RetryPolicy::default(),
+            request_timeout,
+            push_idle_timeout: DEFAULT_PUSH_IDLE_TIMEOUT,
         })
+    }
+
+    /// Replaces the longest silence a push may keep before the attempt counts as hung (a
+    /// registry that accepts connections and never answers); at least one second.
+    pub fn with_push_idle_timeout(mut self, timeout: Duration) -> Self {
+        self.push_idle_timeout = timeout.max(Duration::from_secs(1));
+        self
     }
 
     /// Replaces the retry policy for pushes (tests use short delays).
@@ -335,6 +380,16 @@ impl Engine {
     }
 
     fn daemon_error(&self, action: impl Into<String>, error: BollardError) -> DockerError {
+        if matches!(error, BollardError::RequestTimeoutError) {
+            return DockerError::Daemon {
+                address: self.address.clone(),
+                action: action.into(),
+                reason: format!(
+                    "no answer within {} s (the daemon deadline)",
+                    self.request_timeout.as_secs()
+                ),
+            };
+        }
         if is_connection_failure(&error) {
             return DockerError::DaemonUnreachable {
                 address: self.address.clone(),
@@ -546,6 +601,56 @@ impl Engine {
         }
     }
 
+    /// Pulls `reference` (for `platform`, when given) with `credentials`; progress lines go to
+    /// `on_line`. A failure is [`DockerError::PullFailed`] with the daemon's reason (credentials
+    /// redacted), or [`DockerError::DaemonUnreachable`].
+    pub async fn pull(
+        &self,
+        reference: &str,
+        platform: Option<&str>,
+        credentials: Option<&Credentials>,
+        mut on_line: impl FnMut(&str) + Send,
+    ) -> Result<(), DockerError> {
+        let mut options = CreateImageOptionsBuilder::default().from_image(reference);
+        if let Some(platform) = platform {
+            options = options.platform(platform);
+        }
+        let docker_credentials = credentials
+            .map(|credentials| credentials.to_docker_credentials(&registry_host_of(reference)));
+        let mut stream = self
+            .docker
+            .create_image(Some(options.build()), None, docker_credentials);
+        let failed = |reason: String| DockerError::PullFailed {
+            address: self.address.clone(),
+            reference: reference.to_string(),
+            reason: match credentials {
+                Some(credentials) => credentials.redact(&reason),
+                None => reason,
+            },
+        };
+        while let Some(item) = stream.next().await {
+            match item {
+                Ok(info) => {
+                    if let Some(status) = info.status {
+                        // Per-layer "Downloading" progress repeats; the rest is worth a line.
+                        if status != "Downloading" && status != "Extracting" {
+                            on_line(&status);
+                        }
+                    }
+                }
+                Err(BollardError::DockerStreamError { error }) => return Err(failed(error)),
+                Err(error) if is_connection_failure(&error) => {
+                    return Err(self.daemon_error(format!("pulling {reference}"), error))
+                }
+                Err(BollardError::DockerResponseServerError { message, .. }) => {
+                    return Err(failed(message.trim().to_string()))
+                }
+                Err(error) => return Err(failed(error_chain(&error))),
+            }
+        }
+        Ok(())
+    }
+
     /// Loads a `docker save`-format archive (`manifest.json`, config, layer tars). Returns the
     /// references the daemon reports as loaded.
     pub async fn load_image_archive(&self, archive: Vec<u8>) -> Result<Vec<String>, DockerError> {
@@ -569,6 +674,69 @@ impl Engine {
             }
         }
         Ok(loaded)
+    }
+
+    /// The ids of every container (running or not) carrying label `key=value`.
+    pub async fn containers_with_label(
+        &self,
+        key: &str,
+        value: &str,
+    ) -> Result<Vec<String>, DockerError> {
+        let filter = format!("{key}={value}");
+        let mut filters: HashMap<&str, Vec<&str>> = HashMap::new();
+        filters.insert("label", vec![filter.as_str()]);
+        let options = ListContainersOptionsBuilder::default()
+            .all(true)
+            .filters(&filters)
+            .build();
+        let containers = self
+            .docker
+            .list_containers(Some(options))
+            .await
+            .map_err(|error| {
+                self.daemon_error(format!("listing containers labelled {filter}"), error)
+            })?;
+        Ok(containers.into_iter().filter_map(|c| c.id).collect())
+    }
+
+    /// Removes (forcibly) every container carrying label `key=value` and waits until none is
+    /// left: the cleanup of a run that was stopped while its containers ran. Returns how many
+    /// there were.
+    pub async fn remove_containers_with_label(
+        &self,
+        key: &str,
+        value: &str,
+    ) -> Result<usize, DockerError> {
+        let mut removed = 0;
+        for round in 0..50 {
+            let ids = self.containers_with_label(key, value).await?;
+            if ids.is_empty() {
+                return Ok(removed);
+            }
+            if round == 0 {
+                removed = ids.len();
+            }
+            for id in &ids {
+                let options = RemoveContainerOptionsBuilder::default().force(true).build();
+                match self.docker.remove_container(id, Some(options)).await {
+                    Ok(()) => {}
+                    // Gone already, or its removal (by a dropped run's guard) is under way.
+                    Err(BollardError::DockerResponseServerError {
+                        status_code: 404 | 409,
+                        ..
+                    }) => {}
+                    Err(error) => {
+                        return Err(self.daemon_error(format!("removing container {id}"), error))
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Err(DockerError::Daemon {
+            address: self.address.clone(),
+            action: format!("removing the containers labelled {key}={value}"),
+            reason: "they were still there after 5 s".into(),
+        })
     }
 
     /// Pushes local `repository:tag` and returns the manifest digest (`sha256:...`) the
@@ -632,7 +800,22 @@ impl Engine {
             .docker
             .push_image(repository, Some(options), docker_credentials);
         let mut digest: Option<String> = None;
-        while let Some(item) = stream.next().await {
+        let idle = self.push_idle_timeout;
+        loop {
+            let item = match tokio::time::timeout(idle, stream.next()).await {
+                Ok(Some(item)) => item,
+                Ok(None) => break,
+                // Dropping the stream closes the connection, and the daemon stops the push.
+                Err(_) => {
+                    return Err(PushAttemptFailure::Registry {
+                        message: format!(
+                            "no progress for {} s (the registry deadline): the registry accepted the connection but did not answer",
+                            idle.as_secs()
+                        ),
+                        transient: true,
+                    })
+                }
+            };
             match item {
                 Ok(info) => {
                     let Some(status) = info.status else { continue };

@@ -23,6 +23,14 @@ pub enum DockerError {
         reason: String,
     },
 
+    /// Pulling an image failed (registry unreachable, unknown name, access denied).
+    #[error("pulling {reference} through the Docker daemon at {address} failed: {reason}")]
+    PullFailed {
+        address: String,
+        reference: String,
+        reason: String,
+    },
+
     /// A local image that an operation needs does not exist.
     #[error("no image `{reference}` in the Docker daemon at {address}")]
     ImageNotFound { address: String, reference: String },
@@ -97,6 +105,20 @@ pub enum DockerError {
         url: String,
         attempts: u32,
         reason: String,
+    },
+
+    /// The registry accepted the connection and did not answer within the deadline (after
+    /// retries).
+    #[error(
+        "registry {host} did not answer within {seconds} s ({url}), {attempts} attempt(s)\n\
+         hint: is the registry at {host} up and answering? A slow registry needs a longer \
+         deadline: --registry-timeout or IMAGEGEN_REGISTRY_TIMEOUT"
+    )]
+    RegistryTimeout {
+        host: String,
+        url: String,
+        attempts: u32,
+        seconds: u64,
     },
 
     /// The registry's TLS certificate was rejected; not retried.

@@ -56,11 +56,12 @@ pub use context::{context_tar, ContextFile};
 pub use credentials::{registry_host_of, repository_path_of, Credentials, DockerConfig};
 pub use engine::{
     build_step_progress, BuildRequest, Engine, LocalImage, RunOutput, RunRequest,
-    DEFAULT_DOCKER_HOST,
+    DEFAULT_DOCKER_HOST, DEFAULT_PUSH_IDLE_TIMEOUT, DEFAULT_REQUEST_TIMEOUT,
 };
 pub use error::DockerError;
 pub use registry::{
-    RegistryClient, RegistryManifest, MEDIA_TYPE_DOCKER_MANIFEST, MEDIA_TYPE_DOCKER_MANIFEST_LIST,
-    MEDIA_TYPE_OCI_INDEX, MEDIA_TYPE_OCI_MANIFEST,
+    RegistryClient, RegistryManifest, DEFAULT_TIMEOUT as DEFAULT_REGISTRY_TIMEOUT,
+    MEDIA_TYPE_DOCKER_MANIFEST, MEDIA_TYPE_DOCKER_MANIFEST_LIST, MEDIA_TYPE_OCI_INDEX,
+    MEDIA_TYPE_OCI_MANIFEST,
 };
 pub use retry::RetryPolicy;

@@ -3,8 +3,11 @@
 //! its image config carries, and reading or writing raw manifests (re-pointing a tag, OCI image
 //! indexes). Plain HTTP for loopback hosts (`127.0.0.1`, `localhost`, `[::1]`), HTTPS otherwise.
 //! Authentication: anonymous, `Basic`, and the `Bearer` token flow announced by
-//! `WWW-Authenticate` (user/password or identity token). Transient failures (connection refused or
-//! reset, timeouts, 5xx, 429) are retried with the client's [`RetryPolicy`].
+//! `WWW-Authenticate` (user/password or identity token). Every request has a deadline
+//! ([`RegistryClient::with_timeout`], 60 s by default): a registry that accepts the connection and
+//! never answers fails with [`DockerError::RegistryTimeout`], naming it and the deadline.
+//! Transient failures (connection refused or reset, timeouts, 5xx, 429) are retried with the
+//! client's [`RetryPolicy`].
 //!
 //! The client is synchronous inside (ureq) and async outside: every call runs on tokio's blocking
 //! pool. It knows nothing about which tags imagegen uses.
@@ -33,6 +36,9 @@ const MANIFEST_ACCEPT: &str = "application/vnd.oci.image.index.v1+json, \
 
 /// Where Docker Hub (`docker.io`) answers the distribution API.
 const DOCKER_HUB_API_HOST: &str = "registry-1.docker.io";
+
+/// The default deadline of one registry request.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Manifests and configs are small; anything above this is not what we asked for.
 pub(super) const MAX_BODY_BYTES: u64 = 64 << 20;
@@ -104,6 +110,8 @@ pub(super) struct TransportFailure {
     pub(super) transient: bool,
     /// The TLS handshake failed (untrusted or invalid certificate).
     pub(super) tls: bool,
+    /// No answer within the client's deadline.
+    pub(super) timeout: bool,
 }
 
 fn sha256_digest(bytes: &[u8]) -> String {
@@ -128,6 +136,8 @@ pub(super) fn transport_failure(url: &str, error: ureq::Error) -> TransportFailu
     use std::io::ErrorKind;
     let reason = super::engine::error_chain(&error);
     let lower = reason.to_ascii_lowercase();
+    let timeout = matches!(error, ureq::Error::Timeout(_))
+        || matches!(&error, ureq::Error::Io(io_error) if io_error.kind() == ErrorKind::TimedOut);
     let tls = matches!(error, ureq::Error::Tls(_) | ureq::Error::Rustls(_))
         || lower.contains("certificate")
         || lower.contains("tls");
@@ -153,6 +163,7 @@ pub(super) fn transport_failure(url: &str, error: ureq::Error) -> TransportFailu
         reason,
         transient,
         tls,
+        timeout,
     }
 }
 
@@ -180,7 +191,7 @@ impl RegistryClient {
             format!("{scheme}://{api_host}"),
             credentials,
             RetryPolicy::default(),
-            Duration::from_secs(60),
+            DEFAULT_TIMEOUT,
         )
     }
 
@@ -217,13 +228,7 @@ impl RegistryClient {
 
     /// The same client with another retry policy (tests use short delays).
     pub fn with_retry(self, retry: RetryPolicy) -> Self {
-        let timeout = self
-            .inner
-            .agent
-            .config()
-            .timeouts()
-            .global
-            .unwrap_or(Duration::from_secs(60));
+        let timeout = self.timeout();
         Self::build(
             &self.inner.host,
             self.inner.base_url.clone(),
@@ -231,6 +236,28 @@ impl RegistryClient {
             retry,
             timeout,
         )
+    }
+
+    /// The same client with another deadline per request (at least one second): a registry
+    /// that accepts the connection and does not answer within it fails the attempt.
+    pub fn with_timeout(self, timeout: Duration) -> Self {
+        Self::build(
+            &self.inner.host,
+            self.inner.base_url.clone(),
+            self.inner.credentials.clone(),
+            self.inner.retry,
+            timeout.max(Duration::from_secs(1)),
+        )
+    }
+
+    /// The deadline of each request.
+    pub fn timeout(&self) -> Duration {
+        self.inner
+            .agent
+            .config()
+            .timeouts()
+            .global
+            .unwrap_or(DEFAULT_TIMEOUT)
     }
 
     /// The host this client talks to.
@@ -561,6 +588,12 @@ impl RegistryClient {
                         host: self.inner.host.clone(),
                         url: failure.url,
                         reason: self.redact(&failure.reason),
+                    }),
+                    Ok(Err(failure)) if failure.timeout => Err(DockerError::RegistryTimeout {
+                        host: self.inner.host.clone(),
+                        url: failure.url,
+                        attempts: attempt,
+                        seconds: self.timeout().as_secs(),
                     }),
                     Ok(Err(failure)) => Err(DockerError::RegistryUnreachable {
                         host: self.inner.host.clone(),
@@ -909,6 +942,43 @@ mod tests {
             matches!(error, DockerError::Registry { status: 503, .. }),
             "{error:?}"
         );
+    }
+
+    #[tokio::test]
+    async fn a_registry_that_never_answers_fails_within_the_deadline() {
+        // Accepts connections (the kernel does, from the backlog) and never answers.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let client = RegistryClient::new(&format!("127.0.0.1:{port}"), None)
+            .with_timeout(Duration::from_secs(1))
+            .with_retry(RetryPolicy {
+                attempts: 2,
+                initial_delay: Duration::from_millis(10),
+                max_delay: Duration::from_millis(10),
+            });
+        let start = std::time::Instant::now();
+        let error = client.manifest_digest("team/app", "1").await.unwrap_err();
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "two attempts of one second each: {:?}",
+            start.elapsed()
+        );
+        assert!(
+            matches!(
+                error,
+                DockerError::RegistryTimeout {
+                    attempts: 2,
+                    seconds: 1,
+                    ..
+                }
+            ),
+            "{error:?}"
+        );
+        let text = error.to_string();
+        assert!(text.contains(&format!("127.0.0.1:{port}")), "{text}");
+        assert!(text.contains("within 1 s"), "{text}");
+        assert!(text.contains("--registry-timeout"), "{text}");
+        drop(listener);
     }
 
     #[test]

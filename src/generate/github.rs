@@ -15,6 +15,23 @@
 //! platform: `imagegen build --platform linux/arm64 --shard I/N` shards that platform's families
 //! (the same selection `imagegen build` makes), on a runner labelled `arm64` (`runner_arch`,
 //! GitHub's `x64`/`arm64` label).
+//!
+//! What `strategy.matrix` accepts is checked on the printed line before it is printed
+//! ([`check_strategy_matrix`]), so a matrix GitHub would refuse fails here, at `imagegen ci`,
+//! instead of in the workflow's build job:
+//! - at most [`GITHUB_MATRIX_LIMIT`] jobs: "A job matrix can generate a maximum of 256 jobs per
+//!   workflow run" (github/docs `data/reusables/actions/usage-matrix-limits.md`,
+//!   <https://docs.github.com/en/actions/reference/workflow-syntax-for-github-actions#jobsjob_idstrategymatrix>);
+//! - the shape of GitHub's workflow schema (actions/languageservices
+//!   `workflow-parser/src/workflow-v1.0.json` at 4043eda1: `matrix` is a mapping whose keywords
+//!   are `include` and `exclude`, `include` a sequence of `matrix-filter-item` mappings with
+//!   non-empty string keys and values of any type). imagegen writes `include` only, so every
+//!   entry is one job; the entries' keys must not be the keywords, and the list must not be
+//!   empty (a matrix of no job fails the workflow instead of skipping the build);
+//! - the line is the setup job's `matrix` output: "Outputs can be a maximum of 1 MB per job
+//!   ... Size is approximated based on UTF-16 encoding" (github/docs
+//!   `data/reusables/actions/output-limitations.md`), so its UTF-16 size stays under
+//!   [`GITHUB_JOB_OUTPUT_LIMIT`], and it is one line (`$GITHUB_OUTPUT` takes `name=value` lines).
 
 use serde::Serialize;
 
@@ -23,6 +40,36 @@ use crate::resolve::image::ImageSpec;
 
 /// The most jobs one GitHub Actions matrix may generate.
 pub const GITHUB_MATRIX_LIMIT: usize = 256;
+/// The most one job's outputs may hold, in bytes of UTF-16 (1 MB, counted as 10^6 to stay on
+/// the safe side of however GitHub rounds it).
+pub const GITHUB_JOB_OUTPUT_LIMIT: usize = 1_000_000;
+/// The keywords of a `strategy.matrix` mapping.
+pub const MATRIX_KEYWORDS: [&str; 2] = ["include", "exclude"];
+
+/// Why a matrix would not be accepted as `strategy.matrix`.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum MatrixError {
+    #[error("the matrix is not one line of JSON: {message}")]
+    NotJson { message: String },
+    #[error("the matrix must be a JSON object with an `include` list")]
+    NotAnObject,
+    #[error("the matrix has a key {key:?} beside `include`: imagegen's matrix lists every job in `include`, and a vector would multiply them")]
+    UnexpectedKey { key: String },
+    #[error("the matrix has no `include` list")]
+    NoInclude,
+    #[error("the matrix's `include` is empty: a matrix of no job fails the workflow")]
+    EmptyInclude,
+    #[error("include[{index}] is not an object (GitHub takes a list of key: value objects)")]
+    EntryNotAnObject { index: usize },
+    #[error("include[{index}] has an empty key")]
+    EmptyKey { index: usize },
+    #[error("include[{index}] has the key {key:?}, a keyword of strategy.matrix")]
+    KeywordKey { index: usize, key: String },
+    #[error("the matrix makes {jobs} jobs; GitHub runs at most {GITHUB_MATRIX_LIMIT} per matrix\nhint: use --shards N with N <= {GITHUB_MATRIX_LIMIT}")]
+    TooManyJobs { jobs: usize },
+    #[error("the matrix is {bytes} bytes as GitHub counts them (UTF-16), over the {GITHUB_JOB_OUTPUT_LIMIT} a job's outputs may hold")]
+    TooLarge { bytes: usize },
+}
 
 /// How the images are spread over jobs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -150,6 +197,69 @@ pub fn github_matrix(images: &[ImageSpec], fan_out: FanOut) -> GithubMatrix {
     GithubMatrix { include }
 }
 
+/// The matrix as the one line `imagegen ci --github` prints, checked by
+/// [`check_strategy_matrix`].
+pub fn output_line(matrix: &GithubMatrix) -> Result<String, MatrixError> {
+    let line = serde_json::to_string(matrix).map_err(|error| MatrixError::NotJson {
+        message: error.to_string(),
+    })?;
+    check_strategy_matrix(&line)?;
+    Ok(line)
+}
+
+/// Whether `line` is a `strategy.matrix` GitHub accepts, in the include-only form imagegen
+/// writes (see the module documentation for the rules and their sources).
+pub fn check_strategy_matrix(line: &str) -> Result<(), MatrixError> {
+    if line.contains(['\n', '\r']) {
+        return Err(MatrixError::NotJson {
+            message: "it spans several lines".into(),
+        });
+    }
+    let value: serde_json::Value =
+        serde_json::from_str(line).map_err(|error| MatrixError::NotJson {
+            message: error.to_string(),
+        })?;
+    let object = value.as_object().ok_or(MatrixError::NotAnObject)?;
+    if let Some(key) = object.keys().find(|key| key.as_str() != "include") {
+        return Err(MatrixError::UnexpectedKey { key: key.clone() });
+    }
+    let include = object
+        .get("include")
+        .ok_or(MatrixError::NoInclude)?
+        .as_array()
+        .ok_or(MatrixError::NoInclude)?;
+    if include.is_empty() {
+        return Err(MatrixError::EmptyInclude);
+    }
+    for (index, entry) in include.iter().enumerate() {
+        let entry = entry
+            .as_object()
+            .ok_or(MatrixError::EntryNotAnObject { index })?;
+        for key in entry.keys() {
+            if key.is_empty() {
+                return Err(MatrixError::EmptyKey { index });
+            }
+            if MATRIX_KEYWORDS.contains(&key.as_str()) {
+                return Err(MatrixError::KeywordKey {
+                    index,
+                    key: key.clone(),
+                });
+            }
+        }
+    }
+    if include.len() > GITHUB_MATRIX_LIMIT {
+        return Err(MatrixError::TooManyJobs {
+            jobs: include.len(),
+        });
+    }
+    // The output as GitHub sizes it: UTF-16 code units of two bytes, plus `matrix=`.
+    let bytes = ("matrix=".len() + line.encode_utf16().count()) * 2;
+    if bytes > GITHUB_JOB_OUTPUT_LIMIT {
+        return Err(MatrixError::TooLarge { bytes });
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -164,7 +274,12 @@ mod tests {
             "m.yaml",
         )
         .unwrap();
-        resolve(&matrix, &Knowledge::embedded(), &ResolveOptions::default()).images
+        resolve(
+            &matrix,
+            &Knowledge::test_fixture(),
+            &ResolveOptions::default(),
+        )
+        .images
     }
 
     fn assert_partition(images: &[ImageSpec], matrix: &GithubMatrix) {
@@ -260,7 +375,12 @@ mod tests {
             "m.yaml",
         )
         .unwrap();
-        let images = resolve(&matrix, &Knowledge::embedded(), &ResolveOptions::default()).images;
+        let images = resolve(
+            &matrix,
+            &Knowledge::test_fixture(),
+            &ResolveOptions::default(),
+        )
+        .images;
         assert!(images.iter().any(|i| i.platform == "linux/arm64"));
         for fan_out in [FanOut::PerImage, FanOut::Shards(1), FanOut::Shards(2)] {
             let github = github_matrix(&images, fan_out);
@@ -307,5 +427,102 @@ mod tests {
         assert_eq!(include.len(), 2);
         assert_eq!(include[0]["shard"], "1/2");
         assert_eq!(include[1]["artifact"], "manifest-shard-2-of-2");
+    }
+
+    /// A matrix line of `jobs` include entries shaped like imagegen's.
+    fn include_line(jobs: usize) -> String {
+        let include: Vec<serde_json::Value> = (1..=jobs)
+            .map(|index| {
+                serde_json::json!({"name": format!("job {index}"), "shard": format!("{index}/{jobs}"),
+                    "platform": "", "runner_arch": "x64", "artifact": format!("a-{index}"),
+                    "images": [format!("image-{index}")]})
+            })
+            .collect();
+        serde_json::json!({ "include": include }).to_string()
+    }
+
+    #[test]
+    fn what_imagegen_writes_passes_the_strategy_matrix_check() {
+        for fan_out in [FanOut::PerImage, FanOut::Shards(3)] {
+            let matrix = github_matrix(&images(), fan_out);
+            let line = output_line(&matrix).unwrap();
+            assert_eq!(line, serde_json::to_string(&matrix).unwrap());
+        }
+        assert_eq!(
+            check_strategy_matrix(&include_line(GITHUB_MATRIX_LIMIT)),
+            Ok(())
+        );
+        // Values of any type are fine (GitHub's schema: `loose-value-type: any`).
+        assert_eq!(
+            check_strategy_matrix(
+                r#"{"include":[{"n":1,"b":true,"o":{"k":"v"},"l":[1],"z":null}]}"#
+            ),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn more_jobs_than_github_runs_are_refused() {
+        assert_eq!(
+            check_strategy_matrix(&include_line(GITHUB_MATRIX_LIMIT + 1)),
+            Err(MatrixError::TooManyJobs { jobs: 257 })
+        );
+    }
+
+    #[test]
+    fn shapes_strategy_matrix_does_not_take_are_refused() {
+        for (line, error) in [
+            (r#"{"include":[]}"#, MatrixError::EmptyInclude),
+            ("{}", MatrixError::NoInclude),
+            (r#"{"include":{"name":"a"}}"#, MatrixError::NoInclude),
+            ("[]", MatrixError::NotAnObject),
+            (
+                r#"{"include":[{"a":"1"}],"os":["x64"]}"#,
+                MatrixError::UnexpectedKey { key: "os".into() },
+            ),
+            (
+                r#"{"include":[{"a":"1"},"b"]}"#,
+                MatrixError::EntryNotAnObject { index: 1 },
+            ),
+            (
+                r#"{"include":[{"":"1"}]}"#,
+                MatrixError::EmptyKey { index: 0 },
+            ),
+            (
+                r#"{"include":[{"exclude":"1"}]}"#,
+                MatrixError::KeywordKey {
+                    index: 0,
+                    key: "exclude".into(),
+                },
+            ),
+        ] {
+            assert_eq!(check_strategy_matrix(line), Err(error), "{line}");
+        }
+        assert!(matches!(
+            check_strategy_matrix("{\"include\":\n[{\"a\":\"1\"}]}"),
+            Err(MatrixError::NotJson { .. })
+        ));
+        assert!(matches!(
+            check_strategy_matrix("include: [a]"),
+            Err(MatrixError::NotJson { .. })
+        ));
+    }
+
+    #[test]
+    fn a_matrix_over_the_job_output_limit_is_refused() {
+        // 200 jobs of 300 images each: few enough jobs, and under 1 MB as UTF-8, but GitHub
+        // sizes outputs as UTF-16, where it is about 1.7 MB.
+        let images: Vec<String> = (0..300).map(|i| format!("image-{i:05}")).collect();
+        let include: Vec<serde_json::Value> = (0..200)
+            .map(|index| serde_json::json!({"shard": format!("{index}/200"), "images": images}))
+            .collect();
+        let line = serde_json::json!({ "include": include }).to_string();
+        assert!(line.len() < GITHUB_JOB_OUTPUT_LIMIT);
+        assert!(matches!(
+            check_strategy_matrix(&line),
+            Err(MatrixError::TooLarge { bytes }) if bytes > GITHUB_JOB_OUTPUT_LIMIT
+        ));
+        let just_under = format!(r#"{{"include":[{{"a":"{}"}}]}}"#, "x".repeat(499_900));
+        assert_eq!(check_strategy_matrix(&just_under), Ok(()));
     }
 }

@@ -172,9 +172,12 @@ mod tests {
             "m.yaml",
         )
         .unwrap();
-        let specs =
-            crate::resolve::resolve(&matrix, &Knowledge::embedded(), &ResolveOptions::default())
-                .images;
+        let specs = crate::resolve::resolve(
+            &matrix,
+            &Knowledge::test_fixture(),
+            &ResolveOptions::default(),
+        )
+        .images;
         let group: Vec<&ImageSpec> = specs.iter().collect();
         let mut manifest = Manifest::new();
         let problems = index_readiness(&group, &manifest, false).unwrap_err();
@@ -192,6 +195,7 @@ mod tests {
                 summary: "s".into(),
                 report: None,
                 at: "t".into(),
+                baseline: None,
             });
             record
         };

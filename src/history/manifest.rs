@@ -5,10 +5,15 @@
 //! - `images`: by full tag, the current record (digest, fingerprint, versions, driver minimums,
 //!   self-test summary, build time, source commit, status) and `history`, the records it replaced.
 //! - `aliases`: by alias, the full tag and digest it points at now, and every earlier target.
+//! - `pending_aliases`: alias moves written down before they were made (intent) and not yet
+//!   written down as done; `verify --adopt`, `rollback` and the next `build --push` settle them
+//!   against what the registry serves.
 //!
 //! Writes go through a temporary file, fsync and rename, so a crash or Ctrl-C leaves either the
 //! old manifest or the new one, never half of one. A failed build never erases what an image's
-//! record held before: the failure is noted beside the last good record.
+//! record held before: the failure is noted beside the last good record. Fields of image, alias
+//! and index records that this version does not know (written by a newer imagegen or by hand)
+//! are kept on every write; unknown top-level keys are refused.
 
 use std::collections::BTreeMap;
 
@@ -38,6 +43,33 @@ pub struct Manifest {
     /// Multi-platform OCI image indexes published by `imagegen publish`, by full tag.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub indexes: BTreeMap<String, IndexRecord>,
+    /// Alias moves begun and not yet recorded as done, by alias.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pending_aliases: BTreeMap<String, PendingMove>,
+}
+
+/// Fields of a record this version of imagegen does not know, kept as they were.
+pub type Extra = BTreeMap<String, serde_json::Value>;
+
+/// An alias move written down before the registry is asked to make it, and removed once the
+/// move is written down as done. One left behind (a crash, a SIGKILL, a registry that died
+/// mid-move) is settled against the registry: it serves `to` (the move happened) or `from`
+/// (it did not).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PendingMove {
+    /// The full tag (or index tag) the alias is being moved to.
+    pub tag: String,
+    /// The digest the alias pointed at when the move began; `None` for a new alias.
+    #[serde(default)]
+    pub from: Option<Digest>,
+    pub to: Digest,
+    /// When the move began.
+    pub since: String,
+    /// Which run began it (`pid 1234: imagegen build --push`).
+    #[serde(default)]
+    pub by: String,
+    #[serde(flatten)]
+    pub extra: Extra,
 }
 
 /// An OCI image index: one full tag over per-platform images.
@@ -57,6 +89,8 @@ pub struct IndexRecord {
     /// Earlier indexes under this tag, newest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub history: Vec<IndexRecord>,
+    #[serde(flatten)]
+    pub extra: Extra,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -123,6 +157,10 @@ pub struct TestRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub report: Option<serde_json::Value>,
     pub at: String,
+    /// sha256 of the gpu-selftest baseline the run was judged against (`build
+    /// --selftest-baseline`); a pass against another baseline, or none, does not count for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<Digest>,
 }
 
 /// One image as built (or as it failed to build).
@@ -175,6 +213,8 @@ pub struct ImageRecord {
     /// Earlier records of this full tag, newest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub history: Vec<ImageRecord>,
+    #[serde(flatten)]
+    pub extra: Extra,
 }
 
 /// The packages of an image: `pip freeze` of its Python environment and the OS packages
@@ -196,6 +236,8 @@ pub struct AliasRecord {
     pub moved_at: String,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub history: Vec<AliasTarget>,
+    #[serde(flatten)]
+    pub extra: Extra,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -204,6 +246,8 @@ pub struct AliasTarget {
     #[serde(default)]
     pub digest: Option<Digest>,
     pub moved_at: String,
+    #[serde(flatten)]
+    pub extra: Extra,
 }
 
 impl Manifest {
@@ -224,6 +268,7 @@ impl Manifest {
     /// Records a published index; an earlier, different one under the tag moves to its history.
     pub fn record_index(&mut self, mut index: IndexRecord) {
         if let Some(mut previous) = self.indexes.remove(&index.tag) {
+            keep_unknown_fields(&mut index.extra, &previous.extra);
             let mut history = std::mem::take(&mut previous.history);
             if previous.digest != index.digest {
                 index.aliases = Vec::new();
@@ -307,6 +352,7 @@ impl Manifest {
     /// Records a successful build of `record.tag`; an earlier, different record moves to history.
     pub fn record_success(&mut self, mut record: ImageRecord) {
         if let Some(mut previous) = self.images.remove(&record.tag) {
+            keep_unknown_fields(&mut record.extra, &previous.extra);
             let mut history = std::mem::take(&mut previous.history);
             if previous.status == RecordStatus::Ok
                 && (previous.digest != record.digest || previous.build_key != record.build_key)
@@ -339,18 +385,21 @@ impl Manifest {
     pub fn move_alias(&mut self, alias: &str, tag: &str, digest: Option<Digest>, at: &str) {
         let previous = self.aliases.remove(alias);
         let mut history = Vec::new();
+        let mut extra = Extra::new();
         if let Some(previous) = previous {
             if previous.tag == tag && previous.digest == digest {
                 self.aliases.insert(alias.to_string(), previous);
                 return;
             }
             history = previous.history;
+            extra = previous.extra;
             history.insert(
                 0,
                 AliasTarget {
                     tag: previous.tag.clone(),
                     digest: previous.digest,
                     moved_at: previous.moved_at,
+                    extra: Extra::new(),
                 },
             );
             history.truncate(HISTORY_LIMIT);
@@ -368,6 +417,7 @@ impl Manifest {
                 digest,
                 moved_at: at.to_string(),
                 history,
+                extra,
             },
         );
         if let Some(image) = self.images.get_mut(tag) {
@@ -382,6 +432,63 @@ impl Manifest {
                 index.aliases.sort();
             }
         }
+    }
+
+    /// The digest `alias` points at per the manifest: its own, or (records from before alias
+    /// digests) its target's.
+    pub fn alias_digest(&self, alias: &str) -> Option<Digest> {
+        let record = self.aliases.get(alias)?;
+        record.digest.clone().or_else(|| {
+            self.images
+                .get(&record.tag)
+                .and_then(|image| image.digest.clone())
+                .or_else(|| self.indexes.get(&record.tag).map(|i| i.digest.clone()))
+        })
+    }
+
+    /// The repository a full tag, per-platform tag or index tag was recorded in.
+    pub fn repository_of(&self, tag: &str) -> Option<&str> {
+        self.images
+            .get(tag)
+            .map(|r| r.repository.as_str())
+            .or_else(|| self.indexes.get(tag).map(|i| i.repository.as_str()))
+    }
+
+    /// Writes down that `alias` is about to move to `tag`/`to` (intent, before the registry is
+    /// asked), from where the manifest says it points now.
+    pub fn begin_alias_move(&mut self, alias: &str, tag: &str, to: &Digest, at: &str, by: &str) {
+        let from = self.alias_digest(alias);
+        self.pending_aliases.insert(
+            alias.to_string(),
+            PendingMove {
+                tag: tag.to_string(),
+                from,
+                to: to.clone(),
+                since: at.to_string(),
+                by: by.to_string(),
+                extra: Extra::new(),
+            },
+        );
+    }
+
+    /// Writes down that `alias` now points at `tag`/`digest` in the registry (the result), and
+    /// drops the intent of that move.
+    pub fn finish_alias_move(&mut self, alias: &str, tag: &str, digest: &Digest, at: &str) {
+        self.move_alias(alias, tag, Some(digest.clone()), at);
+        if self
+            .pending_aliases
+            .get(alias)
+            .is_some_and(|pending| pending.to == *digest)
+        {
+            self.pending_aliases.remove(alias);
+        }
+    }
+}
+
+/// Keeps in `current` the fields of `previous` that this version of imagegen does not know.
+pub fn keep_unknown_fields(current: &mut Extra, previous: &Extra) {
+    for (key, value) in previous {
+        current.entry(key.clone()).or_insert_with(|| value.clone());
     }
 }
 
@@ -459,6 +566,7 @@ mod tests {
             status: RecordStatus::Ok,
             last_error: None,
             history: vec![],
+            extra: Extra::new(),
         };
         record.status = RecordStatus::Ok;
         record
@@ -527,6 +635,79 @@ mod tests {
             error.starts_with("manifest m.json:1:") && error.contains("unknown field `imagez`"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn unknown_fields_of_image_alias_and_index_records_are_kept_on_the_next_write() {
+        let mut manifest = Manifest::new();
+        manifest.record_success(record("t", "sha256:1", "k1"));
+        manifest.move_alias("latest", "t", Some(d("sha256:1")), "t1");
+        let mut value: serde_json::Value = serde_json::from_str(&manifest.to_json()).unwrap();
+        value["images"]["t"]["owner"] = serde_json::json!("ml-infra");
+        value["aliases"]["latest"]["approved_by"] = serde_json::json!(["ana"]);
+        value["indexes"] = serde_json::json!({"x": {
+            "repository": "r/p", "tag": "x", "digest": d("i"),
+            "media_type": "application/vnd.oci.image.index.v1+json", "torch": "2.7.1",
+            "driver_min": "560.35.05", "platforms": {}, "published_at": "t1",
+            "signed": true
+        }});
+        let mut read = Manifest::from_json(&value.to_string(), "m.json").unwrap();
+        // The next build of the tag and the next move of the alias keep them.
+        read.record_success(record("t", "sha256:2", "k2"));
+        read.move_alias("latest", "t", Some(d("sha256:2")), "t2");
+        let written: serde_json::Value = serde_json::from_str(&read.to_json()).unwrap();
+        assert_eq!(written["images"]["t"]["owner"], "ml-infra");
+        assert_eq!(written["images"]["t"]["history"][0]["owner"], "ml-infra");
+        assert_eq!(written["aliases"]["latest"]["approved_by"][0], "ana");
+        assert_eq!(written["indexes"]["x"]["signed"], true);
+        // Unknown top-level keys stay refused, and digests inside records are still checked
+        // with their position.
+        let mut bad = value.clone();
+        bad["images"]["t"]["digest"] = serde_json::json!("latest");
+        let error = Manifest::from_json(&serde_json::to_string_pretty(&bad).unwrap(), "m.json")
+            .unwrap_err()
+            .to_string();
+        assert!(error.starts_with("manifest m.json:"), "{error}");
+        assert!(error.contains("is not a digest"), "{error}");
+        let line: usize = error["manifest m.json:".len()..]
+            .split(':')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(
+            serde_json::to_string_pretty(&bad)
+                .unwrap()
+                .lines()
+                .nth(line - 1)
+                .unwrap()
+                .contains("\"latest\""),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn alias_moves_are_written_down_before_and_after() {
+        let mut manifest = Manifest::new();
+        manifest.record_success(record("a", "sha256:1", "k1"));
+        manifest.record_success(record("b", "sha256:2", "k2"));
+        manifest.move_alias("latest", "a", Some(d("sha256:1")), "t1");
+        manifest.begin_alias_move("latest", "b", &d("sha256:2"), "t2", "pid 9");
+        let pending = &manifest.pending_aliases["latest"];
+        assert_eq!(
+            (
+                pending.from.clone(),
+                pending.to.clone(),
+                pending.tag.as_str()
+            ),
+            (Some(d("sha256:1")), d("sha256:2"), "b")
+        );
+        assert_eq!(manifest.aliases["latest"].tag, "a", "intent moves nothing");
+        manifest.finish_alias_move("latest", "b", &d("sha256:2"), "t3");
+        assert!(manifest.pending_aliases.is_empty());
+        assert_eq!(manifest.aliases["latest"].tag, "b");
+        let json = manifest.to_json();
+        assert!(!json.contains("pending_aliases"), "empty: not written");
     }
 
     #[test]

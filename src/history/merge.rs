@@ -10,14 +10,17 @@
 //! - An alias: the newer move (`moved_at`) wins; the other target and both histories are kept.
 //! - A multi-platform index: the newer publication (`published_at`) wins; the other, when it is
 //!   a different digest, joins the history.
+//! - A pending alias move (intent without a result): the newer one (`since`) wins; it is dropped
+//!   when the merged alias already points at its target, moved no earlier than it began.
 //! - Each image's and index's `aliases` list is recomputed from the merged alias table.
+//! - Fields this version does not know are kept; on a tie the winner's value.
 
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
 use crate::history::manifest::{
-    AliasRecord, AliasTarget, ImageRecord, IndexRecord, Manifest, RecordStatus, HISTORY_LIMIT,
-    SCHEMA_VERSION,
+    keep_unknown_fields, AliasRecord, AliasTarget, ImageRecord, IndexRecord, Manifest, PendingMove,
+    RecordStatus, HISTORY_LIMIT, SCHEMA_VERSION,
 };
 use crate::model::digest::Digest;
 
@@ -51,6 +54,7 @@ fn merge_image(left: ImageRecord, right: ImageRecord) -> ImageRecord {
     } else {
         (left, right)
     };
+    keep_unknown_fields(&mut winner.extra, &loser.extra);
     let mut history = std::mem::take(&mut winner.history);
     history.append(&mut std::mem::take(&mut loser.history));
     let same_build = build_identity(&winner) == build_identity(&loser);
@@ -79,6 +83,7 @@ fn target_of(record: &AliasRecord) -> AliasTarget {
         tag: record.tag.clone(),
         digest: record.digest.clone(),
         moved_at: record.moved_at.clone(),
+        extra: Default::default(),
     }
 }
 
@@ -95,6 +100,7 @@ fn merge_alias(left: AliasRecord, right: AliasRecord) -> AliasRecord {
     } else {
         (left, right)
     };
+    keep_unknown_fields(&mut winner.extra, &loser.extra);
     let mut history = std::mem::take(&mut winner.history);
     history.append(&mut loser.history);
     history.push(target_of(&loser));
@@ -120,6 +126,7 @@ fn merge_index(left: IndexRecord, right: IndexRecord) -> IndexRecord {
     } else {
         (left, right)
     };
+    keep_unknown_fields(&mut winner.extra, &loser.extra);
     let mut history = std::mem::take(&mut winner.history);
     history.append(&mut std::mem::take(&mut loser.history));
     if loser.digest != winner.digest {
@@ -174,12 +181,42 @@ pub fn merge(left: Manifest, right: Manifest) -> Manifest {
     for (tag, index) in indexes.iter_mut() {
         index.aliases = aliases_of(tag);
     }
+    let mut pending_aliases: BTreeMap<String, PendingMove> = left.pending_aliases;
+    for (alias, pending) in right.pending_aliases {
+        let merged = match pending_aliases.remove(&alias) {
+            Some(existing) => newer_pending(existing, pending),
+            None => pending,
+        };
+        pending_aliases.insert(alias, merged);
+    }
+    pending_aliases.retain(|alias, pending| {
+        !aliases.get(alias).is_some_and(|record| {
+            record.digest.as_ref() == Some(&pending.to) && record.moved_at >= pending.since
+        })
+    });
     Manifest {
         schema_version: SCHEMA_VERSION,
         updated_at: left.updated_at.max(right.updated_at),
         images,
         aliases,
         indexes,
+        pending_aliases,
+    }
+}
+
+/// Of two intents to move one alias, the one begun last; a total order for ties.
+fn newer_pending(left: PendingMove, right: PendingMove) -> PendingMove {
+    let key = |pending: &PendingMove| {
+        (
+            pending.since.clone(),
+            pending.to.clone(),
+            serde_json::to_string(pending).unwrap_or_default(),
+        )
+    };
+    if key(&left) < key(&right) {
+        right
+    } else {
+        left
     }
 }
 
@@ -305,6 +342,7 @@ mod tests {
                 digest: Some(d("sha256:2")),
                 moved_at: "2026-11-30T11:00:00Z".into(),
                 history: Vec::new(),
+                extra: Default::default(),
             },
         );
         let merged = merge(left.clone(), right.clone());
@@ -312,6 +350,59 @@ mod tests {
         assert_eq!(merged.indexes["x"].history.len(), 1);
         assert_eq!(merged.indexes["x"].history[0].digest, d("sha256:1"));
         assert_eq!(merged.indexes["x"].aliases, vec!["latest"]);
+        assert_eq!(merged, merge(right, left));
+    }
+
+    #[test]
+    fn pending_alias_moves_survive_a_merge_until_one_side_finished_them() {
+        let base = manifest(vec![
+            record("a", "sha256:1", "t1"),
+            record("b", "sha256:2", "t2"),
+        ]);
+        let mut begun = base.clone();
+        begun.begin_alias_move(
+            "latest",
+            "b",
+            &d("sha256:2"),
+            "2026-11-30T10:00:00Z",
+            "pid 1",
+        );
+        let merged = merge(base.clone(), begun.clone());
+        assert_eq!(merged.pending_aliases, begun.pending_aliases);
+        assert_eq!(merged, merge(begun.clone(), base.clone()));
+
+        let mut finished = begun.clone();
+        finished.finish_alias_move("latest", "b", &d("sha256:2"), "2026-11-30T10:00:05Z");
+        assert!(finished.pending_aliases.is_empty());
+        let merged = merge(begun.clone(), finished.clone());
+        assert!(
+            merged.pending_aliases.is_empty(),
+            "the other side recorded the move as done"
+        );
+        assert_eq!(merged.aliases["latest"].tag, "b");
+        assert_eq!(merged, merge(finished, begun));
+    }
+
+    #[test]
+    fn unknown_fields_of_records_are_kept() {
+        let mut left = manifest(vec![record("a", "sha256:1", "t1")]);
+        left.images
+            .get_mut("a")
+            .unwrap()
+            .extra
+            .insert("owner".into(), serde_json::json!("ml-infra"));
+        let mut right = manifest(vec![record("a", "sha256:2", "t2")]);
+        right.move_alias("latest", "a", Some(d("sha256:2")), "t2");
+        right
+            .aliases
+            .get_mut("latest")
+            .unwrap()
+            .extra
+            .insert("note".into(), serde_json::json!({"ticket": 42}));
+        let merged = merge(left.clone(), right.clone());
+        assert_eq!(merged.images["a"].digest, Some(d("sha256:2")));
+        assert_eq!(merged.images["a"].extra["owner"], "ml-infra");
+        assert_eq!(merged.aliases["latest"].extra["note"]["ticket"], 42);
         assert_eq!(merged, merge(right, left));
     }
 

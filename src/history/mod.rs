@@ -1,7 +1,9 @@
 //! The manifest and what is decided from it: the record of every image built, pushed and tested,
 //! kept as history (`manifest`); merging the manifests of CI shards (`merge`); the upgrade plan a
 //! person reviews before tags move (`upgrade`); the alias guard (`aliases`); rollback targets
-//! (`rollback`); and what changed between two images (`diff`). Pure: values in, values out.
+//! (`rollback`); what changed between two images (`diff`); and the manifest against what the
+//! registry serves, with alias moves left in between settled (`verify`). Pure: values in,
+//! values out.
 
 pub mod aliases;
 pub mod diff;
@@ -9,3 +11,4 @@ pub mod manifest;
 pub mod merge;
 pub mod rollback;
 pub mod upgrade;
+pub mod verify;

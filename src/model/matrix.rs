@@ -1,10 +1,13 @@
 //! `matrix.yaml`: the images a team wants, as axes (`torch`, `cuda`, `cudnn`, `python`, `os`,
 //! `variants`) plus `include`/`exclude` rules, the registry and repository, tag settings and mirrors.
 //!
-//! Loading is strict: an unknown key, a wrong type or a malformed version is an error naming the
-//! file, line and column, with a hint (`did you mean torch?`). Every string that can reach a
-//! Dockerfile is validated here, so the renderer only ever sees safe values. Versions are kept as
-//! strings exactly as written (`12.10` stays `12.10`). This module does not touch Docker.
+//! Loading is strict: an unknown key, a wrong type, a malformed version, a value listed twice or
+//! an input past the limits of [`crate::model::yaml`] is an error naming the file, line and
+//! column, with a hint (`did you mean torch?`). Every string that can reach a Dockerfile is
+//! validated here, so the renderer only ever sees safe values. Versions are kept as strings
+//! exactly as written (`12.10` stays `12.10`). The matrix keeps where each of its values is
+//! ([`Matrix::locations`]), so checks against the knowledge can point at them too. This module
+//! does not touch Docker.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -14,11 +17,16 @@ use serde::{Deserialize, Serialize};
 pub use crate::model::axes::{DevelToolkit, OsName, Platform, TorchWheels, Variant, VersionText};
 use crate::model::names::edit_distance;
 use crate::model::version::TorchVersion;
+use crate::model::yaml::{self, Locations, Problem, LIMITS};
+
+/// The most cells the axes and include rules may ask for: more is a mistake (an axis pasted
+/// many times), and resolving it would take memory in proportion.
+pub const MAX_CELLS: usize = 10_000;
 
 /// An error in a matrix file, with where it is and what to do about it.
 #[derive(Debug, thiserror::Error)]
 pub enum MatrixError {
-    #[error("cannot read matrix {path}: {source}")]
+    #[error("cannot read matrix {path}: {source}{hint}", hint = read_hint(source))]
     Read {
         path: String,
         source: std::io::Error,
@@ -38,6 +46,27 @@ fn location_suffix(line: Option<usize>, column: Option<usize>) -> String {
         (Some(line), Some(column)) => format!(":{line}:{column}"),
         (Some(line), None) => format!(":{line}"),
         _ => String::new(),
+    }
+}
+
+fn read_hint(error: &std::io::Error) -> &'static str {
+    if error.kind() == std::io::ErrorKind::NotFound {
+        "\nhint: run imagegen where matrix.yaml is, pass --matrix PATH, or set IMAGEGEN_MATRIX"
+    } else {
+        ""
+    }
+}
+
+impl MatrixError {
+    /// A problem the YAML reader found in `path`.
+    pub fn from_problem(path: &str, problem: Problem) -> MatrixError {
+        MatrixError::Invalid {
+            path: path.to_string(),
+            line: problem.at.map(|at| at.line),
+            column: problem.at.map(|at| at.column),
+            message: problem.message,
+            hint: problem.hint,
+        }
     }
 }
 
@@ -279,6 +308,9 @@ pub struct Matrix {
     /// `file:line` of each `include` entry, so rejections can point at the rule that made them.
     #[serde(skip)]
     pub include_locations: Vec<String>,
+    /// Where each key and value is in the file (`torch[1]`, `include[0].cuda`).
+    #[serde(skip)]
+    pub locations: Locations,
 }
 
 fn default_variants() -> Vec<Variant> {
@@ -331,11 +363,16 @@ const TOP_LEVEL_KEYS: &[&str] = &[
 impl Matrix {
     /// Reads and validates the matrix at `path`.
     pub fn load(path: &Path) -> Result<Matrix, MatrixError> {
-        let text = std::fs::read_to_string(path).map_err(|source| MatrixError::Read {
-            path: path.display().to_string(),
-            source,
-        })?;
-        let mut matrix = Self::parse(&text, &path.display().to_string())?;
+        let name = path.display().to_string();
+        let bytes = yaml::read_bounded(path, &LIMITS)
+            .map_err(|source| MatrixError::Read {
+                path: name.clone(),
+                source,
+            })?
+            .map_err(|problem| MatrixError::from_problem(&name, problem))?;
+        let text =
+            yaml::decode(&bytes).map_err(|problem| MatrixError::from_problem(&name, problem))?;
+        let mut matrix = Self::parse(text, &name)?;
         let directory = path.parent().unwrap_or(Path::new("."));
         for relative in [&mut matrix.templates, &mut matrix.ca_bundle]
             .into_iter()
@@ -348,8 +385,11 @@ impl Matrix {
         Ok(matrix)
     }
 
-    /// Parses matrix text; `path` is only used in messages.
+    /// Parses matrix text; `path` is only used in messages. The text is read within
+    /// [`yaml::LIMITS`] before serde sees it.
     pub fn parse(text: &str, path: &str) -> Result<Matrix, MatrixError> {
+        let locations = yaml::locate(text, &LIMITS, path)
+            .map_err(|problem| MatrixError::from_problem(path, problem))?;
         let matrix: Matrix = serde_yaml::from_str(text).map_err(|error| {
             let message = error.to_string();
             let (line, column) = match error.location() {
@@ -375,22 +415,36 @@ impl Matrix {
             }
         })?;
         let mut matrix = matrix;
-        matrix.validate(text, path)?;
-        matrix.include_locations = list_item_lines(text, "include")
-            .into_iter()
-            .map(|line| format!("{path}:{line}"))
+        matrix.validate(&locations, path)?;
+        matrix.include_locations = (0..matrix.include.len())
+            .map(|index| {
+                locations
+                    .line_of(&format!("include[{index}]"))
+                    .unwrap_or_else(|| path.to_string())
+            })
             .collect();
+        matrix.locations = locations;
         Ok(matrix)
     }
 
-    /// Checks what serde cannot: non-empty axes, torch versions, safe strings.
-    fn validate(&self, text: &str, path: &str) -> Result<(), MatrixError> {
+    /// Checks what serde cannot: non-empty axes without repeats, a bounded number of cells,
+    /// torch versions, safe strings.
+    fn validate(&self, locations: &Locations, path: &str) -> Result<(), MatrixError> {
         let invalid = |key: &str, needle: &str, message: String, hint: Option<String>| {
-            let (line, column) = find_location(text, key, needle);
+            let at = locations.search(key, needle);
             MatrixError::Invalid {
                 path: path.to_string(),
-                line,
-                column,
+                line: at.map(|at| at.line),
+                column: at.map(|at| at.column),
+                message,
+                hint,
+            }
+        };
+        let invalid_at = |at: Option<yaml::Position>, message: String, hint: Option<String>| {
+            MatrixError::Invalid {
+                path: path.to_string(),
+                line: at.map(|at| at.line),
+                column: at.map(|at| at.column),
                 message,
                 hint,
             }
@@ -410,6 +464,44 @@ impl Matrix {
                     None,
                 ));
             }
+        }
+        for (key, values) in self.axes() {
+            for (index, value) in values.iter().enumerate() {
+                if let Some(first) = values[..index].iter().position(|v| v == value) {
+                    let first_at = locations.value_at(&format!("{key}[{first}]"));
+                    return Err(invalid_at(
+                        locations.value_at(&format!("{key}[{index}]")),
+                        format!(
+                            "`{key}` lists {value} twice{}",
+                            first_at
+                                .map(|at| format!(" (first at {}:{})", at.line, at.column))
+                                .unwrap_or_default()
+                        ),
+                        Some("list each value once".into()),
+                    ));
+                }
+            }
+        }
+        let cells = self.cell_count();
+        if cells > MAX_CELLS {
+            let (widest, _) = self
+                .axes()
+                .into_iter()
+                .max_by_key(|(_, values)| values.len())
+                .expect("the axes are not empty");
+            return Err(invalid_at(
+                locations.key_at(widest),
+                format!(
+                    "the matrix asks for {cells} cells ({}), more than the limit of {MAX_CELLS}",
+                    self.axes()
+                        .iter()
+                        .filter(|(_, values)| !values.is_empty())
+                        .map(|(key, values)| format!("{} {key}", values.len()))
+                        .collect::<Vec<_>>()
+                        .join(" × ")
+                ),
+                Some("list the versions you build, not every version there is".into()),
+            ));
         }
         for torch in self
             .torch
@@ -452,17 +544,9 @@ impl Matrix {
         ];
         for (key, value) in mirrors {
             if let Some(url) = value {
+                // apt mirrors go into a `sed` expression delimited by `#`, which check_url refuses.
                 check_url(url)
                     .map_err(|m| invalid(key, url, format!("mirrors.{key}: {m}"), None))?;
-                // apt mirrors are written into a `sed` expression delimited by `#`.
-                if !key.contains("index") && url.contains('#') {
-                    return Err(invalid(
-                        key,
-                        url,
-                        format!("mirrors.{key}: {url:?} contains '#', which is not allowed in an apt mirror URL"),
-                        None,
-                    ));
-                }
             }
         }
         if let Some(prefix) = &self.mirrors.base_registry {
@@ -518,32 +602,43 @@ impl Matrix {
     }
 }
 
-/// The 1-based lines of the items of the top-level list `key` (block `- ...` items or a flow
-/// `[{...}, {...}]` list on the key's own line, one item per `{`).
-fn list_item_lines(text: &str, key: &str) -> Vec<usize> {
-    let lines: Vec<&str> = text.lines().collect();
-    let Some(start) = lines.iter().position(|l| l.starts_with(&format!("{key}:"))) else {
-        return Vec::new();
-    };
-    let rest = lines[start][key.len() + 1..].trim();
-    if rest.starts_with('[') {
-        return vec![start + 1; rest.matches('{').count()];
+impl Matrix {
+    /// Each axis by its key, as text (empty when an optional axis is absent).
+    pub fn axes(&self) -> Vec<(&'static str, Vec<String>)> {
+        let text = |values: &[VersionText]| values.iter().map(|v| v.0.clone()).collect();
+        vec![
+            ("torch", text(&self.torch)),
+            ("cuda", text(&self.cuda)),
+            ("cudnn", text(&self.cudnn)),
+            ("python", text(&self.python)),
+            ("os", self.os.iter().map(|o| o.0.clone()).collect()),
+            (
+                "variants",
+                self.variants.iter().map(|v| v.to_string()).collect(),
+            ),
+            (
+                "platforms",
+                self.platforms.iter().map(|p| p.0.clone()).collect(),
+            ),
+        ]
     }
-    let mut items = Vec::new();
-    for (offset, line) in lines[start + 1..].iter().enumerate() {
-        let trimmed = line.trim_start();
-        if !line.is_empty() && !line.starts_with(' ') && !line.starts_with('#') {
-            break;
-        }
-        if trimmed.starts_with("- ") || trimmed == "-" {
-            let indent = line.len() - trimmed.len();
-            // Only items of this list, not of lists nested inside its items.
-            if items.is_empty() || indent <= 2 {
-                items.push(start + offset + 2);
-            }
-        }
+
+    /// How many cells the axes and include rules ask for (before any is rejected), saturating.
+    pub fn cell_count(&self) -> usize {
+        let axes = self
+            .axes()
+            .iter()
+            .map(|(_, values)| values.len().max(1))
+            .fold(1usize, |product, len| product.saturating_mul(len));
+        self.include.iter().fold(axes, |total, rule| {
+            let variants = rule.variants.as_ref().map_or(self.variants.len(), Vec::len);
+            let platforms = rule
+                .platforms
+                .as_ref()
+                .map_or(self.platforms.len(), Vec::len);
+            total.saturating_add(variants.saturating_mul(platforms))
+        })
     }
-    items
 }
 
 /// `did you mean` for serde's "unknown field `x`, expected one of ..." messages.
@@ -568,32 +663,6 @@ fn unknown_field_hint(message: &str) -> Option<String> {
     } else {
         Some(format!("known keys here: {}", candidates.join(", ")))
     }
-}
-
-/// The 1-based line and column of the first line holding `key:` (and `needle`, when given).
-fn find_location(text: &str, key: &str, needle: &str) -> (Option<usize>, Option<usize>) {
-    for (index, line) in text.lines().enumerate() {
-        if let Some(key_at) = line.find(&format!("{key}:")) {
-            if needle.is_empty() || line.contains(needle) {
-                let column = if needle.is_empty() {
-                    key_at
-                } else {
-                    line.find(needle).unwrap_or(key_at)
-                };
-                return (Some(index + 1), Some(column + 1));
-            }
-        }
-    }
-    // The needle may be in a list on following lines; fall back to the needle alone.
-    if !needle.is_empty() {
-        let first_line = needle.lines().next().unwrap_or(needle);
-        for (index, line) in text.lines().enumerate() {
-            if let Some(at) = line.find(first_line) {
-                return (Some(index + 1), Some(at + 1));
-            }
-        }
-    }
-    (None, None)
 }
 
 /// A registry host (`ghcr.io`, `127.0.0.1:5000`) or repository path (`acme/pytorch`).
@@ -653,15 +722,18 @@ pub fn check_image_reference(value: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// An http(s) URL with no character that could escape a Dockerfile line or a shell word.
+/// An http(s) URL that is safe where the templates put it: unquoted on a `RUN` line (pip's
+/// `--index-url`) and inside a `sed s|...|...|` expression (the apt mirror). Only letters,
+/// digits and `-._~:/%@+=,` pass: no shell metacharacter (`;`, `&`, `|`, `$`, backticks,
+/// quotes, spaces, `<>`, `()`, globs, `#`, `\`), and nothing `sed` reads specially.
 fn check_url(url: &str) -> Result<(), String> {
     if !(url.starts_with("http://") || url.starts_with("https://")) {
         return Err(format!("{url:?} must start with http:// or https://"));
     }
-    let allowed = |c: char| c.is_ascii_alphanumeric() || "-._~:/?#[]@!&'()*+,;=%".contains(c);
-    if let Some(bad) = url.chars().find(|c| !allowed(*c) || *c == '\'') {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || "-._~:/%@+=,".contains(c);
+    if let Some(bad) = url.chars().find(|c| !allowed(*c)) {
         return Err(format!(
-            "{url:?} contains {bad:?}, which is not allowed in a mirror URL"
+            "{url:?} contains {bad:?}, which is not safe on a shell line (a mirror URL may hold only letters, digits and -._~:/%@+=,)"
         ));
     }
     Ok(())
@@ -824,6 +896,54 @@ mod tests {
     }
 
     #[test]
+    fn mirror_urls_with_shell_metacharacters_are_refused_at_load_with_their_line() {
+        for key in [
+            "torch_index",
+            "pip_index",
+            "apt",
+            "apt_ports",
+            "debian",
+            "debian_security",
+            "nvidia_apt",
+        ] {
+            for bad in [
+                "https://m.example/simple;curl${IFS}evil",
+                "https://m.example/simple&&id",
+                "https://m.example/a&b",
+                "https://m.example/a|sh",
+                "https://m.example/$HOME",
+                "https://m.example/`id`",
+                "https://m.example/a'b",
+                "https://m.example/a<b",
+                "https://m.example/a>b",
+                "https://m.example/a(b)",
+                "https://m.example/a?b*",
+                "https://m.example/a#b",
+            ] {
+                let text = format!("{MINIMAL}mirrors:\n  {key}: \"{bad}\"\n");
+                let line = text.lines().count();
+                let error = error_of(&text);
+                assert!(
+                    error.starts_with(&format!("matrix.yaml:{line}:")),
+                    "{key}: {bad}: {error}"
+                );
+                assert!(error.contains(&format!("mirrors.{key}")), "{error}");
+                assert!(error.contains("not safe on a shell line"), "{error}");
+            }
+            let escaped = format!("{MINIMAL}mirrors:\n  {key}: \"https://m.example/a\\x20b\"\n");
+            assert!(
+                error_of(&escaped)
+                    .starts_with(&format!("matrix.yaml:{}:", escaped.lines().count())),
+                "a value written with escapes is located at its key"
+            );
+            let good = format!(
+                "{MINIMAL}mirrors:\n  {key}: https://user@artifactory.example.com:8443/api/pypi/pypi-remote/simple\n"
+            );
+            Matrix::parse(&good, "matrix.yaml").unwrap();
+        }
+    }
+
+    #[test]
     fn empty_axes_and_bad_torch_are_rejected() {
         let error = error_of(&MINIMAL.replace("[\"12.6\"]", "[]"));
         assert!(error.contains("`cuda` is empty"), "{error}");
@@ -892,10 +1012,7 @@ mod tests {
         let error = error_of(&format!(
             "{MINIMAL}mirrors:\n  apt_ports: \"http://m.example/ports#x\"\n"
         ));
-        assert!(
-            error.contains("not allowed in an apt mirror URL"),
-            "{error}"
-        );
+        assert!(error.contains("not safe on a shell line"), "{error}");
         // Relative to the matrix file.
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("matrix.yaml");
@@ -911,9 +1028,42 @@ mod tests {
         let text = format!("{MINIMAL}include:\n  - {{torch: \"2.7.0\", cuda: \"12.4\", os: ubuntu22.04}}\n  # a comment\n  - torch: \"2.7.1\"\n    cuda: \"12.8\"\n    os: ubuntu24.04\n    variants: [runtime]\n");
         let matrix = Matrix::parse(&text, "m.yaml").unwrap();
         assert_eq!(matrix.include_locations, vec!["m.yaml:7", "m.yaml:9"]);
-        assert_eq!(
-            list_item_lines("include: [{torch: \"2.7\"}, {torch: \"2.8\"}]\n", "include"),
-            vec![1, 1]
+        let flow = format!("{MINIMAL}include: [{{torch: \"2.7\", cuda: \"12.6\", os: ubuntu24.04}},\n  {{torch: \"2.8\", cuda: \"12.6\", os: ubuntu24.04}}]\n");
+        let matrix = Matrix::parse(&flow, "m.yaml").unwrap();
+        assert_eq!(matrix.include_locations, vec!["m.yaml:6", "m.yaml:7"]);
+    }
+
+    #[test]
+    fn repeated_values_and_too_many_cells_are_refused() {
+        let error = error_of(&MINIMAL.replace("[\"12.6\"]", "[\"12.6\", \"12.8\",\n  \"12.6\"]"));
+        assert!(
+            error.starts_with("matrix.yaml:5:3: `cuda` lists 12.6 twice (first at 4:8)"),
+            "{error}"
         );
+        let many: Vec<String> = (0..200).map(|minor| format!("\"2.{minor}\"")).collect();
+        let cudas: Vec<String> = (0..60).map(|minor| format!("\"12.{minor}\"")).collect();
+        let text = MINIMAL
+            .replace("[\"2.7\"]", &format!("[{}]", many.join(", ")))
+            .replace("[\"12.6\"]", &format!("[{}]", cudas.join(", ")));
+        let error = error_of(&text);
+        assert!(error.starts_with("matrix.yaml:3:1: the matrix asks for 24000 cells (200 torch × 60 cuda × 1 os × 2 variants × 1 platforms)"), "{error}");
+    }
+
+    #[test]
+    fn duplicate_keys_tabs_and_limits_are_located() {
+        let error = error_of(&format!("{MINIMAL}cuda: [\"12.8\"]\n"));
+        assert!(
+            error.starts_with("matrix.yaml:6:1: duplicate key `cuda` (first at line 4)"),
+            "{error}"
+        );
+        assert!(error.contains("\nhint: "), "{error}");
+        let error = error_of(&format!("{MINIMAL}tags:\n\tlatest: true\n"));
+        assert!(
+            error.starts_with("matrix.yaml:7:1: invalid YAML"),
+            "{error}"
+        );
+        assert!(error.contains("hint: YAML indents with spaces"), "{error}");
+        let deep = format!("{MINIMAL}labels: {}{}\n", "[".repeat(100), "]".repeat(100));
+        assert!(error_of(&deep).contains("nested more than 32 deep"));
     }
 }

@@ -8,3 +8,10 @@ pub mod knowledge;
 pub mod matrix;
 pub mod names;
 pub mod version;
+
+/// Which gpu-selftest build serves an image: the rule gpu-selftest itself uses, from the one
+/// file both crates share, so the binary copied into an image and the one the self-test expects
+/// cannot disagree.
+#[path = "../../selftest/src/binary_name.rs"]
+pub mod selftest_binary;
+pub mod yaml;

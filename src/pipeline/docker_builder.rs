@@ -1,7 +1,10 @@
 //! The [`Builder`] that works through the Docker Engine API: build contexts from `images/<name>/`
 //! plus the gpu-selftest binary for the image's CUDA major, builds with labels, the self-test in a
-//! container with all GPUs, tags and pushes with the user's registry credentials. Policy (what to
-//! build, when aliases move) stays in `build`; wire protocols stay in `docker`.
+//! container with all GPUs, tags and pushes with the user's registry credentials, and alias moves
+//! through the registry API (the alias is stored as exactly the manifest the full tag serves).
+//! Every container it starts carries the run's label ([`RUN_LABEL`]), so the command can remove
+//! whatever a cancellation left behind. Policy (what to build, when aliases move) stays in the
+//! executor; wire protocols stay in `docker`.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -13,18 +16,22 @@ use tokio::sync::{Mutex, OnceCell};
 
 use crate::docker::{
     context_tar, registry_host_of, repository_path_of, BuildRequest, ContextFile, Credentials,
-    DockerConfig, Engine, RegistryClient, RetryPolicy, RunRequest,
+    DockerConfig, Engine, RegistryClient, RegistryManifest, RetryPolicy, RunRequest,
+    DEFAULT_REGISTRY_TIMEOUT,
 };
 use crate::history::manifest::Packages;
 use crate::model::digest::Digest;
 use crate::pipeline::executor::{Builder, Existing, TestOutcome};
-use crate::pipeline::plan::PlannedImage;
+use crate::pipeline::planned::PlannedImage;
 use crate::pipeline::progress::Progress;
 use crate::pipeline::selftest::{interpret_selftest, parse_packages, LIST_PACKAGES};
 use crate::resolve::image::ImageSpec;
 
 /// The label that carries an image's build key.
 pub const BUILD_KEY_LABEL: &str = "imagegen.build-key";
+/// The label on every container a run starts (self-test, package listing): its value names the
+/// run, so the run's cleanup finds exactly its own containers.
+pub const RUN_LABEL: &str = "imagegen.run";
 /// `/dev/shm` for the self-test container: NCCL and DataLoader workers need more than Docker's 64 MiB.
 const SELFTEST_SHM_BYTES: i64 = 8 << 30;
 const SELFTEST_TIMEOUT: Duration = Duration::from_secs(600);
@@ -93,6 +100,14 @@ pub struct EngineBuilderSettings {
     pub selftest_shm_bytes: i64,
     /// Retries of registry lookups (pushes use the engine's own policy).
     pub registry_retry: RetryPolicy,
+    /// Deadline of each registry request.
+    pub registry_timeout: Duration,
+    /// How long one image's build may take.
+    pub build_timeout: Duration,
+    /// The value of [`RUN_LABEL`] on this run's containers.
+    pub run_id: String,
+    /// A gpu-selftest baseline (its JSON), handed to every self-test as `GPU_SELFTEST_BASELINE`.
+    pub selftest_baseline: Option<String>,
 }
 
 impl Default for EngineBuilderSettings {
@@ -102,9 +117,16 @@ impl Default for EngineBuilderSettings {
             check_registry: false,
             selftest_shm_bytes: SELFTEST_SHM_BYTES,
             registry_retry: RetryPolicy::default(),
+            registry_timeout: DEFAULT_REGISTRY_TIMEOUT,
+            build_timeout: DEFAULT_BUILD_TIMEOUT,
+            run_id: format!("pid-{}", std::process::id()),
+            selftest_baseline: None,
         }
     }
 }
+
+/// How long one image's build may take by default.
+pub const DEFAULT_BUILD_TIMEOUT: Duration = Duration::from_secs(6 * 3600);
 
 pub struct EngineBuilder {
     engine: Engine,
@@ -115,7 +137,16 @@ pub struct EngineBuilder {
     credentials: Mutex<BTreeMap<String, Option<Credentials>>>,
     gpus: OnceCell<bool>,
     host_platform: OnceCell<String>,
+    /// Per base image: present or pulled, or why not. Looked up once for all the images on it,
+    /// so a missing base is one attempt and one cause, not one daemon error per image.
+    bases: Mutex<BTreeMap<String, Arc<BaseImage>>>,
+    /// Manifests read back from the registry after a push, by digest: an alias move stores
+    /// these exact bytes under the alias.
+    pushed: std::sync::Mutex<BTreeMap<Digest, RegistryManifest>>,
 }
+
+/// Whether a base image is in the daemon (present or pulled), or why it cannot be; set once.
+type BaseImage = OnceCell<Result<(), String>>;
 
 impl EngineBuilder {
     pub fn new(
@@ -135,7 +166,66 @@ impl EngineBuilder {
             credentials: Mutex::new(BTreeMap::new()),
             gpus: OnceCell::new(),
             host_platform: OnceCell::new(),
+            bases: Mutex::new(BTreeMap::new()),
+            pushed: std::sync::Mutex::new(BTreeMap::new()),
         }
+    }
+
+    /// A registry client for `repository`'s host, with the user's credentials, this run's
+    /// retries and deadline.
+    async fn registry(&self, repository: &str) -> Result<RegistryClient> {
+        let credentials = self.credentials_for(repository).await?;
+        Ok(
+            RegistryClient::new(&registry_host_of(repository), credentials)
+                .with_retry(self.settings.registry_retry)
+                .with_timeout(self.settings.registry_timeout),
+        )
+    }
+
+    /// Labels of every container this run starts.
+    fn container_labels(&self, purpose: &str, name: &str) -> BTreeMap<String, String> {
+        [
+            (purpose.to_string(), name.to_string()),
+            (RUN_LABEL.to_string(), self.settings.run_id.clone()),
+        ]
+        .into()
+    }
+
+    /// Makes sure the base image a runtime image is built `FROM` is in the daemon, pulling it
+    /// when it is not; the error says what to do when it cannot be had. A devel image's base is
+    /// its runtime image, built first in the plan.
+    async fn ensure_base(&self, image: &PlannedImage) -> Result<()> {
+        let base = &image.spec.base_image;
+        if image.spec.parent.is_some() || base == "scratch" {
+            return Ok(());
+        }
+        let cell = Arc::clone(self.bases.lock().await.entry(base.clone()).or_default());
+        let name = &image.spec.name;
+        let outcome = cell
+            .get_or_init(|| async {
+                match self.engine.image(base).await {
+                    Ok(Some(_)) => return Ok(()),
+                    Ok(None) => {}
+                    Err(error) => return Err(error.to_string()),
+                }
+                self.progress
+                    .stage(name, &format!("base image {base} is not here: pulling it"));
+                // A broken Docker config should not hide the real cause: pull anonymously then.
+                let credentials = self.credentials_for(base).await.ok().flatten();
+                let progress = Arc::clone(&self.progress);
+                self.engine
+                    .pull(
+                        base,
+                        Some(image.spec.platform.as_str()),
+                        credentials.as_ref(),
+                        |line| progress.line(name, line),
+                    )
+                    .await
+                    .map_err(|error| error.to_string())
+            })
+            .await
+            .clone();
+        outcome.map_err(|reason| anyhow!(missing_base_text(base, &reason)))
     }
 
     async fn credentials_for(&self, repository: &str) -> Result<Option<Credentials>> {
@@ -190,10 +280,7 @@ impl Builder for EngineBuilder {
             return Ok(Some(Existing::Local(local.id)));
         }
         if let (true, Some(recorded)) = (self.settings.check_registry, &image.recorded_digest) {
-            let credentials = self.credentials_for(&image.spec.repository).await?;
-            let client =
-                RegistryClient::new(&registry_host_of(&image.spec.repository), credentials)
-                    .with_retry(self.settings.registry_retry);
+            let client = self.registry(&image.spec.repository).await?;
             let path = repository_path_of(&image.spec.repository);
             if let Some(labels) = client.image_labels(path, &image.spec.tag).await? {
                 if labels.get(BUILD_KEY_LABEL).map(String::as_str) == Some(image.build_key.as_str())
@@ -225,21 +312,44 @@ impl Builder for EngineBuilder {
             .labels
             .insert(BUILD_KEY_LABEL.into(), image.build_key.to_string());
         self.progress.start(name, "building");
-        let progress = Arc::clone(&self.progress);
-        let log_name = name.clone();
-        match self
-            .engine
-            .build(request, move |line| progress.line(&log_name, line))
-            .await
-        {
+        let limit = self.settings.build_timeout;
+        let log = self.progress.log_path(name);
+        let built = match self.ensure_base(image).await {
+            Ok(()) => {
+                let progress = Arc::clone(&self.progress);
+                let log_name = name.clone();
+                let building = self
+                    .engine
+                    .build(request, move |line| progress.line(&log_name, line));
+                match tokio::time::timeout(limit, building).await {
+                    Ok(result) => result.map_err(anyhow::Error::from),
+                    Err(_) => {
+                        self.progress
+                            .stage(name, "build stopped: past its deadline");
+                        return Err(anyhow!(
+                            "building {} did not finish within {} s; it was stopped\nfull log: {}\nhint: --build-timeout (IMAGEGEN_BUILD_TIMEOUT) sets how long one build may take",
+                            image.reference,
+                            limit.as_secs(),
+                            log.display()
+                        ));
+                    }
+                }
+            }
+            Err(error) => Err(error),
+        };
+        match built {
             Ok(id) => {
                 self.progress.stage(name, &format!("built {id}"));
                 Ok(id)
             }
             Err(error) => {
-                let log = self.progress.log_path(name);
+                // The log holds the error itself, not only that the build failed.
+                self.progress.log_only(name, "== error");
+                for line in format!("{error:#}").lines() {
+                    self.progress.log_only(name, line);
+                }
                 self.progress.stage(name, "build failed");
-                Err(anyhow!("{error}\nfull log: {}", log.display()))
+                Err(anyhow!("{error:#}\nfull log: {}", log.display()))
             }
         }
     }
@@ -269,8 +379,15 @@ impl Builder for EngineBuilder {
             gpus,
             shm_size_bytes: Some(self.settings.selftest_shm_bytes),
             timeout: Some(SELFTEST_TIMEOUT),
-            labels: [("imagegen.selftest".to_string(), name.clone())].into(),
-            ..Default::default()
+            labels: self.container_labels("imagegen.selftest", name),
+            // gpu-selftest reads a baseline from this variable, the JSON itself when it starts
+            // with `{`: no file has to be mounted into the container.
+            env: self
+                .settings
+                .selftest_baseline
+                .iter()
+                .map(|baseline| ("GPU_SELFTEST_BASELINE".to_string(), baseline.clone()))
+                .collect(),
         };
         let output = match self.engine.run(request).await {
             Ok(output) => output,
@@ -301,7 +418,7 @@ impl Builder for EngineBuilder {
             cmd: vec!["sh".into(), "-c".into(), LIST_PACKAGES.into()],
             entrypoint: Some(vec![]),
             timeout: Some(Duration::from_secs(120)),
-            labels: [("imagegen.contents".to_string(), image.spec.name.clone())].into(),
+            labels: self.container_labels("imagegen.contents", &image.spec.name),
             ..Default::default()
         };
         let output = self.engine.run(request).await?;
@@ -322,13 +439,10 @@ impl Builder for EngineBuilder {
         build_key: Option<&Digest>,
     ) -> Result<Digest> {
         let credentials = self.credentials_for(repository).await?;
+        let client = self.registry(repository).await?;
+        let path = repository_path_of(repository);
         if let Some(build_key) = build_key {
-            let client = RegistryClient::new(&registry_host_of(repository), credentials.clone())
-                .with_retry(self.settings.registry_retry);
-            if let Some(labels) = client
-                .image_labels(repository_path_of(repository), tag)
-                .await?
-            {
+            if let Some(labels) = client.image_labels(path, tag).await? {
                 let theirs = labels
                     .get(BUILD_KEY_LABEL)
                     .map(String::as_str)
@@ -338,20 +452,104 @@ impl Builder for EngineBuilder {
                         "refusing to push {repository}:{tag}: the registry already has this full tag with different content (build key {theirs}, this image {build_key}); full tags are immutable\nhint: to publish a rebuild under a new tag, add a revision to tags.full in the matrix (e.g. \"{{torch}}-cuda{{cuda}}-cudnn{{cudnn_major}}-{{variant}}-{{os}}-r2\"), or move aliases back with `imagegen rollback`"
                     );
                 }
+                // The same content is there already (pushed by an earlier or a concurrent run):
+                // pushing this build again would replace the tag's digest under the others.
+                if let Some(manifest) = client.get_manifest(path, tag).await? {
+                    let digest = registry_digest(&manifest.digest, repository)?;
+                    self.progress.line(
+                        tag,
+                        &format!("== {repository}:{tag} is in the registry with this build key already ({digest}); not pushed again"),
+                    );
+                    self.remember(&digest, manifest);
+                    return Ok(digest);
+                }
             }
         }
         self.progress
             .line(tag, &format!("== pushing {repository}:{tag}"));
-        let digest = self
+        let pushed = self
             .engine
             .push(repository, tag, credentials.as_ref(), |_| {})
             .await?;
-        registry_digest(&digest, repository)
+        let pushed = registry_digest(&pushed, repository)?;
+        // Read back what the registry serves under the tag now: that is what is recorded.
+        let served = client.get_manifest(path, tag).await?.ok_or_else(|| {
+            anyhow!(
+                "the registry {} has no {repository}:{tag} right after it was pushed",
+                client.host()
+            )
+        })?;
+        let digest = registry_digest(&served.digest, repository)?;
+        if digest != pushed {
+            anyhow::bail!(
+                "the registry serves {repository}:{tag} as {digest} right after this run pushed {pushed}: another run pushed the tag at the same time"
+            );
+        }
+        self.remember(&digest, served);
+        Ok(digest)
     }
 
     async fn tag(&self, source: &str, repository: &str, tag: &str) -> Result<()> {
         Ok(self.engine.tag(source, repository, tag).await?)
     }
+
+    async fn move_alias(&self, repository: &str, alias: &str, digest: &Digest) -> Result<()> {
+        let client = self.registry(repository).await?;
+        let path = repository_path_of(repository);
+        let served = client.manifest_digest(path, alias).await?;
+        if served.as_deref() == Some(digest.as_str()) {
+            return Ok(());
+        }
+        let remembered = self
+            .pushed
+            .lock()
+            .expect("pushed lock")
+            .get(digest)
+            .cloned();
+        let manifest = match remembered {
+            Some(manifest) => manifest,
+            None => client
+                .get_manifest(path, digest.as_str())
+                .await?
+                .ok_or_else(|| {
+                    anyhow!(
+                        "the registry {} no longer has {repository}@{digest}, so {alias} cannot point at it",
+                        client.host()
+                    )
+                })?,
+        };
+        self.progress.line(
+            alias,
+            &format!("== moving {repository}:{alias} to {digest}"),
+        );
+        let written = client
+            .put_manifest(path, alias, &manifest.media_type, manifest.bytes)
+            .await?;
+        if written != digest.as_str() {
+            anyhow::bail!("the registry stored {repository}:{alias} as {written}, not {digest}");
+        }
+        Ok(())
+    }
+}
+
+impl EngineBuilder {
+    fn remember(&self, digest: &Digest, manifest: RegistryManifest) {
+        self.pushed
+            .lock()
+            .expect("pushed lock")
+            .insert(digest.clone(), manifest);
+    }
+}
+
+/// Why a build cannot start: its base image is missing and could not be pulled, with the ways to
+/// provide it.
+fn missing_base_text(base: &str, reason: &str) -> String {
+    format!(
+        "base image {base} is not in the Docker daemon, and {reason}\n\
+         hint: where no registry is reachable, load it: `docker save {base} -o base.tar` on a machine \
+         that has it, then `docker load -i base.tar` here; or set `mirrors.base_registry` in the \
+         matrix to a registry mirror you can reach, or `base_images.runtime` to a base image you have"
+    )
 }
 
 /// A digest as the registry or daemon reported it, checked: anything else is an error naming

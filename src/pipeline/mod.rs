@@ -5,6 +5,7 @@
 pub mod docker_builder;
 pub mod executor;
 pub mod plan;
+pub mod planned;
 pub mod progress;
 pub mod record;
 pub mod results;

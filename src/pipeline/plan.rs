@@ -5,13 +5,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde::Serialize;
-
 use crate::history::aliases::alias_guard;
 use crate::history::manifest::{Manifest, RecordStatus, TestStatus};
 use crate::model::digest::Digest;
+pub use crate::pipeline::planned::{Plan, PlannedImage};
 use crate::resolve::fingerprint::fingerprint;
 use crate::resolve::image::ImageSpec;
+use crate::resolve::lookup::{closest_names, named_images, without_repository};
 
 /// `--shard I/N`: this runner builds the I-th of N deterministic parts (1-based).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,36 +34,9 @@ impl std::str::FromStr for Shard {
     }
 }
 
-/// One image of the plan.
-#[derive(Debug, Clone, Serialize)]
-pub struct PlannedImage {
-    pub spec: ImageSpec,
-    /// `repository:tag`.
-    pub reference: String,
-    /// sha256 over the fingerprint, the exact build context and the parent's build key: an image
-    /// carrying this key as a label is reused instead of rebuilt.
-    pub build_key: Digest,
-    /// The image that must be built first (devel → its runtime).
-    pub depends_on: Option<String>,
-    /// Aliases this image may move to itself once it passed its test.
-    pub aliases: Vec<String>,
-    /// The manifest says an image with this build key passed its self-test: a reused local image
-    /// is not tested again.
-    pub passed_before: bool,
-    /// The digest the manifest records for this build key, if it was pushed before.
-    pub recorded_digest: Option<Digest>,
-    /// Aliases this image earns but may not take (they would move backwards), with why.
-    pub aliases_blocked: Vec<(String, String)>,
-}
-
-/// The whole plan, in build order.
-#[derive(Debug, Clone, Serialize)]
-pub struct Plan {
-    pub images: Vec<PlannedImage>,
-}
-
-/// Selects images by `only` (substring of the full tag, or a `*` glob) and `shard`, adds the
-/// runtime parents that selected devel images need, and orders parents first.
+/// Selects images by `only` and `shard`, adds the runtime parents that selected devel images
+/// need, and orders parents first. `only` names images as `k8s` does (a full tag, an alias, an
+/// index tag, with or without `repository:`), or matches full tags as a substring or a `*` glob.
 ///
 /// Shards split whole families (a runtime image and the devel images on it), round-robin over the
 /// families sorted by name, so every shard's work is self-contained and the split is the same on
@@ -83,7 +56,7 @@ pub fn select(specs: &[ImageSpec], only: Option<&str>, shard: Option<Shard>) -> 
     let mut wanted: BTreeSet<String> = specs
         .iter()
         .filter(|spec| in_shard.contains(&family_of(spec)))
-        .filter(|spec| only.is_none_or(|pattern| matches_filter(pattern, &spec.name)))
+        .filter(|spec| only.is_none_or(|pattern| only_matches(specs, pattern, spec)))
         .map(|spec| spec.name.clone())
         .collect();
     let parents: Vec<String> = specs
@@ -102,13 +75,31 @@ pub fn select(specs: &[ImageSpec], only: Option<&str>, shard: Option<Shard>) -> 
     selected
 }
 
+/// Whether `--only pattern` selects `spec`: a name of it, or a substring or glob of its tag.
+fn only_matches(specs: &[ImageSpec], pattern: &str, spec: &ImageSpec) -> bool {
+    named_images(specs, pattern)
+        .iter()
+        .any(|named| named.name == spec.name)
+        || matches_filter(without_repository(specs, pattern), &spec.name)
+}
+
 /// Why a build selected nothing.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SelectError {
     #[error("--platform {platform}: the matrix makes no image for it (it makes {available})")]
     NoImageForPlatform { platform: String, available: String },
-    #[error("no image matches --only {only:?} in this shard")]
-    NothingSelected { only: String },
+    #[error("--only {only:?} names no image of the matrix\nhint: closest tags and aliases: {}; `--only` takes a full tag, an alias, or part of a tag (`*` matches anything); `imagegen resolve` lists them all", closest.join(", "))]
+    NoMatch { only: String, closest: Vec<String> },
+    #[error("--only {only:?} selects {matched}, but none of them is in shard {shard}\nhint: drop --shard, or use the shard that holds it")]
+    NotInShard {
+        only: String,
+        matched: String,
+        shard: String,
+    },
+    #[error("the matrix makes no image to build")]
+    NoImages,
+    #[error("shard {shard} has no image: the matrix makes {families} image famil{} (a runtime image and the devel images on it), and shards deal whole families\nhint: use at most {families} shards (`imagegen ci --format github --shards N` leaves out empty ones)", if *families == 1 { "y" } else { "ies" })]
+    EmptyShard { shard: String, families: usize },
 }
 
 /// The images one `imagegen build` builds: those of `platform` (all when `None`), then
@@ -139,12 +130,41 @@ pub fn select_for_build(
         }
     };
     let selected = select(&candidates, only, shard);
-    if selected.is_empty() {
-        return Err(SelectError::NothingSelected {
-            only: only.unwrap_or_default().to_string(),
-        });
+    if !selected.is_empty() {
+        return Ok(selected);
     }
-    Ok(selected)
+    let shard_text = |shard: Shard| format!("{}/{}", shard.index, shard.count);
+    match (only, shard) {
+        (Some(pattern), shard) => {
+            let everywhere = select(&candidates, Some(pattern), None);
+            match (everywhere.is_empty(), shard) {
+                (false, Some(shard)) => Err(SelectError::NotInShard {
+                    only: pattern.to_string(),
+                    matched: everywhere
+                        .iter()
+                        .map(|spec| spec.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    shard: shard_text(shard),
+                }),
+                _ => Err(SelectError::NoMatch {
+                    only: pattern.to_string(),
+                    closest: closest_names(&candidates, pattern)
+                        .into_iter()
+                        .map(String::from)
+                        .collect(),
+                }),
+            }
+        }
+        (None, Some(shard)) => Err(SelectError::EmptyShard {
+            shard: shard_text(shard),
+            families: candidates
+                .iter()
+                .filter(|spec| spec.parent.is_none())
+                .count(),
+        }),
+        (None, None) => Err(SelectError::NoImages),
+    }
 }
 
 /// `*` matches any run of characters; without `*` the pattern matches as a substring.
@@ -180,6 +200,7 @@ pub fn plan(
     selected: &[ImageSpec],
     context_digests: &BTreeMap<String, Digest>,
     manifest: &Manifest,
+    selftest_baseline: Option<&Digest>,
 ) -> Plan {
     let mut build_keys: BTreeMap<String, Digest> = BTreeMap::new();
     let mut images = Vec::new();
@@ -215,11 +236,14 @@ pub fn plan(
             build_key,
             depends_on: spec.parent.clone(),
             aliases: spec.aliases.clone(),
+            // A pass counts only against the same baseline (or none), so a new fleet baseline
+            // tests reused images again.
             passed_before: recorded.is_some_and(|r| {
-                r.selftest
-                    .as_ref()
-                    .is_some_and(|t| t.status == TestStatus::Pass)
+                r.selftest.as_ref().is_some_and(|t| {
+                    t.status == TestStatus::Pass && t.baseline.as_ref() == selftest_baseline
+                })
             }),
+            selftest_baseline: selftest_baseline.cloned(),
             recorded_digest: recorded.and_then(|r| r.digest.clone()),
             aliases_blocked: Vec::new(),
         });
@@ -268,7 +292,12 @@ mod tests {
             "m.yaml",
         )
         .unwrap();
-        resolve(&matrix, &Knowledge::embedded(), &ResolveOptions::default()).images
+        resolve(
+            &matrix,
+            &Knowledge::test_fixture(),
+            &ResolveOptions::default(),
+        )
+        .images
     }
 
     #[test]
@@ -320,6 +349,80 @@ mod tests {
     }
 
     #[test]
+    fn only_takes_aliases_and_repository_qualified_names() {
+        let all = specs();
+        let names = |only: &str| -> Vec<String> {
+            select(&all, Some(only), None)
+                .into_iter()
+                .map(|s| s.name)
+                .collect()
+        };
+        assert_eq!(
+            names("2.8-cuda12.8-runtime"),
+            vec!["2.8.0-cuda12.8-cudnn9-runtime-ubuntu24.04"]
+        );
+        assert_eq!(
+            names("latest"),
+            names("2.8.0-cuda12.8-cudnn9-runtime-ubuntu24.04")
+        );
+        assert_eq!(
+            names("r.example/t/p:2.7-cuda12.6-devel"),
+            vec![
+                "2.7.1-cuda12.6-cudnn9-runtime-ubuntu24.04",
+                "2.7.1-cuda12.6-cudnn9-devel-ubuntu24.04"
+            ]
+        );
+        assert_eq!(names("r.example/t/p:2.7*runtime*24.04").len(), 2);
+    }
+
+    #[test]
+    fn selecting_nothing_says_why() {
+        let all = specs();
+        let error = select_for_build(&all, Some("2.8-cuda12.8-runtme"), None, None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.starts_with("--only \"2.8-cuda12.8-runtme\" names no image of the matrix\nhint: closest tags and aliases: 2.8-cuda12.8-runtime,"),
+            "{error}"
+        );
+        assert!(!error.contains("shard"), "no shard was given: {error}");
+        let shard = Shard { index: 1, count: 8 };
+        let in_other = select(
+            &all,
+            Some("2.8.0-cuda12.8-cudnn9-runtime-ubuntu24.04"),
+            None,
+        );
+        let home = (1..=8)
+            .find(|index| {
+                !select(
+                    &all,
+                    Some(&in_other[0].name),
+                    Some(Shard {
+                        index: *index,
+                        count: 8,
+                    }),
+                )
+                .is_empty()
+            })
+            .unwrap();
+        let other = Shard {
+            index: if home == 1 { 2 } else { 1 },
+            ..shard
+        };
+        let error = select_for_build(&all, Some(&in_other[0].name), Some(other), None)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("but none of them is in shard"), "{error}");
+        let error = select_for_build(&all, None, Some(Shard { index: 9, count: 9 }), None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.starts_with("shard 9/9 has no image: the matrix makes 8 image families"),
+            "{error}"
+        );
+    }
+
+    #[test]
     fn filters() {
         assert!(matches_filter(
             "cuda12.6",
@@ -360,9 +463,9 @@ mod tests {
         let mut digests = BTreeMap::new();
         digests.insert(selected[0].name.clone(), Digest::of(b"a"));
         digests.insert(selected[1].name.clone(), Digest::of(b"b"));
-        let first = plan(&selected, &digests, &Manifest::new());
+        let first = plan(&selected, &digests, &Manifest::new(), None);
         digests.insert(selected[0].name.clone(), Digest::of(b"changed"));
-        let second = plan(&selected, &digests, &Manifest::new());
+        let second = plan(&selected, &digests, &Manifest::new(), None);
         assert_ne!(first.images[0].build_key, second.images[0].build_key);
         assert_ne!(
             first.images[1].build_key, second.images[1].build_key,
@@ -393,7 +496,12 @@ mod tests {
             "m.yaml",
         )
         .unwrap();
-        resolve(&matrix, &Knowledge::embedded(), &ResolveOptions::default()).images
+        resolve(
+            &matrix,
+            &Knowledge::test_fixture(),
+            &ResolveOptions::default(),
+        )
+        .images
     }
 
     #[test]
@@ -407,7 +515,7 @@ mod tests {
             )],
         );
         let older = specs_for("2.7.0", "12.6");
-        let plan = plan(&older, &BTreeMap::new(), &manifest);
+        let plan = plan(&older, &BTreeMap::new(), &manifest, None);
         assert!(!plan.images[0]
             .aliases
             .contains(&"2.7-cuda12.6-runtime".to_string()));

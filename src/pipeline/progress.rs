@@ -35,7 +35,14 @@ impl Progress {
     /// An image starts (building, testing or pushing): opens its log and its bar.
     pub fn start(&self, name: &str, what: &str) {
         if std::fs::create_dir_all(&self.log_dir).is_ok() {
-            if let Ok(file) = std::fs::File::create(self.log_path(name)) {
+            // A fresh file, never through a link planted at its name (a write would follow it).
+            let path = self.log_path(name);
+            let _ = std::fs::remove_file(&path);
+            let created = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&path);
+            if let Ok(file) = created {
                 self.logs
                     .lock()
                     .expect("log lock")
@@ -57,7 +64,7 @@ impl Progress {
                     .expect("bar lock")
                     .insert(name.to_string(), bar);
             }
-            None => eprintln!("[{name}] {what}"),
+            None => line_to_stderr(&format!("[{name}] {what}")),
         }
         self.log(name, &format!("== {what}"));
     }
@@ -81,9 +88,14 @@ impl Progress {
                     }
                 }
             }
-            None if notable => eprintln!("[{name}] {text}"),
+            None if notable => line_to_stderr(&format!("[{name}] {text}")),
             None => {}
         }
+    }
+
+    /// A line for `name`'s log file only (an error the summary shows once, not per image).
+    pub fn log_only(&self, name: &str, text: &str) {
+        self.log(name, text.trim_end());
     }
 
     /// A stage of `name` begins (test, push, aliases).
@@ -103,7 +115,7 @@ impl Progress {
                 }
                 multi.println(format!("{name}: {outcome}")).ok();
             }
-            None => eprintln!("[{name}] {outcome}"),
+            None => line_to_stderr(&format!("[{name}] {outcome}")),
         }
     }
 
@@ -112,4 +124,10 @@ impl Progress {
             let _ = writeln!(file, "{text}");
         }
     }
+}
+
+/// A plain progress line on standard error; a closed standard error (`imagegen build 2>&1 | head`)
+/// is ignored: the build goes on, and its results are in the logs and the manifest.
+fn line_to_stderr(text: &str) {
+    let _ = writeln!(std::io::stderr().lock(), "{text}");
 }

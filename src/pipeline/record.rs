@@ -1,10 +1,13 @@
-//! The fold of build results into the manifest: one pure function applied to each result as soon
-//! as it is known, so the command can save after every image and an interruption keeps what
-//! finished.
+//! The fold of build results into the manifest: pure functions applied to the manifest as it is
+//! on disk at the moment of writing (the command re-reads it under its lock), so another run's
+//! records written meanwhile are kept. Each result is applied as soon as it is known (an image
+//! once its full tag is pushed, and again at the end; each alias move before and after), so an
+//! interruption keeps what finished.
 
+use crate::history::aliases::alias_guard;
 use crate::history::manifest::{ImageRecord, Manifest, RecordStatus, TestRecord};
 use crate::model::digest::Digest;
-use crate::pipeline::plan::PlannedImage;
+use crate::pipeline::planned::PlannedImage;
 use crate::pipeline::results::{ImageResult, Status, TestOutcome};
 use crate::resolve::image::ImageSpec;
 
@@ -40,6 +43,7 @@ pub fn record(
             summary: test.summary().into(),
             report: test.report().cloned(),
             at: now.clone(),
+            baseline: planned.selftest_baseline.clone(),
         }),
         (None, None) => None,
     };
@@ -65,11 +69,74 @@ pub fn record(
                 manifest.move_alias(alias, &planned.spec.tag, digest.clone(), &now);
             }
         }
+        // Pushed, then a later step failed (an alias): the registry serves the full tag with
+        // this digest, so it is recorded as such, with the failure beside it.
+        Status::Failed if result.digest.is_some() => {
+            record.digest = result.digest.clone();
+            if let Some(previous) = previous.as_ref().filter(|p| p.digest == record.digest) {
+                record.built_at = previous.built_at.clone();
+                record.build_seconds = previous.build_seconds;
+            }
+            let digest = record.digest.clone();
+            manifest.record_success(record);
+            for alias in &result.aliases_moved {
+                manifest.move_alias(alias, &planned.spec.tag, digest.clone(), &now);
+            }
+            if let Some(image) = manifest.images.get_mut(&planned.spec.tag) {
+                image.last_error = Some(result.error.clone().unwrap_or_else(|| "failed".into()));
+            }
+        }
         Status::Failed | Status::Skipped => {
             manifest.record_failure(record, result.error.as_deref().unwrap_or("failed"))
         }
         Status::Interrupted => {}
     }
+}
+
+/// What to do about one alias of an image that was pushed, decided against the manifest as it
+/// is when the alias moves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AliasIntent {
+    /// The move was written down as pending: make it, then write it down as done.
+    Move,
+    /// The manifest already records the alias at this digest, with no move pending.
+    AlreadyThere,
+    /// It may not move: it would go backwards (another run moved it to a newer release).
+    Held(String),
+}
+
+/// Writes down that `alias` is about to move to `tag` (an image or index of torch `torch`) at
+/// `digest` (see [`AliasIntent`]), by the run `by`.
+pub fn alias_intent(
+    manifest: &mut Manifest,
+    alias: &str,
+    (tag, torch): (&str, &str),
+    digest: &Digest,
+    now: &str,
+    by: &str,
+) -> AliasIntent {
+    if let Some(reason) = alias_guard(alias, manifest.alias_target(alias), torch, tag) {
+        return AliasIntent::Held(reason);
+    }
+    let there = manifest.aliases.get(alias).is_some_and(|a| a.tag == tag)
+        && manifest.alias_digest(alias).as_ref() == Some(digest)
+        && !manifest.pending_aliases.contains_key(alias);
+    if there {
+        return AliasIntent::AlreadyThere;
+    }
+    manifest.begin_alias_move(alias, tag, digest, now, by);
+    AliasIntent::Move
+}
+
+/// Writes down that the registry's `alias` points at `planned`'s `digest`.
+pub fn alias_moved(
+    manifest: &mut Manifest,
+    planned: &PlannedImage,
+    alias: &str,
+    digest: &Digest,
+    now: &str,
+) {
+    manifest.finish_alias_move(alias, &planned.spec.tag, digest, now);
 }
 
 /// A manifest record for `spec` with the fields every build knows; the caller fills in the rest.
@@ -104,5 +171,6 @@ pub fn image_record(spec: &ImageSpec, build_key: &Digest, at: &str) -> ImageReco
         status: RecordStatus::Ok,
         last_error: None,
         history: Vec::new(),
+        extra: Default::default(),
     }
 }

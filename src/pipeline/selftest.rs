@@ -30,6 +30,33 @@ pub fn parse_packages(output: &str) -> Packages {
     }
 }
 
+/// Checks that `text` is a gpu-selftest baseline (`gpu-selftest --save-baseline FILE`) before
+/// it is handed to every self-test: JSON of kind `gpu-selftest-baseline`, schema version 1, with
+/// figures. The self-test judges the figures; this only refuses a wrong file early.
+pub fn check_baseline(text: &str) -> Result<(), String> {
+    let value: serde_json::Value =
+        serde_json::from_str(text).map_err(|error| format!("it is not JSON: {error}"))?;
+    if value["kind"] != "gpu-selftest-baseline" {
+        return Err(format!(
+            "its kind is {}, not \"gpu-selftest-baseline\" (write one with `gpu-selftest --save-baseline FILE` on a node known to be good)",
+            value["kind"]
+        ));
+    }
+    if value["schema_version"] != 1 {
+        return Err(format!(
+            "its schema version is {}; this imagegen passes version 1",
+            value["schema_version"]
+        ));
+    }
+    if value["figures"]
+        .as_array()
+        .is_none_or(|figures| figures.is_empty())
+    {
+        return Err("it holds no figures".into());
+    }
+    Ok(())
+}
+
 /// Reads gpu-selftest's exit code and JSON report. Without GPUs, an exit 2 ("cannot run: no
 /// driver") means the binary ran in the image and found no GPU: the test is skipped, not failed.
 pub fn interpret_selftest(exit_code: i64, stdout: &str, stderr: &str, gpus: bool) -> TestOutcome {
@@ -160,5 +187,27 @@ mod tests {
             interpret_selftest(0, "not json", "", true).status(),
             "error"
         );
+    }
+
+    #[test]
+    fn baselines_are_checked_before_they_are_passed_on() {
+        let good = r#"{"schema_version":1,"kind":"gpu-selftest-baseline","gpus":["NVIDIA H200"],"figures":[{"check":"matmul","figure":"bf16","size":8192,"unit":"tflops","value":815.0,"per_gpu":[818.0,810.0]}]}"#;
+        assert_eq!(check_baseline(good), Ok(()));
+        assert!(check_baseline("not json").unwrap_err().contains("not JSON"));
+        assert!(
+            check_baseline(r#"{"schema_version":1,"overall":"pass","checks":[]}"#)
+                .unwrap_err()
+                .contains("--save-baseline")
+        );
+        assert!(
+            check_baseline(&good.replace("\"schema_version\":1", "\"schema_version\":2"))
+                .unwrap_err()
+                .contains("schema version is 2")
+        );
+        assert!(check_baseline(
+            r#"{"schema_version":1,"kind":"gpu-selftest-baseline","figures":[]}"#
+        )
+        .unwrap_err()
+        .contains("no figures"));
     }
 }

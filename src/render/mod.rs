@@ -404,7 +404,11 @@ mod tests {
             "m.yaml",
         )
         .unwrap();
-        let resolution = resolve(&matrix, &Knowledge::embedded(), &ResolveOptions::default());
+        let resolution = resolve(
+            &matrix,
+            &Knowledge::test_fixture(),
+            &ResolveOptions::default(),
+        );
         (resolution.images, matrix)
     }
 

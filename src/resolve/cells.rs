@@ -9,42 +9,10 @@ use crate::resolve::image::{Cell, Resolution};
 
 /// The cells the matrix asks for: axes minus excludes, plus includes.
 pub(super) fn expand(matrix: &Matrix, resolution: &mut Resolution) -> Vec<Cell> {
-    let optional = |values: &[VersionText]| -> Vec<Option<String>> {
-        if values.is_empty() {
-            vec![None]
-        } else {
-            values.iter().map(|v| Some(v.0.clone())).collect()
-        }
-    };
-    let mut cells = Vec::new();
-    for torch in &matrix.torch {
-        for cuda in &matrix.cuda {
-            for cudnn in optional(&matrix.cudnn) {
-                for python in optional(&matrix.python) {
-                    for os in &matrix.os {
-                        for variant in &matrix.variants {
-                            for platform in &matrix.platforms {
-                                let cell = Cell {
-                                    torch: torch.0.clone(),
-                                    cuda: cuda.0.clone(),
-                                    cudnn: cudnn.clone(),
-                                    python: python.clone(),
-                                    os: os.0.clone(),
-                                    variant: *variant,
-                                    platform: platform.0.clone(),
-                                    origin: "axes".into(),
-                                    location: None,
-                                };
-                                if !matrix.exclude.iter().any(|rule| rule_matches(rule, &cell)) {
-                                    cells.push(cell);
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    }
+    let mut cells: Vec<Cell> = axis_cells(matrix)
+        .into_iter()
+        .filter(|cell| !matrix.exclude.iter().any(|rule| rule_matches(rule, cell)))
+        .collect();
     for (index, rule) in matrix.include.iter().enumerate() {
         let origin = format!("include[{index}]");
         let (Some(torch), Some(cuda), Some(os)) = (&rule.torch, &rule.cuda, &rule.os) else {
@@ -80,8 +48,49 @@ pub(super) fn expand(matrix: &Matrix, resolution: &mut Resolution) -> Vec<Cell> 
     cells
 }
 
+/// Every combination of the axes, before exclude rules (at most [`MAX_CELLS`], which loading
+/// checks).
+///
+/// [`MAX_CELLS`]: crate::model::matrix::MAX_CELLS
+pub(super) fn axis_cells(matrix: &Matrix) -> Vec<Cell> {
+    let optional = |values: &[VersionText]| -> Vec<Option<String>> {
+        if values.is_empty() {
+            vec![None]
+        } else {
+            values.iter().map(|v| Some(v.0.clone())).collect()
+        }
+    };
+    let mut cells = Vec::new();
+    for torch in &matrix.torch {
+        for cuda in &matrix.cuda {
+            for cudnn in optional(&matrix.cudnn) {
+                for python in optional(&matrix.python) {
+                    for os in &matrix.os {
+                        for variant in &matrix.variants {
+                            for platform in &matrix.platforms {
+                                cells.push(Cell {
+                                    torch: torch.0.clone(),
+                                    cuda: cuda.0.clone(),
+                                    cudnn: cudnn.clone(),
+                                    python: python.clone(),
+                                    os: os.0.clone(),
+                                    variant: *variant,
+                                    platform: platform.0.clone(),
+                                    origin: "axes".into(),
+                                    location: None,
+                                });
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    cells
+}
+
 /// Whether an exclude rule covers a cell. Versions match by prefix (`2.7` covers `2.7.1`).
-fn rule_matches(rule: &CellRule, cell: &Cell) -> bool {
+pub(super) fn rule_matches(rule: &CellRule, cell: &Cell) -> bool {
     let version_matches =
         |rule_value: &Option<VersionText>, value: &Option<String>| match (rule_value, value) {
             (None, _) => true,

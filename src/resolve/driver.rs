@@ -11,15 +11,16 @@ use crate::resolve::image::ImageSpec;
 pub fn require_cuda(
     cuda_major_minor: &str,
     release: &CudaRelease,
+    platform: &str,
     knowledge: &Knowledge,
 ) -> String {
     let mut value = format!("cuda>={cuda_major_minor}");
     if let Some(brands) = release
         .brands
         .as_ref()
-        .and_then(|name| knowledge.brands.get(name))
+        .and_then(|name| knowledge.brand_names(name))
     {
-        for branch in &release.forward_compat_branches {
+        for branch in release.forward_compat_branches(platform) {
             for brand in brands {
                 value.push_str(&format!(
                     " brand={brand},driver>={branch},driver<{}",
@@ -31,55 +32,108 @@ pub fn require_cuda(
     value
 }
 
-/// `None` when `driver` runs the image, else the reason it does not.
+/// Whether `driver` runs an image built on a base that needs `driver_min`, or (with
+/// `forward_compat`) on one whose forward-compatibility branches include the driver's branch.
+/// The one check behind the verdict and behind every image its hint names.
+fn runs(
+    driver: &DriverVersion,
+    driver_min: &DriverVersion,
+    branches: &[u64],
+    forward_compat: bool,
+) -> bool {
+    *driver >= *driver_min || (forward_compat && branches.contains(&driver.branch()))
+}
+
+/// Whether `driver` runs images of the CUDA line `cuda` (`12.6`), built on the base release
+/// resolution picks for that line (`12.6.3`, whose driver minimum may be above the line's first
+/// release's).
+fn runs_line(
+    knowledge: &Knowledge,
+    cuda: &str,
+    platform: &str,
+    driver: &DriverVersion,
+    forward_compat: bool,
+) -> bool {
+    knowledge.cuda_release_for(cuda).is_some_and(|release| {
+        release.verified
+            && release.driver_min.as_ref().is_some_and(|driver_min| {
+                runs(
+                    driver,
+                    driver_min,
+                    release.forward_compat_branches(platform),
+                    forward_compat,
+                )
+            })
+    })
+}
+
+/// `None` when `driver` runs the image, else the reason it does not, with the newest CUDA line
+/// and up to three torch wheels that the same driver does run (each passing this same check on
+/// the base release it would be built on).
 pub(super) fn driver_verdict(
     image: &ImageSpec,
     driver: &DriverVersion,
     forward_compat: bool,
     knowledge: &Knowledge,
 ) -> Option<String> {
-    if *driver >= image.driver_min {
+    if runs(
+        driver,
+        &image.driver_min,
+        &image.forward_compat_branches,
+        forward_compat,
+    ) {
         return None;
     }
-    if forward_compat && image.forward_compat_branches.contains(&driver.branch()) {
-        return None;
-    }
-    let newest = knowledge.newest_cuda_for_driver(driver);
-    let runs: Vec<String> = match &newest {
-        Some(newest_cuda) => {
-            let limit = DottedVersion::parse_kind(newest_cuda, "", 2).ok()?;
-            knowledge
-                .torch
+    let lines: Vec<DottedVersion> = knowledge
+        .cuda
+        .iter()
+        .filter_map(|c| DottedVersion::parse_kind(&c.version, "CUDA", 3).ok())
+        .map(|v| v.major_minor())
+        .filter_map(|line| DottedVersion::parse_kind(&line, "CUDA", 2).ok())
+        .collect();
+    let newest_line = lines
+        .into_iter()
+        .filter(|line| {
+            runs_line(
+                knowledge,
+                line.as_str(),
+                image.platform.as_str(),
+                driver,
+                forward_compat,
+            )
+        })
+        .max();
+    let runs_wheels: Vec<String> = knowledge
+        .torch
+        .iter()
+        .filter_map(|t| {
+            t.cuda
                 .iter()
-                .filter_map(|t| {
-                    let cudas: Vec<&str> = t
-                        .cuda
-                        .iter()
-                        .filter(|c| {
-                            c.verified
-                                && DottedVersion::parse_kind(&c.cuda, "", 2)
-                                    .is_ok_and(|v| v <= limit)
-                        })
-                        .map(|c| c.cuda.as_str())
-                        .collect();
-                    cudas
-                        .last()
-                        .map(|c| format!("{}+{}", t.series, wheel_suffix(c)))
+                .filter(|c| {
+                    c.verified
+                        && runs_line(
+                            knowledge,
+                            &c.cuda,
+                            image.platform.as_str(),
+                            driver,
+                            forward_compat,
+                        )
                 })
-                .collect()
-        }
-        None => Vec::new(),
-    };
+                .filter_map(|c| Some((DottedVersion::parse_kind(&c.cuda, "", 2).ok()?, c)))
+                .max_by(|a, b| a.0.cmp(&b.0))
+                .map(|(_, c)| format!("{}+{}", t.series, wheel_suffix(&c.cuda)))
+        })
+        .collect();
     let mut reason = format!(
         "needs NVIDIA driver ≥ {} (CUDA {} toolkit driver); driver {driver} is older",
         image.driver_min, image.cuda_full
     );
-    match &newest {
-        Some(cuda) => reason.push_str(&format!(" and runs CUDA ≤ {cuda} images")),
+    match &newest_line {
+        Some(line) => reason.push_str(&format!(" and runs CUDA ≤ {line} images")),
         None => reason.push_str(" than every CUDA toolkit in the knowledge"),
     }
-    if !runs.is_empty() {
-        let shown: Vec<&String> = runs.iter().rev().take(3).collect();
+    if !runs_wheels.is_empty() {
+        let shown: Vec<&String> = runs_wheels.iter().rev().take(3).collect();
         reason.push_str(&format!(
             " (e.g. torch {})",
             shown

@@ -8,7 +8,7 @@ use serde::Serialize;
 use crate::model::axes::TorchWheels;
 use crate::model::axes::{Platform, Variant};
 use crate::model::digest::Digest;
-use crate::model::knowledge::{CudaRelease, TorchCuda, TorchRelease, TorchSeries};
+use crate::model::knowledge::{CudaRelease, TorchCuda, TorchRelease};
 use crate::model::version::DriverVersion;
 
 /// One image imagegen will render and build.
@@ -273,7 +273,6 @@ impl Cell {
 /// What a cell resolved to in the knowledge.
 #[derive(Debug, Clone)]
 pub(crate) struct Resolved {
-    pub(crate) series: TorchSeries,
     pub(crate) release: TorchRelease,
     pub(crate) variant: TorchCuda,
     pub(crate) cuda_release: CudaRelease,

@@ -11,6 +11,7 @@ mod cells;
 pub mod driver;
 pub mod fingerprint;
 pub mod image;
+pub mod known;
 pub mod lock;
 pub mod lookup;
 mod rules;

@@ -7,6 +7,7 @@ use crate::model::knowledge::{
     wheel_suffix, CudaRelease, Knowledge, OsRelease, TorchCuda, TorchRelease, TorchSeries,
 };
 use crate::model::matrix::{DevelToolkit, Matrix, TorchWheels};
+use crate::model::selftest_binary::{binary_for, OLDEST_CUDA};
 use crate::model::version::{DottedVersion, TorchVersion};
 use crate::resolve::image::{Cell, Resolved};
 
@@ -29,7 +30,7 @@ pub(super) fn check_cell(
         &mut unverified,
     )?;
     if matrix.torch_wheels == TorchWheels::Pypi {
-        pypi_variant(series, release, variant)?;
+        pypi_variant(cell, release, variant)?;
     }
     let cuda_release = cuda_base_release(
         cell,
@@ -39,6 +40,8 @@ pub(super) fn check_cell(
         &mut unverified,
     )?;
     platform_available(cell, release, variant, cuda_release, knowledge)?;
+    note_unconfirmed(cell, release, variant, &mut unverified);
+    selftest_build(cell, release, cuda_release)?;
     let os = os_release(cell, knowledge)?;
     base_image_for_os(cell, series, cuda_release, knowledge, base_override)?;
     glibc_floor(cell, series, release, variant, os)?;
@@ -48,7 +51,6 @@ pub(super) fn check_cell(
         devel_toolkit(cell, variant, matrix.devel_toolkit, knowledge)?;
     }
     Ok(Resolved {
-        series: series.clone(),
         release: release.clone(),
         variant: variant.clone(),
         cuda_release: cuda_release.clone(),
@@ -167,20 +169,25 @@ fn wheel_variant<'k>(
     Ok(variant)
 }
 
-/// With `torch_wheels: pypi`, the cell's CUDA is the one variant PyPI carries for the release
-/// (installed as `torch==X`); any other lives on PyTorch's own index only.
-fn pypi_variant(
-    series: &TorchSeries,
-    release: &TorchRelease,
-    variant: &TorchCuda,
-) -> Result<(), String> {
-    let Some(pypi_cuda) = &series.pypi_cuda else {
+/// With `torch_wheels: pypi`, the cell's CUDA is the one build PyPI carries for the release on the
+/// cell's platform (installed as `torch==X`, the knowledge's `pypi` wheels); any other CUDA
+/// variant lives on PyTorch's own index only.
+fn pypi_variant(cell: &Cell, release: &TorchRelease, variant: &TorchCuda) -> Result<(), String> {
+    let wheel = release
+        .pypi
+        .wheels
+        .iter()
+        .find(|wheel| wheel.platform == cell.platform);
+    let Some(pypi_cuda) = wheel.and_then(|wheel| wheel.cuda.as_deref()) else {
         return Err(format!(
-            "the knowledge does not record which CUDA variant PyPI carries for torch {} (`pypi_cuda` of series {}); add it to a --knowledge file with its source, or set `torch_wheels: pytorch` with `mirrors.torch_index` pointing at PyTorch's index",
-            release.torch, series.series
+            "torch {} has no {} CUDA build on PyPI ({}); its {} wheels are only on PyTorch's index: set `torch_wheels: pytorch` with `mirrors.torch_index` pointing at a mirror of https://download.pytorch.org/whl",
+            release.torch,
+            cell.platform,
+            if wheel.is_some() { "PyPI's wheel there is CPU-only" } else { "the knowledge records none" },
+            wheel_suffix(&variant.cuda)
         ));
     };
-    if *pypi_cuda != variant.cuda {
+    if pypi_cuda != variant.cuda {
         return Err(format!(
             "torch {} on a plain PyPI index is the CUDA {pypi_cuda} build ({}); its {} wheels are only on PyTorch's index: set `torch_wheels: pytorch` with `mirrors.torch_index` pointing at a mirror of https://download.pytorch.org/whl (which serves /{}), or use CUDA {pypi_cuda}",
             release.torch,
@@ -255,6 +262,13 @@ fn cuda_base_release<'k>(
             known.join(", ")
         )
     })?;
+    if cuda_release.driver_min.is_none() {
+        return Err(format!(
+            "CUDA {} has no toolkit driver minimum in NVIDIA's release notes (Table 3 has no row for it), so imagegen cannot say which drivers run it; use another {} release",
+            cuda_release.version,
+            wanted_cuda.major_minor()
+        ));
+    }
     if !cuda_release.verified {
         let note = cuda_release.note.clone().unwrap_or_default();
         if !allow_unverified {
@@ -316,15 +330,55 @@ fn platform_available(
             if with_platform.is_empty() { "none".to_string() } else { with_platform.join(", ") }
         ));
     }
-    if !cuda_release.platforms.contains(&cell.platform) {
+    if !cuda_release.platforms.contains_key(&cell.platform) {
         return Err(format!(
             "nvidia/cuda {} has no {} images (it has {})",
             cuda_release.version,
             cell.platform,
-            cuda_release.platforms.join(", ")
+            cuda_release.platforms().join(", ")
         ));
     }
     Ok(())
+}
+
+/// A gpu-selftest build serves the image's CUDA and architecture (the rule the self-test itself
+/// uses): an image nothing can test could never move an alias.
+fn selftest_build(
+    cell: &Cell,
+    release: &TorchRelease,
+    cuda_release: &CudaRelease,
+) -> Result<(), String> {
+    let arch = cell.platform.rsplit('/').next().unwrap_or(&cell.platform);
+    binary_for(&cuda_release.version, arch)
+        .map(|_| ())
+        .map_err(|why| {
+            format!(
+                "torch {} CUDA {} cannot be self-tested: {why}; use CUDA {}.{} or later",
+                release.torch, cuda_release.version, OLDEST_CUDA.0, OLDEST_CUDA.1
+            )
+        })
+}
+
+/// Notes single fields of the wheel variant that no primary source confirms (such as an arch
+/// list): the cell resolves, and the image lists them under `unverified`.
+fn note_unconfirmed(
+    cell: &Cell,
+    release: &TorchRelease,
+    variant: &TorchCuda,
+    unverified: &mut Vec<String>,
+) {
+    let (unconfirmed, note) = variant.unconfirmed_for(&cell.platform);
+    if !unconfirmed.is_empty() {
+        let fields: Vec<&str> = unconfirmed.iter().map(|f| f.name()).collect();
+        unverified.push(format!(
+            "torch {} {} {} {}: {}",
+            release.torch,
+            wheel_suffix(&variant.cuda),
+            cell.platform,
+            fields.join(", "),
+            note.unwrap_or("not confirmed by a primary source")
+        ));
+    }
 }
 
 /// The OS release the cell names.
@@ -357,7 +411,7 @@ fn base_image_for_os(
     }
     let ubuntu = cell.os.trim_start_matches("ubuntu");
     if !cuda_release.ubuntu.iter().any(|u| u == ubuntu) && !base_override {
-        let others: Vec<String> = knowledge
+        let mut others: Vec<String> = knowledge
             .cuda
             .iter()
             .filter(|c| {
@@ -374,6 +428,8 @@ fn base_image_for_os(
                     .unwrap_or_default()
             })
             .collect();
+        // Several patch releases of a line can have images: name the line once.
+        others.dedup();
         let hint = if others.is_empty() {
             String::new()
         } else {

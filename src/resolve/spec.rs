@@ -6,8 +6,9 @@ use std::collections::BTreeMap;
 
 use crate::model::axes::{OsName, Platform, Variant};
 use crate::model::digest::Digest;
-use crate::model::knowledge::{wheel_suffix, Knowledge};
+use crate::model::knowledge::{wheel_suffix, Knowledge, PLATFORM_AMD64};
 use crate::model::matrix::{BaseImageFields, DevelToolkit, Matrix, TorchWheels};
+use crate::model::selftest_binary::binary_for;
 use crate::model::version::{DottedVersion, TorchVersion};
 use crate::resolve::driver::require_cuda;
 use crate::resolve::fingerprint::fingerprint;
@@ -30,6 +31,11 @@ pub(super) fn build_spec(
     let cuda_version = DottedVersion::parse_kind(&found.cuda_release.version, "CUDA", 3)
         .expect("checked knowledge");
     let major = cuda_version.part(0);
+    let driver_min = found
+        .cuda_release
+        .driver_min
+        .clone()
+        .expect("rules::cuda_base_release refuses releases without a driver minimum");
     let tag_fields = tag_fields(found);
     let full_tag = tags::full_tag(&matrix.tags.full, &tag_fields);
     let arch = found
@@ -81,7 +87,6 @@ pub(super) fn build_spec(
         }
     };
     let pip = pip_indexes(matrix.torch_wheels, &wheel_index, &matrix.mirrors);
-    let torchvision = found.release.torchvision.clone();
     let requirements = match found.variant_kind {
         Variant::Runtime => runtime_requirements(found, matrix.torch_wheels),
         Variant::Devel => devel_requirements(found, matrix.devel_toolkit),
@@ -112,7 +117,7 @@ pub(super) fn build_spec(
         platform: Platform(found.platform.clone()),
         index,
         torch: found.release.torch.clone(),
-        torchvision,
+        torchvision: found.release.torchvision.clone(),
         torchaudio: found.release.torchaudio.clone(),
         cuda: found.variant.cuda.clone(),
         cuda_full: found.cuda_release.version.clone(),
@@ -122,13 +127,21 @@ pub(super) fn build_spec(
         os: found.os.clone(),
         base_image,
         parent: None,
-        driver_min: found.cuda_release.driver_min.clone(),
+        driver_min: driver_min.clone(),
         driver_min_compat: knowledge
             .family(major)
             .map(|f| f.driver_min.clone())
-            .unwrap_or_else(|| found.cuda_release.driver_min.clone()),
-        forward_compat_branches: found.cuda_release.forward_compat_branches.clone(),
-        require_cuda: require_cuda(&found.variant.cuda, &found.cuda_release, knowledge),
+            .unwrap_or(driver_min),
+        forward_compat_branches: found
+            .cuda_release
+            .forward_compat_branches(&found.platform)
+            .to_vec(),
+        require_cuda: require_cuda(
+            &found.variant.cuda,
+            &found.cuda_release,
+            &found.platform,
+            knowledge,
+        ),
         archs: found.variant.archs_for(&found.platform),
         wheel_index,
         torch_wheels: matrix.torch_wheels,
@@ -138,11 +151,8 @@ pub(super) fn build_spec(
         lock_digest: None,
         apt_rewrites,
         toolkit,
-        selftest: if arch == "amd64" {
-            format!("gpu-selftest-cu{major}")
-        } else {
-            format!("gpu-selftest-cu{major}-{arch}")
-        },
+        selftest: binary_for(&found.cuda_release.version, &arch)
+            .expect("rules::selftest_build checked the cell"),
         unverified: found.unverified.clone(),
         // Replaced below, once the inputs it covers are known.
         fingerprint: Digest::of(b""),
@@ -223,7 +233,9 @@ fn tag_fields(found: &Resolved) -> TagFields {
         python: found.python.clone(),
         variant: found.variant_kind,
         os: found.os.clone(),
-        is_default_cuda: found.series.default_cuda == found.variant.cuda,
+        // The default CUDA of a release is the one plain PyPI serves (`pip install torch==X`).
+        is_default_cuda: found.release.pypi_cuda(PLATFORM_AMD64)
+            == Some(found.variant.cuda.as_str()),
     }
 }
 

@@ -16,13 +16,13 @@ fn matrix(extra: &str) -> Matrix {
 fn run(extra: &str) -> Resolution {
     resolve(
         &matrix(extra),
-        &Knowledge::embedded(),
+        &Knowledge::test_fixture(),
         &ResolveOptions::default(),
     )
 }
 
 fn run_with(extra: &str, options: ResolveOptions) -> Resolution {
-    resolve(&matrix(extra), &Knowledge::embedded(), &options)
+    resolve(&matrix(extra), &Knowledge::test_fixture(), &options)
 }
 
 fn one_reason(resolution: &Resolution) -> String {
@@ -42,7 +42,7 @@ fn torch_2_7_0_with_cuda_12_4_names_the_published_variants() {
         "{reason}"
     );
     assert!(
-        reason.contains("CUDA 12.4 wheels exist for torch 2.4, 2.5, 2.6"),
+        reason.contains("CUDA 12.4 wheels exist for torch 2.4, 2.6"),
         "{reason}"
     );
 }
@@ -65,7 +65,7 @@ fn a_good_cell_resolves_every_field() {
     assert_eq!(image.python, "3.12");
     assert_eq!(image.base_image, "nvidia/cuda:12.6.3-base-ubuntu24.04");
     assert_eq!(image.driver_min, "560.35.05");
-    assert_eq!(image.driver_min_compat, "525.60.13");
+    assert_eq!(image.driver_min_compat, "525");
     assert_eq!(image.wheel_index, "https://download.pytorch.org/whl/cu126");
     assert_eq!(image.selftest, "gpu-selftest-cu12");
     assert_eq!(
@@ -81,14 +81,19 @@ fn a_good_cell_resolves_every_field() {
 
 #[test]
 fn require_cuda_matches_nvidia_strings_exactly() {
-    let knowledge = Knowledge::embedded();
+    let knowledge = Knowledge::test_fixture();
     let check = |cuda: &str, expected: &str| {
         let release = knowledge.cuda_release_for(cuda).unwrap();
         let mm = crate::model::version::DottedVersion::parse_kind(cuda, "", 3)
             .unwrap()
             .major_minor();
         assert_eq!(
-            require_cuda(&mm, release, &knowledge),
+            require_cuda(
+                &mm,
+                release,
+                crate::model::knowledge::PLATFORM_AMD64,
+                &knowledge
+            ),
             expected,
             "CUDA {cuda}"
         );
@@ -96,13 +101,20 @@ fn require_cuda_matches_nvidia_strings_exactly() {
     check("11.8.0", "cuda>=11.8 brand=tesla,driver>=470,driver<471 brand=unknown,driver>=470,driver<471 brand=nvidia,driver>=470,driver<471 brand=nvidiartx,driver>=470,driver<471 brand=geforce,driver>=470,driver<471 brand=geforcertx,driver>=470,driver<471 brand=quadro,driver>=470,driver<471 brand=quadrortx,driver>=470,driver<471 brand=titan,driver>=470,driver<471 brand=titanrtx,driver>=470,driver<471");
     check("12.6.3", "cuda>=12.6 brand=unknown,driver>=470,driver<471 brand=grid,driver>=470,driver<471 brand=tesla,driver>=470,driver<471 brand=nvidia,driver>=470,driver<471 brand=quadro,driver>=470,driver<471 brand=quadrortx,driver>=470,driver<471 brand=nvidiartx,driver>=470,driver<471 brand=vapps,driver>=470,driver<471 brand=vpc,driver>=470,driver<471 brand=vcs,driver>=470,driver<471 brand=vws,driver>=470,driver<471 brand=cloudgaming,driver>=470,driver<471 brand=unknown,driver>=535,driver<536 brand=grid,driver>=535,driver<536 brand=tesla,driver>=535,driver<536 brand=nvidia,driver>=535,driver<536 brand=quadro,driver>=535,driver<536 brand=quadrortx,driver>=535,driver<536 brand=nvidiartx,driver>=535,driver<536 brand=vapps,driver>=535,driver<536 brand=vpc,driver>=535,driver<536 brand=vcs,driver>=535,driver<536 brand=vws,driver>=535,driver<536 brand=cloudgaming,driver>=535,driver<536 brand=unknown,driver>=550,driver<551 brand=grid,driver>=550,driver<551 brand=tesla,driver>=550,driver<551 brand=nvidia,driver>=550,driver<551 brand=quadro,driver>=550,driver<551 brand=quadrortx,driver>=550,driver<551 brand=nvidiartx,driver>=550,driver<551 brand=vapps,driver>=550,driver<551 brand=vpc,driver>=550,driver<551 brand=vcs,driver>=550,driver<551 brand=vws,driver>=550,driver<551 brand=cloudgaming,driver>=550,driver<551");
     check("13.0.0", "cuda>=13.0 brand=unknown,driver>=535,driver<536 brand=grid,driver>=535,driver<536 brand=tesla,driver>=535,driver<536 brand=nvidia,driver>=535,driver<536 brand=quadro,driver>=535,driver<536 brand=quadrortx,driver>=535,driver<536 brand=nvidiartx,driver>=535,driver<536 brand=vapps,driver>=535,driver<536 brand=vpc,driver>=535,driver<536 brand=vcs,driver>=535,driver<536 brand=vws,driver>=535,driver<536 brand=cloudgaming,driver>=535,driver<536 brand=unknown,driver>=550,driver<551 brand=grid,driver>=550,driver<551 brand=tesla,driver>=550,driver<551 brand=nvidia,driver>=550,driver<551 brand=quadro,driver>=550,driver<551 brand=quadrortx,driver>=550,driver<551 brand=nvidiartx,driver>=550,driver<551 brand=vapps,driver>=550,driver<551 brand=vpc,driver>=550,driver<551 brand=vcs,driver>=550,driver<551 brand=vws,driver>=550,driver<551 brand=cloudgaming,driver>=550,driver<551 brand=unknown,driver>=565,driver<566 brand=grid,driver>=565,driver<566 brand=tesla,driver>=565,driver<566 brand=nvidia,driver>=565,driver<566 brand=quadro,driver>=565,driver<566 brand=quadrortx,driver>=565,driver<566 brand=nvidiartx,driver>=565,driver<566 brand=vapps,driver>=565,driver<566 brand=vpc,driver>=565,driver<566 brand=vcs,driver>=565,driver<566 brand=vws,driver>=565,driver<566 brand=cloudgaming,driver>=565,driver<566 brand=unknown,driver>=570,driver<571 brand=grid,driver>=570,driver<571 brand=tesla,driver>=570,driver<571 brand=nvidia,driver>=570,driver<571 brand=quadro,driver>=570,driver<571 brand=quadrortx,driver>=570,driver<571 brand=nvidiartx,driver>=570,driver<571 brand=vapps,driver>=570,driver<571 brand=vpc,driver>=570,driver<571 brand=vcs,driver>=570,driver<571 brand=vws,driver>=570,driver<571 brand=cloudgaming,driver>=570,driver<571 brand=unknown,driver>=575,driver<576 brand=grid,driver>=575,driver<576 brand=tesla,driver>=575,driver<576 brand=nvidia,driver>=575,driver<576 brand=quadro,driver>=575,driver<576 brand=quadrortx,driver>=575,driver<576 brand=nvidiartx,driver>=575,driver<576 brand=vapps,driver>=575,driver<576 brand=vpc,driver>=575,driver<576 brand=vcs,driver>=575,driver<576 brand=vws,driver>=575,driver<576 brand=cloudgaming,driver>=575,driver<576");
+    check("12.1.1", "cuda>=12.1 brand=tesla,driver>=470,driver<471 brand=unknown,driver>=470,driver<471 brand=nvidia,driver>=470,driver<471 brand=nvidiartx,driver>=470,driver<471 brand=geforce,driver>=470,driver<471 brand=geforcertx,driver>=470,driver<471 brand=quadro,driver>=470,driver<471 brand=quadrortx,driver>=470,driver<471 brand=titan,driver>=470,driver<471 brand=titanrtx,driver>=470,driver<471 brand=tesla,driver>=525,driver<526 brand=unknown,driver>=525,driver<526 brand=nvidia,driver>=525,driver<526 brand=nvidiartx,driver>=525,driver<526 brand=geforce,driver>=525,driver<526 brand=geforcertx,driver>=525,driver<526 brand=quadro,driver>=525,driver<526 brand=quadrortx,driver>=525,driver<526 brand=titan,driver>=525,driver<526 brand=titanrtx,driver>=525,driver<526");
+    check(
+        "11.1.1",
+        "cuda>=11.1 brand=tesla,driver>=418,driver<419 brand=tesla,driver>=450,driver<451",
+    );
+    // The arm64 stage of 11.8.0 whitelists no older branch.
     assert_eq!(
         require_cuda(
-            "12.1",
-            knowledge.cuda_release_for("12.1").unwrap(),
+            "11.8",
+            knowledge.cuda_release_for("11.8.0").unwrap(),
+            crate::model::knowledge::PLATFORM_ARM64,
             &knowledge
         ),
-        "cuda>=12.1"
+        "cuda>=11.8"
     );
 }
 
@@ -147,9 +159,9 @@ fn python_ranges_are_enforced_through_the_os_python() {
 #[test]
 fn a_cuda_release_without_images_is_named() {
     let reason = one_reason(&run(
-        "torch: [\"2.7\"]\ncuda: [\"12.6.1\"]\nos: [ubuntu24.04]\nvariants: [runtime]\n",
+        "torch: [\"2.9\"]\ncuda: [\"13.0.1\"]\nos: [ubuntu24.04]\nvariants: [runtime]\n",
     ));
-    assert_eq!(reason, "nvidia/cuda publishes no images of CUDA 12.6.1 in the knowledge (CUDA 12.6 images: 12.6.3)");
+    assert_eq!(reason, "nvidia/cuda publishes no images of CUDA 13.0.1 in the knowledge (CUDA 13.0 images: 13.0.0)");
 }
 
 #[test]
@@ -407,10 +419,10 @@ fn platforms_build_per_platform_images_under_one_index() {
 #[test]
 fn impossible_platform_cells_say_why() {
     let reason = one_reason(&run("torch: [\"2.7\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\nvariants: [runtime]\nplatforms: [linux/arm64]\n"));
-    assert_eq!(reason, "torch 2.7.1 publishes no linux/arm64 CUDA 12.6 wheels in the knowledge (linux/arm64 CUDA wheels are recorded for torch 2.12, 2.13)");
-    let knowledge_text = crate::model::knowledge::EMBEDDED.replace(
-        "{version: \"12.6.3\", driver_min: \"560.35.05\", ubuntu: [\"20.04\", \"22.04\", \"24.04\"], cudnn_tag: \"cudnn\", brands: current, forward_compat_branches: [470, 535, 550], platforms: [linux/amd64, linux/arm64],",
-        "{version: \"12.6.3\", driver_min: \"560.35.05\", ubuntu: [\"20.04\", \"22.04\", \"24.04\"], cudnn_tag: \"cudnn\", brands: current, forward_compat_branches: [470, 535, 550], platforms: [linux/amd64],",
+    assert_eq!(reason, "torch 2.7.1 publishes no linux/arm64 CUDA 12.6 wheels in the knowledge (linux/arm64 CUDA wheels are recorded for torch 2.7, 2.8, 2.9, 2.10, 2.11, 2.12, 2.13)");
+    let knowledge_text = crate::model::knowledge::TEST_FIXTURE.replace(
+        "{version: \"12.6.3\", driver_min: \"560.35.05\", ubuntu: [\"20.04\", \"22.04\", \"24.04\"], cudnn_tag: \"cudnn\", brands: current, platforms: {linux/amd64: [470, 535, 550], linux/arm64: [470, 535, 550]},",
+        "{version: \"12.6.3\", driver_min: \"560.35.05\", ubuntu: [\"20.04\", \"22.04\", \"24.04\"], cudnn_tag: \"cudnn\", brands: current, platforms: {linux/amd64: [470, 535, 550]},",
     );
     let knowledge = Knowledge::parse(&knowledge_text, "k.yaml").unwrap();
     let resolution = resolve(&matrix("torch: [\"2.13\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\nvariants: [runtime]\nplatforms: [linux/arm64]\n"), &knowledge, &ResolveOptions::default());
@@ -649,4 +661,215 @@ fn uncovered_apt_hosts_are_warned_about_once_a_mirror_is_set() {
             .warnings
             .is_empty()
     );
+}
+
+#[test]
+fn cells_no_self_test_serves_are_rejected_by_the_shared_rule() {
+    let reason = one_reason(&run(
+        "torch: [\"2.0\"]\ncuda: [\"11.7\"]\nos: [ubuntu22.04]\nvariants: [runtime]\n",
+    ));
+    assert!(
+        reason.starts_with(
+            "torch 2.0.1 CUDA 11.7.1 cannot be self-tested: CUDA 11.7.1 is older than 11.8"
+        ),
+        "{reason}"
+    );
+    assert!(reason.ends_with("use CUDA 11.8 or later"), "{reason}");
+    let ok = run("torch: [\"2.0\"]\ncuda: [\"11.8\"]\nos: [ubuntu22.04]\nvariants: [runtime]\n");
+    assert_eq!(ok.images[0].selftest, "gpu-selftest-cu11");
+}
+
+#[test]
+fn arm64_cells_of_torch_2_7_to_2_11_resolve() {
+    let resolution = run("torch: [\"2.7\", \"2.8\", \"2.9\", \"2.10\", \"2.11\"]\ncuda: [\"12.6\", \"12.8\", \"12.9\", \"13.0\"]\nos: [ubuntu24.04]\nvariants: [runtime]\nplatforms: [linux/arm64]\n");
+    let made: Vec<String> = resolution
+        .images
+        .iter()
+        .map(|i| {
+            format!(
+                "{}+{}",
+                i.torch,
+                crate::model::knowledge::wheel_suffix(&i.cuda)
+            )
+        })
+        .collect();
+    assert_eq!(
+        made,
+        [
+            "2.7.1+cu128",
+            "2.8.0+cu129",
+            "2.9.1+cu126",
+            "2.9.1+cu128",
+            "2.9.1+cu130",
+            "2.10.0+cu126",
+            "2.10.0+cu128",
+            "2.10.0+cu130",
+            "2.11.0+cu126",
+            "2.11.0+cu128",
+            "2.11.0+cu130"
+        ]
+    );
+    let confirmed = resolution.images.last().unwrap();
+    assert_eq!(confirmed.archs, ["8.0", "9.0", "10.0", "11.0", "12.0"]);
+    assert!(
+        confirmed.unverified.is_empty(),
+        "{:?}",
+        confirmed.unverified
+    );
+    let unconfirmed = &resolution.images[0];
+    assert!(unconfirmed.archs.is_empty());
+    assert!(
+        unconfirmed.unverified[0].starts_with(
+            "torch 2.7.1 cu128 linux/arm64 GPU arch list: published (release channel 12.8-aarch64)"
+        ),
+        "{:?}",
+        unconfirmed.unverified
+    );
+    assert!(resolution
+        .rejected
+        .iter()
+        .any(|r| r.torch == "2.7" && r.cuda == "12.6"));
+}
+
+#[test]
+fn latest_follows_the_cuda_variant_pypi_serves() {
+    // PyPI's torch 2.1-2.4 wheels are cu121, not the 11.8 RELEASE.md calls stable.
+    let resolution = run(
+        "torch: [\"2.3\"]\ncuda: [\"11.8\", \"12.1\"]\nos: [ubuntu22.04]\nvariants: [runtime]\n",
+    );
+    let latest: Vec<&str> = resolution
+        .images
+        .iter()
+        .filter(|i| i.aliases.contains(&"latest".to_string()))
+        .map(|i| i.cuda.as_str())
+        .collect();
+    assert_eq!(latest, ["12.1"]);
+}
+
+#[test]
+fn forward_compat_is_per_platform() {
+    let forward = ResolveOptions {
+        driver: Some(DriverVersion::parse("535.104.05").unwrap()),
+        forward_compat: true,
+        ..Default::default()
+    };
+    let resolution = run_with(
+        "torch: [\"2.8\"]\ncuda: [\"12.9\"]\nos: [ubuntu24.04]\nvariants: [runtime]\nplatforms: [linux/arm64]\n",
+        forward,
+    );
+    assert_eq!(resolution.images.len(), 1, "{:?}", resolution.rejected);
+    assert_eq!(
+        resolution.images[0].forward_compat_branches,
+        [535, 550, 560, 565, 570],
+        "12.9.1's arm64 stage whitelists the same branches as amd64"
+    );
+}
+
+#[test]
+fn a_cuda_release_without_a_driver_minimum_is_refused() {
+    let text = crate::model::knowledge::TEST_FIXTURE.replace(
+        "{cuda: \"12.4\", cudnn: \"9.1.0.70\", archs: [\"5.0\", \"6.0\", \"7.0\", \"7.5\", \"8.0\", \"8.6\", \"9.0\"], source: [ti-golive-2.4, rel-md, builder-2.4]}",
+        "{cuda: \"12.3\", cudnn: \"9.1.0.70\", archs: [\"5.0\", \"6.0\", \"7.0\", \"7.5\", \"8.0\", \"8.6\", \"9.0\"], source: [ti-golive-2.4, rel-md, builder-2.4]}",
+    );
+    assert_ne!(text, crate::model::knowledge::TEST_FIXTURE);
+    let knowledge = Knowledge::parse(&text, "k.yaml").unwrap();
+    let resolution = resolve(
+        &matrix("torch: [\"2.4\"]\ncuda: [\"12.3\"]\nos: [ubuntu22.04]\nvariants: [runtime]\n"),
+        &knowledge,
+        &ResolveOptions::default(),
+    );
+    assert_eq!(
+        one_reason(&resolution),
+        "CUDA 12.3.2 has no toolkit driver minimum in NVIDIA's release notes (Table 3 has no row for it), so imagegen cannot say which drivers run it; use another 12.3 release"
+    );
+}
+
+#[test]
+fn unconfirmed_fields_resolve_with_a_note() {
+    let resolution =
+        run("torch: [\"2.8\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\nvariants: [runtime]\n");
+    assert!(resolution.rejected.is_empty(), "{:?}", resolution.rejected);
+    assert_eq!(
+        resolution.images[0].unverified,
+        ["torch 2.8.0 cu126 linux/amd64 GPU arch list: arch list from the main-branch build script of the 2.8 cycle, not the release branch"]
+    );
+}
+
+/// Every torch wheel a driver rejection names as runnable runs on that driver: resolving it with
+/// the same driver keeps an image. 560.28.03 meets CUDA 12.6.0's toolkit driver but not 12.6.3's,
+/// the base the cu126 images build on, so cu126 may not be named for it (nor cu128 for 570.26).
+#[test]
+fn driver_hints_name_only_images_the_driver_runs() {
+    let knowledge = Knowledge::test_fixture();
+    let every_torch: Vec<String> = knowledge
+        .torch
+        .iter()
+        .step_by(3)
+        .map(|t| format!("\"{}\"", t.series))
+        .collect();
+    let every_cuda: Vec<String> = ["11.8", "12.1", "12.4", "12.6", "12.8", "12.9", "13.0"]
+        .iter()
+        .map(|c| format!("\"{c}\""))
+        .collect();
+    let wide = format!(
+        "torch: [{}]\ncuda: [{}]\nos: [ubuntu22.04, ubuntu24.04]\nvariants: [runtime]\n",
+        every_torch.join(", "),
+        every_cuda.join(", ")
+    );
+    for driver_text in [
+        "450.80.02",
+        "535.104.05",
+        "560.28.03",
+        "570.26",
+        "575.51.03",
+    ] {
+        for forward_compat in [false, true] {
+            let options = || ResolveOptions {
+                driver: Some(DriverVersion::parse(driver_text).unwrap()),
+                forward_compat,
+                ..Default::default()
+            };
+            let resolution = run_with(&wide, options());
+            let mut named_wheels = BTreeMap::new();
+            for rejection in resolution.rejected.iter().filter(|r| r.origin == "driver") {
+                let Some(examples) = rejection.reason.split("(e.g. torch ").nth(1) else {
+                    continue;
+                };
+                let examples = examples.split(')').next().unwrap();
+                for wheel in examples.split(", ") {
+                    named_wheels.insert(wheel.to_string(), rejection.torch.clone());
+                }
+            }
+            for (wheel, refused) in named_wheels {
+                {
+                    let (series, suffix) = wheel.split_once("+cu").unwrap();
+                    let (major, minor) = suffix.split_at(2);
+                    let cuda = format!("{major}.{minor}");
+                    let named = run_with(
+                        &format!("torch: [\"{series}\"]\ncuda: [\"{cuda}\"]\nos: [ubuntu20.04, ubuntu22.04, ubuntu24.04]\nvariants: [runtime]\n"),
+                        options(),
+                    );
+                    assert!(
+                        !named.images.is_empty()
+                            && named.rejected.iter().all(|r| r.origin != "driver"),
+                        "driver {driver_text} (forward compat {forward_compat}) was refused for torch {refused} and told it runs torch {wheel}, which it does not: {:#?}",
+                        named.rejected
+                    );
+                }
+            }
+        }
+    }
+    let resolution = run_with(
+        "torch: [\"2.9\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\nvariants: [runtime]\n",
+        ResolveOptions {
+            driver: Some(DriverVersion::parse("560.28.03").unwrap()),
+            ..Default::default()
+        },
+    );
+    let reason = one_reason(&resolution);
+    assert!(
+        reason.starts_with("needs NVIDIA driver ≥ 560.35.05 (CUDA 12.6.3 toolkit driver); driver 560.28.03 is older and runs CUDA ≤ 12.5 images"),
+        "{reason}"
+    );
+    assert!(!reason.contains("cu126"), "{reason}");
 }

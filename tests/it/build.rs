@@ -241,7 +241,66 @@ async fn a_failed_self_test_blocks_push_and_aliases_and_no_gpu_holds_aliases() {
     // --require-gpu turns a skipped test into a failure.
     let output = project.build(&["--only", "2.7.0-cuda12.6-cudnn9-runtime", "--require-gpu"]);
     assert_code(&output, 1);
-    assert!(text(&output).contains("--require-gpu"));
+    assert!(text(&output).contains("--require-gpu"), "{}", text(&output));
+}
+
+/// A stand-in self-test that passes only when imagegen hands it a baseline.
+const SELFTEST_NEEDS_BASELINE: &str = r#"#!/bin/sh
+case "$GPU_SELFTEST_BASELINE" in
+  *gpu-selftest-baseline*)
+    echo '{"schema_version":1,"tool":"gpu-selftest","overall":"pass","checks":[{"name":"baseline","status":"pass","summary":"every figure at least 80% of the baseline"}]}'
+    exit 0 ;;
+  *)
+    echo '{"schema_version":1,"tool":"gpu-selftest","overall":"fail","checks":[{"name":"baseline","status":"fail","summary":"no baseline given"}]}'
+    exit 1 ;;
+esac
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_selftest_baseline_reaches_the_self_test_and_only_counts_for_itself() {
+    prepare().await;
+    let project = Project::new("127.0.0.1:1", SELFTEST_NEEDS_BASELINE);
+    let only = ["--only", "2.8.0-cuda12.6-cudnn9-runtime"];
+
+    // A file that is not a baseline is refused before anything is built.
+    std::fs::write(
+        project.path().join("report.json"),
+        r#"{"schema_version":1,"overall":"pass","checks":[]}"#,
+    )
+    .unwrap();
+    let mut args = vec!["--selftest-baseline", "report.json"];
+    args.extend(only);
+    let output = project.build(&args);
+    assert_code(&output, 2);
+    assert!(
+        text(&output).contains("--selftest-baseline report.json"),
+        "{}",
+        text(&output)
+    );
+    assert!(!project.path().join("imagegen-manifest.json").exists());
+
+    // A baseline reaches the in-image run (the stand-in passes only with it) and is recorded.
+    let baseline = r#"{"schema_version":1,"kind":"gpu-selftest-baseline","gpus":["NVIDIA H200"],"figures":[{"check":"matmul","figure":"bf16","size":8192,"unit":"tflops","value":815.0,"per_gpu":[818.0,810.0]}]}"#;
+    std::fs::write(project.path().join("good-node.json"), baseline).unwrap();
+    let mut args = vec!["--selftest-baseline", "good-node.json"];
+    args.extend(only);
+    let output = project.build(&args);
+    assert_code(&output, 0);
+    let tag = project.tag("2.8.0", "runtime");
+    let test = &project.manifest()["images"][&tag]["selftest"];
+    assert_eq!(test["status"], "pass", "{test}");
+    let expected = imagegen::model::digest::Digest::of(baseline.as_bytes());
+    assert_eq!(test["baseline"], expected.as_str());
+
+    // The same image without the baseline is tested again: a pass against a baseline does
+    // not count for a run without one (and the stand-in fails without it).
+    let output = project.build(&only);
+    assert_code(&output, 1);
+    assert!(
+        text(&output).contains("no baseline given"),
+        "{}",
+        text(&output)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -476,4 +535,62 @@ async fn credentials_never_appear_in_output_logs_or_manifest() {
 fn base64_encode(bytes: &[u8]) -> String {
     use base64::Engine as _;
     base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// The common first build: the base image is not here and its registry cannot be reached. One
+/// error for the cause (not the daemon's message once per image), what to do about it, and the
+/// error in each image's log.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_missing_base_image_is_one_error_with_what_to_do() {
+    prepare().await;
+    let registry = Registry::start();
+    let project = Project::new(registry.host(), SELFTEST_PASS);
+    let nowhere = format!("127.0.0.1:{}", crate::support::free_port());
+    let base = format!("{nowhere}/imagegen-test/missing-base:1");
+    project.edit_matrix("runtime: imagegen-test/base:1", &format!("runtime: {base}"));
+    let output = project.build(&[]);
+    assert_code(&output, 1);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let log = text(&output);
+    assert!(
+        !log.contains("Step 1/"),
+        "no build starts without its base:\n{log}"
+    );
+    assert_eq!(
+        stdout
+            .matches(&format!("base image {base} is not in the Docker daemon"))
+            .count(),
+        1,
+        "one error for the two runtime images on the missing base:\n{stdout}"
+    );
+    assert_eq!(stdout.matches("connection refused").count(), 1, "{stdout}");
+    assert!(
+        stdout.contains(&format!(
+            "{} failed, {} failed:",
+            project.tag("2.7.0", "runtime"),
+            project.tag("2.8.0", "runtime")
+        )),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("hint: where no registry is reachable, load it: `docker save")
+            && stdout.contains("`docker load -i base.tar`")
+            && stdout.contains("mirrors.base_registry"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("not built: the runtime image each builds on failed"));
+    {
+        for torch in ["2.7.0", "2.8.0"] {
+            let tag = project.tag(torch, "runtime");
+            let image_log =
+                std::fs::read_to_string(project.path().join(format!(".imagegen/logs/{tag}.log")))
+                    .unwrap();
+            assert!(
+                image_log.contains(&format!("pulling {base}"))
+                    && image_log.contains("connection refused"),
+                "{tag}'s log holds the error itself:\n{image_log}"
+            );
+            assert_eq!(project.manifest()["images"][&tag]["status"], "failed");
+        }
+    }
 }

@@ -422,7 +422,7 @@ fn build_refuses_images_whose_lock_is_missing() {
         .assert()
         .code(2)
         .stderr(
-            predicate::str::contains("1 lock(s) of the images to build do not match")
+            predicate::str::contains("1 lock missing or stale for the images to build")
                 .and(predicate::str::contains(
                     "images/2.8.0-cuda12.8-cudnn9-runtime-ubuntu24.04/requirements.lock is missing",
                 ))
@@ -535,4 +535,457 @@ fn the_repository_images_are_up_to_date() {
         .args(["render", "--check"])
         .assert()
         .success();
+}
+
+/// A one-thread HTTP server for a PyPI-style index made of the saved fixtures: the JSON page of
+/// torch (its file URLs pointed here) and the `.metadata` files that exist; anything else is 404.
+fn serve_fixture_index() -> String {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let page = std::fs::read_to_string(fixture("pypi/simple-torch-2.10.0-2.12.1.json"))
+        .unwrap()
+        .replace("https://files.pythonhosted.org", &format!("{base}/files"));
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut request_line = String::new();
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            if reader.read_line(&mut request_line).is_err() {
+                continue;
+            }
+            // Drain the headers.
+            let mut header = String::new();
+            while reader.read_line(&mut header).is_ok() && header.trim() != "" {
+                header.clear();
+            }
+            let path = request_line.split_whitespace().nth(1).unwrap_or("/");
+            let filename = path.rsplit('/').next().unwrap_or_default();
+            let (status, content_type, body) = if path == "/simple/torch/" {
+                (
+                    "200 OK",
+                    "application/vnd.pypi.simple.v1+json",
+                    page.clone(),
+                )
+            } else {
+                match std::fs::read_to_string(fixture(&format!("pypi/{filename}"))) {
+                    Ok(text) if path.starts_with("/files/") => ("200 OK", "text/plain", text),
+                    _ => ("404 Not Found", "text/plain", String::new()),
+                }
+            };
+            let _ = write!(
+                stream,
+                "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    format!("{base}/simple")
+}
+
+#[test]
+fn knowledge_derive_reads_an_index_and_checks_the_knowledge() {
+    let index = serve_fixture_index();
+    let stdout = stdout_of(imagegen().args([
+        "knowledge",
+        "derive",
+        "torch",
+        "2.12.1",
+        "--index",
+        &index,
+        "--check",
+    ]));
+    let stdout = stdout.replace(&index, "INDEX");
+    let read_on = stdout
+        .lines()
+        .next()
+        .and_then(|line| line.rsplit("read ").next())
+        .unwrap_or_default()
+        .trim_end_matches(')')
+        .to_string();
+    insta::assert_snapshot!("knowledge_derive_2_12_1", stdout.replace(&read_on, "DATE"));
+
+    let output = imagegen()
+        .args(["knowledge", "derive", "torch", "2.12", "--index", &index])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr)
+        .contains("`2.12` is not a torch release such as 2.13.0"));
+}
+
+#[test]
+fn knowledge_derive_names_an_unreachable_index() {
+    // Port 9 (discard) on loopback: nothing listens there.
+    let output = imagegen()
+        .args([
+            "knowledge",
+            "derive",
+            "torch",
+            "2.12.1",
+            "--index",
+            "http://127.0.0.1:9/simple",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("cannot reach http://127.0.0.1:9/simple/torch/"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("hint: `knowledge derive` reads the index over the network"),
+        "{stderr}"
+    );
+}
+
+/// The embedded knowledge of a released torch agrees with the wheels' own metadata on PyPI. This
+/// test needs https://pypi.org: without the network it fails (it does not skip) and says so.
+#[test]
+fn knowledge_derive_agrees_with_pypi_for_a_released_torch() {
+    let output = imagegen()
+        .args(["knowledge", "derive", "torch", "2.12.1", "--check"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "`imagegen knowledge derive torch 2.12.1 --check` failed. It reads https://pypi.org/simple/torch/ and the wheels' .metadata files: PyPI must be reachable from where the tests run.\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    assert!(
+        stdout.contains("# --check against the embedded knowledge: 0 difference(s)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("{platform: linux/amd64, cuda: \"13.0\", cuda_runtime: \"13.0.2\", cudnn: \"9.20.0.48\", nccl: \"2.29.7\"}"),
+        "{stdout}"
+    );
+}
+
+/// Runs `imagegen args` in `dir`; returns (exit code, stdout, stderr).
+fn run_in(dir: &Path, args: &[&str]) -> (i32, String, String) {
+    let output = imagegen().current_dir(dir).args(args).output().unwrap();
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).to_string(),
+        String::from_utf8_lossy(&output.stderr).to_string(),
+    )
+}
+
+/// What a user reads for each mistake: one error at its line (or the flag), with a hint, exit 2,
+/// and nothing written. One combined snapshot.
+#[test]
+fn every_bad_input_is_one_located_error_with_a_hint() {
+    let base = std::fs::read_to_string(fixture("basic.yaml")).unwrap();
+    let typo_cases: Vec<(&str, Vec<u8>)> = vec![
+        (
+            "a torch release nobody published",
+            base.replace("[\"2.7\", \"2.8.0\"]", "[\"2.7\", \"2.99\"]")
+                .into_bytes(),
+        ),
+        (
+            "CUDA 12.10 (kept as written, not 12.1)",
+            base.replace("\"12.8\"]", "12.10]").into_bytes(),
+        ),
+        (
+            "an OS the knowledge does not know",
+            base.replace("[ubuntu22.04, ubuntu24.04]", "[ubuntu22.04, ubuntu24.10]")
+                .into_bytes(),
+        ),
+        (
+            "an exclude that matches every cell",
+            base.replace(
+                "{cuda: \"11.8\", os: ubuntu24.04}",
+                "{variants: [runtime, devel]}",
+            )
+            .into_bytes(),
+        ),
+        (
+            "a value in an include that names no release",
+            base.replace("cuda: \"12.4\"", "cuda: \"12.44\"")
+                .into_bytes(),
+        ),
+        (
+            "a duplicate key",
+            base.replace(
+                "variants: [runtime, devel]\n",
+                "variants: [runtime, devel]\ncuda: [\"12.6\"]\n",
+            )
+            .into_bytes(),
+        ),
+        (
+            "a tab in the indentation",
+            base.replace("tags:\n  default_os", "tags:\n\tdefault_os")
+                .into_bytes(),
+        ),
+        (
+            "a value listed twice",
+            base.replace(
+                "[\"11.8\", \"12.6\", \"12.8\"]",
+                "[\"11.8\", \"12.6\", \"12.6\"]",
+            )
+            .into_bytes(),
+        ),
+        ("not UTF-8", {
+            let mut bytes = base.clone().into_bytes();
+            let at = base.find("Example Team").unwrap();
+            bytes[at + 2] = 0xe9;
+            bytes
+        }),
+    ];
+    let mut transcript = String::new();
+    for (what, bytes) in typo_cases {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("matrix.yaml"), &bytes).unwrap();
+        for command in [
+            &["resolve"][..],
+            &["render"],
+            &["render", "--check"],
+            &["bake"],
+        ] {
+            let (code, _, stderr) = run_in(dir.path(), command);
+            assert_eq!(code, 2, "{what}: imagegen {command:?}: {stderr}");
+            assert_eq!(stderr.matches("error:").count(), 1, "{what}: {stderr}");
+            assert!(stderr.contains("\nhint: "), "{what}: {stderr}");
+            assert!(
+                stderr.starts_with("error: matrix.yaml:"),
+                "{what}: file:line first: {stderr}"
+            );
+        }
+        let (_, _, stderr) = run_in(dir.path(), &["render"]);
+        transcript.push_str(&format!("## {what}\n{stderr}\n"));
+        let left: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+            .collect();
+        assert_eq!(left, vec!["matrix.yaml"], "{what}: nothing may be written");
+    }
+
+    // Flags and settings: the error names the flag.
+    let dir = workspace("basic.yaml");
+    let flag_cases: Vec<(&str, Vec<&str>)> = vec![
+        (
+            "no matrix here",
+            vec!["resolve", "--matrix", "missing.yaml"],
+        ),
+        ("--jobs 0", vec!["build", "--jobs", "0"]),
+        ("rollback without a target", vec!["rollback", "latest"]),
+        (
+            "a Job name that is not a DNS label",
+            vec![
+                "k8s",
+                "latest",
+                "--name",
+                "Bad_Name",
+                "--manifest",
+                "none.json",
+            ],
+        ),
+        ("an unknown CI format", vec!["ci", "--format", "gitlab"]),
+    ];
+    for (what, args) in flag_cases {
+        let (code, _, stderr) = run_in(dir.path(), &args);
+        assert_eq!(code, 2, "{what}: {stderr}");
+        transcript.push_str(&format!(
+            "## {what}: imagegen {}\n{stderr}\n",
+            args.join(" ")
+        ));
+    }
+    insta::assert_snapshot!("bad_input_errors", transcript);
+}
+
+#[test]
+fn a_matrix_that_makes_no_image_writes_nothing_unless_told() {
+    let dir = workspace("basic.yaml");
+    imagegen()
+        .current_dir(dir.path())
+        .arg("render")
+        .assert()
+        .success();
+    let impossible = "registry: r.example\nrepository: team/pytorch\ntorch: [\"2.0\"]\ncuda: [\"13.0\"]\nos: [ubuntu24.04]\n";
+    write_matrix(dir.path(), impossible);
+    let before = std::fs::read_dir(dir.path().join("images"))
+        .unwrap()
+        .count();
+    assert!(before > 0);
+    for command in [
+        &["render"][..],
+        &["render", "--check"],
+        &["resolve"],
+        &["bake"],
+        &["ci"],
+        &["build", "--dry-run"],
+    ] {
+        let (code, _, stderr) = run_in(dir.path(), command);
+        assert_eq!(code, 2, "imagegen {command:?}: {stderr}");
+        assert!(
+            stderr.contains("matrix.yaml makes no images")
+                && stderr.contains("2 cells are rejected"),
+            "imagegen {command:?}: {stderr}"
+        );
+        assert!(!stderr.contains("up to date"), "{stderr}");
+    }
+    assert_eq!(
+        std::fs::read_dir(dir.path().join("images"))
+            .unwrap()
+            .count(),
+        before,
+        "no image was removed"
+    );
+    assert!(!dir.path().join("docker-bake.json").exists());
+    let (code, stdout, _) = run_in(dir.path(), &["render", "--allow-empty"]);
+    assert_eq!(code, 0);
+    assert!(
+        stdout.contains("0 images in images (0 changed, 18 removed"),
+        "{stdout}"
+    );
+    // A driver that runs none of the images is an answer, not an error.
+    write_matrix(
+        dir.path(),
+        &std::fs::read_to_string(fixture("basic.yaml")).unwrap(),
+    );
+    let (code, stdout, _) = run_in(dir.path(), &["resolve", "--driver", "450.80.02"]);
+    assert_eq!(code, 0, "{stdout}");
+    assert!(stdout.contains("0 images, "), "{stdout}");
+}
+
+#[test]
+fn only_takes_aliases_and_repository_qualified_names() {
+    let dir = workspace("basic.yaml");
+    imagegen()
+        .current_dir(dir.path())
+        .arg("render")
+        .assert()
+        .success();
+    let selftest = dir.path().join("selftest");
+    std::fs::create_dir(&selftest).unwrap();
+    for binary in ["gpu-selftest-cu11", "gpu-selftest-cu12"] {
+        std::fs::write(selftest.join(binary), "#!/bin/sh\n").unwrap();
+    }
+    let plan = |only: &str| {
+        run_in(
+            dir.path(),
+            &[
+                "build",
+                "--dry-run",
+                "--selftest-dir",
+                "selftest",
+                "--only",
+                only,
+            ],
+        )
+    };
+    for (only, expected) in [
+        ("latest", "2.8.0-cuda12.8-cudnn9-runtime-ubuntu24.04"),
+        (
+            "2.8-cuda12.6-runtime",
+            "2.8.0-cuda12.6-cudnn9-runtime-ubuntu24.04",
+        ),
+        (
+            "registry.example.com/team/pytorch:2.7-cuda12.8-devel",
+            "2.7.1-cuda12.8-cudnn9-devel-ubuntu24.04",
+        ),
+        (
+            "2.7.1-cuda11.8*runtime*",
+            "2.7.1-cuda11.8-cudnn9-runtime-ubuntu22.04",
+        ),
+    ] {
+        let (code, stdout, stderr) = plan(only);
+        assert_eq!(code, 0, "--only {only}: {stderr}");
+        assert!(stdout.contains(expected), "--only {only}: {stdout}");
+    }
+    let (code, stdout, _) = plan("latest");
+    assert_eq!(code, 0);
+    assert!(stdout.contains("1 image planned"), "{stdout}");
+    let (code, _, stderr) = plan("2.8-cuda12.8-runtme");
+    assert_eq!(code, 2);
+    assert!(
+        stderr.starts_with("error: --only \"2.8-cuda12.8-runtme\" names no image of the matrix\nhint: closest tags and aliases: 2.8-cuda12.8-runtime"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("shard"), "no shard was given: {stderr}");
+}
+
+/// `imagegen resolve | head -1`: a reader that went away is not a crash.
+#[test]
+fn a_closed_output_pipe_is_not_a_crash() {
+    use std::os::fd::FromRawFd;
+    let dir = workspace("basic.yaml");
+    let closed_pipe = || {
+        let mut fds = [0; 2];
+        // SAFETY: pipe(2) fills two new descriptors; the read end is closed at once, so every
+        // write to the other end fails with EPIPE, as after `head` exited.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        unsafe { libc::close(fds[0]) };
+        unsafe { std::fs::File::from_raw_fd(fds[1]) }
+    };
+    for (args, code) in [
+        (&["resolve"][..], 0),
+        (&["render"], 0),
+        (&["resolve", "--format", "json"], 0),
+        (&["resolve", "--strict"], 1),
+    ] {
+        let output = std::process::Command::new(assert_cmd::cargo::cargo_bin("imagegen"))
+            .current_dir(dir.path())
+            .args(args)
+            .stdout(closed_pipe())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(code), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+    assert!(dir.path().join("images").exists(), "render still wrote");
+    // A closed stderr does not turn an error into a crash either.
+    let output = std::process::Command::new(assert_cmd::cargo::cargo_bin("imagegen"))
+        .current_dir(dir.path())
+        .args(["resolve", "--matrix", "missing.yaml"])
+        .stderr(closed_pipe())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+}
+
+/// Every argument and flag of every command says what it is for.
+#[test]
+fn every_argument_has_help_and_the_main_verbs_come_first() {
+    use clap::CommandFactory;
+    fn check(command: &clap::Command, path: &str, missing: &mut Vec<String>) {
+        for argument in command.get_arguments() {
+            let id = argument.get_id().as_str();
+            if ["help", "version"].contains(&id) || argument.is_hide_set() {
+                continue;
+            }
+            if argument.get_help().is_none() && argument.get_long_help().is_none() {
+                missing.push(format!("{path} {id}"));
+            }
+        }
+        for sub in command.get_subcommands() {
+            if sub.get_name() == "help" {
+                continue;
+            }
+            if sub.get_about().is_none() {
+                missing.push(format!("{path} {} (the command)", sub.get_name()));
+            }
+            check(sub, &format!("{path} {}", sub.get_name()), missing);
+        }
+    }
+    let mut missing = Vec::new();
+    check(&imagegen::cli::Cli::command(), "imagegen", &mut missing);
+    assert!(missing.is_empty(), "without help: {missing:?}");
+
+    let help = stdout_of(imagegen().arg("--help"));
+    let verbs: Vec<&str> = help
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .filter_map(|l| l.strip_prefix("  "))
+        .filter(|l| !l.starts_with(' '))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(verbs[..3], ["resolve", "render", "build"], "{help}");
+    let diff = stdout_of(imagegen().args(["diff", "--help"]));
+    assert!(diff.contains("The earlier image"), "{diff}");
 }

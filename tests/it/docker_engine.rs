@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use crate::support::{base_image, context_dir, engine, unique_name, Registry};
+use crate::support::{base_image, context_dir, engine, unique_name, Cleanup, Registry, BASE_IMAGE};
 use imagegen::docker::{
     build_step_progress, context_tar, BuildRequest, ContextFile, Credentials, DockerConfig,
     DockerError, Engine, RegistryClient, RetryPolicy, RunRequest, MEDIA_TYPE_DOCKER_MANIFEST,
@@ -28,10 +28,11 @@ fn tool_file() -> ContextFile {
     }
 }
 
-/// A build context for `APP_DOCKERFILE` whose hello.txt holds `marker`.
-fn app_context(marker: &str) -> Vec<u8> {
+/// A build context for `APP_DOCKERFILE`, labelled as `cleanup`'s, whose hello.txt holds `marker`.
+fn app_context(cleanup: &Cleanup, marker: &str) -> Vec<u8> {
     let hello = format!("{marker}\n");
-    let directory = context_dir(&[("Dockerfile", APP_DOCKERFILE), ("hello.txt", &hello)]);
+    let dockerfile = cleanup.dockerfile(APP_DOCKERFILE);
+    let directory = context_dir(&[("Dockerfile", &dockerfile), ("hello.txt", &hello)]);
     context_tar(directory.path(), &[tool_file()]).expect("context tar")
 }
 
@@ -42,9 +43,14 @@ fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// Builds a small labelled image tagged `tag`; returns its id.
-async fn build_small_image(engine: &Engine, tag: &str, label_pairs: &[(&str, &str)]) -> String {
-    let mut request = BuildRequest::new(tag, app_context(tag));
+/// Builds a small labelled image tagged `tag`, as `cleanup`'s; returns its id.
+async fn build_small_image(
+    engine: &Engine,
+    cleanup: &Cleanup,
+    tag: &str,
+    label_pairs: &[(&str, &str)],
+) -> String {
+    let mut request = BuildRequest::new(tag, app_context(cleanup, tag));
     request.labels = labels(label_pairs);
     engine
         .build(request, |_| {})
@@ -72,11 +78,12 @@ fn fast_retry(attempts: u32) -> RetryPolicy {
 async fn build_streams_output_applies_labels_and_is_found_by_label() {
     let engine = engine().await;
     base_image(&engine).await;
+    let cleanup = Cleanup::new("build");
     let name = unique_name("build");
     let tag = format!("imagegen-test/{name}:1");
     let fingerprint = format!("fp-{name}");
 
-    let mut request = BuildRequest::new(&tag, app_context(&name));
+    let mut request = BuildRequest::new(&tag, app_context(&cleanup, &name));
     request.labels = labels(&[
         ("imagegen.fingerprint", &fingerprint),
         ("org.example.flavour", "test"),
@@ -155,8 +162,10 @@ async fn build_streams_output_applies_labels_and_is_found_by_label() {
 async fn identical_contexts_are_identical_bytes_and_rebuild_to_the_same_image() {
     let engine = engine().await;
     base_image(&engine).await;
+    let cleanup = Cleanup::new("determinism");
     let name = unique_name("determinism");
-    let directory = context_dir(&[("Dockerfile", APP_DOCKERFILE), ("hello.txt", &name)]);
+    let dockerfile = cleanup.dockerfile(APP_DOCKERFILE);
+    let directory = context_dir(&[("Dockerfile", &dockerfile), ("hello.txt", &name)]);
     let first = context_tar(directory.path(), &[tool_file()]).unwrap();
     // Touch every file: new mtimes must not change a byte.
     std::thread::sleep(Duration::from_millis(1100));
@@ -187,14 +196,17 @@ async fn identical_contexts_are_identical_bytes_and_rebuild_to_the_same_image() 
 async fn failing_run_reports_the_step_and_the_last_lines() {
     let engine = engine().await;
     base_image(&engine).await;
+    let cleanup = Cleanup::new("failing");
     let name = unique_name("failing");
     let tag = format!("imagegen-test/{name}:1");
-    // Constant steps: the successful first RUN is cached, so repeated runs leave no new layers.
-    let dockerfile = "FROM imagegen-test/base:1\n\
+    // The layers of the steps before the failure stay untagged; the cleanup removes them.
+    let dockerfile = cleanup.dockerfile(
+        "FROM imagegen-test/base:1\n\
          RUN echo before-failure\n\
          RUN for i in $(seq 1 30); do echo output-line-$i; done; echo stderr-line >&2; echo about-to-fail; exit 3\n\
-         RUN echo never-reached\n";
-    let directory = context_dir(&[("Dockerfile", dockerfile)]);
+         RUN echo never-reached\n",
+    );
+    let directory = context_dir(&[("Dockerfile", &dockerfile)]);
     let context = context_tar(directory.path(), &[]).unwrap();
     let mut streamed: Vec<String> = Vec::new();
     let error = engine
@@ -215,7 +227,7 @@ async fn failing_run_reports_the_step_and_the_last_lines() {
     };
     assert_eq!(failed_tag, &tag);
     let step = step.as_deref().expect("the failing step is known");
-    assert!(step.starts_with("Step 3/4 : RUN for i in"), "{step}");
+    assert!(step.starts_with("Step 4/5 : RUN for i in"), "{step}");
     assert!(message.contains("returned a non-zero code: 3"), "{message}");
     assert!(last_lines.len() <= 20, "{last_lines:#?}");
     assert!(
@@ -240,7 +252,7 @@ async fn failing_run_reports_the_step_and_the_last_lines() {
 
     let text = error.to_string();
     assert!(text.contains(&tag), "{text}");
-    assert!(text.contains("Step 3/4"), "{text}");
+    assert!(text.contains("Step 4/5"), "{text}");
     assert!(text.contains("output-line-30"), "{text}");
     assert!(
         engine.image(&tag).await.unwrap().is_none(),
@@ -253,12 +265,14 @@ async fn push_returns_the_registry_digest_and_labels_are_readable_remotely() {
     let engine = engine().await;
     base_image(&engine).await;
     let registry = Registry::start();
+    let cleanup = Cleanup::new("push");
     let name = unique_name("push");
     let repository_path = format!("imagegen-test/{name}");
     let repository = format!("{}/{repository_path}", registry.host());
     let fingerprint = format!("fp-{name}");
     let image_id = build_small_image(
         &engine,
+        &cleanup,
         &format!("{repository}:t1"),
         &[("imagegen.fingerprint", &fingerprint)],
     )
@@ -398,8 +412,10 @@ async fn authenticated_registry_needs_credentials_and_never_shows_them() {
     let registry = Registry::start_with_htpasswd("imagegen", &password);
     let repository_path = format!("imagegen-test/{name}");
     let repository = format!("{}/{repository_path}", registry.host());
+    let cleanup = Cleanup::new("auth");
     build_small_image(
         &engine,
+        &cleanup,
         &format!("{repository}:t1"),
         &[("imagegen.fingerprint", &name)],
     )
@@ -509,7 +525,8 @@ async fn registry_down_fails_clearly_after_bounded_retries() {
     let name = unique_name("down");
     let repository_path = format!("imagegen-test/{name}");
     let repository = format!("{host}/{repository_path}");
-    build_small_image(&engine, &format!("{repository}:t1"), &[]).await;
+    let cleanup = Cleanup::new("down");
+    build_small_image(&engine, &cleanup, &format!("{repository}:t1"), &[]).await;
 
     let started = Instant::now();
     let mut lines = Vec::new();
@@ -765,8 +782,11 @@ async fn containers_running_command_with(engine: &Engine, marker: &str) -> Vec<S
 async fn dropping_a_build_stops_it_on_the_daemon() {
     let engine = engine().await;
     base_image(&engine).await;
+    let cleanup = Cleanup::new("cancelled-build");
     let marker = unique_name("cancelled-build");
-    let dockerfile = format!("FROM imagegen-test/base:1\nRUN sleep 45 # {marker}\n");
+    let dockerfile = cleanup.dockerfile(&format!(
+        "FROM imagegen-test/base:1\nRUN sleep 45 # {marker}\n"
+    ));
     let directory = context_dir(&[("Dockerfile", &dockerfile)]);
     let tag = format!("imagegen-test/{marker}:1");
     let request = BuildRequest::new(&tag, context_tar(directory.path(), &[]).unwrap());
@@ -827,14 +847,17 @@ async fn untrusted_registry_certificate_fails_at_once_with_a_hint() {
 async fn entrypoint_can_be_replaced_or_removed_and_targets_select_a_stage() {
     let engine = engine().await;
     base_image(&engine).await;
+    let cleanup = Cleanup::new("entrypoint");
     let name = unique_name("entrypoint");
     let tag = format!("imagegen-test/{name}:1");
-    let dockerfile = "FROM imagegen-test/base:1 AS first\n\
+    let dockerfile = cleanup.dockerfile(
+        "FROM imagegen-test/base:1 AS first\n\
          RUN echo first-stage > /stage\n\
          ENTRYPOINT [\"echo\", \"banner\"]\n\
          FROM first AS second\n\
-         RUN echo second-stage > /stage\n";
-    let directory = context_dir(&[("Dockerfile", dockerfile)]);
+         RUN echo second-stage > /stage\n",
+    );
+    let directory = context_dir(&[("Dockerfile", &dockerfile)]);
     let mut request = BuildRequest::new(&tag, context_tar(directory.path(), &[]).unwrap());
     request.target = Some("first".into());
     engine.build(request, |_| {}).await.unwrap();
@@ -861,4 +884,62 @@ async fn entrypoint_can_be_replaced_or_removed_and_targets_select_a_stage() {
         .unwrap();
     assert_eq!(replaced.stdout, "other x\n");
     engine.remove_image(&tag, true).await.unwrap();
+}
+
+/// What a test makes goes when its [`Cleanup`] is dropped: tags, untagged layers of a failed
+/// build, and containers, all found by the case label right after `FROM`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_cleanup_leaves_nothing_of_its_case() {
+    let engine = engine().await;
+    base_image(&engine).await;
+    let cleanup = Cleanup::new("cleanup");
+    let case = cleanup.case().to_string();
+    let name = unique_name("cleanup");
+    build_small_image(&engine, &cleanup, &format!("imagegen-test/{name}:1"), &[]).await;
+    engine
+        .tag(
+            &format!("imagegen-test/{name}:1"),
+            &format!("imagegen-test/{name}"),
+            "alias",
+        )
+        .await
+        .unwrap();
+    let failing =
+        cleanup.dockerfile("FROM imagegen-test/base:1\nRUN echo kept-layer\nRUN exit 3\n");
+    let directory = context_dir(&[("Dockerfile", &failing)]);
+    let request = BuildRequest::new(
+        format!("imagegen-test/{name}:failed"),
+        context_tar(directory.path(), &[]).unwrap(),
+    );
+    assert!(engine.build(request, |_| {}).await.is_err());
+    let labelled = || async {
+        let filter = format!("{}={case}", crate::support::CASE_LABEL);
+        let mut filters = std::collections::HashMap::new();
+        filters.insert("label", vec![filter.as_str()]);
+        let options = bollard::query_parameters::ListImagesOptionsBuilder::default()
+            .all(true)
+            .filters(&filters)
+            .build();
+        engine
+            .client()
+            .list_images(Some(options))
+            .await
+            .unwrap()
+            .len()
+    };
+    assert!(
+        labelled().await >= 3,
+        "the image, its layers, the failed build's layer"
+    );
+    drop(cleanup);
+    assert_eq!(labelled().await, 0);
+    assert!(engine
+        .image(&format!("imagegen-test/{name}:alias"))
+        .await
+        .unwrap()
+        .is_none());
+    assert!(
+        engine.image(BASE_IMAGE).await.unwrap().is_some(),
+        "the shared base stays"
+    );
 }

@@ -1,7 +1,8 @@
 //! `imagegen k8s`: a Kubernetes `batch/v1` Job (and, across nodes, the headless Service its pods
 //! find each other through) that runs one of the matrix's images on GPUs. Pure: an image spec and
-//! settings in, typed documents out, serialized as deterministic YAML. Nothing here talks to a
-//! cluster; `validate` checks the rules the API server would enforce on what this module emits.
+//! settings in, `k8s-openapi` objects out (`objects`), serialized as deterministic YAML. Nothing
+//! here talks to a cluster; `validate` checks the rules the API server would enforce on what this
+//! module emits.
 //!
 //! What the Job carries, and why:
 //! - `nvidia.com/gpu` limits (the NVIDIA device plugin's resource; requests default to limits).
@@ -95,8 +96,18 @@ pub enum K8sError {
     NoNodes,
     #[error("--nodes {nodes} needs --command: the program every node runs under torchrun (e.g. --command python train.py)")]
     MultiNodeWithoutCommand { nodes: u32 },
+    #[error(
+        "--name {name:?} is not a valid Job name: {rule}\nhint: for example --name {suggestion}"
+    )]
+    BadName {
+        name: String,
+        rule: String,
+        suggestion: String,
+    },
     #[error("no image to run")]
     NoImage,
+    #[error("--nodes {nodes}: more than a Job's completions can count")]
+    TooManyNodes { nodes: u32 },
     #[error("the generated manifests break Kubernetes rules: {}", problems.join("; "))]
     Invalid { problems: Vec<String> },
 }
@@ -106,7 +117,15 @@ fn requirement(key: &str, operator: &str, value: u64) -> NodeSelectorRequirement
     NodeSelectorRequirement {
         key: key.to_string(),
         operator: operator.to_string(),
-        values: vec![value.to_string()],
+        values: Some(vec![value.to_string()]),
+    }
+}
+
+/// A node selector term of ANDed `expressions` (and no field selectors).
+fn term(expressions: Vec<NodeSelectorRequirement>) -> NodeSelectorTerm {
+    NodeSelectorTerm {
+        match_expressions: Some(expressions),
+        match_fields: None,
     }
 }
 
@@ -126,53 +145,46 @@ fn equals(key: &str, value: u64) -> Vec<NodeSelectorRequirement> {
 /// the last two collapse into major = M and minor ≥ m.
 pub fn driver_affinity_terms(minimum: &DriverVersion) -> Vec<NodeSelectorTerm> {
     let (major, minor, revision) = (minimum.part(0), minimum.part(1), minimum.part(2));
-    let mut terms = vec![NodeSelectorTerm {
-        match_expressions: vec![requirement(DRIVER_MAJOR_LABEL, "Gt", major)],
-    }];
+    let mut terms = vec![term(vec![requirement(DRIVER_MAJOR_LABEL, "Gt", major)])];
     if revision == 0 {
         let mut expressions = equals(DRIVER_MAJOR_LABEL, major);
         if minor > 0 {
             expressions.push(requirement(DRIVER_MINOR_LABEL, "Gt", minor - 1));
         }
-        terms.push(NodeSelectorTerm {
-            match_expressions: expressions,
-        });
+        terms.push(term(expressions));
     } else {
         let mut newer_minor = equals(DRIVER_MAJOR_LABEL, major);
         newer_minor.push(requirement(DRIVER_MINOR_LABEL, "Gt", minor));
         let mut same_minor = equals(DRIVER_MAJOR_LABEL, major);
         same_minor.extend(equals(DRIVER_MINOR_LABEL, minor));
         same_minor.push(requirement(DRIVER_REV_LABEL, "Gt", revision - 1));
-        terms.push(NodeSelectorTerm {
-            match_expressions: newer_minor,
-        });
-        terms.push(NodeSelectorTerm {
-            match_expressions: same_minor,
-        });
+        terms.push(term(newer_minor));
+        terms.push(term(same_minor));
     }
     terms
 }
 
 /// Whether a node with `labels` satisfies `terms`, as the scheduler decides it: terms are ORed,
 /// expressions ANDed, `Gt`/`Lt` parse the label as a base-10 integer and fail on a missing or
-/// non-numeric label. Used by the tests and by `validate`; kept here beside what it checks.
+/// non-numeric label. A term with field selectors (`matchFields`, which this module never writes)
+/// is not decided here and matches nothing. Used by the tests; kept beside what it checks.
 pub fn node_matches(terms: &[NodeSelectorTerm], labels: &BTreeMap<String, String>) -> bool {
     terms.iter().any(|term| {
-        !term.match_expressions.is_empty()
-            && term.match_expressions.iter().all(|expression| {
+        let expressions = term.match_expressions.as_deref().unwrap_or_default();
+        !expressions.is_empty()
+            && term.match_fields.as_deref().unwrap_or_default().is_empty()
+            && expressions.iter().all(|expression| {
                 let label = labels.get(&expression.key);
+                let values = expression.values.as_deref().unwrap_or_default();
                 match expression.operator.as_str() {
-                    "In" => label.is_some_and(|value| expression.values.contains(value)),
-                    "NotIn" => label.is_none_or(|value| !expression.values.contains(value)),
+                    "In" => label.is_some_and(|value| values.contains(value)),
+                    "NotIn" => label.is_none_or(|value| !values.contains(value)),
                     "Exists" => label.is_some(),
                     "DoesNotExist" => label.is_none(),
                     "Gt" | "Lt" => {
                         let (Some(value), Some(bound)) = (
                             label.and_then(|value| value.parse::<i64>().ok()),
-                            expression
-                                .values
-                                .first()
-                                .and_then(|bound| bound.parse::<i64>().ok()),
+                            values.first().and_then(|bound| bound.parse::<i64>().ok()),
                         ) else {
                             return false;
                         };
@@ -205,6 +217,18 @@ pub fn dns_label(text: &str, max: usize) -> String {
     }
     label.truncate(max);
     label.trim_end_matches('-').to_string()
+}
+
+/// A Job name as given, or why it is not one: never rewritten, so the Job is named as asked.
+pub fn checked_job_name(name: &str) -> Result<String, K8sError> {
+    if validation::is_dns_label(name) && name.len() <= JOB_NAME_MAX {
+        return Ok(name.to_string());
+    }
+    Err(K8sError::BadName {
+        name: name.to_string(),
+        rule: format!("a Job name is a DNS label of at most {JOB_NAME_MAX} characters (its pods add `-<index>` within 63): lowercase letters, digits and `-`, starting with a letter and ending with a letter or digit"),
+        suggestion: dns_label(name, JOB_NAME_MAX),
+    })
 }
 
 /// The default Job name: the repository's last component and the tag
@@ -287,11 +311,10 @@ pub fn manifests(images: &[&ImageSpec], settings: &JobSettings) -> Result<Manife
     if let Some(digest) = &settings.digest {
         reference = format!("{reference}@{digest}");
     }
-    let name = settings
-        .name
-        .as_deref()
-        .map(|name| dns_label(name, JOB_NAME_MAX))
-        .unwrap_or_else(|| default_job_name(&image.repository, &published_tag));
+    let name = match settings.name.as_deref() {
+        Some(name) => checked_job_name(name)?,
+        None => default_job_name(&image.repository, &published_tag),
+    };
     let multi_node = settings.nodes > 1;
     let pod_labels: BTreeMap<String, String> = [
         ("app.kubernetes.io/name".to_string(), name.clone()),
@@ -326,116 +349,140 @@ pub fn manifests(images: &[&ImageSpec], settings: &JobSettings) -> Result<Manife
     if multi_node {
         env.push(EnvVar {
             name: "NODE_RANK".into(),
-            value: None,
             value_from: Some(EnvVarSource {
-                field_ref: ObjectFieldSelector {
+                field_ref: Some(ObjectFieldSelector {
                     field_path: "metadata.annotations['batch.kubernetes.io/job-completion-index']"
                         .into(),
-                },
+                    ..Default::default()
+                }),
+                ..Default::default()
             }),
+            ..Default::default()
         });
         ports.push(ContainerPort {
-            name: "rendezvous".into(),
-            container_port: RENDEZVOUS_PORT,
+            name: Some("rendezvous".into()),
+            container_port: RENDEZVOUS_PORT.into(),
+            ..Default::default()
         });
     }
     let container = Container {
         name: "main".into(),
-        image: reference,
-        command: container_command(settings, &name),
-        env,
-        ports,
-        resources: ResourceRequirements {
-            limits: [("nvidia.com/gpu".to_string(), settings.gpus.to_string())].into(),
-        },
-        volume_mounts: vec![VolumeMount {
+        image: Some(reference),
+        command: Some(container_command(settings, &name)),
+        env: (!env.is_empty()).then_some(env),
+        ports: (!ports.is_empty()).then_some(ports),
+        resources: Some(ResourceRequirements {
+            limits: Some(
+                [(
+                    "nvidia.com/gpu".to_string(),
+                    Quantity(settings.gpus.to_string()),
+                )]
+                .into(),
+            ),
+            ..Default::default()
+        }),
+        volume_mounts: Some(vec![VolumeMount {
             name: "dshm".into(),
             mount_path: "/dev/shm".into(),
-        }],
+            ..Default::default()
+        }]),
+        ..Default::default()
     };
     // Every ORed term also requires one of the image's architectures.
     let architecture_requirement = NodeSelectorRequirement {
         key: ARCH_LABEL.into(),
         operator: "In".into(),
-        values: architectures,
+        values: Some(architectures),
     };
     let mut terms = if settings.driver_affinity {
         driver_affinity_terms(driver_min)
     } else {
-        vec![NodeSelectorTerm {
-            match_expressions: Vec::new(),
-        }]
+        vec![term(Vec::new())]
     };
     for term in &mut terms {
         term.match_expressions
+            .get_or_insert_with(Vec::new)
             .push(architecture_requirement.clone());
     }
     let affinity = Some(Affinity {
-        node_affinity: NodeAffinity {
-            required_during_scheduling_ignored_during_execution: NodeSelector {
+        node_affinity: Some(NodeAffinity {
+            required_during_scheduling_ignored_during_execution: Some(NodeSelector {
                 node_selector_terms: terms,
-            },
-        },
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
     });
+    let nodes = i32::try_from(settings.nodes).map_err(|_| K8sError::TooManyNodes {
+        nodes: settings.nodes,
+    })?;
     let job = Job {
-        api_version: "batch/v1".into(),
-        kind: "Job".into(),
         metadata: ObjectMeta {
             name: Some(name.clone()),
             namespace: Some(settings.namespace.clone()),
-            labels: pod_labels.clone(),
-            annotations: annotations.clone(),
+            labels: Some(pod_labels.clone()),
+            annotations: Some(annotations.clone()),
+            ..Default::default()
         },
-        spec: JobSpec {
+        spec: Some(JobSpec {
             completion_mode: multi_node.then(|| "Indexed".to_string()),
-            completions: settings.nodes,
-            parallelism: settings.nodes,
-            backoff_limit: 0,
+            completions: Some(nodes),
+            parallelism: Some(nodes),
+            backoff_limit: Some(0),
             template: PodTemplateSpec {
-                metadata: ObjectMeta {
-                    labels: pod_labels.clone(),
-                    annotations,
+                metadata: Some(ObjectMeta {
+                    labels: Some(pod_labels.clone()),
+                    annotations: Some(annotations),
                     ..Default::default()
-                },
-                spec: PodSpec {
-                    restart_policy: "Never".into(),
+                }),
+                spec: Some(PodSpec {
+                    restart_policy: Some("Never".into()),
                     subdomain: multi_node.then(|| name.clone()),
                     affinity,
-                    tolerations: vec![Toleration {
-                        key: "nvidia.com/gpu".into(),
-                        operator: "Exists".into(),
-                        effect: "NoSchedule".into(),
-                    }],
+                    tolerations: Some(vec![Toleration {
+                        key: Some("nvidia.com/gpu".into()),
+                        operator: Some("Exists".into()),
+                        effect: Some("NoSchedule".into()),
+                        ..Default::default()
+                    }]),
                     containers: vec![container],
-                    volumes: vec![Volume {
+                    volumes: Some(vec![Volume {
                         name: "dshm".into(),
-                        empty_dir: EmptyDirVolumeSource {
-                            medium: "Memory".into(),
-                            size_limit: format!("{}Gi", SHM_GIB_PER_GPU * settings.gpus),
-                        },
-                    }],
-                },
+                        empty_dir: Some(EmptyDirVolumeSource {
+                            medium: Some("Memory".into()),
+                            size_limit: Some(Quantity(format!(
+                                "{}Gi",
+                                u64::from(SHM_GIB_PER_GPU) * u64::from(settings.gpus)
+                            ))),
+                        }),
+                        ..Default::default()
+                    }]),
+                    ..Default::default()
+                }),
             },
-        },
+            ..Default::default()
+        }),
+        status: None,
     };
     let service = multi_node.then(|| Service {
-        api_version: "v1".into(),
-        kind: "Service".into(),
         metadata: ObjectMeta {
             name: Some(name.clone()),
             namespace: Some(settings.namespace.clone()),
-            labels: pod_labels.clone(),
-            annotations: BTreeMap::new(),
+            labels: Some(pod_labels.clone()),
+            ..Default::default()
         },
-        spec: ServiceSpec {
-            cluster_ip: "None".into(),
-            publish_not_ready_addresses: true,
-            selector: [("app.kubernetes.io/name".to_string(), name.clone())].into(),
-            ports: vec![ServicePort {
-                name: "rendezvous".into(),
-                port: RENDEZVOUS_PORT,
-            }],
-        },
+        spec: Some(ServiceSpec {
+            cluster_ip: Some("None".into()),
+            publish_not_ready_addresses: Some(true),
+            selector: Some([("app.kubernetes.io/name".to_string(), name.clone())].into()),
+            ports: Some(vec![ServicePort {
+                name: Some("rendezvous".into()),
+                port: RENDEZVOUS_PORT.into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        status: None,
     });
     let manifests = Manifests { service, job };
     let problems = validate(&manifests);
@@ -458,9 +505,13 @@ mod tests {
             "m.yaml",
         )
         .unwrap();
-        resolve(&matrix, &Knowledge::embedded(), &ResolveOptions::default())
-            .images
-            .remove(0)
+        resolve(
+            &matrix,
+            &Knowledge::test_fixture(),
+            &ResolveOptions::default(),
+        )
+        .images
+        .remove(0)
     }
 
     fn node(major: &str, minor: &str, revision: Option<&str>) -> BTreeMap<String, String> {
@@ -476,6 +527,41 @@ mod tests {
 
     fn version(text: &str) -> DriverVersion {
         DriverVersion::parse(text).unwrap()
+    }
+
+    fn job_spec(manifests: &Manifests) -> &JobSpec {
+        manifests.job.spec.as_ref().unwrap()
+    }
+
+    fn pod(manifests: &Manifests) -> &PodSpec {
+        job_spec(manifests).template.spec.as_ref().unwrap()
+    }
+
+    fn pod_mut(manifests: &mut Manifests) -> &mut PodSpec {
+        manifests
+            .job
+            .spec
+            .as_mut()
+            .unwrap()
+            .template
+            .spec
+            .as_mut()
+            .unwrap()
+    }
+
+    fn container(manifests: &Manifests) -> &Container {
+        &pod(manifests).containers[0]
+    }
+
+    fn command(manifests: &Manifests) -> &[String] {
+        container(manifests).command.as_deref().unwrap()
+    }
+
+    fn shm_volume(manifests: &Manifests) -> &EmptyDirVolumeSource {
+        pod(manifests).volumes.as_ref().unwrap()[0]
+            .empty_dir
+            .as_ref()
+            .unwrap()
     }
 
     #[test]
@@ -553,10 +639,10 @@ mod tests {
         assert_eq!(terms.len(), 3);
         assert_eq!(
             terms[0].match_expressions,
-            vec![requirement(DRIVER_MAJOR_LABEL, "Gt", 560)]
+            Some(vec![requirement(DRIVER_MAJOR_LABEL, "Gt", 560)])
         );
         assert_eq!(
-            terms[2].match_expressions.last().unwrap(),
+            terms[2].match_expressions.as_ref().unwrap().last().unwrap(),
             &requirement(DRIVER_REV_LABEL, "Gt", 4)
         );
         assert_eq!(driver_affinity_terms(&version("570.26")).len(), 2);
@@ -566,13 +652,23 @@ mod tests {
     fn single_gpu_runs_the_command_as_is_with_shm_and_gpu_limit() {
         let manifests = manifests(&[&image()], &JobSettings::default()).unwrap();
         assert!(manifests.service.is_none());
-        let pod = &manifests.job.spec.template.spec;
-        assert_eq!(pod.containers[0].command, vec!["gpu-selftest"]);
-        assert_eq!(pod.containers[0].resources.limits["nvidia.com/gpu"], "1");
-        assert_eq!(pod.volumes[0].empty_dir.size_limit, "8Gi");
-        assert_eq!(pod.volumes[0].empty_dir.medium, "Memory");
-        assert_eq!(pod.containers[0].volume_mounts[0].mount_path, "/dev/shm");
-        assert!(manifests.job.spec.completion_mode.is_none());
+        assert_eq!(command(&manifests), ["gpu-selftest"]);
+        let limits = container(&manifests)
+            .resources
+            .as_ref()
+            .unwrap()
+            .limits
+            .as_ref()
+            .unwrap();
+        assert_eq!(limits["nvidia.com/gpu"], Quantity("1".into()));
+        let shm = shm_volume(&manifests);
+        assert_eq!(shm.size_limit, Some(Quantity("8Gi".into())));
+        assert_eq!(shm.medium.as_deref(), Some("Memory"));
+        assert_eq!(
+            container(&manifests).volume_mounts.as_ref().unwrap()[0].mount_path,
+            "/dev/shm"
+        );
+        assert!(job_spec(&manifests).completion_mode.is_none());
         assert!(manifests
             .job
             .metadata
@@ -595,10 +691,9 @@ mod tests {
             ..Default::default()
         };
         let manifests = manifests(&[&image()], &settings).unwrap();
-        let container = &manifests.job.spec.template.spec.containers[0];
         assert_eq!(
-            container.command,
-            vec![
+            command(&manifests),
+            [
                 "torchrun",
                 "--standalone",
                 "--nnodes=1",
@@ -609,19 +704,17 @@ mod tests {
             ]
         );
         assert_eq!(
-            manifests.job.spec.template.spec.volumes[0]
-                .empty_dir
-                .size_limit,
-            "32Gi"
+            shm_volume(&manifests).size_limit,
+            Some(Quantity("32Gi".into()))
         );
         let settings = JobSettings {
             gpus: 2,
             command: vec!["./bench".into()],
             ..Default::default()
         };
-        let command = &manifests_for(settings).job.spec.template.spec.containers[0].command;
+        let manifests = manifests_for(settings);
         assert_eq!(
-            &command[3..],
+            &command(&manifests)[3..],
             ["--nproc-per-node=2", "--no-python", "./bench"]
         );
     }
@@ -637,24 +730,29 @@ mod tests {
             nodes: 3,
             namespace: "training".into(),
             command: vec!["python".into(), "train.py".into()],
-            name: Some("Llama Finetune".into()),
+            name: Some("llama-finetune".into()),
             driver_affinity: true,
             digest: None,
         });
         let job = &manifests.job;
         assert_eq!(job.metadata.name.as_deref(), Some("llama-finetune"));
-        assert_eq!(job.spec.completion_mode.as_deref(), Some("Indexed"));
-        assert_eq!((job.spec.completions, job.spec.parallelism), (3, 3));
-        let pod = &job.spec.template.spec;
-        assert_eq!(pod.subdomain.as_deref(), Some("llama-finetune"));
-        let command = pod.containers[0].command.join(" ");
+        let spec = job_spec(&manifests);
+        assert_eq!(spec.completion_mode.as_deref(), Some("Indexed"));
+        assert_eq!((spec.completions, spec.parallelism), (Some(3), Some(3)));
+        assert_eq!(pod(&manifests).subdomain.as_deref(), Some("llama-finetune"));
         assert_eq!(
-            command,
+            command(&manifests).join(" "),
             "torchrun --nnodes=3 --node-rank=$(NODE_RANK) --master-addr=llama-finetune-0.llama-finetune --master-port=29500 --nproc-per-node=8 train.py"
         );
-        assert_eq!(pod.containers[0].env[0].name, "NODE_RANK");
+        assert_eq!(
+            container(&manifests).env.as_ref().unwrap()[0].name,
+            "NODE_RANK"
+        );
         let service = manifests.service.as_ref().unwrap();
-        assert_eq!(service.spec.cluster_ip, "None");
+        assert_eq!(
+            service.spec.as_ref().unwrap().cluster_ip.as_deref(),
+            Some("None")
+        );
         assert!(validate(&manifests).is_empty());
     }
 
@@ -665,7 +763,7 @@ mod tests {
             digest: Some(digest.clone()),
             ..Default::default()
         });
-        let image = &manifests.job.spec.template.spec.containers[0].image;
+        let image = container(&manifests).image.as_deref().unwrap();
         assert!(
             image.ends_with(&format!("-ubuntu24.04@{digest}")),
             "{image}"
@@ -673,16 +771,16 @@ mod tests {
     }
 
     fn node_affinity_terms(manifests: &Manifests) -> &[NodeSelectorTerm] {
-        &manifests
-            .job
-            .spec
-            .template
-            .spec
+        &pod(manifests)
             .affinity
             .as_ref()
             .unwrap()
             .node_affinity
+            .as_ref()
+            .unwrap()
             .required_during_scheduling_ignored_during_execution
+            .as_ref()
+            .unwrap()
             .node_selector_terms
     }
 
@@ -711,21 +809,27 @@ mod tests {
             "m.yaml",
         )
         .unwrap();
-        let images = resolve(&matrix, &Knowledge::embedded(), &ResolveOptions::default()).images;
+        let images = resolve(
+            &matrix,
+            &Knowledge::test_fixture(),
+            &ResolveOptions::default(),
+        )
+        .images;
         let all: Vec<&ImageSpec> = images.iter().collect();
         assert_eq!(all.len(), 2);
         let index = manifests(&all, &JobSettings::default()).unwrap();
-        let container = &index.job.spec.template.spec.containers[0];
         let index_tag = images[0].index.clone().unwrap();
         assert_eq!(
-            container.image,
-            format!("r.example/team/pytorch:{index_tag}")
+            container(&index).image,
+            Some(format!("r.example/team/pytorch:{index_tag}"))
         );
         assert!(node_matches(node_affinity_terms(&index), &arm64_node));
         let arm64_image = images.iter().find(|i| i.platform == "linux/arm64").unwrap();
         let one = manifests(&[arm64_image], &JobSettings::default()).unwrap();
-        assert!(one.job.spec.template.spec.containers[0]
+        assert!(container(&one)
             .image
+            .as_deref()
+            .unwrap()
             .ends_with("-arm64"));
         assert!(node_matches(node_affinity_terms(&one), &arm64_node));
         assert!(!node_matches(
@@ -762,6 +866,18 @@ mod tests {
             ),
             Err(K8sError::MultiNodeWithoutCommand { nodes: 2 })
         );
+        // A Job counts completions in an int32.
+        assert_eq!(
+            manifests(
+                &image[..],
+                &JobSettings {
+                    nodes: u32::MAX,
+                    command: vec!["python".into(), "t.py".into()],
+                    ..Default::default()
+                }
+            ),
+            Err(K8sError::TooManyNodes { nodes: u32::MAX })
+        );
         let error = manifests(
             &image[..],
             &JobSettings {
@@ -771,6 +887,38 @@ mod tests {
         )
         .unwrap_err();
         assert!(error.to_string().contains("namespace"), "{error}");
+        let error = manifests(
+            &image[..],
+            &JobSettings {
+                name: Some("Bad_Name".into()),
+                ..Default::default()
+            },
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            error.starts_with(
+                "--name \"Bad_Name\" is not a valid Job name: a Job name is a DNS label"
+            ),
+            "{error}"
+        );
+        assert!(
+            error.contains("\nhint: for example --name bad-name"),
+            "{error}"
+        );
+        let named = manifests(
+            &image[..],
+            &JobSettings {
+                name: Some("finetune-7".into()),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            named.job.metadata.name.as_deref(),
+            Some("finetune-7"),
+            "a good name is kept as given"
+        );
     }
 
     #[test]
@@ -780,16 +928,48 @@ mod tests {
             command: vec!["python".into(), "t.py".into()],
             ..Default::default()
         });
-        broken.job.spec.template.spec.restart_policy = "Always".into();
-        broken.job.spec.parallelism = 1;
-        broken.job.spec.template.spec.containers[0].volume_mounts[0].name = "other".into();
-        broken.job.spec.template.spec.subdomain = Some("elsewhere".into());
+        assert!(validate(&broken).is_empty());
+        broken.job.spec.as_mut().unwrap().parallelism = Some(1);
+        let pod = pod_mut(&mut broken);
+        pod.restart_policy = Some("Always".into());
+        pod.containers[0].volume_mounts.as_mut().unwrap()[0].name = "other".into();
+        pod.subdomain = Some("elsewhere".into());
+        pod.volumes.as_mut().unwrap()[0]
+            .empty_dir
+            .as_mut()
+            .unwrap()
+            .size_limit = Some(Quantity("8 GiB".into()));
+        let terms = &mut pod
+            .affinity
+            .as_mut()
+            .unwrap()
+            .node_affinity
+            .as_mut()
+            .unwrap()
+            .required_during_scheduling_ignored_during_execution
+            .as_mut()
+            .unwrap()
+            .node_selector_terms;
+        terms[0].match_expressions.as_mut().unwrap()[0].values = Some(vec!["5.6".into()]);
         let problems = validate(&broken);
-        assert_eq!(problems.len(), 4, "{problems:#?}");
+        assert_eq!(problems.len(), 6, "{problems:#?}");
+        for expected in [
+            "restartPolicy",
+            "completions = parallelism",
+            "names no volume",
+            "subdomain",
+            "sizeLimit",
+            "integer",
+        ] {
+            assert!(
+                problems.iter().any(|problem| problem.contains(expected)),
+                "{expected}: {problems:#?}"
+            );
+        }
     }
 
     #[test]
-    fn yaml_round_trips_through_the_typed_model() {
+    fn yaml_round_trips_through_the_kubernetes_types() {
         let manifests = manifests_for(JobSettings {
             gpus: 2,
             nodes: 2,
@@ -797,14 +977,40 @@ mod tests {
             ..Default::default()
         });
         let yaml = manifests.to_yaml();
+        assert_eq!(Manifests::from_yaml(&yaml), Ok(manifests.clone()));
         let documents: Vec<&str> = yaml.split("---\n").filter(|d| !d.is_empty()).collect();
         assert_eq!(documents.len(), 2);
-        let service: Service = serde_yaml::from_str(documents[0]).unwrap();
-        let job: Job = serde_yaml::from_str(documents[1]).unwrap();
-        assert_eq!(Some(service), manifests.service);
-        assert_eq!(job, manifests.job);
-        // The model refuses a field Kubernetes does not have (a typo is not silently dropped).
-        let typo = documents[1].replace("sizeLimit", "sizelimit");
-        assert!(serde_yaml::from_str::<Job>(&typo).is_err());
+        assert!(documents[0].starts_with("apiVersion: v1\nkind: Service\n"));
+        assert!(documents[1].starts_with("apiVersion: batch/v1\nkind: Job\n"));
+        // k8s-openapi alone would drop a field Kubernetes does not have; the read-back refuses it.
+        let typo = yaml.replace("sizeLimit", "sizelimit");
+        assert_eq!(
+            Manifests::from_yaml(&typo),
+            Err(ReadBackError::NotRoundTripped {
+                index: 1,
+                kind: "Job",
+                path: "spec.template.spec.volumes[0].emptyDir.sizelimit".into(),
+            })
+        );
+        // A value of the wrong type is refused by the types themselves.
+        let wrong_type = yaml.replace(
+            "publishNotReadyAddresses: true",
+            "publishNotReadyAddresses: [true]",
+        );
+        assert!(matches!(
+            Manifests::from_yaml(&wrong_type),
+            Err(ReadBackError::Malformed { index: 0, .. })
+        ));
+        // The Service and the Job in the wrong order, or a Job alone where two were written.
+        let swapped = format!("---\n{}---\n{}", documents[1], documents[0]);
+        assert!(matches!(
+            Manifests::from_yaml(&swapped),
+            Err(ReadBackError::UnexpectedKind { index: 0, .. })
+        ));
+        let wrong_version = yaml.replace("apiVersion: batch/v1", "apiVersion: batch/v1beta1");
+        assert!(matches!(
+            Manifests::from_yaml(&wrong_version),
+            Err(ReadBackError::Malformed { index: 1, .. })
+        ));
     }
 }

@@ -1,214 +1,65 @@
-//! The subset of the Kubernetes API objects `imagegen k8s` emits: a `batch/v1` Job with its pod
-//! template, and a `v1` Service. Plain serde types; `deny_unknown_fields` makes the tests' round
-//! trip refuse anything else.
+//! The Kubernetes API objects `imagegen k8s` emits, as the `k8s-openapi` crate types them (a
+//! `batch/v1` Job with its pod template, and a `v1` Service), so fields, enums and defaults cannot
+//! drift from Kubernetes. This module re-exports the types the generator uses, holds the set of
+//! documents of one run ([`Manifests`]) and turns it into YAML and back.
+//!
+//! The API version: `k8s-openapi` is built with its `v1_33` feature, Kubernetes 1.33, where the
+//! NVIDIA GPU Operator's supported range starts. Its platform-support page for GPU Operator 26.7,
+//! the supported release (26.3.x is deprecated),
+//! <https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/platform-support.html#supported-operating-systems-and-kubernetes-platforms>
+//! (source `gpu-operator/platform-support.rst` in NVIDIA/cloud-native-docs at 52dcb7b8), lists
+//! Kubernetes 1.33–1.36 for every operating system, with one cell left at 1.32 (upstream
+//! Kubernetes on Ubuntu 24.04; 26.3 started at 1.32 everywhere). Every field emitted here is GA
+//! since 1.24 (Indexed Jobs) or earlier, so the objects also apply on that 1.32.
+//!
+//! `k8s-openapi` serializes fields in its own order (`apiVersion`, `kind`, then alphabetical),
+//! skips every unset optional field, and its maps are `BTreeMap`s: the YAML is deterministic.
+//! Its deserializers ignore unknown fields, so [`Manifests::from_yaml`] re-serializes what it read
+//! and refuses any document that does not come back the same: a misspelt field is an error, not
+//! silently dropped.
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
-
-// ---------------------------------------------------------------------------------------------
-// The subset of the Kubernetes API this module emits. Field names follow the API reference
-// (camelCase); `deny_unknown_fields` makes the tests' round trip refuse anything else.
-
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct ObjectMeta {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub name: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub namespace: Option<String>,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub labels: BTreeMap<String, String>,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub annotations: BTreeMap<String, String>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct Job {
-    pub api_version: String,
-    pub kind: String,
-    pub metadata: ObjectMeta,
-    pub spec: JobSpec,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct JobSpec {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub completion_mode: Option<String>,
-    pub completions: u32,
-    pub parallelism: u32,
-    pub backoff_limit: u32,
-    pub template: PodTemplateSpec,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct PodTemplateSpec {
-    pub metadata: ObjectMeta,
-    pub spec: PodSpec,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct PodSpec {
-    pub restart_policy: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub subdomain: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub affinity: Option<Affinity>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub tolerations: Vec<Toleration>,
-    pub containers: Vec<Container>,
-    pub volumes: Vec<Volume>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct Affinity {
-    pub node_affinity: NodeAffinity,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct NodeAffinity {
-    pub required_during_scheduling_ignored_during_execution: NodeSelector,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct NodeSelector {
-    /// ORed.
-    pub node_selector_terms: Vec<NodeSelectorTerm>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct NodeSelectorTerm {
-    /// ANDed.
-    pub match_expressions: Vec<NodeSelectorRequirement>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct NodeSelectorRequirement {
-    pub key: String,
-    /// `In`, `NotIn`, `Exists`, `DoesNotExist`, `Gt`, `Lt`.
-    pub operator: String,
-    pub values: Vec<String>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct Toleration {
-    pub key: String,
-    pub operator: String,
-    pub effect: String,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct Container {
-    pub name: String,
-    pub image: String,
-    pub command: Vec<String>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub env: Vec<EnvVar>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub ports: Vec<ContainerPort>,
-    pub resources: ResourceRequirements,
-    pub volume_mounts: Vec<VolumeMount>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct EnvVar {
-    pub name: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub value: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub value_from: Option<EnvVarSource>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct EnvVarSource {
-    pub field_ref: ObjectFieldSelector,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct ObjectFieldSelector {
-    pub field_path: String,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct ContainerPort {
-    pub name: String,
-    pub container_port: u16,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct ResourceRequirements {
-    pub limits: BTreeMap<String, String>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct VolumeMount {
-    pub name: String,
-    pub mount_path: String,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct Volume {
-    pub name: String,
-    pub empty_dir: EmptyDirVolumeSource,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct EmptyDirVolumeSource {
-    pub medium: String,
-    pub size_limit: String,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct Service {
-    pub api_version: String,
-    pub kind: String,
-    pub metadata: ObjectMeta,
-    pub spec: ServiceSpec,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct ServiceSpec {
-    #[serde(rename = "clusterIP")]
-    pub cluster_ip: String,
-    /// Pod 0's DNS name must resolve before it is ready: the other ranks look it up at start.
-    pub publish_not_ready_addresses: bool,
-    pub selector: BTreeMap<String, String>,
-    pub ports: Vec<ServicePort>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct ServicePort {
-    pub name: String,
-    pub port: u16,
-}
+pub use k8s_openapi::api::batch::v1::{Job, JobSpec};
+pub use k8s_openapi::api::core::v1::{
+    Affinity, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource, NodeAffinity,
+    NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, ObjectFieldSelector, PodSpec,
+    PodTemplateSpec, ResourceRequirements, Service, ServicePort, ServiceSpec, Toleration, Volume,
+    VolumeMount,
+};
+pub use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::Resource;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_yaml::Value;
 
 /// The documents for one run: the headless Service (multi-node only) and the Job.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Manifests {
     pub service: Option<Service>,
     pub job: Job,
+}
+
+/// Why YAML could not be read back as the documents `imagegen k8s` emits.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum ReadBackError {
+    #[error("document {index}: {message}")]
+    Malformed { index: usize, message: String },
+    #[error("document {index} is a {kind}, expected {expected}")]
+    UnexpectedKind {
+        index: usize,
+        kind: String,
+        expected: &'static str,
+    },
+    #[error("document {index} ({kind}): {path} is not read back as written (a field the Kubernetes API does not have, or a value of the wrong type)")]
+    NotRoundTripped {
+        index: usize,
+        kind: &'static str,
+        path: String,
+    },
+    #[error("expected a Job, or a Service and a Job; found {count} documents")]
+    DocumentCount { count: usize },
 }
 
 impl Manifests {
@@ -223,5 +74,118 @@ impl Manifests {
             .iter()
             .map(|document| format!("---\n{document}"))
             .collect()
+    }
+
+    /// Reads what [`Manifests::to_yaml`] writes: a Job, or a Service then a Job. Every document
+    /// must come back unchanged through the `k8s-openapi` types (which otherwise drop fields they
+    /// do not know), and each `apiVersion`/`kind` must be the type's.
+    pub fn from_yaml(text: &str) -> Result<Manifests, ReadBackError> {
+        let documents: Vec<&str> = text
+            .split("---\n")
+            .filter(|document| !document.trim().is_empty())
+            .collect();
+        match documents.as_slice() {
+            [job] => Ok(Manifests {
+                service: None,
+                job: read_document(0, job)?,
+            }),
+            [service, job] => Ok(Manifests {
+                service: Some(read_document(0, service)?),
+                job: read_document(1, job)?,
+            }),
+            other => Err(ReadBackError::DocumentCount { count: other.len() }),
+        }
+    }
+}
+
+/// One document as `T`, refused unless it re-serializes to the same YAML value.
+fn read_document<T: Resource + Serialize + DeserializeOwned>(
+    index: usize,
+    text: &str,
+) -> Result<T, ReadBackError> {
+    let malformed = |error: serde_yaml::Error| ReadBackError::Malformed {
+        index,
+        message: error.to_string(),
+    };
+    let written: Value = serde_yaml::from_str(text).map_err(malformed)?;
+    let kind = written
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or("document without a kind");
+    if kind != T::KIND {
+        return Err(ReadBackError::UnexpectedKind {
+            index,
+            kind: kind.to_string(),
+            expected: T::KIND,
+        });
+    }
+    let typed: T = serde_yaml::from_value(written.clone()).map_err(malformed)?;
+    let read_back = serde_yaml::to_value(&typed).map_err(malformed)?;
+    match first_difference(&written, &read_back, "") {
+        None => Ok(typed),
+        Some(path) => Err(ReadBackError::NotRoundTripped {
+            index,
+            kind: T::KIND,
+            path,
+        }),
+    }
+}
+
+/// The path (`spec.template.spec.volumes[0].emptyDir.sizelimit`) of the first place where
+/// `written` and `read_back` differ, mappings compared by key.
+fn first_difference(written: &Value, read_back: &Value, path: &str) -> Option<String> {
+    let here = || {
+        if path.is_empty() {
+            "the document".to_string()
+        } else {
+            path.to_string()
+        }
+    };
+    match (written, read_back) {
+        (Value::Mapping(written), Value::Mapping(read_back)) => {
+            let keys: BTreeMap<String, ()> = written
+                .keys()
+                .chain(read_back.keys())
+                .map(|key| (key_text(key), ()))
+                .collect();
+            for key in keys.keys() {
+                let child = if path.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{path}.{key}")
+                };
+                match (written.get(key.as_str()), read_back.get(key.as_str())) {
+                    (Some(a), Some(b)) => {
+                        if let Some(found) = first_difference(a, b, &child) {
+                            return Some(found);
+                        }
+                    }
+                    _ => return Some(child),
+                }
+            }
+            None
+        }
+        (Value::Sequence(written), Value::Sequence(read_back)) => {
+            if written.len() != read_back.len() {
+                return Some(here());
+            }
+            written
+                .iter()
+                .zip(read_back)
+                .enumerate()
+                .find_map(|(index, (a, b))| first_difference(a, b, &format!("{path}[{index}]")))
+        }
+        (written, read_back) if written == read_back => None,
+        _ => Some(here()),
+    }
+}
+
+fn key_text(key: &Value) -> String {
+    match key {
+        Value::String(text) => text.clone(),
+        other => serde_yaml::to_string(other)
+            .unwrap_or_default()
+            .trim()
+            .to_string(),
     }
 }

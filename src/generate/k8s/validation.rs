@@ -1,7 +1,9 @@
 //! The rules the API server would enforce on what `imagegen k8s` emits (names are DNS labels,
-//! quantities parse, selectors match the template, ...), checked before anything is printed.
+//! quantities parse, selectors match the template, ...), checked on the `k8s-openapi` objects
+//! before anything is printed. The types already fix the field names and shapes, and their
+//! `apiVersion`/`kind`; what is left are the rules on values that the types leave as strings.
 
-use crate::generate::k8s::objects::Manifests;
+use crate::generate::k8s::objects::{Job, Manifests, NodeSelectorRequirement, PodSpec, Service};
 
 pub(super) fn is_dns_label(text: &str) -> bool {
     !text.is_empty()
@@ -26,16 +28,32 @@ fn is_quantity(text: &str) -> bool {
 pub fn validate(manifests: &Manifests) -> Vec<String> {
     let mut problems = Vec::new();
     let job = &manifests.job;
-    let name = job.metadata.name.clone().unwrap_or_default();
-    if job.api_version != "batch/v1" || job.kind != "Job" {
-        problems.push(format!(
-            "{}/{} is not batch/v1 Job",
-            job.api_version, job.kind
-        ));
+    let pod = validate_job(job, &mut problems);
+    if let Some(pod) = pod {
+        validate_pod(pod, &mut problems);
     }
-    let indexed = job.spec.completion_mode.as_deref() == Some("Indexed");
+    let subdomain = pod.and_then(|pod| pod.subdomain.as_ref());
+    match (&manifests.service, subdomain) {
+        (Some(service), Some(subdomain)) => {
+            validate_service(service, subdomain, job, &mut problems)
+        }
+        (None, None) => {}
+        _ => problems.push("a pod subdomain needs its headless Service, and back".into()),
+    }
+    problems
+}
+
+/// The Job's own rules; returns its pod spec, if it has one.
+fn validate_job<'a>(job: &'a Job, problems: &mut Vec<String>) -> Option<&'a PodSpec> {
+    let name = job.metadata.name.clone().unwrap_or_default();
+    let Some(spec) = &job.spec else {
+        problems.push("the Job has no spec".into());
+        return None;
+    };
+    let indexed = spec.completion_mode.as_deref() == Some("Indexed");
     // Indexed pods are `<job>-<index>`: that hostname must stay a DNS label.
-    let longest_pod_hostname = format!("{name}-{}", job.spec.completions.saturating_sub(1));
+    let last_index = spec.completions.unwrap_or(1).saturating_sub(1);
+    let longest_pod_hostname = format!("{name}-{last_index}");
     if !is_dns_label(&name) || (indexed && !is_dns_label(&longest_pod_hostname)) {
         problems.push(format!(
             "job name {name:?} is not a DNS label (lowercase letters, digits, '-', at most 63 with the pod index)"
@@ -46,115 +64,210 @@ pub fn validate(manifests: &Manifests) -> Vec<String> {
             problems.push(format!("namespace {namespace:?} is not a DNS label"));
         }
     }
-    if let Some(mode) = &job.spec.completion_mode {
+    if let Some(mode) = &spec.completion_mode {
         if mode != "Indexed" && mode != "NonIndexed" {
             problems.push(format!(
                 "completionMode {mode:?} is neither Indexed nor NonIndexed"
             ));
         }
     }
-    if indexed && job.spec.completions != job.spec.parallelism {
+    for (field, value) in [
+        ("completions", spec.completions),
+        ("parallelism", spec.parallelism),
+        ("backoffLimit", spec.backoff_limit),
+    ] {
+        if value.is_some_and(|value| value < 0) {
+            problems.push(format!("{field} {value:?} is negative"));
+        }
+    }
+    if indexed && spec.completions.is_none() {
+        problems.push("an Indexed Job needs completions".into());
+    }
+    if indexed && spec.completions != spec.parallelism {
         problems.push(
             "an Indexed training job needs completions = parallelism (all ranks at once)".into(),
         );
     }
-    let pod = &job.spec.template.spec;
-    if pod.restart_policy != "Never" && pod.restart_policy != "OnFailure" {
-        problems.push(format!(
-            "a Job's restartPolicy must be Never or OnFailure, not {:?}",
-            pod.restart_policy
-        ));
-    }
-    for (key, value) in &job.spec.template.metadata.labels {
+    let template_labels = spec
+        .template
+        .metadata
+        .as_ref()
+        .and_then(|metadata| metadata.labels.as_ref());
+    for (key, value) in template_labels.into_iter().flatten() {
         if value.len() > 63 {
             problems.push(format!("label {key} value {value:?} is longer than 63"));
         }
     }
-    let volume_names: Vec<&str> = pod.volumes.iter().map(|v| v.name.as_str()).collect();
+    let Some(pod) = &spec.template.spec else {
+        problems.push("the Job's pod template has no spec".into());
+        return None;
+    };
+    match pod.restart_policy.as_deref() {
+        Some("Never" | "OnFailure") => {}
+        other => problems.push(format!(
+            "a Job's restartPolicy must be Never or OnFailure, not {other:?}"
+        )),
+    }
+    Some(pod)
+}
+
+/// Containers, volumes, tolerations and node affinity.
+fn validate_pod(pod: &PodSpec, problems: &mut Vec<String>) {
+    let volumes = pod.volumes.as_deref().unwrap_or_default();
+    let volume_names: Vec<&str> = volumes.iter().map(|volume| volume.name.as_str()).collect();
+    if pod.containers.is_empty() {
+        problems.push("the pod has no container".into());
+    }
     for container in &pod.containers {
-        for mount in &container.volume_mounts {
+        for mount in container.volume_mounts.iter().flatten() {
             if !volume_names.contains(&mount.name.as_str()) {
                 problems.push(format!("volumeMount {} names no volume", mount.name));
             }
         }
-        for (resource, quantity) in &container.resources.limits {
-            if !is_quantity(quantity) {
-                problems.push(format!("limit {resource}: {quantity:?} is not a quantity"));
+        let limits = container
+            .resources
+            .as_ref()
+            .and_then(|resources| resources.limits.as_ref());
+        for (resource, quantity) in limits.into_iter().flatten() {
+            if !is_quantity(&quantity.0) {
+                problems.push(format!(
+                    "limit {resource}: {:?} is not a quantity",
+                    quantity.0
+                ));
             }
         }
-        for port in &container.ports {
-            if port.name.len() > 15 {
+        for port in container.ports.iter().flatten() {
+            if port.name.as_ref().is_some_and(|name| name.len() > 15) {
                 problems.push(format!("port name {:?} is longer than 15", port.name));
             }
+            if !(1..=65535).contains(&port.container_port) {
+                problems.push(format!(
+                    "containerPort {} is not in 1..=65535",
+                    port.container_port
+                ));
+            }
         }
-        if container.command.is_empty() {
+        if container.command.as_deref().unwrap_or_default().is_empty() {
             problems.push(format!("container {} has no command", container.name));
         }
-    }
-    for volume in &pod.volumes {
-        if volume.empty_dir.medium != "Memory" && !volume.empty_dir.medium.is_empty() {
-            problems.push(format!("emptyDir medium {:?}", volume.empty_dir.medium));
-        }
-        if !is_quantity(&volume.empty_dir.size_limit) {
-            problems.push(format!(
-                "emptyDir sizeLimit {:?} is not a quantity",
-                volume.empty_dir.size_limit
-            ));
+        if container.image.as_deref().unwrap_or_default().is_empty() {
+            problems.push(format!("container {} has no image", container.name));
         }
     }
-    if let Some(affinity) = &pod.affinity {
-        let terms = &affinity
-            .node_affinity
-            .required_during_scheduling_ignored_during_execution
-            .node_selector_terms;
-        if terms.is_empty() {
+    for volume in volumes {
+        let Some(empty_dir) = &volume.empty_dir else {
+            continue;
+        };
+        let medium = empty_dir.medium.as_deref().unwrap_or_default();
+        if medium != "Memory" && !medium.is_empty() {
+            problems.push(format!("emptyDir medium {medium:?}"));
+        }
+        if let Some(size_limit) = &empty_dir.size_limit {
+            if !is_quantity(&size_limit.0) {
+                problems.push(format!(
+                    "emptyDir sizeLimit {:?} is not a quantity",
+                    size_limit.0
+                ));
+            }
+        }
+    }
+    for toleration in pod.tolerations.iter().flatten() {
+        if toleration.operator.as_deref() == Some("Exists") && toleration.value.is_some() {
+            problems.push("a toleration with operator Exists takes no value".into());
+        }
+        if let Some(effect) = &toleration.effect {
+            if !["NoSchedule", "PreferNoSchedule", "NoExecute"].contains(&effect.as_str()) {
+                problems.push(format!("toleration effect {effect:?}"));
+            }
+        }
+    }
+    let required = pod
+        .affinity
+        .as_ref()
+        .and_then(|affinity| affinity.node_affinity.as_ref())
+        .and_then(|node| {
+            node.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        });
+    if let Some(selector) = required {
+        if selector.node_selector_terms.is_empty() {
             problems.push("node affinity without terms".into());
         }
-        for expression in terms.iter().flat_map(|t| &t.match_expressions) {
-            let numeric = matches!(expression.operator.as_str(), "Gt" | "Lt");
-            if numeric
-                && (expression.values.len() != 1 || expression.values[0].parse::<i64>().is_err())
-            {
-                problems.push(format!(
-                    "{} {} needs exactly one integer value, has {:?}",
-                    expression.key, expression.operator, expression.values
-                ));
-            }
-            if !numeric
-                && !["In", "NotIn", "Exists", "DoesNotExist"]
-                    .contains(&expression.operator.as_str())
-            {
-                problems.push(format!("unknown operator {}", expression.operator));
-            }
+        for expression in selector
+            .node_selector_terms
+            .iter()
+            .flat_map(|term| term.match_expressions.iter().flatten())
+        {
+            validate_requirement(expression, problems);
         }
     }
-    match (&manifests.service, &pod.subdomain) {
-        (Some(service), Some(subdomain)) => {
-            let service_name = service.metadata.name.clone().unwrap_or_default();
-            if &service_name != subdomain {
+}
+
+/// A NodeSelectorRequirement: `Gt`/`Lt` take one integer, `In`/`NotIn` at least one value,
+/// `Exists`/`DoesNotExist` none.
+fn validate_requirement(expression: &NodeSelectorRequirement, problems: &mut Vec<String>) {
+    let values = expression.values.as_deref().unwrap_or_default();
+    let (key, operator) = (&expression.key, expression.operator.as_str());
+    match operator {
+        "Gt" | "Lt" => {
+            if values.len() != 1 || values[0].parse::<i64>().is_err() {
                 problems.push(format!(
-                    "pod subdomain {subdomain:?} is not the Service {service_name:?}"
+                    "{key} {operator} needs exactly one integer value, has {values:?}"
                 ));
             }
-            if service.spec.cluster_ip != "None" {
-                problems.push("the rendezvous Service must be headless (clusterIP: None)".into());
-            }
-            let pod_labels = &job.spec.template.metadata.labels;
-            if service.spec.selector.is_empty()
-                || !service
-                    .spec
-                    .selector
-                    .iter()
-                    .all(|(key, value)| pod_labels.get(key) == Some(value))
-            {
-                problems.push("the Service selector does not select the Job's pods".into());
-            }
-            if service.metadata.namespace != job.metadata.namespace {
-                problems.push("the Service and the Job are in different namespaces".into());
+        }
+        "In" | "NotIn" => {
+            if values.is_empty() {
+                problems.push(format!("{key} {operator} needs at least one value"));
             }
         }
-        (None, None) => {}
-        _ => problems.push("a pod subdomain needs its headless Service, and back".into()),
+        "Exists" | "DoesNotExist" => {
+            if !values.is_empty() {
+                problems.push(format!("{key} {operator} takes no values, has {values:?}"));
+            }
+        }
+        other => problems.push(format!("unknown operator {other}")),
     }
-    problems
+}
+
+/// The headless rendezvous Service against the Job whose pods name it as `subdomain`.
+fn validate_service(service: &Service, subdomain: &str, job: &Job, problems: &mut Vec<String>) {
+    let service_name = service.metadata.name.clone().unwrap_or_default();
+    if service_name != subdomain {
+        problems.push(format!(
+            "pod subdomain {subdomain:?} is not the Service {service_name:?}"
+        ));
+    }
+    let Some(spec) = &service.spec else {
+        problems.push("the Service has no spec".into());
+        return;
+    };
+    if spec.cluster_ip.as_deref() != Some("None") {
+        problems.push("the rendezvous Service must be headless (clusterIP: None)".into());
+    }
+    let pod_labels = job
+        .spec
+        .as_ref()
+        .and_then(|spec| spec.template.metadata.as_ref())
+        .and_then(|metadata| metadata.labels.as_ref());
+    let selector = spec
+        .selector
+        .as_ref()
+        .filter(|selector| !selector.is_empty());
+    let selects_the_pods = selector.is_some_and(|selector| {
+        selector
+            .iter()
+            .all(|(key, value)| pod_labels.and_then(|labels| labels.get(key)) == Some(value))
+    });
+    if !selects_the_pods {
+        problems.push("the Service selector does not select the Job's pods".into());
+    }
+    for port in spec.ports.iter().flatten() {
+        if !(1..=65535).contains(&port.port) {
+            problems.push(format!("Service port {} is not in 1..=65535", port.port));
+        }
+    }
+    if service.metadata.namespace != job.metadata.namespace {
+        problems.push("the Service and the Job are in different namespaces".into());
+    }
 }

@@ -1,11 +1,16 @@
 //! The compatibility knowledge: which torch releases publish wheels for which CUDA versions, the
-//! cuDNN each wheel bundles, their Python range and glibc floor; the minimum NVIDIA driver of each
-//! CUDA toolkit (full and minor-version compatibility), forward-compatibility branches, nvidia/cuda
-//! base tags and the Ubuntu releases they exist for.
+//! cuDNN and NCCL each wheel pins, their Python range and glibc floor, the one build each platform
+//! gets from plain PyPI, the companion torchvision/torchaudio; the minimum NVIDIA driver of each
+//! CUDA toolkit (full and minor-version compatibility), the forward-compatibility branches, Ubuntu
+//! releases and platforms of the nvidia/cuda base images.
 //!
-//! It is data, not code: `knowledge.yaml` beside this file is embedded in the binary, every entry
-//! names its source, and a user file given with `--knowledge` is merged over it (an entry with the
-//! same key replaces the embedded one). This module reads only that data; it does no other I/O.
+//! It is data, not code: `knowledge.yaml` beside this file is embedded in the binary and a user
+//! file given with `--knowledge` is merged over it (an entry with the same key replaces the
+//! embedded one). Every entry cites sources by key, and every key names a repository, path and
+//! commit or a URL; the checks here refuse an entry without one. This module reads only that data;
+//! it does no other I/O. `derive` turns a release's wheel metadata into an entry.
+
+pub mod derive;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -13,9 +18,20 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::model::version::{DottedVersion, DriverVersion, TorchVersion, VersionError};
+use crate::model::yaml::{self, Problem, LIMITS};
+
+/// The frozen subset of the knowledge that logic tests run on (see [`Knowledge::test_fixture`]).
+#[cfg(test)]
+pub const TEST_FIXTURE: &str = include_str!("../../../tests/fixtures/knowledge/frozen-subset.yaml");
 
 /// The embedded knowledge file.
 pub const EMBEDDED: &str = include_str!("knowledge.yaml");
+
+/// The schema this module reads.
+pub const SCHEMA_VERSION: u32 = 2;
+
+pub const PLATFORM_AMD64: &str = "linux/amd64";
+pub const PLATFORM_ARM64: &str = "linux/arm64";
 
 #[derive(Debug, thiserror::Error)]
 pub enum KnowledgeError {
@@ -35,6 +51,101 @@ pub enum KnowledgeError {
     Invalid { origin: String, message: String },
 }
 
+impl KnowledgeError {
+    /// A problem the YAML reader found in the file `origin`, at its line and column.
+    fn located(origin: &str, problem: Problem) -> KnowledgeError {
+        let origin = match problem.at {
+            Some(at) => format!("{origin}:{}:{}", at.line, at.column),
+            None => origin.to_string(),
+        };
+        let hint = problem
+            .hint
+            .map(|hint| format!("\nhint: {hint}"))
+            .unwrap_or_default();
+        KnowledgeError::Parse {
+            origin,
+            message: format!("{}{hint}", problem.message),
+        }
+    }
+}
+
+/// Where a fact was read: a file of a repository at a commit, or a URL.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Source {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repo: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// What was read there.
+    pub what: String,
+}
+
+impl Source {
+    /// `owner/name path @commit`, or the URL.
+    pub fn locator(&self) -> String {
+        match (&self.repo, &self.path, &self.commit, &self.url) {
+            (Some(repo), Some(path), Some(commit), None) => format!("{repo} {path} @{commit}"),
+            (None, None, None, Some(url)) => url.clone(),
+            _ => String::from("(incomplete source)"),
+        }
+    }
+
+    /// Why this source does not locate anything, if it does not.
+    fn problem(&self) -> Option<String> {
+        match (&self.repo, &self.path, &self.commit, &self.url) {
+            (Some(repo), Some(path), Some(commit), None) => {
+                if repo.split('/').filter(|part| !part.is_empty()).count() != 2 {
+                    Some(format!("repo `{repo}` is not owner/name"))
+                } else if path.is_empty() {
+                    Some("its path is empty".into())
+                } else if commit.len() < 7
+                    || commit.len() > 40
+                    || !commit.bytes().all(|b| b.is_ascii_hexdigit())
+                {
+                    Some(format!(
+                        "commit `{commit}` is not 7 to 40 hexadecimal digits"
+                    ))
+                } else {
+                    None
+                }
+            }
+            (None, None, None, Some(url)) => {
+                if url.starts_with("https://") || url.starts_with("http://") {
+                    None
+                } else {
+                    Some(format!("url `{url}` is not an http(s) URL"))
+                }
+            }
+            _ => Some("it needs either repo, path and commit, or a url".into()),
+        }
+    }
+}
+
+/// A field of a wheel variant that no primary source confirmed (the value is kept, the resolver
+/// warns). Whether the variant exists at all is `verified` instead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Field {
+    Archs,
+    Cudnn,
+    Nccl,
+}
+
+impl Field {
+    pub fn name(self) -> &'static str {
+        match self {
+            Field::Archs => "GPU arch list",
+            Field::Cudnn => "cuDNN pin",
+            Field::Nccl => "NCCL pin",
+        }
+    }
+}
+
 /// One torch series (`2.7`) with its wheel variants and releases.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -44,11 +155,6 @@ pub struct TorchSeries {
     #[serde(default)]
     pub python_experimental: Vec<String>,
     pub glibc_min: String,
-    pub default_cuda: String,
-    /// The CUDA variant of the wheels on PyPI itself (installed as `torch==X`, without `+cuXYZ`);
-    /// absent where the knowledge does not record it.
-    #[serde(default)]
-    pub pypi_cuda: Option<String>,
     pub cuda: Vec<TorchCuda>,
     pub releases: Vec<TorchRelease>,
     #[serde(default)]
@@ -56,7 +162,7 @@ pub struct TorchSeries {
     pub source: Vec<String>,
 }
 
-/// One CUDA wheel variant of a torch series (`cu126`).
+/// One CUDA wheel variant of a torch series (`cu126`) on the PyTorch index.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TorchCuda {
@@ -66,6 +172,7 @@ pub struct TorchCuda {
     pub nccl: Option<String>,
     #[serde(default)]
     pub glibc_min: Option<String>,
+    /// Compute capabilities compiled into the x86_64 wheel.
     #[serde(default)]
     pub archs: Vec<String>,
     /// Linux aarch64 (SBSA) CUDA wheels of this variant, when PyTorch publishes them.
@@ -73,6 +180,8 @@ pub struct TorchCuda {
     pub aarch64: Option<Aarch64Wheels>,
     #[serde(default = "default_true")]
     pub verified: bool,
+    #[serde(default)]
+    pub unconfirmed: Vec<Field>,
     #[serde(default)]
     pub note: Option<String>,
     pub source: Vec<String>,
@@ -95,6 +204,24 @@ impl TorchCuda {
             _ => self.archs.clone(),
         }
     }
+
+    /// The fields of the wheel of `platform` that no primary source confirmed, with the note.
+    pub fn unconfirmed_for(&self, platform: &str) -> (Vec<Field>, Option<&str>) {
+        match (&self.aarch64, platform) {
+            (Some(aarch64), PLATFORM_ARM64) => {
+                let mut fields: Vec<Field> = self
+                    .unconfirmed
+                    .iter()
+                    .copied()
+                    .filter(|f| *f != Field::Archs)
+                    .collect();
+                fields.extend(aarch64.unconfirmed.iter().copied());
+                let note = aarch64.note.as_deref().or(self.note.as_deref());
+                (fields, note)
+            }
+            _ => (self.unconfirmed.clone(), self.note.as_deref()),
+        }
+    }
 }
 
 /// The aarch64 wheels of a torch CUDA variant.
@@ -102,46 +229,125 @@ impl TorchCuda {
 #[serde(deny_unknown_fields)]
 pub struct Aarch64Wheels {
     pub archs: Vec<String>,
+    #[serde(default)]
+    pub unconfirmed: Vec<Field>,
+    #[serde(default)]
+    pub note: Option<String>,
     pub source: Vec<String>,
 }
 
-pub const PLATFORM_AMD64: &str = "linux/amd64";
-pub const PLATFORM_ARM64: &str = "linux/arm64";
-
-/// One torch release with the torchvision/torchaudio versions published beside it, exact
-/// (`0.28.0`, never a series): they are pinned in every lock.
+/// One torch release with its companions and what plain PyPI serves of it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TorchRelease {
     pub torch: String,
+    /// The exact torchvision release that pins this torch.
     pub torchvision: String,
+    /// The exact torchaudio release for this torch, where one is known.
     #[serde(default)]
     pub torchaudio: Option<String>,
+    /// Where the companion versions come from.
+    pub source: Vec<String>,
+    pub pypi: PypiRelease,
 }
 
-/// One CUDA toolkit release that nvidia/cuda publishes images for.
+impl TorchRelease {
+    /// The CUDA variant plain PyPI serves for `platform`; `None` for a CPU-only wheel or none.
+    pub fn pypi_cuda(&self, platform: &str) -> Option<&str> {
+        self.pypi
+            .wheels
+            .iter()
+            .find(|w| w.platform == platform)
+            .and_then(|w| w.cuda.as_deref())
+    }
+}
+
+/// The Linux wheels of a torch release on PyPI: one build per platform (`pip install torch==X`
+/// without a local version), with the CUDA libraries its metadata pins.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PypiRelease {
+    pub wheels: Vec<PypiWheel>,
+    pub source: Vec<String>,
+}
+
+/// The PyPI wheel of one platform. Without `cuda` it pulls no CUDA libraries: a CPU build.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PypiWheel {
+    pub platform: String,
+    /// The CUDA variant (`13.0`), from the CUDA runtime pin.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cuda: Option<String>,
+    /// The pinned CUDA runtime (`nvidia-cuda-runtime-cu12==…` or `cuda-toolkit[…]==…`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cuda_runtime: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cudnn: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nccl: Option<String>,
+}
+
+/// One CUDA toolkit release: its driver minimum and the nvidia/cuda images of it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CudaRelease {
     pub version: String,
-    pub driver_min: DriverVersion,
+    /// The toolkit driver minimum (full feature set); absent where NVIDIA's table has no row.
+    #[serde(default)]
+    pub driver_min: Option<DriverVersion>,
     /// Ubuntu releases nvidia/cuda publishes images of this release for; empty when none are known.
     #[serde(default)]
     pub ubuntu: Vec<String>,
     /// The cuDNN flavour in nvidia/cuda tags (`cudnn8`, `cudnn9`, `cudnn`).
     #[serde(default)]
     pub cudnn_tag: Option<String>,
+    /// The Ubuntu releases the cuDNN tags exist for, when fewer than `ubuntu`.
+    #[serde(default)]
+    pub cudnn_ubuntu: Option<Vec<String>>,
+    /// The brand list (under `brands`) NVIDIA_REQUIRE_CUDA repeats per forward-compat branch.
     #[serde(default)]
     pub brands: Option<String>,
+    /// Platforms with images → the driver branches NVIDIA_REQUIRE_CUDA whitelists there for
+    /// forward compatibility (the bundled cuda-compat package, data-center GPUs).
     #[serde(default)]
-    pub forward_compat_branches: Vec<u64>,
-    /// Platforms nvidia/cuda publishes this release for.
-    #[serde(default = "default_platforms")]
-    pub platforms: Vec<String>,
+    pub platforms: BTreeMap<String, Vec<u64>>,
     #[serde(default = "default_true")]
     pub verified: bool,
     #[serde(default)]
     pub note: Option<String>,
+    pub source: Vec<String>,
+}
+
+impl CudaRelease {
+    /// The platforms nvidia/cuda publishes this release for.
+    pub fn platforms(&self) -> Vec<&str> {
+        self.platforms.keys().map(String::as_str).collect()
+    }
+
+    /// The forward-compatibility branches of the images of `platform`.
+    pub fn forward_compat_branches(&self, platform: &str) -> &[u64] {
+        self.platforms
+            .get(platform)
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+    }
+
+    /// Ubuntu releases with `cudnn_tag` images.
+    pub fn cudnn_ubuntu(&self) -> &[String] {
+        match (&self.cudnn_tag, &self.cudnn_ubuntu) {
+            (None, _) => &[],
+            (Some(_), Some(list)) => list,
+            (Some(_), None) => &self.ubuntu,
+        }
+    }
+}
+
+/// A brand list of NVIDIA_REQUIRE_CUDA.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BrandList {
+    pub names: Vec<String>,
     pub source: Vec<String>,
 }
 
@@ -151,7 +357,7 @@ pub struct CudaFamily {
     pub major: u64,
     pub driver_min: DriverVersion,
     /// The folder under `site-packages/nvidia/` where PyPI's toolkit wheels of this major lay out
-    /// one CUDA tree (`cu13`), usable as CUDA_HOME; absent where they do not.
+    /// one CUDA tree (`cu13`), usable as CUDA_HOME (`devel_toolkit: pypi`); absent where they do not.
     #[serde(default)]
     pub pypi_toolkit: Option<String>,
     #[serde(default)]
@@ -187,10 +393,6 @@ fn default_true() -> bool {
     true
 }
 
-fn default_platforms() -> Vec<String> {
-    vec![PLATFORM_AMD64.to_string()]
-}
-
 /// The whole knowledge file. Lists are kept in file order; lookups go through the methods.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -199,15 +401,17 @@ pub struct Knowledge {
     #[serde(default)]
     pub collected: Option<String>,
     #[serde(default)]
-    pub sources: BTreeMap<String, String>,
+    pub sources: BTreeMap<String, Source>,
     #[serde(default)]
     pub wheel_index: String,
+    #[serde(default)]
+    pub wheel_index_source: Vec<String>,
     #[serde(default)]
     pub torch: Vec<TorchSeries>,
     #[serde(default)]
     pub cuda: Vec<CudaRelease>,
     #[serde(default)]
-    pub brands: BTreeMap<String, Vec<String>>,
+    pub brands: BTreeMap<String, BrandList>,
     #[serde(default)]
     pub cuda_families: Vec<CudaFamily>,
     #[serde(default)]
@@ -223,13 +427,28 @@ impl Knowledge {
         Self::parse(EMBEDDED, "embedded knowledge.yaml").expect("embedded knowledge.yaml is valid")
     }
 
-    /// The embedded knowledge with the file at `path` merged over it.
+    /// A frozen subset of the knowledge for logic tests (`tests/fixtures/knowledge/`): tests of
+    /// the resolver, renderer, planner and generators run on it, so adding a release to the
+    /// shipped file never breaks them.
+    #[cfg(test)]
+    pub fn test_fixture() -> Knowledge {
+        Self::parse(TEST_FIXTURE, "tests/fixtures/knowledge/frozen-subset.yaml")
+            .expect("the test fixture knowledge is valid")
+    }
+
+    /// The embedded knowledge with the file at `path` merged over it. The file is read within
+    /// [`yaml::LIMITS`], like the matrix.
     pub fn with_override(path: &Path) -> Result<Knowledge, KnowledgeError> {
-        let text = std::fs::read_to_string(path).map_err(|source| KnowledgeError::Read {
-            path: path.display().to_string(),
-            source,
-        })?;
-        let extra = Self::parse_unchecked(&text, &path.display().to_string())?;
+        let origin = path.display().to_string();
+        let bytes = yaml::read_bounded(path, &LIMITS)
+            .map_err(|source| KnowledgeError::Read {
+                path: origin.clone(),
+                source,
+            })?
+            .map_err(|problem| KnowledgeError::located(&origin, problem))?;
+        let text =
+            yaml::decode(&bytes).map_err(|problem| KnowledgeError::located(&origin, problem))?;
+        let extra = Self::parse_unchecked(text, &origin)?;
         let mut merged = Self::embedded();
         merged.merge(extra);
         merged.check(&path.display().to_string())?;
@@ -244,6 +463,26 @@ impl Knowledge {
 
     /// Parses without the cross-reference checks (an override is checked after merging).
     fn parse_unchecked(text: &str, origin: &str) -> Result<Knowledge, KnowledgeError> {
+        yaml::locate(text, &LIMITS, origin)
+            .map_err(|problem| KnowledgeError::located(origin, problem))?;
+        // Name the schema before serde trips over a field an older schema had.
+        #[derive(Deserialize)]
+        struct Header {
+            schema_version: Option<u32>,
+        }
+        if let Ok(Header {
+            schema_version: Some(found),
+        }) = serde_yaml::from_str::<Header>(text)
+        {
+            if found != SCHEMA_VERSION {
+                return Err(KnowledgeError::Invalid {
+                    origin: origin.to_string(),
+                    message: format!(
+                        "schema_version {found} is not read by this imagegen (it reads {SCHEMA_VERSION}: sources are keyed locators, `default_cuda` became each release's `pypi` wheels, `platforms` maps a platform to its forward-compat branches)"
+                    ),
+                });
+            }
+        }
         let knowledge: Knowledge =
             serde_yaml::from_str(text).map_err(|e| KnowledgeError::Parse {
                 origin: match e.location() {
@@ -269,6 +508,7 @@ impl Knowledge {
         self.brands.extend(other.brands);
         if !other.wheel_index.is_empty() {
             self.wheel_index = other.wheel_index;
+            self.wheel_index_source = other.wheel_index_source;
         }
         merge_by(&mut self.torch, other.torch, |t| t.series.clone());
         merge_by(&mut self.cuda, other.cuda, |c| c.version.clone());
@@ -279,8 +519,65 @@ impl Knowledge {
         merge_by(&mut self.os, other.os, |o| o.name.clone());
     }
 
-    /// Every version in the data parses, every source key is defined, every torch CUDA variant has
-    /// a CUDA release to build on, and every brand list named exists.
+    /// Every entry that states facts, named, with the source keys it cites.
+    pub fn entries(&self) -> Vec<(String, &[String])> {
+        let mut entries: Vec<(String, &[String])> =
+            vec![("wheel_index".into(), &self.wheel_index_source)];
+        for series in &self.torch {
+            let what = format!("torch {}", series.series);
+            entries.push((what.clone(), &series.source));
+            for variant in &series.cuda {
+                entries.push((format!("{what} CUDA {}", variant.cuda), &variant.source));
+                if let Some(aarch64) = &variant.aarch64 {
+                    entries.push((
+                        format!("{what} CUDA {} aarch64", variant.cuda),
+                        &aarch64.source,
+                    ));
+                }
+            }
+            for release in &series.releases {
+                entries.push((
+                    format!("torch {} torchvision/torchaudio", release.torch),
+                    &release.source,
+                ));
+                entries.push((
+                    format!("torch {} PyPI wheels", release.torch),
+                    &release.pypi.source,
+                ));
+            }
+        }
+        for cuda in &self.cuda {
+            entries.push((format!("CUDA {}", cuda.version), &cuda.source));
+        }
+        for (name, brands) in &self.brands {
+            entries.push((format!("brand list {name}"), &brands.source));
+        }
+        for family in &self.cuda_families {
+            entries.push((format!("CUDA {} family", family.major), &family.source));
+        }
+        for change in &self.cuda_archs {
+            entries.push((
+                format!("CUDA {} architectures", change.cuda),
+                &change.source,
+            ));
+        }
+        for os in &self.os {
+            entries.push((format!("OS {}", os.name), &os.source));
+        }
+        entries
+    }
+
+    /// The sources `keys` name, as locators.
+    pub fn locate(&self, keys: &[String]) -> Vec<String> {
+        keys.iter()
+            .filter_map(|key| self.sources.get(key))
+            .map(Source::locator)
+            .collect()
+    }
+
+    /// Every version in the data parses, every entry cites at least one defined source that
+    /// locates a file at a commit or a URL, every torch CUDA variant has a CUDA release to build
+    /// on, PyPI's wheels agree with the variants, and every brand list named exists.
     fn check(&self, origin: &str) -> Result<(), KnowledgeError> {
         let version = |text: &str, kind: &'static str, parts: usize| {
             DottedVersion::parse_kind(text, kind, parts).map_err(|source| KnowledgeError::Version {
@@ -292,17 +589,51 @@ impl Knowledge {
             origin: origin.to_string(),
             message,
         };
-        let check_sources = |what: &str, sources: &[String]| -> Result<(), KnowledgeError> {
+        if self.schema_version != SCHEMA_VERSION {
+            return Err(invalid(format!(
+                "schema_version {} is not {SCHEMA_VERSION}",
+                self.schema_version
+            )));
+        }
+        for (key, source) in &self.sources {
+            if let Some(problem) = source.problem() {
+                return Err(invalid(format!(
+                    "source `{key}` locates nothing: {problem}"
+                )));
+            }
+            if source.what.trim().is_empty() {
+                return Err(invalid(format!(
+                    "source `{key}` does not say what was read"
+                )));
+            }
+        }
+        for (what, sources) in self.entries() {
             if sources.is_empty() {
                 return Err(invalid(format!("{what} has no source")));
             }
-            for source in sources {
-                let key = source.split_whitespace().next().unwrap_or_default();
-                if !self.sources.contains_key(key) {
-                    return Err(invalid(format!(
-                        "{what} cites unknown source `{key}` (define it under `sources`)"
-                    )));
-                }
+            if let Some(key) = sources.iter().find(|key| !self.sources.contains_key(*key)) {
+                return Err(invalid(format!(
+                    "{what} cites unknown source `{key}` (define it under `sources` with repo, path and commit, or a url)"
+                )));
+            }
+        }
+        let versions = |list: &[String], kind: &'static str, parts: usize| {
+            list.iter()
+                .try_for_each(|v| version(v, kind, parts).map(drop))
+        };
+        let exact = |text: &str, kind: &'static str| -> Result<(), KnowledgeError> {
+            if version(text, kind, 3)?.parts().len() != 3 {
+                return Err(invalid(format!(
+                    "{kind} {text} is not an exact release (major.minor.patch)"
+                )));
+            }
+            Ok(())
+        };
+        let noted = |what: &str, unconfirmed: &[Field], note: &Option<String>| {
+            if !unconfirmed.is_empty() && note.is_none() {
+                return Err(invalid(format!(
+                    "{what} marks fields unconfirmed without a note saying why"
+                )));
             }
             Ok(())
         };
@@ -312,40 +643,43 @@ impl Knowledge {
                 origin: origin.into(),
                 source,
             })?;
-            check_sources(&what, &series.source)?;
             version(&series.glibc_min, "glibc", 2)?;
-            for python in series.python.iter().chain(&series.python_experimental) {
-                version(python, "Python", 2)?;
-            }
+            versions(&series.python, "Python", 2)?;
+            versions(&series.python_experimental, "Python", 2)?;
             for variant in &series.cuda {
+                let what = format!("{what} CUDA {}", variant.cuda);
                 version(&variant.cuda, "CUDA", 2)?;
                 version(&variant.cudnn, "cuDNN", 4)?;
-                check_sources(&format!("{what} CUDA {}", variant.cuda), &variant.source)?;
+                if let Some(nccl) = &variant.nccl {
+                    version(nccl, "NCCL", 3)?;
+                }
+                if let Some(glibc) = &variant.glibc_min {
+                    version(glibc, "glibc", 2)?;
+                }
+                noted(&what, &variant.unconfirmed, &variant.note)?;
                 if let Some(aarch64) = &variant.aarch64 {
-                    check_sources(
-                        &format!("{what} CUDA {} aarch64", variant.cuda),
-                        &aarch64.source,
+                    noted(
+                        &format!("{what} aarch64"),
+                        &aarch64.unconfirmed,
+                        &aarch64.note,
                     )?;
+                    if aarch64.archs.is_empty() && !aarch64.unconfirmed.contains(&Field::Archs) {
+                        return Err(invalid(format!(
+                            "{what} aarch64 has no arch list and does not mark it unconfirmed"
+                        )));
+                    }
+                }
+                if variant.archs.is_empty() && variant.verified {
+                    return Err(invalid(format!("{what} has no arch list")));
                 }
                 if self.cuda_release_for(&variant.cuda).is_none() {
                     return Err(invalid(format!(
-                        "{what} CUDA {} has no entry under `cuda` to build on",
-                        variant.cuda
+                        "{what} has no entry under `cuda` to build on"
                     )));
                 }
             }
-            if let Some(pypi) = &series.pypi_cuda {
-                if !series.cuda.iter().any(|c| c.cuda == *pypi) {
-                    return Err(invalid(format!(
-                        "{what}: pypi_cuda {pypi} is not one of its variants"
-                    )));
-                }
-            }
-            if !series.cuda.iter().any(|c| c.cuda == series.default_cuda) {
-                return Err(invalid(format!(
-                    "{what}: default_cuda {} is not one of its variants",
-                    series.default_cuda
-                )));
+            if series.releases.is_empty() {
+                return Err(invalid(format!("{what} has no releases")));
             }
             for release in &series.releases {
                 let parsed = TorchVersion::parse(&release.torch).map_err(|source| {
@@ -360,42 +694,55 @@ impl Knowledge {
                         release.torch
                     )));
                 }
-                // Companions are pinned exactly in every lock: a series (`0.28`) is not enough.
-                for (kind, companion) in [
-                    ("torchvision", Some(&release.torchvision)),
-                    ("torchaudio", release.torchaudio.as_ref()),
-                ] {
-                    let Some(companion) = companion else { continue };
-                    if version(companion, kind, 3)?.parts().len() != 3 {
-                        return Err(invalid(format!(
-                            "{what}: release {} names {kind} {companion}, not an exact release (write major.minor.patch)",
-                            release.torch
-                        )));
-                    }
+                exact(&release.torchvision, "torchvision")?;
+                if let Some(audio) = &release.torchaudio {
+                    exact(audio, "torchaudio")?;
                 }
+                self.check_pypi(series, release)
+                    .map_err(|message| invalid(format!("torch {}: {message}", release.torch)))?;
             }
         }
         for cuda in &self.cuda {
+            let what = format!("CUDA {}", cuda.version);
             version(&cuda.version, "CUDA", 3)?;
-            check_sources(&format!("CUDA {}", cuda.version), &cuda.source)?;
+            versions(&cuda.ubuntu, "Ubuntu", 2)?;
+            if cuda.ubuntu.is_empty() != cuda.platforms.is_empty() {
+                return Err(invalid(format!(
+                    "{what}: `ubuntu` and `platforms` must both list the images, or both be empty"
+                )));
+            }
             if let Some(platform) = cuda
                 .platforms
-                .iter()
+                .keys()
                 .find(|p| *p != PLATFORM_AMD64 && *p != PLATFORM_ARM64)
             {
-                return Err(invalid(format!("CUDA {} lists unknown platform {platform} (known: {PLATFORM_AMD64}, {PLATFORM_ARM64})", cuda.version)));
+                return Err(invalid(format!(
+                    "{what} lists unknown platform {platform} (known: {PLATFORM_AMD64}, {PLATFORM_ARM64})"
+                )));
             }
-            if let Some(brands) = &cuda.brands {
-                if !self.brands.contains_key(brands) {
+            if let Some(list) = &cuda.cudnn_ubuntu {
+                if cuda.cudnn_tag.is_none() || list.iter().any(|u| !cuda.ubuntu.contains(u)) {
                     return Err(invalid(format!(
-                        "CUDA {} names brand list `{brands}` that is not defined",
-                        cuda.version
+                        "{what}: cudnn_ubuntu needs a cudnn_tag and may only name releases in `ubuntu`"
                     )));
                 }
             }
+            let whitelists = cuda.platforms.values().any(|branches| !branches.is_empty());
+            match &cuda.brands {
+                Some(brands) if !self.brands.contains_key(brands) => {
+                    return Err(invalid(format!(
+                        "{what} names brand list `{brands}` that is not defined"
+                    )));
+                }
+                None if whitelists => {
+                    return Err(invalid(format!(
+                        "{what} whitelists forward-compat branches but names no brand list"
+                    )));
+                }
+                _ => {}
+            }
         }
         for family in &self.cuda_families {
-            check_sources(&format!("CUDA {} family", family.major), &family.source)?;
             if let Some(folder) = &family.pypi_toolkit {
                 if folder.is_empty() || !folder.chars().all(|c| c.is_ascii_alphanumeric()) {
                     return Err(invalid(format!(
@@ -408,7 +755,80 @@ impl Knowledge {
         for os in &self.os {
             version(&os.glibc, "glibc", 2)?;
             version(&os.python, "Python", 2)?;
-            check_sources(&format!("OS {}", os.name), &os.source)?;
+        }
+        Ok(())
+    }
+
+    /// PyPI's wheels of `release`: one per platform, amd64 among them, each CUDA build one of the
+    /// series' variants with the same cuDNN and NCCL pins.
+    fn check_pypi(&self, series: &TorchSeries, release: &TorchRelease) -> Result<(), String> {
+        let mut seen = Vec::new();
+        for wheel in &release.pypi.wheels {
+            if wheel.platform != PLATFORM_AMD64 && wheel.platform != PLATFORM_ARM64 {
+                return Err(format!(
+                    "PyPI wheel for unknown platform {}",
+                    wheel.platform
+                ));
+            }
+            if seen.contains(&wheel.platform) {
+                return Err(format!("two PyPI wheels for {}", wheel.platform));
+            }
+            seen.push(wheel.platform.clone());
+            let Some(cuda) = &wheel.cuda else {
+                if wheel.cuda_runtime.is_some() || wheel.cudnn.is_some() || wheel.nccl.is_some() {
+                    return Err(format!(
+                        "the {} PyPI wheel pins CUDA libraries but names no CUDA variant",
+                        wheel.platform
+                    ));
+                }
+                continue;
+            };
+            let (Some(runtime), Some(cudnn)) = (&wheel.cuda_runtime, &wheel.cudnn) else {
+                return Err(format!(
+                    "the {} PyPI wheel is CUDA {cuda} but lacks its cuda_runtime or cudnn pin",
+                    wheel.platform
+                ));
+            };
+            let runtime_version =
+                DottedVersion::parse_kind(runtime, "CUDA runtime", 4).map_err(|e| e.to_string())?;
+            if runtime_version.major_minor() != *cuda {
+                return Err(format!(
+                    "the {} PyPI wheel pins CUDA runtime {runtime}, not CUDA {cuda}",
+                    wheel.platform
+                ));
+            }
+            let variant = series
+                .cuda
+                .iter()
+                .find(|v| v.cuda == *cuda && v.verified)
+                .ok_or_else(|| {
+                    format!(
+                        "the {} PyPI wheel is CUDA {cuda}, which is not a verified variant of the series",
+                        wheel.platform
+                    )
+                })?;
+            if wheel.platform == PLATFORM_ARM64 && variant.aarch64.is_none() {
+                return Err(format!(
+                    "the linux/arm64 PyPI wheel is CUDA {cuda}, but that variant records no aarch64 wheels"
+                ));
+            }
+            if *cudnn != variant.cudnn {
+                return Err(format!(
+                    "the {} PyPI wheel pins cuDNN {cudnn}, the CUDA {cuda} variant says {}",
+                    wheel.platform, variant.cudnn
+                ));
+            }
+            if let (Some(pinned), Some(recorded)) = (&wheel.nccl, &variant.nccl) {
+                if pinned != recorded {
+                    return Err(format!(
+                        "the {} PyPI wheel pins NCCL {pinned}, the CUDA {cuda} variant says {recorded}",
+                        wheel.platform
+                    ));
+                }
+            }
+        }
+        if !seen.iter().any(|p| p == PLATFORM_AMD64) {
+            return Err("no linux/amd64 PyPI wheel is recorded".into());
         }
         Ok(())
     }
@@ -423,6 +843,14 @@ impl Knowledge {
         self.torch
             .iter()
             .max_by_key(|t| TorchVersion::parse(&t.series).map(|v| v.version).ok())
+    }
+
+    /// The torch release `torch` (`2.7.1`) with its series.
+    pub fn torch_release(&self, torch: &str) -> Option<(&TorchSeries, &TorchRelease)> {
+        let parsed = TorchVersion::parse(torch).ok()?;
+        let series = self.torch_series(&parsed.series())?;
+        let release = series.releases.iter().find(|r| r.torch == torch)?;
+        Some((series, release))
     }
 
     /// The CUDA release to build on for `cuda`: the exact release when `cuda` has three parts,
@@ -459,12 +887,17 @@ impl Knowledge {
         self.os.iter().find(|o| o.name == name)
     }
 
+    /// The brand names of the list `name`.
+    pub fn brand_names(&self, name: &str) -> Option<&[String]> {
+        self.brands.get(name).map(|list| list.names.as_slice())
+    }
+
     /// The newest CUDA toolkit (major.minor) whose toolkit driver minimum `driver` meets.
     pub fn newest_cuda_for_driver(&self, driver: &DriverVersion) -> Option<String> {
         self.cuda
             .iter()
             .filter(|c| c.verified)
-            .filter(|c| *driver >= c.driver_min)
+            .filter(|c| c.driver_min.as_ref().is_some_and(|min| driver >= min))
             .filter_map(|c| DottedVersion::parse_kind(&c.version, "CUDA", 3).ok())
             .max()
             .map(|v| v.major_minor())
@@ -476,178 +909,11 @@ impl Knowledge {
     }
 }
 
-/// The wheel index suffix of a CUDA version: `cu` + major.minor without the dot (PT-GBBM).
+/// The wheel index suffix of a CUDA version: `cu` + major.minor without the dot.
 pub fn wheel_suffix(cuda: &str) -> String {
     let parts: Vec<&str> = cuda.split('.').take(2).collect();
     format!("cu{}", parts.concat())
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn embedded_knowledge_is_valid_and_covers_torch_2_0_to_2_13() {
-        let knowledge = Knowledge::embedded();
-        for series in [
-            "2.0", "2.1", "2.2", "2.3", "2.4", "2.5", "2.6", "2.7", "2.8", "2.9", "2.10", "2.11",
-            "2.12", "2.13",
-        ] {
-            assert!(
-                knowledge.torch_series(series).is_some(),
-                "torch {series} missing"
-            );
-        }
-        assert_eq!(knowledge.newest_series().unwrap().series, "2.13");
-        for family in [11, 12, 13] {
-            assert!(knowledge.family(family).is_some());
-        }
-    }
-
-    #[test]
-    fn cuda_lines_resolve_to_the_newest_patch() {
-        let knowledge = Knowledge::embedded();
-        assert_eq!(
-            knowledge.cuda_release_for("12.6").unwrap().version,
-            "12.6.3"
-        );
-        assert_eq!(
-            knowledge.cuda_release_for("12.6.3").unwrap().version,
-            "12.6.3"
-        );
-        assert!(
-            knowledge
-                .cuda_release_for("12.6.1")
-                .unwrap()
-                .ubuntu
-                .is_empty(),
-            "12.6.1 has a driver minimum but no nvidia/cuda images"
-        );
-        assert_eq!(
-            knowledge.cuda_release_for("13.0").unwrap().version,
-            "13.0.0",
-            "the newest 13.0 with images, not 13.0.2"
-        );
-        assert_eq!(
-            knowledge.cuda_release_for("11.0").unwrap().version,
-            "11.0.3"
-        );
-        assert!(
-            knowledge.cuda_release_for("12.7").is_none(),
-            "there was no CUDA 12.7"
-        );
-        assert_eq!(
-            knowledge
-                .cuda_release_for("13.0")
-                .unwrap()
-                .driver_min
-                .as_str(),
-            "580.65.06"
-        );
-    }
-
-    #[test]
-    fn driver_to_newest_cuda() {
-        let knowledge = Knowledge::embedded();
-        let newest = |d: &str| knowledge.newest_cuda_for_driver(&DriverVersion::parse(d).unwrap());
-        assert_eq!(newest("535.104.05").as_deref(), Some("12.2"));
-        assert_eq!(newest("590.44.01").as_deref(), Some("13.1"));
-        assert_eq!(newest("450.80.02").as_deref(), Some("11.0"));
-        assert_eq!(newest("440.33.01"), None);
-        assert_eq!(newest("550.54.15").as_deref(), Some("12.4"));
-        assert_eq!(newest("570.124.06").as_deref(), Some("12.8"));
-        assert_eq!(newest("580.95.05").as_deref(), Some("13.0"));
-    }
-
-    #[test]
-    fn wheel_suffixes() {
-        assert_eq!(wheel_suffix("11.8"), "cu118");
-        assert_eq!(wheel_suffix("12.6.3"), "cu126");
-        assert_eq!(wheel_suffix("13.0"), "cu130");
-        assert_eq!(
-            Knowledge::embedded().wheel_index_url("12.8"),
-            "https://download.pytorch.org/whl/cu128"
-        );
-    }
-
-    #[test]
-    fn overrides_replace_and_extend() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("extra.yaml");
-        std::fs::write(
-            &path,
-            r#"schema_version: 1
-sources: {MINE: "our internal wheel mirror audit"}
-torch:
-  - series: "2.14"
-    python: ["3.10", "3.11", "3.12", "3.13", "3.14"]
-    glibc_min: "2.28"
-    default_cuda: "13.0"
-    cuda:
-      - {cuda: "13.0", cudnn: "9.24.0.43", source: [MINE]}
-    releases:
-      - {torch: "2.14.0", torchvision: "0.29.0"}
-    source: [MINE]
-"#,
-        )
-        .unwrap();
-        let knowledge = Knowledge::with_override(&path).unwrap();
-        assert_eq!(knowledge.newest_series().unwrap().series, "2.14");
-        assert!(knowledge.torch_series("2.7").is_some());
-
-        std::fs::write(
-            &path,
-            "schema_version: 1\ntorch:\n  - series: \"2.14\"\n    pythn: []\n",
-        )
-        .unwrap();
-        let error = Knowledge::with_override(&path).unwrap_err().to_string();
-        assert!(error.contains("extra.yaml:4:5"), "{error}");
-        assert!(error.contains("pythn"), "{error}");
-    }
-
-    #[test]
-    fn companions_are_exact_and_pypi_variants_are_published() {
-        let text = EMBEDDED.replace(
-            r#"{torch: "2.13.0", torchvision: "0.28.0", torchaudio: "2.11.0"}"#,
-            r#"{torch: "2.13.0", torchvision: "0.28"}"#,
-        );
-        let error = Knowledge::parse(&text, "k.yaml").unwrap_err().to_string();
-        assert!(
-            error.contains("release 2.13.0 names torchvision 0.28, not an exact release"),
-            "{error}"
-        );
-        let text = EMBEDDED.replacen(r#"pypi_cuda: "13.0""#, r#"pypi_cuda: "11.8""#, 1);
-        let error = Knowledge::parse(&text, "k.yaml").unwrap_err().to_string();
-        assert!(
-            error.contains("pypi_cuda 11.8 is not one of its variants"),
-            "{error}"
-        );
-        let knowledge = Knowledge::embedded();
-        assert_eq!(
-            knowledge.torch_series("2.13").unwrap().pypi_cuda.as_deref(),
-            Some("13.0")
-        );
-        assert_eq!(
-            knowledge.torch_series("2.1").unwrap().pypi_cuda.as_deref(),
-            Some("12.1"),
-            "PyPI's variant is not the series' default CUDA"
-        );
-        let debian = knowledge.os("debian12").unwrap();
-        assert_eq!(
-            (debian.glibc.as_str(), debian.python.as_str()),
-            ("2.36", "3.11")
-        );
-        assert_eq!(
-            knowledge.family(13).unwrap().pypi_toolkit.as_deref(),
-            Some("cu13")
-        );
-        assert_eq!(knowledge.family(12).unwrap().pypi_toolkit, None);
-    }
-
-    #[test]
-    fn entries_without_a_known_source_are_refused() {
-        let text = EMBEDDED.replace("source: [CUDA-RN, NVCUDA-IMG]}", "source: [NOWHERE]}");
-        let error = Knowledge::parse(&text, "k.yaml").unwrap_err().to_string();
-        assert!(error.contains("unknown source `NOWHERE`"), "{error}");
-    }
-}
+mod tests;

@@ -1,20 +1,25 @@
 //! The executor: walks a plan, calling a [`Builder`] for each image (reuse or build, test, push,
 //! move aliases), up to `jobs` at a time, a devel image only after its runtime image succeeded.
-//! One failed image does not stop the others. Ctrl-C (the `cancel` future) stops launching,
-//! drops what is in flight, and reports it as interrupted.
+//! One failed image does not stop the others. Ctrl-C or SIGTERM (the `cancel` future) stops
+//! launching, drops what is in flight, and reports it as interrupted, with the step it was at.
 //!
-//! It knows nothing of bollard: the Docker builder and the fake builder of the tests both
-//! implement [`Builder`]. Policy lives here: a failed test means no push and no alias; aliases
-//! move only after the image passed (or, with `move_untested_aliases`, when no GPU could test it).
+//! It knows nothing of bollard or of files: the Docker builder and the fake builder of the tests
+//! both implement [`Builder`], and what changed in the registry is written down through a
+//! [`Journal`] as it happens: an image's full tag once pushed (before any alias moves, so an
+//! alias that fails cannot lose it), each alias move before it is made (intent) and after
+//! (result). Policy lives here: a failed test means no push and no alias; aliases move only
+//! after the image passed (or, with `move_untested_aliases`, when no GPU could test it), and
+//! never backwards, judged against the manifest as it is when the alias moves.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use crate::history::manifest::Packages;
 use crate::model::digest::Digest;
-use crate::pipeline::plan::{Plan, PlannedImage};
+use crate::pipeline::planned::{Plan, PlannedImage};
+pub use crate::pipeline::record::AliasIntent;
 pub use crate::pipeline::results::{Existing, ImageResult, Status, TestOutcome};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 
@@ -35,8 +40,10 @@ pub trait Builder: Send + Sync + 'static {
         &self,
         image: &PlannedImage,
     ) -> impl Future<Output = anyhow::Result<Option<Packages>>> + Send;
-    /// Pushes `repository:tag`; returns the manifest digest. With `build_key` (full tags), refuses
-    /// when the registry already holds that tag with other content: full tags are immutable.
+    /// Pushes `repository:tag`; returns the manifest digest the registry serves for it. With
+    /// `build_key` (full tags), refuses when the registry already holds that tag with other
+    /// content (full tags are immutable), and pushes nothing when it holds this build key
+    /// already (another run pushed it): its digest is the answer.
     fn push(
         &self,
         repository: &str,
@@ -50,6 +57,56 @@ pub trait Builder: Send + Sync + 'static {
         repository: &str,
         tag: &str,
     ) -> impl Future<Output = anyhow::Result<()>> + Send;
+    /// Points `repository:alias` in the registry at the manifest `digest` (already pushed), so
+    /// the alias serves exactly the recorded digest.
+    fn move_alias(
+        &self,
+        repository: &str,
+        alias: &str,
+        digest: &Digest,
+    ) -> impl Future<Output = anyhow::Result<()>> + Send;
+}
+
+/// Kept while an image is being published; dropping it lets other runs publish it.
+pub type Claim = Box<dyn Send + Sync>;
+
+/// Where the executor writes down what it changed, as it changes it (see the module docs). The
+/// writes are short and synchronous, so cancelling a build never leaves one half done.
+pub trait Journal: Send + Sync + 'static {
+    /// Waits until no other run publishes `image` (its full tag and aliases), and keeps others
+    /// out until the claim is dropped.
+    fn claim(&self, image: &PlannedImage) -> impl Future<Output = anyhow::Result<Claim>> + Send;
+    /// Writes down the result of `image` as it stands: once its full tag is pushed, and at the
+    /// end.
+    fn image(&self, image: &PlannedImage, result: &ImageResult) -> anyhow::Result<()>;
+    /// Writes down that `alias` is about to move to `digest` (intent), unless it may not or
+    /// need not.
+    fn alias_intent(
+        &self,
+        image: &PlannedImage,
+        alias: &str,
+        digest: &Digest,
+    ) -> anyhow::Result<AliasIntent>;
+    /// Writes down that the registry's `alias` points at `digest` (result).
+    fn alias_moved(&self, image: &PlannedImage, alias: &str, digest: &Digest)
+        -> anyhow::Result<()>;
+}
+
+/// Which step each image in flight is at, for the report of an interruption.
+#[derive(Clone, Default)]
+struct Steps(Arc<Mutex<BTreeMap<String, &'static str>>>);
+
+impl Steps {
+    fn set(&self, name: &str, step: &'static str) {
+        self.0
+            .lock()
+            .expect("steps lock")
+            .insert(name.to_string(), step);
+    }
+
+    fn get(&self, name: &str) -> Option<&'static str> {
+        self.0.lock().expect("steps lock").get(name).copied()
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -63,15 +120,39 @@ pub struct ExecOptions {
     pub move_untested_aliases: bool,
 }
 
-/// Runs `plan`. Each result goes to `on_result` as soon as it is known (the caller saves the
-/// manifest there), and all of them are returned in plan order.
-pub async fn execute<B: Builder>(
+/// Runs `plan`. Each result is written down through `journal` and goes to `on_result` as soon
+/// as it is known, and all of them are returned in plan order.
+pub async fn execute<B: Builder, J: Journal>(
     plan: &Plan,
     builder: Arc<B>,
+    journal: Arc<J>,
     options: &ExecOptions,
     cancel: impl Future<Output = ()>,
     mut on_result: impl FnMut(&ImageResult),
 ) -> Vec<ImageResult> {
+    let by_name: BTreeMap<&str, &PlannedImage> = plan
+        .images
+        .iter()
+        .map(|image| (image.spec.name.as_str(), image))
+        .collect();
+    let mut finish = |result: &mut ImageResult| {
+        if let Some(planned) = by_name.get(result.name.as_str()) {
+            if let Err(error) = journal.image(planned, result) {
+                result.status = Status::Failed;
+                result.failed_stage = Some("record".into());
+                result.error = Some(format!(
+                    "{}could not be written to the manifest: {error:#}",
+                    result
+                        .error
+                        .as_deref()
+                        .map(|e| format!("{e}; also "))
+                        .unwrap_or_default()
+                ));
+            }
+        }
+        on_result(result);
+    };
+    let steps = Steps::default();
     let in_plan: BTreeSet<String> = plan.images.iter().map(|i| i.spec.name.clone()).collect();
     let mut pending: VecDeque<PlannedImage> = plan.images.iter().cloned().collect();
     let mut outcomes: BTreeMap<String, bool> = BTreeMap::new();
@@ -98,13 +179,19 @@ pub async fn execute<B: Builder>(
                         image.depends_on.as_deref().unwrap_or("?")
                     ));
                     outcomes.insert(image.spec.name.clone(), false);
-                    on_result(&result);
+                    finish(&mut result);
                     results.insert(image.spec.name.clone(), result);
                 }
                 _ => {
                     let image = pending.remove(index).expect("index in range");
                     in_flight.insert(image.spec.name.clone());
-                    running.push(run_one(Arc::clone(&builder), image, options.clone()));
+                    running.push(run_one(
+                        Arc::clone(&builder),
+                        Arc::clone(&journal),
+                        image,
+                        options.clone(),
+                        steps.clone(),
+                    ));
                 }
             }
         }
@@ -112,18 +199,21 @@ pub async fn execute<B: Builder>(
             break;
         }
         tokio::select! {
-            Some(result) = running.next() => {
+            Some(mut result) = running.next() => {
                 in_flight.remove(&result.name);
+                finish(&mut result);
                 outcomes.insert(result.name.clone(), result.succeeded());
-                on_result(&result);
                 results.insert(result.name.clone(), result);
             }
             _ = &mut cancel => {
                 drop(running);
                 for name in in_flight.iter().cloned().chain(pending.iter().map(|p| p.spec.name.clone())) {
                     let mut result = ImageResult::new(&name, Status::Interrupted);
-                    result.error = Some("interrupted before it finished; nothing was tagged or pushed for it after the interruption".into());
-                    on_result(&result);
+                    result.error = Some(match steps.get(&name) {
+                        Some(step) => format!("interrupted while {step}; nothing more was tagged, pushed or moved for it"),
+                        None => "not started".to_string(),
+                    });
+                    finish(&mut result);
                     results.insert(name, result);
                 }
                 break;
@@ -137,12 +227,16 @@ pub async fn execute<B: Builder>(
 }
 
 /// One image from start to finish.
-async fn run_one<B: Builder>(
+async fn run_one<B: Builder, J: Journal>(
     builder: Arc<B>,
+    journal: Arc<J>,
     image: PlannedImage,
     options: ExecOptions,
+    steps: Steps,
 ) -> ImageResult {
     let start = Instant::now();
+    let name = image.spec.name.clone();
+    let step = |what: &'static str| steps.set(&name, what);
     let mut result = ImageResult::new(&image.spec.name, Status::Built);
     result.aliases_held = image.aliases_blocked.clone();
     let fail = |mut result: ImageResult, stage: &str, error: String| {
@@ -153,18 +247,18 @@ async fn run_one<B: Builder>(
         result
     };
 
+    step("looking for an earlier build");
     let existing = match builder.find_existing(&image).await {
         Ok(existing) => existing,
         Err(error) => return fail(result, "lookup", format!("{error:#}")),
     };
+    // Built, tested and pushed by an earlier run (the manifest records it) and not present
+    // here: nothing to build, test or push; only aliases that run did not move are moved.
+    let in_registry_only = matches!(existing, Some(Existing::Registry(_)));
     match existing {
         Some(Existing::Registry(digest)) => {
-            // Built, tested and pushed by an earlier run (the manifest records it) and not present
-            // here: nothing to build, test or push; its aliases stay where that run left them.
             result.status = Status::Reused;
             result.digest = Some(digest);
-            result.seconds = start.elapsed().as_secs_f64();
-            return result;
         }
         Some(Existing::Local(id)) => {
             result.status = Status::Reused;
@@ -177,14 +271,18 @@ async fn run_one<B: Builder>(
             }
             result.image_id = Some(id);
         }
-        None => match builder.build(&image).await {
-            Ok(id) => result.image_id = Some(id),
-            Err(error) => return fail(result, "build", format!("{error:#}")),
-        },
+        None => {
+            step("building");
+            match builder.build(&image).await {
+                Ok(id) => result.image_id = Some(id),
+                Err(error) => return fail(result, "build", format!("{error:#}")),
+            }
+        }
     }
 
     let known_good = result.status == Status::Reused && image.passed_before;
-    if !known_good {
+    if !known_good && !in_registry_only {
+        step("reading its packages");
         // An image without a shell or for another platform still builds; its packages are unknown.
         match builder.contents(&image).await {
             Ok(Some(packages)) => result.packages = Some(packages),
@@ -199,14 +297,21 @@ async fn run_one<B: Builder>(
             summary: "passed when this build key was first tested (see the manifest)".into(),
             report: None,
         }
+    } else if in_registry_only {
+        TestOutcome::Skipped {
+            summary: "not tested by this run (only in the registry) and the manifest records no pass for this build key".into(),
+        }
     } else if options.test {
+        step("running its self-test");
         builder.test(&image).await
     } else {
         TestOutcome::Skipped {
             summary: "not run (--no-test)".into(),
         }
     };
-    result.test = Some(test.clone());
+    if !in_registry_only {
+        result.test = Some(test.clone());
+    }
     match &test {
         TestOutcome::Fail { summary, .. } => {
             return fail(result, "test", format!("gpu-selftest failed: {summary}"))
@@ -218,7 +323,9 @@ async fn run_one<B: Builder>(
                 format!("gpu-selftest could not run: {summary}"),
             )
         }
-        TestOutcome::Skipped { summary } if options.require_gpu && options.test => {
+        TestOutcome::Skipped { summary }
+            if options.require_gpu && options.test && !in_registry_only =>
+        {
             return fail(
                 result,
                 "test",
@@ -228,25 +335,45 @@ async fn run_one<B: Builder>(
         _ => {}
     }
 
+    // Held until the aliases moved: another run publishing this image waits, then finds it done.
+    let mut _claim = None;
     if options.push {
-        match builder
-            .push(
-                &image.spec.repository,
-                &image.spec.tag,
-                Some(&image.build_key),
-            )
-            .await
-        {
-            Ok(digest) => result.digest = Some(digest),
+        step("waiting for another run that publishes the same tag");
+        match journal.claim(&image).await {
+            Ok(claim) => _claim = Some(claim),
             Err(error) => return fail(result, "push", format!("{error:#}")),
+        }
+        if !in_registry_only {
+            step("pushing its full tag");
+            match builder
+                .push(
+                    &image.spec.repository,
+                    &image.spec.tag,
+                    Some(&image.build_key),
+                )
+                .await
+            {
+                Ok(digest) => result.digest = Some(digest),
+                Err(error) => return fail(result, "push", format!("{error:#}")),
+            }
+            // The full tag is in the registry: written down now, so that nothing that fails
+            // later (an alias, an interruption) loses its digest.
+            if let Err(error) = journal.image(&image, &result) {
+                return fail(
+                    result,
+                    "record",
+                    format!("pushed, but could not be written to the manifest: {error:#}"),
+                );
+            }
         }
     }
 
     let may_move = match &test {
         TestOutcome::Pass { .. } => None,
-        TestOutcome::Skipped { .. } if options.move_untested_aliases => None,
+        TestOutcome::Skipped { .. } if options.move_untested_aliases && !in_registry_only => None,
         other => Some(format!("self-test {}: {}", other.status(), other.summary())),
     };
+    step("moving its aliases");
     for alias in &image.aliases {
         if let Some(index) = &image.spec.index {
             let reason = format!(
@@ -259,15 +386,63 @@ async fn run_one<B: Builder>(
             result.aliases_held.push((alias.clone(), reason.clone()));
             continue;
         }
+        if !options.push {
+            if let Err(error) = builder
+                .tag(&image.reference, &image.spec.repository, alias)
+                .await
+            {
+                return fail(result, "alias", format!("{error:#}"));
+            }
+            result.aliases_moved.push(alias.clone());
+            continue;
+        }
+        let Some(digest) = result.digest.clone() else {
+            return fail(
+                result,
+                "alias",
+                "no digest to move the alias to (the full tag was not pushed)".into(),
+            );
+        };
+        let intent = match journal.alias_intent(&image, alias, &digest) {
+            Ok(intent) => intent,
+            Err(error) => {
+                return fail(
+                    result,
+                    "alias",
+                    format!("cannot write down the move of {alias}: {error:#}"),
+                )
+            }
+        };
+        if let AliasIntent::Held(reason) = intent {
+            result.aliases_held.push((alias.clone(), reason));
+            continue;
+        }
+        if !in_registry_only {
+            if let Err(error) = builder
+                .tag(&image.reference, &image.spec.repository, alias)
+                .await
+            {
+                return fail(result, "alias", format!("{error:#}"));
+            }
+        }
         if let Err(error) = builder
-            .tag(&image.reference, &image.spec.repository, alias)
+            .move_alias(&image.spec.repository, alias, &digest)
             .await
         {
-            return fail(result, "alias", format!("{error:#}"));
+            let pending = if intent == AliasIntent::Move {
+                " (its move stays written down as pending: `imagegen verify --adopt` or the next `imagegen build --push` settles it against the registry)"
+            } else {
+                ""
+            };
+            return fail(result, "alias", format!("{error:#}{pending}"));
         }
-        if options.push {
-            if let Err(error) = builder.push(&image.spec.repository, alias, None).await {
-                return fail(result, "alias", format!("{error:#}"));
+        if intent == AliasIntent::Move {
+            if let Err(error) = journal.alias_moved(&image, alias, &digest) {
+                return fail(
+                    result,
+                    "alias",
+                    format!("moved {alias}, but could not write it down: {error:#}"),
+                );
             }
         }
         result.aliases_moved.push(alias.clone());

@@ -1,16 +1,18 @@
-//! Executor tests against a fake builder: ordering, parallelism, failure isolation, test-before-
-//! alias policy, reuse and interruption. The Docker builder is tested against the real daemon in
-//! tests/build.rs.
+//! Executor tests against a fake builder and a journal in memory: ordering, parallelism, failure
+//! isolation, test-before-alias policy, reuse, interruption, and what is written down when (the
+//! full tag before its aliases, each alias move before and after). The Docker builder is tested
+//! against the real daemon in tests/it/build.rs and tests/it/faults.rs.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use super::*;
-use crate::history::manifest::Packages;
+use crate::history::manifest::{Manifest, Packages};
 use crate::model::knowledge::Knowledge;
 use crate::model::matrix::Matrix;
 use crate::pipeline::plan::{plan, select};
+use crate::pipeline::record::{alias_intent, alias_moved, record};
 use crate::resolve::{resolve, ResolveOptions};
 
 #[derive(Default)]
@@ -19,6 +21,8 @@ struct FakeBuilder {
     fail_test: BTreeSet<String>,
     no_gpu: bool,
     existing: BTreeSet<String>,
+    /// Alias moves that fail (the registry died).
+    fail_alias: BTreeSet<String>,
     build_delay_ms: u64,
     calls: Mutex<Vec<String>>,
     running: AtomicUsize,
@@ -93,6 +97,93 @@ impl Builder for FakeBuilder {
         self.record(format!("tag {source} {tag}"));
         Ok(())
     }
+    async fn move_alias(
+        &self,
+        repository: &str,
+        alias: &str,
+        _digest: &Digest,
+    ) -> anyhow::Result<()> {
+        if self.fail_alias.contains(alias) {
+            anyhow::bail!("registry unreachable while moving {alias}");
+        }
+        self.record(format!("push {repository}:{alias}"));
+        Ok(())
+    }
+}
+
+/// The journal over a manifest in memory, with the same folds the manifest file gets, and a log
+/// of what was written in which order.
+#[derive(Default)]
+struct MemoryJournal {
+    manifest: Mutex<Manifest>,
+    log: Mutex<Vec<String>>,
+}
+
+impl MemoryJournal {
+    fn log(&self) -> Vec<String> {
+        self.log.lock().unwrap().clone()
+    }
+    fn manifest(&self) -> Manifest {
+        self.manifest.lock().unwrap().clone()
+    }
+}
+
+impl Journal for MemoryJournal {
+    async fn claim(&self, image: &PlannedImage) -> anyhow::Result<Claim> {
+        self.log
+            .lock()
+            .unwrap()
+            .push(format!("claim {}", image.spec.name));
+        Ok(Box::new(()))
+    }
+    fn image(&self, image: &PlannedImage, result: &ImageResult) -> anyhow::Result<()> {
+        self.log.lock().unwrap().push(format!(
+            "image {} {:?} {}",
+            image.spec.name,
+            result.status,
+            result.digest.is_some()
+        ));
+        record(
+            &mut self.manifest.lock().unwrap(),
+            image,
+            result,
+            None,
+            "t1",
+        );
+        Ok(())
+    }
+    fn alias_intent(
+        &self,
+        image: &PlannedImage,
+        alias: &str,
+        digest: &Digest,
+    ) -> anyhow::Result<AliasIntent> {
+        self.log.lock().unwrap().push(format!("intent {alias}"));
+        Ok(alias_intent(
+            &mut self.manifest.lock().unwrap(),
+            alias,
+            (&image.spec.tag, &image.spec.torch),
+            digest,
+            "t1",
+            "test",
+        ))
+    }
+    fn alias_moved(
+        &self,
+        image: &PlannedImage,
+        alias: &str,
+        digest: &Digest,
+    ) -> anyhow::Result<()> {
+        self.log.lock().unwrap().push(format!("moved {alias}"));
+        alias_moved(
+            &mut self.manifest.lock().unwrap(),
+            image,
+            alias,
+            digest,
+            "t1",
+        );
+        Ok(())
+    }
 }
 
 fn test_plan() -> Plan {
@@ -101,11 +192,17 @@ fn test_plan() -> Plan {
         "m.yaml",
     )
     .unwrap();
-    let specs = resolve(&matrix, &Knowledge::embedded(), &ResolveOptions::default()).images;
+    let specs = resolve(
+        &matrix,
+        &Knowledge::test_fixture(),
+        &ResolveOptions::default(),
+    )
+    .images;
     plan(
         &select(&specs, None, None),
         &BTreeMap::new(),
         &crate::history::manifest::Manifest::new(),
+        None,
     )
 }
 
@@ -120,9 +217,18 @@ fn options(jobs: usize) -> ExecOptions {
 }
 
 async fn run(builder: &Arc<FakeBuilder>, options: &ExecOptions) -> Vec<ImageResult> {
+    run_with(builder, &Arc::new(MemoryJournal::default()), options).await
+}
+
+async fn run_with(
+    builder: &Arc<FakeBuilder>,
+    journal: &Arc<MemoryJournal>,
+    options: &ExecOptions,
+) -> Vec<ImageResult> {
     execute(
         &test_plan(),
         Arc::clone(builder),
+        Arc::clone(journal),
         options,
         std::future::pending(),
         |_| {},
@@ -333,6 +439,7 @@ async fn cancellation_reports_what_was_interrupted() {
     let results = execute(
         &test_plan(),
         Arc::clone(&builder),
+        Arc::new(MemoryJournal::default()),
         &options(2),
         tokio::time::sleep(Duration::from_millis(50)),
         |r| seen.push(r.status),
@@ -345,4 +452,133 @@ async fn cancellation_reports_what_was_interrupted() {
     );
     assert_eq!(seen.len(), 4, "every interrupted image is reported");
     assert!(!builder.calls().iter().any(|c| c.starts_with("push")));
+}
+
+#[tokio::test]
+async fn the_full_tag_is_written_down_before_its_aliases_and_each_alias_before_and_after() {
+    let builder = Arc::new(FakeBuilder::default());
+    let journal = Arc::new(MemoryJournal::default());
+    run_with(&builder, &journal, &options(1)).await;
+    let log = journal.log();
+    let position = |entry: &str| {
+        log.iter()
+            .position(|e| e == entry)
+            .unwrap_or_else(|| panic!("no {entry} in {log:#?}"))
+    };
+    let pushed = position(&format!("image {RUNTIME_126} Built true"));
+    assert!(position(&format!("claim {RUNTIME_126}")) < pushed);
+    assert!(pushed < position("intent 2.7-cuda12.6-runtime"));
+    assert!(position("intent 2.7-cuda12.6-runtime") < position("moved 2.7-cuda12.6-runtime"));
+    let manifest = journal.manifest();
+    assert!(manifest.pending_aliases.is_empty(), "every move finished");
+    assert_eq!(
+        manifest.aliases["2.7-cuda12.6-runtime"].digest,
+        Some(Digest::of(format!("digest-{RUNTIME_126}").as_bytes()))
+    );
+}
+
+#[tokio::test]
+async fn a_failed_alias_push_keeps_the_pushed_full_tag_and_leaves_the_move_pending() {
+    let builder = Arc::new(FakeBuilder {
+        fail_alias: ["2.7-cuda12.6-runtime".to_string()].into(),
+        ..Default::default()
+    });
+    let journal = Arc::new(MemoryJournal::default());
+    let results = run_with(&builder, &journal, &options(1)).await;
+    let failed = results.iter().find(|r| r.name == RUNTIME_126).unwrap();
+    assert_eq!(failed.status, Status::Failed);
+    assert_eq!(failed.failed_stage.as_deref(), Some("alias"));
+    assert!(
+        failed.error.as_deref().unwrap().contains("pending"),
+        "{failed:?}"
+    );
+    let digest = Digest::of(format!("digest-{RUNTIME_126}").as_bytes());
+    assert_eq!(failed.digest.as_ref(), Some(&digest));
+    let manifest = journal.manifest();
+    let record = &manifest.images[RUNTIME_126];
+    assert_eq!(
+        record.status,
+        crate::history::manifest::RecordStatus::Ok,
+        "pushed, so recorded as good"
+    );
+    assert_eq!(record.digest.as_ref(), Some(&digest), "with its digest");
+    assert!(record
+        .last_error
+        .as_deref()
+        .unwrap()
+        .contains("registry unreachable"));
+    assert_eq!(
+        manifest.pending_aliases["2.7-cuda12.6-runtime"].to, digest,
+        "the move begun is written down as pending"
+    );
+    assert!(!manifest.aliases.contains_key("2.7-cuda12.6-runtime"));
+}
+
+#[tokio::test]
+async fn an_alias_another_run_moved_forward_meanwhile_is_held_not_moved_back() {
+    let builder = Arc::new(FakeBuilder::default());
+    let journal = Arc::new(MemoryJournal::default());
+    // Another run recorded 2.7-cuda12.6-runtime at a newer torch release after this plan was made.
+    {
+        let mut manifest = journal.manifest.lock().unwrap();
+        let mut newer = crate::pipeline::record::image_record(
+            &test_plan().images[0].spec,
+            &Digest::of(b"k"),
+            "t0",
+        );
+        newer.tag = "2.7.9-cuda12.6-cudnn9-runtime-ubuntu24.04".into();
+        newer.torch = "2.7.9".into();
+        newer.digest = Some(Digest::of(b"newer"));
+        manifest.record_success(newer);
+        manifest.move_alias(
+            "2.7-cuda12.6-runtime",
+            "2.7.9-cuda12.6-cudnn9-runtime-ubuntu24.04",
+            Some(Digest::of(b"newer")),
+            "t0",
+        );
+    }
+    let results = run_with(&builder, &journal, &options(1)).await;
+    let runtime = results.iter().find(|r| r.name == RUNTIME_126).unwrap();
+    assert_eq!(runtime.status, Status::Built);
+    assert!(runtime
+        .aliases_held
+        .iter()
+        .any(|(alias, why)| alias == "2.7-cuda12.6-runtime" && why.contains("backwards")));
+    assert!(!runtime
+        .aliases_moved
+        .contains(&"2.7-cuda12.6-runtime".to_string()));
+    assert_eq!(
+        journal.manifest().aliases["2.7-cuda12.6-runtime"].digest,
+        Some(Digest::of(b"newer"))
+    );
+}
+
+#[tokio::test]
+async fn an_interruption_names_the_step_each_image_was_at() {
+    let builder = Arc::new(FakeBuilder {
+        build_delay_ms: 10_000,
+        ..Default::default()
+    });
+    let results = execute(
+        &test_plan(),
+        Arc::clone(&builder),
+        Arc::new(MemoryJournal::default()),
+        &options(1),
+        tokio::time::sleep(Duration::from_millis(50)),
+        |_| {},
+    )
+    .await;
+    let first = &results[0];
+    assert_eq!(first.status, Status::Interrupted);
+    assert!(
+        first
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("interrupted while building"),
+        "{first:?}"
+    );
+    assert!(results[1..]
+        .iter()
+        .all(|r| r.error.as_deref() == Some("not started")));
 }

@@ -5,7 +5,16 @@
 //!   deterministic `docker save` archive, so every run and every parallel test gets the same id;
 //! - [`Registry`]: `/usr/bin/docker-registry` on 127.0.0.1 with storage in a temporary directory,
 //!   optionally behind htpasswd basic auth or untrusted TLS, killed on drop;
-//! - [`unique_name`]: collision-free repository/tag names for parallel tests.
+//! - [`unique_name`]: collision-free repository/tag names for parallel tests;
+//! - [`Cleanup`]: removes, when dropped (a failing test too), every container and image that
+//!   carries its test case's label. Every Dockerfile a test builds puts that label right after
+//!   `FROM` ([`Cleanup::dockerfile`], and `LABEL ... TEST_CASE` in the fixture templates), so
+//!   each test's layers are its own: removing them (with the untagged parents the daemon prunes)
+//!   can never pull a cached layer from under another test's build.
+//!
+//! A run leaves the daemon as it found it, except the base image, which every run shares and
+//! loads with the same id. `IMAGEGEN_TEST_RUN` (default: the process id) goes into every name
+//! and into the `imagegen-test.run` label, so `.ci/run` can check that nothing of its run is left.
 //!
 //! System packages come from `.ci/install-deps.sh` (docker-registry, busybox-static,
 //! apache2-utils, openssl). Not every test binary uses every helper.
@@ -44,7 +53,26 @@ pub async fn engine() -> Engine {
     }
 }
 
-/// A name unique to this process and call, e.g. `push-4242-1732961234123-7`.
+/// The label naming the test case that made an image or container.
+pub const CASE_LABEL: &str = "imagegen-test.case";
+/// The label naming the test run (`IMAGEGEN_TEST_RUN`, else the process id).
+pub const RUN_LABEL: &str = "imagegen-test.run";
+
+/// This run's id: `IMAGEGEN_TEST_RUN` (lowercase letters, digits and `-` kept), else the pid.
+pub fn run_id() -> String {
+    std::env::var("IMAGEGEN_TEST_RUN")
+        .ok()
+        .map(|run| {
+            run.to_ascii_lowercase()
+                .chars()
+                .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
+                .collect::<String>()
+        })
+        .filter(|run| !run.is_empty())
+        .unwrap_or_else(|| std::process::id().to_string())
+}
+
+/// A name unique to this run and call, e.g. `push-4242-1732961234123-7`.
 pub fn unique_name(prefix: &str) -> String {
     static COUNTER: AtomicU32 = AtomicU32::new(0);
     let millis = SystemTime::now()
@@ -53,9 +81,113 @@ pub fn unique_name(prefix: &str) -> String {
         .as_millis();
     format!(
         "{prefix}-{}-{millis}-{}",
-        std::process::id(),
+        run_id(),
         COUNTER.fetch_add(1, Ordering::Relaxed)
     )
+}
+
+/// One test case's mark on the daemon: its label goes into every Dockerfile the test builds, and
+/// dropping it removes every container and image that carries the label.
+pub struct Cleanup {
+    case: String,
+}
+
+impl Cleanup {
+    pub fn new(prefix: &str) -> Cleanup {
+        Cleanup {
+            case: unique_name(prefix),
+        }
+    }
+
+    /// The case's label value.
+    pub fn case(&self) -> &str {
+        &self.case
+    }
+
+    /// The instruction that marks every layer after it as this case's.
+    pub fn label_instruction(&self) -> String {
+        format!(
+            "LABEL {CASE_LABEL}=\"{}\" {RUN_LABEL}=\"{}\"",
+            self.case,
+            run_id()
+        )
+    }
+
+    /// `dockerfile` with [`Cleanup::label_instruction`] after every `FROM` line.
+    pub fn dockerfile(&self, dockerfile: &str) -> String {
+        let mut out = String::new();
+        for line in dockerfile.lines() {
+            out.push_str(line);
+            out.push('\n');
+            if line.trim_start().to_ascii_uppercase().starts_with("FROM ") {
+                out.push_str(&self.label_instruction());
+                out.push('\n');
+            }
+        }
+        out
+    }
+
+    /// Removes the case's containers, then its images (newest first, a few passes so children
+    /// go before parents). Errors are reported, not raised: it runs from `drop`.
+    async fn remove_everything(case: &str) {
+        let Ok(engine) = Engine::connect().await else {
+            return;
+        };
+        let docker = engine.client();
+        let filter = format!("{CASE_LABEL}={case}");
+        let mut filters = std::collections::HashMap::new();
+        filters.insert("label", vec![filter.as_str()]);
+        let containers = bollard::query_parameters::ListContainersOptionsBuilder::default()
+            .all(true)
+            .filters(&filters)
+            .build();
+        for container in docker
+            .list_containers(Some(containers))
+            .await
+            .unwrap_or_default()
+        {
+            if let Some(id) = container.id {
+                let options = bollard::query_parameters::RemoveContainerOptionsBuilder::default()
+                    .force(true)
+                    .v(true)
+                    .build();
+                let _ = docker.remove_container(&id, Some(options)).await;
+            }
+        }
+        for _pass in 0..5 {
+            let images = bollard::query_parameters::ListImagesOptionsBuilder::default()
+                .all(true)
+                .filters(&filters)
+                .build();
+            let mut images = docker.list_images(Some(images)).await.unwrap_or_default();
+            if images.is_empty() {
+                return;
+            }
+            images.sort_by_key(|image| std::cmp::Reverse(image.created));
+            for image in images {
+                let options = bollard::query_parameters::RemoveImageOptionsBuilder::default()
+                    .force(true)
+                    .build();
+                let _ = docker.remove_image(&image.id, Some(options), None).await;
+            }
+        }
+        eprintln!("cleanup: images labelled {filter} are still on the daemon");
+    }
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let case = self.case.clone();
+        // Drop may run inside a test's runtime, which cannot be blocked on: use a thread of its own.
+        let worker = std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("cleanup runtime")
+                .block_on(Cleanup::remove_everything(&case));
+        });
+        let _ = worker.join();
+    }
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
@@ -195,6 +327,37 @@ impl Registry {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+
+    /// The registry's process id, while it runs (fault tests stop and continue it).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Starts a stopped registry again on the same address, with the same storage and
+    /// configuration (plain HTTP registries only).
+    pub fn restart(&mut self) {
+        self.stop();
+        let log = std::fs::OpenOptions::new()
+            .append(true)
+            .open(self.directory.path().join("registry.log"))
+            .unwrap();
+        self.child = Some(
+            Command::new(REGISTRY_BINARY)
+                .arg("serve")
+                .arg(self.directory.path().join("config.yml"))
+                .stdin(Stdio::null())
+                .stdout(log.try_clone().unwrap())
+                .stderr(log)
+                .spawn()
+                .expect("restart docker-registry"),
+        );
+        assert!(
+            self.wait_until_ready(Duration::from_secs(30), false),
+            "docker-registry did not come back on {}:\n{}",
+            self.host,
+            self.log()
+        );
     }
 
     fn launch(htpasswd: Option<(&str, &str)>, tls: bool) -> Registry {

@@ -27,10 +27,13 @@ exit 1
 
 /// A project directory: the build fixture rendered for `registry`/`repository`, plus a
 /// self-test directory and an empty Docker config (so the user's own credentials are not used).
+/// Its templates label every layer with its own test case (`TEST_CASE` in the fixture), and
+/// dropping it removes every image and container it made.
 pub struct Project {
     dir: tempfile::TempDir,
     pub repository: String,
     pub registry: String,
+    cleanup: super::Cleanup,
 }
 
 impl Project {
@@ -45,6 +48,7 @@ impl Project {
             .join("tests/fixtures")
             .join(fixture);
         let repository = super::unique_name("imagegen-test/torch");
+        let cleanup = super::Cleanup::new("project");
         let matrix = std::fs::read_to_string(fixture.join("matrix.yaml"))
             .unwrap()
             .replace("REGISTRY", registry)
@@ -53,9 +57,13 @@ impl Project {
         std::fs::create_dir_all(dir.path().join("templates")).unwrap();
         for entry in std::fs::read_dir(fixture.join("templates")).unwrap() {
             let path = entry.unwrap().path();
-            std::fs::copy(
-                &path,
+            let template = std::fs::read_to_string(&path)
+                .unwrap()
+                .replace("TEST_CASE", cleanup.case())
+                .replace("TEST_RUN", &super::run_id());
+            std::fs::write(
                 dir.path().join("templates").join(path.file_name().unwrap()),
+                template,
             )
             .unwrap();
         }
@@ -65,6 +73,7 @@ impl Project {
             dir,
             repository,
             registry: registry.to_string(),
+            cleanup,
         };
         project.set_selftest(selftest);
         project.imagegen(&["render"]).assert().success();
@@ -75,16 +84,24 @@ impl Project {
         self.dir.path()
     }
 
+    /// The label value every image and container of this project carries.
+    pub fn case(&self) -> &str {
+        self.cleanup.case()
+    }
+
     pub fn set_selftest(&self, script: &str) {
         self.add_selftest("gpu-selftest-cu12", script);
     }
 
-    /// Writes a stand-in self-test binary under `selftest/<name>`.
+    /// Writes a stand-in self-test binary under `selftest/<name>`, marked with the test case so
+    /// the layer that copies it is this test's own even on `scratch`.
     pub fn add_selftest(&self, name: &str, script: &str) {
         let dir = self.path().join("selftest");
         std::fs::create_dir_all(&dir).unwrap();
         let binary = dir.join(name);
-        std::fs::write(&binary, script).unwrap();
+        let (shebang, body) = script.split_once('\n').unwrap_or((script, ""));
+        let marked = format!("{shebang}\n# imagegen-test case {}\n{body}", self.case());
+        std::fs::write(&binary, marked).unwrap();
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&binary, std::fs::Permissions::from_mode(0o755)).unwrap();
     }

@@ -19,10 +19,15 @@
 //! `gpu-selftest` (`.imagegen/bake/<name>/`), and its `dockerfile` points back at
 //! `images/<name>/Dockerfile` relative to that context (buildx joins the two). The command stages
 //! those directories; this module only names them. It never touches Docker.
+//!
+//! The file is built as a [`BakeFile`] (`definition`), a typed mirror of buildx's own bake
+//! definition, so it can only hold keys buildx knows.
+
+pub mod definition;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde_json::{json, Value};
+pub use definition::{BakeFile, Group, Target};
 
 use crate::model::axes::Variant;
 use crate::resolve::image::ImageSpec;
@@ -72,9 +77,9 @@ pub fn familiar_reference(reference: &str) -> String {
         .to_string()
 }
 
-/// The `docker-bake.json` value for `images` (in resolver order; devel images name their runtime
-/// in `parent`).
-pub fn bake_file(images: &[ImageSpec]) -> Result<Value, BakeError> {
+/// The `docker-bake.json` for `images` (in resolver order; devel images name their runtime in
+/// `parent`).
+pub fn bake_file(images: &[ImageSpec]) -> Result<BakeFile, BakeError> {
     let mut target_of: BTreeMap<String, String> = BTreeMap::new();
     let mut image_of_target: BTreeMap<String, String> = BTreeMap::new();
     for image in images {
@@ -91,7 +96,7 @@ pub fn bake_file(images: &[ImageSpec]) -> Result<Value, BakeError> {
     // `../` once per component of the staging context, back to the bake file's directory.
     let back_to_root = "../".repeat(STAGING_DIR.split('/').count() + 1);
 
-    let mut targets = serde_json::Map::new();
+    let mut targets = BTreeMap::new();
     let mut runtime_targets = BTreeSet::new();
     let mut devel_targets = BTreeSet::new();
     for image in images {
@@ -105,16 +110,22 @@ pub fn bake_file(images: &[ImageSpec]) -> Result<Value, BakeError> {
                     .map(|alias| format!("{}:{alias}", image.repository)),
             );
         }
-        let mut labels = BTreeMap::new();
-        labels.insert("imagegen.fingerprint", image.fingerprint.to_string());
-        labels.insert("imagegen.bake.target", target.clone());
-        let mut body = json!({
-            "context": staging_context(&image.name),
-            "dockerfile": format!("{back_to_root}images/{}/Dockerfile", image.name),
-            "tags": tags,
-            "labels": labels,
-            "platforms": [image.platform],
-        });
+        let labels = [
+            (
+                "imagegen.fingerprint".to_string(),
+                Some(image.fingerprint.to_string()),
+            ),
+            ("imagegen.bake.target".to_string(), Some(target.clone())),
+        ]
+        .into();
+        let mut body = Target {
+            context: Some(staging_context(&image.name)),
+            dockerfile: Some(format!("{back_to_root}images/{}/Dockerfile", image.name)),
+            tags,
+            labels,
+            platforms: vec![image.platform.to_string()],
+            ..Default::default()
+        };
         match image.variant {
             Variant::Runtime => {
                 runtime_targets.insert(target.clone());
@@ -126,27 +137,29 @@ pub fn bake_file(images: &[ImageSpec]) -> Result<Value, BakeError> {
                     .as_ref()
                     .and_then(|parent| target_of.get(parent))
                 {
-                    let mut contexts = BTreeMap::new();
-                    contexts.insert(
+                    body.contexts.insert(
                         familiar_reference(&image.base_image),
                         format!("target:{parent_target}"),
                     );
-                    body["contexts"] = json!(contexts);
                 }
             }
         }
         targets.insert(target, body);
     }
-    let all: BTreeSet<&String> = runtime_targets.iter().chain(&devel_targets).collect();
-    // serde_json without `preserve_order` keeps object keys sorted: the output is deterministic.
-    Ok(json!({
-        "group": {
-            "default": {"targets": all},
-            "runtime": {"targets": runtime_targets},
-            "devel": {"targets": devel_targets},
-        },
-        "target": targets,
-    }))
+    let all: BTreeSet<String> = runtime_targets.union(&devel_targets).cloned().collect();
+    let group = |targets: BTreeSet<String>| Group {
+        description: None,
+        targets: targets.into_iter().collect(),
+    };
+    Ok(BakeFile {
+        group: [
+            ("default".to_string(), group(all)),
+            ("runtime".to_string(), group(runtime_targets)),
+            ("devel".to_string(), group(devel_targets)),
+        ]
+        .into(),
+        target: targets,
+    })
 }
 
 #[cfg(test)]
@@ -162,7 +175,12 @@ mod tests {
             "m.yaml",
         )
         .unwrap();
-        resolve(&matrix, &Knowledge::embedded(), &ResolveOptions::default()).images
+        resolve(
+            &matrix,
+            &Knowledge::test_fixture(),
+            &ResolveOptions::default(),
+        )
+        .images
     }
 
     #[test]
@@ -195,45 +213,30 @@ mod tests {
             .find(|i| i.variant == Variant::Runtime)
             .unwrap();
         let devel = images.iter().find(|i| i.variant == Variant::Devel).unwrap();
-        let devel_target = &bake["target"][target_name(&devel.name)];
-        let contexts = devel_target["contexts"].as_object().unwrap();
-        assert_eq!(contexts.len(), 1);
+        let devel_target = &bake.target[&target_name(&devel.name)];
+        assert_eq!(devel_target.contexts.len(), 1);
         // The Dockerfile says FROM docker.io/team/pytorch:...; BuildKit looks it up familiar.
         let key = format!("team/pytorch:{}", runtime.tag);
         assert_eq!(
-            contexts[&key],
+            devel_target.contexts[&key],
             format!("target:{}", target_name(&runtime.name))
         );
+        assert_eq!(bake.group["runtime"].targets, [target_name(&runtime.name)]);
+        assert_eq!(bake.group["devel"].targets, [target_name(&devel.name)]);
+        assert_eq!(bake.group["default"].targets.len(), 2);
         assert_eq!(
-            bake["group"]["runtime"]["targets"],
-            json!([target_name(&runtime.name)])
+            devel_target.dockerfile,
+            Some(format!("../../../images/{}/Dockerfile", devel.name))
         );
         assert_eq!(
-            bake["group"]["devel"]["targets"],
-            json!([target_name(&devel.name)])
+            devel_target.context,
+            Some(format!(".imagegen/bake/{}", devel.name))
         );
         assert_eq!(
-            bake["group"]["default"]["targets"]
-                .as_array()
-                .unwrap()
-                .len(),
-            2
+            devel_target.labels["imagegen.fingerprint"].as_deref(),
+            Some(devel.fingerprint.as_str())
         );
-        assert_eq!(
-            devel_target["dockerfile"],
-            format!("../../../images/{}/Dockerfile", devel.name)
-        );
-        assert_eq!(
-            devel_target["context"],
-            format!(".imagegen/bake/{}", devel.name)
-        );
-        assert_eq!(
-            devel_target["labels"]["imagegen.fingerprint"],
-            devel.fingerprint.as_str()
-        );
-        let tags = bake["target"][target_name(&runtime.name)]["tags"]
-            .as_array()
-            .unwrap();
+        let tags = &bake.target[&target_name(&runtime.name)].tags;
         assert_eq!(tags[0], format!("docker.io/team/pytorch:{}", runtime.tag));
         assert_eq!(tags.len(), 1 + runtime.aliases.len());
     }
@@ -243,11 +246,11 @@ mod tests {
         let images = images();
         let bake = bake_file(&images).unwrap();
         for image in &images {
-            let target = &bake["target"][target_name(&image.name)];
+            let target = &bake.target[&target_name(&image.name)];
             let joined = format!(
                 "{}/{}",
-                target["context"].as_str().unwrap(),
-                target["dockerfile"].as_str().unwrap()
+                target.context.as_deref().unwrap(),
+                target.dockerfile.as_deref().unwrap()
             );
             // Clean the path as buildx does (path.Join).
             let mut parts: Vec<&str> = Vec::new();
@@ -269,20 +272,40 @@ mod tests {
             "m.yaml",
         )
         .unwrap();
-        let images = resolve(&matrix, &Knowledge::embedded(), &ResolveOptions::default()).images;
+        let images = resolve(
+            &matrix,
+            &Knowledge::test_fixture(),
+            &ResolveOptions::default(),
+        )
+        .images;
         assert!(images.iter().any(|i| i.platform == "linux/arm64"));
         let bake = bake_file(&images).unwrap();
         for image in &images {
-            let target = &bake["target"][target_name(&image.name)];
+            let target = &bake.target[&target_name(&image.name)];
             assert!(image.index.is_some());
-            assert_eq!(target["platforms"], json!([image.platform]));
+            assert_eq!(target.platforms, [image.platform.to_string()]);
             assert_eq!(
-                target["tags"],
-                json!([format!("r.example/team/pytorch:{}", image.tag)]),
+                target.tags,
+                [format!("r.example/team/pytorch:{}", image.tag)],
                 "the index tag and aliases are not pushed per platform"
             );
-            assert!(target["context"].as_str().unwrap().ends_with(&image.name));
+            assert!(target.context.as_deref().unwrap().ends_with(&image.name));
         }
+    }
+
+    #[test]
+    fn the_written_file_reads_back_through_the_bake_definition() {
+        let bake = bake_file(&images()).unwrap();
+        let text = bake.to_json();
+        let read = BakeFile::from_json(&text).unwrap();
+        assert_eq!(read, bake);
+        assert_eq!(read.to_json(), text, "byte-identical when written again");
+        // What buildx would refuse as an unsupported argument, the definition refuses too.
+        let typo = text.replacen("\"platforms\"", "\"platform\"", 1);
+        assert!(BakeFile::from_json(&typo)
+            .unwrap_err()
+            .to_string()
+            .contains("unknown field `platform`"));
     }
 
     #[test]

@@ -1,0 +1,214 @@
+//! `imagegen verify`: every full tag, alias and index the manifest records, against what the
+//! registry serves (a HEAD of each tag); exit 1 on any difference, each named with the command
+//! that fixes it. It reads and never writes, except with `--adopt`, which settles alias moves
+//! left in between (begun, not written down as done) by what the registry serves, under the
+//! manifest's lock. The comparison is `history::verify`'s; this file asks and prints.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+
+use crate::cli::{Format, VerifyArgs};
+use crate::commands::outcome::Outcome;
+use crate::commands::output::table;
+use crate::commands::signals::Signals;
+use crate::docker::{registry_host_of, repository_path_of, DockerConfig, RegistryClient};
+use crate::history::manifest::now_rfc3339;
+use crate::history::verify::{adopt, compare, references, Adopted, Finding, Reference, Served};
+use crate::model::digest::Digest;
+use crate::project::{load_existing_manifest, ManifestFile, Project};
+
+pub fn run(_project: &Project, args: &VerifyArgs) -> Result<Outcome> {
+    let file = ManifestFile::new(&args.manifest, Duration::from_secs(args.lock.lock_timeout));
+    // Loading checks every digest in it (file:line:col on a bad one); a manifest that is not
+    // there is an error (a mistyped path must not verify as "nothing recorded").
+    let manifest = load_existing_manifest(&args.manifest)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let mut signals = Signals::listen();
+        tokio::select! {
+            received = signals.recv() => {
+                eprintln!("{}: stopped; the manifest was not changed", received.name());
+                Ok(Outcome::Interrupted(received))
+            }
+            outcome = verify(&file, manifest, args) => outcome,
+        }
+    })
+}
+
+async fn verify(
+    file: &ManifestFile,
+    manifest: crate::history::manifest::Manifest,
+    args: &VerifyArgs,
+) -> Result<Outcome> {
+    let timeout = Duration::from_secs(args.deadlines.registry_timeout);
+    let mut registry = Registry::new(timeout);
+    let mut served = registry.ask(&references(&manifest)).await?;
+    let mut adopted: Vec<Adopted> = Vec::new();
+    let manifest = if args.adopt {
+        let (changes, updated) = file.update(|current| {
+            let changes = adopt(current, &served, &now_rfc3339());
+            (changes, current.clone())
+        })?;
+        adopted = changes;
+        // Another run may have written references meanwhile: ask about those too.
+        let unasked: Vec<Reference> = references(&updated)
+            .into_iter()
+            .filter(|reference| !served.contains_key(reference))
+            .collect();
+        served.extend(registry.ask(&unasked).await?);
+        updated
+    } else {
+        manifest
+    };
+    let findings = compare(&manifest, &served);
+    let drift = findings.iter().filter(|f| f.is_drift()).count();
+    match args.format {
+        Format::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "manifest": file.path.display().to_string(),
+                "checked": findings.len(),
+                "drift": drift,
+                "adopted": adopted,
+                "findings": findings,
+            }))?
+        ),
+        Format::Table => print!("{}", report(file, &findings, &adopted)),
+    }
+    Ok(if drift == 0 {
+        Outcome::Success
+    } else {
+        Outcome::Failed
+    })
+}
+
+/// Registry clients by host, with the user's credentials and the deadline.
+struct Registry {
+    timeout: Duration,
+    clients: BTreeMap<String, RegistryClient>,
+    config: Option<DockerConfig>,
+}
+
+impl Registry {
+    fn new(timeout: Duration) -> Registry {
+        Registry {
+            timeout,
+            clients: BTreeMap::new(),
+            config: None,
+        }
+    }
+
+    fn client(&mut self, repository: &str) -> Result<RegistryClient> {
+        let host = registry_host_of(repository);
+        if let Some(client) = self.clients.get(&host) {
+            return Ok(client.clone());
+        }
+        if self.config.is_none() {
+            self.config = Some(DockerConfig::load_default()?);
+        }
+        let credentials = self
+            .config
+            .as_ref()
+            .expect("loaded above")
+            .credentials_for(&host)?;
+        let client = RegistryClient::new(&host, credentials).with_timeout(self.timeout);
+        self.clients.insert(host, client.clone());
+        Ok(client)
+    }
+
+    /// What the registry serves for each reference (a HEAD each).
+    async fn ask(&mut self, wanted: &[Reference]) -> Result<Served> {
+        let mut served = Served::new();
+        for reference in wanted {
+            let client = self.client(&reference.repository)?;
+            let answer = client
+                .manifest_digest(repository_path_of(&reference.repository), &reference.tag)
+                .await
+                .with_context(|| format!("cannot check {reference}"))?;
+            let digest = answer
+                .map(|text| Digest::parse(&text))
+                .transpose()
+                .with_context(|| {
+                    format!("the registry answered for {reference} with a malformed digest")
+                })?;
+            served.insert(reference.clone(), digest);
+        }
+        Ok(served)
+    }
+}
+
+fn short(digest: &Option<Digest>) -> String {
+    digest
+        .as_ref()
+        .map(|d| d.short().to_string())
+        .unwrap_or_else(|| "-".into())
+}
+
+/// The findings as a table, then each difference with its fix.
+fn report(file: &ManifestFile, findings: &[Finding], adopted: &[Adopted]) -> String {
+    let mut out = String::new();
+    for change in adopted {
+        writeln!(
+            out,
+            "adopted: {} {} (the registry serves {})",
+            change.alias,
+            change.outcome,
+            short(&change.digest)
+        )
+        .ok();
+    }
+    if findings.is_empty() {
+        writeln!(
+            out,
+            "{}: records nothing pushed; nothing to verify",
+            file.path.display()
+        )
+        .ok();
+        return out;
+    }
+    let mut rows = vec![["KIND", "NAME", "MANIFEST", "REGISTRY", "STATE"]
+        .map(String::from)
+        .to_vec()];
+    for finding in findings {
+        rows.push(vec![
+            finding.subject.as_str().to_string(),
+            finding.name.clone(),
+            short(&finding.recorded),
+            short(&finding.served),
+            finding.state.as_str().to_string(),
+        ]);
+    }
+    out.push_str(&table(&rows));
+    let drifted: Vec<&Finding> = findings.iter().filter(|f| f.is_drift()).collect();
+    for finding in &drifted {
+        writeln!(
+            out,
+            "\n{} {} ({}): {}",
+            finding.subject.as_str(),
+            finding.name,
+            finding
+                .repository
+                .as_deref()
+                .unwrap_or("repository unknown"),
+            finding.problem
+        )
+        .ok();
+        if let Some(fix) = &finding.fix {
+            writeln!(out, "  fix: {fix}").ok();
+        }
+    }
+    writeln!(
+        out,
+        "\n{} checked against the registry, {} differ ({})",
+        findings.len(),
+        drifted.len(),
+        file.path.display()
+    )
+    .ok();
+    out
+}

@@ -1,0 +1,1063 @@
+//! A torch release's knowledge entry, derived from its wheels' own metadata: the Python and
+//! manylinux tags in the wheel filenames (PEP 427, PEP 600), and the `Requires-Dist` pins in each
+//! wheel's METADATA (PEP 658 `.metadata` files of a PyPI-style index) of the CUDA runtime, cuDNN
+//! and NCCL, evaluated for the wheel's platform (PEP 508 markers). Also: reading a simple index
+//! page (PEP 691 JSON or PEP 503 HTML), and comparing a derivation with the embedded knowledge.
+//!
+//! Pure: text in, values out. Fetching the index and the metadata is the caller's
+//! (`crate::pypi_index`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+
+use serde::Deserialize;
+
+use crate::model::knowledge::{Knowledge, PypiWheel, PLATFORM_AMD64, PLATFORM_ARM64};
+use crate::model::version::DottedVersion;
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum DeriveError {
+    #[error("`{name}` is not a wheel filename: {why}")]
+    Filename { name: String, why: String },
+    #[error("{what}: {why}")]
+    Index { what: String, why: String },
+    #[error("{file}: {why}")]
+    Metadata { file: String, why: String },
+    #[error("{index} lists no Linux x86_64 or aarch64 wheels of {project} {version}")]
+    NoWheels {
+        index: String,
+        project: String,
+        version: String,
+    },
+    #[error("the {platform} wheels of torch {version} disagree on their CUDA pins: {details}")]
+    Inconsistent {
+        platform: String,
+        version: String,
+        details: String,
+    },
+}
+
+/// A wheel filename, split (PEP 427): `{name}-{version}(-{build})?-{python}-{abi}-{platform}.whl`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WheelName {
+    pub distribution: String,
+    pub version: String,
+    /// The build tag's number (`torch-2.10.0-3-cp310-…` re-uploads as build 3).
+    pub build: Option<u64>,
+    pub python_tags: Vec<String>,
+    pub abi_tags: Vec<String>,
+    pub platform_tags: Vec<String>,
+}
+
+impl WheelName {
+    pub fn parse(filename: &str) -> Result<WheelName, DeriveError> {
+        let error = |why: &str| DeriveError::Filename {
+            name: filename.to_string(),
+            why: why.to_string(),
+        };
+        let stem = filename
+            .strip_suffix(".whl")
+            .ok_or_else(|| error("it does not end in .whl"))?;
+        let parts: Vec<&str> = stem.split('-').collect();
+        let (distribution, version, build, python, abi, platform) = match parts.as_slice() {
+            [d, v, p, a, pl] => (*d, *v, None, *p, *a, *pl),
+            [d, v, b, p, a, pl] => (*d, *v, Some(*b), *p, *a, *pl),
+            _ => return Err(error("it does not have 5 or 6 dash-separated fields")),
+        };
+        let build = build
+            .map(|b| {
+                let digits: String = b.chars().take_while(char::is_ascii_digit).collect();
+                digits
+                    .parse::<u64>()
+                    .map_err(|_| error("its build tag does not start with a digit"))
+            })
+            .transpose()?;
+        let split = |tags: &str| tags.split('.').map(str::to_string).collect::<Vec<_>>();
+        Ok(WheelName {
+            distribution: distribution.to_string(),
+            version: version.to_string(),
+            build,
+            python_tags: split(python),
+            abi_tags: split(abi),
+            platform_tags: split(platform),
+        })
+    }
+
+    /// The container platform (`linux/amd64`, `linux/arm64`) of a manylinux/musllinux-free Linux
+    /// wheel; `None` for other operating systems and architectures.
+    pub fn linux_platform(&self) -> Option<&'static str> {
+        let tag = self
+            .platform_tags
+            .iter()
+            .find(|t| t.starts_with("manylinux") || t.starts_with("linux_"))?;
+        if tag.ends_with("_x86_64") {
+            Some(PLATFORM_AMD64)
+        } else if tag.ends_with("_aarch64") {
+            Some(PLATFORM_ARM64)
+        } else {
+            None
+        }
+    }
+
+    /// The lowest glibc any of the manylinux tags asks for (PEP 600; legacy aliases PEP 513/571/599).
+    pub fn glibc_floor(&self) -> Option<DottedVersion> {
+        self.platform_tags
+            .iter()
+            .filter_map(|tag| manylinux_glibc(tag))
+            .min()
+    }
+
+    /// CPython versions of the tags (`cp312` → `3.12`), and whether the ABI is free-threaded.
+    pub fn cpython(&self) -> Vec<(String, bool)> {
+        let free_threaded = self.abi_tags.iter().any(|abi| abi.ends_with('t'));
+        self.python_tags
+            .iter()
+            .filter_map(|tag| {
+                let digits = tag.strip_prefix("cp")?;
+                let (major, minor) = digits.split_at(1);
+                (!minor.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()))
+                    .then(|| (format!("{major}.{minor}"), free_threaded))
+            })
+            .collect()
+    }
+}
+
+/// The glibc floor a manylinux platform tag names.
+fn manylinux_glibc(tag: &str) -> Option<DottedVersion> {
+    let legacy = |text: &str| DottedVersion::parse_kind(text, "glibc", 2).ok();
+    if tag.starts_with("manylinux1_") {
+        legacy("2.5")
+    } else if tag.starts_with("manylinux2010_") {
+        legacy("2.12")
+    } else if tag.starts_with("manylinux2014_") {
+        legacy("2.17")
+    } else {
+        let rest = tag.strip_prefix("manylinux_")?;
+        let mut fields = rest.splitn(3, '_');
+        let major = fields.next()?;
+        let minor = fields.next()?;
+        fields.next()?;
+        DottedVersion::parse_kind(&format!("{major}.{minor}"), "glibc", 2).ok()
+    }
+}
+
+/// One file of a simple index page.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexFile {
+    pub filename: String,
+    /// Absolute URL, without the `#sha256=` fragment.
+    pub url: String,
+    pub yanked: bool,
+}
+
+/// The files of a PEP 691 JSON project page; relative URLs resolve against `page_url`.
+pub fn parse_simple_json(text: &str, page_url: &str) -> Result<Vec<IndexFile>, DeriveError> {
+    #[derive(Deserialize)]
+    struct Page {
+        files: Vec<File>,
+    }
+    #[derive(Deserialize)]
+    struct File {
+        filename: String,
+        url: String,
+        #[serde(default)]
+        yanked: serde_json::Value,
+    }
+    let page: Page = serde_json::from_str(text).map_err(|e| DeriveError::Index {
+        what: page_url.to_string(),
+        why: format!("not a PEP 691 project page: {e}"),
+    })?;
+    Ok(page
+        .files
+        .into_iter()
+        .map(|file| IndexFile {
+            url: resolve_url(page_url, &file.url),
+            filename: file.filename,
+            // `yanked` is false or a reason string (PEP 592 in JSON).
+            yanked: !matches!(
+                file.yanked,
+                serde_json::Value::Bool(false) | serde_json::Value::Null
+            ),
+        })
+        .collect())
+}
+
+/// The files of a PEP 503 HTML project page: every `<a href=…>filename</a>`.
+pub fn parse_simple_html(text: &str, page_url: &str) -> Vec<IndexFile> {
+    let mut files = Vec::new();
+    let mut rest = text;
+    while let Some(start) = rest.find("<a ") {
+        rest = &rest[start..];
+        let Some(tag_end) = rest.find('>') else { break };
+        let tag = &rest[..tag_end];
+        let Some(close) = rest[tag_end..].find("</a>") else {
+            break;
+        };
+        let filename = html_unescape(rest[tag_end + 1..tag_end + close].trim());
+        if let Some(href) = attribute(tag, "href") {
+            files.push(IndexFile {
+                url: resolve_url(page_url, &html_unescape(&href)),
+                filename,
+                yanked: attribute(tag, "data-yanked").is_some() || tag.contains(" data-yanked"),
+            });
+        }
+        rest = &rest[tag_end + close..];
+    }
+    files
+}
+
+fn attribute(tag: &str, name: &str) -> Option<String> {
+    let needle = format!("{name}=");
+    let at = tag.find(&format!(" {needle}"))? + needle.len() + 1;
+    let value = &tag[at..];
+    let quote = value.chars().next()?;
+    if quote == '"' || quote == '\'' {
+        let end = value[1..].find(quote)?;
+        Some(value[1..1 + end].to_string())
+    } else {
+        Some(
+            value
+                .split(|c: char| c.is_whitespace())
+                .next()
+                .unwrap_or_default()
+                .to_string(),
+        )
+    }
+}
+
+fn html_unescape(text: &str) -> String {
+    text.replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&#39;", "'")
+        .replace("&amp;", "&")
+}
+
+/// `reference` resolved against `base` (RFC 3986 for the forms indexes use), fragment dropped.
+pub fn resolve_url(base: &str, reference: &str) -> String {
+    let reference = reference.split('#').next().unwrap_or_default();
+    if reference.contains("://") {
+        return reference.to_string();
+    }
+    let (scheme, after_scheme) = base.split_once("://").unwrap_or(("https", base));
+    let authority_end = after_scheme.find('/').unwrap_or(after_scheme.len());
+    let authority = &after_scheme[..authority_end];
+    if let Some(rest) = reference.strip_prefix("//") {
+        return format!("{scheme}://{rest}");
+    }
+    let base_path = after_scheme[authority_end..]
+        .split(['?', '#'])
+        .next()
+        .unwrap_or_default();
+    let joined = if reference.starts_with('/') {
+        reference.to_string()
+    } else {
+        let directory = &base_path[..base_path.rfind('/').map_or(0, |i| i + 1)];
+        format!("{directory}{reference}")
+    };
+    let (path, query) = match joined.split_once('?') {
+        Some((path, query)) => (path.to_string(), Some(query.to_string())),
+        None => (joined, None),
+    };
+    let mut segments: Vec<&str> = Vec::new();
+    let ends_with_slash = path.ends_with('/') || path.ends_with("/.") || path.ends_with("/..");
+    for segment in path.split('/') {
+        match segment {
+            "" | "." => {}
+            ".." => {
+                segments.pop();
+            }
+            other => segments.push(other),
+        }
+    }
+    let mut url = format!("{scheme}://{authority}/{}", segments.join("/"));
+    if ends_with_slash && !segments.is_empty() {
+        url.push('/');
+    }
+    if let Some(query) = query {
+        url.push('?');
+        url.push_str(&query);
+    }
+    url
+}
+
+/// The fields of a METADATA file this module reads.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Metadata {
+    pub name: String,
+    pub version: String,
+    pub requires_dist: Vec<String>,
+}
+
+/// Parses the header of a core metadata file (RFC 822 style; the body after the first empty line
+/// is the description and is ignored).
+pub fn parse_metadata(text: &str, file: &str) -> Result<Metadata, DeriveError> {
+    let mut metadata = Metadata::default();
+    for line in text.lines() {
+        if line.trim().is_empty() {
+            break;
+        }
+        if line.starts_with([' ', '\t']) {
+            continue;
+        }
+        let Some((key, value)) = line.split_once(':') else {
+            continue;
+        };
+        let value = value.trim().to_string();
+        match key.to_ascii_lowercase().as_str() {
+            "name" => metadata.name = value,
+            "version" => metadata.version = value,
+            "requires-dist" => metadata.requires_dist.push(value),
+            _ => {}
+        }
+    }
+    if metadata.name.is_empty() || metadata.version.is_empty() {
+        return Err(DeriveError::Metadata {
+            file: file.to_string(),
+            why: "it has no Name or Version header".into(),
+        });
+    }
+    Ok(metadata)
+}
+
+/// A `Requires-Dist` line, split (PEP 508).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Requirement {
+    /// Normalized (PEP 503): lower case, runs of `-_.` as `-`.
+    pub name: String,
+    pub extras: Vec<String>,
+    /// Without spaces and parentheses, e.g. `==9.20.0.48` or `<14,>=13.0.3`.
+    pub specifier: String,
+    pub marker: Option<String>,
+}
+
+impl Requirement {
+    pub fn parse(line: &str) -> Requirement {
+        let (requirement, marker) = match line.split_once(';') {
+            Some((requirement, marker)) => (requirement, Some(marker.trim().to_string())),
+            None => (line, None),
+        };
+        let requirement = requirement.trim();
+        let name_end = requirement
+            .find(|c: char| !(c.is_ascii_alphanumeric() || "-_.".contains(c)))
+            .unwrap_or(requirement.len());
+        let name = normalize_name(&requirement[..name_end]);
+        let mut rest = requirement[name_end..].trim_start();
+        let mut extras = Vec::new();
+        if let Some(inner) = rest.strip_prefix('[') {
+            let end = inner.find(']').unwrap_or(inner.len());
+            extras = inner[..end]
+                .split(',')
+                .map(|e| normalize_name(e.trim()))
+                .filter(|e| !e.is_empty())
+                .collect();
+            rest = inner.get(end + 1..).unwrap_or_default();
+        }
+        let specifier: String = rest
+            .chars()
+            .filter(|c| !c.is_whitespace() && *c != '(' && *c != ')')
+            .collect();
+        Requirement {
+            name,
+            extras,
+            specifier,
+            marker,
+        }
+    }
+
+    /// The version of an exact `==X` pin.
+    pub fn pinned(&self) -> Option<&str> {
+        let version = self.specifier.strip_prefix("==")?;
+        (!version.is_empty() && !version.contains([',', '*'])).then_some(version)
+    }
+}
+
+pub fn normalize_name(name: &str) -> String {
+    let mut normalized = String::new();
+    for c in name.chars() {
+        if "-_.".contains(c) {
+            if !normalized.ends_with('-') {
+                normalized.push('-');
+            }
+        } else {
+            normalized.push(c.to_ascii_lowercase());
+        }
+    }
+    normalized
+}
+
+/// The environment a marker is evaluated in: a CPython on Linux.
+#[derive(Debug, Clone)]
+pub struct MarkerEnvironment {
+    pub platform_machine: String,
+    pub python_version: String,
+}
+
+impl MarkerEnvironment {
+    fn value(&self, variable: &str) -> Option<String> {
+        Some(match variable {
+            "platform_system" => "Linux".into(),
+            "sys_platform" => "linux".into(),
+            "os_name" => "posix".into(),
+            "platform_machine" => self.platform_machine.clone(),
+            "python_version" => self.python_version.clone(),
+            "python_full_version" => format!("{}.0", self.python_version),
+            "implementation_name" => "cpython".into(),
+            "platform_python_implementation" => "CPython".into(),
+            // No extra is requested.
+            "extra" => String::new(),
+            _ => return None,
+        })
+    }
+}
+
+/// Evaluates a PEP 508 marker; an unknown variable or malformed marker is an error.
+pub fn evaluate_marker(marker: &str, environment: &MarkerEnvironment) -> Result<bool, String> {
+    let tokens = tokenize(marker)?;
+    let mut parser = MarkerParser {
+        tokens: &tokens,
+        at: 0,
+        environment,
+    };
+    let value = parser.or()?;
+    if parser.at != tokens.len() {
+        return Err(format!(
+            "unexpected `{}` in marker `{marker}`",
+            tokens[parser.at]
+        ));
+    }
+    Ok(value)
+}
+
+fn tokenize(marker: &str) -> Result<Vec<String>, String> {
+    let mut tokens = Vec::new();
+    let chars: Vec<char> = marker.chars().collect();
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        if c.is_whitespace() {
+            i += 1;
+        } else if c == '(' || c == ')' {
+            tokens.push(c.to_string());
+            i += 1;
+        } else if c == '"' || c == '\'' {
+            let end = chars[i + 1..]
+                .iter()
+                .position(|&d| d == c)
+                .ok_or_else(|| format!("unterminated string in marker `{marker}`"))?;
+            let literal: String = chars[i..i + end + 2].iter().collect();
+            tokens.push(literal);
+            i += end + 2;
+        } else if "=!<>~".contains(c) {
+            let mut op = String::new();
+            while i < chars.len() && "=!<>~".contains(chars[i]) {
+                op.push(chars[i]);
+                i += 1;
+            }
+            tokens.push(op);
+        } else {
+            let mut word = String::new();
+            while i < chars.len() && !chars[i].is_whitespace() && !"()\"'=!<>~".contains(chars[i]) {
+                word.push(chars[i]);
+                i += 1;
+            }
+            tokens.push(word);
+        }
+    }
+    Ok(tokens)
+}
+
+struct MarkerParser<'a> {
+    tokens: &'a [String],
+    at: usize,
+    environment: &'a MarkerEnvironment,
+}
+
+impl MarkerParser<'_> {
+    fn peek(&self) -> Option<&str> {
+        self.tokens.get(self.at).map(String::as_str)
+    }
+
+    fn next(&mut self) -> Result<String, String> {
+        let token = self
+            .tokens
+            .get(self.at)
+            .cloned()
+            .ok_or("the marker ends early")?;
+        self.at += 1;
+        Ok(token)
+    }
+
+    fn or(&mut self) -> Result<bool, String> {
+        let mut value = self.and()?;
+        while self.peek() == Some("or") {
+            self.at += 1;
+            let right = self.and()?;
+            value = value || right;
+        }
+        Ok(value)
+    }
+
+    fn and(&mut self) -> Result<bool, String> {
+        let mut value = self.atom()?;
+        while self.peek() == Some("and") {
+            self.at += 1;
+            let right = self.atom()?;
+            value = value && right;
+        }
+        Ok(value)
+    }
+
+    fn atom(&mut self) -> Result<bool, String> {
+        if self.peek() == Some("(") {
+            self.at += 1;
+            let value = self.or()?;
+            if self.next()? != ")" {
+                return Err("a parenthesis is not closed".into());
+            }
+            return Ok(value);
+        }
+        let left = self.operand()?;
+        let mut op = self.next()?;
+        if op == "not" {
+            if self.next()? != "in" {
+                return Err("`not` must be followed by `in`".into());
+            }
+            op = "not in".into();
+        }
+        let right = self.operand()?;
+        compare_marker_values(&left, &op, &right)
+    }
+
+    fn operand(&mut self) -> Result<String, String> {
+        let token = self.next()?;
+        if let Some(literal) = token
+            .strip_prefix('"')
+            .and_then(|t| t.strip_suffix('"'))
+            .or_else(|| token.strip_prefix('\'').and_then(|t| t.strip_suffix('\'')))
+        {
+            return Ok(literal.to_string());
+        }
+        self.environment
+            .value(&token)
+            .ok_or_else(|| format!("unknown marker variable `{token}`"))
+    }
+}
+
+fn compare_marker_values(left: &str, op: &str, right: &str) -> Result<bool, String> {
+    let versions = (
+        DottedVersion::parse_kind(left, "", 6),
+        DottedVersion::parse_kind(right, "", 6),
+    );
+    Ok(match (op, versions) {
+        ("==" | "===", _) => left == right,
+        ("!=", _) => left != right,
+        ("in", _) => right.contains(left),
+        ("not in", _) => !right.contains(left),
+        ("<", (Ok(l), Ok(r))) => l < r,
+        ("<=", (Ok(l), Ok(r))) => l <= r,
+        (">", (Ok(l), Ok(r))) => l > r,
+        (">=", (Ok(l), Ok(r))) => l >= r,
+        ("~=", (Ok(l), Ok(r))) => {
+            let prefix_len = r.parts().len().saturating_sub(1).max(1);
+            let prefix = DottedVersion::parse_kind(
+                &r.parts()[..prefix_len]
+                    .iter()
+                    .map(u64::to_string)
+                    .collect::<Vec<_>>()
+                    .join("."),
+                "",
+                6,
+            )
+            .map_err(|e| e.to_string())?;
+            l >= r && l.starts_with(&prefix)
+        }
+        // Not versions on both sides: PEP 508 falls back to comparing the strings.
+        ("<", _) => left < right,
+        ("<=", _) => left <= right,
+        (">", _) => left > right,
+        (">=", _) => left >= right,
+        ("~=", _) => false,
+        (other, _) => return Err(format!("unknown marker operator `{other}`")),
+    })
+}
+
+/// What one wheel's METADATA pins for its own platform and Python.
+pub fn cuda_pins(
+    metadata: &Metadata,
+    environment: &MarkerEnvironment,
+    file: &str,
+) -> Result<PypiWheel, DeriveError> {
+    let platform = match environment.platform_machine.as_str() {
+        "aarch64" => PLATFORM_ARM64,
+        _ => PLATFORM_AMD64,
+    };
+    let mut wheel = PypiWheel {
+        platform: platform.to_string(),
+        cuda: None,
+        cuda_runtime: None,
+        cudnn: None,
+        nccl: None,
+    };
+    for line in &metadata.requires_dist {
+        let requirement = Requirement::parse(line);
+        if let Some(marker) = &requirement.marker {
+            let applies =
+                evaluate_marker(marker, environment).map_err(|why| DeriveError::Metadata {
+                    file: file.to_string(),
+                    why,
+                })?;
+            if !applies {
+                continue;
+            }
+        }
+        let Some(version) = requirement.pinned() else {
+            continue;
+        };
+        let name = requirement.name.as_str();
+        let family = |prefix: &str| {
+            name.strip_prefix(prefix)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with("-cu"))
+        };
+        if family("nvidia-cudnn") {
+            wheel.cudnn = Some(version.to_string());
+        } else if family("nvidia-nccl") {
+            wheel.nccl = Some(version.to_string());
+        } else if family("nvidia-cuda-runtime")
+            || (name == "cuda-toolkit" && requirement.extras.iter().any(|e| e == "cudart"))
+        {
+            wheel.cuda_runtime = Some(version.to_string());
+        }
+    }
+    if let Some(runtime) = &wheel.cuda_runtime {
+        let parsed = DottedVersion::parse_kind(runtime, "CUDA runtime", 4).map_err(|e| {
+            DeriveError::Metadata {
+                file: file.to_string(),
+                why: e.to_string(),
+            }
+        })?;
+        wheel.cuda = Some(parsed.major_minor());
+    }
+    Ok(wheel)
+}
+
+/// The Linux wheels of a release per platform (`linux/amd64`, `linux/arm64`), with their files.
+pub type LinuxWheels = BTreeMap<&'static str, Vec<(WheelName, IndexFile)>>;
+
+/// The Linux wheels of `version` on an index page, per platform; of wheels that differ only in
+/// their build tag, the highest (what pip installs). Yanked files are left out.
+pub fn linux_wheels(
+    files: &[IndexFile],
+    project: &str,
+    version: &str,
+) -> Result<LinuxWheels, DeriveError> {
+    let mut best: BTreeMap<(&'static str, String), (WheelName, IndexFile)> = BTreeMap::new();
+    for file in files
+        .iter()
+        .filter(|f| !f.yanked && f.filename.ends_with(".whl"))
+    {
+        let name = WheelName::parse(&file.filename)?;
+        if normalize_name(&name.distribution) != normalize_name(project) || name.version != version
+        {
+            continue;
+        }
+        let Some(platform) = name.linux_platform() else {
+            continue;
+        };
+        let key = (
+            platform,
+            format!(
+                "{}-{}-{}",
+                name.python_tags.join("."),
+                name.abi_tags.join("."),
+                name.platform_tags.join(".")
+            ),
+        );
+        let newer = best
+            .get(&key)
+            .is_none_or(|(kept, _)| name.build.unwrap_or(0) > kept.build.unwrap_or(0));
+        if newer {
+            best.insert(key, (name, file.clone()));
+        }
+    }
+    let mut grouped = LinuxWheels::new();
+    for ((platform, _), wheel) in best {
+        grouped.entry(platform).or_default().push(wheel);
+    }
+    Ok(grouped)
+}
+
+/// What the wheels of one platform say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlatformDerivation {
+    pub platform: String,
+    /// Every wheel filename of the platform.
+    pub wheels: Vec<String>,
+    /// CPython versions with a regular (GIL) build.
+    pub python: Vec<String>,
+    /// CPython versions with a free-threaded build.
+    pub python_free_threaded: Vec<String>,
+    pub manylinux: Vec<String>,
+    /// The lowest glibc the manylinux tags ask for.
+    pub glibc_min: Option<String>,
+    /// The wheels whose METADATA was read, and those the index did not serve it for.
+    pub metadata_read: Vec<String>,
+    pub metadata_missing: Vec<String>,
+    /// The pins, when any METADATA was read.
+    pub pins: Option<PypiWheel>,
+}
+
+/// A release as its wheels describe it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DerivedRelease {
+    pub project: String,
+    pub version: String,
+    /// The project page read, e.g. `https://pypi.org/simple/torch/`.
+    pub page_url: String,
+    pub platforms: Vec<PlatformDerivation>,
+}
+
+/// Derives the release from its Linux wheels and the METADATA texts fetched for them (keyed by
+/// filename; a wheel without an entry had no metadata served).
+pub fn derive_release(
+    project: &str,
+    version: &str,
+    page_url: &str,
+    wheels: &LinuxWheels,
+    metadata: &BTreeMap<String, String>,
+) -> Result<DerivedRelease, DeriveError> {
+    if wheels.is_empty() {
+        return Err(DeriveError::NoWheels {
+            index: page_url.to_string(),
+            project: project.to_string(),
+            version: version.to_string(),
+        });
+    }
+    let mut platforms = Vec::new();
+    for (platform, list) in wheels {
+        let machine = if *platform == PLATFORM_ARM64 {
+            "aarch64"
+        } else {
+            "x86_64"
+        };
+        let mut python = BTreeSet::new();
+        let mut free_threaded = BTreeSet::new();
+        let mut manylinux = BTreeSet::new();
+        let mut floor: Option<DottedVersion> = None;
+        let mut read = Vec::new();
+        let mut missing = Vec::new();
+        let mut pins: Vec<(String, PypiWheel)> = Vec::new();
+        for (name, file) in list {
+            for (version, is_free_threaded) in name.cpython() {
+                if is_free_threaded {
+                    free_threaded.insert(SortedVersion(version));
+                } else {
+                    python.insert(SortedVersion(version));
+                }
+            }
+            manylinux.extend(
+                name.platform_tags
+                    .iter()
+                    .filter(|t| t.starts_with("manylinux"))
+                    .cloned(),
+            );
+            if let Some(glibc) = name.glibc_floor() {
+                floor = Some(floor.map_or(glibc.clone(), |f| f.min(glibc)));
+            }
+            match metadata.get(&file.filename) {
+                None => missing.push(file.filename.clone()),
+                Some(text) => {
+                    let parsed = parse_metadata(text, &file.filename)?;
+                    let local_free = parsed.version.split('+').next().unwrap_or_default();
+                    if normalize_name(&parsed.name) != normalize_name(project)
+                        || local_free != version
+                    {
+                        return Err(DeriveError::Metadata {
+                            file: file.filename.clone(),
+                            why: format!(
+                                "it describes {} {}, not {project} {version}",
+                                parsed.name, parsed.version
+                            ),
+                        });
+                    }
+                    let python_version = name
+                        .cpython()
+                        .first()
+                        .map(|(v, _)| v.clone())
+                        .unwrap_or_else(|| "3.12".into());
+                    let environment = MarkerEnvironment {
+                        platform_machine: machine.into(),
+                        python_version,
+                    };
+                    pins.push((
+                        file.filename.clone(),
+                        cuda_pins(&parsed, &environment, &file.filename)?,
+                    ));
+                    read.push(file.filename.clone());
+                }
+            }
+        }
+        let distinct: BTreeSet<String> = pins.iter().map(|(_, p)| wheel_flow(p)).collect();
+        if distinct.len() > 1 {
+            return Err(DeriveError::Inconsistent {
+                platform: platform.to_string(),
+                version: version.to_string(),
+                details: pins
+                    .iter()
+                    .map(|(file, p)| format!("{file}: {}", wheel_flow(p)))
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            });
+        }
+        platforms.push(PlatformDerivation {
+            platform: platform.to_string(),
+            wheels: list.iter().map(|(_, f)| f.filename.clone()).collect(),
+            python: python.into_iter().map(|v| v.0).collect(),
+            python_free_threaded: free_threaded.into_iter().map(|v| v.0).collect(),
+            manylinux: manylinux.into_iter().collect(),
+            glibc_min: floor.map(|f| f.to_string()),
+            metadata_read: read,
+            metadata_missing: missing,
+            pins: pins.into_iter().next().map(|(_, p)| p),
+        });
+    }
+    Ok(DerivedRelease {
+        project: project.to_string(),
+        version: version.to_string(),
+        page_url: page_url.to_string(),
+        platforms,
+    })
+}
+
+/// A Python version that sorts numerically (`3.9` before `3.10`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct SortedVersion(String);
+
+impl Ord for SortedVersion {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        let key = |v: &str| -> Vec<u64> { v.split('.').filter_map(|p| p.parse().ok()).collect() };
+        key(&self.0).cmp(&key(&other.0)).then(self.0.cmp(&other.0))
+    }
+}
+
+impl PartialOrd for SortedVersion {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// A PyPI wheel in the knowledge file's flow style.
+pub fn wheel_flow(wheel: &PypiWheel) -> String {
+    let mut text = format!("{{platform: {}", wheel.platform);
+    for (key, value) in [
+        ("cuda", &wheel.cuda),
+        ("cuda_runtime", &wheel.cuda_runtime),
+        ("cudnn", &wheel.cudnn),
+        ("nccl", &wheel.nccl),
+    ] {
+        if let Some(value) = value {
+            write!(text, ", {key}: \"{value}\"").ok();
+        }
+    }
+    text.push('}');
+    text
+}
+
+fn quoted_list(items: &[String]) -> String {
+    let quoted: Vec<String> = items.iter().map(|i| format!("\"{i}\"")).collect();
+    format!("[{}]", quoted.join(", "))
+}
+
+/// The source key a derivation cites (`pypi-torch` for pypi.org, else `index-torch`).
+pub fn source_key(derived: &DerivedRelease) -> String {
+    let host = derived
+        .page_url
+        .split("://")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .unwrap_or_default();
+    if host == "pypi.org" {
+        format!("pypi-{}", derived.project)
+    } else {
+        format!("index-{}", derived.project)
+    }
+}
+
+/// The derivation as knowledge YAML: the source, the series facts the wheels show, and the
+/// release's `pypi` block, with comments on what was read.
+pub fn to_yaml(derived: &DerivedRelease, read_on: &str) -> String {
+    let key = source_key(derived);
+    let mut out = String::new();
+    writeln!(
+        out,
+        "# {} {} as its wheels say ({}, read {read_on})",
+        derived.project, derived.version, derived.page_url
+    )
+    .ok();
+    for platform in &derived.platforms {
+        writeln!(
+            out,
+            "# {}: {} wheels, {}; METADATA read from {} of them{}",
+            platform.platform,
+            platform.wheels.len(),
+            platform.manylinux.join(", "),
+            platform.metadata_read.len(),
+            if platform.metadata_missing.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " (the index serves none for {})",
+                    platform.metadata_missing.join(", ")
+                )
+            }
+        )
+        .ok();
+    }
+    writeln!(out, "sources:").ok();
+    writeln!(
+        out,
+        "  {key}: {{url: \"{}\", what: \"each release's wheels: filenames (Python and manylinux tags) and METADATA Requires-Dist (PEP 658 .metadata), read {read_on}\"}}",
+        derived.page_url
+    )
+    .ok();
+    // The series facts: from the amd64 wheels (every platform's are in the comments above).
+    if let Some(amd64) = derived
+        .platforms
+        .iter()
+        .find(|p| p.platform == PLATFORM_AMD64)
+        .or(derived.platforms.first())
+    {
+        writeln!(out, "python: {}", quoted_list(&amd64.python)).ok();
+        if !amd64.python_free_threaded.is_empty() {
+            writeln!(
+                out,
+                "# free-threaded builds (not listed in the knowledge): {}",
+                amd64.python_free_threaded.join(", ")
+            )
+            .ok();
+        }
+        if let Some(glibc) = &amd64.glibc_min {
+            writeln!(out, "glibc_min: \"{glibc}\"").ok();
+        }
+    }
+    writeln!(out, "releases:").ok();
+    writeln!(out, "  - torch: \"{}\"", derived.version).ok();
+    writeln!(out, "    pypi:").ok();
+    writeln!(out, "      wheels:").ok();
+    for platform in &derived.platforms {
+        match &platform.pins {
+            Some(pins) => writeln!(out, "        - {}", wheel_flow(pins)).ok(),
+            None => writeln!(
+                out,
+                "        # - {{platform: {}}}: no METADATA was served, so its pins are unknown",
+                platform.platform
+            )
+            .ok(),
+        };
+    }
+    writeln!(out, "      source: [{key}]").ok();
+    out
+}
+
+/// How a derivation differs from the knowledge: `differences` make `--check` fail, `notes` do
+/// not (the knowledge may be stricter than a wheel tag, or a platform's metadata was not served).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Comparison {
+    pub differences: Vec<String>,
+    pub notes: Vec<String>,
+}
+
+/// Compares a derived torch release with the knowledge's entry for it.
+pub fn compare(derived: &DerivedRelease, knowledge: &Knowledge) -> Comparison {
+    let mut comparison = Comparison::default();
+    let Some((series, release)) = knowledge.torch_release(&derived.version) else {
+        comparison
+            .differences
+            .push(format!("torch {} is not in the knowledge", derived.version));
+        return comparison;
+    };
+    for platform in &derived.platforms {
+        let recorded = release
+            .pypi
+            .wheels
+            .iter()
+            .find(|w| w.platform == platform.platform);
+        match (recorded, &platform.pins) {
+            (None, _) => comparison.differences.push(format!(
+                "PyPI has {} wheels of torch {}; the knowledge records none",
+                platform.platform, derived.version
+            )),
+            (Some(recorded), Some(pins)) if recorded != pins => {
+                comparison.differences.push(format!(
+                    "{} PyPI wheel: the metadata says {}, the knowledge says {}",
+                    platform.platform,
+                    wheel_flow(pins),
+                    wheel_flow(recorded)
+                ))
+            }
+            (Some(_), Some(_)) => {}
+            (Some(_), None) => comparison.notes.push(format!(
+                "{}: the index served no METADATA, so the recorded pins were not compared",
+                platform.platform
+            )),
+        }
+        for python in &platform.python {
+            if !series.python.contains(python) && !series.python_experimental.contains(python) {
+                comparison.differences.push(format!(
+                    "{} wheels exist for Python {python}, which the knowledge does not list for torch {}",
+                    platform.platform, series.series
+                ));
+            }
+        }
+        for python in &series.python {
+            if !platform.python.contains(python) {
+                comparison.differences.push(format!(
+                    "the knowledge lists Python {python} for torch {}, but PyPI has no {} wheel for it",
+                    series.series, platform.platform
+                ));
+            }
+        }
+        let variant_glibc = platform
+            .pins
+            .as_ref()
+            .and_then(|p| p.cuda.as_ref())
+            .and_then(|cuda| series.cuda.iter().find(|v| v.cuda == *cuda))
+            .and_then(|v| v.glibc_min.clone())
+            .unwrap_or_else(|| series.glibc_min.clone());
+        if let Some(glibc) = &platform.glibc_min {
+            let order = DottedVersion::parse_kind(glibc, "glibc", 2)
+                .ok()
+                .zip(DottedVersion::parse_kind(&variant_glibc, "glibc", 2).ok())
+                .map(|(tag, recorded)| tag.cmp(&recorded));
+            match order {
+                Some(std::cmp::Ordering::Greater) => comparison.differences.push(format!(
+                    "{} wheels need glibc {glibc} ({}), the knowledge says {variant_glibc}",
+                    platform.platform,
+                    platform.manylinux.join(", ")
+                )),
+                Some(std::cmp::Ordering::Less) => comparison.notes.push(format!(
+                    "{} wheel tags ask only for glibc {glibc} ({}); the knowledge keeps {variant_glibc}",
+                    platform.platform,
+                    platform.manylinux.join(", ")
+                )),
+                _ => {}
+            }
+        }
+    }
+    for recorded in &release.pypi.wheels {
+        if !derived
+            .platforms
+            .iter()
+            .any(|p| p.platform == recorded.platform)
+        {
+            comparison.differences.push(format!(
+                "the knowledge records a {} PyPI wheel of torch {}; the index has none",
+                recorded.platform, derived.version
+            ));
+        }
+    }
+    comparison
+}
+
+#[cfg(test)]
+mod tests;

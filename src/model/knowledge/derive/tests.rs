@@ -1,0 +1,330 @@
+//! Derivation from real PyPI files saved under tests/fixtures/pypi (see its README).
+
+use super::*;
+
+fn fixture(name: &str) -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/pypi")
+        .join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn pins_of(file: &str, machine: &str, python: &str) -> PypiWheel {
+    let metadata = parse_metadata(&fixture(file), file).unwrap();
+    let environment = MarkerEnvironment {
+        platform_machine: machine.into(),
+        python_version: python.into(),
+    };
+    cuda_pins(&metadata, &environment, file).unwrap()
+}
+
+const PAGE: &str = "https://pypi.org/simple/torch/";
+
+#[test]
+fn wheel_filenames_split_into_tags() {
+    let name = WheelName::parse("torch-2.10.0-3-cp313-cp313t-manylinux_2_28_x86_64.whl").unwrap();
+    assert_eq!(name.distribution, "torch");
+    assert_eq!(name.version, "2.10.0");
+    assert_eq!(name.build, Some(3));
+    assert_eq!(name.cpython(), vec![("3.13".to_string(), true)]);
+    assert_eq!(name.linux_platform(), Some(PLATFORM_AMD64));
+    assert_eq!(name.glibc_floor().unwrap().to_string(), "2.28");
+
+    let old = WheelName::parse("torch-2.1.2-cp310-cp310-manylinux1_x86_64.whl").unwrap();
+    assert_eq!(
+        old.glibc_floor().unwrap().to_string(),
+        "2.5",
+        "manylinux1 is glibc 2.5"
+    );
+    let arm = WheelName::parse("torch-2.0.0-1-cp38-cp38-manylinux2014_aarch64.whl").unwrap();
+    assert_eq!(arm.linux_platform(), Some(PLATFORM_ARM64));
+    assert_eq!(arm.glibc_floor().unwrap().to_string(), "2.17");
+    let compound =
+        WheelName::parse("numpy-2.0.0-cp312-cp312-manylinux_2_17_x86_64.manylinux2014_x86_64.whl")
+            .unwrap();
+    assert_eq!(compound.glibc_floor().unwrap().to_string(), "2.17");
+    let mac = WheelName::parse("torch-2.13.0-cp310-none-macosx_14_0_arm64.whl").unwrap();
+    assert_eq!(mac.linux_platform(), None);
+
+    let error = WheelName::parse("torch-2.13.0.tar.gz").unwrap_err();
+    assert!(
+        error.to_string().contains("does not end in .whl"),
+        "{error}"
+    );
+    let error = WheelName::parse("torch-2.13.0-cp310.whl").unwrap_err();
+    assert!(error.to_string().contains("5 or 6"), "{error}");
+}
+
+#[test]
+fn cuda_toolkit_pins_of_torch_2_13() {
+    let pins = pins_of(
+        "torch-2.13.0-cp310-cp310-manylinux_2_28_x86_64.whl.metadata",
+        "x86_64",
+        "3.10",
+    );
+    assert_eq!(
+        wheel_flow(&pins),
+        "{platform: linux/amd64, cuda: \"13.0\", cuda_runtime: \"13.0.3\", cudnn: \"9.20.0.48\", nccl: \"2.29.7\"}"
+    );
+}
+
+#[test]
+fn old_style_pins_of_torch_2_1_2_are_cu121_on_x86_64() {
+    let file = "torch-2.1.2-cp310-cp310-manylinux1_x86_64.whl.metadata";
+    let pins = pins_of(file, "x86_64", "3.10");
+    assert_eq!(
+        pins.cuda.as_deref(),
+        Some("12.1"),
+        "PyPI's 2.1 wheel is cu121"
+    );
+    assert_eq!(pins.cuda_runtime.as_deref(), Some("12.1.105"));
+    assert_eq!(pins.cudnn.as_deref(), Some("8.9.2.26"));
+    assert_eq!(pins.nccl.as_deref(), Some("2.18.1"));
+}
+
+#[test]
+fn x86_64_only_markers_make_an_aarch64_wheel_cpu_only() {
+    let pins = pins_of(
+        "torch-2.10.0-cp312-cp312-manylinux_2_28_aarch64.whl.metadata",
+        "aarch64",
+        "3.12",
+    );
+    assert_eq!(pins.platform, PLATFORM_ARM64);
+    assert_eq!(pins.cuda, None, "{pins:?}");
+    assert_eq!(pins.cudnn, None);
+    // The same file read for x86_64 pins cu128: the markers decide, not the file.
+    let x86 = pins_of(
+        "torch-2.10.0-cp312-cp312-manylinux_2_28_aarch64.whl.metadata",
+        "x86_64",
+        "3.12",
+    );
+    assert_eq!(x86.cuda.as_deref(), Some("12.8"));
+    let none = pins_of(
+        "torch-2.0.0-1-cp310-cp310-manylinux2014_aarch64.whl.metadata",
+        "aarch64",
+        "3.10",
+    );
+    assert_eq!(none.cuda, None);
+}
+
+#[test]
+fn aarch64_cuda_wheels_of_torch_2_12_1() {
+    let pins = pins_of(
+        "torch-2.12.1-cp311-cp311-manylinux_2_28_aarch64.whl.metadata",
+        "aarch64",
+        "3.11",
+    );
+    assert_eq!(
+        wheel_flow(&pins),
+        "{platform: linux/arm64, cuda: \"13.0\", cuda_runtime: \"13.0.2\", cudnn: \"9.20.0.48\", nccl: \"2.29.7\"}"
+    );
+}
+
+#[test]
+fn markers_evaluate_like_pep_508() {
+    let environment = MarkerEnvironment {
+        platform_machine: "aarch64".into(),
+        python_version: "3.10".into(),
+    };
+    let eval = |marker: &str| evaluate_marker(marker, &environment).unwrap();
+    assert!(eval("platform_system == \"Linux\""));
+    assert!(!eval(
+        "platform_system == \"Linux\" and platform_machine == \"x86_64\""
+    ));
+    assert!(eval(
+        "platform_machine == 'x86_64' or (sys_platform == 'linux' and python_version >= '3.9')"
+    ));
+    assert!(eval("python_version < \"3.15\""));
+    assert!(!eval("python_version < \"3.9\""), "3.10 > 3.9 numerically");
+    assert!(!eval("extra == \"optree\""));
+    assert!(eval("'arch' in platform_machine"));
+    assert!(eval("python_full_version ~= '3.10.0'"));
+    assert!(evaluate_marker("os == 'linux'", &environment)
+        .unwrap_err()
+        .contains("unknown marker variable `os`"));
+    assert!(evaluate_marker("(python_version > '3'", &environment).is_err());
+}
+
+#[test]
+fn requirements_split_name_extras_specifier_marker() {
+    let requirement = Requirement::parse(
+        "cuda-toolkit[cublas,cudart,nvrtc]==13.0.3; platform_system == \"Linux\"",
+    );
+    assert_eq!(requirement.name, "cuda-toolkit");
+    assert_eq!(requirement.extras, ["cublas", "cudart", "nvrtc"]);
+    assert_eq!(requirement.pinned(), Some("13.0.3"));
+    let old = Requirement::parse("nvidia_cudnn_cu12 (==8.9.2.26) ; platform_system == \"Linux\"");
+    assert_eq!(old.name, "nvidia-cudnn-cu12");
+    assert_eq!(old.pinned(), Some("8.9.2.26"));
+    assert_eq!(
+        Requirement::parse("cuda-bindings<14,>=13.0.3").pinned(),
+        None
+    );
+    assert_eq!(Requirement::parse("torch>=2.11").pinned(), None);
+}
+
+#[test]
+fn index_pages_in_json_and_html_list_the_same_files() {
+    let json = parse_simple_json(&fixture("simple-torch-2.10.0-2.12.1.json"), PAGE).unwrap();
+    let html = parse_simple_html(&fixture("simple-torch-2.12.1.html"), PAGE);
+    let of = |files: &[IndexFile]| -> BTreeSet<(String, String)> {
+        files
+            .iter()
+            .filter(|f| f.filename.starts_with("torch-2.12.1-"))
+            .map(|f| (f.filename.clone(), f.url.clone()))
+            .collect()
+    };
+    assert_eq!(of(&json).len(), 24);
+    assert_eq!(of(&json), of(&html));
+    assert!(html[0]
+        .url
+        .starts_with("https://files.pythonhosted.org/packages/"));
+    assert!(!html[0].url.contains('#'), "the hash fragment is dropped");
+    let error = parse_simple_json("<html>", PAGE).unwrap_err();
+    assert!(
+        error.to_string().contains("not a PEP 691 project page"),
+        "{error}"
+    );
+}
+
+#[test]
+fn relative_urls_resolve_against_the_page() {
+    let page = "https://pypi.org/pypi/torch/json";
+    assert_eq!(
+        resolve_url(page, "../../packages/packages/01/79/torch-2.13.0-cp311-cp311-manylinux_2_28_x86_64.whl"),
+        "https://pypi.org/packages/packages/01/79/torch-2.13.0-cp311-cp311-manylinux_2_28_x86_64.whl"
+    );
+    assert_eq!(
+        resolve_url(
+            "https://mirror.example/simple/torch/",
+            "torch-2.13.0.whl#sha256=ab"
+        ),
+        "https://mirror.example/simple/torch/torch-2.13.0.whl"
+    );
+    assert_eq!(
+        resolve_url("https://mirror.example/simple/torch/", "/files/t.whl"),
+        "https://mirror.example/files/t.whl"
+    );
+    assert_eq!(
+        resolve_url("http://mirror.example/simple/torch/", "//cdn.example/t.whl"),
+        "http://cdn.example/t.whl"
+    );
+}
+
+/// The whole derivation over the saved index page: build tags win, yanked and foreign files drop
+/// out, metadata not served is reported, and the result matches the embedded knowledge.
+#[test]
+fn torch_2_12_1_derived_from_saved_files_matches_the_knowledge() {
+    let files = parse_simple_json(&fixture("simple-torch-2.10.0-2.12.1.json"), PAGE).unwrap();
+    let wheels = linux_wheels(&files, "torch", "2.12.1").unwrap();
+    assert_eq!(wheels[PLATFORM_AMD64].len(), 6);
+    assert_eq!(wheels[PLATFORM_ARM64].len(), 6);
+    let mut metadata = BTreeMap::new();
+    for name in [
+        "torch-2.12.1-cp312-cp312-manylinux_2_28_x86_64.whl",
+        "torch-2.12.1-cp311-cp311-manylinux_2_28_aarch64.whl",
+    ] {
+        metadata.insert(name.to_string(), fixture(&format!("{name}.metadata")));
+    }
+    let derived = derive_release("torch", "2.12.1", PAGE, &wheels, &metadata).unwrap();
+    let amd64 = &derived.platforms[0];
+    assert_eq!(amd64.platform, PLATFORM_AMD64);
+    assert_eq!(amd64.python, ["3.10", "3.11", "3.12", "3.13", "3.14"]);
+    assert_eq!(amd64.python_free_threaded, ["3.14"]);
+    assert_eq!(amd64.manylinux, ["manylinux_2_28_x86_64"]);
+    assert_eq!(amd64.glibc_min.as_deref(), Some("2.28"));
+    assert_eq!(amd64.metadata_read.len(), 1);
+    assert_eq!(amd64.metadata_missing.len(), 5);
+
+    let comparison = compare(&derived, &Knowledge::embedded());
+    assert!(comparison.differences.is_empty(), "{comparison:?}");
+
+    let yaml = to_yaml(&derived, "2026-11-30");
+    assert!(
+        yaml.contains("  pypi-torch: {url: \"https://pypi.org/simple/torch/\""),
+        "{yaml}"
+    );
+    assert!(
+        yaml.contains("python: [\"3.10\", \"3.11\", \"3.12\", \"3.13\", \"3.14\"]"),
+        "{yaml}"
+    );
+    assert!(yaml.contains("glibc_min: \"2.28\""), "{yaml}");
+    assert!(yaml.contains("        - {platform: linux/arm64, cuda: \"13.0\", cuda_runtime: \"13.0.2\", cudnn: \"9.20.0.48\", nccl: \"2.29.7\"}"), "{yaml}");
+    assert!(yaml.contains("      source: [pypi-torch]"), "{yaml}");
+}
+
+#[test]
+fn build_tags_replace_the_first_upload() {
+    let files = parse_simple_json(&fixture("simple-torch-2.10.0-2.12.1.json"), PAGE).unwrap();
+    let wheels = linux_wheels(&files, "torch", "2.10.0").unwrap();
+    let amd64: Vec<&str> = wheels[PLATFORM_AMD64]
+        .iter()
+        .map(|(_, f)| f.filename.as_str())
+        .collect();
+    assert_eq!(amd64.len(), 7);
+    assert!(
+        amd64.iter().all(|f| f.starts_with("torch-2.10.0-3-")),
+        "{amd64:?}"
+    );
+    assert!(wheels[PLATFORM_ARM64]
+        .iter()
+        .all(|(n, _)| n.build.is_none()));
+}
+
+#[test]
+fn a_wrong_knowledge_entry_is_reported() {
+    let files = parse_simple_json(&fixture("simple-torch-2.10.0-2.12.1.json"), PAGE).unwrap();
+    let wheels = linux_wheels(&files, "torch", "2.10.0").unwrap();
+    let mut metadata = BTreeMap::new();
+    let name = "torch-2.10.0-cp312-cp312-manylinux_2_28_aarch64.whl";
+    metadata.insert(name.to_string(), fixture(&format!("{name}.metadata")));
+    let derived = derive_release("torch", "2.10.0", PAGE, &wheels, &metadata).unwrap();
+    let knowledge = Knowledge::embedded();
+    let comparison = compare(&derived, &knowledge);
+    assert!(comparison.differences.is_empty(), "{comparison:?}");
+    assert_eq!(
+        comparison.notes,
+        ["linux/amd64: the index served no METADATA, so the recorded pins were not compared"]
+    );
+
+    // Pretend the knowledge still said PyPI's aarch64 wheel of 2.10.0 were CUDA 12.8.
+    let text = super::super::EMBEDDED.replace(
+        "torch: \"2.10.0\"\n        torchvision: \"0.25.0\"\n        torchaudio: \"2.10.0\"\n        source: [pypi-torchvision, pypi-torchaudio]\n        pypi:\n          wheels:\n            - {platform: linux/amd64, cuda: \"12.8\", cuda_runtime: \"12.8.90\", cudnn: \"9.10.2.21\", nccl: \"2.27.5\"}\n            - {platform: linux/arm64}",
+        "torch: \"2.10.0\"\n        torchvision: \"0.25.0\"\n        torchaudio: \"2.10.0\"\n        source: [pypi-torchvision, pypi-torchaudio]\n        pypi:\n          wheels:\n            - {platform: linux/amd64, cuda: \"12.8\", cuda_runtime: \"12.8.90\", cudnn: \"9.10.2.21\", nccl: \"2.27.5\"}\n            - {platform: linux/arm64, cuda: \"12.8\", cuda_runtime: \"12.8.90\", cudnn: \"9.10.2.21\", nccl: \"2.27.5\"}",
+    );
+    assert_ne!(text, super::super::EMBEDDED);
+    let wrong = Knowledge::parse(&text, "k.yaml").unwrap();
+    let comparison = compare(&derived, &wrong);
+    assert_eq!(
+        comparison.differences,
+        ["linux/arm64 PyPI wheel: the metadata says {platform: linux/arm64}, the knowledge says {platform: linux/arm64, cuda: \"12.8\", cuda_runtime: \"12.8.90\", cudnn: \"9.10.2.21\", nccl: \"2.27.5\"}"]
+    );
+}
+
+#[test]
+fn disagreeing_wheels_of_one_platform_are_an_error() {
+    let files = parse_simple_json(&fixture("simple-torch-2.10.0-2.12.1.json"), PAGE).unwrap();
+    let wheels = linux_wheels(&files, "torch", "2.12.1").unwrap();
+    let mut metadata = BTreeMap::new();
+    metadata.insert(
+        "torch-2.12.1-cp312-cp312-manylinux_2_28_x86_64.whl".to_string(),
+        fixture("torch-2.12.1-cp312-cp312-manylinux_2_28_x86_64.whl.metadata"),
+    );
+    metadata.insert(
+        "torch-2.12.1-cp310-cp310-manylinux_2_28_x86_64.whl".to_string(),
+        fixture("torch-2.13.0-cp310-cp310-manylinux_2_28_x86_64.whl.metadata")
+            .replace("Version: 2.13.0", "Version: 2.12.1"),
+    );
+    let error = derive_release("torch", "2.12.1", PAGE, &wheels, &metadata).unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .starts_with("the linux/amd64 wheels of torch 2.12.1 disagree on their CUDA pins"),
+        "{error}"
+    );
+    let none = derive_release("torch", "9.9.9", PAGE, &BTreeMap::new(), &metadata).unwrap_err();
+    assert_eq!(
+        none.to_string(),
+        "https://pypi.org/simple/torch/ lists no Linux x86_64 or aarch64 wheels of torch 9.9.9"
+    );
+}

@@ -1,0 +1,357 @@
+//! The embedded knowledge loads, every entry is sourced, and the schema refuses what it must.
+
+use super::*;
+
+fn error_of(text: &str) -> String {
+    Knowledge::parse(text, "k.yaml").unwrap_err().to_string()
+}
+
+/// The embedded text with `from` replaced by `to` (exactly once, so a test cannot go stale).
+fn edited(from: &str, to: &str) -> String {
+    assert_eq!(
+        EMBEDDED.matches(from).count(),
+        1,
+        "`{from}` must occur once in knowledge.yaml"
+    );
+    EMBEDDED.replace(from, to)
+}
+
+#[test]
+fn embedded_knowledge_is_valid_and_covers_torch_2_0_to_2_13() {
+    let knowledge = Knowledge::embedded();
+    for series in [
+        "2.0", "2.1", "2.2", "2.3", "2.4", "2.5", "2.6", "2.7", "2.8", "2.9", "2.10", "2.11",
+        "2.12", "2.13",
+    ] {
+        assert!(
+            knowledge.torch_series(series).is_some(),
+            "torch {series} missing"
+        );
+    }
+    assert_eq!(knowledge.newest_series().unwrap().series, "2.13");
+    for family in [11, 12, 13] {
+        assert!(knowledge.family(family).is_some());
+    }
+}
+
+#[test]
+fn every_entry_cites_a_source_that_locates_a_commit_or_a_url() {
+    let knowledge = Knowledge::embedded();
+    let entries = knowledge.entries();
+    assert!(entries.len() > 150, "{} entries", entries.len());
+    for (what, keys) in entries {
+        assert!(!keys.is_empty(), "{what} has no source");
+        for locator in knowledge.locate(keys) {
+            assert!(
+                locator.starts_with("http://")
+                    || locator.starts_with("https://")
+                    || locator.contains(" @"),
+                "{what}: {locator}"
+            );
+        }
+        assert_eq!(knowledge.locate(keys).len(), keys.len(), "{what}");
+    }
+}
+
+/// Every `source` list anywhere in the file, emptied one at a time, makes the file invalid: a new
+/// kind of entry cannot slip in without the check.
+#[test]
+fn emptying_any_source_list_is_refused() {
+    fn source_paths(value: &serde_json::Value, path: &mut Vec<String>, out: &mut Vec<Vec<String>>) {
+        match value {
+            serde_json::Value::Object(map) => {
+                for (key, child) in map {
+                    path.push(key.clone());
+                    if key.ends_with("source") && child.is_array() {
+                        out.push(path.clone());
+                    }
+                    source_paths(child, path, out);
+                    path.pop();
+                }
+            }
+            serde_json::Value::Array(items) => {
+                for (index, child) in items.iter().enumerate() {
+                    path.push(index.to_string());
+                    source_paths(child, path, out);
+                    path.pop();
+                }
+            }
+            _ => {}
+        }
+    }
+    let knowledge = Knowledge::embedded();
+    let value = serde_json::to_value(&knowledge).unwrap();
+    let mut paths = Vec::new();
+    source_paths(&value, &mut Vec::new(), &mut paths);
+    assert_eq!(paths.len(), knowledge.entries().len());
+    for path in paths {
+        let mut broken = value.clone();
+        let mut slot = &mut broken;
+        for key in &path {
+            slot = match key.parse::<usize>() {
+                Ok(index) if slot.is_array() => &mut slot[index],
+                _ => &mut slot[key.as_str()],
+            };
+        }
+        *slot = serde_json::json!([]);
+        let text = serde_yaml::to_string(&broken).unwrap();
+        let error = error_of(&text);
+        assert!(
+            error.contains("has no source"),
+            "{}: {error}",
+            path.join(".")
+        );
+    }
+}
+
+#[test]
+fn sources_must_locate_something() {
+    let error = error_of(&edited(
+        "commit: d3629fa2e61bb5fe4fcf435a3f05aed3de7755b7,",
+        "commit: HEAD,",
+    ));
+    assert!(
+        error.contains("source `ti-golive-2.0` locates nothing: commit `HEAD`"),
+        "{error}"
+    );
+    let error = error_of(&edited(
+        "url: \"https://pypi.org/simple/torchvision/\"",
+        "url: \"pypi torchvision\"",
+    ));
+    assert!(error.contains("is not an http(s) URL"), "{error}");
+    let error = error_of(&edited(
+        "builder-2.0: {repo: pytorch/builder, path: manywheel/build_cuda.sh, commit: 9f0fad92f342b146272d0f99d3969c2c148e80ba,",
+        "builder-2.0: {repo: pytorch/builder, path: manywheel/build_cuda.sh,",
+    ));
+    assert!(
+        error.contains("it needs either repo, path and commit, or a url"),
+        "{error}"
+    );
+    let error = error_of(&edited("source: [ubuntu-noble]}", "source: [NOWHERE]}"));
+    assert!(
+        error.contains("OS ubuntu24.04 cites unknown source `NOWHERE`"),
+        "{error}"
+    );
+}
+
+#[test]
+fn an_older_schema_is_named_not_misread() {
+    let error = error_of(&edited("schema_version: 2", "schema_version: 1"));
+    assert!(
+        error.contains("schema_version 1 is not read by this imagegen (it reads 2"),
+        "{error}"
+    );
+}
+
+#[test]
+fn pypi_serves_one_cuda_variant_per_release_and_platform() {
+    let knowledge = Knowledge::embedded();
+    let pypi = |torch: &str, platform: &str| {
+        knowledge
+            .torch_release(torch)
+            .unwrap()
+            .1
+            .pypi_cuda(platform)
+            .map(str::to_string)
+    };
+    assert_eq!(pypi("2.0.1", PLATFORM_AMD64).as_deref(), Some("11.7"));
+    for torch in ["2.1.0", "2.2.2", "2.3.1", "2.4.1"] {
+        assert_eq!(
+            pypi(torch, PLATFORM_AMD64).as_deref(),
+            Some("12.1"),
+            "{torch}"
+        );
+    }
+    assert_eq!(pypi("2.6.0", PLATFORM_AMD64).as_deref(), Some("12.4"));
+    assert_eq!(pypi("2.7.1", PLATFORM_AMD64).as_deref(), Some("12.6"));
+    assert_eq!(pypi("2.10.0", PLATFORM_AMD64).as_deref(), Some("12.8"));
+    assert_eq!(pypi("2.13.0", PLATFORM_AMD64).as_deref(), Some("13.0"));
+    assert_eq!(pypi("2.10.0", PLATFORM_ARM64), None, "CPU-only on aarch64");
+    assert_eq!(pypi("2.11.0", PLATFORM_ARM64).as_deref(), Some("13.0"));
+}
+
+#[test]
+fn pypi_pins_must_agree_with_the_variant() {
+    let error = error_of(&edited(
+        "{platform: linux/amd64, cuda: \"13.0\", cuda_runtime: \"13.0.2\", cudnn: \"9.19.0.56\", nccl: \"2.28.9\"}",
+        "{platform: linux/amd64, cuda: \"13.0\", cuda_runtime: \"13.0.2\", cudnn: \"9.17.1.4\", nccl: \"2.28.9\"}",
+    ));
+    assert!(
+        error.contains("torch 2.11.0: the linux/amd64 PyPI wheel pins cuDNN 9.17.1.4, the CUDA 13.0 variant says 9.19.0.56"),
+        "{error}"
+    );
+    let error = error_of(&edited(
+        "{platform: linux/amd64, cuda: \"12.8\", cuda_runtime: \"12.8.90\", cudnn: \"9.10.2.21\", nccl: \"2.27.3\"}",
+        "{platform: linux/amd64, cuda: \"12.8\", cuda_runtime: \"12.6.77\", cudnn: \"9.10.2.21\", nccl: \"2.27.3\"}",
+    ));
+    assert!(
+        error.contains("pins CUDA runtime 12.6.77, not CUDA 12.8"),
+        "{error}"
+    );
+}
+
+#[test]
+fn companions_are_exact_releases() {
+    let error = error_of(&edited("torchvision: \"0.28.0\"", "torchvision: \"0.28\""));
+    assert!(
+        error.contains("torchvision 0.28 is not an exact release"),
+        "{error}"
+    );
+}
+
+#[test]
+fn unconfirmed_fields_need_a_note() {
+    let error = error_of(&edited(
+        "        unconfirmed: [archs]\n        note: \"arch list from the main-branch build script of the 2.8 cycle, not the release branch\"\n",
+        "        unconfirmed: [archs]\n",
+    ));
+    assert!(
+        error.contains("torch 2.8 CUDA 12.9 marks fields unconfirmed without a note"),
+        "{error}"
+    );
+}
+
+#[test]
+fn images_are_per_platform_with_their_own_forward_compat() {
+    let knowledge = Knowledge::embedded();
+    let release = |v: &str| knowledge.cuda_release_for(v).unwrap();
+    assert_eq!(
+        release("11.8.0").forward_compat_branches(PLATFORM_AMD64),
+        [470]
+    );
+    assert_eq!(
+        release("11.8.0").forward_compat_branches(PLATFORM_ARM64),
+        [] as [u64; 0],
+        "the arm64 stage of 11.8.0 requires plain cuda>=11.8"
+    );
+    assert_eq!(
+        release("12.8.0").platforms(),
+        [PLATFORM_AMD64, PLATFORM_ARM64]
+    );
+    assert_eq!(
+        release("12.8.0").forward_compat_branches(PLATFORM_ARM64),
+        [470, 535, 550, 560, 565]
+    );
+    assert_eq!(
+        release("12.1.1").forward_compat_branches(PLATFORM_AMD64),
+        [470, 525]
+    );
+    assert_eq!(release("12.5.1").cudnn_ubuntu(), ["20.04", "22.04"]);
+    assert_eq!(
+        release("12.6.3").cudnn_ubuntu(),
+        ["20.04", "22.04", "24.04"]
+    );
+    let missing = release("12.3");
+    assert_eq!(missing.version, "12.3.2");
+    assert!(
+        missing.driver_min.is_none(),
+        "Table 3 has no 12.3 Update 2 row"
+    );
+}
+
+#[test]
+fn cuda_lines_resolve_to_the_newest_patch() {
+    let knowledge = Knowledge::embedded();
+    assert_eq!(
+        knowledge.cuda_release_for("12.6").unwrap().version,
+        "12.6.3"
+    );
+    assert_eq!(
+        knowledge.cuda_release_for("12.6.3").unwrap().version,
+        "12.6.3"
+    );
+    assert!(
+        knowledge
+            .cuda_release_for("11.4.0")
+            .unwrap()
+            .ubuntu
+            .is_empty(),
+        "11.4.0 has a driver minimum but no nvidia/cuda images"
+    );
+    assert_eq!(
+        knowledge.cuda_release_for("13.0").unwrap().version,
+        "13.0.0",
+        "the newest 13.0 with images, not 13.0.2"
+    );
+    assert_eq!(
+        knowledge.cuda_release_for("11.0").unwrap().version,
+        "11.0.3"
+    );
+    assert!(
+        knowledge.cuda_release_for("12.7").is_none(),
+        "there was no CUDA 12.7"
+    );
+    assert_eq!(
+        knowledge
+            .cuda_release_for("13.0")
+            .unwrap()
+            .driver_min
+            .as_ref()
+            .map(|d| d.as_str()),
+        Some("580.65.06")
+    );
+}
+
+#[test]
+fn driver_to_newest_cuda() {
+    let knowledge = Knowledge::embedded();
+    let newest = |d: &str| knowledge.newest_cuda_for_driver(&DriverVersion::parse(d).unwrap());
+    assert_eq!(newest("535.104.05").as_deref(), Some("12.2"));
+    assert_eq!(newest("590.44.01").as_deref(), Some("13.1"));
+    assert_eq!(newest("450.80.02").as_deref(), Some("11.0"));
+    assert_eq!(newest("440.33.01"), None);
+    assert_eq!(newest("550.54.15").as_deref(), Some("12.4"));
+    assert_eq!(newest("570.124.06").as_deref(), Some("12.8"));
+    assert_eq!(newest("580.95.05").as_deref(), Some("13.0"));
+}
+
+#[test]
+fn wheel_suffixes() {
+    assert_eq!(wheel_suffix("11.8"), "cu118");
+    assert_eq!(wheel_suffix("12.6.3"), "cu126");
+    assert_eq!(wheel_suffix("13.0"), "cu130");
+    assert_eq!(
+        Knowledge::embedded().wheel_index_url("12.8"),
+        "https://download.pytorch.org/whl/cu128"
+    );
+}
+
+#[test]
+fn overrides_replace_and_extend() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("extra.yaml");
+    std::fs::write(
+        &path,
+        r#"schema_version: 2
+sources:
+  mine: {url: "https://wheels.example/simple/torch/", what: "our wheel mirror's metadata"}
+torch:
+  - series: "2.14"
+    python: ["3.10", "3.11", "3.12", "3.13", "3.14"]
+    glibc_min: "2.28"
+    cuda:
+      - {cuda: "13.0", cudnn: "9.24.0.43", archs: ["7.5", "8.0"], source: [mine]}
+    releases:
+      - torch: "2.14.0"
+        torchvision: "0.29.0"
+        source: [mine]
+        pypi:
+          wheels: [{platform: linux/amd64, cuda: "13.0", cuda_runtime: "13.0.3", cudnn: "9.24.0.43"}]
+          source: [mine]
+    source: [mine]
+"#,
+    )
+    .unwrap();
+    let knowledge = Knowledge::with_override(&path).unwrap();
+    assert_eq!(knowledge.newest_series().unwrap().series, "2.14");
+    assert!(knowledge.torch_series("2.7").is_some());
+
+    std::fs::write(
+        &path,
+        "schema_version: 2\ntorch:\n  - series: \"2.14\"\n    pythn: []\n",
+    )
+    .unwrap();
+    let error = Knowledge::with_override(&path).unwrap_err().to_string();
+    assert!(error.contains("extra.yaml:4:5"), "{error}");
+    assert!(error.contains("pythn"), "{error}");
+}

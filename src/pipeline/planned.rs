@@ -1,0 +1,38 @@
+//! The plan as data: every image a build will make, in order, with its build key, what it
+//! depends on, and the aliases it may move. Computed by `plan::plan` before the first Docker
+//! call; read by the executor, the manifest fold and the command's tables.
+
+use serde::Serialize;
+
+use crate::model::digest::Digest;
+use crate::resolve::image::ImageSpec;
+
+/// One image of the plan.
+#[derive(Debug, Clone, Serialize)]
+pub struct PlannedImage {
+    pub spec: ImageSpec,
+    /// `repository:tag`.
+    pub reference: String,
+    /// sha256 over the fingerprint, the exact build context and the parent's build key: an image
+    /// carrying this key as a label is reused instead of rebuilt.
+    pub build_key: Digest,
+    /// The image that must be built first (devel → its runtime).
+    pub depends_on: Option<String>,
+    /// Aliases this image may move to itself once it passed its test.
+    pub aliases: Vec<String>,
+    /// The manifest says an image with this build key passed its self-test: a reused local image
+    /// is not tested again.
+    pub passed_before: bool,
+    /// sha256 of the gpu-selftest baseline the self-test is judged against, if any.
+    pub selftest_baseline: Option<Digest>,
+    /// The digest the manifest records for this build key, if it was pushed before.
+    pub recorded_digest: Option<Digest>,
+    /// Aliases this image earns but may not take (they would move backwards), with why.
+    pub aliases_blocked: Vec<(String, String)>,
+}
+
+/// The whole plan, in build order.
+#[derive(Debug, Clone, Serialize)]
+pub struct Plan {
+    pub images: Vec<PlannedImage>,
+}

@@ -1,0 +1,335 @@
+//! Mistakes in a matrix that only the knowledge reveals: a value that names no known release (a
+//! torch, CUDA, cuDNN, Python or OS nobody published: `torch: ["2.99"]`, `cuda: [12.10]`), an
+//! include rule that does not say what to build, and exclude rules that remove every cell. They
+//! are typos, not impossible combinations: resolving them would quietly make no image, so each is
+//! one error at its `file:line:column` with the closest known values. Pure.
+
+use crate::model::knowledge::Knowledge;
+use crate::model::matrix::{CellRule, Matrix, MatrixError};
+use crate::model::names::closest;
+use crate::model::version::{DottedVersion, TorchVersion};
+use crate::model::yaml::Position;
+use crate::resolve::cells::{axis_cells, rule_matches};
+
+/// How many close values an error lists.
+const SUGGESTIONS: usize = 4;
+
+/// The first mistake of the matrix against the knowledge, if any.
+pub fn check_known(matrix: &Matrix, knowledge: &Knowledge) -> Result<(), MatrixError> {
+    let error = |at: Option<Position>, message: String, hint: String| MatrixError::Invalid {
+        path: matrix.locations.file.clone(),
+        line: at.map(|at| at.line),
+        column: at.map(|at| at.column),
+        message,
+        hint: Some(hint),
+    };
+    let known = KnownValues::of(knowledge);
+    for (key, values) in matrix.axes() {
+        for (index, value) in values.iter().enumerate() {
+            if let Some((message, hint)) = known.unknown(key, value) {
+                let at = matrix.locations.value_at(&format!("{key}[{index}]"));
+                return Err(error(at, message, hint));
+            }
+        }
+    }
+    for (list, rules) in [("include", &matrix.include), ("exclude", &matrix.exclude)] {
+        for (index, rule) in rules.iter().enumerate() {
+            for (key, value) in rule_values(rule) {
+                if let Some((message, hint)) = known.unknown(key, &value) {
+                    let at = matrix.locations.value_at(&format!("{list}[{index}].{key}"));
+                    return Err(error(at, format!("{list}[{index}]: {message}"), hint));
+                }
+            }
+        }
+    }
+    for (index, rule) in matrix.include.iter().enumerate() {
+        let missing: Vec<&str> = [
+            ("torch", rule.torch.is_none()),
+            ("cuda", rule.cuda.is_none()),
+            ("os", rule.os.is_none()),
+        ]
+        .into_iter()
+        .filter_map(|(key, absent)| absent.then_some(key))
+        .collect();
+        if !missing.is_empty() {
+            return Err(error(
+                matrix.locations.value_at(&format!("include[{index}]")),
+                format!(
+                    "include[{index}] does not name {}, so it makes no cell",
+                    missing.join(" and ")
+                ),
+                "an include names torch, cuda and os (and optionally cudnn, python, variants, platforms)".into(),
+            ));
+        }
+    }
+    check_excludes(matrix).map_err(|(at, message)| {
+        error(
+            at,
+            message,
+            "a cell is dropped when every key the rule gives matches it; narrow the rule or remove it"
+                .into(),
+        )
+    })
+}
+
+/// Exclude rules may not remove every cell of the axes: one rule that matches them all is a
+/// mistake, and so are rules that together leave nothing when no include adds cells.
+fn check_excludes(matrix: &Matrix) -> Result<(), (Option<Position>, String)> {
+    if matrix.exclude.is_empty() {
+        return Ok(());
+    }
+    let cells = axis_cells(matrix);
+    for (index, rule) in matrix.exclude.iter().enumerate() {
+        if cells.iter().all(|cell| rule_matches(rule, cell)) {
+            return Err((
+                matrix.locations.value_at(&format!("exclude[{index}]")),
+                format!(
+                    "exclude[{index}] matches every cell of the axes (all {}), so the axes make no image",
+                    cells.len()
+                ),
+            ));
+        }
+    }
+    let all_excluded = cells
+        .iter()
+        .all(|cell| matrix.exclude.iter().any(|rule| rule_matches(rule, cell)));
+    if all_excluded && matrix.include.is_empty() {
+        return Err((
+            matrix.locations.key_at("exclude"),
+            format!(
+                "the exclude rules together remove every cell of the axes (all {}), and no include adds one",
+                cells.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The version and OS values of a rule, by key.
+fn rule_values(rule: &CellRule) -> Vec<(&'static str, String)> {
+    [
+        ("torch", rule.torch.as_ref().map(|v| v.0.clone())),
+        ("cuda", rule.cuda.as_ref().map(|v| v.0.clone())),
+        ("cudnn", rule.cudnn.as_ref().map(|v| v.0.clone())),
+        ("python", rule.python.as_ref().map(|v| v.0.clone())),
+        ("os", rule.os.as_ref().map(|o| o.0.clone())),
+    ]
+    .into_iter()
+    .filter_map(|(key, value)| value.map(|value| (key, value)))
+    .collect()
+}
+
+/// Every value the knowledge knows, per key, in the form a matrix writes them.
+struct KnownValues<'k> {
+    knowledge: &'k Knowledge,
+    torch: Vec<String>,
+    cuda: Vec<String>,
+    cudnn: Vec<String>,
+    python: Vec<String>,
+    os: Vec<String>,
+}
+
+impl<'k> KnownValues<'k> {
+    fn of(knowledge: &'k Knowledge) -> KnownValues<'k> {
+        let mut torch: Vec<String> = Vec::new();
+        let mut cuda: Vec<String> = Vec::new();
+        let mut cudnn: Vec<String> = Vec::new();
+        let mut python: Vec<String> = Vec::new();
+        for series in &knowledge.torch {
+            torch.push(series.series.clone());
+            torch.extend(series.releases.iter().map(|r| r.torch.clone()));
+            python.extend(series.python.iter().cloned());
+            python.extend(series.python_experimental.iter().cloned());
+            for variant in &series.cuda {
+                cuda.push(variant.cuda.clone());
+                cudnn.push(variant.cudnn.clone());
+                if let Ok(version) = DottedVersion::parse_kind(&variant.cudnn, "", 4) {
+                    cudnn.push(version.part(0).to_string());
+                }
+            }
+        }
+        for release in &knowledge.cuda {
+            cuda.push(release.version.clone());
+            if let Ok(version) = DottedVersion::parse_kind(&release.version, "", 3) {
+                cuda.push(version.major_minor());
+            }
+        }
+        python.extend(knowledge.os.iter().map(|o| o.python.clone()));
+        let os = knowledge.os.iter().map(|o| o.name.clone()).collect();
+        for list in [&mut torch, &mut cuda, &mut cudnn, &mut python] {
+            list.sort();
+            list.dedup();
+        }
+        KnownValues {
+            knowledge,
+            torch,
+            cuda,
+            cudnn,
+            python,
+            os,
+        }
+    }
+
+    /// `None` when `value` of `key` names something the knowledge knows; else the message and
+    /// the hint (the closest known values).
+    fn unknown(&self, key: &str, value: &str) -> Option<(String, String)> {
+        let (known, label, candidates) = match key {
+            "torch" => (self.knows_torch(value), "torch", &self.torch),
+            "cuda" => (self.knows_cuda(value), "CUDA", &self.cuda),
+            "cudnn" => (self.knows_cudnn(value), "cuDNN", &self.cudnn),
+            "python" => (
+                self.python.iter().any(|p| p == value),
+                "Python",
+                &self.python,
+            ),
+            "os" => (self.os.iter().any(|o| o == value), "OS", &self.os),
+            _ => return None,
+        };
+        if known {
+            return None;
+        }
+        // Suggest values written like this one: `12.10` → CUDA lines, `12.6.9` → releases.
+        let parts = |text: &str| text.split('.').count();
+        let alike: Vec<&str> = candidates
+            .iter()
+            .map(String::as_str)
+            .filter(|c| key == "os" || parts(c) == parts(value))
+            .collect();
+        let pool = if alike.is_empty() {
+            candidates.iter().map(String::as_str).collect()
+        } else {
+            alike
+        };
+        let near = closest(value, pool, SUGGESTIONS);
+        Some((
+            format!("{label} {value} is not in the compatibility knowledge"),
+            format!(
+                "closest known: {}; a release newer than the knowledge goes in a --knowledge file (see README)",
+                near.join(", ")
+            ),
+        ))
+    }
+
+    fn knows_torch(&self, value: &str) -> bool {
+        let Ok(torch) = TorchVersion::parse(value) else {
+            return false;
+        };
+        self.knowledge
+            .torch_series(&torch.series())
+            .is_some_and(|series| {
+                torch.is_series
+                    || series
+                        .releases
+                        .iter()
+                        .any(|r| r.torch == torch.version.to_string())
+            })
+    }
+
+    fn knows_cuda(&self, value: &str) -> bool {
+        let Ok(wanted) = DottedVersion::parse_kind(value, "CUDA", 3) else {
+            return false;
+        };
+        self.knowledge.cuda_release_for(value).is_some()
+            || (wanted.parts().len() == 2 && self.cuda.iter().any(|c| c == value))
+    }
+
+    fn knows_cudnn(&self, value: &str) -> bool {
+        let Ok(wanted) = DottedVersion::parse_kind(value, "cuDNN", 4) else {
+            return false;
+        };
+        self.cudnn.iter().any(|known| {
+            DottedVersion::parse_kind(known, "", 4).is_ok_and(|known| known.starts_with(&wanted))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = "registry: ghcr.io\nrepository: acme/pytorch\ntorch: [\"2.12\", \"2.13\"]\ncuda: [\"12.6\", \"13.0\"]\nos: [ubuntu24.04]\n";
+
+    fn check(text: &str) -> Result<(), String> {
+        let matrix = Matrix::parse(text, "matrix.yaml").map_err(|e| e.to_string())?;
+        check_known(&matrix, &Knowledge::test_fixture()).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn known_values_pass() {
+        check(MINIMAL).unwrap();
+        check(&MINIMAL.replace("[\"12.6\", \"13.0\"]", "[\"12.6.3\", 13.0]")).unwrap();
+        check(&format!("{MINIMAL}cudnn: [\"9\"]\npython: [\"3.12\"]\n")).unwrap();
+        // A known release that no torch publishes wheels for is an impossible cell, not a typo.
+        check(&MINIMAL.replace("[\"12.6\", \"13.0\"]", "[\"12.3\"]")).unwrap();
+    }
+
+    #[test]
+    fn unknown_values_are_errors_at_their_place_with_the_closest_known() {
+        let error =
+            check(&MINIMAL.replace("[\"2.12\", \"2.13\"]", "[\"2.12\", \"2.99\"]")).unwrap_err();
+        assert!(
+            error.starts_with("matrix.yaml:3:17: torch 2.99 is not in the compatibility knowledge"),
+            "{error}"
+        );
+        assert!(error.contains("\nhint: closest known: 2.9"), "{error}");
+        let error = check(&MINIMAL.replace("[\"12.6\", \"13.0\"]", "[12.10]")).unwrap_err();
+        assert!(
+            error.starts_with("matrix.yaml:4:8: CUDA 12.10 is not in the compatibility knowledge"),
+            "12.10 stays 12.10: {error}"
+        );
+        assert!(error.contains("closest known: 12.1, "), "{error}");
+        let error = check(&MINIMAL.replace("[ubuntu24.04]", "[ubuntu24.10]")).unwrap_err();
+        assert!(
+            error.starts_with("matrix.yaml:5:6: OS ubuntu24.10 is not in"),
+            "{error}"
+        );
+        assert!(error.contains("closest known: ubuntu24.04"), "{error}");
+        let error = check(&MINIMAL.replace("\"2.13\"]", "\"2.13.7\"]")).unwrap_err();
+        assert!(
+            error.contains("torch 2.13.7 is not in the compatibility knowledge"),
+            "{error}"
+        );
+        let error = check(&format!("{MINIMAL}python: [\"3.99\"]\n")).unwrap_err();
+        assert!(
+            error.starts_with("matrix.yaml:6:10: Python 3.99"),
+            "{error}"
+        );
+        let error = check(&format!(
+            "{MINIMAL}include:\n  - {{torch: \"2.13\", cuda: \"12.66\", os: ubuntu24.04}}\n"
+        ))
+        .unwrap_err();
+        assert!(
+            error.starts_with("matrix.yaml:7:27: include[0]: CUDA 12.66"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn excludes_that_remove_everything_are_errors() {
+        let error = check(&format!("{MINIMAL}exclude:\n  - {{os: ubuntu24.04}}\n")).unwrap_err();
+        assert!(
+            error.starts_with("matrix.yaml:7:5: exclude[0] matches every cell of the axes (all 8)"),
+            "{error}"
+        );
+        let together =
+            format!("{MINIMAL}exclude:\n  - {{cuda: \"12.6\"}}\n  - {{cuda: \"13.0\"}}\n");
+        let error = check(&together).unwrap_err();
+        assert!(
+            error.starts_with("matrix.yaml:6:1: the exclude rules together"),
+            "{error}"
+        );
+        check(&format!(
+            "{together}include:\n  - {{torch: \"2.13\", cuda: \"12.8\", os: ubuntu24.04}}\n"
+        ))
+        .unwrap();
+        check(&format!("{MINIMAL}exclude:\n  - {{cuda: \"12.6\"}}\n")).unwrap();
+        let error = check(&format!(
+            "{MINIMAL}include:\n  - {{torch: \"2.13\", cuda: \"12.8\"}}\n"
+        ))
+        .unwrap_err();
+        assert!(
+            error.starts_with("matrix.yaml:7:5: include[0] does not name os"),
+            "{error}"
+        );
+    }
+}
