@@ -51,10 +51,10 @@ pub enum Command {
     Resolve(ResolveArgs),
     /// Render one Dockerfile per image into the output directory (or check that it and the images' locks are up to date).
     Render(RenderArgs),
-    /// Resolve each image's Python packages to exact versions and hashes with uv and write its lock (images/<name>/requirements.lock); the one command that needs the network.
-    Lock(LockImagesArgs),
     /// Build the images through the Docker Engine API, test each with gpu-selftest, tag, push, and record them in the manifest.
     Build(BuildArgs),
+    /// Resolve each image's Python packages to exact versions and hashes with uv and write its lock (images/<name>/requirements.lock); the one command that needs the network.
+    Lock(LockImagesArgs),
     /// Compare the matrix with the manifest: new and rebuilt images (and why), alias moves, rising driver minimums, images no longer made.
     Plan(PlanArgs),
     /// Re-point an alias in the registry to an earlier digest recorded in the manifest, without a rebuild.

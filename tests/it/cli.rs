@@ -859,6 +859,15 @@ fn only_takes_aliases_and_repository_qualified_names() {
         .arg("render")
         .assert()
         .success();
+    // What is built was locked: the uv stand-in locks the fixture's images.
+    let uv = fake_uv(dir.path());
+    imagegen()
+        .current_dir(dir.path())
+        .env("FAKE_UV_LOG", dir.path().join("uv.log"))
+        .args(["lock", "--uv"])
+        .arg(&uv)
+        .assert()
+        .success();
     let selftest = dir.path().join("selftest");
     std::fs::create_dir(&selftest).unwrap();
     for binary in ["gpu-selftest-cu11", "gpu-selftest-cu12"] {
