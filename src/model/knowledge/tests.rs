@@ -355,3 +355,23 @@ torch:
     assert!(error.contains("extra.yaml:4:5"), "{error}");
     assert!(error.contains("pythn"), "{error}");
 }
+
+#[test]
+fn debian_12_and_the_pypi_toolkit_tree_are_known() {
+    let knowledge = Knowledge::embedded();
+    let debian = knowledge.os("debian12").unwrap();
+    assert_eq!(
+        (debian.glibc.as_str(), debian.python.as_str()),
+        ("2.36", "3.11")
+    );
+    assert_eq!(
+        knowledge.family(13).unwrap().pypi_toolkit.as_deref(),
+        Some("cu13")
+    );
+    assert_eq!(knowledge.family(12).unwrap().pypi_toolkit, None);
+    let error = error_of(&edited(r#"pypi_toolkit: "cu13""#, r#"pypi_toolkit: "../x""#));
+    assert!(
+        error.contains("pypi_toolkit \"../x\" must be a folder name"),
+        "{error}"
+    );
+}
