@@ -369,7 +369,10 @@ fn debian_12_and_the_pypi_toolkit_tree_are_known() {
         Some("cu13")
     );
     assert_eq!(knowledge.family(12).unwrap().pypi_toolkit, None);
-    let error = error_of(&edited(r#"pypi_toolkit: "cu13""#, r#"pypi_toolkit: "../x""#));
+    let error = error_of(&edited(
+        r#"pypi_toolkit: "cu13""#,
+        r#"pypi_toolkit: "../x""#,
+    ));
     assert!(
         error.contains("pypi_toolkit \"../x\" must be a folder name"),
         "{error}"
