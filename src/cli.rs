@@ -210,7 +210,7 @@ pub struct LockImagesArgs {
     /// Directory of rendered images (each lock is written beside its Dockerfile).
     #[arg(long, default_value = "images")]
     pub out: PathBuf,
-    /// Only images whose full tag contains this text (or matches it, with `*` as a wildcard); a selected devel image's runtime lock is used as it is.
+    /// Only the images this names: a full tag or an alias (`latest`, `2.13-cuda13.0-runtime`, with or without `registry/repository:`), or text their full tag contains (`*` matches anything); a selected devel image's runtime lock is used as it is.
     #[arg(long)]
     pub only: Option<String>,
     /// Resolve every selected lock again to the newest versions the inputs allow, not only missing and stale ones (which keep the versions they had where they still fit).
@@ -223,7 +223,7 @@ pub struct LockImagesArgs {
 
 #[derive(Debug, Args)]
 pub struct BuildArgs {
-    /// Only images whose full tag contains this text (or matches it, with `*` as a wildcard); runtime images that selected devel images build on come along.
+    /// Only the images this names: a full tag or an alias (`latest`, `2.13-cuda13.0-runtime`, with or without `registry/repository:`), or text their full tag contains (`*` matches anything); runtime images that selected devel images build on come along.
     #[arg(long)]
     pub only: Option<String>,
     /// How many images to build at once (at least 1).

@@ -17,9 +17,10 @@ use anyhow::{bail, Context, Result};
 
 use crate::cli::LockImagesArgs;
 use crate::commands::outcome::Outcome;
+use crate::commands::output::count;
 use crate::commands::stages::{locks_enabled, render_project, resolve_with_locks};
 use crate::model::axes::Variant;
-use crate::pipeline::plan::matches_filter;
+use crate::pipeline::plan::select_named;
 use crate::project::{self, Project};
 use crate::resolve::image::ResolveOptions;
 use crate::resolve::lock::{lock_status, LockSpec, LockStatus, LOCK_FILE};
@@ -45,24 +46,15 @@ pub fn run(project: &Project, args: &LockImagesArgs) -> Result<Outcome> {
     let out = &args.out;
     let mut locks = project.locks()?;
     let resolution = resolve_with_locks(project, ResolveOptions::default(), &locks)?;
-    let selected: Vec<String> = resolution
-        .images
-        .iter()
-        .filter(|image| {
-            args.only
-                .as_deref()
-                .is_none_or(|only| matches_filter(only, &image.name))
-        })
+    let selected: Vec<String> = select_named(&resolution.images, args.only.as_deref())?
+        .into_iter()
         .map(|image| image.name.clone())
         .collect();
-    if selected.is_empty() {
-        bail!(
-            "no image of {} matches --only {:?}\nhint: `imagegen resolve` lists the images",
-            project.matrix_path.display(),
-            args.only.as_deref().unwrap_or_default()
-        );
-    }
-    eprintln!("locking with {} ({} images)", uv.version, selected.len());
+    eprintln!(
+        "locking with {} ({})",
+        uv.version,
+        count(selected.len(), "image")
+    );
     let (mut written, mut kept) = (0, 0);
     // Runtime images first: a devel lock is resolved against its runtime lock, so devel specs are
     // computed again once the runtime locks are on disk.

@@ -147,13 +147,7 @@ pub fn select_for_build(
                         .join(", "),
                     shard: shard_text(shard),
                 }),
-                _ => Err(SelectError::NoMatch {
-                    only: pattern.to_string(),
-                    closest: closest_names(&candidates, pattern)
-                        .into_iter()
-                        .map(String::from)
-                        .collect(),
-                }),
+                _ => Err(no_match(&candidates, pattern)),
             }
         }
         (None, Some(shard)) => Err(SelectError::EmptyShard {
@@ -164,6 +158,36 @@ pub fn select_for_build(
                 .count(),
         }),
         (None, None) => Err(SelectError::NoImages),
+    }
+}
+
+/// The images `only` names, alone: the matching of [`select`] and the error of
+/// [`select_for_build`], without the runtime parents (for `lock`, which acts on each image by
+/// itself and says when a devel image's runtime lock is missing).
+pub fn select_named<'a>(
+    specs: &'a [ImageSpec],
+    only: Option<&str>,
+) -> Result<Vec<&'a ImageSpec>, SelectError> {
+    let Some(pattern) = only else {
+        return Ok(specs.iter().collect());
+    };
+    let named: Vec<&ImageSpec> = specs
+        .iter()
+        .filter(|spec| only_matches(specs, pattern, spec))
+        .collect();
+    if named.is_empty() {
+        return Err(no_match(specs, pattern));
+    }
+    Ok(named)
+}
+
+fn no_match(specs: &[ImageSpec], pattern: &str) -> SelectError {
+    SelectError::NoMatch {
+        only: pattern.to_string(),
+        closest: closest_names(specs, pattern)
+            .into_iter()
+            .map(String::from)
+            .collect(),
     }
 }
 
@@ -373,6 +397,35 @@ mod tests {
             ]
         );
         assert_eq!(names("r.example/t/p:2.7*runtime*24.04").len(), 2);
+    }
+
+    #[test]
+    fn select_named_takes_aliases_without_parents_and_says_what_is_close() {
+        let all = specs();
+        let names = |only: Option<&str>| -> Vec<String> {
+            select_named(&all, only)
+                .unwrap()
+                .into_iter()
+                .map(|s| s.name.clone())
+                .collect()
+        };
+        assert_eq!(names(None).len(), all.len());
+        assert_eq!(
+            names(Some("r.example/t/p:2.7-cuda12.6-devel")),
+            vec!["2.7.1-cuda12.6-cudnn9-devel-ubuntu24.04"]
+        );
+        assert_eq!(
+            names(Some("latest")),
+            vec!["2.8.0-cuda12.8-cudnn9-runtime-ubuntu24.04"]
+        );
+        assert_eq!(names(Some("2.7*runtime*24.04")).len(), 2);
+        let error = select_named(&all, Some("2.8-cuda12.8-runtme"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.starts_with("--only \"2.8-cuda12.8-runtme\" names no image of the matrix\nhint: closest tags and aliases: 2.8-cuda12.8-runtime,"),
+            "{error}"
+        );
     }
 
     #[test]

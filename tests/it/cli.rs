@@ -275,6 +275,34 @@ fn render_is_deterministic_and_check_finds_drift() {
         std::fs::read_to_string(&uv_log).unwrap().lines().count(),
         before
     );
+    // --only takes an alias, as `build --only` does, and locks that image alone.
+    imagegen()
+        .current_dir(dir.path())
+        .env("FAKE_UV_LOG", &uv_log)
+        .args(["lock", "--upgrade", "--only", "2.7-cuda12.6-devel", "--uv"])
+        .arg(&uv)
+        .assert()
+        .success()
+        .stderr(predicate::str::contains("(1 image)"));
+    let calls = std::fs::read_to_string(&uv_log).unwrap();
+    assert_eq!(calls.lines().count(), before + 1, "{calls}");
+    assert!(
+        calls
+            .lines()
+            .last()
+            .unwrap()
+            .contains("--constraints runtime.lock"),
+        "the devel image alone: {calls}"
+    );
+    imagegen()
+        .current_dir(dir.path())
+        .args(["lock", "--only", "2.7-cuda12.6-devle", "--uv"])
+        .arg(&uv)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "--only \"2.7-cuda12.6-devle\" names no image of the matrix\nhint: closest tags and aliases: 2.7-cuda12.6-devel",
+        ));
     let runtime = relocked;
     let devel =
         std::fs::read_to_string(out.join("2.7.1-cuda12.6-cudnn9-devel-ubuntu24.04/Dockerfile"))
