@@ -263,23 +263,10 @@ pub fn check_strategy_matrix(line: &str) -> Result<(), MatrixError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::knowledge::Knowledge;
-    use crate::model::matrix::Matrix;
-    use crate::resolve::{resolve, ResolveOptions};
     use std::collections::BTreeSet;
 
     fn images() -> Vec<ImageSpec> {
-        let matrix = Matrix::parse(
-            "registry: r.example\nrepository: t/p\ntorch: [\"2.7\", \"2.8\"]\ncuda: [\"12.6\", \"12.8\"]\nos: [ubuntu22.04, ubuntu24.04]\n",
-            "m.yaml",
-        )
-        .unwrap();
-        resolve(
-            &matrix,
-            &Knowledge::test_fixture(),
-            &ResolveOptions::default(),
-        )
-        .images
+        crate::resolve::test_images("registry: r.example\nrepository: t/p\ntorch: [\"2.7\", \"2.8\"]\ncuda: [\"12.6\", \"12.8\"]\nos: [ubuntu22.04, ubuntu24.04]\n")
     }
 
     fn assert_partition(images: &[ImageSpec], matrix: &GithubMatrix) {
@@ -370,17 +357,7 @@ mod tests {
 
     #[test]
     fn per_platform_images_fan_out_by_architecture_too() {
-        let matrix = Matrix::parse(
-            "registry: r.example\nrepository: t/p\ntorch: [\"2.12\", \"2.13\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\nplatforms: [linux/amd64, linux/arm64]\n",
-            "m.yaml",
-        )
-        .unwrap();
-        let images = resolve(
-            &matrix,
-            &Knowledge::test_fixture(),
-            &ResolveOptions::default(),
-        )
-        .images;
+        let images = crate::resolve::test_images("registry: r.example\nrepository: t/p\ntorch: [\"2.12\", \"2.13\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\nplatforms: [linux/amd64, linux/arm64]\n");
         assert!(images.iter().any(|i| i.platform == "linux/arm64"));
         for fan_out in [FanOut::PerImage, FanOut::Shards(1), FanOut::Shards(2)] {
             let github = github_matrix(&images, fan_out);

@@ -164,20 +164,7 @@ mod tests {
     #[test]
     fn readiness_names_every_missing_or_failed_platform() {
         use crate::history::manifest::TestRecord;
-        use crate::model::knowledge::Knowledge;
-        use crate::model::matrix::Matrix;
-        use crate::resolve::image::ResolveOptions;
-        let matrix = Matrix::parse(
-            "registry: r.example\nrepository: t/p\ntorch: [\"2.13\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\nvariants: [runtime]\nplatforms: [linux/amd64, linux/arm64]\n",
-            "m.yaml",
-        )
-        .unwrap();
-        let specs = crate::resolve::resolve(
-            &matrix,
-            &Knowledge::test_fixture(),
-            &ResolveOptions::default(),
-        )
-        .images;
+        let specs = crate::resolve::test_images("registry: r.example\nrepository: t/p\ntorch: [\"2.13\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\nvariants: [runtime]\nplatforms: [linux/amd64, linux/arm64]\n");
         let group: Vec<&ImageSpec> = specs.iter().collect();
         let mut manifest = Manifest::new();
         let problems = index_readiness(&group, &manifest, false).unwrap_err();

@@ -223,37 +223,7 @@ pub fn upgrade_plan(specs: &[ImageSpec], manifest: &Manifest) -> UpgradePlan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::knowledge::Knowledge;
-    use crate::model::matrix::Matrix;
-    use crate::resolve::{resolve, ResolveOptions};
-
-    fn manifest_with(specs: &[ImageSpec], alias_targets: &[(&str, &str)]) -> Manifest {
-        let mut manifest = Manifest::new();
-        for spec in specs {
-            let mut record = crate::pipeline::record::image_record(spec, &Digest::of(b"key"), "t0");
-            record.digest = Some(Digest::of(spec.tag.as_bytes()));
-            manifest.record_success(record);
-        }
-        for (alias, tag) in alias_targets {
-            let digest = manifest.images[*tag].digest.clone();
-            manifest.move_alias(alias, tag, digest, "t0");
-        }
-        manifest
-    }
-
-    fn specs_for(torch: &str, cuda: &str) -> Vec<ImageSpec> {
-        let matrix = Matrix::parse(
-            &format!("registry: r.example\nrepository: t/p\ntorch: [\"{torch}\"]\ncuda: [\"{cuda}\"]\nos: [ubuntu24.04]\nvariants: [runtime]\n"),
-            "m.yaml",
-        )
-        .unwrap();
-        resolve(
-            &matrix,
-            &Knowledge::test_fixture(),
-            &ResolveOptions::default(),
-        )
-        .images
-    }
+    use crate::pipeline::record::test_support::{manifest_with, specs_for};
 
     #[test]
     fn upgrade_plan_reports_latest_moving_to_a_newer_driver() {

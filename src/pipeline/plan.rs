@@ -306,22 +306,10 @@ fn guard_aliases(plan: &mut Plan, manifest: &Manifest) {
 mod tests {
     use super::*;
     use crate::history::upgrade::upgrade_plan;
-    use crate::model::knowledge::Knowledge;
-    use crate::model::matrix::Matrix;
-    use crate::resolve::{resolve, ResolveOptions};
+    use crate::pipeline::record::test_support::{manifest_with, specs_for};
 
     fn specs() -> Vec<ImageSpec> {
-        let matrix = Matrix::parse(
-            "registry: r.example\nrepository: t/p\ntorch: [\"2.7\", \"2.8\"]\ncuda: [\"12.6\", \"12.8\"]\nos: [ubuntu22.04, ubuntu24.04]\n",
-            "m.yaml",
-        )
-        .unwrap();
-        resolve(
-            &matrix,
-            &Knowledge::test_fixture(),
-            &ResolveOptions::default(),
-        )
-        .images
+        crate::resolve::test_images("registry: r.example\nrepository: t/p\ntorch: [\"2.7\", \"2.8\"]\ncuda: [\"12.6\", \"12.8\"]\nos: [ubuntu22.04, ubuntu24.04]\n")
     }
 
     #[test]
@@ -529,34 +517,6 @@ mod tests {
             Some(selected[0].name.as_str())
         );
     }
-    fn manifest_with(specs: &[ImageSpec], alias_targets: &[(&str, &str)]) -> Manifest {
-        let mut manifest = Manifest::new();
-        for spec in specs {
-            let mut record = crate::pipeline::record::image_record(spec, &Digest::of(b"key"), "t0");
-            record.digest = Some(Digest::of(spec.tag.as_bytes()));
-            manifest.record_success(record);
-        }
-        for (alias, tag) in alias_targets {
-            let digest = manifest.images[*tag].digest.clone();
-            manifest.move_alias(alias, tag, digest, "t0");
-        }
-        manifest
-    }
-
-    fn specs_for(torch: &str, cuda: &str) -> Vec<ImageSpec> {
-        let matrix = Matrix::parse(
-            &format!("registry: r.example\nrepository: t/p\ntorch: [\"{torch}\"]\ncuda: [\"{cuda}\"]\nos: [ubuntu24.04]\nvariants: [runtime]\n"),
-            "m.yaml",
-        )
-        .unwrap();
-        resolve(
-            &matrix,
-            &Knowledge::test_fixture(),
-            &ResolveOptions::default(),
-        )
-        .images
-    }
-
     #[test]
     fn aliases_never_move_backwards() {
         let newer = specs_for("2.7.1", "12.6");

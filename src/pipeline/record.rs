@@ -174,3 +174,35 @@ pub fn image_record(spec: &ImageSpec, build_key: &Digest, at: &str) -> ImageReco
         extra: Default::default(),
     }
 }
+
+/// What the tests of planning over a manifest (`pipeline::plan`, `history::upgrade`) start from.
+#[cfg(test)]
+pub mod test_support {
+    use super::image_record;
+    use crate::history::manifest::Manifest;
+    use crate::model::digest::Digest;
+    use crate::resolve::image::ImageSpec;
+
+    /// The runtime images of one torch × CUDA on ubuntu24.04, resolved on the test knowledge.
+    pub fn specs_for(torch: &str, cuda: &str) -> Vec<ImageSpec> {
+        crate::resolve::test_images(&format!(
+            "registry: r.example\nrepository: t/p\ntorch: [\"{torch}\"]\ncuda: [\"{cuda}\"]\nos: [ubuntu24.04]\nvariants: [runtime]\n"
+        ))
+    }
+
+    /// A manifest recording every spec as built (its digest made from its tag) and each
+    /// `(alias, full tag)` as moved there.
+    pub fn manifest_with(specs: &[ImageSpec], alias_targets: &[(&str, &str)]) -> Manifest {
+        let mut manifest = Manifest::new();
+        for spec in specs {
+            let mut record = image_record(spec, &Digest::of(b"key"), "t0");
+            record.digest = Some(Digest::of(spec.tag.as_bytes()));
+            manifest.record_success(record);
+        }
+        for (alias, tag) in alias_targets {
+            let digest = manifest.images[*tag].digest.clone();
+            manifest.move_alias(alias, tag, digest, "t0");
+        }
+        manifest
+    }
+}

@@ -37,6 +37,19 @@ use tags::TagFields;
 use image::{Cell, Resolved};
 pub use image::{ImageSpec, Rejection, Resolution, ResolveOptions};
 
+/// The images `matrix_yaml` resolves to on the small knowledge fixture of the tests
+/// ([`Knowledge::test_fixture`]): for the tests of the stages after resolve.
+#[cfg(test)]
+pub fn test_images(matrix_yaml: &str) -> Vec<ImageSpec> {
+    let matrix = Matrix::parse(matrix_yaml, "m.yaml").expect("a test matrix");
+    resolve(
+        &matrix,
+        &Knowledge::test_fixture(),
+        &ResolveOptions::default(),
+    )
+    .images
+}
+
 /// Resolves `matrix` against `knowledge`.
 pub fn resolve(matrix: &Matrix, knowledge: &Knowledge, options: &ResolveOptions) -> Resolution {
     let mut resolution = Resolution::default();

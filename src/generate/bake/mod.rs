@@ -165,22 +165,9 @@ pub fn bake_file(images: &[ImageSpec]) -> Result<BakeFile, BakeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::knowledge::Knowledge;
-    use crate::model::matrix::Matrix;
-    use crate::resolve::{resolve, ResolveOptions};
 
     fn images() -> Vec<ImageSpec> {
-        let matrix = Matrix::parse(
-            "registry: docker.io\nrepository: team/pytorch\ntorch: [\"2.7\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\n",
-            "m.yaml",
-        )
-        .unwrap();
-        resolve(
-            &matrix,
-            &Knowledge::test_fixture(),
-            &ResolveOptions::default(),
-        )
-        .images
+        crate::resolve::test_images("registry: docker.io\nrepository: team/pytorch\ntorch: [\"2.7\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\n")
     }
 
     #[test]
@@ -267,17 +254,7 @@ mod tests {
 
     #[test]
     fn per_platform_images_push_only_their_own_tag_for_their_platform() {
-        let matrix = Matrix::parse(
-            "registry: r.example\nrepository: team/pytorch\ntorch: [\"2.13\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\nplatforms: [linux/amd64, linux/arm64]\n",
-            "m.yaml",
-        )
-        .unwrap();
-        let images = resolve(
-            &matrix,
-            &Knowledge::test_fixture(),
-            &ResolveOptions::default(),
-        )
-        .images;
+        let images = crate::resolve::test_images("registry: r.example\nrepository: team/pytorch\ntorch: [\"2.13\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\nplatforms: [linux/amd64, linux/arm64]\n");
         assert!(images.iter().any(|i| i.platform == "linux/arm64"));
         let bake = bake_file(&images).unwrap();
         for image in &images {

@@ -495,22 +495,9 @@ pub fn manifests(images: &[&ImageSpec], settings: &JobSettings) -> Result<Manife
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::knowledge::Knowledge;
-    use crate::model::matrix::Matrix;
-    use crate::resolve::{resolve, ResolveOptions};
 
     fn image() -> ImageSpec {
-        let matrix = Matrix::parse(
-            "registry: r.example\nrepository: team/pytorch\ntorch: [\"2.7\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\nvariants: [runtime]\n",
-            "m.yaml",
-        )
-        .unwrap();
-        resolve(
-            &matrix,
-            &Knowledge::test_fixture(),
-            &ResolveOptions::default(),
-        )
-        .images
+        crate::resolve::test_images("registry: r.example\nrepository: team/pytorch\ntorch: [\"2.7\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\nvariants: [runtime]\n")
         .remove(0)
     }
 
@@ -804,17 +791,7 @@ mod tests {
         assert!(node_matches(terms, &node("1", "0", None)));
         assert!(!node_matches(terms, &arm64_node));
 
-        let matrix = Matrix::parse(
-            "registry: r.example\nrepository: team/pytorch\ntorch: [\"2.13\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\nvariants: [runtime]\nplatforms: [linux/amd64, linux/arm64]\n",
-            "m.yaml",
-        )
-        .unwrap();
-        let images = resolve(
-            &matrix,
-            &Knowledge::test_fixture(),
-            &ResolveOptions::default(),
-        )
-        .images;
+        let images = crate::resolve::test_images("registry: r.example\nrepository: team/pytorch\ntorch: [\"2.13\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\nvariants: [runtime]\nplatforms: [linux/amd64, linux/arm64]\n");
         let all: Vec<&ImageSpec> = images.iter().collect();
         assert_eq!(all.len(), 2);
         let index = manifests(&all, &JobSettings::default()).unwrap();

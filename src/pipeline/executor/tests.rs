@@ -9,11 +9,8 @@ use std::time::Duration;
 
 use super::*;
 use crate::history::manifest::{Manifest, Packages};
-use crate::model::knowledge::Knowledge;
-use crate::model::matrix::Matrix;
 use crate::pipeline::plan::{plan, select};
 use crate::pipeline::record::{alias_intent, alias_moved, record};
-use crate::resolve::{resolve, ResolveOptions};
 
 #[derive(Default)]
 struct FakeBuilder {
@@ -187,17 +184,7 @@ impl Journal for MemoryJournal {
 }
 
 fn test_plan() -> Plan {
-    let matrix = Matrix::parse(
-        "registry: r.example\nrepository: t/p\ntorch: [\"2.7\"]\ncuda: [\"12.6\", \"12.8\"]\nos: [ubuntu24.04]\n",
-        "m.yaml",
-    )
-    .unwrap();
-    let specs = resolve(
-        &matrix,
-        &Knowledge::test_fixture(),
-        &ResolveOptions::default(),
-    )
-    .images;
+    let specs = crate::resolve::test_images("registry: r.example\nrepository: t/p\ntorch: [\"2.7\"]\ncuda: [\"12.6\", \"12.8\"]\nos: [ubuntu24.04]\n");
     plan(
         &select(&specs, None, None),
         &BTreeMap::new(),
