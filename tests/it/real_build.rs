@@ -13,8 +13,8 @@
 //!
 //! It needs the daemon, debootstrap (`.ci/install-deps.sh`), uv (`.ci/venv/bin/uv`, `IMAGEGEN_UV`
 //! or PATH), cargo and the network (deb.debian.org, PyPI), and fails, never skips, without them.
-//! It removes what it built (the base image stays, under its own name, for the next run); it
-//! prints each phase's time and the image's layers (see BENCHMARKS.md).
+//! It removes what it built, and the base image when it made it (`IMAGEGEN_TEST_KEEP_BASES=1`
+//! keeps it for the next run); it prints each phase's time and the image's layers (see BENCHMARKS.md).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
@@ -25,7 +25,8 @@ use std::time::Instant;
 use crate::support::project::{assert_code, text};
 use crate::support::unique_name;
 
-/// The base image this test makes (and keeps, to start from it the next time).
+/// The base image this test makes (removed at the end of the run unless
+/// `IMAGEGEN_TEST_KEEP_BASES=1`), or finds from an earlier run.
 const BASE_IMAGE: &str = "imagegen-test/bookworm-minbase:1";
 /// Where the runtime image gets its CA bundle, as containers on this host need it.
 const HOST_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
@@ -127,7 +128,8 @@ impl Drop for Built {
 }
 
 /// The base image: a minbase debootstrap of bookworm with Debian's own sources (archive, updates,
-/// security, as the debian:12 image has them), imported; made once and kept under its own name.
+/// security, as the debian:12 image has them), imported under its own name; made when it is not
+/// there, and then removed when the test process exits (see `support::remove_at_exit`).
 fn base_image(phases: &mut Phases) -> String {
     let inspect = docker(&["image", "inspect", "--format", "{{.Id}}", BASE_IMAGE]);
     if inspect.status.success() {
@@ -193,6 +195,7 @@ fn base_image(phases: &mut Phases) -> String {
         .expect("docker import");
     assert!(tar.wait().unwrap().success(), "tar of the rootfs failed");
     assert!(import.status.success(), "docker import: {}", text(&import));
+    crate::support::remove_at_exit(BASE_IMAGE);
     let _ = as_root("rm").args(["-rf", rootfs_text]).status();
     phases.mark(&format!(
         "base image {BASE_IMAGE} made (debootstrap, import)"

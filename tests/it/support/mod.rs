@@ -12,8 +12,10 @@
 //!   each test's layers are its own: removing them (with the untagged parents the daemon prunes)
 //!   can never pull a cached layer from under another test's build.
 //!
-//! A run leaves the daemon as it found it, except the base image, which every run shares and
-//! loads with the same id. `IMAGEGEN_TEST_RUN` (default: the process id) goes into every name
+//! A run leaves the daemon as it found it: a base image the run made ([`base_image`], and the
+//! real build's Debian base) is removed when the test process exits ([`remove_at_exit`]); one
+//! that was there before is left there. `IMAGEGEN_TEST_KEEP_BASES=1` keeps the bases a run makes,
+//! so the next run starts from them. `IMAGEGEN_TEST_RUN` (default: the process id) goes into every name
 //! and into the `imagegen-test.run` label, so `.ci/run` can check that nothing of its run is left.
 //!
 //! System packages come from `.ci/install-deps.sh` (docker-registry, busybox-static,
@@ -264,13 +266,21 @@ fn base_image_archive() -> (Vec<u8>, String) {
 
 /// Makes sure [`BASE_IMAGE`] exists locally and returns its reference. Idempotent and safe
 /// across parallel tests and processes: the archive is byte-for-byte the same every time, so
-/// loading it again yields the same image id and concurrent loads agree.
+/// loading it again yields the same image id and concurrent loads agree. The first call of the
+/// process notes whether the image was there before the run; if not, it goes at exit.
 pub async fn base_image(engine: &Engine) -> &'static str {
+    static FIRST_CALL_DONE: tokio::sync::Mutex<bool> = tokio::sync::Mutex::const_new(false);
+    let mut first_call_done = FIRST_CALL_DONE.lock().await;
     let (archive, expected_id) = base_image_archive();
-    if let Some(image) = engine.image(BASE_IMAGE).await.expect("inspect base image") {
-        if image.id == expected_id {
-            return BASE_IMAGE;
+    let found = engine.image(BASE_IMAGE).await.expect("inspect base image");
+    if !*first_call_done {
+        *first_call_done = true;
+        if found.is_none() {
+            remove_at_exit(BASE_IMAGE);
         }
+    }
+    if found.is_some_and(|image| image.id == expected_id) {
+        return BASE_IMAGE;
     }
     engine
         .load_image_archive(archive)
@@ -286,6 +296,48 @@ pub async fn base_image(engine: &Engine) -> &'static str {
         "base image id must be deterministic"
     );
     BASE_IMAGE
+}
+
+/// The images [`remove_at_exit`] was given, removed when the test process exits.
+static REMOVE_AT_EXIT: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// Removes `image` (a base image this run made, which the run's tests share) when the test
+/// process exits, after every test, so that a run leaves the daemon as it found it. With
+/// `IMAGEGEN_TEST_KEEP_BASES=1` the image stays, for the next run to start from.
+pub fn remove_at_exit(image: &str) {
+    if std::env::var_os("IMAGEGEN_TEST_KEEP_BASES").is_some_and(|keep| keep == "1") {
+        eprintln!("{image} stays on the daemon (IMAGEGEN_TEST_KEEP_BASES=1)");
+        return;
+    }
+    let mut images = REMOVE_AT_EXIT
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if images.is_empty() {
+        // SAFETY: atexit(3) takes a function without arguments that the C runtime calls once
+        // from exit(), which the test harness reaches whether tests passed or failed.
+        assert_eq!(unsafe { libc::atexit(remove_images_at_exit) }, 0, "atexit");
+    }
+    if !images.iter().any(|known| known == image) {
+        images.push(image.to_string());
+    }
+}
+
+extern "C" fn remove_images_at_exit() {
+    let images = REMOVE_AT_EXIT
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    for image in images.iter() {
+        match Command::new("docker").args(["image", "rm", image]).output() {
+            Ok(output) if output.status.success() => {}
+            Ok(output) => eprintln!(
+                "warning: the test base image {image} could not be removed: {}",
+                String::from_utf8_lossy(&output.stderr).trim()
+            ),
+            Err(error) => {
+                eprintln!("warning: the test base image {image} could not be removed: {error}")
+            }
+        }
+    }
 }
 
 /// A `docker-registry` process on 127.0.0.1, storage in a temporary directory.
