@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+use crate::docker::https_agent;
+
 use crate::model::knowledge::derive::{
     normalize_name, parse_simple_html, parse_simple_json, IndexFile,
 };
@@ -31,19 +33,8 @@ pub struct IndexClient {
 
 impl IndexClient {
     pub fn new(index: &str, timeout: Duration) -> IndexClient {
-        // The platform's trust store, so an index behind a company CA works when the CA is
-        // installed system-wide.
-        let tls = ureq::tls::TlsConfig::builder()
-            .root_certs(ureq::tls::RootCerts::PlatformVerifier)
-            .build();
-        let config = ureq::Agent::config_builder()
-            .tls_config(tls)
-            .http_status_as_error(false)
-            .timeout_global(Some(timeout))
-            .user_agent(concat!("imagegen/", env!("CARGO_PKG_VERSION")))
-            .build();
         IndexClient {
-            agent: ureq::Agent::new_with_config(config),
+            agent: https_agent(timeout),
             index: index.trim_end_matches('/').to_string(),
         }
     }

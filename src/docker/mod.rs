@@ -60,7 +60,7 @@ pub use engine::{
 };
 pub use error::DockerError;
 pub use registry::{
-    RegistryClient, RegistryManifest, DEFAULT_TIMEOUT as DEFAULT_REGISTRY_TIMEOUT,
+    https_agent, RegistryClient, RegistryManifest, DEFAULT_TIMEOUT as DEFAULT_REGISTRY_TIMEOUT,
     MEDIA_TYPE_DOCKER_MANIFEST, MEDIA_TYPE_DOCKER_MANIFEST_LIST, MEDIA_TYPE_OCI_INDEX,
     MEDIA_TYPE_OCI_MANIFEST,
 };

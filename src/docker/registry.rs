@@ -132,6 +132,22 @@ fn is_loopback_host(host: &str) -> bool {
     name == "localhost" || name == "::1" || name.starts_with("127.")
 }
 
+/// imagegen's HTTP(S) client: the platform's trust store, like dockerd (a registry or a package
+/// index behind a private CA works when the CA is installed system-wide), `timeout` for the
+/// whole of each call, and statuses as answers rather than errors.
+pub fn https_agent(timeout: Duration) -> ureq::Agent {
+    let tls = ureq::tls::TlsConfig::builder()
+        .root_certs(ureq::tls::RootCerts::PlatformVerifier)
+        .build();
+    let config = ureq::Agent::config_builder()
+        .tls_config(tls)
+        .http_status_as_error(false)
+        .timeout_global(Some(timeout))
+        .user_agent(concat!("imagegen/", env!("CARGO_PKG_VERSION")))
+        .build();
+    ureq::Agent::new_with_config(config)
+}
+
 pub(super) fn transport_failure(url: &str, error: ureq::Error) -> TransportFailure {
     use std::io::ErrorKind;
     let reason = super::engine::error_chain(&error);
@@ -202,23 +218,12 @@ impl RegistryClient {
         retry: RetryPolicy,
         timeout: Duration,
     ) -> Self {
-        // The platform's trust store, like dockerd: registries behind a private CA work when
-        // the CA is installed system-wide.
-        let tls = ureq::tls::TlsConfig::builder()
-            .root_certs(ureq::tls::RootCerts::PlatformVerifier)
-            .build();
-        let config = ureq::Agent::config_builder()
-            .tls_config(tls)
-            .http_status_as_error(false)
-            .timeout_global(Some(timeout))
-            .user_agent(concat!("imagegen/", env!("CARGO_PKG_VERSION")))
-            .build();
         RegistryClient {
             inner: Arc::new(Inner {
                 host: host.to_string(),
                 base_url,
                 credentials,
-                agent: ureq::Agent::new_with_config(config),
+                agent: https_agent(timeout),
                 retry,
                 tokens: Mutex::new(HashMap::new()),
                 basic_auth: Mutex::new(false),

@@ -581,16 +581,7 @@ async fn registry_down_fails_clearly_after_bounded_retries() {
 
 /// Containers carrying `label=value`, running or not.
 async fn containers_labelled(engine: &Engine, label: &str, value: &str) -> usize {
-    let filter = format!("{label}={value}");
-    let mut filters = std::collections::HashMap::new();
-    filters.insert("label", vec![filter.as_str()]);
-    let options = bollard::query_parameters::ListContainersOptionsBuilder::default()
-        .all(true)
-        .filters(&filters)
-        .build();
-    engine
-        .client()
-        .list_containers(Some(options))
+    crate::support::containers_with_label(engine, &format!("{label}={value}"))
         .await
         .unwrap()
         .len()

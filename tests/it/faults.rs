@@ -585,15 +585,7 @@ async fn imagegen_killed_after_an_alias_moved_then_rollback_to_the_old_digest() 
 
 /// The self-test containers of `repository` that exist now.
 async fn selftest_containers(engine: &Engine, repository_prefix: &str) -> Vec<String> {
-    let mut filters = std::collections::HashMap::new();
-    filters.insert("label", vec!["imagegen.selftest"]);
-    let options = bollard::query_parameters::ListContainersOptionsBuilder::default()
-        .all(true)
-        .filters(&filters)
-        .build();
-    engine
-        .client()
-        .list_containers(Some(options))
+    crate::support::containers_with_label(engine, "imagegen.selftest")
         .await
         .unwrap()
         .into_iter()

@@ -137,14 +137,7 @@ impl Cleanup {
         };
         let docker = engine.client();
         let filter = format!("{CASE_LABEL}={case}");
-        let mut filters = std::collections::HashMap::new();
-        filters.insert("label", vec![filter.as_str()]);
-        let containers = bollard::query_parameters::ListContainersOptionsBuilder::default()
-            .all(true)
-            .filters(&filters)
-            .build();
-        for container in docker
-            .list_containers(Some(containers))
+        for container in containers_with_label(&engine, &filter)
             .await
             .unwrap_or_default()
         {
@@ -156,6 +149,8 @@ impl Cleanup {
                 let _ = docker.remove_container(&id, Some(options)).await;
             }
         }
+        let mut filters = std::collections::HashMap::new();
+        filters.insert("label", vec![filter.as_str()]);
         for _pass in 0..5 {
             let images = bollard::query_parameters::ListImagesOptionsBuilder::default()
                 .all(true)
@@ -296,6 +291,20 @@ pub async fn base_image(engine: &Engine) -> &'static str {
         "base image id must be deterministic"
     );
     BASE_IMAGE
+}
+
+/// Every container (running or not) whose labels match `filter` (`key` or `key=value`).
+pub async fn containers_with_label(
+    engine: &Engine,
+    filter: &str,
+) -> Result<Vec<bollard::models::ContainerSummary>, bollard::errors::Error> {
+    let mut filters = std::collections::HashMap::new();
+    filters.insert("label", vec![filter]);
+    let options = bollard::query_parameters::ListContainersOptionsBuilder::default()
+        .all(true)
+        .filters(&filters)
+        .build();
+    engine.client().list_containers(Some(options)).await
 }
 
 /// The images [`remove_at_exit`] was given, removed when the test process exits.
