@@ -367,8 +367,23 @@ mod tests {
 
     #[test]
     fn build_major_follows_the_feature() {
-        let major = cuda_build_major();
-        assert!(["11", "12", "13"].contains(&major));
+        // The feature (cu11, cu12, cu13) selects the cudarc bindings compiled in; their
+        // `CUDA_VERSION` (cuda.h's, e.g. 12000) is the witness of which one did, independent of
+        // the `cfg!` chain under test. A build whose major and bindings disagree would look for
+        // libraries of one major through the functions of another.
+        let bindings_major = (cudarc::driver::sys::CUDA_VERSION / 1000).to_string();
+        assert_eq!(cuda_build_major(), bindings_major);
+        let cublas = discovery::library_specs(cuda_build_major())
+            .into_iter()
+            .find(|spec| spec.key == "cublas")
+            .unwrap();
+        assert!(
+            cublas
+                .file_names
+                .contains(&format!("libcublas.so.{bindings_major}")),
+            "{:?}",
+            cublas.file_names
+        );
     }
 
     #[test]

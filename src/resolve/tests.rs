@@ -816,6 +816,14 @@ fn driver_hints_name_only_images_the_driver_runs() {
         every_torch.join(", "),
         every_cuda.join(", ")
     );
+    // Up to three wheels named per driver; none where the driver runs no wheel of the knowledge
+    // (450 runs CUDA 11.1 at most) or where forward compatibility runs every cell (535 with it).
+    let expected_hints =
+        |driver_text: &str, forward_compat: bool| match (driver_text, forward_compat) {
+            ("450.80.02", _) | ("535.104.05", true) => 0,
+            _ => 3,
+        };
+    let mut wheels_checked = 0;
     for driver_text in [
         "450.80.02",
         "535.104.05",
@@ -840,7 +848,13 @@ fn driver_hints_name_only_images_the_driver_runs() {
                     named_wheels.insert(wheel.to_string(), rejection.torch.clone());
                 }
             }
+            assert_eq!(
+                named_wheels.len(),
+                expected_hints(driver_text, forward_compat),
+                "driver {driver_text} (forward compat {forward_compat}) names {named_wheels:?}"
+            );
             for (wheel, refused) in named_wheels {
+                wheels_checked += 1;
                 {
                     let (series, suffix) = wheel.split_once("+cu").unwrap();
                     let (major, minor) = suffix.split_at(2);
@@ -859,6 +873,7 @@ fn driver_hints_name_only_images_the_driver_runs() {
             }
         }
     }
+    assert_eq!(wheels_checked, 21, "every named wheel was tried");
     let resolution = run_with(
         "torch: [\"2.9\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\nvariants: [runtime]\n",
         ResolveOptions {

@@ -7,6 +7,7 @@
 //! `gpu-selftest` script; the real binary is tested in the selftest crate and on the GPU machine.
 //! These tests fail, never skip, when the daemon is missing.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use crate::support::project::{
@@ -14,6 +15,25 @@ use crate::support::project::{
 };
 use crate::support::Registry;
 use imagegen::docker::Credentials;
+
+/// The RESULT column of the table `imagegen build` prints, by image: every row of it, so a
+/// check over it fails when the table is missing, short or renamed, never passes on no rows.
+fn results_table(log: &str) -> BTreeMap<String, String> {
+    let mut rows = log
+        .lines()
+        .skip_while(|line| !line.starts_with("IMAGE ") || !line.contains(" RESULT "))
+        .skip(1)
+        .take_while(|line| !line.trim().is_empty())
+        .peekable();
+    assert!(rows.peek().is_some(), "no result table in:\n{log}");
+    rows.map(|line| {
+        let mut fields = line.split_whitespace();
+        let image = fields.next().unwrap().to_string();
+        let result = fields.next().unwrap_or_default().to_string();
+        (image, result)
+    })
+    .collect()
+}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn build_push_skip_unchanged_and_rebuild_only_what_changed() {
@@ -82,11 +102,12 @@ async fn build_push_skip_unchanged_and_rebuild_only_what_changed() {
         !log.contains("Step 1/"),
         "a no-op build must not build:\n{log}"
     );
-    let reused = log
-        .lines()
-        .filter(|l| l.starts_with("2.") && l.contains(" reused "))
-        .count();
-    assert_eq!(reused, 4, "{log}");
+    let reused: BTreeMap<String, String> = ["2.7.0", "2.8.0"]
+        .iter()
+        .flat_map(|torch| ["runtime", "devel"].map(|variant| project.tag(torch, variant)))
+        .map(|tag| (tag, "reused".to_string()))
+        .collect();
+    assert_eq!(results_table(&log), reused, "{log}");
     let again = project.manifest();
     for (tag, record) in manifest["images"].as_object().unwrap() {
         assert_eq!(again["images"][tag]["digest"], record["digest"]);
@@ -104,17 +125,20 @@ async fn build_push_skip_unchanged_and_rebuild_only_what_changed() {
     let output = project.build(&["--push"]);
     assert_code(&output, 0);
     let log = text(&output);
-    for line in log
-        .lines()
-        .filter(|l| l.starts_with("2.") && l.contains("cuda12.6"))
-    {
-        let built = line.contains(" built ");
-        assert_eq!(
-            built,
-            line.starts_with("2.7.1"),
-            "only 2.7.1 images build: {line}"
-        );
-    }
+    let expected: BTreeMap<String, String> = [
+        ("2.7.1", "runtime", "built"),
+        ("2.7.1", "devel", "built"),
+        ("2.8.0", "runtime", "reused"),
+        ("2.8.0", "devel", "reused"),
+    ]
+    .iter()
+    .map(|(torch, variant, result)| (project.tag(torch, variant), result.to_string()))
+    .collect();
+    assert_eq!(
+        results_table(&log),
+        expected,
+        "only the 2.7.1 images build, the 2.8.0 ones are reused:\n{log}"
+    );
     let manifest = project.manifest();
     let alias = &manifest["aliases"]["2.7-cuda12.6-runtime"];
     assert_eq!(alias["tag"], project.tag("2.7.1", "runtime"));
