@@ -327,11 +327,33 @@ async fn a_selftest_baseline_reaches_the_self_test_and_only_counts_for_itself() 
     );
 }
 
+/// "Nothing lost": every record, alias and digest of an earlier build is, after a run whose
+/// pushes all failed, exactly what it was (the same JSON, field for field), and the registry,
+/// once back, still serves each recorded digest under its tag and its aliases.
 #[tokio::test(flavor = "multi_thread")]
 async fn registry_down_is_a_clear_failure_that_loses_nothing() {
     prepare().await;
-    let port = crate::support::free_port();
-    let project = Project::new(&format!("127.0.0.1:{port}"), SELFTEST_PASS);
+    let mut registry = Registry::start();
+    let project = Project::new(registry.host(), SELFTEST_PASS);
+    let kept = project.tag("2.8.0", "runtime");
+    assert_code(
+        &project.build(&["--push", "--only", "2.8.0-cuda12.6-cudnn9-runtime"]),
+        0,
+    );
+    let before = project.manifest();
+    let earlier_images = before["images"].as_object().unwrap().clone();
+    let earlier_aliases = before["aliases"].as_object().unwrap().clone();
+    assert!(
+        earlier_images.contains_key(&kept) && earlier_images[&kept]["digest"].is_string(),
+        "the earlier build is recorded: {before:#}"
+    );
+    assert_eq!(
+        earlier_aliases.keys().collect::<Vec<_>>(),
+        ["2.8-cuda12.6-runtime", "2.8-cuda12.6-runtime-ubuntu24.04"],
+        "the earlier build moved its aliases: {before:#}"
+    );
+
+    registry.stop();
     let output = project.build(&[
         "--push",
         "--push-attempts",
@@ -342,14 +364,15 @@ async fn registry_down_is_a_clear_failure_that_loses_nothing() {
     assert_code(&output, 1);
     let log = text(&output);
     assert!(
-        log.contains(&format!("127.0.0.1:{port}")),
+        log.contains(registry.host()),
         "the registry is named:\n{log}"
     );
     assert!(
         log.contains("2 attempt"),
         "bounded retries are reported:\n{log}"
     );
-    let record = &project.manifest()["images"][project.tag("2.7.0", "runtime")];
+    let after = project.manifest();
+    let record = &after["images"][project.tag("2.7.0", "runtime")];
     assert_eq!(record["status"], "failed");
     assert!(
         record["last_error"]
@@ -358,6 +381,45 @@ async fn registry_down_is_a_clear_failure_that_loses_nothing() {
             .contains("after 2 attempt(s)"),
         "{record}"
     );
+
+    // Nothing lost: each earlier record and every alias is the same JSON, byte for byte, and no
+    // alias moved to the image that failed to push.
+    for (tag, earlier) in &earlier_images {
+        assert_eq!(
+            serde_json::to_string(&after["images"][tag]).unwrap(),
+            serde_json::to_string(earlier).unwrap(),
+            "the record of {tag} changed"
+        );
+    }
+    assert_eq!(
+        serde_json::to_string(&after["aliases"]).unwrap(),
+        serde_json::to_string(&earlier_aliases).unwrap(),
+        "the aliases changed"
+    );
+    assert!(after["pending_aliases"].is_null(), "{after:#}");
+    assert_eq!(
+        after["images"].as_object().unwrap().len(),
+        earlier_images.len() + 1,
+        "only the failed image was added: {after:#}"
+    );
+
+    // And the registry, back, serves what the manifest says.
+    registry.restart();
+    let client = project.client(None);
+    let recorded = earlier_images[&kept]["digest"].as_str().unwrap();
+    for reference in
+        std::iter::once(kept.as_str()).chain(earlier_aliases.keys().map(String::as_str))
+    {
+        assert_eq!(
+            client
+                .manifest_digest(&project.repository, reference)
+                .await
+                .unwrap()
+                .as_deref(),
+            Some(recorded),
+            "{reference}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
