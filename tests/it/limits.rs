@@ -6,12 +6,14 @@
 //!
 //! The peak RSS is the kernel's (`wait4`'s `ru_maxrss`). A process started straight from this
 //! big, multi-threaded test process would inherit its high-water mark at `exec`, so `sh` starts
-//! imagegen in the background and exits; imagegen, orphaned, comes back to this process (a child
-//! subreaper), which reaps it and reads its own peak.
+//! imagegen in the background and exits. Imagegen, orphaned, goes to the nearest child subreaper:
+//! a child forked from this process for that one measurement, which reaps it, hands its exit
+//! status and peak back through a pipe and exits. The test process itself never becomes a
+//! subreaper, so the other tests of this binary never inherit orphans they did not start.
 
+use std::ffi::{CString, OsStr};
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::sync::Once;
 use std::time::Instant;
 
 /// The address-space cap of imagegen (KiB, for `ulimit -v`): far above what a bounded run needs,
@@ -32,42 +34,162 @@ struct Run {
     max_rss_kib: i64,
 }
 
+/// What the measuring child sends back: imagegen's wait status and peak RSS (KiB).
+#[repr(C)]
+#[derive(Default)]
+struct Measured {
+    status: libc::c_int,
+    max_rss_kib: libc::c_long,
+}
+
+/// Why the measuring child gave up, by its exit code (it cannot format a message).
+fn child_failure(code: i32) -> &'static str {
+    match code {
+        10 => "prctl(PR_SET_CHILD_SUBREAPER) failed",
+        11 => "fork of sh failed",
+        12 => "sh printed no pid of imagegen",
+        13 => "waiting for sh failed",
+        14 => "wait4 for imagegen failed",
+        15 => "writing the result failed",
+        _ => "unknown",
+    }
+}
+
+fn c_string(bytes: &[u8]) -> CString {
+    CString::new(bytes).expect("no NUL in an argument")
+}
+
 /// Runs `imagegen args...` in `dir` under the address-space cap, measuring its time and peak RSS.
+///
+/// A child forked for this run marks itself a child subreaper and starts `sh`, which starts
+/// imagegen in the background, prints its pid and exits; the child reaps imagegen with `wait4`
+/// and writes its status and `ru_maxrss` to a pipe. The child is a copy of one thread of this
+/// multi-threaded process, so it makes only async-signal-safe calls (no allocation, no lock):
+/// everything it needs is made before the fork.
 fn run_measured(dir: &Path, args: &[&str]) -> Run {
-    static SUBREAPER: Once = Once::new();
-    SUBREAPER.call_once(|| {
-        // SAFETY: a plain prctl on this process.
-        let done = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
-        assert_eq!(done, 0, "prctl: {}", std::io::Error::last_os_error());
-    });
+    let script = format!(
+        "ulimit -v {ADDRESS_SPACE_CAP_KIB} && \"$0\" \"$@\" </dev/null >/dev/null 2>stderr.txt & echo $!"
+    );
+    let imagegen = assert_cmd::cargo::cargo_bin("imagegen");
+    let mut argv_strings = vec![
+        c_string(b"sh"),
+        c_string(b"-c"),
+        c_string(script.as_bytes()),
+        c_string(imagegen.as_os_str().as_bytes()),
+    ];
+    argv_strings.extend(args.iter().map(|arg| c_string(OsStr::new(arg).as_bytes())));
+    let mut argv: Vec<*const libc::c_char> = argv_strings.iter().map(|a| a.as_ptr()).collect();
+    argv.push(std::ptr::null());
+    let shell = c_string(b"/bin/sh");
+    let directory = c_string(dir.as_os_str().as_bytes());
+
+    // pid_pipe: sh's stdout (the pid of imagegen) to the child; result_pipe: child to us.
+    let mut pid_pipe = [0; 2];
+    let mut result_pipe = [0; 2];
+    // SAFETY: pipe2 fills the two-element arrays.
+    unsafe {
+        assert_eq!(libc::pipe2(pid_pipe.as_mut_ptr(), libc::O_CLOEXEC), 0);
+        assert_eq!(libc::pipe2(result_pipe.as_mut_ptr(), libc::O_CLOEXEC), 0);
+    }
     let started = Instant::now();
-    let launcher = Command::new("sh")
-        .arg("-c")
-        .arg(format!(
-            "ulimit -v {ADDRESS_SPACE_CAP_KIB} && \"$0\" \"$@\" </dev/null >/dev/null 2>stderr.txt & echo $!"
-        ))
-        .arg(assert_cmd::cargo::cargo_bin("imagegen"))
-        .args(args)
-        .current_dir(dir)
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("sh starts imagegen");
-    assert!(launcher.status.success(), "{launcher:?}");
-    let pid: libc::pid_t = String::from_utf8_lossy(&launcher.stdout)
-        .trim()
-        .parse()
-        .expect("sh prints the pid of imagegen");
-    let mut status = 0;
-    // SAFETY: an all-zero rusage is a valid value; wait4 fills it for our (adopted) child.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    let waited = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-    assert_eq!(waited, pid, "wait4: {}", std::io::Error::last_os_error());
+    // SAFETY: after fork the child makes only async-signal-safe system calls on memory made
+    // before the fork, and ends with _exit; it never returns into Rust code.
+    let child = unsafe { libc::fork() };
+    assert!(child >= 0, "fork: {}", std::io::Error::last_os_error());
+    if child == 0 {
+        unsafe { measuring_child(&shell, &argv, &directory, pid_pipe, result_pipe[1]) }
+    }
+    // SAFETY: plain close/read/waitpid on our own descriptors and child.
+    let measured = unsafe {
+        libc::close(pid_pipe[0]);
+        libc::close(pid_pipe[1]);
+        libc::close(result_pipe[1]);
+        let mut measured = Measured::default();
+        let size = std::mem::size_of::<Measured>();
+        let read = libc::read(
+            result_pipe[0],
+            (&mut measured as *mut Measured).cast(),
+            size,
+        );
+        libc::close(result_pipe[0]);
+        let mut child_status = 0;
+        assert_eq!(libc::waitpid(child, &mut child_status, 0), child);
+        let code = libc::WEXITSTATUS(child_status);
+        assert!(
+            libc::WIFEXITED(child_status) && code == 0 && read == size as isize,
+            "the measuring child failed (exit {code}: {})",
+            child_failure(code)
+        );
+        measured
+    };
+    let status = measured.status;
     Run {
         code: libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status)),
         stderr: std::fs::read_to_string(dir.join("stderr.txt")).unwrap_or_default(),
         seconds: started.elapsed().as_secs_f64(),
-        max_rss_kib: usage.ru_maxrss,
+        max_rss_kib: measured.max_rss_kib,
     }
+}
+
+/// The forked child of [`run_measured`]: subreaper, `sh`, `wait4`, result, `_exit`. Only
+/// async-signal-safe calls from here on.
+unsafe fn measuring_child(
+    shell: &CString,
+    argv: &[*const libc::c_char],
+    directory: &CString,
+    pid_pipe: [libc::c_int; 2],
+    result_fd: libc::c_int,
+) -> ! {
+    if libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0 {
+        libc::_exit(10);
+    }
+    let launcher = libc::fork();
+    if launcher < 0 {
+        libc::_exit(11);
+    }
+    if launcher == 0 {
+        // sh: in the run's folder, its stdout the pid pipe.
+        if libc::chdir(directory.as_ptr()) != 0 || libc::dup2(pid_pipe[1], 1) != 1 {
+            libc::_exit(127);
+        }
+        libc::execv(shell.as_ptr(), argv.as_ptr());
+        libc::_exit(127);
+    }
+    libc::close(pid_pipe[1]);
+    // The pid, digit by digit up to the newline.
+    let mut pid: libc::pid_t = 0;
+    let mut digits = 0;
+    loop {
+        let mut byte = 0u8;
+        if libc::read(pid_pipe[0], (&mut byte as *mut u8).cast(), 1) != 1 {
+            break;
+        }
+        match byte {
+            b'0'..=b'9' => {
+                pid = pid * 10 + libc::pid_t::from(byte - b'0');
+                digits += 1;
+            }
+            _ => break,
+        }
+    }
+    let mut status = 0;
+    if libc::waitpid(launcher, &mut status, 0) != launcher {
+        libc::_exit(13);
+    }
+    if digits == 0 {
+        libc::_exit(12);
+    }
+    let mut usage: libc::rusage = std::mem::zeroed();
+    let mut measured = Measured::default();
+    if libc::wait4(pid, &mut measured.status, 0, &mut usage) != pid {
+        libc::_exit(14);
+    }
+    measured.max_rss_kib = usage.ru_maxrss;
+    let size = std::mem::size_of::<Measured>();
+    if libc::write(result_fd, (&measured as *const Measured).cast(), size) != size as isize {
+        libc::_exit(15);
+    }
+    libc::_exit(0);
 }
 
 /// The start of a long message (an echoed 1 MB value must not flood the test output).
@@ -225,4 +347,25 @@ fn knowledge_files_have_the_same_limits() {
         head(&run.stderr)
     );
     assert!(run.seconds < MAX_SECONDS && run.max_rss_kib < MAX_RSS_KIB);
+}
+
+/// The measurement's subreaper is a child made for it: after a measured run this process is no
+/// subreaper, so orphans of other tests in this binary go to init, not to it.
+#[test]
+fn the_test_process_never_becomes_a_subreaper() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("matrix.yaml"), "registry: [\n").unwrap();
+    let run = run_measured(dir.path(), &["render"]);
+    assert_eq!(run.code, Some(2), "{}", run.stderr);
+    assert!(run.max_rss_kib > 0, "the child reported a peak");
+    let mut subreaper: libc::c_int = -1;
+    // SAFETY: PR_GET_CHILD_SUBREAPER writes one int.
+    let done = unsafe {
+        libc::prctl(
+            libc::PR_GET_CHILD_SUBREAPER,
+            &mut subreaper as *mut libc::c_int,
+        )
+    };
+    assert_eq!(done, 0, "prctl: {}", std::io::Error::last_os_error());
+    assert_eq!(subreaper, 0, "the test process is a child subreaper");
 }
