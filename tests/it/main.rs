@@ -4,6 +4,7 @@
 
 mod build;
 mod cli;
+mod compiled;
 mod docker_engine;
 mod docker_host_env;
 mod faults;
@@ -14,3 +15,12 @@ mod multiarch;
 mod real_build;
 mod support;
 mod upgrade;
+
+/// Every Rust file of the workspace is compiled into a target: a module whose `mod` line was
+/// removed (here, or a `mod tests;` in `src/` or `selftest/`) fails this test, named. It lives
+/// in the crate root, not in a module, so that no `mod` line can drop it; the walk it runs is
+/// in [`compiled`], which this crate cannot build without.
+#[test]
+fn every_rust_file_in_the_tree_is_compiled_into_a_target() {
+    compiled::assert_every_file_is_compiled();
+}
