@@ -6,14 +6,15 @@
 //! `src_path` of a target that `cargo metadata` lists (libraries, binaries, test and bench
 //! targets of every workspace package). The walk reads each file as the compiler resolves
 //! modules: comments, strings and character literals are not code; `mod x;` in `a/b.rs` is
-//! `a/b/x.rs` or `a/b/x/mod.rs`, in a `mod.rs` or crate root `x.rs` beside it; inline `mod m { }`
-//! blocks add a folder; `#[path = "..."]` is relative to the declaring file's folder (within
-//! inline blocks, to their folders), and the file it names resolves its own modules as a `mod.rs`
-//! does; `include!("f.rs")` reaches `f.rs` (its own `mod`s are not followed). A declaration under a `#[cfg(...)]` (or in a file or
-//! block under `#![cfg(...)]`) that is false in `cargo test` on this machine reaches nothing:
-//! `test`, `unix`, `debug_assertions`, this machine's `target_*` and the package's default
-//! features are true, everything else known is false, and a cfg the walk does not know is an
-//! error naming its place, never a guess.
+//! `a/b/x.rs` or `a/b/x/mod.rs`, in a `mod.rs` or crate root `x.rs` beside it; inline
+//! `mod m { }` blocks add a folder; `#[path = "..."]` is relative to the declaring file's folder
+//! (within inline blocks, to their folders), and the file it names resolves its own modules as a
+//! `mod.rs` does; `include!("f.rs")` reaches `f.rs` (its own `mod`s are not followed).
+//!
+//! A declaration under a `#[cfg(...)]` (or in a file or block under `#![cfg(...)]`) that is
+//! false in `cargo test` on this machine reaches nothing: `test`, `unix`, `debug_assertions`,
+//! this machine's `target_*` and the package's default features are true, everything else known
+//! is false, and a cfg the walk does not know is an error naming its place, never a guess.
 //!
 //! The check itself is in `main.rs`, the crate root, so no `mod` line can drop it.
 
