@@ -174,6 +174,7 @@ mod tests {
         let table = parse_table(TABLE_TEXT).expect("the embedded table parses");
         assert!(table.models.len() >= 5);
         let mut all_names: Vec<String> = Vec::new();
+        let mut nvlink_quotes_checked = 0;
         for model in &table.models {
             assert!(!model.names.is_empty(), "{}", model.model);
             assert!(model.source.url.starts_with("https://"), "{}", model.model);
@@ -221,6 +222,7 @@ mod tests {
                             .quote
                             .contains(&format!("{} GB/s", nvlink.datasheet_gigabytes_per_second))
                 );
+                nvlink_quotes_checked += 1;
             }
             for name in &model.names {
                 assert!(
@@ -230,6 +232,10 @@ mod tests {
                 all_names.push(name.clone());
             }
         }
+        assert!(
+            nvlink_quotes_checked > 0,
+            "no model with NVLink was checked"
+        );
     }
 
     #[test]

@@ -251,7 +251,12 @@ mod tests {
     #[test]
     fn points_land_inside_the_plot_area() {
         let svg = render_bandwidth_svg("t", &sample());
-        for circle in svg.lines().filter(|line| line.starts_with("<circle")) {
+        let circles: Vec<&str> = svg
+            .lines()
+            .filter(|line| line.starts_with("<circle"))
+            .collect();
+        assert!(!circles.is_empty(), "{svg}");
+        for circle in circles {
             let field = |name: &str| -> f64 {
                 let start = circle.find(&format!("{name}=\"")).unwrap() + name.len() + 2;
                 circle[start..].split('"').next().unwrap().parse().unwrap()

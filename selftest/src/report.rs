@@ -446,11 +446,14 @@ mod tests {
             1
         );
         // Every non-comment line is `name{labels} value`.
+        let mut samples = 0;
         for line in text.lines().filter(|line| !line.starts_with('#')) {
             let (name, value) = line.rsplit_once(' ').unwrap();
             assert!(name.starts_with("gpu_selftest_"), "{line}");
             assert!(value.parse::<f64>().is_ok() || value == "NaN", "{line}");
+            samples += 1;
         }
+        assert!(samples > 1, "{text}");
         assert_eq!(escape_label_value("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
         assert_eq!(format_sample_value(f64::INFINITY), "+Inf");
     }

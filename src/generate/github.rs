@@ -269,8 +269,11 @@ mod tests {
         crate::resolve::test_images("registry: r.example\nrepository: t/p\ntorch: [\"2.7\", \"2.8\"]\ncuda: [\"12.6\", \"12.8\"]\nos: [ubuntu22.04, ubuntu24.04]\n")
     }
 
-    fn assert_partition(images: &[ImageSpec], matrix: &GithubMatrix) {
+    /// Checks that the jobs share out `images`, each devel after its runtime in one job; returns
+    /// how many devel images it checked so.
+    fn assert_partition(images: &[ImageSpec], matrix: &GithubMatrix) -> usize {
         let mut seen = BTreeSet::new();
+        let mut devels_checked = 0;
         for job in &matrix.include {
             for (position, name) in job.images.iter().enumerate() {
                 assert!(seen.insert(name.clone()), "{name} in two jobs");
@@ -281,10 +284,12 @@ mod tests {
                         parent_position.is_some_and(|p| p < position),
                         "{name} must come after its runtime {parent} in the same job"
                     );
+                    devels_checked += 1;
                 }
             }
         }
         assert_eq!(seen.len(), images.len(), "every image in exactly one job");
+        devels_checked
     }
 
     #[test]
@@ -301,7 +306,7 @@ mod tests {
                 .count();
             assert_eq!(runtimes, 1, "{job:?}");
         }
-        assert_partition(&images, &matrix);
+        assert_eq!(assert_partition(&images, &matrix), images.len() / 2);
     }
 
     #[test]
@@ -309,7 +314,7 @@ mod tests {
         let images = images();
         for count in [1, 2, 3, 100] {
             let matrix = github_matrix(&images, FanOut::Shards(count));
-            assert_partition(&images, &matrix);
+            assert_eq!(assert_partition(&images, &matrix), images.len() / 2);
             assert_eq!(
                 matrix.include.len(),
                 count.min(family_count(&images)),

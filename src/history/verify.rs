@@ -507,7 +507,9 @@ mod tests {
             ("new", Some(d("new"))),
             ("a", Some(d("old"))),
         ]);
-        assert!(compare(&manifest, &all_ok).iter().all(|f| !f.is_drift()));
+        let findings = compare(&manifest, &all_ok);
+        assert_eq!(findings.len(), 3, "{findings:?}");
+        assert!(findings.iter().all(|f| !f.is_drift()));
 
         let drifted = served(&[
             ("old", Some(d("old"))),

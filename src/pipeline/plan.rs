@@ -316,6 +316,7 @@ mod tests {
     fn shards_partition_whole_families_deterministically() {
         let all = specs();
         let mut seen = BTreeSet::new();
+        let mut devels_checked = 0;
         for index in 1..=3 {
             let part = select(&all, None, Some(Shard { index, count: 3 }));
             for spec in &part {
@@ -329,6 +330,7 @@ mod tests {
                         part.iter().any(|s| &s.name == parent),
                         "devel without its runtime in the shard"
                     );
+                    devels_checked += 1;
                 }
             }
             assert_eq!(
@@ -340,6 +342,11 @@ mod tests {
             );
         }
         assert_eq!(seen.len(), all.len(), "every image in exactly one shard");
+        assert_eq!(
+            devels_checked,
+            all.len() / 2,
+            "each devel image was checked"
+        );
     }
 
     #[test]

@@ -419,6 +419,18 @@ mod tests {
         for (name, _) in EMBEDDED_TEMPLATES {
             environment.get_template(name).unwrap();
         }
+        // "Every": the list is each template of templates/, none left out.
+        let mut on_disk: Vec<String> =
+            std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/templates"))
+                .unwrap()
+                .map(|entry| entry.unwrap().file_name().to_string_lossy().to_string())
+                .filter(|name| name.ends_with(".j2"))
+                .collect();
+        on_disk.sort();
+        let mut embedded: Vec<&str> = EMBEDDED_TEMPLATES.iter().map(|(name, _)| *name).collect();
+        embedded.sort();
+        assert_eq!(embedded, on_disk);
+        assert!(embedded.len() >= 2);
     }
 
     /// Renders the matrix `extra` and returns each image's files, by image name.
@@ -652,6 +664,7 @@ mod tests {
             "torch: [\"2.7\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\n",
             Some(&ca),
         );
+        let mut runtimes_checked = 0;
         for (name, files) in &images {
             let text = &files["Dockerfile"];
             assert!(
@@ -674,8 +687,14 @@ mod tests {
                 assert!(
                     text.contains(" && update-ca-certificates \\\n && rm -rf /var/lib/apt/lists/*")
                 );
+                runtimes_checked += 1;
             }
         }
+        assert_eq!(
+            (images.len(), runtimes_checked),
+            (2, 1),
+            "a runtime and a devel image"
+        );
         let (images, matrix) = specs("torch: [\"2.7\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\n");
         let key = CaBundle {
             path: "key.pem".into(),

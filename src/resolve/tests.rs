@@ -643,6 +643,7 @@ fn locks_are_inputs_of_the_fingerprint_and_devel_locks_follow_their_runtime() {
             ..Default::default()
         },
     );
+    assert!(!unlocked.images.is_empty());
     assert!(unlocked.images.iter().all(|i| i.lock.is_none()));
 }
 

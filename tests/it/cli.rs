@@ -113,7 +113,10 @@ fn resolve_for_a_fleet_driver() {
         .iter()
         .map(|i| i["cuda"].as_str().unwrap())
         .collect();
-    assert!(kept.iter().all(|cuda| *cuda == "11.8"), "{kept:?}");
+    assert!(
+        !kept.is_empty() && kept.iter().all(|cuda| *cuda == "11.8"),
+        "{kept:?}"
+    );
     let reasons: Vec<&str> = json["rejected"]
         .as_array()
         .unwrap()
@@ -989,7 +992,9 @@ fn a_closed_output_pipe_is_not_a_crash() {
 #[test]
 fn every_argument_has_help_and_the_main_verbs_come_first() {
     use clap::CommandFactory;
-    fn check(command: &clap::Command, path: &str, missing: &mut Vec<String>) {
+    /// Adds what lacks help to `missing`; returns how many arguments and commands it looked at.
+    fn check(command: &clap::Command, path: &str, missing: &mut Vec<String>) -> usize {
+        let mut checked = 0;
         for argument in command.get_arguments() {
             let id = argument.get_id().as_str();
             if ["help", "version"].contains(&id) || argument.is_hide_set() {
@@ -998,6 +1003,7 @@ fn every_argument_has_help_and_the_main_verbs_come_first() {
             if argument.get_help().is_none() && argument.get_long_help().is_none() {
                 missing.push(format!("{path} {id}"));
             }
+            checked += 1;
         }
         for sub in command.get_subcommands() {
             if sub.get_name() == "help" {
@@ -1006,12 +1012,14 @@ fn every_argument_has_help_and_the_main_verbs_come_first() {
             if sub.get_about().is_none() {
                 missing.push(format!("{path} {} (the command)", sub.get_name()));
             }
-            check(sub, &format!("{path} {}", sub.get_name()), missing);
+            checked += 1 + check(sub, &format!("{path} {}", sub.get_name()), missing);
         }
+        checked
     }
     let mut missing = Vec::new();
-    check(&imagegen::cli::Cli::command(), "imagegen", &mut missing);
+    let checked = check(&imagegen::cli::Cli::command(), "imagegen", &mut missing);
     assert!(missing.is_empty(), "without help: {missing:?}");
+    assert!(checked > 50, "only {checked} arguments and commands seen");
 
     let help = stdout_of(imagegen().arg("--help"));
     let verbs: Vec<&str> = help

@@ -255,11 +255,13 @@ async fn assert_agrees(project: &Project) {
         report["checked"], checked,
         "verify checked every record: {report:#}"
     );
+    assert!(checked > 0, "nothing recorded to agree on: {manifest:#}");
 }
 
 /// Everything `before` recorded is still in `after`: each image build (current or in history)
 /// with its digest and unknown fields, each alias (its target current or in its history).
 fn assert_kept(before: &Value, after: &Value) {
+    let mut digests_kept = 0;
     for (tag, record) in before["images"].as_object().unwrap() {
         let now = &after["images"][tag];
         assert!(now.is_object(), "{tag} was lost: {after:#}");
@@ -271,6 +273,7 @@ fn assert_kept(before: &Value, after: &Value) {
                 builds.iter().any(|b| b["digest"] == digest),
                 "{tag}@{digest} was lost: {now:#}"
             );
+            digests_kept += 1;
         }
         for (key, value) in record.as_object().unwrap() {
             if key == "owner" {
@@ -290,6 +293,10 @@ fn assert_kept(before: &Value, after: &Value) {
             record["digest"]
         );
     }
+    assert!(
+        digests_kept > 0,
+        "nothing recorded before to keep: {before:#}"
+    );
 }
 
 fn build_args<'a>(extra: &[&'a str]) -> Vec<&'a str> {

@@ -26,11 +26,11 @@ async fn plan_upgrade_roll_back_and_refuse_to_go_backwards() {
     // Nothing built yet: every image is new and every alias a new alias.
     let plan = plan_json(&project);
     assert_eq!(plan["new_images"].as_array().unwrap().len(), 4);
-    assert!(plan["alias_moves"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .all(|m| m["from_tag"].is_null()));
+    let moves = plan["alias_moves"].as_array().unwrap();
+    assert!(
+        !moves.is_empty() && moves.iter().all(|m| m["from_tag"].is_null()),
+        "{plan:#}"
+    );
 
     assert_code(&project.build(&["--push"]), 0);
     let old_tag = project.tag("2.7.0", "runtime");

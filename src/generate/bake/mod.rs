@@ -231,6 +231,7 @@ mod tests {
     #[test]
     fn the_dockerfile_path_joined_with_the_context_is_the_rendered_dockerfile() {
         let images = images();
+        assert_eq!(images.len(), 2, "a runtime and a devel image");
         let bake = bake_file(&images).unwrap();
         for image in &images {
             let target = &bake.target[&target_name(&image.name)];

@@ -84,6 +84,7 @@ fn emptying_any_source_list_is_refused() {
     let mut paths = Vec::new();
     source_paths(&value, &mut Vec::new(), &mut paths);
     assert_eq!(paths.len(), knowledge.entries().len());
+    assert!(paths.len() > 150, "{} source lists", paths.len());
     for path in paths {
         let mut broken = value.clone();
         let mut slot = &mut broken;

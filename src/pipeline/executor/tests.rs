@@ -555,6 +555,7 @@ async fn an_interruption_names_the_step_each_image_was_at() {
         |_| {},
     )
     .await;
+    assert_eq!(results.len(), 4, "{results:#?}");
     let first = &results[0];
     assert_eq!(first.status, Status::Interrupted);
     assert!(

@@ -266,6 +266,7 @@ fn build_tags_replace_the_first_upload() {
         amd64.iter().all(|f| f.starts_with("torch-2.10.0-3-")),
         "{amd64:?}"
     );
+    assert!(!wheels[PLATFORM_ARM64].is_empty());
     assert!(wheels[PLATFORM_ARM64]
         .iter()
         .all(|(n, _)| n.build.is_none()));
