@@ -443,23 +443,23 @@ fn scan(tokens: &[(Token, usize)], features: &BTreeSet<String>) -> Scan {
                     }
                 }
             }
-            Token::Ident(word) if word == "include" => {
-                if token(i + 1) == Some(&Token::Punct('!'))
-                    && token(i + 2) == Some(&Token::Punct('('))
-                {
-                    if let Some(Token::Str(path)) = token(i + 3) {
-                        if path.ends_with(".rs") {
-                            let frame = frames.last().unwrap();
-                            scan.declarations.push(Declaration {
-                                name: String::new(),
-                                path: Some(path.clone()),
-                                include: true,
-                                inline: Vec::new(),
-                                live: frame.live,
-                                cfg: frame.cfg.clone(),
-                                line,
-                            });
-                        }
+            Token::Ident(word)
+                if word == "include"
+                    && token(i + 1) == Some(&Token::Punct('!'))
+                    && token(i + 2) == Some(&Token::Punct('(')) =>
+            {
+                if let Some(Token::Str(path)) = token(i + 3) {
+                    if path.ends_with(".rs") {
+                        let frame = frames.last().unwrap();
+                        scan.declarations.push(Declaration {
+                            name: String::new(),
+                            path: Some(path.clone()),
+                            include: true,
+                            inline: Vec::new(),
+                            live: frame.live,
+                            cfg: frame.cfg.clone(),
+                            line,
+                        });
                     }
                 }
             }
