@@ -112,6 +112,9 @@ pub struct VerifyArgs {
     /// Settle alias moves left in between (begun, not written down as done) by what the registry serves, and write that down; nothing else is changed.
     #[arg(long)]
     pub adopt: bool,
+    /// How many registry requests at once (each a HEAD of one tag).
+    #[arg(long, env = "IMAGEGEN_VERIFY_CONCURRENCY", default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub concurrency: u16,
     #[command(flatten)]
     pub deadlines: DeadlineArgs,
     #[command(flatten)]

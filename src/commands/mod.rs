@@ -9,6 +9,7 @@ pub mod ci;
 pub mod diff;
 pub mod k8s;
 pub mod knowledge;
+pub mod ledger;
 pub mod lock;
 pub mod manifest;
 pub mod outcome;

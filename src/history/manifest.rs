@@ -68,6 +68,10 @@ pub struct PendingMove {
     /// Which run began it (`pid 1234: imagegen build --push`).
     #[serde(default)]
     pub by: String,
+    /// The id of the run that owns the move (see `history::alias_transaction`): only it records
+    /// the move as done. Empty in moves written before run ids.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub run: String,
     #[serde(flatten)]
     pub extra: Extra,
 }
@@ -453,10 +457,13 @@ impl Manifest {
             .map(|r| r.repository.as_str())
             .or_else(|| self.indexes.get(tag).map(|i| i.repository.as_str()))
     }
+}
 
-    /// Writes down that `alias` is about to move to `tag`/`to` (intent, before the registry is
-    /// asked), from where the manifest says it points now.
-    pub fn begin_alias_move(&mut self, alias: &str, tag: &str, to: &Digest, at: &str, by: &str) {
+#[cfg(test)]
+impl Manifest {
+    /// A pending move of `alias` to `tag`/`to` from where the manifest says it points, as a run
+    /// that then died would leave it (tests of settling and merging).
+    pub fn pending_move(&mut self, alias: &str, tag: &str, to: &Digest, at: &str, by: &str) {
         let from = self.alias_digest(alias);
         self.pending_aliases.insert(
             alias.to_string(),
@@ -466,22 +473,16 @@ impl Manifest {
                 to: to.clone(),
                 since: at.to_string(),
                 by: by.to_string(),
+                run: by.to_string(),
                 extra: Extra::new(),
             },
         );
     }
 
-    /// Writes down that `alias` now points at `tag`/`digest` in the registry (the result), and
-    /// drops the intent of that move.
-    pub fn finish_alias_move(&mut self, alias: &str, tag: &str, digest: &Digest, at: &str) {
-        self.move_alias(alias, tag, Some(digest.clone()), at);
-        if self
-            .pending_aliases
-            .get(alias)
-            .is_some_and(|pending| pending.to == *digest)
-        {
-            self.pending_aliases.remove(alias);
-        }
+    /// Records the pending move of `alias` as done, as its owner would.
+    pub fn finish_pending_move(&mut self, alias: &str, at: &str) {
+        let pending = self.pending_aliases.remove(alias).expect("a pending move");
+        self.move_alias(alias, &pending.tag, Some(pending.to), at);
     }
 }
 
@@ -692,7 +693,7 @@ mod tests {
         manifest.record_success(record("a", "sha256:1", "k1"));
         manifest.record_success(record("b", "sha256:2", "k2"));
         manifest.move_alias("latest", "a", Some(d("sha256:1")), "t1");
-        manifest.begin_alias_move("latest", "b", &d("sha256:2"), "t2", "pid 9");
+        manifest.pending_move("latest", "b", &d("sha256:2"), "t2", "pid 9");
         let pending = &manifest.pending_aliases["latest"];
         assert_eq!(
             (
@@ -703,7 +704,7 @@ mod tests {
             (Some(d("sha256:1")), d("sha256:2"), "b")
         );
         assert_eq!(manifest.aliases["latest"].tag, "a", "intent moves nothing");
-        manifest.finish_alias_move("latest", "b", &d("sha256:2"), "t3");
+        manifest.finish_pending_move("latest", "t3");
         assert!(manifest.pending_aliases.is_empty());
         assert_eq!(manifest.aliases["latest"].tag, "b");
         let json = manifest.to_json();

@@ -360,7 +360,7 @@ mod tests {
             record("b", "sha256:2", "t2"),
         ]);
         let mut begun = base.clone();
-        begun.begin_alias_move(
+        begun.pending_move(
             "latest",
             "b",
             &d("sha256:2"),
@@ -372,7 +372,7 @@ mod tests {
         assert_eq!(merged, merge(begun.clone(), base.clone()));
 
         let mut finished = begun.clone();
-        finished.finish_alias_move("latest", "b", &d("sha256:2"), "2026-11-30T10:00:05Z");
+        finished.finish_pending_move("latest", "2026-11-30T10:00:05Z");
         assert!(finished.pending_aliases.is_empty());
         let merged = merge(begun.clone(), finished.clone());
         assert!(

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use crate::history::alias_transaction::{settle, settle_one, Settlement};
 use crate::history::manifest::{Manifest, PendingMove, RecordStatus};
 use crate::model::digest::Digest;
 
@@ -354,28 +355,6 @@ fn describe_by(pending: &PendingMove) -> String {
     }
 }
 
-/// What became of an alias move left in between, by what the registry serves for the alias.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Settlement {
-    /// The registry serves the move's target.
-    Moved,
-    /// The registry serves the move's origin (or, for a new alias, nothing).
-    NotMoved,
-    /// The registry serves something else: someone else moved it.
-    Elsewhere,
-}
-
-/// Settles one pending move by what the registry serves for its alias.
-pub fn settle(pending: &PendingMove, served: &Option<Digest>) -> Settlement {
-    if served.as_ref() == Some(&pending.to) {
-        Settlement::Moved
-    } else if *served == pending.from {
-        Settlement::NotMoved
-    } else {
-        Settlement::Elsewhere
-    }
-}
-
 /// One pending move settled into the manifest.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Adopted {
@@ -417,29 +396,6 @@ pub fn adopt(manifest: &mut Manifest, served: &Served, now: &str) -> Vec<Adopted
         }
     }
     adopted
-}
-
-/// Settles the pending move of `alias` (if any) by what the registry serves for it:
-/// `Some("moved")` or `Some("not moved")` when the manifest changed, `None` when there was
-/// nothing to settle or the registry serves a third digest.
-pub fn settle_one(
-    manifest: &mut Manifest,
-    alias: &str,
-    served: &Option<Digest>,
-    now: &str,
-) -> Option<&'static str> {
-    let pending = manifest.pending_aliases.get(alias)?.clone();
-    match settle(&pending, served) {
-        Settlement::Moved => {
-            manifest.finish_alias_move(alias, &pending.tag, &pending.to, now);
-            Some("moved")
-        }
-        Settlement::NotMoved => {
-            manifest.pending_aliases.remove(alias);
-            Some("not moved")
-        }
-        Settlement::Elsewhere => None,
-    }
 }
 
 #[cfg(test)]
@@ -490,7 +446,7 @@ mod tests {
     #[test]
     fn references_are_what_the_manifest_claims_was_pushed() {
         let mut manifest = manifest();
-        manifest.begin_alias_move("b", "new", &d("new"), "t2", "pid 1");
+        manifest.pending_move("b", "new", &d("new"), "t2", "pid 1");
         let tags: Vec<String> = references(&manifest).into_iter().map(|r| r.tag).collect();
         assert_eq!(
             tags,
@@ -535,7 +491,7 @@ mod tests {
     #[test]
     fn pending_moves_are_settled_by_what_the_registry_serves() {
         let mut begun = manifest();
-        begun.begin_alias_move("a", "new", &d("new"), "t2", "pid 7: imagegen build --push");
+        begun.pending_move("a", "new", &d("new"), "t2", "pid 7: imagegen build --push");
         assert_eq!(begun.pending_aliases["a"].from, Some(d("old")));
 
         // The registry made the move: in between, adopt records it.
@@ -578,7 +534,7 @@ mod tests {
 
         // A new alias whose first move never reached the registry.
         let mut first = manifest();
-        first.begin_alias_move("b", "new", &d("new"), "t2", "");
+        first.pending_move("b", "new", &d("new"), "t2", "");
         assert_eq!(first.pending_aliases["b"].from, None);
         assert_eq!(
             settle(&first.pending_aliases["b"], &None),
