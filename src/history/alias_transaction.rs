@@ -3,10 +3,10 @@
 //! an alias in a registry (`build --push`, `publish`, `rollback`) goes through it, by way of
 //! `pipeline::alias_move`, which does the registry calls and the locking around these steps:
 //!
-//! 1. [`begin`]: under the manifest's lock, a move an earlier run left in between is settled by
-//!    what the registry serves ([`settle_one`]), the never-backwards guard is applied (when the
-//!    caller asks for it), and the intent is written down as a pending move carrying its owner's
-//!    run id: state [`TxState::Intent`].
+//! 1. [`begin`]: under the manifest's lock, the never-backwards guard is applied (when the caller
+//!    asks for it) and the intent is written down as a pending move carrying its owner's run id:
+//!    state [`TxState::Intent`]. A move an earlier run left in between is handed back first, to
+//!    be settled by what the registry serves ([`settle_one`]).
 //! 2. [`AliasTransaction::pushed`]: the registry was asked to store the alias and, read back,
 //!    serves the target: state [`TxState::Pushed`].
 //! 3. [`AliasTransaction::record`]: under the manifest's lock, the move is written down as done
@@ -61,23 +61,26 @@ pub struct Owner {
 pub struct AliasTransaction {
     pub alias: String,
     pub tag: String,
-    /// What the registry served for the alias when the move began (`None`: no such tag).
+    /// Where the manifest said the alias pointed when the move began (`None`: a new alias).
     pub from: Option<Digest>,
     pub to: Digest,
     pub owner: Owner,
     pub state: TxState,
+    /// The manifest already recorded the alias at the target when the move began.
+    pub recorded_before: bool,
 }
 
 /// What [`begin`] decided.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Begun {
-    /// The intent is written down: make the move in the registry, then [`AliasTransaction::record`].
+    /// The intent is written down: make the move in the registry, then
+    /// [`AliasTransaction::pushed`] and [`AliasTransaction::record`].
     Move(AliasTransaction),
-    /// The registry already serves the target and the manifest records it: nothing to do.
-    AlreadyThere,
-    /// The registry already serves the target; the manifest did not say so and now does.
-    Recorded { from: Option<Digest> },
-    /// It may not move: it would go backwards.
+    /// A move of this alias that another run began is still pending. The caller holds the
+    /// alias's lock, so that run is gone: settle it first ([`settle_one`], by what the registry
+    /// serves), then begin again. Nothing was written.
+    Leftover(PendingMove),
+    /// It may not move: it would go backwards. Nothing was written.
     Held(String),
 }
 
@@ -104,17 +107,15 @@ pub enum TxError {
     },
 }
 
-/// Begins the move of `target.alias` by `owner`, given what the registry serves for the alias
-/// now (`served`). A move left pending by a run that is no longer moving it (the caller holds
-/// the alias's lock, so no live run is) is settled first, by `served`.
-pub fn begin(
-    manifest: &mut Manifest,
-    target: &AliasTarget<'_>,
-    served: &Option<Digest>,
-    owner: &Owner,
-    now: &str,
-) -> Begun {
-    settle_one(manifest, target.alias, served, now);
+/// Begins the move of `target.alias` by `owner`: the never-backwards guard (when the caller
+/// asks for it), then the intent, written down as a pending move from where the manifest says
+/// the alias points. Nothing is asked of the registry before the intent is written.
+pub fn begin(manifest: &mut Manifest, target: &AliasTarget<'_>, owner: &Owner, now: &str) -> Begun {
+    if let Some(pending) = manifest.pending_aliases.get(target.alias) {
+        if pending.run != owner.run || pending.run.is_empty() {
+            return Begun::Leftover(pending.clone());
+        }
+    }
     if let Some(torch) = target.guard_torch {
         if let Some(reason) = alias_guard(
             target.alias,
@@ -125,22 +126,16 @@ pub fn begin(
             return Begun::Held(reason);
         }
     }
-    let recorded = manifest.aliases.get(target.alias).is_some_and(|a| {
-        a.tag == target.tag && manifest.alias_digest(target.alias).as_ref() == Some(target.digest)
-    });
-    if served.as_ref() == Some(target.digest) {
-        if recorded {
-            return Begun::AlreadyThere;
-        }
-        let from = manifest.alias_digest(target.alias);
-        manifest.move_alias(target.alias, target.tag, Some(target.digest.clone()), now);
-        return Begun::Recorded { from };
-    }
+    let from = manifest.alias_digest(target.alias);
+    let already = manifest
+        .aliases
+        .get(target.alias)
+        .is_some_and(|a| a.tag == target.tag && from.as_ref() == Some(target.digest));
     manifest.pending_aliases.insert(
         target.alias.to_string(),
         PendingMove {
             tag: target.tag.to_string(),
-            from: served.clone(),
+            from: from.clone(),
             to: target.digest.clone(),
             since: now.to_string(),
             by: owner.by.clone(),
@@ -151,10 +146,11 @@ pub fn begin(
     Begun::Move(AliasTransaction {
         alias: target.alias.to_string(),
         tag: target.tag.to_string(),
-        from: served.clone(),
+        from,
         to: target.digest.clone(),
         owner: owner.clone(),
         state: TxState::Intent,
+        recorded_before: already,
     })
 }
 
@@ -350,13 +346,7 @@ mod tests {
     #[test]
     fn intent_pushed_recorded() {
         let mut manifest = manifest();
-        let Begun::Move(tx) = begin(
-            &mut manifest,
-            &to_new(true),
-            &Some(d("old")),
-            &owner("r1"),
-            "t1",
-        ) else {
+        let Begun::Move(tx) = begin(&mut manifest, &to_new(true), &owner("r1"), "t1") else {
             panic!("a move")
         };
         assert_eq!(tx.state, TxState::Intent);
@@ -374,13 +364,7 @@ mod tests {
     #[test]
     fn a_move_not_served_after_the_push_is_not_recorded() {
         let mut manifest = manifest();
-        let Begun::Move(tx) = begin(
-            &mut manifest,
-            &to_new(true),
-            &Some(d("old")),
-            &owner("r1"),
-            "t1",
-        ) else {
+        let Begun::Move(tx) = begin(&mut manifest, &to_new(true), &owner("r1"), "t1") else {
             panic!("a move")
         };
         let error = tx.pushed(&Some(d("third"))).unwrap_err();
@@ -390,13 +374,7 @@ mod tests {
     #[test]
     fn record_refuses_a_move_it_does_not_own() {
         let mut manifest = manifest();
-        let Begun::Move(first) = begin(
-            &mut manifest,
-            &to_new(false),
-            &Some(d("old")),
-            &owner("r1"),
-            "t1",
-        ) else {
+        let Begun::Move(first) = begin(&mut manifest, &to_new(false), &owner("r1"), "t1") else {
             panic!("a move")
         };
         // A second run (holding no lock: an older imagegen, a hand edit) began its own move.
@@ -408,7 +386,7 @@ mod tests {
         };
         let mut other = manifest.clone();
         other.pending_aliases.clear();
-        let Begun::Move(_) = begin(&mut other, &back, &Some(d("new")), &owner("r2"), "t2") else {
+        let Begun::Move(_) = begin(&mut other, &back, &owner("r2"), "t2") else {
             panic!("a move")
         };
         let before = other.clone();
@@ -429,13 +407,7 @@ mod tests {
     #[test]
     fn a_record_that_already_says_so_is_fine_and_another_is_refused() {
         let mut manifest = manifest();
-        let Begun::Move(tx) = begin(
-            &mut manifest,
-            &to_new(true),
-            &Some(d("old")),
-            &owner("r1"),
-            "t1",
-        ) else {
+        let Begun::Move(tx) = begin(&mut manifest, &to_new(true), &owner("r1"), "t1") else {
             panic!("a move")
         };
         let tx = tx.pushed(&Some(d("new"))).unwrap();
@@ -450,7 +422,7 @@ mod tests {
     }
 
     #[test]
-    fn begin_settles_leftovers_holds_backwards_moves_and_records_what_is_served() {
+    fn begin_hands_back_leftovers_and_holds_backwards_moves() {
         let mut manifest = manifest();
         // A move a dead run left pending, which the registry made.
         manifest.pending_aliases.insert(
@@ -471,48 +443,35 @@ mod tests {
             digest: &d("old"),
             guard_torch: Some("2.7.0"),
         };
-        let held = begin(&mut manifest, &back, &Some(d("new")), &owner("r1"), "t1");
+        let before = manifest.clone();
+        let Begun::Leftover(leftover) = begin(&mut manifest, &back, &owner("r1"), "t1") else {
+            panic!("the leftover first")
+        };
+        assert_eq!(leftover.run, "dead");
+        assert_eq!(manifest, before, "nothing written");
+        assert_eq!(
+            settle_one(&mut manifest, "a", &Some(d("new")), "t1"),
+            Some("moved")
+        );
+        let held = begin(&mut manifest, &back, &owner("r1"), "t1");
         assert!(
             matches!(held, Begun::Held(ref why) if why.contains("backwards")),
             "{held:?}"
         );
-        assert!(manifest.pending_aliases.is_empty(), "settled first");
-        assert_eq!(manifest.aliases["a"].digest, Some(d("new")));
-        assert_eq!(
-            begin(
-                &mut manifest,
-                &to_new(true),
-                &Some(d("new")),
-                &owner("r1"),
-                "t2"
-            ),
-            Begun::AlreadyThere
+        assert!(
+            manifest.pending_aliases.is_empty(),
+            "a held move writes nothing"
         );
-        let mut lagging = crate::history::manifest::Manifest::new();
-        lagging.record_success(image("new", "2.7.1"));
-        assert_eq!(
-            begin(
-                &mut lagging,
-                &to_new(true),
-                &Some(d("new")),
-                &owner("r1"),
-                "t2"
-            ),
-            Begun::Recorded { from: None }
-        );
-        assert_eq!(lagging.aliases["a"].digest, Some(d("new")));
+        let Begun::Move(tx) = begin(&mut manifest, &to_new(true), &owner("r1"), "t2") else {
+            panic!("a move")
+        };
+        assert!(tx.recorded_before, "the manifest already records it there");
     }
 
     #[test]
     fn steps_out_of_order_are_refused() {
         let mut manifest = manifest();
-        let Begun::Move(tx) = begin(
-            &mut manifest,
-            &to_new(true),
-            &Some(d("old")),
-            &owner("r1"),
-            "t1",
-        ) else {
+        let Begun::Move(tx) = begin(&mut manifest, &to_new(true), &owner("r1"), "t1") else {
             panic!("a move")
         };
         assert!(matches!(

@@ -192,9 +192,15 @@ pub fn compare(manifest: &Manifest, served: &Served) -> Vec<Finding> {
             subject: Subject::Image,
             name: tag.clone(),
             repository: Some(record.repository.clone()),
-            fix: (state != State::Ok).then(|| {
-                format!("imagegen build --push --only {tag} (pushes it again, or records the registry's copy when it carries this build key; it refuses other content under a full tag)")
-            }),
+            fix: match state {
+                State::Ok => None,
+                // Overwritten: the recorded digest goes back under the tag, no rebuild.
+                State::Differs => Some(format!(
+                    "imagegen restore {tag} (puts the recorded {} back under the tag; if the registry deleted that digest too: delete the tag, then imagegen build --push --only {tag})",
+                    recorded.short()
+                )),
+                _ => Some(format!("imagegen build --push --only {tag} (pushes it again, or records the registry's copy when it carries this build key; it refuses other content under a full tag)")),
+            },
             recorded: Some(recorded),
             served: now,
             state,
@@ -474,11 +480,14 @@ mod tests {
         let of = |name: &str| findings.iter().find(|f| f.name == name).unwrap();
         assert_eq!(of("old").state, State::Ok);
         assert_eq!(of("new").state, State::Differs);
-        assert!(of("new")
-            .fix
-            .as_deref()
-            .unwrap()
-            .starts_with("imagegen build --push --only new"));
+        assert!(
+            of("new")
+                .fix
+                .as_deref()
+                .unwrap()
+                .starts_with("imagegen restore new (puts the recorded"),
+            "an overwritten full tag is restored, not rebuilt"
+        );
         assert_eq!(of("a").state, State::Differs);
         assert_eq!(
             of("a").fix.as_deref(),

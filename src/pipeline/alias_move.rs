@@ -4,9 +4,11 @@
 //!
 //! 1. Hold the alias's lock (this manifest's `alias-<name>` lock): a second run moving the same
 //!    alias waits here until the first is done, or gives up after the lock deadline naming it.
-//! 2. Ask the registry what it serves for the alias; under the manifest's lock, settle what an
-//!    earlier run left in between and write down the intent (`begin`).
-//! 3. Store the target's manifest under the alias, read the alias back (`pushed`).
+//! 2. Under the manifest's lock, write down the intent (`begin`), before the registry is asked
+//!    anything; a move an earlier (dead) run left in between is settled first, by what the
+//!    registry serves.
+//! 3. Store the target's manifest under the alias unless the registry serves it already, and
+//!    read the alias back (`pushed`).
 //! 4. Under the manifest's lock, write the move down as done, only if the intent is still this
 //!    run's (`record`).
 //!
@@ -17,7 +19,7 @@ use std::future::Future;
 
 use anyhow::{Context, Result};
 
-use crate::history::alias_transaction::{begin, AliasTarget, Begun, Owner};
+use crate::history::alias_transaction::{begin, settle_one, AliasTarget, Begun, Owner};
 use crate::history::manifest::{now_rfc3339, Manifest};
 use crate::model::digest::Digest;
 
@@ -86,41 +88,58 @@ where
 {
     let (repository, alias) = (request.repository, request.target.alias);
     let _held = ledger.hold_alias(alias).await?;
-    let served = registry
-        .served(repository, alias)
-        .await
-        .with_context(|| format!("cannot ask the registry where {repository}:{alias} points"))?;
-    let begun = ledger.write(|manifest| {
-        begin(
-            manifest,
-            &request.target,
-            &served,
-            request.owner,
-            &now_rfc3339(),
-        )
-    })?;
-    let transaction = match begun {
-        Begun::Move(transaction) => transaction,
-        Begun::AlreadyThere => return Ok(AliasOutcome::AlreadyThere),
-        Begun::Recorded { from } => return Ok(AliasOutcome::Recorded { from }),
-        Begun::Held(reason) => return Ok(AliasOutcome::Held(reason)),
-    };
     let pending = "the move stays written down as pending (`imagegen verify --adopt` or the next `imagegen build --push` settles it against the registry)";
-    registry
-        .point(repository, alias, &transaction.to)
-        .await
-        .with_context(|| format!("moving {alias} to {} failed; {pending}", transaction.to))?;
+    let now = now_rfc3339;
+    let mut settled = false;
+    let transaction = loop {
+        match ledger.write(|manifest| begin(manifest, &request.target, request.owner, &now()))? {
+            Begun::Move(transaction) => break transaction,
+            Begun::Held(reason) => return Ok(AliasOutcome::Held(reason)),
+            Begun::Leftover(leftover) if !settled => {
+                // Left by a run that is gone (this run holds the alias's lock): settled by what
+                // the registry serves; a third digest stays for a person, and this move replaces it.
+                let served = registry.served(repository, alias).await.with_context(|| {
+                    format!("cannot ask the registry where {repository}:{alias} points")
+                })?;
+                ledger.write(|manifest| {
+                    if settle_one(manifest, alias, &served, &now()).is_none() {
+                        manifest.pending_aliases.remove(alias);
+                    }
+                })?;
+                settled = true;
+                let _ = leftover;
+            }
+            Begun::Leftover(leftover) => anyhow::bail!(
+                "the move of {alias} that {} began stays pending after it was settled",
+                leftover.by
+            ),
+        }
+    };
+    let before = registry.served(repository, alias).await.with_context(|| {
+        format!("cannot ask the registry where {repository}:{alias} points; {pending}")
+    })?;
+    let there = before.as_ref() == Some(&transaction.to);
+    if !there {
+        registry
+            .point(repository, alias, &transaction.to)
+            .await
+            .with_context(|| format!("moving {alias} to {} failed; {pending}", transaction.to))?;
+    }
     let served = registry.served(repository, alias).await.with_context(|| {
         format!("cannot read {repository}:{alias} back after moving it; {pending}")
     })?;
-    let from = transaction.from.clone();
+    let recorded_before = transaction.recorded_before;
     let transaction = transaction.pushed(&served)?;
     ledger
-        .write(|manifest| transaction.record(manifest, &now_rfc3339()))
+        .write(|manifest| transaction.record(manifest, &now()))
         .with_context(|| {
             format!("the registry moved {alias}, but the manifest could not record it; {pending}")
         })??;
-    Ok(AliasOutcome::Moved { from })
+    Ok(match (there, recorded_before) {
+        (true, true) => AliasOutcome::AlreadyThere,
+        (true, false) => AliasOutcome::Recorded { from: before },
+        (false, _) => AliasOutcome::Moved { from: before },
+    })
 }
 
 #[cfg(test)]

@@ -982,3 +982,68 @@ fn render_refuses_a_linked_image_directory_and_unsafe_mirrors() {
         assert!(log.contains(&format!("mirrors.{key}")), "{log}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_rollbacks_of_one_alias_at_once_leave_the_record_and_the_registry_agreeing() {
+    prepare().await;
+    let registry = Registry::start();
+    let project = Project::new(registry.host(), SELFTEST_PASS);
+    let _tags = RemoveTags::of(&project);
+    first_build_then_upgrade(&project);
+    assert_code(&project.build(&["--push", "--only", RUNTIME_271]), 0);
+    let manifest = project.manifest();
+    let (old, new) = (
+        digest_of(&manifest, RUNTIME_270),
+        digest_of(&manifest, RUNTIME_271),
+    );
+    assert_eq!(manifest["aliases"][ALIAS]["digest"], new.as_str());
+    let pid = std::process::id();
+
+    // The first rollback holds the alias and waits for the manifest (the test holds its lock);
+    // the second, to the other digest, waits for the first; a third that may not wait says who
+    // holds the alias.
+    let lock = manifest_file(&project).lock().unwrap();
+    let first = Running::start(&project, &["rollback", ALIAS, "--to", &old]);
+    first.wait_for_lines(
+        &format!("waiting for imagegen-manifest.json (held by pid {pid}"),
+        1,
+    );
+    let second = Running::start(&project, &["rollback", ALIAS, "--to", &new]);
+    let holder = format!(
+        "waiting for alias {ALIAS}, which another run is moving (held by pid {}",
+        first.pid()
+    );
+    second.wait_for_lines(&holder, 1);
+    let third = project
+        .imagegen(&["rollback", ALIAS, "--to", &new, "--lock-timeout", "0"])
+        .output()
+        .unwrap();
+    assert_code(&third, 2);
+    assert!(
+        text(&third).contains(&format!("alias {ALIAS}, which another run is moving"))
+            && text(&third).contains(&format!("pid {}", first.pid())),
+        "{}",
+        text(&third)
+    );
+    drop(lock);
+    let (first_code, first_output) = first.finish();
+    let (second_code, second_output) = second.finish();
+    assert_eq!(first_code, Some(0), "{first_output}");
+    assert_eq!(second_code, Some(0), "{second_output}");
+
+    // The second moved last, and both the registry and the manifest say so, with the first's
+    // move in the alias's history.
+    let client = project.client(None);
+    let path = repository_path_of(&project.repository);
+    assert_eq!(
+        client.manifest_digest(path, ALIAS).await.unwrap(),
+        Some(new.clone())
+    );
+    let after = project.manifest();
+    assert_eq!(after["aliases"][ALIAS]["digest"], new.as_str());
+    assert_eq!(
+        after["aliases"][ALIAS]["history"][0]["digest"],
+        old.as_str()
+    );
+    assert_agrees(&project).await;
+}
