@@ -15,7 +15,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 
 use crate::cli::BuildArgs;
-use crate::commands::ledger::{this_owner, wait_for_lock, ManifestLedger, RunId};
+use crate::commands::ledger::{this_owner, wait_for_lock, Liveness, ManifestLedger, RunId};
 use crate::commands::outcome::Outcome;
 use crate::commands::output::{count, emit, note, table};
 use crate::commands::signals::{Signal, Signals};
@@ -143,6 +143,7 @@ async fn execute_plan(
             .with_push_retry(retry)
             .with_push_idle_timeout(registry_timeout);
     let run_id = RunId::this_process().to_string();
+    remove_leftovers_of_dead_runs(&engine).await;
     let outcome = build_and_record(
         project,
         settings,
@@ -166,6 +167,36 @@ async fn execute_plan(
         ),
     }
     outcome
+}
+
+/// Removes the containers earlier runs left behind when they were killed before their own
+/// cleanup (SIGKILL, a crash): those labelled with a run of this machine's boot whose process is
+/// gone. A live run's containers, and those of runs this machine cannot judge (another host on a
+/// shared daemon, an earlier boot, an older imagegen's run id), are left alone.
+async fn remove_leftovers_of_dead_runs(engine: &Engine) {
+    let containers = match engine.containers_labelled(RUN_LABEL).await {
+        Ok(containers) => containers,
+        Err(error) => {
+            eprintln!("warning: could not look for containers earlier runs left behind: {error}");
+            return;
+        }
+    };
+    let dead: std::collections::BTreeSet<String> = containers
+        .iter()
+        .map(|(_, run)| run.clone())
+        .filter(|run| RunId::parse(run).is_some_and(|id| id.liveness() == Liveness::Gone))
+        .collect();
+    for run in dead {
+        match engine.remove_containers_with_label(RUN_LABEL, &run).await {
+            Ok(0) => {}
+            Ok(count) => {
+                eprintln!("removed {count} container(s) left behind by run {run}, which is gone")
+            }
+            Err(error) => eprintln!(
+                "warning: could not remove the containers of run {run}, which is gone: {error}"
+            ),
+        }
+    }
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -5,7 +5,10 @@
 //! during alias moves, then continued or restarted; imagegen killed between an alias move and its
 //! record; SIGTERM during a build step and during the self-test; a registry that accepts
 //! connections and never answers; rollback to a digest the registry deleted, to a non-digest, and
-//! a hand-edited manifest with one; a rollback during a build.
+//! a hand-edited manifest with one; a rollback during a build; two rollbacks of one alias at once;
+//! shards' alias lists and merges in either order or in conflict; an overwritten full tag
+//! restored; a record given twice and a newer schema refused; two links to one manifest; the
+//! containers of a killed run removed by a later run, a live run's left alone.
 //!
 //! Timing comes from events imagegen makes observable, never from sleeps: the manifest's lock and
 //! a tag's publish lock, held by the test itself, stop imagegen at a known step and it says so
@@ -1046,4 +1049,267 @@ async fn two_rollbacks_of_one_alias_at_once_leave_the_record_and_the_registry_ag
         old.as_str()
     );
     assert_agrees(&project).await;
+}
+
+/// `imagegen` with `args` in the project, its exit code and output.
+fn run_imagegen(project: &Project, args: &[&str]) -> (i32, String) {
+    let output = project.imagegen(args).output().unwrap();
+    (output.status.code().unwrap_or(-1), text(&output))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn shards_record_their_aliases_and_merge_the_same_in_either_order_or_report_a_conflict() {
+    prepare().await;
+    let registry = Registry::start();
+    let project = Project::new(registry.host(), SELFTEST_PASS);
+    let _tags = RemoveTags::of(&project);
+    for shard in ["1/2", "2/2"] {
+        let manifest = format!("shard-{}.json", &shard[..1]);
+        assert_code(
+            &project.build(&["--push", "--shard", shard, "--manifest", &manifest]),
+            0,
+        );
+    }
+    // Every image record lists the aliases that point at it (hole 1).
+    let mut listed = 0;
+    for name in ["shard-1.json", "shard-2.json"] {
+        let shard: Value =
+            serde_json::from_str(&std::fs::read_to_string(project.path().join(name)).unwrap())
+                .unwrap();
+        for (alias, record) in shard["aliases"].as_object().unwrap() {
+            let tag = record["tag"].as_str().unwrap();
+            assert!(
+                shard["images"][tag]["aliases"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|a| a == alias.as_str()),
+                "{name}: {tag} does not list {alias}: {:#}",
+                shard["images"][tag]
+            );
+            listed += 1;
+        }
+    }
+    assert!(listed >= 4, "the shards moved aliases: {listed}");
+    let (code, forward) = run_imagegen(
+        &project,
+        &["manifest", "merge", "shard-1.json", "shard-2.json"],
+    );
+    assert_eq!(code, 0, "{forward}");
+    let (code, backward) = run_imagegen(
+        &project,
+        &["manifest", "merge", "shard-2.json", "shard-1.json"],
+    );
+    assert_eq!(code, 0, "{backward}");
+    assert_eq!(forward, backward, "merge A B == merge B A");
+
+    // A shard that records another digest under one immutable full tag (hole 5): reported, exit
+    // 3, nothing written.
+    let mut forged: Value = serde_json::from_str(
+        &std::fs::read_to_string(project.path().join("shard-1.json")).unwrap(),
+    )
+    .unwrap();
+    let tag = forged["images"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .next()
+        .unwrap()
+        .clone();
+    forged["images"][&tag]["digest"] =
+        "sha256:1111111111111111111111111111111111111111111111111111111111111111".into();
+    std::fs::write(
+        project.path().join("forged.json"),
+        serde_json::to_string_pretty(&forged).unwrap(),
+    )
+    .unwrap();
+    let (code, output) = run_imagegen(
+        &project,
+        &[
+            "manifest",
+            "merge",
+            "shard-1.json",
+            "forged.json",
+            "--out",
+            "merged.json",
+        ],
+    );
+    assert_eq!(code, 3, "{output}");
+    assert!(
+        output.contains(&format!("full tag {tag}: one manifest records"))
+            && output.contains("nothing was written"),
+        "{output}"
+    );
+    assert!(!project.path().join("merged.json").exists());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_overwritten_full_tag_is_restored_to_the_recorded_digest() {
+    prepare().await;
+    let registry = Registry::start();
+    let project = Project::new(registry.host(), SELFTEST_PASS);
+    let _tags = RemoveTags::of(&project);
+    assert_code(&project.build(&["--push", "--only", RUNTIME_270]), 0);
+    assert_code(&project.build(&["--push", "--only", RUNTIME_280]), 0);
+    let manifest = project.manifest();
+    let (recorded, other) = (
+        digest_of(&manifest, RUNTIME_270),
+        digest_of(&manifest, RUNTIME_280),
+    );
+    // Someone pushes other content under the immutable full tag.
+    let client = project.client(None);
+    let path = repository_path_of(&project.repository);
+    let foreign = client.get_manifest(path, &other).await.unwrap().unwrap();
+    client
+        .put_manifest(path, RUNTIME_270, &foreign.media_type, foreign.bytes)
+        .await
+        .unwrap();
+    let (code, report) = verify(&project, &[]);
+    assert_eq!(code, 1, "{report:#}");
+    let overwritten = finding(&report, RUNTIME_270);
+    assert_eq!(overwritten["state"], "differs");
+    assert!(
+        overwritten["fix"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("imagegen restore {RUNTIME_270}")),
+        "{report:#}"
+    );
+    let before = std::fs::read_to_string(manifest_path(&project)).unwrap();
+    let (code, output) = run_imagegen(&project, &["restore", RUNTIME_270]);
+    assert_eq!(code, 0, "{output}");
+    assert!(
+        output.contains("(the recorded digest)") && output.contains("no rebuild"),
+        "{output}"
+    );
+    assert_eq!(
+        client.manifest_digest(path, RUNTIME_270).await.unwrap(),
+        Some(recorded.clone())
+    );
+    assert_eq!(
+        std::fs::read_to_string(manifest_path(&project)).unwrap(),
+        before,
+        "the manifest was right and is unchanged"
+    );
+    assert_agrees(&project).await;
+    let (code, output) = run_imagegen(&project, &["restore", RUNTIME_270]);
+    assert_eq!(code, 0, "{output}");
+    assert!(output.contains("already serves the recorded"), "{output}");
+    let (code, output) = run_imagegen(&project, &["restore", ALIAS]);
+    assert_eq!(code, 2, "{output}");
+    assert!(output.contains("is an alias, not a full tag"), "{output}");
+
+    // A manifest with a record given twice (a merge conflict kept on both sides) and one written
+    // by a newer imagegen are refused, each with what to do, and left as they are.
+    let text = std::fs::read_to_string(manifest_path(&project)).unwrap();
+    let start = text.find(&format!("    \"{RUNTIME_270}\": {{")).unwrap();
+    let end = start + text[start..].find("\n    }").unwrap() + "\n    }".len();
+    let doubled = format!("{},\n{}{}", &text[..end], &text[start..end], &text[end..]);
+    let line = text[..end].lines().count() + 1;
+    std::fs::write(manifest_path(&project), &doubled).unwrap();
+    let (code, output) = run_imagegen(&project, &["verify"]);
+    assert_eq!(code, 2, "{output}");
+    assert!(
+        output.contains(&format!("imagegen-manifest.json:{line}:"))
+            && output.contains(&format!("duplicate key `{RUNTIME_270}` under `images`")),
+        "{output}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(manifest_path(&project)).unwrap(),
+        doubled
+    );
+    let newer = text.replacen("\"schema_version\": 1", "\"schema_version\": 2", 1) + "";
+    let newer = newer.replacen("{\n", "{\n  \"signatures\": {},\n", 1);
+    std::fs::write(manifest_path(&project), &newer).unwrap();
+    let (code, output) = run_imagegen(&project, &["rollback", ALIAS, "--previous"]);
+    assert_eq!(code, 2, "{output}");
+    assert!(
+        output.contains("was written by a newer imagegen: it has schema version 2")
+            && output.contains("reads schema version 1")
+            && !output.contains("unknown field"),
+        "{output}"
+    );
+    std::fs::write(manifest_path(&project), &text).unwrap();
+}
+
+#[test]
+fn two_links_of_other_names_to_one_manifest_take_one_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let records = dir.path().join("records");
+    std::fs::create_dir(&records).unwrap();
+    std::fs::write(records.join("manifest.json"), "{\"schema_version\": 1}\n").unwrap();
+    std::os::unix::fs::symlink("records/manifest.json", dir.path().join("a.json")).unwrap();
+    std::os::unix::fs::symlink("records/manifest.json", dir.path().join("b.json")).unwrap();
+    let held = ManifestFile::new(&dir.path().join("a.json"), PATIENCE)
+        .lock()
+        .unwrap();
+    let output = assert_cmd::Command::cargo_bin("imagegen")
+        .unwrap()
+        .current_dir(dir.path())
+        .args([
+            "manifest",
+            "merge",
+            "records/manifest.json",
+            "--out",
+            "b.json",
+            "--lock-timeout",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    assert_code(&output, 2);
+    assert!(
+        text(&output).contains(&format!("held by pid {}", std::process::id())),
+        "a write through the other link waits for the same lock: {}",
+        text(&output)
+    );
+    drop(held);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn containers_of_a_killed_run_are_removed_by_a_later_run_and_a_live_runs_are_not() {
+    prepare().await;
+    let registry = Registry::start();
+    let project = Project::new(registry.host(), SELFTEST_SLOW_PASS);
+    let _tags = RemoveTags::of(&project);
+    let engine = crate::support::engine().await;
+    let prefix = format!("{}/{}:", project.registry, project.repository);
+    // A run in its (slow) self-test.
+    let slow = Running::start(&project, &build_args(&["--push", "--only", RUNTIME_270]));
+    let start = Instant::now();
+    let container = loop {
+        if let Some(id) = selftest_containers(&engine, &prefix).await.pop() {
+            break id;
+        }
+        assert!(
+            start.elapsed() < PATIENCE,
+            "no self-test container:\n{}",
+            slow.output()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    // Another run meanwhile looks for leftovers: the live run's container stays.
+    project.set_selftest(SELFTEST_PASS);
+    assert_code(&project.build(&["--only", RUNTIME_280]), 0);
+    assert_eq!(
+        selftest_containers(&engine, &prefix).await,
+        vec![container.clone()],
+        "a live run's container is never removed"
+    );
+    // Killed (no cleanup of its own): its container stays behind, until the next run.
+    signal(slow.pid(), SIGKILL);
+    let (code, _) = slow.finish();
+    assert_eq!(code, None);
+    assert_eq!(selftest_containers(&engine, &prefix).await, vec![container]);
+    let output = project.build(&["--only", RUNTIME_280]);
+    assert_code(&output, 0);
+    assert!(
+        text(&output).contains("removed 1 container(s) left behind by run"),
+        "{}",
+        text(&output)
+    );
+    assert_eq!(
+        selftest_containers(&engine, &prefix).await,
+        Vec::<String>::new()
+    );
 }
