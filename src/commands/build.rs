@@ -98,6 +98,7 @@ pub fn run(project: &Project, args: &BuildArgs) -> Result<Outcome> {
         ManifestFile::new(&args.manifest, Duration::from_secs(args.lock.lock_timeout));
     let manifest = manifest_file.read()?;
     let plan = plan(
+        &resolution.images,
         &selected,
         &contexts.digests(),
         &manifest,

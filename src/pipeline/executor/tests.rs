@@ -186,6 +186,7 @@ impl AliasLedger for MemoryJournal {
 fn test_plan() -> Plan {
     let specs = crate::resolve::test_images("registry: r.example\nrepository: t/p\ntorch: [\"2.7\"]\ncuda: [\"12.6\", \"12.8\"]\nos: [ubuntu24.04]\n");
     plan(
+        &specs,
         &select(&specs, None, None),
         &BTreeMap::new(),
         &crate::history::manifest::Manifest::new(),
