@@ -649,6 +649,37 @@ pub fn now_rfc3339() -> String {
     rfc3339(seconds)
 }
 
+/// RFC 3339 UTC with seconds, as [`rfc3339`] writes it (`2026-11-30T10:25:21Z`), as seconds
+/// since the Unix epoch; `None` for anything else.
+pub fn parse_rfc3339(text: &str) -> Option<u64> {
+    let (date, time) = text.strip_suffix('Z')?.split_once('T')?;
+    let numbers = |text: &str, separator: char| -> Option<Vec<i64>> {
+        text.split(separator)
+            .map(|part| part.parse().ok())
+            .collect()
+    };
+    let (date, time) = (numbers(date, '-')?, numbers(time, ':')?);
+    let ([year, month, day], [hour, minute, second]) = (date.as_slice(), time.as_slice()) else {
+        return None;
+    };
+    if !(1..=12).contains(month)
+        || !(1..=31).contains(day)
+        || *hour > 23
+        || *minute > 59
+        || *second > 60
+    {
+        return None;
+    }
+    // Days from civil (proleptic Gregorian), the inverse of `rfc3339`.
+    let y = if *month <= 2 { year - 1 } else { *year };
+    let era = y.div_euclid(400);
+    let year_of_era = y - era * 400;
+    let day_of_year = (153 * ((month + 9) % 12) + 2) / 5 + day - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    let days = era * 146_097 + day_of_era - 719_468;
+    u64::try_from(days * 86_400 + hour * 3600 + minute * 60 + second).ok()
+}
+
 /// Seconds since the Unix epoch as RFC 3339 UTC (civil-from-days, proleptic Gregorian).
 pub fn rfc3339(seconds: u64) -> String {
     let days = (seconds / 86_400) as i64;
@@ -929,5 +960,9 @@ mod tests {
         assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
         assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
         assert_eq!(rfc3339(1_795_775_121), "2026-11-27T10:25:21Z");
+        for seconds in [0, 951_782_400, 1_795_775_121, 4_102_444_800] {
+            assert_eq!(parse_rfc3339(&rfc3339(seconds)), Some(seconds));
+        }
+        assert_eq!(parse_rfc3339("t1"), None);
     }
 }

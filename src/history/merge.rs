@@ -12,7 +12,8 @@
 //!   target and both histories are kept.
 //! - Conflicts no rule settles are reported, not merged ([`merge_checked`]): one full tag with
 //!   two digests neither side knows of the other, one alias moved to two places by runs that did
-//!   not see each other's move.
+//!   not see each other's move, closer in time than runners' clocks can be trusted
+//!   ([`CLOCK_SKEW`]).
 //! - A multi-platform index: the newer publication (`published_at`) wins; the other, when it is
 //!   a different digest, joins the history.
 //! - A pending alias move (intent without a result): the newer one (`since`) wins; it is dropped
@@ -26,8 +27,8 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::history::manifest::{
-    keep_unknown_fields, AliasRecord, AliasTarget, ImageRecord, IndexRecord, Manifest, PendingMove,
-    RecordStatus, HISTORY_LIMIT, SCHEMA_VERSION,
+    keep_unknown_fields, parse_rfc3339, AliasRecord, AliasTarget, ImageRecord, IndexRecord,
+    Manifest, PendingMove, RecordStatus, HISTORY_LIMIT, SCHEMA_VERSION,
 };
 use crate::model::digest::Digest;
 
@@ -236,6 +237,10 @@ pub fn merge_all(manifests: Vec<Manifest>) -> Manifest {
     manifests.into_iter().fold(Manifest::new(), merge)
 }
 
+/// How far apart two runners' clocks may be. Two moves of one alias that did not see each other
+/// and are closer in time than this cannot be put in order by their times.
+pub const CLOCK_SKEW: std::time::Duration = std::time::Duration::from_secs(300);
+
 /// Two manifests that disagree in a way no rule settles: a person decides.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Conflict {
@@ -260,8 +265,9 @@ impl std::fmt::Display for Conflict {
 
 /// What two manifests disagree on beyond the merge rules: one immutable full tag recorded with
 /// two digests, neither known to the other's history; one alias moved to two places, neither
-/// side having seen the other's move (their times come from different runners' clocks, so
-/// which move came last cannot be told from the records). Sorted, so the same for either order.
+/// side having seen the other's move, at times less than [`CLOCK_SKEW`] apart (or unreadable):
+/// their times come from different runners' clocks, so which move came last cannot be told from
+/// the records. Sorted, so the same for either order.
 pub fn conflicts(left: &Manifest, right: &Manifest) -> Vec<Conflict> {
     let mut found = Vec::new();
     for (tag, ours) in &left.images {
@@ -293,7 +299,18 @@ pub fn conflicts(left: &Manifest, right: &Manifest) -> Vec<Conflict> {
             continue;
         };
         let same = ours.tag == theirs.tag && ours.digest == theirs.digest;
-        if !same && !has_seen(ours, theirs) && !has_seen(theirs, ours) {
+        let apart = match (
+            parse_rfc3339(&ours.moved_at),
+            parse_rfc3339(&theirs.moved_at),
+        ) {
+            (Some(a), Some(b)) => a.abs_diff(b),
+            _ => 0,
+        };
+        if !same
+            && !has_seen(ours, theirs)
+            && !has_seen(theirs, ours)
+            && apart < CLOCK_SKEW.as_secs()
+        {
             let describe = |record: &AliasRecord| {
                 format!(
                     "{} ({}, moved at {})",
@@ -311,7 +328,7 @@ pub fn conflicts(left: &Manifest, right: &Manifest) -> Vec<Conflict> {
                 name: alias.clone(),
                 left: describe(ours),
                 right: describe(theirs),
-                why: "each was moved without seeing the other's move, and their times come from different runners' clocks; the registry serves one of them (`imagegen verify`)".into(),
+                why: format!("each was moved without seeing the other's move, less than {} s apart by the clocks of different runners, so which came last cannot be told; the registry serves one of them (`imagegen verify`)", CLOCK_SKEW.as_secs()),
             });
         }
     }
@@ -561,12 +578,17 @@ mod tests {
         assert_eq!(merged, merge(later.clone(), first.clone()));
         // Two runners that did not see each other's move: a conflict, whatever the times.
         let mut other = first.clone();
-        other.move_alias("latest", "c", Some(d("sha256:3")), "2026-11-30T09:45:00Z");
+        other.move_alias("latest", "c", Some(d("sha256:3")), "2026-11-30T09:33:00Z");
         let found = conflicts(&later, &other);
         assert_eq!(found.len(), 1, "{found:?}");
         assert_eq!(found[0].kind, "alias");
         assert!(found[0].to_string().contains("moved at"), "{}", found[0]);
         assert_eq!(found, conflicts(&other, &later));
+        // An hour apart, no clock is that wrong: the newer move wins.
+        let mut much_later = first.clone();
+        much_later.move_alias("latest", "c", Some(d("sha256:3")), "2026-11-30T10:30:00Z");
+        assert!(conflicts(&later, &much_later).is_empty());
+        assert_eq!(merge(later, much_later).aliases["latest"].tag, "c");
     }
 
     #[test]
