@@ -95,7 +95,7 @@ where
         match ledger.write(|manifest| begin(manifest, &request.target, request.owner, &now()))? {
             Begun::Move(transaction) => break transaction,
             Begun::Held(reason) => return Ok(AliasOutcome::Held(reason)),
-            Begun::Leftover(leftover) if !settled => {
+            Begun::Leftover(_) if !settled => {
                 // Left by a run that is gone (this run holds the alias's lock): settled by what
                 // the registry serves; a third digest stays for a person, and this move replaces it.
                 let served = registry.served(repository, alias).await.with_context(|| {
@@ -107,7 +107,6 @@ where
                     }
                 })?;
                 settled = true;
-                let _ = leftover;
             }
             Begun::Leftover(leftover) => anyhow::bail!(
                 "the move of {alias} that {} began stays pending after it was settled",

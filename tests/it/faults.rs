@@ -8,7 +8,8 @@
 //! a hand-edited manifest with one; a rollback during a build; two rollbacks of one alias at once;
 //! shards' alias lists and merges in either order or in conflict; an overwritten full tag
 //! restored; a record given twice and a newer schema refused; two links to one manifest; the
-//! containers of a killed run removed by a later run, a live run's left alone.
+//! containers of a killed run removed by a later run, a live run's left alone; `Retry-After` from
+//! a proxy in front of the registry.
 //!
 //! Timing comes from events imagegen makes observable, never from sleeps: the manifest's lock and
 //! a tag's publish lock, held by the test itself, stop imagegen at a known step and it says so
@@ -1312,4 +1313,130 @@ async fn containers_of_a_killed_run_are_removed_by_a_later_run_and_a_live_runs_a
         selftest_containers(&engine, &prefix).await,
         Vec::<String>::new()
     );
+}
+
+/// A proxy in front of the real registry on 127.0.0.1 that answers the first `throttled`
+/// manifest requests with `status` and `Retry-After: retry_after`, and forwards everything else
+/// (one request per connection). Returns its port and the times requests reached it.
+fn throttling_proxy(
+    registry: &str,
+    throttled: usize,
+    status: u16,
+    retry_after: &'static str,
+) -> (u16, Arc<Mutex<Vec<Instant>>>) {
+    use std::io::Write;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let upstream = registry.to_string();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = Arc::clone(&seen);
+    std::thread::spawn(move || {
+        for stream in listener.incoming().map_while(Result::ok) {
+            let mut client = stream;
+            let mut reader = BufReader::new(client.try_clone().unwrap());
+            let mut head = Vec::new();
+            let mut content_length = 0usize;
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                    break;
+                }
+                let lower = line.to_ascii_lowercase();
+                if let Some(value) = lower.strip_prefix("content-length:") {
+                    content_length = value.trim().parse().unwrap_or(0);
+                }
+                if lower.starts_with("connection:") {
+                    continue;
+                }
+                if line == "\r\n" {
+                    head.extend_from_slice(b"Connection: close\r\n\r\n");
+                    break;
+                }
+                head.extend_from_slice(line.as_bytes());
+            }
+            let mut body = vec![0; content_length];
+            let _ = reader.read_exact(&mut body);
+            let manifest_request = String::from_utf8_lossy(&head).contains("/manifests/");
+            let count = {
+                let mut seen = log.lock().unwrap();
+                if manifest_request {
+                    seen.push(Instant::now());
+                }
+                seen.len()
+            };
+            if manifest_request && count <= throttled {
+                let _ = write!(
+                    client,
+                    "HTTP/1.1 {status} Throttled\r\nRetry-After: {retry_after}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                );
+                continue;
+            }
+            let Ok(mut server) = std::net::TcpStream::connect(&upstream) else {
+                continue;
+            };
+            let _ = server.write_all(&head);
+            let _ = server.write_all(&body);
+            let mut answer = Vec::new();
+            let _ = server.read_to_end(&mut answer);
+            let _ = client.write_all(&answer);
+        }
+    });
+    (port, seen)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn retry_after_from_the_registry_is_honoured_within_the_deadline() {
+    prepare().await;
+    let registry = Registry::start();
+    let project = Project::new(registry.host(), SELFTEST_PASS);
+    let _tags = RemoveTags::of(&project);
+    assert_code(&project.build(&["--push", "--only", RUNTIME_270]), 0);
+    let recorded = std::fs::read_to_string(manifest_path(&project)).unwrap();
+
+    // The registry, behind a proxy that says "429, come back in 2 s" to the first HEAD.
+    let (port, seen) = throttling_proxy(registry.host(), 1, 429, "2");
+    let proxied = recorded.replace(registry.host(), &format!("127.0.0.1:{port}"));
+    std::fs::write(project.path().join("proxied.json"), &proxied).unwrap();
+    let start = Instant::now();
+    let (code, output) = run_imagegen(
+        &project,
+        &["verify", "--manifest", "proxied.json", "--concurrency", "1"],
+    );
+    assert_eq!(code, 0, "{output}");
+    let times = seen.lock().unwrap().clone();
+    assert!(
+        times.len() >= 3,
+        "the throttled HEAD was asked again: {times:?}"
+    );
+    assert!(
+        times[1] - times[0] >= Duration::from_secs(2),
+        "after the 2 s it asked for, not the 1 s backoff: {:?}",
+        times[1] - times[0]
+    );
+    assert!(start.elapsed() < Duration::from_secs(30));
+
+    // One that asks for longer than the deadline: refused at once, saying so.
+    let (port, seen) = throttling_proxy(registry.host(), usize::MAX, 503, "120");
+    let proxied = recorded.replace(registry.host(), &format!("127.0.0.1:{port}"));
+    std::fs::write(project.path().join("proxied.json"), &proxied).unwrap();
+    let start = Instant::now();
+    let (code, output) = run_imagegen(
+        &project,
+        &[
+            "verify",
+            "--manifest",
+            "proxied.json",
+            "--concurrency",
+            "1",
+            "--registry-timeout",
+            "5",
+        ],
+    );
+    assert_eq!(code, 2, "{output}");
+    assert!(
+        output.contains("retry after 120 s (Retry-After), past the 5 s deadline"),
+        "{output}"
+    );
+    assert!(start.elapsed() < Duration::from_secs(5), "at once");
+    assert_eq!(seen.lock().unwrap().len(), 1, "asked once");
 }
