@@ -1297,21 +1297,19 @@ async fn containers_of_a_killed_run_are_removed_by_a_later_run_and_a_live_runs_a
         vec![container.clone()],
         "a live run's container is never removed"
     );
-    // Killed (no cleanup of its own): its container stays behind, until the next run.
+    // Killed (no cleanup of its own): its container stays behind, until the next run removes
+    // it. (Other tests' builds, running beside this one, clean up the same way: whichever run
+    // starts first removes it, so which run says so is not checked.)
     signal(slow.pid(), SIGKILL);
     let (code, _) = slow.finish();
     assert_eq!(code, None);
-    assert_eq!(selftest_containers(&engine, &prefix).await, vec![container]);
     let output = project.build(&["--only", RUNTIME_280]);
     assert_code(&output, 0);
-    assert!(
-        text(&output).contains("removed 1 container(s) left behind by run"),
-        "{}",
-        text(&output)
-    );
     assert_eq!(
         selftest_containers(&engine, &prefix).await,
-        Vec::<String>::new()
+        Vec::<String>::new(),
+        "the dead run's container {container} is gone: {}",
+        text(&output)
     );
 }
 
