@@ -59,6 +59,8 @@ pub enum Command {
     Plan(PlanArgs),
     /// Re-point an alias in the registry to an earlier digest recorded in the manifest, without a rebuild.
     Rollback(RollbackArgs),
+    /// Put the digest the manifest records for a full tag back under that tag in the registry (after someone overwrote it), without a rebuild.
+    Restore(RestoreArgs),
     /// Assemble and push an OCI image index per full tag (and move its aliases) from the per-platform images recorded in the manifest.
     Publish(PublishArgs),
     /// Show what changed between two images (tags, aliases or digests recorded in the manifest): versions and packages.
@@ -112,6 +114,9 @@ pub struct VerifyArgs {
     /// Settle alias moves left in between (begun, not written down as done) by what the registry serves, and write that down; nothing else is changed.
     #[arg(long)]
     pub adopt: bool,
+    /// How many registry requests at once (each a HEAD of one tag).
+    #[arg(long, env = "IMAGEGEN_VERIFY_CONCURRENCY", default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub concurrency: u16,
     #[command(flatten)]
     pub deadlines: DeadlineArgs,
     #[command(flatten)]
@@ -139,6 +144,19 @@ pub struct RollbackArgs {
     /// Point it where it pointed before its last move.
     #[arg(long)]
     pub previous: bool,
+    /// The manifest file.
+    #[arg(long, default_value = DEFAULT_MANIFEST)]
+    pub manifest: PathBuf,
+    #[command(flatten)]
+    pub deadlines: DeadlineArgs,
+    #[command(flatten)]
+    pub lock: LockArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct RestoreArgs {
+    /// The full tag (or index tag) to restore, e.g. 2.7.1-cuda12.6-cudnn9-runtime-ubuntu24.04.
+    pub tag: String,
     /// The manifest file.
     #[arg(long, default_value = DEFAULT_MANIFEST)]
     pub manifest: PathBuf,

@@ -216,21 +216,35 @@ impl ManifestFile {
         load_manifest(&self.path)
     }
 
-    /// Where this manifest's lock files live: `.imagegen/locks/` beside the file the manifest
-    /// path resolves to, so two links to one manifest share its lock.
-    fn lock_dir(&self) -> Result<PathBuf> {
+    /// The file this manifest is, whatever the path names it by: symbolic links followed (in
+    /// the last component and in the folders above it) and the folder made absolute, so two
+    /// different links to one manifest, or two spellings of its path, are one file.
+    fn canonical_target(&self) -> Result<PathBuf> {
         let target = resolve_links(&self.path)?;
         let parent = target
             .parent()
             .filter(|p| !p.as_os_str().is_empty())
             .unwrap_or(Path::new("."));
+        let parent = std::fs::canonicalize(parent).unwrap_or_else(|_| parent.to_path_buf());
+        Ok(match target.file_name() {
+            Some(name) => parent.join(name),
+            None => parent.join("manifest"),
+        })
+    }
+
+    /// Where this manifest's lock files live: `.imagegen/locks/` beside the file the manifest
+    /// path resolves to, so two links to one manifest share its lock.
+    fn lock_dir(&self) -> Result<PathBuf> {
+        let target = self.canonical_target()?;
+        let parent = target.parent().unwrap_or(Path::new("."));
         Ok(parent.join(".imagegen").join("locks"))
     }
 
-    /// The lock file of the manifest itself.
+    /// The lock file of the manifest itself, named after the file the path resolves to (never
+    /// after a link's name): one lock per manifest file.
     pub fn lock_path(&self) -> Result<PathBuf> {
-        let name = self
-            .path
+        let target = self.canonical_target()?;
+        let name = target
             .file_name()
             .map(|n| n.to_string_lossy().to_string())
             .unwrap_or_else(|| "manifest".into());
@@ -263,22 +277,35 @@ impl ManifestFile {
     /// The lock file that keeps two runs from publishing `reference` (`repository:tag`) at the
     /// same time; see [`ProjectLock::try_acquire`].
     pub fn publish_lock_path(&self, reference: &str) -> Result<PathBuf> {
-        let name: String = reference
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || "-_.".contains(c) {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
-        Ok(self.lock_dir()?.join(format!("publish-{name}.lock")))
+        Ok(self
+            .lock_dir()?
+            .join(format!("publish-{}.lock", lock_name(reference))))
+    }
+
+    /// The lock file held while an alias of this manifest is being moved (see
+    /// `pipeline::alias_move`): two runs never move one alias at the same time.
+    pub fn alias_lock_path(&self, alias: &str) -> Result<PathBuf> {
+        Ok(self
+            .lock_dir()?
+            .join(format!("alias-{}.lock", lock_name(alias))))
     }
 
     pub fn lock_timeout(&self) -> Duration {
         self.lock_timeout
     }
+}
+
+/// A name as a file name: letters, digits, `-`, `_` and `.` kept, anything else `_`.
+fn lock_name(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }
 
 /// Who holds a lock, as its lock file says.
@@ -923,10 +950,18 @@ mod tests {
             .is_symlink());
         assert_eq!(load_manifest(&target).unwrap().images.len(), 2);
         assert!(
-            records
-                .join(".imagegen/locks/imagegen-manifest.json.lock")
-                .exists(),
-            "the lock lives beside the file the link resolves to"
+            records.join(".imagegen/locks/manifest.json.lock").exists(),
+            "the lock lives beside the file the link resolves to, named after it"
+        );
+        // Another link of another name, through another spelling of the folder: one lock.
+        let other = dir.path().join("shard-manifest.json");
+        std::os::unix::fs::symlink(&target, &other).unwrap();
+        let spelled = dir.path().join("records/../shard-manifest.json");
+        assert_eq!(
+            ManifestFile::new(&spelled, Duration::from_secs(5))
+                .lock_path()
+                .unwrap(),
+            file.lock_path().unwrap()
         );
         let leftovers: Vec<_> = std::fs::read_dir(&records)
             .unwrap()

@@ -10,33 +10,30 @@ use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 
 use crate::cli::BuildArgs;
+use crate::commands::ledger::{this_owner, wait_for_lock, Liveness, ManifestLedger, RunId};
 use crate::commands::outcome::Outcome;
 use crate::commands::output::{count, emit, note, table};
 use crate::commands::signals::{Signal, Signals};
 use crate::commands::stages::{lock_problems, no_images, render_project};
-use crate::docker::{
-    registry_host_of, repository_path_of, DockerConfig, Engine, RegistryClient, RetryPolicy,
-};
+use crate::docker::{Engine, Registries, RetryPolicy};
+use crate::history::alias_transaction::settle_one;
 use crate::history::manifest::{now_rfc3339, Manifest};
-use crate::history::verify::settle_one;
 use crate::model::digest::Digest;
-use crate::pipeline::docker_builder::{Contexts, EngineBuilder, EngineBuilderSettings, RUN_LABEL};
-use crate::pipeline::executor::{
-    execute, AliasIntent, Claim, ExecOptions, ImageResult, Journal, Status,
+use crate::pipeline::alias_move::{AliasLedger, AliasRegistry};
+use crate::pipeline::docker_builder::{
+    Contexts, EngineBuilder, EngineBuilderSettings, RegistryAliases, RUN_LABEL,
 };
+use crate::pipeline::executor::{execute, Claim, ExecOptions, ImageResult, Journal, Status};
 use crate::pipeline::plan::{plan, select_for_build, Plan, PlannedImage, Shard};
 use crate::pipeline::progress::Progress;
-use crate::pipeline::record::{alias_intent, alias_moved, record};
+use crate::pipeline::record::record;
 use crate::pipeline::selftest::check_baseline;
-use crate::project::{
-    self, lock_timeout_error, read_selftest_baseline, waiting_line, LockHolder, ManifestFile,
-    Project, ProjectLock, LOCK_POLL,
-};
+use crate::project::{self, read_selftest_baseline, ManifestFile, Project, ProjectLock};
 
 pub fn run(project: &Project, args: &BuildArgs) -> Result<Outcome> {
     let shard = args
@@ -101,6 +98,7 @@ pub fn run(project: &Project, args: &BuildArgs) -> Result<Outcome> {
         ManifestFile::new(&args.manifest, Duration::from_secs(args.lock.lock_timeout));
     let manifest = manifest_file.read()?;
     let plan = plan(
+        &resolution.images,
         &selected,
         &contexts.digests(),
         &manifest,
@@ -145,14 +143,8 @@ async fn execute_plan(
             .await?
             .with_push_retry(retry)
             .with_push_idle_timeout(registry_timeout);
-    let run_id = format!(
-        "{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0)
-    );
+    let run_id = RunId::this_process().to_string();
+    remove_leftovers_of_dead_runs(&engine).await;
     let outcome = build_and_record(
         project,
         settings,
@@ -176,6 +168,36 @@ async fn execute_plan(
         ),
     }
     outcome
+}
+
+/// Removes the containers earlier runs left behind when they were killed before their own
+/// cleanup (SIGKILL, a crash): those labelled with a run of this machine's boot whose process is
+/// gone. A live run's containers, and those of runs this machine cannot judge (another host on a
+/// shared daemon, an earlier boot, an older imagegen's run id), are left alone.
+async fn remove_leftovers_of_dead_runs(engine: &Engine) {
+    let containers = match engine.containers_labelled(RUN_LABEL).await {
+        Ok(containers) => containers,
+        Err(error) => {
+            eprintln!("warning: could not look for containers earlier runs left behind: {error}");
+            return;
+        }
+    };
+    let dead: std::collections::BTreeSet<String> = containers
+        .iter()
+        .map(|(_, run)| run.clone())
+        .filter(|run| RunId::parse(run).is_some_and(|id| id.liveness() == Liveness::Gone))
+        .collect();
+    for run in dead {
+        match engine.remove_containers_with_label(RUN_LABEL, &run).await {
+            Ok(0) => {}
+            Ok(count) => {
+                eprintln!("removed {count} container(s) left behind by run {run}, which is gone")
+            }
+            Err(error) => eprintln!(
+                "warning: could not remove the containers of run {run}, which is gone: {error}"
+            ),
+        }
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -209,7 +231,12 @@ async fn build_and_record(
         );
     }
     if settings.push {
-        settle_pending_moves(&manifest_file, &plan, retry, registry_timeout).await;
+        settle_pending_moves(
+            &manifest_file,
+            &plan,
+            &Registries::new(registry_timeout, retry),
+        )
+        .await;
     }
     let builder = Arc::new(EngineBuilder::new(
         engine,
@@ -226,12 +253,17 @@ async fn build_and_record(
             ..Default::default()
         },
     ));
-    let by = LockHolder::this_run();
+    let owner = this_owner();
+    let by = owner.by.clone();
+    let ledger_progress = Arc::clone(&progress);
     let journal = Arc::new(ManifestJournal {
         file: manifest_file.clone(),
         source_commit,
-        by: by.clone(),
         progress: Arc::clone(&progress),
+        ledger: ManifestLedger {
+            file: manifest_file.clone(),
+            on_wait: Box::new(move |line| ledger_progress.line("alias", &format!("== {line}"))),
+        },
     });
     let options = ExecOptions {
         jobs: settings.jobs,
@@ -239,6 +271,7 @@ async fn build_and_record(
         test: !settings.no_test,
         require_gpu: settings.require_gpu,
         move_untested_aliases: settings.move_untested_aliases,
+        owner,
     };
     note(format!(
         "building {}, {} at a time{}",
@@ -276,14 +309,10 @@ async fn build_and_record(
 }
 
 /// Settles the alias moves an earlier run of these images' repositories began and did not
-/// write down as done, by what the registry serves for each alias. A registry that cannot be
-/// asked leaves them for later (the build moves its aliases anyway).
-async fn settle_pending_moves(
-    manifest_file: &ManifestFile,
-    plan: &Plan,
-    retry: RetryPolicy,
-    registry_timeout: Duration,
-) {
+/// write down as done, by what the registry serves for each alias. A move whose alias another
+/// live run holds is that run's to finish, and is left alone; a registry that cannot be asked
+/// leaves them for later (the build moves its aliases anyway).
+async fn settle_pending_moves(manifest_file: &ManifestFile, plan: &Plan, registries: &Registries) {
     let Ok(manifest) = manifest_file.read() else {
         return;
     };
@@ -292,6 +321,7 @@ async fn settle_pending_moves(
         .iter()
         .map(|image| image.spec.repository.as_str())
         .collect();
+    let aliases = RegistryAliases(registries);
     for (alias, pending) in &manifest.pending_aliases {
         let Some(repository) = manifest
             .repository_of(&pending.tag)
@@ -299,24 +329,26 @@ async fn settle_pending_moves(
         else {
             continue;
         };
-        let served = async {
-            let host = registry_host_of(repository);
-            let credentials = DockerConfig::load_default()?.credentials_for(&host)?;
-            let client = RegistryClient::new(&host, credentials)
-                .with_retry(retry)
-                .with_timeout(registry_timeout);
-            let served = client
-                .manifest_digest(repository_path_of(repository), alias)
-                .await?;
-            served
-                .map(|text| Digest::parse(&text))
-                .transpose()
-                .map_err(anyhow::Error::from)
-        }
-        .await;
-        let settled = served.and_then(|served| {
-            manifest_file.update(|m| settle_one(m, alias, &served, &now_rfc3339()))
-        });
+        let held = manifest_file
+            .alias_lock_path(alias)
+            .and_then(|path| ProjectLock::try_acquire(&path));
+        let _lock = match held {
+            Ok(Ok(lock)) => lock,
+            Ok(Err(holder)) => {
+                eprintln!("{alias}: a move of it is under way ({holder}); left to that run");
+                continue;
+            }
+            Err(error) => {
+                eprintln!(
+                    "warning: could not settle the move of {alias} left in between: {error:#}"
+                );
+                continue;
+            }
+        };
+        let settled = match aliases.served(repository, alias).await {
+            Ok(served) => manifest_file.update(|m| settle_one(m, alias, &served, &now_rfc3339())),
+            Err(error) => Err(error),
+        };
         match settled {
             Ok(Some(outcome)) => eprintln!(
                 "settled the move of {alias} to {} that an earlier run left in between: {outcome}",
@@ -338,8 +370,9 @@ async fn settle_pending_moves(
 struct ManifestJournal {
     file: ManifestFile,
     source_commit: Option<String>,
-    by: String,
     progress: Arc<Progress>,
+    /// Alias moves: the alias's lock and the manifest's.
+    ledger: ManifestLedger,
 }
 
 impl ManifestJournal {
@@ -353,27 +386,11 @@ impl Journal for ManifestJournal {
     async fn claim(&self, image: &PlannedImage) -> Result<Claim> {
         let path = self.file.publish_lock_path(&image.reference)?;
         let what = format!("{}, which another run is publishing", image.reference);
-        let timeout = self.file.lock_timeout();
-        let start = Instant::now();
-        let mut announced = false;
-        loop {
-            match ProjectLock::try_acquire(&path)? {
-                Ok(lock) => return Ok(Box::new(lock)),
-                Err(holder) => {
-                    if start.elapsed() >= timeout {
-                        return Err(lock_timeout_error(&what, &holder, timeout));
-                    }
-                    if !announced {
-                        self.progress.line(
-                            &image.spec.name,
-                            &format!("== {}", waiting_line(&what, &holder)),
-                        );
-                        announced = true;
-                    }
-                    tokio::time::sleep(LOCK_POLL).await;
-                }
-            }
-        }
+        let lock = wait_for_lock(&path, &what, self.file.lock_timeout(), |line| {
+            self.progress.line(&image.spec.name, &format!("== {line}"))
+        })
+        .await?;
+        Ok(Box::new(lock))
     }
 
     fn image(&self, image: &PlannedImage, result: &ImageResult) -> Result<()> {
@@ -387,27 +404,15 @@ impl Journal for ManifestJournal {
             )
         })
     }
+}
 
-    fn alias_intent(
-        &self,
-        image: &PlannedImage,
-        alias: &str,
-        digest: &Digest,
-    ) -> Result<AliasIntent> {
-        self.update(|manifest| {
-            alias_intent(
-                manifest,
-                alias,
-                (&image.spec.tag, &image.spec.torch),
-                digest,
-                &now_rfc3339(),
-                &self.by,
-            )
-        })
+impl AliasLedger for ManifestJournal {
+    async fn hold_alias(&self, alias: &str) -> Result<Claim> {
+        self.ledger.hold_alias(alias).await
     }
 
-    fn alias_moved(&self, image: &PlannedImage, alias: &str, digest: &Digest) -> Result<()> {
-        self.update(|manifest| alias_moved(manifest, image, alias, digest, &now_rfc3339()))
+    fn write<T>(&self, change: impl FnOnce(&mut Manifest) -> T) -> Result<T> {
+        self.ledger.write(change)
     }
 }
 

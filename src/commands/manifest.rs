@@ -1,6 +1,7 @@
 //! `imagegen manifest merge A B ... [--out FILE]`: one manifest from several (one per CI shard);
 //! the rules are `history::merge`'s. Every input must exist: a missing shard artefact is an
-//! error, never an empty manifest. With `--out`, the output's lock is taken first and the inputs
+//! error, never an empty manifest. Inputs that conflict (see `history::merge::conflicts`) are
+//! reported, nothing is written, and the exit code is 3. With `--out`, the output's lock is taken first and the inputs
 //! are read under it (the output is often one of them), so a concurrent writer is not erased.
 
 use std::time::Duration;
@@ -11,24 +12,38 @@ use crate::cli::MergeArgs;
 use crate::commands::outcome::Outcome;
 use crate::commands::output::{count, emit, note};
 use crate::history::manifest::Manifest;
-use crate::history::merge::merge_all;
+use crate::history::merge::{merge_checked, Conflict};
 use crate::project::{load_existing_manifest, save_manifest, ManifestFile, Project};
 
 /// `imagegen manifest merge A B ... [--out FILE]`.
 pub fn merge(_project: &Project, args: &MergeArgs) -> Result<Outcome> {
     let (inputs, out) = (&args.inputs, args.out.as_deref());
-    let read_all = || -> Result<Manifest> {
+    let read_all = || -> Result<Result<Manifest, Vec<Conflict>>> {
         let manifests = inputs
             .iter()
             .map(|path| load_existing_manifest(path))
             .collect::<Result<Vec<_>>>()?;
-        Ok(merge_all(manifests))
+        Ok(merge_checked(manifests))
+    };
+    let report = |conflicts: Vec<Conflict>| {
+        note(format!(
+            "the manifests conflict ({}); nothing was written:",
+            count(conflicts.len(), "conflict")
+        ));
+        for conflict in &conflicts {
+            note(format!("  {conflict}"));
+        }
+        note("hint: run `imagegen verify --manifest FILE` with each input to see which one the registry agrees with, and merge without the other (or fix it by hand: rollback/restore, then merge again)");
+        Outcome::Conflict
     };
     match out {
         Some(path) => {
             let file = ManifestFile::new(path, Duration::from_secs(args.lock.lock_timeout));
             let _lock = file.lock()?;
-            let merged = read_all()?;
+            let merged = match read_all()? {
+                Ok(merged) => merged,
+                Err(conflicts) => return Ok(report(conflicts)),
+            };
             save_manifest(path, &merged)?;
             note(format!(
                 "wrote {} ({}, {}, from {})",
@@ -38,7 +53,10 @@ pub fn merge(_project: &Project, args: &MergeArgs) -> Result<Outcome> {
                 count(inputs.len(), "manifest")
             ));
         }
-        None => emit(format!("{}\n", serde_json::to_string_pretty(&read_all()?)?))?,
+        None => match read_all()? {
+            Ok(merged) => emit(format!("{}\n", serde_json::to_string_pretty(&merged)?))?,
+            Err(conflicts) => return Ok(report(conflicts)),
+        },
     }
     Ok(Outcome::Success)
 }

@@ -9,6 +9,7 @@ pub mod ci;
 pub mod diff;
 pub mod k8s;
 pub mod knowledge;
+pub mod ledger;
 pub mod lock;
 pub mod manifest;
 pub mod outcome;
@@ -17,6 +18,7 @@ pub mod plan;
 pub mod publish;
 pub mod render;
 pub mod resolve;
+pub mod restore;
 pub mod rollback;
 pub mod signals;
 pub mod stages;
@@ -50,6 +52,7 @@ pub fn run(cli: Cli) -> Result<Outcome> {
         Command::Build(args) => build::run(&project, args),
         Command::Plan(args) => plan::run(&project, args),
         Command::Rollback(args) => rollback::run(&project, args),
+        Command::Restore(args) => restore::run(&project, args),
         Command::Publish(args) => publish::run(&project, args),
         Command::Diff(args) => diff::run(&project, args),
         Command::Bake(args) => bake::run(&project, args),

@@ -10,6 +10,8 @@ pub enum Outcome {
     Success,
     /// A check, build or test failed (exit 1).
     Failed,
+    /// The inputs disagree in a way no rule settles (`manifest merge`, exit 3).
+    Conflict,
     /// Stopped by SIGINT (exit 130) or SIGTERM (exit 143) after cleaning up.
     Interrupted(Signal),
 }
@@ -19,6 +21,7 @@ impl Outcome {
         match self {
             Outcome::Success => 0,
             Outcome::Failed => 1,
+            Outcome::Conflict => 3,
             Outcome::Interrupted(signal) => signal.exit_code(),
         }
     }

@@ -1,7 +1,10 @@
 //! `imagegen plan`: what a build would change, compared with the manifest, as a table for a
-//! terminal, JSON, or markdown for a pull-request comment. The plan itself is
-//! `history::upgrade::upgrade_plan`; this file only prints it.
+//! terminal, JSON, or markdown for a pull-request comment. It prints the review part of the one
+//! plan `build` executes (`pipeline::plan::plan`, over every image of the matrix); this file only
+//! prints it. Build keys, which need the build contexts and gpu-selftest binaries, are not part
+//! of what it prints (`build --dry-run` shows them).
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use anyhow::Result;
@@ -10,14 +13,23 @@ use crate::cli::{PlanArgs, PlanFormat};
 use crate::commands::outcome::Outcome;
 use crate::commands::output::{emit, short, table};
 use crate::commands::stages::resolve_project;
-use crate::history::upgrade::{upgrade_plan, InputChange, UpgradePlan};
+use crate::history::upgrade::{InputChange, UpgradePlan};
+use crate::pipeline::plan::plan;
 use crate::project::{load_manifest, Project};
 use crate::resolve::image::ResolveOptions;
 
 pub fn run(project: &Project, args: &PlanArgs) -> Result<Outcome> {
     let manifest = load_manifest(&args.manifest)?;
     let resolution = resolve_project(project, ResolveOptions::default())?;
-    let plan = upgrade_plan(&resolution.images, &manifest);
+    // The review does not depend on the build contexts: planned without them.
+    let plan = plan(
+        &resolution.images,
+        &resolution.images,
+        &BTreeMap::new(),
+        &manifest,
+        None,
+    )
+    .review;
     match args.format {
         PlanFormat::Json => emit(format!("{}\n", serde_json::to_string_pretty(&plan)?))?,
         PlanFormat::Table => emit(plan_text(&plan))?,

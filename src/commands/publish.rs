@@ -4,28 +4,32 @@
 //!
 //! It refuses an index when a platform the matrix promises is missing, stale, failed, or (without
 //! `--allow-untested`) untested, and says which. Aliases move only when every platform passed its
-//! self-test, and never backwards. Every manifest write (the index, each alias move before and
-//! after) is a locked read-change-write; SIGINT/SIGTERM stop it between steps.
+//! self-test, and never backwards; each move is `pipeline::alias_move`'s, the one alias
+//! transaction. Every manifest write (the index, each alias move before and after) is a locked
+//! read-change-write; SIGINT/SIGTERM stop it between steps.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use anyhow::{anyhow, Result};
+use anyhow::{anyhow, Context, Result};
 
 use crate::cli::PublishArgs;
+use crate::commands::ledger::{this_owner, ManifestLedger};
 use crate::commands::outcome::Outcome;
 use crate::commands::output::{emit, note, table};
 use crate::commands::signals::Signals;
 use crate::commands::stages::resolve_project;
-use crate::docker::{registry_host_of, repository_path_of, DockerConfig, RegistryClient};
+use crate::docker::{registry_host_of, repository_path_of, Registries, RetryPolicy};
 use crate::generate::oci_index::{
     index_document, index_readiness, split_platform, IndexEntry, IndexPlatform, ReadyPlatform,
     MEDIA_TYPE_OCI_INDEX,
 };
+use crate::history::alias_transaction::AliasTarget;
 use crate::history::manifest::{now_rfc3339, IndexRecord, PlatformImage};
 use crate::model::digest::Digest;
-use crate::pipeline::record::{alias_intent, AliasIntent};
-use crate::project::{LockHolder, ManifestFile, Project};
+use crate::pipeline::alias_move::{move_alias, AliasOutcome, AliasRequest};
+use crate::pipeline::docker_builder::RegistryAliases;
+use crate::project::{ManifestFile, Project};
 use crate::resolve::image::{ImageSpec, ResolveOptions};
 
 pub fn run(project: &Project, args: &PublishArgs) -> Result<Outcome> {
@@ -137,9 +141,9 @@ async fn publish_one(
     file: &ManifestFile,
     timeout: Duration,
 ) -> Result<Published> {
+    let registries = Registries::new(timeout, RetryPolicy::default());
     let host = registry_host_of(&spec.repository);
-    let credentials = DockerConfig::load_default()?.credentials_for(&host)?;
-    let client = RegistryClient::new(&host, credentials).with_timeout(timeout);
+    let client = registries.client(&spec.repository)?;
     let path = repository_path_of(&spec.repository);
     let mut entries = Vec::new();
     for platform in ready {
@@ -205,7 +209,9 @@ async fn publish_one(
         extra: Default::default(),
     };
     file.update(|manifest| manifest.record_index(index))?;
-    let by = LockHolder::this_run();
+    let owner = this_owner();
+    let ledger = ManifestLedger::new(file.clone());
+    let aliases_registry = RegistryAliases(&registries);
     let mut moved = Vec::new();
     let mut held = Vec::new();
     let all_passed = ready.iter().all(|r| r.passed);
@@ -215,42 +221,24 @@ async fn publish_one(
             continue;
         }
         // Judged against the manifest as it is now, and written down before the move.
-        let intent = file.update(|manifest| {
-            alias_intent(
-                manifest,
+        let request = AliasRequest {
+            repository: &spec.repository,
+            target: AliasTarget {
                 alias,
-                (index_tag, &spec.torch),
-                &digest,
-                &now_rfc3339(),
-                &by,
-            )
-        })?;
-        match intent {
-            AliasIntent::Held(reason) => {
-                held.push(format!("{alias} ({reason})"));
-                continue;
-            }
-            AliasIntent::AlreadyThere
-                if client.manifest_digest(path, alias).await?.as_deref()
-                    == Some(digest.as_str()) =>
-            {
-                continue;
-            }
-            AliasIntent::AlreadyThere | AliasIntent::Move => {}
-        }
-        let written = client
-            .put_manifest(path, alias, MEDIA_TYPE_OCI_INDEX, document.clone())
+                tag: index_tag,
+                digest: &digest,
+                guard_torch: Some(&spec.torch),
+            },
+            owner: &owner,
+        };
+        match move_alias(&aliases_registry, &ledger, &request)
             .await
-            .map_err(|error| {
-                anyhow!("{error}\nmoving {alias} to {index_tag} failed; the move stays written down as pending (`imagegen verify --adopt` settles it)")
-            })?;
-        if written != digest.as_str() {
-            anyhow::bail!("the registry stored {alias} as {written}, expected {digest}");
+            .with_context(|| format!("moving {alias} to {index_tag}"))?
+        {
+            AliasOutcome::Held(reason) => held.push(format!("{alias} ({reason})")),
+            AliasOutcome::AlreadyThere => {}
+            AliasOutcome::Moved { .. } | AliasOutcome::Recorded { .. } => moved.push(alias.clone()),
         }
-        file.update(|manifest| {
-            manifest.finish_alias_move(alias, index_tag, &digest, &now_rfc3339())
-        })?;
-        moved.push(alias.clone());
     }
     let mut aliases = String::new();
     if !moved.is_empty() {

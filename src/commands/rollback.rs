@@ -1,25 +1,29 @@
 //! `imagegen rollback`: re-points an alias in the registry to a digest the manifest recorded,
 //! through the registry API (no rebuild), and records the move. Which digest is
 //! `history::rollback::rollback_target`'s decision; whether anything moves is
-//! `rollback_step`'s, by what the registry serves (the registry is the truth about an alias, the
+//! the alias transaction's, by what the registry serves (the registry is the truth about an alias, the
 //! manifest may lag after a failed push). Order: the target must exist in the registry (HEAD)
-//! before the alias is touched; the move is written down as pending, made, then written down as
-//! done, each write under the manifest's lock. SIGINT/SIGTERM stop it between steps.
+//! before the alias is touched; then the move is `pipeline::alias_move`'s, the one alias
+//! transaction (under the alias's lock: a second rollback of the alias waits for the first).
+//! SIGINT/SIGTERM stop it between steps.
 
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 
 use crate::cli::RollbackArgs;
+use crate::commands::ledger::{this_owner, ManifestLedger};
 use crate::commands::outcome::Outcome;
 use crate::commands::output::{emit, short};
 use crate::commands::signals::Signals;
-use crate::docker::{registry_host_of, repository_path_of, DockerConfig, RegistryClient};
+use crate::docker::{registry_host_of, repository_path_of, Registries, RetryPolicy};
+use crate::history::alias_transaction::{settle_one, AliasTarget};
 use crate::history::manifest::now_rfc3339;
-use crate::history::rollback::{rollback_step, rollback_target, RollbackStep};
-use crate::history::verify::settle_one;
+use crate::history::rollback::rollback_target;
 use crate::model::digest::Digest;
-use crate::project::{LockHolder, ManifestFile, Project};
+use crate::pipeline::alias_move::{move_alias, AliasOutcome, AliasRegistry, AliasRequest};
+use crate::pipeline::docker_builder::RegistryAliases;
+use crate::project::{ManifestFile, Project};
 
 pub fn run(_project: &Project, args: &RollbackArgs) -> Result<Outcome> {
     let alias = args.alias.as_str();
@@ -78,35 +82,24 @@ async fn roll_back(
     timeout: Duration,
 ) -> Result<Outcome> {
     let start = Instant::now();
+    let registries = Registries::new(timeout, RetryPolicy::default());
+    let aliases = RegistryAliases(&registries);
     let host = registry_host_of(repository);
-    let credentials = DockerConfig::load_default()?.credentials_for(&host)?;
-    let client = RegistryClient::new(&host, credentials).with_timeout(timeout);
-    let path = repository_path_of(repository);
 
-    let served = client
-        .manifest_digest(path, alias)
-        .await?
-        .map(|text| Digest::parse(&text))
-        .transpose()
-        .with_context(|| {
-            format!("the registry answered for {repository}:{alias} with a malformed digest")
-        })?;
-    // A move an earlier run left in between is settled first, by what the registry serves
-    // (this writes the manifest only; the registry's alias is not touched).
-    let (manifest, settled) = file.update(|manifest| {
-        let settled = settle_one(manifest, alias, &served, &now_rfc3339());
-        (manifest.clone(), settled)
-    })?;
-    if let Some(outcome) = settled {
+    // Which digest: judged on the manifest with a move left in between settled by what the
+    // registry serves (the transaction settles it for real, under the alias's lock).
+    let served = aliases.served(repository, alias).await?;
+    let mut view = file.read()?;
+    if let Some(outcome) = settle_one(&mut view, alias, &served, &now_rfc3339()) {
         eprintln!("settled the move of {alias} an earlier run left in between: {outcome}");
     }
-    let target = rollback_target(&manifest, alias, to.as_ref(), previous)?;
+    let target = rollback_target(&view, alias, to.as_ref(), previous)?;
     let (target_tag, digest) = (target.tag, target.digest);
-    let recorded = manifest.alias_digest(alias);
 
     // The target must exist in the registry before the alias is touched.
+    let client = registries.client(repository)?;
     if client
-        .manifest_digest(path, digest.as_str())
+        .manifest_digest(repository_path_of(repository), digest.as_str())
         .await?
         .is_none()
     {
@@ -114,56 +107,41 @@ async fn roll_back(
             "the registry {host} no longer has {repository}@{digest} ({target_tag}); {alias} was not touched\nhint: a digest the registry deleted cannot be restored without a rebuild: `imagegen build --push --only {target_tag}` rebuilds it under its tag (a new digest), then roll back to that"
         );
     }
-    let from = served.clone().or(recorded.clone());
-    match rollback_step(&digest, recorded.as_ref(), served.as_ref()) {
-        RollbackStep::AlreadyThere => {
+    let owner = this_owner();
+    let ledger = ManifestLedger::new(file.clone());
+    let request = AliasRequest {
+        repository,
+        target: AliasTarget {
+            alias,
+            tag: &target_tag,
+            digest: &digest,
+            // Going back is on purpose: the never-backwards guard does not hold a rollback.
+            guard_torch: None,
+        },
+        owner: &owner,
+    };
+    match move_alias(&aliases, &ledger, &request).await? {
+        AliasOutcome::AlreadyThere => {
             bail!("alias {alias} already points at {digest} (in the registry and in the manifest)")
         }
-        RollbackStep::RecordOnly => {
-            file.update(|manifest| {
-                manifest.finish_alias_move(alias, &target_tag, &digest, &now_rfc3339())
-            })?;
+        AliasOutcome::Recorded { .. } => {
             emit(format!(
                 "{repository}:{alias}: the registry already serves {} ({target_tag}); recorded in {}\n",
                 short(&Some(digest.clone())),
                 file.path.display()
             ))?;
-            return Ok(Outcome::Success);
         }
-        RollbackStep::Move => {}
+        AliasOutcome::Moved { from } => {
+            emit(format!(
+                "{repository}:{alias}: {} -> {} ({}) in {:.1} s, no rebuild; recorded in {}\n",
+                short(&from),
+                short(&Some(digest)),
+                target_tag,
+                start.elapsed().as_secs_f64(),
+                file.path.display()
+            ))?;
+        }
+        AliasOutcome::Held(reason) => bail!("{reason}"),
     }
-    let stored = client
-        .get_manifest(path, digest.as_str())
-        .await?
-        .ok_or_else(|| {
-            anyhow!(
-                "the registry {host} no longer has {repository}@{digest}; {alias} was not touched"
-            )
-        })?;
-    let by = LockHolder::this_run();
-    file.update(|manifest| {
-        manifest.begin_alias_move(alias, &target_tag, &digest, &now_rfc3339(), &by)
-    })?;
-    let written = client
-        .put_manifest(path, alias, &stored.media_type, stored.bytes)
-        .await
-        .with_context(|| {
-            format!("moving {alias} failed; the move stays written down as pending (`imagegen verify --adopt` settles it)")
-        })?;
-    if written != digest.as_str() {
-        bail!("the registry stored {alias} as {written}, not {digest}");
-    }
-    file.update(|manifest| manifest.finish_alias_move(alias, &target_tag, &digest, &now_rfc3339()))
-        .with_context(|| {
-            format!("the registry moved {alias}, but the manifest could not record it")
-        })?;
-    emit(format!(
-        "{repository}:{alias}: {} -> {} ({}) in {:.1} s, no rebuild; recorded in {}\n",
-        short(&from),
-        short(&Some(digest)),
-        target_tag,
-        start.elapsed().as_secs_f64(),
-        file.path.display()
-    ))?;
     Ok(Outcome::Success)
 }

@@ -4,7 +4,6 @@
 //! left in between (begun, not written down as done) by what the registry serves, under the
 //! manifest's lock. The comparison is `history::verify`'s; this file asks and prints.
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -14,11 +13,11 @@ use crate::cli::{Format, VerifyArgs};
 use crate::commands::outcome::Outcome;
 use crate::commands::output::table;
 use crate::commands::signals::Signals;
-use crate::docker::{registry_host_of, repository_path_of, DockerConfig, RegistryClient};
+use crate::docker::{repository_path_of, Registries, RetryPolicy};
 use crate::history::manifest::now_rfc3339;
 use crate::history::verify::{adopt, compare, references, Adopted, Finding, Reference, Served};
 use crate::model::digest::Digest;
-use crate::project::{load_existing_manifest, ManifestFile, Project};
+use crate::project::{load_existing_manifest, ManifestFile, Project, ProjectLock};
 
 pub fn run(_project: &Project, args: &VerifyArgs) -> Result<Outcome> {
     let file = ManifestFile::new(&args.manifest, Duration::from_secs(args.lock.lock_timeout));
@@ -46,10 +45,22 @@ async fn verify(
     args: &VerifyArgs,
 ) -> Result<Outcome> {
     let timeout = Duration::from_secs(args.deadlines.registry_timeout);
-    let mut registry = Registry::new(timeout);
+    let mut registry = Registry::new(timeout, usize::from(args.concurrency));
     let mut served = registry.ask(&references(&manifest)).await?;
     let mut adopted: Vec<Adopted> = Vec::new();
     let manifest = if args.adopt {
+        // A move another live run is making (it holds the alias's lock) is that run's to finish:
+        // not settled here.
+        let mut _held = Vec::new();
+        for alias in manifest.pending_aliases.keys() {
+            match ProjectLock::try_acquire(&file.alias_lock_path(alias)?)? {
+                Ok(lock) => _held.push(lock),
+                Err(holder) => {
+                    eprintln!("{alias}: a move of it is under way ({holder}); not settled");
+                    served.retain(|reference, _| reference.tag != *alias);
+                }
+            }
+        }
         let (changes, updated) = file.update(|current| {
             let changes = adopt(current, &served, &now_rfc3339());
             (changes, current.clone())
@@ -87,58 +98,44 @@ async fn verify(
     })
 }
 
-/// Registry clients by host, with the user's credentials and the deadline.
+/// What the registry serves, asked of it with bounded concurrency.
 struct Registry {
-    timeout: Duration,
-    clients: BTreeMap<String, RegistryClient>,
-    config: Option<DockerConfig>,
+    registries: Registries,
+    concurrency: usize,
 }
 
 impl Registry {
-    fn new(timeout: Duration) -> Registry {
+    fn new(timeout: Duration, concurrency: usize) -> Registry {
         Registry {
-            timeout,
-            clients: BTreeMap::new(),
-            config: None,
+            registries: Registries::new(timeout, RetryPolicy::default()),
+            concurrency: concurrency.max(1),
         }
     }
 
-    fn client(&mut self, repository: &str) -> Result<RegistryClient> {
-        let host = registry_host_of(repository);
-        if let Some(client) = self.clients.get(&host) {
-            return Ok(client.clone());
-        }
-        if self.config.is_none() {
-            self.config = Some(DockerConfig::load_default()?);
-        }
-        let credentials = self
-            .config
-            .as_ref()
-            .expect("loaded above")
-            .credentials_for(&host)?;
-        let client = RegistryClient::new(&host, credentials).with_timeout(self.timeout);
-        self.clients.insert(host, client.clone());
-        Ok(client)
-    }
-
-    /// What the registry serves for each reference (a HEAD each).
+    /// What the registry serves for each reference: a HEAD each, up to `concurrency` at a time.
     async fn ask(&mut self, wanted: &[Reference]) -> Result<Served> {
-        let mut served = Served::new();
-        for reference in wanted {
-            let client = self.client(&reference.repository)?;
-            let answer = client
-                .manifest_digest(repository_path_of(&reference.repository), &reference.tag)
-                .await
-                .with_context(|| format!("cannot check {reference}"))?;
-            let digest = answer
-                .map(|text| Digest::parse(&text))
-                .transpose()
-                .with_context(|| {
-                    format!("the registry answered for {reference} with a malformed digest")
-                })?;
-            served.insert(reference.clone(), digest);
-        }
-        Ok(served)
+        use futures_util::stream::{self, StreamExt, TryStreamExt};
+        let asks = wanted.iter().map(|reference| {
+            let client = self.registries.client(&reference.repository);
+            async move {
+                let client = client?;
+                let answer = client
+                    .manifest_digest(repository_path_of(&reference.repository), &reference.tag)
+                    .await
+                    .with_context(|| format!("cannot check {reference}"))?;
+                let digest = answer
+                    .map(|text| Digest::parse(&text))
+                    .transpose()
+                    .with_context(|| {
+                        format!("the registry answered for {reference} with a malformed digest")
+                    })?;
+                anyhow::Ok((reference.clone(), digest))
+            }
+        });
+        stream::iter(asks)
+            .buffer_unordered(self.concurrency)
+            .try_collect()
+            .await
     }
 }
 

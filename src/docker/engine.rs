@@ -699,6 +699,33 @@ impl Engine {
         Ok(containers.into_iter().filter_map(|c| c.id).collect())
     }
 
+    /// Every container (running or not) carrying label `key`, whatever its value: (id, value).
+    pub async fn containers_labelled(
+        &self,
+        key: &str,
+    ) -> Result<Vec<(String, String)>, DockerError> {
+        let mut filters: HashMap<&str, Vec<&str>> = HashMap::new();
+        filters.insert("label", vec![key]);
+        let options = ListContainersOptionsBuilder::default()
+            .all(true)
+            .filters(&filters)
+            .build();
+        let containers = self
+            .docker
+            .list_containers(Some(options))
+            .await
+            .map_err(|error| {
+                self.daemon_error(format!("listing containers labelled {key}"), error)
+            })?;
+        Ok(containers
+            .into_iter()
+            .filter_map(|container| {
+                let value = container.labels.as_ref()?.get(key)?.clone();
+                Some((container.id?, value))
+            })
+            .collect())
+    }
+
     /// Removes (forcibly) every container carrying label `key=value` and waits until none is
     /// left: the cleanup of a run that was stopped while its containers ran. Returns how many
     /// there were.

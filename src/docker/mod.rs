@@ -32,12 +32,12 @@
 //! assert_eq!(output.exit_code, 0);
 //!
 //! let repository = "registry.example.com/ml/torch";
-//! let host = registry_host_of(repository);
-//! let credentials = DockerConfig::load_default()?.credentials_for(&host)?;
+//! let registries = Registries::default(); // the user's Docker config, read once
+//! let credentials = registries.credentials(repository)?;
 //! let digest = engine
 //!     .push(repository, "2.7.0-cu128", credentials.as_ref(), |_| {})
 //!     .await?;
-//! let registry = RegistryClient::new(&host, credentials);
+//! let registry = registries.client(repository)?;
 //! let path = repository_path_of(repository); // "ml/torch"
 //! assert_eq!(registry.manifest_digest(path, "2.7.0-cu128").await?, Some(digest));
 //! # Ok(())
@@ -49,6 +49,7 @@ mod context;
 mod credentials;
 mod engine;
 mod error;
+mod registries;
 mod registry;
 mod retry;
 
@@ -59,6 +60,7 @@ pub use engine::{
     DEFAULT_DOCKER_HOST, DEFAULT_PUSH_IDLE_TIMEOUT, DEFAULT_REQUEST_TIMEOUT,
 };
 pub use error::DockerError;
+pub use registries::Registries;
 pub use registry::{
     https_agent, RegistryClient, RegistryManifest, DEFAULT_TIMEOUT as DEFAULT_REGISTRY_TIMEOUT,
     MEDIA_TYPE_DOCKER_MANIFEST, MEDIA_TYPE_DOCKER_MANIFEST_LIST, MEDIA_TYPE_OCI_INDEX,

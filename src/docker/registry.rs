@@ -100,6 +100,8 @@ pub(super) struct Answer {
     pub(super) digest_header: Option<String>,
     pub(super) content_type: Option<String>,
     pub(super) www_authenticate: Option<String>,
+    /// `Retry-After` of a 429 or 503: seconds or an HTTP-date.
+    pub(super) retry_after: Option<String>,
     pub(super) body: Vec<u8>,
 }
 
@@ -146,6 +148,53 @@ pub fn https_agent(timeout: Duration) -> ureq::Agent {
         .user_agent(concat!("imagegen/", env!("CARGO_PKG_VERSION")))
         .build();
     ureq::Agent::new_with_config(config)
+}
+
+/// How long a `Retry-After` value asks to wait from `now`: delay-seconds (`120`) or an HTTP-date
+/// (`Wed, 21 Oct 2026 07:28:00 GMT`, RFC 9110's IMF-fixdate); a date already past is no wait.
+/// `None` for anything else.
+pub(super) fn retry_after(value: &str, now: std::time::SystemTime) -> Option<Duration> {
+    let value = value.trim();
+    if let Ok(seconds) = value.parse::<u64>() {
+        return Some(Duration::from_secs(seconds));
+    }
+    let at = http_date(value)?;
+    let now = now.duration_since(std::time::UNIX_EPOCH).ok()?.as_secs();
+    Some(Duration::from_secs(at.saturating_sub(now)))
+}
+
+/// An IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`) as seconds since the Unix epoch.
+fn http_date(text: &str) -> Option<u64> {
+    let parts: Vec<&str> = text.split_whitespace().collect();
+    let [_weekday, day, month, year, time, "GMT"] = parts.as_slice() else {
+        return None;
+    };
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let month = MONTHS.iter().position(|m| m == month)? as i64 + 1;
+    let day: i64 = day.parse().ok()?;
+    let year: i64 = year.parse().ok()?;
+    let clock: Vec<u64> = time
+        .split(':')
+        .map(|part| part.parse().ok())
+        .collect::<Option<_>>()?;
+    let [hour, minute, second] = clock.as_slice() else {
+        return None;
+    };
+    if !(1..=31).contains(&day) || *hour > 23 || *minute > 59 || *second > 60 {
+        return None;
+    }
+    // Days from civil (proleptic Gregorian), as in Howard Hinnant's algorithm.
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let year_of_era = y - era * 400;
+    let day_of_year = (153 * ((month + 9) % 12) + 2) / 5 + day - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    let days = era * 146_097 + day_of_era - 719_468;
+    u64::try_from(days)
+        .ok()
+        .map(|days| days * 86_400 + hour * 3600 + minute * 60 + second)
 }
 
 pub(super) fn transport_failure(url: &str, error: ureq::Error) -> TransportFailure {
@@ -574,18 +623,43 @@ impl RegistryClient {
         })
     }
 
-    /// Sends `call`, authenticating on a 401 challenge, and retrying transient failures.
+    /// Sends `call`, authenticating on a 401 challenge, and retrying transient failures: after
+    /// the policy's backoff, or as long as a 429 or 503 answer's `Retry-After` asks when it asks
+    /// for no longer than the request deadline (one that asks for longer fails at once, saying
+    /// so).
     fn send(&self, call: Call<'_>) -> Result<Answer, DockerError> {
         let total_attempts = self.inner.retry.total_attempts();
         let mut attempt = 1;
+        let mut wait = Duration::ZERO;
         loop {
-            std::thread::sleep(self.inner.retry.delay_before(attempt));
+            std::thread::sleep(wait);
             let outcome = self.send_authenticated(&call);
             let retryable = match &outcome {
                 Ok(Ok(answer)) => answer.status >= 500 || answer.status == 429,
                 Ok(Err(failure)) => failure.transient,
                 Err(_) => false,
             };
+            let asked = match &outcome {
+                Ok(Ok(answer)) if retryable => answer
+                    .retry_after
+                    .as_deref()
+                    .and_then(|value| retry_after(value, std::time::SystemTime::now())),
+                _ => None,
+            };
+            if let (Some(asked), Ok(Ok(answer))) = (asked, &outcome) {
+                if attempt < total_attempts && asked > self.timeout() {
+                    return Err(DockerError::Registry {
+                        host: self.inner.host.clone(),
+                        action: call.action.clone(),
+                        status: answer.status,
+                        detail: format!(
+                            "it asks to retry after {} s (Retry-After), past the {} s deadline of a request (--registry-timeout)",
+                            asked.as_secs(),
+                            self.timeout().as_secs()
+                        ),
+                    });
+                }
+            }
             if !retryable || attempt >= total_attempts {
                 return match outcome {
                     Ok(Ok(answer)) => Ok(answer),
@@ -610,6 +684,7 @@ impl RegistryClient {
                 };
             }
             attempt += 1;
+            wait = asked.unwrap_or_else(|| self.inner.retry.delay_before(attempt));
         }
     }
 
@@ -668,6 +743,7 @@ impl RegistryClient {
         let content_type = header("Content-Type")
             .map(|value| value.split(';').next().unwrap_or("").trim().to_string());
         let www_authenticate = header("WWW-Authenticate");
+        let retry_after = header("Retry-After");
         let body = if call.method == "HEAD" {
             Vec::new()
         } else {
@@ -683,6 +759,7 @@ impl RegistryClient {
             digest_header,
             content_type,
             www_authenticate,
+            retry_after,
             body,
         })
     }
@@ -947,6 +1024,119 @@ mod tests {
             matches!(error, DockerError::Registry { status: 503, .. }),
             "{error:?}"
         );
+    }
+
+    #[test]
+    fn retry_after_reads_seconds_and_http_dates() {
+        let now = std::time::UNIX_EPOCH + Duration::from_secs(784_111_777); // Sun, 06 Nov 1994 08:49:37 GMT
+        assert_eq!(retry_after("10", now), Some(Duration::from_secs(10)));
+        assert_eq!(
+            retry_after("Sun, 06 Nov 1994 08:49:47 GMT", now),
+            Some(Duration::from_secs(10))
+        );
+        assert_eq!(
+            retry_after("Sun, 06 Nov 1994 08:00:00 GMT", now),
+            Some(Duration::ZERO),
+            "a date past is no wait"
+        );
+        assert_eq!(http_date("Thu, 01 Jan 1970 00:00:00 GMT"), Some(0));
+        assert_eq!(
+            http_date("Wed, 21 Oct 2026 07:28:00 GMT"),
+            Some(1_792_567_680)
+        );
+        assert_eq!(retry_after("soon", now), None);
+        assert_eq!(retry_after("Sun, 06 Nov 1994 08:49:37 PST", now), None);
+    }
+
+    #[tokio::test]
+    async fn retry_after_is_honoured_within_the_deadline_and_refused_past_it() {
+        // 429 with Retry-After: 2 (then a date 2 s ahead), then the answer.
+        let calls = Arc::new(Mutex::new(Vec::<std::time::Instant>::new()));
+        let seen = Arc::clone(&calls);
+        let (port, _) = fake_server(Arc::new(move |_request: &SeenRequest, _| {
+            let mut seen = seen.lock().unwrap();
+            seen.push(std::time::Instant::now());
+            match seen.len() {
+                1 => (429, vec![("Retry-After".into(), "2".into())], vec![]),
+                2 => {
+                    let at = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .unwrap()
+                        .as_secs()
+                        + 3;
+                    (503, vec![("Retry-After".into(), imf_fixdate(at))], vec![])
+                }
+                _ => (404, vec![], vec![]),
+            }
+        }));
+        let quick = RetryPolicy {
+            attempts: 5,
+            initial_delay: Duration::from_millis(10),
+            max_delay: Duration::from_millis(10),
+        };
+        let client = RegistryClient::new(&format!("127.0.0.1:{port}"), None)
+            .with_retry(quick)
+            .with_timeout(Duration::from_secs(10));
+        assert_eq!(client.manifest_digest("team/app", "1").await.unwrap(), None);
+        let times = calls.lock().unwrap().clone();
+        assert_eq!(times.len(), 3, "three attempts");
+        assert!(
+            times[1] - times[0] >= Duration::from_secs(2),
+            "waited as asked: {:?}",
+            times[1] - times[0]
+        );
+        assert!(
+            times[2] - times[1] >= Duration::from_secs(1),
+            "waited until the date: {:?}",
+            times[2] - times[1]
+        );
+
+        // Past the deadline: refused at once, saying so.
+        let (port, seen) = fake_server(Arc::new(|_: &SeenRequest, _| {
+            (429, vec![("Retry-After".into(), "120".into())], vec![])
+        }));
+        let client = RegistryClient::new(&format!("127.0.0.1:{port}"), None)
+            .with_retry(quick)
+            .with_timeout(Duration::from_secs(5));
+        let start = std::time::Instant::now();
+        let error = client.manifest_digest("team/app", "1").await.unwrap_err();
+        assert!(start.elapsed() < Duration::from_secs(5));
+        assert_eq!(
+            seen.lock().unwrap().len(),
+            1,
+            "no retry that could not be waited for"
+        );
+        let text = error.to_string();
+        assert!(
+            text.contains("429")
+                && text.contains("retry after 120 s (Retry-After), past the 5 s deadline"),
+            "{text}"
+        );
+    }
+
+    /// Seconds since the epoch as an IMF-fixdate (civil from days, Howard Hinnant's algorithm).
+    fn imf_fixdate(seconds: u64) -> String {
+        let days = (seconds / 86_400) as i64;
+        let z = days + 719_468;
+        let era = z.div_euclid(146_097);
+        let doe = z - era * 146_097;
+        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+        let mp = (5 * doy + 2) / 153;
+        let day = doy - (153 * mp + 2) / 5 + 1;
+        let month = if mp < 10 { mp + 3 } else { mp - 9 };
+        let year = yoe + era * 400 + i64::from(month <= 2);
+        let months = [
+            "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+        ];
+        let second_of_day = seconds % 86_400;
+        format!(
+            "Mon, {day:02} {} {year} {:02}:{:02}:{:02} GMT",
+            months[month as usize - 1],
+            second_of_day / 3600,
+            second_of_day % 3600 / 60,
+            second_of_day % 60
+        )
     }
 
     #[tokio::test]

@@ -36,16 +36,91 @@ pub struct Manifest {
     pub schema_version: u32,
     #[serde(default)]
     pub updated_at: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "unique_keys::images")]
     pub images: BTreeMap<String, ImageRecord>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "unique_keys::aliases")]
     pub aliases: BTreeMap<String, AliasRecord>,
     /// Multi-platform OCI image indexes published by `imagegen publish`, by full tag.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "unique_keys::indexes"
+    )]
     pub indexes: BTreeMap<String, IndexRecord>,
     /// Alias moves begun and not yet recorded as done, by alias.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "unique_keys::pending_aliases"
+    )]
     pub pending_aliases: BTreeMap<String, PendingMove>,
+}
+
+/// The record tables, read so that a key given twice (a git conflict resolved by keeping both
+/// sides) is an error at the second one, never a record silently dropped.
+mod unique_keys {
+    use std::collections::BTreeMap;
+    use std::fmt;
+    use std::marker::PhantomData;
+
+    use serde::de::{Deserialize, Deserializer, Error, MapAccess, Visitor};
+
+    struct Unique<T>(&'static str, PhantomData<T>);
+
+    impl<'de, T: Deserialize<'de>> Visitor<'de> for Unique<T> {
+        type Value = BTreeMap<String, T>;
+
+        fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
+            write!(formatter, "a map of {} by name", self.0)
+        }
+
+        fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Self::Value, M::Error> {
+            let mut table = BTreeMap::new();
+            while let Some(key) = map.next_key::<String>()? {
+                if table.contains_key(&key) {
+                    // Raised before the value is read: the position is the duplicate key's.
+                    return Err(M::Error::custom(format!(
+                        "duplicate key `{key}` under `{}`: the manifest names it twice (a merge conflict resolved by keeping both sides?)",
+                        self.0
+                    )));
+                }
+                let value = map.next_value()?;
+                table.insert(key, value);
+            }
+            Ok(table)
+        }
+    }
+
+    fn unique<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+        deserializer: D,
+        table: &'static str,
+    ) -> Result<BTreeMap<String, T>, D::Error> {
+        deserializer.deserialize_map(Unique(table, PhantomData))
+    }
+
+    pub fn images<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<BTreeMap<String, super::ImageRecord>, D::Error> {
+        unique(deserializer, "images")
+    }
+
+    pub fn aliases<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<BTreeMap<String, super::AliasRecord>, D::Error> {
+        unique(deserializer, "aliases")
+    }
+
+    pub fn indexes<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<BTreeMap<String, super::IndexRecord>, D::Error> {
+        unique(deserializer, "indexes")
+    }
+
+    pub fn pending_aliases<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<BTreeMap<String, super::PendingMove>, D::Error> {
+        unique(deserializer, "pending_aliases")
+    }
 }
 
 /// Fields of a record this version of imagegen does not know, kept as they were.
@@ -68,6 +143,10 @@ pub struct PendingMove {
     /// Which run began it (`pid 1234: imagegen build --push`).
     #[serde(default)]
     pub by: String,
+    /// The id of the run that owns the move (see `history::alias_transaction`): only it records
+    /// the move as done. Empty in moves written before run ids.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub run: String,
     #[serde(flatten)]
     pub extra: Extra,
 }
@@ -271,15 +350,14 @@ impl Manifest {
             keep_unknown_fields(&mut index.extra, &previous.extra);
             let mut history = std::mem::take(&mut previous.history);
             if previous.digest != index.digest {
-                index.aliases = Vec::new();
                 history.insert(0, previous);
             } else {
-                index.aliases = previous.aliases;
                 index.published_at = previous.published_at;
             }
             history.truncate(HISTORY_LIMIT);
             index.history = history;
         }
+        index.aliases = self.aliases_of(&index.tag, Some(&index.digest));
         self.indexes.insert(index.tag.clone(), index);
     }
 
@@ -318,8 +396,29 @@ impl Manifest {
         }
     }
 
-    /// Parses a manifest; `origin` (its path) is named in errors.
+    /// Parses a manifest; `origin` (its path) is named in errors. A manifest of another schema
+    /// version is refused before its fields are read, naming both versions and what to do.
     pub fn from_json(text: &str, origin: &str) -> Result<Manifest> {
+        /// Only the version, whatever else the document holds.
+        #[derive(Deserialize)]
+        struct Version {
+            schema_version: Option<serde_json::Value>,
+        }
+        if let Ok(Version {
+            schema_version: Some(version),
+        }) = serde_json::from_str::<Version>(text)
+        {
+            match version.as_u64() {
+                Some(version) if version > u64::from(SCHEMA_VERSION) => anyhow::bail!(
+                    "manifest {origin} was written by a newer imagegen: it has schema version {version}, and this imagegen ({}) reads schema version {SCHEMA_VERSION}\nhint: use an imagegen that reads schema version {version} (a newer release); this one leaves the manifest as it is",
+                    env!("CARGO_PKG_VERSION")
+                ),
+                Some(version) if version < u64::from(SCHEMA_VERSION) => anyhow::bail!(
+                    "manifest {origin} has schema version {version}, older than the {SCHEMA_VERSION} this imagegen reads\nhint: it was not written by a released imagegen; restore it from version control"
+                ),
+                _ => {}
+            }
+        }
         let manifest: Manifest = serde_json::from_str(text).map_err(|error| {
             // serde_json ends its message with " at line L column C"; the location leads ours.
             let message = error.to_string();
@@ -327,8 +426,13 @@ impl Manifest {
                 Some(at) => message[..at].to_string(),
                 None => message,
             };
+            let hint = if message.starts_with("duplicate key") {
+                "keep one of the two records (`imagegen manifest merge` combines two manifests by its rules); `imagegen verify` then checks the result against the registry".to_string()
+            } else {
+                format!("the manifest is written by imagegen (schema version {SCHEMA_VERSION}); restore it from version control rather than editing it by hand")
+            };
             anyhow::anyhow!(
-                "manifest {origin}:{}:{}: {message}\nhint: the manifest is written by imagegen (schema version {SCHEMA_VERSION}); restore it from version control rather than editing it by hand",
+                "manifest {origin}:{}:{}: {message}\nhint: {hint}",
                 error.line(),
                 error.column()
             )
@@ -364,7 +468,48 @@ impl Manifest {
         }
         record.status = RecordStatus::Ok;
         record.last_error = None;
+        // The aliases that point at this tag, as the alias table says (never what a new record
+        // carries: a build's fresh record knows none).
+        record.aliases = self.aliases_of(&record.tag, record.digest.as_ref());
         self.images.insert(record.tag.clone(), record);
+    }
+
+    /// Sets each image's and index's `aliases` list from the alias table.
+    pub fn relist_aliases(&mut self) {
+        let lists: Vec<(String, Vec<String>)> = self
+            .images
+            .values()
+            .map(|r| (r.tag.clone(), self.aliases_of(&r.tag, r.digest.as_ref())))
+            .collect();
+        for (tag, list) in lists {
+            if let Some(record) = self.images.get_mut(&tag) {
+                record.aliases = list;
+            }
+        }
+        let lists: Vec<(String, Vec<String>)> = self
+            .indexes
+            .values()
+            .map(|i| (i.tag.clone(), self.aliases_of(&i.tag, Some(&i.digest))))
+            .collect();
+        for (tag, list) in lists {
+            if let Some(index) = self.indexes.get_mut(&tag) {
+                index.aliases = list;
+            }
+        }
+    }
+
+    /// The aliases that point at `tag` (at `digest`, when both know theirs) now, sorted.
+    pub fn aliases_of(&self, tag: &str, digest: Option<&Digest>) -> Vec<String> {
+        self.aliases
+            .iter()
+            .filter(|(_, record)| {
+                record.tag == tag
+                    && (record.digest.is_none()
+                        || digest.is_none()
+                        || record.digest.as_ref() == digest)
+            })
+            .map(|(alias, _)| alias.clone())
+            .collect()
     }
 
     /// Records a failure of `record.tag`. An existing good record stays as it is, with the error
@@ -389,6 +534,12 @@ impl Manifest {
         if let Some(previous) = previous {
             if previous.tag == tag && previous.digest == digest {
                 self.aliases.insert(alias.to_string(), previous);
+                if let Some(image) = self.images.get_mut(tag) {
+                    if !image.aliases.iter().any(|a| a == alias) {
+                        image.aliases.push(alias.to_string());
+                        image.aliases.sort();
+                    }
+                }
                 return;
             }
             history = previous.history;
@@ -453,10 +604,13 @@ impl Manifest {
             .map(|r| r.repository.as_str())
             .or_else(|| self.indexes.get(tag).map(|i| i.repository.as_str()))
     }
+}
 
-    /// Writes down that `alias` is about to move to `tag`/`to` (intent, before the registry is
-    /// asked), from where the manifest says it points now.
-    pub fn begin_alias_move(&mut self, alias: &str, tag: &str, to: &Digest, at: &str, by: &str) {
+#[cfg(test)]
+impl Manifest {
+    /// A pending move of `alias` to `tag`/`to` from where the manifest says it points, as a run
+    /// that then died would leave it (tests of settling and merging).
+    pub fn pending_move(&mut self, alias: &str, tag: &str, to: &Digest, at: &str, by: &str) {
         let from = self.alias_digest(alias);
         self.pending_aliases.insert(
             alias.to_string(),
@@ -466,22 +620,16 @@ impl Manifest {
                 to: to.clone(),
                 since: at.to_string(),
                 by: by.to_string(),
+                run: by.to_string(),
                 extra: Extra::new(),
             },
         );
     }
 
-    /// Writes down that `alias` now points at `tag`/`digest` in the registry (the result), and
-    /// drops the intent of that move.
-    pub fn finish_alias_move(&mut self, alias: &str, tag: &str, digest: &Digest, at: &str) {
-        self.move_alias(alias, tag, Some(digest.clone()), at);
-        if self
-            .pending_aliases
-            .get(alias)
-            .is_some_and(|pending| pending.to == *digest)
-        {
-            self.pending_aliases.remove(alias);
-        }
+    /// Records the pending move of `alias` as done, as its owner would.
+    pub fn finish_pending_move(&mut self, alias: &str, at: &str) {
+        let pending = self.pending_aliases.remove(alias).expect("a pending move");
+        self.move_alias(alias, &pending.tag, Some(pending.to), at);
     }
 }
 
@@ -499,6 +647,37 @@ pub fn now_rfc3339() -> String {
         .map(|d| d.as_secs())
         .unwrap_or(0);
     rfc3339(seconds)
+}
+
+/// RFC 3339 UTC with seconds, as [`rfc3339`] writes it (`2026-11-30T10:25:21Z`), as seconds
+/// since the Unix epoch; `None` for anything else.
+pub fn parse_rfc3339(text: &str) -> Option<u64> {
+    let (date, time) = text.strip_suffix('Z')?.split_once('T')?;
+    let numbers = |text: &str, separator: char| -> Option<Vec<i64>> {
+        text.split(separator)
+            .map(|part| part.parse().ok())
+            .collect()
+    };
+    let (date, time) = (numbers(date, '-')?, numbers(time, ':')?);
+    let ([year, month, day], [hour, minute, second]) = (date.as_slice(), time.as_slice()) else {
+        return None;
+    };
+    if !(1..=12).contains(month)
+        || !(1..=31).contains(day)
+        || *hour > 23
+        || *minute > 59
+        || *second > 60
+    {
+        return None;
+    }
+    // Days from civil (proleptic Gregorian), the inverse of `rfc3339`.
+    let y = if *month <= 2 { year - 1 } else { *year };
+    let era = y.div_euclid(400);
+    let year_of_era = y - era * 400;
+    let day_of_year = (153 * ((month + 9) % 12) + 2) / 5 + day - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    let days = era * 146_097 + day_of_era - 719_468;
+    u64::try_from(days * 86_400 + hour * 3600 + minute * 60 + second).ok()
 }
 
 /// Seconds since the Unix epoch as RFC 3339 UTC (civil-from-days, proleptic Gregorian).
@@ -692,7 +871,7 @@ mod tests {
         manifest.record_success(record("a", "sha256:1", "k1"));
         manifest.record_success(record("b", "sha256:2", "k2"));
         manifest.move_alias("latest", "a", Some(d("sha256:1")), "t1");
-        manifest.begin_alias_move("latest", "b", &d("sha256:2"), "t2", "pid 9");
+        manifest.pending_move("latest", "b", &d("sha256:2"), "t2", "pid 9");
         let pending = &manifest.pending_aliases["latest"];
         assert_eq!(
             (
@@ -703,7 +882,7 @@ mod tests {
             (Some(d("sha256:1")), d("sha256:2"), "b")
         );
         assert_eq!(manifest.aliases["latest"].tag, "a", "intent moves nothing");
-        manifest.finish_alias_move("latest", "b", &d("sha256:2"), "t3");
+        manifest.finish_pending_move("latest", "t3");
         assert!(manifest.pending_aliases.is_empty());
         assert_eq!(manifest.aliases["latest"].tag, "b");
         let json = manifest.to_json();
@@ -711,9 +890,79 @@ mod tests {
     }
 
     #[test]
+    fn a_key_given_twice_is_refused_at_its_line() {
+        let mut manifest = Manifest::new();
+        manifest.record_success(record("t", "sha256:1", "k1"));
+        manifest.move_alias("latest", "t", Some(d("sha256:1")), "t1");
+        let text = manifest.to_json();
+        // A conflict resolved by keeping both sides: the record of `t` twice.
+        let start = text.find("    \"t\": {").unwrap();
+        let end = start + text[start..].find("\n    }").unwrap() + "\n    }".len();
+        let doubled = format!("{},\n{}{}", &text[..end], &text[start..end], &text[end..]);
+        let line = text[..end].lines().count() + 1;
+        let error = Manifest::from_json(&doubled, "m.json")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.starts_with(&format!("manifest m.json:{line}:"))
+                && error.contains("duplicate key `t` under `images`")
+                && error.contains("hint: keep one of the two records"),
+            "{error}"
+        );
+        let alias_start = text.find("    \"latest\": {").unwrap();
+        let alias_end =
+            alias_start + text[alias_start..].find("\n    }").unwrap() + "\n    }".len();
+        let doubled = format!(
+            "{},\n{}{}",
+            &text[..alias_end],
+            &text[alias_start..alias_end],
+            &text[alias_end..]
+        );
+        let error = Manifest::from_json(&doubled, "m.json")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("duplicate key `latest` under `aliases`"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn a_manifest_of_a_newer_schema_names_both_versions() {
+        let text = "{\"schema_version\": 2, \"images\": {}, \"signatures\": {}}";
+        let error = Manifest::from_json(text, "m.json").unwrap_err().to_string();
+        assert!(
+            error.starts_with("manifest m.json was written by a newer imagegen: it has schema version 2, and this imagegen")
+                && error.contains("reads schema version 1")
+                && error.contains("hint: use an imagegen that reads schema version 2"),
+            "{error}"
+        );
+        assert!(!error.contains("unknown field"), "{error}");
+    }
+
+    #[test]
+    fn image_records_list_the_aliases_that_point_at_them_after_a_rebuild_record() {
+        let mut manifest = Manifest::new();
+        manifest.record_success(record("t", "sha256:1", "k1"));
+        manifest.move_alias("latest", "t", Some(d("sha256:1")), "t1");
+        // The end-of-build record of the same build (its fresh record knows no aliases).
+        manifest.record_success(record("t", "sha256:1", "k1"));
+        assert_eq!(manifest.images["t"].aliases, vec!["latest"]);
+        manifest.move_alias("latest", "t", Some(d("sha256:1")), "t2");
+        assert_eq!(manifest.images["t"].aliases, vec!["latest"]);
+        // A new digest under the tag: the alias still points at the old one.
+        manifest.record_success(record("t", "sha256:2", "k2"));
+        assert!(manifest.images["t"].aliases.is_empty());
+    }
+
+    #[test]
     fn rfc3339_formats_known_instants() {
         assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
         assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
         assert_eq!(rfc3339(1_795_775_121), "2026-11-27T10:25:21Z");
+        for seconds in [0, 951_782_400, 1_795_775_121, 4_102_444_800] {
+            assert_eq!(parse_rfc3339(&rfc3339(seconds)), Some(seconds));
+        }
+        assert_eq!(parse_rfc3339("t1"), None);
     }
 }

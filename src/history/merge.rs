@@ -7,7 +7,13 @@
 //!   since a failure never erases an image's last good record. The loser, when it is a different
 //!   good build, joins the winner's history; histories are unioned, newest first. A `last_error`
 //!   survives from either side when the records are otherwise the same build.
-//! - An alias: the newer move (`moved_at`) wins; the other target and both histories are kept.
+//! - An alias: the side whose history holds the other's target moved on from it and wins (a
+//!   runner's clock is not trusted over that); otherwise the newer move (`moved_at`); the other
+//!   target and both histories are kept.
+//! - Conflicts no rule settles are reported, not merged ([`merge_checked`]): one full tag with
+//!   two digests neither side knows of the other, one alias moved to two places by runs that did
+//!   not see each other's move, closer in time than runners' clocks can be trusted
+//!   ([`CLOCK_SKEW`]).
 //! - A multi-platform index: the newer publication (`published_at`) wins; the other, when it is
 //!   a different digest, joins the history.
 //! - A pending alias move (intent without a result): the newer one (`since`) wins; it is dropped
@@ -18,9 +24,11 @@
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
+use serde::Serialize;
+
 use crate::history::manifest::{
-    keep_unknown_fields, AliasRecord, AliasTarget, ImageRecord, IndexRecord, Manifest, PendingMove,
-    RecordStatus, HISTORY_LIMIT, SCHEMA_VERSION,
+    keep_unknown_fields, parse_rfc3339, AliasRecord, AliasTarget, ImageRecord, IndexRecord,
+    Manifest, PendingMove, RecordStatus, HISTORY_LIMIT, SCHEMA_VERSION,
 };
 use crate::model::digest::Digest;
 
@@ -87,6 +95,14 @@ fn target_of(record: &AliasRecord) -> AliasTarget {
     }
 }
 
+/// Whether `record` went through `target` (tag and digest) before where it points now.
+fn has_seen(record: &AliasRecord, target: &AliasRecord) -> bool {
+    record
+        .history
+        .iter()
+        .any(|t| t.tag == target.tag && t.digest == target.digest)
+}
+
 fn merge_alias(left: AliasRecord, right: AliasRecord) -> AliasRecord {
     let key = |record: &AliasRecord| {
         (
@@ -95,10 +111,17 @@ fn merge_alias(left: AliasRecord, right: AliasRecord) -> AliasRecord {
             record.digest.clone(),
         )
     };
-    let (mut winner, mut loser) = if key(&left) < key(&right) {
-        (right, left)
-    } else {
+    // The side that moved on from where the other points is newer, whatever the clocks of the
+    // runners said; only when that does not tell are the times compared.
+    let left_newer = match (has_seen(&left, &right), has_seen(&right, &left)) {
+        (true, false) => true,
+        (false, true) => false,
+        _ => key(&left) >= key(&right),
+    };
+    let (mut winner, mut loser) = if left_newer {
         (left, right)
+    } else {
+        (right, left)
     };
     keep_unknown_fields(&mut winner.extra, &loser.extra);
     let mut history = std::mem::take(&mut winner.history);
@@ -168,19 +191,6 @@ pub fn merge(left: Manifest, right: Manifest) -> Manifest {
         };
         indexes.insert(tag, merged);
     }
-    let aliases_of = |tag: &str| -> Vec<String> {
-        aliases
-            .iter()
-            .filter(|(_, record)| record.tag == tag)
-            .map(|(alias, _)| alias.clone())
-            .collect()
-    };
-    for (tag, image) in images.iter_mut() {
-        image.aliases = aliases_of(tag);
-    }
-    for (tag, index) in indexes.iter_mut() {
-        index.aliases = aliases_of(tag);
-    }
     let mut pending_aliases: BTreeMap<String, PendingMove> = left.pending_aliases;
     for (alias, pending) in right.pending_aliases {
         let merged = match pending_aliases.remove(&alias) {
@@ -194,14 +204,16 @@ pub fn merge(left: Manifest, right: Manifest) -> Manifest {
             record.digest.as_ref() == Some(&pending.to) && record.moved_at >= pending.since
         })
     });
-    Manifest {
+    let mut merged = Manifest {
         schema_version: SCHEMA_VERSION,
         updated_at: left.updated_at.max(right.updated_at),
         images,
         aliases,
         indexes,
         pending_aliases,
-    }
+    };
+    merged.relist_aliases();
+    merged
 }
 
 /// Of two intents to move one alias, the one begun last; a total order for ties.
@@ -223,6 +235,129 @@ fn newer_pending(left: PendingMove, right: PendingMove) -> PendingMove {
 /// Merges any number of manifests, in order (the result does not depend on it).
 pub fn merge_all(manifests: Vec<Manifest>) -> Manifest {
     manifests.into_iter().fold(Manifest::new(), merge)
+}
+
+/// How far apart two runners' clocks may be. Two moves of one alias that did not see each other
+/// and are closer in time than this cannot be put in order by their times.
+pub const CLOCK_SKEW: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// Two manifests that disagree in a way no rule settles: a person decides.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Conflict {
+    /// `full tag` or `alias`.
+    pub kind: &'static str,
+    pub name: String,
+    /// What each side records.
+    pub left: String,
+    pub right: String,
+    pub why: String,
+}
+
+impl std::fmt::Display for Conflict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} {}: one manifest records {}, another {}; {}",
+            self.kind, self.name, self.left, self.right, self.why
+        )
+    }
+}
+
+/// What two manifests disagree on beyond the merge rules: one immutable full tag recorded with
+/// two digests, neither known to the other's history; one alias moved to two places, neither
+/// side having seen the other's move, at times less than [`CLOCK_SKEW`] apart (or unreadable):
+/// their times come from different runners' clocks, so which move came last cannot be told from
+/// the records. Sorted, so the same for either order.
+pub fn conflicts(left: &Manifest, right: &Manifest) -> Vec<Conflict> {
+    let mut found = Vec::new();
+    for (tag, ours) in &left.images {
+        let Some(theirs) = right.images.get(tag) else {
+            continue;
+        };
+        let (Some(a), Some(b)) = (&ours.digest, &theirs.digest) else {
+            continue;
+        };
+        let good = ours.status == RecordStatus::Ok && theirs.status == RecordStatus::Ok;
+        let knows = |record: &ImageRecord, digest: &Digest| {
+            record
+                .history
+                .iter()
+                .any(|h| h.digest.as_ref() == Some(digest))
+        };
+        if good && a != b && !knows(ours, b) && !knows(theirs, a) {
+            found.push(Conflict {
+                kind: "full tag",
+                name: tag.clone(),
+                left: format!("{a} (built {})", ours.built_at),
+                right: format!("{b} (built {})", theirs.built_at),
+                why: "a full tag is immutable, so one of them is not what the registry serves under it (`imagegen verify` with each says which)".into(),
+            });
+        }
+    }
+    for (alias, ours) in &left.aliases {
+        let Some(theirs) = right.aliases.get(alias) else {
+            continue;
+        };
+        let same = ours.tag == theirs.tag && ours.digest == theirs.digest;
+        let apart = match (
+            parse_rfc3339(&ours.moved_at),
+            parse_rfc3339(&theirs.moved_at),
+        ) {
+            (Some(a), Some(b)) => a.abs_diff(b),
+            _ => 0,
+        };
+        if !same
+            && !has_seen(ours, theirs)
+            && !has_seen(theirs, ours)
+            && apart < CLOCK_SKEW.as_secs()
+        {
+            let describe = |record: &AliasRecord| {
+                format!(
+                    "{} ({}, moved at {})",
+                    record
+                        .digest
+                        .as_ref()
+                        .map(Digest::to_string)
+                        .unwrap_or_else(|| "no digest".into()),
+                    record.tag,
+                    record.moved_at
+                )
+            };
+            found.push(Conflict {
+                kind: "alias",
+                name: alias.clone(),
+                left: describe(ours),
+                right: describe(theirs),
+                why: format!("each was moved without seeing the other's move, less than {} s apart by the clocks of different runners, so which came last cannot be told; the registry serves one of them (`imagegen verify`)", CLOCK_SKEW.as_secs()),
+            });
+        }
+    }
+    for conflict in &mut found {
+        if conflict.left > conflict.right {
+            std::mem::swap(&mut conflict.left, &mut conflict.right);
+        }
+    }
+    found.sort_by(|a, b| (a.kind, &a.name).cmp(&(b.kind, &b.name)));
+    found
+}
+
+/// Merges any number of manifests (see [`merge_all`]), or says on what they conflict.
+pub fn merge_checked(manifests: Vec<Manifest>) -> Result<Manifest, Vec<Conflict>> {
+    let mut found = Vec::new();
+    for (index, left) in manifests.iter().enumerate() {
+        for right in &manifests[index + 1..] {
+            for conflict in conflicts(left, right) {
+                if !found.contains(&conflict) {
+                    found.push(conflict);
+                }
+            }
+        }
+    }
+    if found.is_empty() {
+        Ok(merge_all(manifests))
+    } else {
+        Err(found)
+    }
 }
 
 #[cfg(test)]
@@ -360,7 +495,7 @@ mod tests {
             record("b", "sha256:2", "t2"),
         ]);
         let mut begun = base.clone();
-        begun.begin_alias_move(
+        begun.pending_move(
             "latest",
             "b",
             &d("sha256:2"),
@@ -372,7 +507,7 @@ mod tests {
         assert_eq!(merged, merge(begun.clone(), base.clone()));
 
         let mut finished = begun.clone();
-        finished.finish_alias_move("latest", "b", &d("sha256:2"), "2026-11-30T10:00:05Z");
+        finished.finish_pending_move("latest", "2026-11-30T10:00:05Z");
         assert!(finished.pending_aliases.is_empty());
         let merged = merge(begun.clone(), finished.clone());
         assert!(
@@ -404,6 +539,56 @@ mod tests {
         assert_eq!(merged.images["a"].extra["owner"], "ml-infra");
         assert_eq!(merged.aliases["latest"].extra["note"]["ticket"], 42);
         assert_eq!(merged, merge(right, left));
+    }
+
+    #[test]
+    fn one_full_tag_with_two_digests_is_a_conflict_in_either_order() {
+        let base = manifest(vec![record("a", "sha256:a0", "t0")]);
+        let mut left = base.clone();
+        left.record_success(record("a", "sha256:a1", "t1"));
+        let mut right = base.clone();
+        right.record_success(record("a", "sha256:a2", "t2"));
+        let found = conflicts(&left, &right);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!((found[0].kind, found[0].name.as_str()), ("full tag", "a"));
+        assert_eq!(found, conflicts(&right, &left));
+        assert!(merge_checked(vec![left.clone(), right.clone()]).is_err());
+        // A rebuild that knew the earlier digest is history, not a conflict.
+        let mut rebuilt = left.clone();
+        rebuilt.record_success(record("a", "sha256:a3", "t3"));
+        assert!(conflicts(&left, &rebuilt).is_empty());
+        let checked = merge_checked(vec![base, left, rebuilt]);
+        assert!(checked.is_ok(), "{:?}", checked.err());
+    }
+
+    #[test]
+    fn alias_moves_from_skewed_clocks_follow_what_each_side_saw_or_conflict() {
+        let base = manifest(vec![
+            record("a", "sha256:1", "t1"),
+            record("b", "sha256:2", "t2"),
+            record("c", "sha256:3", "t3"),
+        ]);
+        let mut first = base.clone();
+        first.move_alias("latest", "a", Some(d("sha256:1")), "2026-11-30T10:00:00Z");
+        // A runner whose clock is an hour behind moved it on from there: it saw the first move.
+        let mut later = first.clone();
+        later.move_alias("latest", "b", Some(d("sha256:2")), "2026-11-30T09:30:00Z");
+        let merged = merge_checked(vec![first.clone(), later.clone()]).unwrap();
+        assert_eq!(merged.aliases["latest"].tag, "b", "not the clock's word");
+        assert_eq!(merged, merge(later.clone(), first.clone()));
+        // Two runners that did not see each other's move: a conflict, whatever the times.
+        let mut other = first.clone();
+        other.move_alias("latest", "c", Some(d("sha256:3")), "2026-11-30T09:33:00Z");
+        let found = conflicts(&later, &other);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].kind, "alias");
+        assert!(found[0].to_string().contains("moved at"), "{}", found[0]);
+        assert_eq!(found, conflicts(&other, &later));
+        // An hour apart, no clock is that wrong: the newer move wins.
+        let mut much_later = first.clone();
+        much_later.move_alias("latest", "c", Some(d("sha256:3")), "2026-11-30T10:30:00Z");
+        assert!(conflicts(&later, &much_later).is_empty());
+        assert_eq!(merge(later, much_later).aliases["latest"].tag, "c");
     }
 
     #[test]

@@ -1,10 +1,12 @@
 //! The manifest and what is decided from it: the record of every image built, pushed and tested,
 //! kept as history (`manifest`); merging the manifests of CI shards (`merge`); the upgrade plan a
-//! person reviews before tags move (`upgrade`); the alias guard (`aliases`); rollback targets
+//! person reviews before tags move (`upgrade`); the alias guard (`aliases`); the alias transaction every alias move goes through
+//! (`alias_transaction`); rollback targets
 //! (`rollback`); what changed between two images (`diff`); and the manifest against what the
 //! registry serves, with alias moves left in between settled (`verify`). Pure: values in,
 //! values out.
 
+pub mod alias_transaction;
 pub mod aliases;
 pub mod diff;
 pub mod manifest;

@@ -1,37 +1,11 @@
-//! Rollback: which recorded digest `imagegen rollback` moves an alias to, and whether the
-//! registry needs to move at all. Pure: the manifest (and what the registry serves) in, a
-//! target and a decision out; the registry calls are the command's.
+//! Rollback: which recorded digest `imagegen rollback` moves an alias to. Pure: the manifest in,
+//! a target out; whether anything moves is the alias transaction's decision
+//! (`history::alias_transaction::begin`), by what the registry serves.
 
 use anyhow::{anyhow, bail, Result};
 
 use crate::history::manifest::Manifest;
 use crate::model::digest::Digest;
-
-/// What `rollback` does, given where the manifest and the registry say the alias points.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RollbackStep {
-    /// Both already point at the target: nothing to do.
-    AlreadyThere,
-    /// The registry already serves the target (a move that was never written down): only the
-    /// manifest is brought in line.
-    RecordOnly,
-    /// The registry serves something else: move the alias there, then record it.
-    Move,
-}
-
-/// Decides the step: the registry is the truth about where the alias points (after a failed or
-/// interrupted alias push the manifest may still name the old digest).
-pub fn rollback_step(
-    target: &Digest,
-    recorded: Option<&Digest>,
-    served: Option<&Digest>,
-) -> RollbackStep {
-    match (served == Some(target), recorded == Some(target)) {
-        (true, true) => RollbackStep::AlreadyThere,
-        (true, false) => RollbackStep::RecordOnly,
-        (false, _) => RollbackStep::Move,
-    }
-}
 
 /// Where `rollback` moves an alias: a recorded image or index.
 #[derive(Debug, Clone, PartialEq)]
@@ -44,7 +18,7 @@ pub struct RollbackTarget {
 /// Which recorded digest `rollback` moves `alias` to: `--to` a digest the manifest recorded (an
 /// image or a multi-platform index, current or historical), or `--previous` target of the alias.
 /// The digest the alias points at now is a valid target too: whether anything moves is
-/// [`rollback_step`]'s decision, with what the registry serves.
+/// the alias transaction's decision, with what the registry serves.
 pub fn rollback_target(
     manifest: &Manifest,
     alias: &str,
@@ -98,28 +72,4 @@ pub fn rollback_target(
         let known: Vec<String> = std::iter::once(current.digest.clone()).chain(current.history.iter().map(|t| t.digest.clone())).flatten().map(|d| d.to_string()).collect();
         anyhow!("digest {digest} is not recorded in the manifest; rollback only goes to digests imagegen built and recorded (this alias has had: {})", known.join(", "))
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_registry_decides_whether_the_alias_moves() {
-        let (a, b) = (Digest::of(b"a"), Digest::of(b"b"));
-        assert_eq!(
-            rollback_step(&a, Some(&a), Some(&a)),
-            RollbackStep::AlreadyThere
-        );
-        assert_eq!(
-            rollback_step(&a, Some(&a), Some(&b)),
-            RollbackStep::Move,
-            "the manifest says it is there, the registry serves another: move it"
-        );
-        assert_eq!(
-            rollback_step(&a, Some(&b), Some(&a)),
-            RollbackStep::RecordOnly
-        );
-        assert_eq!(rollback_step(&a, None, None), RollbackStep::Move);
-    }
 }

@@ -1,13 +1,13 @@
 //! The upgrade plan: what `imagegen build` would change, compared with the manifest (new and
 //! rebuilt images and which input changed, alias moves from which digest to which, aliases held,
 //! driver minimums that rise, images no longer produced), for a person to review before tags
-//! move. Pure: specs and a manifest in, a plan out.
+//! move. Pure: specs, a manifest and the guard's holds in, the review out. It is part of the one
+//! plan (`pipeline::planned::Plan::review`) that `imagegen plan` prints and `build` executes.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
-use crate::history::aliases::alias_guard;
 use crate::history::manifest::{Manifest, RecordStatus};
 use crate::model::digest::Digest;
 use crate::model::version::DriverVersion;
@@ -72,8 +72,14 @@ pub struct RemovedImage {
     pub aliases: Vec<String>,
 }
 
-/// Compares the images the matrix makes now with the manifest.
-pub fn upgrade_plan(specs: &[ImageSpec], manifest: &Manifest) -> UpgradePlan {
+/// Compares the images the matrix makes now with the manifest. `holds` are the aliases the
+/// never-backwards guard holds, with why: evaluated once, by the build plan
+/// (`pipeline::plan::plan`), whose part this review is.
+pub fn upgrade_plan(
+    specs: &[ImageSpec],
+    manifest: &Manifest,
+    holds: &BTreeMap<String, String>,
+) -> UpgradePlan {
     let mut plan = UpgradePlan::default();
     for spec in specs {
         match manifest
@@ -134,12 +140,10 @@ pub fn upgrade_plan(specs: &[ImageSpec], manifest: &Manifest) -> UpgradePlan {
                 continue;
             }
             let current_alias = manifest.aliases.get(alias);
-            if let Some(reason) =
-                alias_guard(alias, manifest.alias_target(alias), &spec.torch, &published)
-            {
+            if let Some(reason) = holds.get(alias) {
                 plan.alias_holds.push(AliasHold {
                     alias: alias.clone(),
-                    reason,
+                    reason: reason.clone(),
                 });
                 continue;
             }
@@ -233,7 +237,7 @@ mod tests {
             &[("latest", "2.7.1-cuda12.6-cudnn9-runtime-ubuntu24.04")],
         );
         let new = specs_for("2.8.0", "12.8");
-        let plan = upgrade_plan(&new, &manifest);
+        let plan = upgrade_plan(&new, &manifest, &BTreeMap::new());
         let latest = plan
             .alias_moves
             .iter()
@@ -270,7 +274,7 @@ mod tests {
             .insert("wheel_index".into(), "https://old.example/whl/cu126".into());
         record.fingerprint = Digest::of(b"sha256:old");
         manifest.images.insert(record.tag.clone(), record);
-        let plan = upgrade_plan(&old, &manifest);
+        let plan = upgrade_plan(&old, &manifest, &BTreeMap::new());
         assert_eq!(plan.rebuilt.len(), 1);
         assert_eq!(
             plan.rebuilt[0].changes,

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use crate::history::alias_transaction::{settle, settle_one, Settlement};
 use crate::history::manifest::{Manifest, PendingMove, RecordStatus};
 use crate::model::digest::Digest;
 
@@ -191,9 +192,15 @@ pub fn compare(manifest: &Manifest, served: &Served) -> Vec<Finding> {
             subject: Subject::Image,
             name: tag.clone(),
             repository: Some(record.repository.clone()),
-            fix: (state != State::Ok).then(|| {
-                format!("imagegen build --push --only {tag} (pushes it again, or records the registry's copy when it carries this build key; it refuses other content under a full tag)")
-            }),
+            fix: match state {
+                State::Ok => None,
+                // Overwritten: the recorded digest goes back under the tag, no rebuild.
+                State::Differs => Some(format!(
+                    "imagegen restore {tag} (puts the recorded {} back under the tag; if the registry deleted that digest too: delete the tag, then imagegen build --push --only {tag})",
+                    recorded.short()
+                )),
+                _ => Some(format!("imagegen build --push --only {tag} (pushes it again, or records the registry's copy when it carries this build key; it refuses other content under a full tag)")),
+            },
             recorded: Some(recorded),
             served: now,
             state,
@@ -354,28 +361,6 @@ fn describe_by(pending: &PendingMove) -> String {
     }
 }
 
-/// What became of an alias move left in between, by what the registry serves for the alias.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Settlement {
-    /// The registry serves the move's target.
-    Moved,
-    /// The registry serves the move's origin (or, for a new alias, nothing).
-    NotMoved,
-    /// The registry serves something else: someone else moved it.
-    Elsewhere,
-}
-
-/// Settles one pending move by what the registry serves for its alias.
-pub fn settle(pending: &PendingMove, served: &Option<Digest>) -> Settlement {
-    if served.as_ref() == Some(&pending.to) {
-        Settlement::Moved
-    } else if *served == pending.from {
-        Settlement::NotMoved
-    } else {
-        Settlement::Elsewhere
-    }
-}
-
 /// One pending move settled into the manifest.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Adopted {
@@ -417,29 +402,6 @@ pub fn adopt(manifest: &mut Manifest, served: &Served, now: &str) -> Vec<Adopted
         }
     }
     adopted
-}
-
-/// Settles the pending move of `alias` (if any) by what the registry serves for it:
-/// `Some("moved")` or `Some("not moved")` when the manifest changed, `None` when there was
-/// nothing to settle or the registry serves a third digest.
-pub fn settle_one(
-    manifest: &mut Manifest,
-    alias: &str,
-    served: &Option<Digest>,
-    now: &str,
-) -> Option<&'static str> {
-    let pending = manifest.pending_aliases.get(alias)?.clone();
-    match settle(&pending, served) {
-        Settlement::Moved => {
-            manifest.finish_alias_move(alias, &pending.tag, &pending.to, now);
-            Some("moved")
-        }
-        Settlement::NotMoved => {
-            manifest.pending_aliases.remove(alias);
-            Some("not moved")
-        }
-        Settlement::Elsewhere => None,
-    }
 }
 
 #[cfg(test)]
@@ -490,7 +452,7 @@ mod tests {
     #[test]
     fn references_are_what_the_manifest_claims_was_pushed() {
         let mut manifest = manifest();
-        manifest.begin_alias_move("b", "new", &d("new"), "t2", "pid 1");
+        manifest.pending_move("b", "new", &d("new"), "t2", "pid 1");
         let tags: Vec<String> = references(&manifest).into_iter().map(|r| r.tag).collect();
         assert_eq!(
             tags,
@@ -520,11 +482,14 @@ mod tests {
         let of = |name: &str| findings.iter().find(|f| f.name == name).unwrap();
         assert_eq!(of("old").state, State::Ok);
         assert_eq!(of("new").state, State::Differs);
-        assert!(of("new")
-            .fix
-            .as_deref()
-            .unwrap()
-            .starts_with("imagegen build --push --only new"));
+        assert!(
+            of("new")
+                .fix
+                .as_deref()
+                .unwrap()
+                .starts_with("imagegen restore new (puts the recorded"),
+            "an overwritten full tag is restored, not rebuilt"
+        );
         assert_eq!(of("a").state, State::Differs);
         assert_eq!(
             of("a").fix.as_deref(),
@@ -537,7 +502,7 @@ mod tests {
     #[test]
     fn pending_moves_are_settled_by_what_the_registry_serves() {
         let mut begun = manifest();
-        begun.begin_alias_move("a", "new", &d("new"), "t2", "pid 7: imagegen build --push");
+        begun.pending_move("a", "new", &d("new"), "t2", "pid 7: imagegen build --push");
         assert_eq!(begun.pending_aliases["a"].from, Some(d("old")));
 
         // The registry made the move: in between, adopt records it.
@@ -580,7 +545,7 @@ mod tests {
 
         // A new alias whose first move never reached the registry.
         let mut first = manifest();
-        first.begin_alias_move("b", "new", &d("new"), "t2", "");
+        first.pending_move("b", "new", &d("new"), "t2", "");
         assert_eq!(first.pending_aliases["b"].from, None);
         assert_eq!(
             settle(&first.pending_aliases["b"], &None),

@@ -15,12 +15,12 @@ use anyhow::{anyhow, Context, Result};
 use tokio::sync::{Mutex, OnceCell};
 
 use crate::docker::{
-    context_tar, registry_host_of, repository_path_of, BuildRequest, ContextFile, Credentials,
-    DockerConfig, Engine, RegistryClient, RegistryManifest, RetryPolicy, RunRequest,
-    DEFAULT_REGISTRY_TIMEOUT,
+    context_tar, repository_path_of, BuildRequest, ContextFile, Engine, Registries, RegistryClient,
+    RegistryManifest, RetryPolicy, RunRequest, DEFAULT_REGISTRY_TIMEOUT,
 };
 use crate::history::manifest::Packages;
 use crate::model::digest::Digest;
+use crate::pipeline::alias_move::AliasRegistry;
 use crate::pipeline::executor::{Builder, Existing, TestOutcome};
 use crate::pipeline::planned::PlannedImage;
 use crate::pipeline::progress::Progress;
@@ -133,8 +133,7 @@ pub struct EngineBuilder {
     contexts: Contexts,
     progress: Arc<Progress>,
     settings: EngineBuilderSettings,
-    docker_config: Option<DockerConfig>,
-    credentials: Mutex<BTreeMap<String, Option<Credentials>>>,
+    registries: Registries,
     gpus: OnceCell<bool>,
     host_platform: OnceCell<String>,
     /// Per base image: present or pulled, or why not. Looked up once for all the images on it,
@@ -155,15 +154,14 @@ impl EngineBuilder {
         progress: Arc<Progress>,
         settings: EngineBuilderSettings,
     ) -> EngineBuilder {
-        // A broken Docker config only matters once something needs credentials; keep the error for then.
-        let docker_config = DockerConfig::load_default().ok();
+        // A broken Docker config only matters once something needs credentials.
+        let registries = Registries::new(settings.registry_timeout, settings.registry_retry);
         EngineBuilder {
             engine,
             contexts,
             progress,
             settings,
-            docker_config,
-            credentials: Mutex::new(BTreeMap::new()),
+            registries,
             gpus: OnceCell::new(),
             host_platform: OnceCell::new(),
             bases: Mutex::new(BTreeMap::new()),
@@ -174,12 +172,7 @@ impl EngineBuilder {
     /// A registry client for `repository`'s host, with the user's credentials, this run's
     /// retries and deadline.
     async fn registry(&self, repository: &str) -> Result<RegistryClient> {
-        let credentials = self.credentials_for(repository).await?;
-        Ok(
-            RegistryClient::new(&registry_host_of(repository), credentials)
-                .with_retry(self.settings.registry_retry)
-                .with_timeout(self.settings.registry_timeout),
-        )
+        Ok(self.registries.client(repository)?)
     }
 
     /// Labels of every container this run starts.
@@ -228,21 +221,11 @@ impl EngineBuilder {
         outcome.map_err(|reason| anyhow!(missing_base_text(base, &reason)))
     }
 
-    async fn credentials_for(&self, repository: &str) -> Result<Option<Credentials>> {
-        let host = registry_host_of(repository);
-        let mut cache = self.credentials.lock().await;
-        if let Some(found) = cache.get(&host) {
-            return Ok(found.clone());
-        }
-        let found = match &self.docker_config {
-            Some(config) => config.credentials_for(&host)?,
-            None => match DockerConfig::load_default() {
-                Ok(config) => config.credentials_for(&host)?,
-                Err(error) => return Err(error.into()),
-            },
-        };
-        cache.insert(host, found.clone());
-        Ok(found)
+    async fn credentials_for(
+        &self,
+        repository: &str,
+    ) -> Result<Option<crate::docker::Credentials>> {
+        Ok(self.registries.credentials(repository)?)
     }
 
     async fn host_platform(&self) -> String {
@@ -492,44 +475,83 @@ impl Builder for EngineBuilder {
     async fn tag(&self, source: &str, repository: &str, tag: &str) -> Result<()> {
         Ok(self.engine.tag(source, repository, tag).await?)
     }
+}
 
-    async fn move_alias(&self, repository: &str, alias: &str, digest: &Digest) -> Result<()> {
+impl AliasRegistry for EngineBuilder {
+    async fn served(&self, repository: &str, alias: &str) -> Result<Option<Digest>> {
         let client = self.registry(repository).await?;
-        let path = repository_path_of(repository);
-        let served = client.manifest_digest(path, alias).await?;
-        if served.as_deref() == Some(digest.as_str()) {
-            return Ok(());
-        }
+        client
+            .manifest_digest(repository_path_of(repository), alias)
+            .await?
+            .map(|text| registry_digest(&text, repository))
+            .transpose()
+    }
+
+    async fn point(&self, repository: &str, alias: &str, digest: &Digest) -> Result<()> {
+        let client = self.registry(repository).await?;
         let remembered = self
             .pushed
             .lock()
             .expect("pushed lock")
             .get(digest)
             .cloned();
-        let manifest = match remembered {
-            Some(manifest) => manifest,
-            None => client
-                .get_manifest(path, digest.as_str())
-                .await?
-                .ok_or_else(|| {
-                    anyhow!(
-                        "the registry {} no longer has {repository}@{digest}, so {alias} cannot point at it",
-                        client.host()
-                    )
-                })?,
-        };
         self.progress.line(
             alias,
             &format!("== moving {repository}:{alias} to {digest}"),
         );
-        let written = client
-            .put_manifest(path, alias, &manifest.media_type, manifest.bytes)
-            .await?;
-        if written != digest.as_str() {
-            anyhow::bail!("the registry stored {repository}:{alias} as {written}, not {digest}");
-        }
-        Ok(())
+        point_alias(&client, repository, alias, digest, remembered).await
     }
+}
+
+/// The registries as the registry side of alias moves made outside a build (`publish`,
+/// `rollback`): the alias is stored as exactly the manifest its target digest names.
+pub struct RegistryAliases<'a>(pub &'a Registries);
+
+impl AliasRegistry for RegistryAliases<'_> {
+    async fn served(&self, repository: &str, alias: &str) -> Result<Option<Digest>> {
+        let client = self.0.client(repository)?;
+        client
+            .manifest_digest(repository_path_of(repository), alias)
+            .await?
+            .map(|text| registry_digest(&text, repository))
+            .transpose()
+    }
+
+    async fn point(&self, repository: &str, alias: &str, digest: &Digest) -> Result<()> {
+        let client = self.0.client(repository)?;
+        point_alias(&client, repository, alias, digest, None).await
+    }
+}
+
+/// Stores under `repository:alias` the manifest `digest` names (`known`, or read from the
+/// registry by digest), and checks the registry's answer.
+async fn point_alias(
+    client: &RegistryClient,
+    repository: &str,
+    alias: &str,
+    digest: &Digest,
+    known: Option<RegistryManifest>,
+) -> Result<()> {
+    let path = repository_path_of(repository);
+    let manifest = match known {
+        Some(manifest) => manifest,
+        None => client
+            .get_manifest(path, digest.as_str())
+            .await?
+            .ok_or_else(|| {
+                anyhow!(
+                    "the registry {} no longer has {repository}@{digest}, so {alias} cannot point at it",
+                    client.host()
+                )
+            })?,
+    };
+    let written = client
+        .put_manifest(path, alias, &manifest.media_type, manifest.bytes)
+        .await?;
+    if written != digest.as_str() {
+        anyhow::bail!("the registry stored {repository}:{alias} as {written}, not {digest}");
+    }
+    Ok(())
 }
 
 impl EngineBuilder {

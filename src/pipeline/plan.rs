@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::history::aliases::alias_guard;
 use crate::history::manifest::{Manifest, RecordStatus, TestStatus};
+use crate::history::upgrade::upgrade_plan;
 use crate::model::digest::Digest;
 pub use crate::pipeline::planned::{Plan, PlannedImage};
 use crate::resolve::fingerprint::fingerprint;
@@ -216,16 +217,21 @@ pub fn matches_filter(pattern: &str, name: &str) -> bool {
     rest.is_empty()
 }
 
-/// Builds the plan for `selected` images: each one's build key (from its fingerprint, the sha256
-/// of its build context and its parent's build key), what the manifest knows of that build key
-/// (tested before, pushed before), and the aliases it may move (never backwards, see
-/// [`alias_guard`]). Everything a build decides before its first Docker call is here.
+/// The one plan: for `selected` images (of the matrix's `all`), each one's build key (from its
+/// fingerprint, the sha256 of its build context and its parent's build key), what the manifest
+/// knows of that build key (tested before, pushed before), and the aliases it may move; and the
+/// review of what that changes over the whole matrix (`history::upgrade`). The never-backwards
+/// guard ([`alias_guard`]) is evaluated here once per alias, and both parts read that verdict.
+/// Everything a build decides before its first Docker call is here, and `imagegen plan` prints
+/// this same value.
 pub fn plan(
+    all: &[ImageSpec],
     selected: &[ImageSpec],
     context_digests: &BTreeMap<String, Digest>,
     manifest: &Manifest,
     selftest_baseline: Option<&Digest>,
 ) -> Plan {
+    let holds = alias_holds(all.iter().chain(selected), manifest);
     let mut build_keys: BTreeMap<String, Digest> = BTreeMap::new();
     let mut images = Vec::new();
     for spec in selected {
@@ -254,12 +260,22 @@ pub fn plan(
             .images
             .get(&spec.tag)
             .filter(|r| r.build_key == build_key && r.status == RecordStatus::Ok);
+        let (aliases, aliases_blocked) = spec.aliases.iter().cloned().fold(
+            (Vec::new(), Vec::new()),
+            |(mut allowed, mut blocked), alias| {
+                match holds.get(&alias) {
+                    Some(reason) => blocked.push((alias, reason.clone())),
+                    None => allowed.push(alias),
+                }
+                (allowed, blocked)
+            },
+        );
         images.push(PlannedImage {
             spec: spec.clone(),
             reference: format!("{}:{}", spec.repository, spec.tag),
             build_key,
             depends_on: spec.parent.clone(),
-            aliases: spec.aliases.clone(),
+            aliases,
             // A pass counts only against the same baseline (or none), so a new fleet baseline
             // tests reused images again.
             passed_before: recorded.is_some_and(|r| {
@@ -269,43 +285,42 @@ pub fn plan(
             }),
             selftest_baseline: selftest_baseline.cloned(),
             recorded_digest: recorded.and_then(|r| r.digest.clone()),
-            aliases_blocked: Vec::new(),
+            aliases_blocked,
         });
     }
-    let mut plan = Plan { images };
-    guard_aliases(&mut plan, manifest);
-    plan
+    Plan {
+        images,
+        review: upgrade_plan(all, manifest, &holds),
+    }
 }
 
-/// Removes from each planned image the aliases that would move backwards (see [`alias_guard`]),
-/// keeping them, with the reason, in `aliases_blocked`.
-fn guard_aliases(plan: &mut Plan, manifest: &Manifest) {
-    for image in &mut plan.images {
-        let published = image
-            .spec
-            .index
-            .clone()
-            .unwrap_or_else(|| image.spec.tag.clone());
-        let mut allowed = Vec::new();
-        for alias in std::mem::take(&mut image.aliases) {
-            match alias_guard(
-                &alias,
-                manifest.alias_target(&alias),
-                &image.spec.torch,
-                &published,
-            ) {
-                None => allowed.push(alias),
-                Some(reason) => image.aliases_blocked.push((alias, reason)),
+/// The aliases the never-backwards guard holds, with why: each alias judged once, for the first
+/// image (or index) that takes it.
+fn alias_holds<'a>(
+    specs: impl Iterator<Item = &'a ImageSpec>,
+    manifest: &Manifest,
+) -> BTreeMap<String, String> {
+    let mut judged = BTreeSet::new();
+    let mut holds = BTreeMap::new();
+    for spec in specs {
+        let published = spec.index.clone().unwrap_or_else(|| spec.tag.clone());
+        for alias in &spec.aliases {
+            if !judged.insert(alias.clone()) {
+                continue;
+            }
+            if let Some(reason) =
+                alias_guard(alias, manifest.alias_target(alias), &spec.torch, &published)
+            {
+                holds.insert(alias.clone(), reason);
             }
         }
-        image.aliases = allowed;
     }
+    holds
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::history::upgrade::upgrade_plan;
     use crate::pipeline::record::test_support::{manifest_with, specs_for};
 
     fn specs() -> Vec<ImageSpec> {
@@ -511,9 +526,9 @@ mod tests {
         let mut digests = BTreeMap::new();
         digests.insert(selected[0].name.clone(), Digest::of(b"a"));
         digests.insert(selected[1].name.clone(), Digest::of(b"b"));
-        let first = plan(&selected, &digests, &Manifest::new(), None);
+        let first = plan(&selected, &selected, &digests, &Manifest::new(), None);
         digests.insert(selected[0].name.clone(), Digest::of(b"changed"));
-        let second = plan(&selected, &digests, &Manifest::new(), None);
+        let second = plan(&selected, &selected, &digests, &Manifest::new(), None);
         assert_ne!(first.images[0].build_key, second.images[0].build_key);
         assert_ne!(
             first.images[1].build_key, second.images[1].build_key,
@@ -535,15 +550,16 @@ mod tests {
             )],
         );
         let older = specs_for("2.7.0", "12.6");
-        let plan = plan(&older, &BTreeMap::new(), &manifest, None);
+        let plan = plan(&older, &older, &BTreeMap::new(), &manifest, None);
         assert!(!plan.images[0]
             .aliases
             .contains(&"2.7-cuda12.6-runtime".to_string()));
         assert!(plan.images[0].aliases_blocked[0]
             .1
             .contains("would move backwards from torch 2.7.1"));
-        let upgrade = upgrade_plan(&older, &manifest);
-        assert!(upgrade
+        // The review `imagegen plan` prints is the same plan's: the same verdict.
+        assert!(plan
+            .review
             .alias_holds
             .iter()
             .any(|h| h.alias == "2.7-cuda12.6-runtime"));

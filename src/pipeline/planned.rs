@@ -4,6 +4,7 @@
 
 use serde::Serialize;
 
+use crate::history::upgrade::UpgradePlan;
 use crate::model::digest::Digest;
 use crate::resolve::image::ImageSpec;
 
@@ -31,8 +32,12 @@ pub struct PlannedImage {
     pub aliases_blocked: Vec<(String, String)>,
 }
 
-/// The whole plan, in build order.
+/// The whole plan: the images to build, in build order, and what that changes compared with
+/// the manifest (the review `imagegen plan` prints), from one computation.
 #[derive(Debug, Clone, Serialize)]
 pub struct Plan {
     pub images: Vec<PlannedImage>,
+    /// New and rebuilt images and why, alias moves and holds, rising driver minimums, images no
+    /// longer produced: over every image of the matrix, not only those selected to build.
+    pub review: UpgradePlan,
 }

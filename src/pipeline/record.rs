@@ -4,7 +4,6 @@
 //! once its full tag is pushed, and again at the end; each alias move before and after), so an
 //! interruption keeps what finished.
 
-use crate::history::aliases::alias_guard;
 use crate::history::manifest::{ImageRecord, Manifest, RecordStatus, TestRecord};
 use crate::model::digest::Digest;
 use crate::pipeline::planned::PlannedImage;
@@ -91,52 +90,6 @@ pub fn record(
         }
         Status::Interrupted => {}
     }
-}
-
-/// What to do about one alias of an image that was pushed, decided against the manifest as it
-/// is when the alias moves.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AliasIntent {
-    /// The move was written down as pending: make it, then write it down as done.
-    Move,
-    /// The manifest already records the alias at this digest, with no move pending.
-    AlreadyThere,
-    /// It may not move: it would go backwards (another run moved it to a newer release).
-    Held(String),
-}
-
-/// Writes down that `alias` is about to move to `tag` (an image or index of torch `torch`) at
-/// `digest` (see [`AliasIntent`]), by the run `by`.
-pub fn alias_intent(
-    manifest: &mut Manifest,
-    alias: &str,
-    (tag, torch): (&str, &str),
-    digest: &Digest,
-    now: &str,
-    by: &str,
-) -> AliasIntent {
-    if let Some(reason) = alias_guard(alias, manifest.alias_target(alias), torch, tag) {
-        return AliasIntent::Held(reason);
-    }
-    let there = manifest.aliases.get(alias).is_some_and(|a| a.tag == tag)
-        && manifest.alias_digest(alias).as_ref() == Some(digest)
-        && !manifest.pending_aliases.contains_key(alias);
-    if there {
-        return AliasIntent::AlreadyThere;
-    }
-    manifest.begin_alias_move(alias, tag, digest, now, by);
-    AliasIntent::Move
-}
-
-/// Writes down that the registry's `alias` points at `planned`'s `digest`.
-pub fn alias_moved(
-    manifest: &mut Manifest,
-    planned: &PlannedImage,
-    alias: &str,
-    digest: &Digest,
-    now: &str,
-) {
-    manifest.finish_alias_move(alias, &planned.spec.tag, digest, now);
 }
 
 /// A manifest record for `spec` with the fields every build knows; the caller fills in the rest.

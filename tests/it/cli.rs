@@ -45,6 +45,20 @@ fn resolve_table_for_people() {
     insta::assert_snapshot!("resolve_table", table);
 }
 
+/// `imagegen plan` for a first build: what a person reviews (the table and the pull-request
+/// markdown), one combined snapshot.
+#[test]
+fn plan_of_a_first_build_for_people_and_pull_requests() {
+    let dir = workspace("basic.yaml");
+    let table = stdout_of(imagegen().current_dir(dir.path()).arg("plan"));
+    let markdown = stdout_of(
+        imagegen()
+            .current_dir(dir.path())
+            .args(["plan", "--format", "markdown"]),
+    );
+    insta::assert_snapshot!("plan_first_build", format!("{table}\n---\n{markdown}"));
+}
+
 #[test]
 fn resolve_json_has_every_documented_field() {
     let dir = workspace("basic.yaml");

@@ -5,7 +5,11 @@
 //! during alias moves, then continued or restarted; imagegen killed between an alias move and its
 //! record; SIGTERM during a build step and during the self-test; a registry that accepts
 //! connections and never answers; rollback to a digest the registry deleted, to a non-digest, and
-//! a hand-edited manifest with one; a rollback during a build.
+//! a hand-edited manifest with one; a rollback during a build; two rollbacks of one alias at once;
+//! shards' alias lists and merges in either order or in conflict; an overwritten full tag
+//! restored; a record given twice and a newer schema refused; two links to one manifest; the
+//! containers of a killed run removed by a later run, a live run's left alone; `Retry-After` from
+//! a proxy in front of the registry.
 //!
 //! Timing comes from events imagegen makes observable, never from sleeps: the manifest's lock and
 //! a tag's publish lock, held by the test itself, stop imagegen at a known step and it says so
@@ -988,4 +992,456 @@ fn render_refuses_a_linked_image_directory_and_unsafe_mirrors() {
         );
         assert!(log.contains(&format!("mirrors.{key}")), "{log}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_rollbacks_of_one_alias_at_once_leave_the_record_and_the_registry_agreeing() {
+    prepare().await;
+    let registry = Registry::start();
+    let project = Project::new(registry.host(), SELFTEST_PASS);
+    let _tags = RemoveTags::of(&project);
+    first_build_then_upgrade(&project);
+    assert_code(&project.build(&["--push", "--only", RUNTIME_271]), 0);
+    let manifest = project.manifest();
+    let (old, new) = (
+        digest_of(&manifest, RUNTIME_270),
+        digest_of(&manifest, RUNTIME_271),
+    );
+    assert_eq!(manifest["aliases"][ALIAS]["digest"], new.as_str());
+    let pid = std::process::id();
+
+    // The first rollback holds the alias and waits for the manifest (the test holds its lock);
+    // the second, to the other digest, waits for the first; a third that may not wait says who
+    // holds the alias.
+    let lock = manifest_file(&project).lock().unwrap();
+    let first = Running::start(&project, &["rollback", ALIAS, "--to", &old]);
+    first.wait_for_lines(
+        &format!("waiting for imagegen-manifest.json (held by pid {pid}"),
+        1,
+    );
+    let second = Running::start(&project, &["rollback", ALIAS, "--to", &new]);
+    let holder = format!(
+        "waiting for alias {ALIAS}, which another run is moving (held by pid {}",
+        first.pid()
+    );
+    second.wait_for_lines(&holder, 1);
+    let third = project
+        .imagegen(&["rollback", ALIAS, "--to", &new, "--lock-timeout", "0"])
+        .output()
+        .unwrap();
+    assert_code(&third, 2);
+    assert!(
+        text(&third).contains(&format!("alias {ALIAS}, which another run is moving"))
+            && text(&third).contains(&format!("pid {}", first.pid())),
+        "{}",
+        text(&third)
+    );
+    drop(lock);
+    let (first_code, first_output) = first.finish();
+    let (second_code, second_output) = second.finish();
+    assert_eq!(first_code, Some(0), "{first_output}");
+    assert_eq!(second_code, Some(0), "{second_output}");
+
+    // The second moved last, and both the registry and the manifest say so, with the first's
+    // move in the alias's history.
+    let client = project.client(None);
+    let path = repository_path_of(&project.repository);
+    assert_eq!(
+        client.manifest_digest(path, ALIAS).await.unwrap(),
+        Some(new.clone())
+    );
+    let after = project.manifest();
+    assert_eq!(after["aliases"][ALIAS]["digest"], new.as_str());
+    assert_eq!(
+        after["aliases"][ALIAS]["history"][0]["digest"],
+        old.as_str()
+    );
+    assert_agrees(&project).await;
+}
+
+/// `imagegen` with `args` in the project, its exit code and output.
+fn run_imagegen(project: &Project, args: &[&str]) -> (i32, String) {
+    let output = project.imagegen(args).output().unwrap();
+    (output.status.code().unwrap_or(-1), text(&output))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn shards_record_their_aliases_and_merge_the_same_in_either_order_or_report_a_conflict() {
+    prepare().await;
+    let registry = Registry::start();
+    let project = Project::new(registry.host(), SELFTEST_PASS);
+    let _tags = RemoveTags::of(&project);
+    for shard in ["1/2", "2/2"] {
+        let manifest = format!("shard-{}.json", &shard[..1]);
+        assert_code(
+            &project.build(&["--push", "--shard", shard, "--manifest", &manifest]),
+            0,
+        );
+    }
+    // Every image record lists the aliases that point at it (hole 1).
+    let mut listed = 0;
+    for name in ["shard-1.json", "shard-2.json"] {
+        let shard: Value =
+            serde_json::from_str(&std::fs::read_to_string(project.path().join(name)).unwrap())
+                .unwrap();
+        for (alias, record) in shard["aliases"].as_object().unwrap() {
+            let tag = record["tag"].as_str().unwrap();
+            assert!(
+                shard["images"][tag]["aliases"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|a| a == alias.as_str()),
+                "{name}: {tag} does not list {alias}: {:#}",
+                shard["images"][tag]
+            );
+            listed += 1;
+        }
+    }
+    assert!(listed >= 4, "the shards moved aliases: {listed}");
+    let (code, forward) = run_imagegen(
+        &project,
+        &["manifest", "merge", "shard-1.json", "shard-2.json"],
+    );
+    assert_eq!(code, 0, "{forward}");
+    let (code, backward) = run_imagegen(
+        &project,
+        &["manifest", "merge", "shard-2.json", "shard-1.json"],
+    );
+    assert_eq!(code, 0, "{backward}");
+    assert_eq!(forward, backward, "merge A B == merge B A");
+
+    // A shard that records another digest under one immutable full tag (hole 5): reported, exit
+    // 3, nothing written.
+    let mut forged: Value = serde_json::from_str(
+        &std::fs::read_to_string(project.path().join("shard-1.json")).unwrap(),
+    )
+    .unwrap();
+    let tag = forged["images"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .next()
+        .unwrap()
+        .clone();
+    forged["images"][&tag]["digest"] =
+        "sha256:1111111111111111111111111111111111111111111111111111111111111111".into();
+    std::fs::write(
+        project.path().join("forged.json"),
+        serde_json::to_string_pretty(&forged).unwrap(),
+    )
+    .unwrap();
+    let (code, output) = run_imagegen(
+        &project,
+        &[
+            "manifest",
+            "merge",
+            "shard-1.json",
+            "forged.json",
+            "--out",
+            "merged.json",
+        ],
+    );
+    assert_eq!(code, 3, "{output}");
+    assert!(
+        output.contains(&format!("full tag {tag}: one manifest records"))
+            && output.contains("nothing was written"),
+        "{output}"
+    );
+    assert!(!project.path().join("merged.json").exists());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_overwritten_full_tag_is_restored_to_the_recorded_digest() {
+    prepare().await;
+    let registry = Registry::start();
+    let project = Project::new(registry.host(), SELFTEST_PASS);
+    let _tags = RemoveTags::of(&project);
+    assert_code(&project.build(&["--push", "--only", RUNTIME_270]), 0);
+    assert_code(&project.build(&["--push", "--only", RUNTIME_280]), 0);
+    let manifest = project.manifest();
+    let (recorded, other) = (
+        digest_of(&manifest, RUNTIME_270),
+        digest_of(&manifest, RUNTIME_280),
+    );
+    // Someone pushes other content under the immutable full tag.
+    let client = project.client(None);
+    let path = repository_path_of(&project.repository);
+    let foreign = client.get_manifest(path, &other).await.unwrap().unwrap();
+    client
+        .put_manifest(path, RUNTIME_270, &foreign.media_type, foreign.bytes)
+        .await
+        .unwrap();
+    let (code, report) = verify(&project, &[]);
+    assert_eq!(code, 1, "{report:#}");
+    let overwritten = finding(&report, RUNTIME_270);
+    assert_eq!(overwritten["state"], "differs");
+    assert!(
+        overwritten["fix"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("imagegen restore {RUNTIME_270}")),
+        "{report:#}"
+    );
+    let before = std::fs::read_to_string(manifest_path(&project)).unwrap();
+    let (code, output) = run_imagegen(&project, &["restore", RUNTIME_270]);
+    assert_eq!(code, 0, "{output}");
+    assert!(
+        output.contains("(the recorded digest)") && output.contains("no rebuild"),
+        "{output}"
+    );
+    assert_eq!(
+        client.manifest_digest(path, RUNTIME_270).await.unwrap(),
+        Some(recorded.clone())
+    );
+    assert_eq!(
+        std::fs::read_to_string(manifest_path(&project)).unwrap(),
+        before,
+        "the manifest was right and is unchanged"
+    );
+    assert_agrees(&project).await;
+    let (code, output) = run_imagegen(&project, &["restore", RUNTIME_270]);
+    assert_eq!(code, 0, "{output}");
+    assert!(output.contains("already serves the recorded"), "{output}");
+    let (code, output) = run_imagegen(&project, &["restore", ALIAS]);
+    assert_eq!(code, 2, "{output}");
+    assert!(output.contains("is an alias, not a full tag"), "{output}");
+
+    // A manifest with a record given twice (a merge conflict kept on both sides) and one written
+    // by a newer imagegen are refused, each with what to do, and left as they are.
+    let text = std::fs::read_to_string(manifest_path(&project)).unwrap();
+    let start = text.find(&format!("    \"{RUNTIME_270}\": {{")).unwrap();
+    let end = start + text[start..].find("\n    }").unwrap() + "\n    }".len();
+    let doubled = format!("{},\n{}{}", &text[..end], &text[start..end], &text[end..]);
+    let line = text[..end].lines().count() + 1;
+    std::fs::write(manifest_path(&project), &doubled).unwrap();
+    let (code, output) = run_imagegen(&project, &["verify"]);
+    assert_eq!(code, 2, "{output}");
+    assert!(
+        output.contains(&format!("imagegen-manifest.json:{line}:"))
+            && output.contains(&format!("duplicate key `{RUNTIME_270}` under `images`")),
+        "{output}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(manifest_path(&project)).unwrap(),
+        doubled
+    );
+    let newer = text.replacen("\"schema_version\": 1", "\"schema_version\": 2", 1) + "";
+    let newer = newer.replacen("{\n", "{\n  \"signatures\": {},\n", 1);
+    std::fs::write(manifest_path(&project), &newer).unwrap();
+    let (code, output) = run_imagegen(&project, &["rollback", ALIAS, "--previous"]);
+    assert_eq!(code, 2, "{output}");
+    assert!(
+        output.contains("was written by a newer imagegen: it has schema version 2")
+            && output.contains("reads schema version 1")
+            && !output.contains("unknown field"),
+        "{output}"
+    );
+    std::fs::write(manifest_path(&project), &text).unwrap();
+}
+
+#[test]
+fn two_links_of_other_names_to_one_manifest_take_one_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let records = dir.path().join("records");
+    std::fs::create_dir(&records).unwrap();
+    std::fs::write(records.join("manifest.json"), "{\"schema_version\": 1}\n").unwrap();
+    std::os::unix::fs::symlink("records/manifest.json", dir.path().join("a.json")).unwrap();
+    std::os::unix::fs::symlink("records/manifest.json", dir.path().join("b.json")).unwrap();
+    let held = ManifestFile::new(&dir.path().join("a.json"), PATIENCE)
+        .lock()
+        .unwrap();
+    let output = assert_cmd::Command::cargo_bin("imagegen")
+        .unwrap()
+        .current_dir(dir.path())
+        .args([
+            "manifest",
+            "merge",
+            "records/manifest.json",
+            "--out",
+            "b.json",
+            "--lock-timeout",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    assert_code(&output, 2);
+    assert!(
+        text(&output).contains(&format!("held by pid {}", std::process::id())),
+        "a write through the other link waits for the same lock: {}",
+        text(&output)
+    );
+    drop(held);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn containers_of_a_killed_run_are_removed_by_a_later_run_and_a_live_runs_are_not() {
+    prepare().await;
+    let registry = Registry::start();
+    let project = Project::new(registry.host(), SELFTEST_SLOW_PASS);
+    let _tags = RemoveTags::of(&project);
+    let engine = crate::support::engine().await;
+    let prefix = format!("{}/{}:", project.registry, project.repository);
+    // A run in its (slow) self-test.
+    let slow = Running::start(&project, &build_args(&["--push", "--only", RUNTIME_270]));
+    let start = Instant::now();
+    let container = loop {
+        if let Some(id) = selftest_containers(&engine, &prefix).await.pop() {
+            break id;
+        }
+        assert!(
+            start.elapsed() < PATIENCE,
+            "no self-test container:\n{}",
+            slow.output()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    // Another run meanwhile looks for leftovers: the live run's container stays.
+    project.set_selftest(SELFTEST_PASS);
+    assert_code(&project.build(&["--only", RUNTIME_280]), 0);
+    assert_eq!(
+        selftest_containers(&engine, &prefix).await,
+        vec![container.clone()],
+        "a live run's container is never removed"
+    );
+    // Killed (no cleanup of its own): its container stays behind, until the next run removes
+    // it. (Other tests' builds, running beside this one, clean up the same way: whichever run
+    // starts first removes it, so which run says so is not checked.)
+    signal(slow.pid(), SIGKILL);
+    let (code, _) = slow.finish();
+    assert_eq!(code, None);
+    let output = project.build(&["--only", RUNTIME_280]);
+    assert_code(&output, 0);
+    assert_eq!(
+        selftest_containers(&engine, &prefix).await,
+        Vec::<String>::new(),
+        "the dead run's container {container} is gone: {}",
+        text(&output)
+    );
+}
+
+/// A proxy in front of the real registry on 127.0.0.1 that answers the first `throttled`
+/// manifest requests with `status` and `Retry-After: retry_after`, and forwards everything else
+/// (one request per connection). Returns its port and the times requests reached it.
+fn throttling_proxy(
+    registry: &str,
+    throttled: usize,
+    status: u16,
+    retry_after: &'static str,
+) -> (u16, Arc<Mutex<Vec<Instant>>>) {
+    use std::io::Write;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let upstream = registry.to_string();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = Arc::clone(&seen);
+    std::thread::spawn(move || {
+        for stream in listener.incoming().map_while(Result::ok) {
+            let mut client = stream;
+            let mut reader = BufReader::new(client.try_clone().unwrap());
+            let mut head = Vec::new();
+            let mut content_length = 0usize;
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                    break;
+                }
+                let lower = line.to_ascii_lowercase();
+                if let Some(value) = lower.strip_prefix("content-length:") {
+                    content_length = value.trim().parse().unwrap_or(0);
+                }
+                if lower.starts_with("connection:") {
+                    continue;
+                }
+                if line == "\r\n" {
+                    head.extend_from_slice(b"Connection: close\r\n\r\n");
+                    break;
+                }
+                head.extend_from_slice(line.as_bytes());
+            }
+            let mut body = vec![0; content_length];
+            let _ = reader.read_exact(&mut body);
+            let manifest_request = String::from_utf8_lossy(&head).contains("/manifests/");
+            let count = {
+                let mut seen = log.lock().unwrap();
+                if manifest_request {
+                    seen.push(Instant::now());
+                }
+                seen.len()
+            };
+            if manifest_request && count <= throttled {
+                let _ = write!(
+                    client,
+                    "HTTP/1.1 {status} Throttled\r\nRetry-After: {retry_after}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                );
+                continue;
+            }
+            let Ok(mut server) = std::net::TcpStream::connect(&upstream) else {
+                continue;
+            };
+            let _ = server.write_all(&head);
+            let _ = server.write_all(&body);
+            let mut answer = Vec::new();
+            let _ = server.read_to_end(&mut answer);
+            let _ = client.write_all(&answer);
+        }
+    });
+    (port, seen)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn retry_after_from_the_registry_is_honoured_within_the_deadline() {
+    prepare().await;
+    let registry = Registry::start();
+    let project = Project::new(registry.host(), SELFTEST_PASS);
+    let _tags = RemoveTags::of(&project);
+    assert_code(&project.build(&["--push", "--only", RUNTIME_270]), 0);
+    let recorded = std::fs::read_to_string(manifest_path(&project)).unwrap();
+
+    // The registry, behind a proxy that says "429, come back in 2 s" to the first HEAD.
+    let (port, seen) = throttling_proxy(registry.host(), 1, 429, "2");
+    let proxied = recorded.replace(registry.host(), &format!("127.0.0.1:{port}"));
+    std::fs::write(project.path().join("proxied.json"), &proxied).unwrap();
+    let start = Instant::now();
+    let (code, output) = run_imagegen(
+        &project,
+        &["verify", "--manifest", "proxied.json", "--concurrency", "1"],
+    );
+    assert_eq!(code, 0, "{output}");
+    let times = seen.lock().unwrap().clone();
+    assert!(
+        times.len() >= 3,
+        "the throttled HEAD was asked again: {times:?}"
+    );
+    assert!(
+        times[1] - times[0] >= Duration::from_secs(2),
+        "after the 2 s it asked for, not the 1 s backoff: {:?}",
+        times[1] - times[0]
+    );
+    assert!(start.elapsed() < Duration::from_secs(30));
+
+    // One that asks for longer than the deadline: refused at once, saying so.
+    let (port, seen) = throttling_proxy(registry.host(), usize::MAX, 503, "120");
+    let proxied = recorded.replace(registry.host(), &format!("127.0.0.1:{port}"));
+    std::fs::write(project.path().join("proxied.json"), &proxied).unwrap();
+    let start = Instant::now();
+    let (code, output) = run_imagegen(
+        &project,
+        &[
+            "verify",
+            "--manifest",
+            "proxied.json",
+            "--concurrency",
+            "1",
+            "--registry-timeout",
+            "5",
+        ],
+    );
+    assert_eq!(code, 2, "{output}");
+    assert!(
+        output.contains("retry after 120 s (Retry-After), past the 5 s deadline"),
+        "{output}"
+    );
+    assert!(start.elapsed() < Duration::from_secs(5), "at once");
+    assert_eq!(seen.lock().unwrap().len(), 1, "asked once");
 }

@@ -16,15 +16,20 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use crate::history::alias_transaction::{AliasTarget, Owner};
 use crate::history::manifest::Packages;
 use crate::model::digest::Digest;
+pub use crate::pipeline::alias_move::Claim;
+use crate::pipeline::alias_move::{
+    move_alias, AliasLedger, AliasOutcome, AliasRegistry, AliasRequest,
+};
 use crate::pipeline::planned::{Plan, PlannedImage};
-pub use crate::pipeline::record::AliasIntent;
 pub use crate::pipeline::results::{Existing, ImageResult, Status, TestOutcome};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 
-/// The Docker operations the executor needs. Errors are already worded for people.
-pub trait Builder: Send + Sync + 'static {
+/// The Docker operations the executor needs (errors are already worded for people); alias moves
+/// go through its [`AliasRegistry`] side.
+pub trait Builder: AliasRegistry + Send + Sync + 'static {
     /// An image carrying this image's build key, locally or (when pushing) in the registry.
     fn find_existing(
         &self,
@@ -57,39 +62,18 @@ pub trait Builder: Send + Sync + 'static {
         repository: &str,
         tag: &str,
     ) -> impl Future<Output = anyhow::Result<()>> + Send;
-    /// Points `repository:alias` in the registry at the manifest `digest` (already pushed), so
-    /// the alias serves exactly the recorded digest.
-    fn move_alias(
-        &self,
-        repository: &str,
-        alias: &str,
-        digest: &Digest,
-    ) -> impl Future<Output = anyhow::Result<()>> + Send;
 }
 
-/// Kept while an image is being published; dropping it lets other runs publish it.
-pub type Claim = Box<dyn Send + Sync>;
-
-/// Where the executor writes down what it changed, as it changes it (see the module docs). The
-/// writes are short and synchronous, so cancelling a build never leaves one half done.
-pub trait Journal: Send + Sync + 'static {
+/// Where the executor writes down what it changed, as it changes it (see the module docs); alias
+/// moves are written down through its [`AliasLedger`] side. The writes are short and
+/// synchronous, so cancelling a build never leaves one half done.
+pub trait Journal: AliasLedger + Send + Sync + 'static {
     /// Waits until no other run publishes `image` (its full tag and aliases), and keeps others
     /// out until the claim is dropped.
     fn claim(&self, image: &PlannedImage) -> impl Future<Output = anyhow::Result<Claim>> + Send;
     /// Writes down the result of `image` as it stands: once its full tag is pushed, and at the
     /// end.
     fn image(&self, image: &PlannedImage, result: &ImageResult) -> anyhow::Result<()>;
-    /// Writes down that `alias` is about to move to `digest` (intent), unless it may not or
-    /// need not.
-    fn alias_intent(
-        &self,
-        image: &PlannedImage,
-        alias: &str,
-        digest: &Digest,
-    ) -> anyhow::Result<AliasIntent>;
-    /// Writes down that the registry's `alias` points at `digest` (result).
-    fn alias_moved(&self, image: &PlannedImage, alias: &str, digest: &Digest)
-        -> anyhow::Result<()>;
 }
 
 /// Which step each image in flight is at, for the report of an interruption.
@@ -118,6 +102,8 @@ pub struct ExecOptions {
     pub require_gpu: bool,
     /// Move aliases of images whose test was skipped (never of failed ones).
     pub move_untested_aliases: bool,
+    /// The run that owns the alias moves this execution makes.
+    pub owner: Owner,
 }
 
 /// Runs `plan`. Each result is written down through `journal` and goes to `on_result` as soon
@@ -403,46 +389,32 @@ async fn run_one<B: Builder, J: Journal>(
                 "no digest to move the alias to (the full tag was not pushed)".into(),
             );
         };
-        let intent = match journal.alias_intent(&image, alias, &digest) {
-            Ok(intent) => intent,
-            Err(error) => {
-                return fail(
-                    result,
-                    "alias",
-                    format!("cannot write down the move of {alias}: {error:#}"),
-                )
-            }
+        let request = AliasRequest {
+            repository: &image.spec.repository,
+            target: AliasTarget {
+                alias,
+                tag: &image.spec.tag,
+                digest: &digest,
+                guard_torch: Some(&image.spec.torch),
+            },
+            owner: &options.owner,
         };
-        if let AliasIntent::Held(reason) = intent {
-            result.aliases_held.push((alias.clone(), reason));
-            continue;
+        match move_alias(&*builder, &*journal, &request).await {
+            Ok(AliasOutcome::Held(reason)) => {
+                result.aliases_held.push((alias.clone(), reason));
+                continue;
+            }
+            Ok(_) => {}
+            Err(error) => return fail(result, "alias", format!("{error:#}")),
         }
+        // The daemon's tag follows the registry's (after the move, so a held alias is not
+        // tagged here either).
         if !in_registry_only {
             if let Err(error) = builder
                 .tag(&image.reference, &image.spec.repository, alias)
                 .await
             {
                 return fail(result, "alias", format!("{error:#}"));
-            }
-        }
-        if let Err(error) = builder
-            .move_alias(&image.spec.repository, alias, &digest)
-            .await
-        {
-            let pending = if intent == AliasIntent::Move {
-                " (its move stays written down as pending: `imagegen verify --adopt` or the next `imagegen build --push` settles it against the registry)"
-            } else {
-                ""
-            };
-            return fail(result, "alias", format!("{error:#}{pending}"));
-        }
-        if intent == AliasIntent::Move {
-            if let Err(error) = journal.alias_moved(&image, alias, &digest) {
-                return fail(
-                    result,
-                    "alias",
-                    format!("moved {alias}, but could not write it down: {error:#}"),
-                );
             }
         }
         result.aliases_moved.push(alias.clone());

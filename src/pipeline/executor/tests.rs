@@ -10,7 +10,7 @@ use std::time::Duration;
 use super::*;
 use crate::history::manifest::{Manifest, Packages};
 use crate::pipeline::plan::{plan, select};
-use crate::pipeline::record::{alias_intent, alias_moved, record};
+use crate::pipeline::record::record;
 
 #[derive(Default)]
 struct FakeBuilder {
@@ -21,6 +21,8 @@ struct FakeBuilder {
     /// Alias moves that fail (the registry died).
     fail_alias: BTreeSet<String>,
     build_delay_ms: u64,
+    /// What the registry serves for each alias.
+    served: Mutex<BTreeMap<String, Digest>>,
     calls: Mutex<Vec<String>>,
     running: AtomicUsize,
     max_running: AtomicUsize,
@@ -94,16 +96,21 @@ impl Builder for FakeBuilder {
         self.record(format!("tag {source} {tag}"));
         Ok(())
     }
-    async fn move_alias(
-        &self,
-        repository: &str,
-        alias: &str,
-        _digest: &Digest,
-    ) -> anyhow::Result<()> {
+}
+
+impl AliasRegistry for FakeBuilder {
+    async fn served(&self, _repository: &str, alias: &str) -> anyhow::Result<Option<Digest>> {
+        Ok(self.served.lock().unwrap().get(alias).cloned())
+    }
+    async fn point(&self, repository: &str, alias: &str, digest: &Digest) -> anyhow::Result<()> {
         if self.fail_alias.contains(alias) {
             anyhow::bail!("registry unreachable while moving {alias}");
         }
         self.record(format!("push {repository}:{alias}"));
+        self.served
+            .lock()
+            .unwrap()
+            .insert(alias.to_string(), digest.clone());
         Ok(())
     }
 }
@@ -149,43 +156,37 @@ impl Journal for MemoryJournal {
         );
         Ok(())
     }
-    fn alias_intent(
-        &self,
-        image: &PlannedImage,
-        alias: &str,
-        digest: &Digest,
-    ) -> anyhow::Result<AliasIntent> {
-        self.log.lock().unwrap().push(format!("intent {alias}"));
-        Ok(alias_intent(
-            &mut self.manifest.lock().unwrap(),
-            alias,
-            (&image.spec.tag, &image.spec.torch),
-            digest,
-            "t1",
-            "test",
-        ))
+}
+
+impl AliasLedger for MemoryJournal {
+    async fn hold_alias(&self, alias: &str) -> anyhow::Result<Claim> {
+        self.log.lock().unwrap().push(format!("hold {alias}"));
+        Ok(Box::new(()))
     }
-    fn alias_moved(
-        &self,
-        image: &PlannedImage,
-        alias: &str,
-        digest: &Digest,
-    ) -> anyhow::Result<()> {
-        self.log.lock().unwrap().push(format!("moved {alias}"));
-        alias_moved(
-            &mut self.manifest.lock().unwrap(),
-            image,
-            alias,
-            digest,
-            "t1",
-        );
-        Ok(())
+    /// Logs the intents begun (`intent A`) and the moves recorded (`moved A`) by each write.
+    fn write<T>(&self, change: impl FnOnce(&mut Manifest) -> T) -> anyhow::Result<T> {
+        let mut manifest = self.manifest.lock().unwrap();
+        let before = manifest.clone();
+        let result = change(&mut manifest);
+        let mut log = self.log.lock().unwrap();
+        for alias in manifest.pending_aliases.keys() {
+            if !before.pending_aliases.contains_key(alias) {
+                log.push(format!("intent {alias}"));
+            }
+        }
+        for (alias, record) in &manifest.aliases {
+            if before.aliases.get(alias) != Some(record) {
+                log.push(format!("moved {alias}"));
+            }
+        }
+        Ok(result)
     }
 }
 
 fn test_plan() -> Plan {
     let specs = crate::resolve::test_images("registry: r.example\nrepository: t/p\ntorch: [\"2.7\"]\ncuda: [\"12.6\", \"12.8\"]\nos: [ubuntu24.04]\n");
     plan(
+        &specs,
         &select(&specs, None, None),
         &BTreeMap::new(),
         &crate::history::manifest::Manifest::new(),
@@ -200,6 +201,10 @@ fn options(jobs: usize) -> ExecOptions {
         test: true,
         require_gpu: false,
         move_untested_aliases: false,
+        owner: crate::history::alias_transaction::Owner {
+            run: "test-run".into(),
+            by: "pid 1 (test)".into(),
+        },
     }
 }
 

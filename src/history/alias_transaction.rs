@@ -1,0 +1,482 @@
+//! The alias transaction: the one home of an alias move, as a pure state machine over the
+//! manifest (modelled on git's ref transactions: begin, update, commit). Every command that moves
+//! an alias in a registry (`build --push`, `publish`, `rollback`) goes through it, by way of
+//! `pipeline::alias_move`, which does the registry calls and the locking around these steps:
+//!
+//! 1. [`begin`]: under the manifest's lock, the never-backwards guard is applied (when the caller
+//!    asks for it) and the intent is written down as a pending move carrying its owner's run id:
+//!    state [`TxState::Intent`]. A move an earlier run left in between is handed back first, to
+//!    be settled by what the registry serves ([`settle_one`]).
+//! 2. [`AliasTransaction::pushed`]: the registry was asked to store the alias and, read back,
+//!    serves the target: state [`TxState::Pushed`].
+//! 3. [`AliasTransaction::record`]: under the manifest's lock, the move is written down as done
+//!    and the intent dropped — only when the pending move is still this transaction's own. A
+//!    move someone else began or recorded meanwhile is never overwritten: it is refused, naming
+//!    who. State [`TxState::Recorded`].
+//!
+//! A crash leaves the manifest in a state the next run finishes or undoes: after 1, a pending
+//! move the registry either made (recorded by the next settle) or did not (dropped); after 2, the
+//! same; after 3, nothing pending. Pure: values in, values and manifest changes out.
+
+use serde::Serialize;
+
+use crate::history::aliases::alias_guard;
+use crate::history::manifest::{Extra, Manifest, PendingMove};
+use crate::model::digest::Digest;
+
+/// Where a transaction is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TxState {
+    /// The intent is written down as pending; the registry was not asked yet (or did not answer).
+    Intent,
+    /// The registry serves the target under the alias; the manifest does not say so yet.
+    Pushed,
+    /// The manifest records the move as done.
+    Recorded,
+}
+
+/// What a move is for: the alias, where it goes, and whose it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AliasTarget<'a> {
+    pub alias: &'a str,
+    /// The full tag (or index tag) the alias moves to.
+    pub tag: &'a str,
+    pub digest: &'a Digest,
+    /// The torch release of the target, for the never-backwards guard; `None` for a move made
+    /// on purpose (`rollback`), which the guard does not hold.
+    pub guard_torch: Option<&'a str>,
+}
+
+/// Who moves: a run id unique to one process (`pipeline::alias_move::RunOwner`), and the words
+/// people read (`pid 4242 (imagegen rollback ...)`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner {
+    pub run: String,
+    pub by: String,
+}
+
+/// One alias move under way.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AliasTransaction {
+    pub alias: String,
+    pub tag: String,
+    /// Where the manifest said the alias pointed when the move began (`None`: a new alias).
+    pub from: Option<Digest>,
+    pub to: Digest,
+    pub owner: Owner,
+    pub state: TxState,
+    /// The manifest already recorded the alias at the target when the move began.
+    pub recorded_before: bool,
+}
+
+/// What [`begin`] decided.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Begun {
+    /// The intent is written down: make the move in the registry, then
+    /// [`AliasTransaction::pushed`] and [`AliasTransaction::record`].
+    Move(AliasTransaction),
+    /// A move of this alias that another run began is still pending. The caller holds the
+    /// alias's lock, so that run is gone: settle it first ([`settle_one`], by what the registry
+    /// serves), then begin again. Nothing was written.
+    Leftover(PendingMove),
+    /// It may not move: it would go backwards. Nothing was written.
+    Held(String),
+}
+
+/// Why a transaction could not go on. Each names the alias and what is there instead.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TxError {
+    #[error("the registry serves {served} for {alias} after it was asked to store {to}: another run moved it at the same time; nothing was recorded (the move stays pending; `imagegen verify` shows it)")]
+    NotServed {
+        alias: String,
+        to: Digest,
+        served: String,
+    },
+    #[error("the move of {alias} to {to} is no longer this run's: {other}; nothing was overwritten\nhint: `imagegen verify` compares the manifest with the registry")]
+    NotOwned {
+        alias: String,
+        to: Digest,
+        other: String,
+    },
+    #[error("a transaction of {alias} is {state:?}, not {expected:?}")]
+    OutOfOrder {
+        alias: String,
+        state: TxState,
+        expected: TxState,
+    },
+}
+
+/// Begins the move of `target.alias` by `owner`: the never-backwards guard (when the caller
+/// asks for it), then the intent, written down as a pending move from where the manifest says
+/// the alias points. Nothing is asked of the registry before the intent is written.
+pub fn begin(manifest: &mut Manifest, target: &AliasTarget<'_>, owner: &Owner, now: &str) -> Begun {
+    if let Some(pending) = manifest.pending_aliases.get(target.alias) {
+        if pending.run != owner.run || pending.run.is_empty() {
+            return Begun::Leftover(pending.clone());
+        }
+    }
+    if let Some(torch) = target.guard_torch {
+        if let Some(reason) = alias_guard(
+            target.alias,
+            manifest.alias_target(target.alias),
+            torch,
+            target.tag,
+        ) {
+            return Begun::Held(reason);
+        }
+    }
+    let from = manifest.alias_digest(target.alias);
+    let already = manifest
+        .aliases
+        .get(target.alias)
+        .is_some_and(|a| a.tag == target.tag && from.as_ref() == Some(target.digest));
+    manifest.pending_aliases.insert(
+        target.alias.to_string(),
+        PendingMove {
+            tag: target.tag.to_string(),
+            from: from.clone(),
+            to: target.digest.clone(),
+            since: now.to_string(),
+            by: owner.by.clone(),
+            run: owner.run.clone(),
+            extra: Extra::new(),
+        },
+    );
+    Begun::Move(AliasTransaction {
+        alias: target.alias.to_string(),
+        tag: target.tag.to_string(),
+        from,
+        to: target.digest.clone(),
+        owner: owner.clone(),
+        state: TxState::Intent,
+        recorded_before: already,
+    })
+}
+
+impl AliasTransaction {
+    /// The registry was asked to store the alias, and read back it serves `served`: the move is
+    /// made when that is the target.
+    pub fn pushed(mut self, served: &Option<Digest>) -> Result<AliasTransaction, TxError> {
+        self.expect(TxState::Intent)?;
+        if served.as_ref() != Some(&self.to) {
+            return Err(TxError::NotServed {
+                alias: self.alias,
+                to: self.to,
+                served: served
+                    .as_ref()
+                    .map(Digest::to_string)
+                    .unwrap_or_else(|| "nothing".into()),
+            });
+        }
+        self.state = TxState::Pushed;
+        Ok(self)
+    }
+
+    /// Writes the move down as done, when the pending move in `manifest` (as it is now, read
+    /// under its lock) is still this transaction's. Someone else's pending move, or a record of
+    /// the alias somewhere else with nothing pending, is refused and left as it is. A record
+    /// that already says what this move did (a `verify --adopt` meanwhile) is fine.
+    pub fn record(
+        mut self,
+        manifest: &mut Manifest,
+        now: &str,
+    ) -> Result<AliasTransaction, TxError> {
+        self.expect(TxState::Pushed)?;
+        match manifest.pending_aliases.get(&self.alias) {
+            Some(pending) if pending.run == self.owner.run && pending.to == self.to => {
+                manifest.pending_aliases.remove(&self.alias);
+                manifest.move_alias(&self.alias, &self.tag, Some(self.to.clone()), now);
+            }
+            Some(pending) => {
+                return Err(TxError::NotOwned {
+                    other: format!(
+                        "{} began a move to {} ({}) at {}",
+                        if pending.by.is_empty() {
+                            "another run"
+                        } else {
+                            pending.by.as_str()
+                        },
+                        pending.to,
+                        pending.tag,
+                        pending.since
+                    ),
+                    alias: self.alias,
+                    to: self.to,
+                })
+            }
+            None => {
+                let there = manifest
+                    .aliases
+                    .get(&self.alias)
+                    .is_some_and(|a| a.digest.as_ref() == Some(&self.to));
+                if !there {
+                    let now_at = manifest
+                        .aliases
+                        .get(&self.alias)
+                        .map(|a| {
+                            format!(
+                                "the manifest records it at {} ({}) since {}",
+                                a.digest
+                                    .as_ref()
+                                    .map(Digest::to_string)
+                                    .unwrap_or_else(|| "no digest".into()),
+                                a.tag,
+                                a.moved_at
+                            )
+                        })
+                        .unwrap_or_else(|| "the manifest no longer records it".into());
+                    return Err(TxError::NotOwned {
+                        alias: self.alias,
+                        to: self.to,
+                        other: now_at,
+                    });
+                }
+            }
+        }
+        self.state = TxState::Recorded;
+        Ok(self)
+    }
+
+    fn expect(&self, expected: TxState) -> Result<(), TxError> {
+        if self.state == expected {
+            Ok(())
+        } else {
+            Err(TxError::OutOfOrder {
+                alias: self.alias.clone(),
+                state: self.state,
+                expected,
+            })
+        }
+    }
+}
+
+/// What became of an alias move left in between, by what the registry serves for the alias.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settlement {
+    /// The registry serves the move's target.
+    Moved,
+    /// The registry serves the move's origin (or, for a new alias, nothing).
+    NotMoved,
+    /// The registry serves something else: someone else moved it.
+    Elsewhere,
+}
+
+/// Settles one pending move by what the registry serves for its alias.
+pub fn settle(pending: &PendingMove, served: &Option<Digest>) -> Settlement {
+    if served.as_ref() == Some(&pending.to) {
+        Settlement::Moved
+    } else if *served == pending.from {
+        Settlement::NotMoved
+    } else {
+        Settlement::Elsewhere
+    }
+}
+
+/// Settles the pending move of `alias` (if any) by what the registry serves for it:
+/// `Some("moved")` or `Some("not moved")` when the manifest changed, `None` when there was
+/// nothing to settle or the registry serves a third digest (then it stays, for a person).
+pub fn settle_one(
+    manifest: &mut Manifest,
+    alias: &str,
+    served: &Option<Digest>,
+    now: &str,
+) -> Option<&'static str> {
+    let pending = manifest.pending_aliases.get(alias)?.clone();
+    match settle(&pending, served) {
+        Settlement::Moved => {
+            manifest.pending_aliases.remove(alias);
+            manifest.move_alias(alias, &pending.tag, Some(pending.to.clone()), now);
+            Some("moved")
+        }
+        Settlement::NotMoved => {
+            manifest.pending_aliases.remove(alias);
+            Some("not moved")
+        }
+        Settlement::Elsewhere => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::manifest::ImageRecord;
+
+    fn d(label: &str) -> Digest {
+        Digest::of(label.as_bytes())
+    }
+
+    fn image(tag: &str, torch: &str) -> ImageRecord {
+        serde_json::from_value(serde_json::json!({
+            "repository": "r/p", "tag": tag, "digest": d(tag), "fingerprint": d("f"),
+            "build_key": d("k"), "variant": "runtime", "torch": torch, "torchvision": "0.22.1",
+            "cuda": "12.6", "cuda_full": "12.6.3", "cudnn": "9", "python": "3.12",
+            "os": "ubuntu24.04", "base_image": "b", "driver_min": "560.35.05",
+            "driver_min_compat": "525.60.13", "require_cuda": "cuda>=12.6",
+            "built_at": "t0", "status": "ok"
+        }))
+        .unwrap()
+    }
+
+    fn manifest() -> Manifest {
+        let mut manifest = Manifest::new();
+        manifest.record_success(image("old", "2.7.0"));
+        manifest.record_success(image("new", "2.7.1"));
+        manifest.move_alias("a", "old", Some(d("old")), "t0");
+        manifest
+    }
+
+    fn owner(run: &str) -> Owner {
+        Owner {
+            run: run.into(),
+            by: format!("pid 1 (run {run})"),
+        }
+    }
+
+    fn to_new(guard: bool) -> AliasTarget<'static> {
+        static NEW: std::sync::OnceLock<Digest> = std::sync::OnceLock::new();
+        AliasTarget {
+            alias: "a",
+            tag: "new",
+            digest: NEW.get_or_init(|| d("new")),
+            guard_torch: guard.then_some("2.7.1"),
+        }
+    }
+
+    #[test]
+    fn intent_pushed_recorded() {
+        let mut manifest = manifest();
+        let Begun::Move(tx) = begin(&mut manifest, &to_new(true), &owner("r1"), "t1") else {
+            panic!("a move")
+        };
+        assert_eq!(tx.state, TxState::Intent);
+        assert_eq!(manifest.pending_aliases["a"].run, "r1");
+        assert_eq!(manifest.pending_aliases["a"].from, Some(d("old")));
+        assert_eq!(manifest.aliases["a"].tag, "old", "intent moves nothing");
+        let tx = tx.pushed(&Some(d("new"))).unwrap();
+        let tx = tx.record(&mut manifest, "t2").unwrap();
+        assert_eq!(tx.state, TxState::Recorded);
+        assert!(manifest.pending_aliases.is_empty());
+        assert_eq!(manifest.aliases["a"].digest, Some(d("new")));
+        assert_eq!(manifest.images["new"].aliases, vec!["a"]);
+    }
+
+    #[test]
+    fn a_move_not_served_after_the_push_is_not_recorded() {
+        let mut manifest = manifest();
+        let Begun::Move(tx) = begin(&mut manifest, &to_new(true), &owner("r1"), "t1") else {
+            panic!("a move")
+        };
+        let error = tx.pushed(&Some(d("third"))).unwrap_err();
+        assert!(matches!(error, TxError::NotServed { .. }), "{error}");
+    }
+
+    #[test]
+    fn record_refuses_a_move_it_does_not_own() {
+        let mut manifest = manifest();
+        let Begun::Move(first) = begin(&mut manifest, &to_new(false), &owner("r1"), "t1") else {
+            panic!("a move")
+        };
+        // A second run (holding no lock: an older imagegen, a hand edit) began its own move.
+        let back = AliasTarget {
+            alias: "a",
+            tag: "old",
+            digest: &d("old"),
+            guard_torch: None,
+        };
+        let mut other = manifest.clone();
+        other.pending_aliases.clear();
+        let Begun::Move(_) = begin(&mut other, &back, &owner("r2"), "t2") else {
+            panic!("a move")
+        };
+        let before = other.clone();
+        let error = first
+            .pushed(&Some(d("new")))
+            .unwrap()
+            .record(&mut other, "t3")
+            .unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains("no longer this run's: pid 1 (run r2) began a move to"),
+            "{error}"
+        );
+        assert_eq!(other, before, "nothing overwritten");
+    }
+
+    #[test]
+    fn a_record_that_already_says_so_is_fine_and_another_is_refused() {
+        let mut manifest = manifest();
+        let Begun::Move(tx) = begin(&mut manifest, &to_new(true), &owner("r1"), "t1") else {
+            panic!("a move")
+        };
+        let tx = tx.pushed(&Some(d("new"))).unwrap();
+        let mut adopted = manifest.clone();
+        settle_one(&mut adopted, "a", &Some(d("new")), "t2");
+        assert!(tx.clone().record(&mut adopted, "t3").is_ok());
+        let mut elsewhere = manifest.clone();
+        elsewhere.pending_aliases.clear();
+        elsewhere.move_alias("a", "x", Some(d("x")), "t2");
+        let error = tx.record(&mut elsewhere, "t3").unwrap_err().to_string();
+        assert!(error.contains("the manifest records it at"), "{error}");
+    }
+
+    #[test]
+    fn begin_hands_back_leftovers_and_holds_backwards_moves() {
+        let mut manifest = manifest();
+        // A move a dead run left pending, which the registry made.
+        manifest.pending_aliases.insert(
+            "a".into(),
+            PendingMove {
+                tag: "new".into(),
+                from: Some(d("old")),
+                to: d("new"),
+                since: "t0".into(),
+                by: "pid 9".into(),
+                run: "dead".into(),
+                extra: Extra::new(),
+            },
+        );
+        let back = AliasTarget {
+            alias: "a",
+            tag: "old",
+            digest: &d("old"),
+            guard_torch: Some("2.7.0"),
+        };
+        let before = manifest.clone();
+        let Begun::Leftover(leftover) = begin(&mut manifest, &back, &owner("r1"), "t1") else {
+            panic!("the leftover first")
+        };
+        assert_eq!(leftover.run, "dead");
+        assert_eq!(manifest, before, "nothing written");
+        assert_eq!(
+            settle_one(&mut manifest, "a", &Some(d("new")), "t1"),
+            Some("moved")
+        );
+        let held = begin(&mut manifest, &back, &owner("r1"), "t1");
+        assert!(
+            matches!(held, Begun::Held(ref why) if why.contains("backwards")),
+            "{held:?}"
+        );
+        assert!(
+            manifest.pending_aliases.is_empty(),
+            "a held move writes nothing"
+        );
+        let Begun::Move(tx) = begin(&mut manifest, &to_new(true), &owner("r1"), "t2") else {
+            panic!("a move")
+        };
+        assert!(tx.recorded_before, "the manifest already records it there");
+    }
+
+    #[test]
+    fn steps_out_of_order_are_refused() {
+        let mut manifest = manifest();
+        let Begun::Move(tx) = begin(&mut manifest, &to_new(true), &owner("r1"), "t1") else {
+            panic!("a move")
+        };
+        assert!(matches!(
+            tx.record(&mut manifest, "t2"),
+            Err(TxError::OutOfOrder { .. })
+        ));
+    }
+}
