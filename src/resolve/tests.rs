@@ -25,6 +25,15 @@ fn run_with(extra: &str, options: ResolveOptions) -> Resolution {
     resolve(&matrix(extra), &Knowledge::test_fixture(), &options)
 }
 
+/// Resolves against the embedded knowledge (the audited data), not the frozen test subset.
+fn run_embedded(extra: &str) -> Resolution {
+    resolve(
+        &matrix(extra),
+        &Knowledge::embedded(),
+        &ResolveOptions::default(),
+    )
+}
+
 fn one_reason(resolution: &Resolution) -> String {
     assert_eq!(resolution.rejected.len(), 1, "{:#?}", resolution.rejected);
     resolution.rejected[0].reason.clone()
@@ -888,4 +897,42 @@ fn driver_hints_name_only_images_the_driver_runs() {
         "{reason}"
     );
     assert!(!reason.contains("cu126"), "{reason}");
+}
+
+#[test]
+fn torch_2_11_has_no_cu129_even_when_unverified_entries_are_allowed() {
+    let reason = one_reason(&run_embedded(
+        "torch: [\"2.11\"]\ncuda: [\"12.9\"]\nos: [ubuntu24.04]\nvariants: [runtime]\nallow_unverified: true\n",
+    ));
+    assert!(
+        reason
+            .starts_with("torch 2.11.0 has no CUDA 12.9 wheels (it publishes cu126, cu128, cu130)"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn python_outside_torchs_range_names_the_range_before_the_os() {
+    let resolution = run_embedded(
+        "torch: [\"2.9.1\"]\ncuda: [\"12.8\"]\nos: [ubuntu24.04]\npython: [\"3.9\", \"3.14\"]\nvariants: [runtime]\n",
+    );
+    assert!(resolution.images.is_empty());
+    let reasons: Vec<&str> = resolution
+        .rejected
+        .iter()
+        .map(|r| r.reason.as_str())
+        .collect();
+    assert_eq!(reasons.len(), 2, "{reasons:#?}");
+    let python_3_9 = reasons.iter().find(|r| r.contains("3.9")).unwrap();
+    assert!(
+        python_3_9.starts_with(
+            "torch 2.9.1 has no Python 3.9 wheels (it supports 3.10–3.14); ubuntu24.04 ships Python 3.12 and imagegen uses the OS Python; torch 2.9.1 builds on ubuntu22.04 (Python 3.10)"
+        ),
+        "{python_3_9}"
+    );
+    let python_3_14 = reasons.iter().find(|r| r.contains("3.14 (")).unwrap();
+    assert_eq!(
+        *python_3_14,
+        "ubuntu24.04 ships Python 3.12 and imagegen uses the OS Python; torch 2.9.1 supports Python 3.14 (its range is 3.10–3.14), but no known OS ships Python 3.14"
+    );
 }

@@ -1017,13 +1017,12 @@ pub fn compare(derived: &DerivedRelease, knowledge: &Knowledge) -> Comparison {
                 ));
             }
         }
-        let variant_glibc = platform
+        let variant = platform
             .pins
             .as_ref()
             .and_then(|p| p.cuda.as_ref())
-            .and_then(|cuda| series.cuda.iter().find(|v| v.cuda == *cuda))
-            .and_then(|v| v.glibc_min.clone())
-            .unwrap_or_else(|| series.glibc_min.clone());
+            .and_then(|cuda| series.cuda.iter().find(|v| v.cuda == *cuda));
+        let variant_glibc = series.glibc_min_for(variant, &platform.platform);
         if let Some(glibc) = &platform.glibc_min {
             let order = DottedVersion::parse_kind(glibc, "glibc", 2)
                 .ok()
