@@ -936,3 +936,63 @@ fn python_outside_torchs_range_names_the_range_before_the_os() {
         "ubuntu24.04 ships Python 3.12 and imagegen uses the OS Python; torch 2.9.1 supports Python 3.14 (its range is 3.10–3.14), but no known OS ships Python 3.14"
     );
 }
+
+#[test]
+fn arm64_cuda_wheels_before_2_7_follow_the_release_channel() {
+    // Go-live matrices: no CUDA aarch64 for 2.0-2.3, cuda-aarch64 = cu124 for 2.4/2.5, cu126 for 2.6.
+    let resolution = run_embedded("torch: [\"2.0\", \"2.1\", \"2.2\", \"2.3\", \"2.4\", \"2.5\", \"2.6\"]\ncuda: [\"11.7\", \"11.8\", \"12.1\", \"12.4\", \"12.6\"]\nos: [ubuntu22.04]\nvariants: [runtime]\nplatforms: [linux/arm64]\n");
+    let made: Vec<String> = resolution
+        .images
+        .iter()
+        .map(|i| {
+            format!(
+                "{}+{}",
+                i.torch,
+                crate::model::knowledge::wheel_suffix(&i.cuda)
+            )
+        })
+        .collect();
+    assert_eq!(made, ["2.4.1+cu124", "2.5.1+cu124", "2.6.0+cu126"]);
+    assert_eq!(resolution.images[0].archs, ["9.0"]);
+    assert!(
+        resolution.images[0].unverified[0].starts_with(
+            "torch 2.4.1 cu124 linux/arm64 GPU arch list: release channel cuda-aarch64 → cu124"
+        ),
+        "{:?}",
+        resolution.images[0].unverified
+    );
+    let refused = resolution
+        .rejected
+        .iter()
+        .find(|r| r.torch == "2.3" && r.cuda == "12.1")
+        .unwrap();
+    assert!(
+        refused.reason.starts_with(
+            "torch 2.3.1 publishes no linux/arm64 CUDA 12.1 wheels in the knowledge (linux/arm64 CUDA wheels are recorded for torch 2.4, 2.5, 2.6, 2.7"
+        ),
+        "{}",
+        refused.reason
+    );
+}
+
+#[test]
+fn aarch64_glibc_floors_apply_to_arm64_cells_only() {
+    // The cu124 aarch64 wheels were built on manylinux_2_28; pretend Ubuntu 20.04 had glibc 2.27.
+    let text = crate::model::knowledge::EMBEDDED.replace(
+        "codename: focal, glibc: \"2.31\"",
+        "codename: focal, glibc: \"2.27\"",
+    );
+    assert_ne!(text, crate::model::knowledge::EMBEDDED);
+    let knowledge = Knowledge::parse(&text, "k.yaml").unwrap();
+    let resolution = resolve(
+        &matrix("torch: [\"2.4\"]\ncuda: [\"12.4\"]\nos: [ubuntu20.04]\nvariants: [runtime]\nplatforms: [linux/amd64, linux/arm64]\n"),
+        &knowledge,
+        &ResolveOptions::default(),
+    );
+    assert_eq!(resolution.images.len(), 1, "{:#?}", resolution.rejected);
+    assert_eq!(resolution.images[0].platform.as_str(), "linux/amd64");
+    assert_eq!(
+        one_reason(&resolution),
+        "torch 2.4.1 linux/arm64 wheels need glibc ≥ 2.28; ubuntu20.04 has 2.27"
+    );
+}
