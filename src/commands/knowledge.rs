@@ -1,8 +1,11 @@
 //! `imagegen knowledge derive torch X.Y.Z [--index URL] [--check]`: read a release's wheels
 //! from a PyPI-style index, print the knowledge entry their metadata gives, and with `--check`
-//! compare it with the knowledge in use (exit 1 on a difference).
+//! compare it with the knowledge in use: checked, unchecked and different facts are counted
+//! (exit 1 on a difference, 4 when nothing differs but something could not be checked). A wheel
+//! whose `.metadata` the index does not serve is read by byte ranges (its zip directory, then the
+//! METADATA member).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -14,7 +17,7 @@ use crate::history::manifest::now_rfc3339;
 use crate::model::knowledge::derive::{self, DerivedRelease};
 use crate::model::version::TorchVersion;
 use crate::project::Project;
-use crate::pypi_index::IndexClient;
+use crate::pypi_index::{IndexClient, MetadataFrom};
 
 pub fn run(project: &Project, args: &KnowledgeArgs) -> Result<Outcome> {
     match &args.action {
@@ -50,26 +53,37 @@ fn derive_torch(project: &Project, version: &str, index: &str, check: bool) -> R
     let mut report = String::new();
     writeln!(
         report,
-        "# --check against {against}: {} difference(s)",
+        "# --check against {against}: {} checked, {} unchecked, {} different",
+        comparison.checked.len(),
+        comparison.unchecked.len(),
         comparison.differences.len()
     )
     .ok();
     for note in &comparison.notes {
         writeln!(report, "# note: {note}").ok();
     }
+    for unchecked in &comparison.unchecked {
+        writeln!(report, "# unchecked: {unchecked}").ok();
+    }
     for difference in &comparison.differences {
         writeln!(report, "# difference: {difference}").ok();
     }
     print!("{report}");
-    if comparison.differences.is_empty() {
-        Ok(Outcome::Success)
-    } else {
+    if !comparison.differences.is_empty() {
         eprintln!(
             "error: torch {version} as {} describes it differs from {against} in {} place(s)\nhint: correct knowledge.yaml from the wheels' metadata above, citing the index as the source",
             derived.page_url,
             comparison.differences.len()
         );
         Ok(Outcome::Failed)
+    } else if !comparison.unchecked.is_empty() {
+        eprintln!(
+            "error: torch {version}: {} fact(s) could not be checked against {against} (none differs)\nhint: the index serves neither .metadata files nor byte ranges of the wheels; give --index for one that does",
+            comparison.unchecked.len()
+        );
+        Ok(Outcome::Unchecked)
+    } else {
+        Ok(Outcome::Success)
     }
 }
 
@@ -82,15 +96,24 @@ fn fetch_and_derive(index: &str, project: &str, version: &str) -> Result<Derived
     })?;
     let wheels = derive::linux_wheels(&files, project, version)?;
     let mut metadata = BTreeMap::new();
+    let mut from_wheels = BTreeSet::new();
     for (_, file) in wheels.values().flatten() {
-        if let Some(text) = client
-            .metadata(file)
+        if let Some((text, from)) = client
+            .metadata_or_ranges(file)
             .with_context(|| format!("reading the metadata of {}", file.filename))?
         {
+            if from == MetadataFrom::WheelRanges {
+                from_wheels.insert(file.filename.clone());
+            }
             metadata.insert(file.filename.clone(), text);
         }
     }
     Ok(derive::derive_release(
-        project, version, &page_url, &wheels, &metadata,
+        project,
+        version,
+        &page_url,
+        &wheels,
+        &metadata,
+        &from_wheels,
     )?)
 }

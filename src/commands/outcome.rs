@@ -12,6 +12,9 @@ pub enum Outcome {
     Failed,
     /// The inputs disagree in a way no rule settles (`manifest merge`, exit 3).
     Conflict,
+    /// Nothing that could be checked failed, but something could not be checked
+    /// (`knowledge derive --check` without METADATA for a platform, exit 4).
+    Unchecked,
     /// Stopped by SIGINT (exit 130) or SIGTERM (exit 143) after cleaning up.
     Interrupted(Signal),
 }
@@ -22,6 +25,7 @@ impl Outcome {
             Outcome::Success => 0,
             Outcome::Failed => 1,
             Outcome::Conflict => 3,
+            Outcome::Unchecked => 4,
             Outcome::Interrupted(signal) => signal.exit_code(),
         }
     }

@@ -468,15 +468,15 @@ fn glibc_floor(
     variant: &TorchCuda,
     os: &OsRelease,
 ) -> Result<(), String> {
-    let glibc_min = variant.glibc_min.as_deref().unwrap_or(&series.glibc_min);
+    let glibc_min = series.glibc_min_for(Some(variant), &cell.platform);
     let glibc_ok = matches!(
-        (DottedVersion::parse_kind(&os.glibc, "", 2), DottedVersion::parse_kind(glibc_min, "", 2)),
+        (DottedVersion::parse_kind(&os.glibc, "", 2), DottedVersion::parse_kind(&glibc_min, "", 2)),
         (Ok(have), Ok(need)) if have >= need
     );
     if !glibc_ok {
         return Err(format!(
-            "torch {} wheels need glibc ≥ {glibc_min}; {} has {}",
-            release.torch, cell.os, os.glibc
+            "torch {} {} wheels need glibc ≥ {glibc_min}; {} has {}",
+            release.torch, cell.platform, cell.os, os.glibc
         ));
     }
     Ok(())
@@ -495,20 +495,48 @@ fn python_version(
         None => os.python.clone(),
         Some(wanted) if *wanted == os.python => wanted.clone(),
         Some(wanted) => {
+            let range = python_range(series);
             let fitting: Vec<&str> = knowledge
                 .os
                 .iter()
                 .filter(|o| o.python == *wanted)
                 .map(|o| o.name.as_str())
                 .collect();
+            let os_python = format!(
+                "{} ships Python {} and imagegen uses the OS Python",
+                cell.os, os.python
+            );
+            if !series.python.contains(wanted) {
+                // Name torch's own range first: no OS would make this Python work.
+                let experimental = if series.python_experimental.contains(wanted) {
+                    " (only experimental wheels)"
+                } else {
+                    ""
+                };
+                let serving: Vec<String> = knowledge
+                    .os
+                    .iter()
+                    .filter(|o| series.python.contains(&o.python))
+                    .map(|o| format!("{} (Python {})", o.name, o.python))
+                    .collect();
+                let hint = if serving.is_empty() {
+                    String::new()
+                } else {
+                    format!("; torch {} builds on {}", release.torch, serving.join(", "))
+                };
+                return Err(format!(
+                    "torch {} has no Python {wanted} wheels{experimental} (it supports {range}); {os_python}{hint}",
+                    release.torch
+                ));
+            }
             let hint = if fitting.is_empty() {
-                String::from("no known OS ships it")
+                format!("no known OS ships Python {wanted}")
             } else {
                 format!("for Python {wanted} use {}", fitting.join(" or "))
             };
             return Err(format!(
-                "{} ships Python {} and imagegen uses the OS Python; {hint}",
-                cell.os, os.python
+                "{os_python}; torch {} supports Python {wanted} (its range is {range}), but {hint}",
+                release.torch
             ));
         }
     };
@@ -519,14 +547,22 @@ fn python_version(
             ""
         };
         return Err(format!(
-            "torch {} has no Python {python} wheels{experimental} (it supports {}–{}); {} uses Python {python}",
+            "torch {} has no Python {python} wheels{experimental} (it supports {}); {} uses Python {python}",
             release.torch,
-            series.python.first().map(String::as_str).unwrap_or("?"),
-            series.python.last().map(String::as_str).unwrap_or("?"),
+            python_range(series),
             cell.os
         ));
     }
     Ok(python)
+}
+
+/// Torch's Python range as people write it: `3.10–3.14`.
+fn python_range(series: &TorchSeries) -> String {
+    format!(
+        "{}–{}",
+        series.python.first().map(String::as_str).unwrap_or("?"),
+        series.python.last().map(String::as_str).unwrap_or("?")
+    )
 }
 
 /// A cuDNN the cell asks for is the one the wheel bundles (torch pins its cuDNN).

@@ -25,6 +25,15 @@ fn run_with(extra: &str, options: ResolveOptions) -> Resolution {
     resolve(&matrix(extra), &Knowledge::test_fixture(), &options)
 }
 
+/// Resolves against the embedded knowledge (the audited data), not the frozen test subset.
+fn run_embedded(extra: &str) -> Resolution {
+    resolve(
+        &matrix(extra),
+        &Knowledge::embedded(),
+        &ResolveOptions::default(),
+    )
+}
+
 fn one_reason(resolution: &Resolution) -> String {
     assert_eq!(resolution.rejected.len(), 1, "{:#?}", resolution.rejected);
     resolution.rejected[0].reason.clone()
@@ -888,4 +897,102 @@ fn driver_hints_name_only_images_the_driver_runs() {
         "{reason}"
     );
     assert!(!reason.contains("cu126"), "{reason}");
+}
+
+#[test]
+fn torch_2_11_has_no_cu129_even_when_unverified_entries_are_allowed() {
+    let reason = one_reason(&run_embedded(
+        "torch: [\"2.11\"]\ncuda: [\"12.9\"]\nos: [ubuntu24.04]\nvariants: [runtime]\nallow_unverified: true\n",
+    ));
+    assert!(
+        reason
+            .starts_with("torch 2.11.0 has no CUDA 12.9 wheels (it publishes cu126, cu128, cu130)"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn python_outside_torchs_range_names_the_range_before_the_os() {
+    let resolution = run_embedded(
+        "torch: [\"2.9.1\"]\ncuda: [\"12.8\"]\nos: [ubuntu24.04]\npython: [\"3.9\", \"3.14\"]\nvariants: [runtime]\n",
+    );
+    assert!(resolution.images.is_empty());
+    let reasons: Vec<&str> = resolution
+        .rejected
+        .iter()
+        .map(|r| r.reason.as_str())
+        .collect();
+    assert_eq!(reasons.len(), 2, "{reasons:#?}");
+    let python_3_9 = reasons.iter().find(|r| r.contains("3.9")).unwrap();
+    assert!(
+        python_3_9.starts_with(
+            "torch 2.9.1 has no Python 3.9 wheels (it supports 3.10–3.14); ubuntu24.04 ships Python 3.12 and imagegen uses the OS Python; torch 2.9.1 builds on ubuntu22.04 (Python 3.10)"
+        ),
+        "{python_3_9}"
+    );
+    let python_3_14 = reasons.iter().find(|r| r.contains("3.14 (")).unwrap();
+    assert_eq!(
+        *python_3_14,
+        "ubuntu24.04 ships Python 3.12 and imagegen uses the OS Python; torch 2.9.1 supports Python 3.14 (its range is 3.10–3.14), but no known OS ships Python 3.14"
+    );
+}
+
+#[test]
+fn arm64_cuda_wheels_before_2_7_follow_the_release_channel() {
+    // Go-live matrices: no CUDA aarch64 for 2.0-2.3, cuda-aarch64 = cu124 for 2.4/2.5, cu126 for 2.6.
+    let resolution = run_embedded("torch: [\"2.0\", \"2.1\", \"2.2\", \"2.3\", \"2.4\", \"2.5\", \"2.6\"]\ncuda: [\"11.7\", \"11.8\", \"12.1\", \"12.4\", \"12.6\"]\nos: [ubuntu22.04]\nvariants: [runtime]\nplatforms: [linux/arm64]\n");
+    let made: Vec<String> = resolution
+        .images
+        .iter()
+        .map(|i| {
+            format!(
+                "{}+{}",
+                i.torch,
+                crate::model::knowledge::wheel_suffix(&i.cuda)
+            )
+        })
+        .collect();
+    assert_eq!(made, ["2.4.1+cu124", "2.5.1+cu124", "2.6.0+cu126"]);
+    assert_eq!(resolution.images[0].archs, ["9.0"]);
+    assert!(
+        resolution.images[0].unverified[0].starts_with(
+            "torch 2.4.1 cu124 linux/arm64 GPU arch list: release channel cuda-aarch64 → cu124"
+        ),
+        "{:?}",
+        resolution.images[0].unverified
+    );
+    let refused = resolution
+        .rejected
+        .iter()
+        .find(|r| r.torch == "2.3" && r.cuda == "12.1")
+        .unwrap();
+    assert!(
+        refused.reason.starts_with(
+            "torch 2.3.1 publishes no linux/arm64 CUDA 12.1 wheels in the knowledge (linux/arm64 CUDA wheels are recorded for torch 2.4, 2.5, 2.6, 2.7"
+        ),
+        "{}",
+        refused.reason
+    );
+}
+
+#[test]
+fn aarch64_glibc_floors_apply_to_arm64_cells_only() {
+    // The cu124 aarch64 wheels were built on manylinux_2_28; pretend Ubuntu 20.04 had glibc 2.27.
+    let text = crate::model::knowledge::EMBEDDED.replace(
+        "codename: focal, glibc: \"2.31\"",
+        "codename: focal, glibc: \"2.27\"",
+    );
+    assert_ne!(text, crate::model::knowledge::EMBEDDED);
+    let knowledge = Knowledge::parse(&text, "k.yaml").unwrap();
+    let resolution = resolve(
+        &matrix("torch: [\"2.4\"]\ncuda: [\"12.4\"]\nos: [ubuntu20.04]\nvariants: [runtime]\nplatforms: [linux/amd64, linux/arm64]\n"),
+        &knowledge,
+        &ResolveOptions::default(),
+    );
+    assert_eq!(resolution.images.len(), 1, "{:#?}", resolution.rejected);
+    assert_eq!(resolution.images[0].platform.as_str(), "linux/amd64");
+    assert_eq!(
+        one_reason(&resolution),
+        "torch 2.4.1 linux/arm64 wheels need glibc ≥ 2.28; ubuntu20.04 has 2.27"
+    );
 }

@@ -582,15 +582,32 @@ fn the_repository_images_are_up_to_date() {
         .success();
 }
 
+/// The wheel the fixture index serves by byte ranges: a small zip in a wheel's layout holding
+/// the 2.12.1 aarch64 METADATA (tests/fixtures/pypi/README.md).
+const RANGED_WHEEL: &str = "torch-2.12.1-cp310-cp310-manylinux_2_28_aarch64.whl";
+
+/// What the fixture index serves besides the project page.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum FixtureIndex {
+    /// The saved `.metadata` files, and [`RANGED_WHEEL`] with byte ranges.
+    MetadataAndRanges,
+    /// [`RANGED_WHEEL`] answering a Range request with the whole file (HTTP 200).
+    NoRanges,
+    /// Neither `.metadata` files nor wheels.
+    PageOnly,
+}
+
 /// A one-thread HTTP server for a PyPI-style index made of the saved fixtures: the JSON page of
-/// torch (its file URLs pointed here) and the `.metadata` files that exist; anything else is 404.
-fn serve_fixture_index() -> String {
+/// torch (its file URLs pointed here) and, per `serves`, the `.metadata` files that exist and one
+/// wheel served by byte ranges (`Range: bytes=-N` or `bytes=A-B`); anything else is 404.
+fn serve_fixture_index(serves: FixtureIndex) -> String {
     use std::io::{BufRead, BufReader, Write};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let page = std::fs::read_to_string(fixture("pypi/simple-torch-2.10.0-2.12.1.json"))
         .unwrap()
         .replace("https://files.pythonhosted.org", &format!("{base}/files"));
+    let wheel = std::fs::read(fixture("pypi/wheel-torch-2.12.1-layout.whl")).unwrap();
     std::thread::spawn(move || {
         for stream in listener.incoming() {
             let Ok(mut stream) = stream else { continue };
@@ -599,30 +616,74 @@ fn serve_fixture_index() -> String {
             if reader.read_line(&mut request_line).is_err() {
                 continue;
             }
-            // Drain the headers.
+            // Keep the Range header, drain the others.
+            let mut range = None;
             let mut header = String::new();
             while reader.read_line(&mut header).is_ok() && header.trim() != "" {
+                if let Some(value) = header
+                    .split_once(':')
+                    .filter(|(name, _)| name.eq_ignore_ascii_case("range"))
+                    .map(|(_, value)| value.trim().to_string())
+                {
+                    range = Some(value);
+                }
                 header.clear();
             }
             let path = request_line.split_whitespace().nth(1).unwrap_or("/");
             let filename = path.rsplit('/').next().unwrap_or_default();
-            let (status, content_type, body) = if path == "/simple/torch/" {
-                (
-                    "200 OK",
-                    "application/vnd.pypi.simple.v1+json",
-                    page.clone(),
-                )
-            } else {
-                match std::fs::read_to_string(fixture(&format!("pypi/{filename}"))) {
-                    Ok(text) if path.starts_with("/files/") => ("200 OK", "text/plain", text),
-                    _ => ("404 Not Found", "text/plain", String::new()),
-                }
-            };
+            let (status, content_type, extra, body): (&str, &str, String, Vec<u8>) =
+                if path == "/simple/torch/" {
+                    (
+                        "200 OK",
+                        "application/vnd.pypi.simple.v1+json",
+                        String::new(),
+                        page.clone().into_bytes(),
+                    )
+                } else if path.starts_with("/files/")
+                    && filename == RANGED_WHEEL
+                    && serves != FixtureIndex::PageOnly
+                {
+                    let size = wheel.len();
+                    let span = range.as_deref().and_then(|r| r.strip_prefix("bytes="));
+                    let bounds = span.and_then(|span| match span.split_once('-')? {
+                        ("", last) => Some((size.saturating_sub(last.parse().ok()?), size - 1)),
+                        (first, last) => Some((
+                            first.parse().ok()?,
+                            last.parse::<usize>().ok()?.min(size - 1),
+                        )),
+                    });
+                    match bounds {
+                        Some((first, last)) if serves == FixtureIndex::MetadataAndRanges => (
+                            "206 Partial Content",
+                            "application/octet-stream",
+                            format!("Content-Range: bytes {first}-{last}/{size}\r\n"),
+                            wheel[first..=last].to_vec(),
+                        ),
+                        _ => (
+                            "200 OK",
+                            "application/octet-stream",
+                            String::new(),
+                            wheel.clone(),
+                        ),
+                    }
+                } else {
+                    match std::fs::read(fixture(&format!("pypi/{filename}"))) {
+                        Ok(text)
+                            if path.starts_with("/files/")
+                                && filename.ends_with(".metadata")
+                                && serves != FixtureIndex::PageOnly =>
+                        {
+                            ("200 OK", "text/plain", String::new(), text)
+                        }
+                        _ => ("404 Not Found", "text/plain", String::new(), Vec::new()),
+                    }
+                };
             let _ = write!(
                 stream,
-                "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\n{extra}Content-Length: {}\r\nConnection: close\r\n\r\n",
                 body.len()
             );
+            let _ = stream.write_all(&body);
         }
     });
     format!("{base}/simple")
@@ -630,7 +691,7 @@ fn serve_fixture_index() -> String {
 
 #[test]
 fn knowledge_derive_reads_an_index_and_checks_the_knowledge() {
-    let index = serve_fixture_index();
+    let index = serve_fixture_index(FixtureIndex::MetadataAndRanges);
     let stdout = stdout_of(imagegen().args([
         "knowledge",
         "derive",
@@ -657,6 +718,66 @@ fn knowledge_derive_reads_an_index_and_checks_the_knowledge() {
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr)
         .contains("`2.12` is not a torch release such as 2.13.0"));
+}
+
+/// Checked, unchecked and different have their own exit codes: an index that serves no
+/// METADATA by either route leaves the pins unchecked (exit 4, not 0); one that answers a Range
+/// request with the whole wheel is refused before the body is read (exit 2).
+#[test]
+fn knowledge_derive_check_says_what_it_could_not_check() {
+    let index = serve_fixture_index(FixtureIndex::PageOnly);
+    let output = imagegen()
+        .args([
+            "knowledge",
+            "derive",
+            "torch",
+            "2.12.1",
+            "--index",
+            &index,
+            "--check",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(4), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains(
+            "# --check against the embedded knowledge: 4 checked, 2 unchecked, 0 different"
+        ),
+        "{stdout}"
+    );
+    assert!(
+        stdout
+            .contains("# unchecked: linux/arm64: neither the index nor the wheels served METADATA"),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("error: torch 2.12.1: 2 fact(s) could not be checked"),
+        "{stderr}"
+    );
+
+    let index = serve_fixture_index(FixtureIndex::NoRanges);
+    let output = imagegen()
+        .args([
+            "knowledge",
+            "derive",
+            "torch",
+            "2.12.1",
+            "--index",
+            &index,
+            "--check",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "{RANGED_WHEEL} does not serve byte ranges (answered HTTP 200 to a Range request)"
+        )),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -700,7 +821,9 @@ fn knowledge_derive_agrees_with_pypi_for_a_released_torch() {
         "`imagegen knowledge derive torch 2.12.1 --check` failed. It reads https://pypi.org/simple/torch/ and the wheels' .metadata files: PyPI must be reachable from where the tests run.\nstdout:\n{stdout}\nstderr:\n{stderr}"
     );
     assert!(
-        stdout.contains("# --check against the embedded knowledge: 0 difference(s)"),
+        stdout.contains(
+            "# --check against the embedded knowledge: 6 checked, 0 unchecked, 0 different"
+        ),
         "{stdout}"
     );
     assert!(

@@ -700,9 +700,12 @@ pub struct PlatformDerivation {
     pub manylinux: Vec<String>,
     /// The lowest glibc the manylinux tags ask for.
     pub glibc_min: Option<String>,
-    /// The wheels whose METADATA was read, and those the index did not serve it for.
+    /// The wheels whose METADATA was read, and those neither the index (PEP 658) nor the wheel
+    /// itself (byte ranges) served it for.
     pub metadata_read: Vec<String>,
     pub metadata_missing: Vec<String>,
+    /// Of `metadata_read`, the wheels whose METADATA came from the wheel by byte ranges.
+    pub metadata_from_wheels: Vec<String>,
     /// The pins, when any METADATA was read.
     pub pins: Option<PypiWheel>,
 }
@@ -718,13 +721,15 @@ pub struct DerivedRelease {
 }
 
 /// Derives the release from its Linux wheels and the METADATA texts fetched for them (keyed by
-/// filename; a wheel without an entry had no metadata served).
+/// filename; a wheel without an entry had no metadata served); `from_wheels` names the wheels
+/// whose text was read from the wheel itself rather than the index's `.metadata` file.
 pub fn derive_release(
     project: &str,
     version: &str,
     page_url: &str,
     wheels: &LinuxWheels,
     metadata: &BTreeMap<String, String>,
+    from_wheels: &BTreeSet<String>,
 ) -> Result<DerivedRelease, DeriveError> {
     if wheels.is_empty() {
         return Err(DeriveError::NoWheels {
@@ -816,6 +821,11 @@ pub fn derive_release(
             python_free_threaded: free_threaded.into_iter().map(|v| v.0).collect(),
             manylinux: manylinux.into_iter().collect(),
             glibc_min: floor.map(|f| f.to_string()),
+            metadata_from_wheels: read
+                .iter()
+                .filter(|f| from_wheels.contains(*f))
+                .cloned()
+                .collect(),
             metadata_read: read,
             metadata_missing: missing,
             pins: pins.into_iter().next().map(|(_, p)| p),
@@ -897,16 +907,24 @@ pub fn to_yaml(derived: &DerivedRelease, read_on: &str) -> String {
     for platform in &derived.platforms {
         writeln!(
             out,
-            "# {}: {} wheels, {}; METADATA read from {} of them{}",
+            "# {}: {} wheels, {}; METADATA read from {} of them{}{}",
             platform.platform,
             platform.wheels.len(),
             platform.manylinux.join(", "),
             platform.metadata_read.len(),
+            if platform.metadata_from_wheels.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    ", {} of them from the wheel itself by byte ranges (the index serves no .metadata)",
+                    platform.metadata_from_wheels.len()
+                )
+            },
             if platform.metadata_missing.is_empty() {
                 String::new()
             } else {
                 format!(
-                    " (the index serves none for {})",
+                    " (neither the index nor the wheel served it for {})",
                     platform.metadata_missing.join(", ")
                 )
             }
@@ -916,7 +934,7 @@ pub fn to_yaml(derived: &DerivedRelease, read_on: &str) -> String {
     writeln!(out, "sources:").ok();
     writeln!(
         out,
-        "  {key}: {{url: \"{}\", what: \"each release's wheels: filenames (Python and manylinux tags) and METADATA Requires-Dist (PEP 658 .metadata), read {read_on}\"}}",
+        "  {key}: {{url: \"{}\", what: \"each release's wheels: filenames (Python and manylinux tags) and METADATA Requires-Dist (PEP 658 .metadata, else the wheel's own by byte ranges), read {read_on}\"}}",
         derived.page_url
     )
     .ok();
@@ -959,10 +977,15 @@ pub fn to_yaml(derived: &DerivedRelease, read_on: &str) -> String {
     out
 }
 
-/// How a derivation differs from the knowledge: `differences` make `--check` fail, `notes` do
-/// not (the knowledge may be stricter than a wheel tag, or a platform's metadata was not served).
+/// How a derivation compares with the knowledge, one entry per fact of each platform (its
+/// presence, its PyPI wheel's pins, its Python builds, its glibc floor): `checked` agree,
+/// `differences` do not (`--check` fails), `unchecked` could not be compared (no METADATA was
+/// served, by the index or the wheel). `notes` say more without deciding anything (the knowledge
+/// may be stricter than a wheel tag).
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Comparison {
+    pub checked: Vec<String>,
+    pub unchecked: Vec<String>,
     pub differences: Vec<String>,
     pub notes: Vec<String>,
 }
@@ -995,12 +1018,17 @@ pub fn compare(derived: &DerivedRelease, knowledge: &Knowledge) -> Comparison {
                     wheel_flow(recorded)
                 ))
             }
-            (Some(_), Some(_)) => {}
-            (Some(_), None) => comparison.notes.push(format!(
-                "{}: the index served no METADATA, so the recorded pins were not compared",
+            (Some(recorded), Some(_)) => comparison.checked.push(format!(
+                "{} PyPI wheel pins {}",
+                platform.platform,
+                wheel_flow(recorded)
+            )),
+            (Some(_), None) => comparison.unchecked.push(format!(
+                "{}: neither the index nor the wheels served METADATA, so the recorded pins were not compared",
                 platform.platform
             )),
         }
+        let differences_before = comparison.differences.len();
         for python in &platform.python {
             if !series.python.contains(python) && !series.python_experimental.contains(python) {
                 comparison.differences.push(format!(
@@ -1017,13 +1045,19 @@ pub fn compare(derived: &DerivedRelease, knowledge: &Knowledge) -> Comparison {
                 ));
             }
         }
-        let variant_glibc = platform
+        if comparison.differences.len() == differences_before {
+            comparison.checked.push(format!(
+                "{} Python builds {}",
+                platform.platform,
+                platform.python.join(", ")
+            ));
+        }
+        let variant = platform
             .pins
             .as_ref()
             .and_then(|p| p.cuda.as_ref())
-            .and_then(|cuda| series.cuda.iter().find(|v| v.cuda == *cuda))
-            .and_then(|v| v.glibc_min.clone())
-            .unwrap_or_else(|| series.glibc_min.clone());
+            .and_then(|cuda| series.cuda.iter().find(|v| v.cuda == *cuda));
+        let variant_glibc = series.glibc_min_for(variant, &platform.platform);
         if let Some(glibc) = &platform.glibc_min {
             let order = DottedVersion::parse_kind(glibc, "glibc", 2)
                 .ok()
@@ -1035,13 +1069,30 @@ pub fn compare(derived: &DerivedRelease, knowledge: &Knowledge) -> Comparison {
                     platform.platform,
                     platform.manylinux.join(", ")
                 )),
-                Some(std::cmp::Ordering::Less) => comparison.notes.push(format!(
-                    "{} wheel tags ask only for glibc {glibc} ({}); the knowledge keeps {variant_glibc}",
-                    platform.platform,
-                    platform.manylinux.join(", ")
+                Some(std::cmp::Ordering::Less) => {
+                    comparison.checked.push(format!(
+                        "{} glibc floor {variant_glibc} (at least the tags' {glibc})",
+                        platform.platform
+                    ));
+                    comparison.notes.push(format!(
+                        "{} wheel tags ask only for glibc {glibc} ({}); the knowledge keeps {variant_glibc}",
+                        platform.platform,
+                        platform.manylinux.join(", ")
+                    ));
+                }
+                Some(std::cmp::Ordering::Equal) => comparison
+                    .checked
+                    .push(format!("{} glibc floor {glibc}", platform.platform)),
+                None => comparison.unchecked.push(format!(
+                    "{}: glibc {glibc} of the tags or {variant_glibc} of the knowledge does not parse",
+                    platform.platform
                 )),
-                _ => {}
             }
+        } else {
+            comparison.unchecked.push(format!(
+                "{}: no manylinux tag names a glibc floor",
+                platform.platform
+            ));
         }
     }
     for recorded in &release.pypi.wheels {
@@ -1058,6 +1109,8 @@ pub fn compare(derived: &DerivedRelease, knowledge: &Knowledge) -> Comparison {
     }
     comparison
 }
+
+pub mod wheel_zip;
 
 #[cfg(test)]
 mod tests;

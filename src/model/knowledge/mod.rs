@@ -155,11 +155,46 @@ pub struct TorchSeries {
     #[serde(default)]
     pub python_experimental: Vec<String>,
     pub glibc_min: String,
+    /// Platforms whose every wheel needs a newer glibc than `glibc_min` (torch 2.6's aarch64
+    /// wheels are `manylinux_2_28` while its x86_64 ones are `manylinux2014`).
+    #[serde(default)]
+    pub platform_glibc_min: BTreeMap<String, String>,
     pub cuda: Vec<TorchCuda>,
     pub releases: Vec<TorchRelease>,
     #[serde(default)]
     pub note: Option<String>,
     pub source: Vec<String>,
+}
+
+impl TorchSeries {
+    /// The glibc the wheels of `platform` need: the highest floor among the series', the
+    /// platform's, and (for a CUDA wheel) the variant's and its aarch64 wheels'. Unparsable values
+    /// cannot reach here: the loader checks each.
+    pub fn glibc_min_for(&self, variant: Option<&TorchCuda>, platform: &str) -> String {
+        let mut floors = vec![self.glibc_min.as_str()];
+        floors.extend(self.platform_glibc_min.get(platform).map(String::as_str));
+        if let Some(variant) = variant {
+            floors.extend(variant.glibc_min.as_deref());
+            if platform == PLATFORM_ARM64 {
+                floors.extend(
+                    variant
+                        .aarch64
+                        .as_ref()
+                        .and_then(|a| a.glibc_min.as_deref()),
+                );
+            }
+        }
+        floors
+            .into_iter()
+            .filter_map(|f| {
+                DottedVersion::parse_kind(f, "glibc", 2)
+                    .ok()
+                    .map(|v| (v, f))
+            })
+            .max_by(|a, b| a.0.cmp(&b.0))
+            .map(|(_, f)| f.to_string())
+            .unwrap_or_else(|| self.glibc_min.clone())
+    }
 }
 
 /// One CUDA wheel variant of a torch series (`cu126`) on the PyTorch index.
@@ -229,6 +264,9 @@ impl TorchCuda {
 #[serde(deny_unknown_fields)]
 pub struct Aarch64Wheels {
     pub archs: Vec<String>,
+    /// The glibc floor of these wheels where it is above the series' and the platform's.
+    #[serde(default)]
+    pub glibc_min: Option<String>,
     #[serde(default)]
     pub unconfirmed: Vec<Field>,
     #[serde(default)]
@@ -644,6 +682,14 @@ impl Knowledge {
                 source,
             })?;
             version(&series.glibc_min, "glibc", 2)?;
+            for (platform, glibc) in &series.platform_glibc_min {
+                if platform != PLATFORM_AMD64 && platform != PLATFORM_ARM64 {
+                    return Err(invalid(format!(
+                        "{what}: platform_glibc_min names unknown platform {platform} (known: {PLATFORM_AMD64}, {PLATFORM_ARM64})"
+                    )));
+                }
+                version(glibc, "glibc", 2)?;
+            }
             versions(&series.python, "Python", 2)?;
             versions(&series.python_experimental, "Python", 2)?;
             for variant in &series.cuda {
@@ -658,6 +704,9 @@ impl Knowledge {
                 }
                 noted(&what, &variant.unconfirmed, &variant.note)?;
                 if let Some(aarch64) = &variant.aarch64 {
+                    if let Some(glibc) = &aarch64.glibc_min {
+                        version(glibc, "glibc", 2)?;
+                    }
                     noted(
                         &format!("{what} aarch64"),
                         &aarch64.unconfirmed,

@@ -379,3 +379,45 @@ fn debian_12_and_the_pypi_toolkit_tree_are_known() {
         "{error}"
     );
 }
+
+#[test]
+fn third_audit_data_corrections_issue_25() {
+    let knowledge = Knowledge::embedded();
+    let exact = |v: &str| knowledge.cuda.iter().find(|c| c.version == v).unwrap();
+    // dist/end-of-life/11.6.1/ubuntu2004/base/Dockerfile has a base-arm64 stage.
+    assert_eq!(
+        exact("11.6.1").platforms(),
+        [PLATFORM_AMD64, PLATFORM_ARM64]
+    );
+    assert_eq!(
+        exact("11.6.1").forward_compat_branches(PLATFORM_ARM64),
+        [] as [u64; 0]
+    );
+    // torch 2.6's aarch64 wheels are manylinux_2_28; its x86_64 CPU and cu124 ones manylinux2014.
+    let series = knowledge.torch_series("2.6").unwrap();
+    assert_eq!(series.glibc_min_for(None, PLATFORM_ARM64), "2.28");
+    assert_eq!(series.glibc_min_for(None, PLATFORM_AMD64), "2.17");
+    let cu126 = series.cuda.iter().find(|v| v.cuda == "12.6").unwrap();
+    assert_eq!(series.glibc_min_for(Some(cu126), PLATFORM_AMD64), "2.28");
+    // 2.11's release channel and release branch build 12.6, 12.8 and 13.0 only.
+    let variants: Vec<&str> = knowledge
+        .torch_series("2.11")
+        .unwrap()
+        .cuda
+        .iter()
+        .map(|v| v.cuda.as_str())
+        .collect();
+    assert_eq!(variants, ["12.6", "12.8", "13.0"]);
+}
+
+#[test]
+fn platform_glibc_floors_name_known_platforms() {
+    let error = error_of(&edited(
+        "platform_glibc_min: {linux/arm64: \"2.28\"}",
+        "platform_glibc_min: {linux/riscv64: \"2.28\"}",
+    ));
+    assert!(
+        error.contains("torch 2.6: platform_glibc_min names unknown platform linux/riscv64"),
+        "{error}"
+    );
+}

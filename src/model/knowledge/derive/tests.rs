@@ -226,7 +226,15 @@ fn torch_2_12_1_derived_from_saved_files_matches_the_knowledge() {
     ] {
         metadata.insert(name.to_string(), fixture(&format!("{name}.metadata")));
     }
-    let derived = derive_release("torch", "2.12.1", PAGE, &wheels, &metadata).unwrap();
+    let derived = derive_release(
+        "torch",
+        "2.12.1",
+        PAGE,
+        &wheels,
+        &metadata,
+        &BTreeSet::new(),
+    )
+    .unwrap();
     let amd64 = &derived.platforms[0];
     assert_eq!(amd64.platform, PLATFORM_AMD64);
     assert_eq!(amd64.python, ["3.10", "3.11", "3.12", "3.13", "3.14"]);
@@ -279,14 +287,24 @@ fn a_wrong_knowledge_entry_is_reported() {
     let mut metadata = BTreeMap::new();
     let name = "torch-2.10.0-cp312-cp312-manylinux_2_28_aarch64.whl";
     metadata.insert(name.to_string(), fixture(&format!("{name}.metadata")));
-    let derived = derive_release("torch", "2.10.0", PAGE, &wheels, &metadata).unwrap();
+    let derived = derive_release(
+        "torch",
+        "2.10.0",
+        PAGE,
+        &wheels,
+        &metadata,
+        &BTreeSet::new(),
+    )
+    .unwrap();
     let knowledge = Knowledge::embedded();
     let comparison = compare(&derived, &knowledge);
     assert!(comparison.differences.is_empty(), "{comparison:?}");
     assert_eq!(
-        comparison.notes,
-        ["linux/amd64: the index served no METADATA, so the recorded pins were not compared"]
+        comparison.unchecked,
+        ["linux/amd64: neither the index nor the wheels served METADATA, so the recorded pins were not compared"]
     );
+    // Each platform: its pins (arm64 only), Python builds and glibc floor.
+    assert_eq!(comparison.checked.len(), 5, "{:#?}", comparison.checked);
 
     // Pretend the knowledge still said PyPI's aarch64 wheel of 2.10.0 were CUDA 12.8.
     let text = super::super::EMBEDDED.replace(
@@ -316,14 +334,30 @@ fn disagreeing_wheels_of_one_platform_are_an_error() {
         fixture("torch-2.13.0-cp310-cp310-manylinux_2_28_x86_64.whl.metadata")
             .replace("Version: 2.13.0", "Version: 2.12.1"),
     );
-    let error = derive_release("torch", "2.12.1", PAGE, &wheels, &metadata).unwrap_err();
+    let error = derive_release(
+        "torch",
+        "2.12.1",
+        PAGE,
+        &wheels,
+        &metadata,
+        &BTreeSet::new(),
+    )
+    .unwrap_err();
     assert!(
         error
             .to_string()
             .starts_with("the linux/amd64 wheels of torch 2.12.1 disagree on their CUDA pins"),
         "{error}"
     );
-    let none = derive_release("torch", "9.9.9", PAGE, &BTreeMap::new(), &metadata).unwrap_err();
+    let none = derive_release(
+        "torch",
+        "9.9.9",
+        PAGE,
+        &BTreeMap::new(),
+        &metadata,
+        &BTreeSet::new(),
+    )
+    .unwrap_err();
     assert_eq!(
         none.to_string(),
         "https://pypi.org/simple/torch/ lists no Linux x86_64 or aarch64 wheels of torch 9.9.9"
