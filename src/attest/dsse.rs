@@ -224,18 +224,9 @@ fn key_id(key: &VerifyingKey) -> String {
 pub(crate) mod tests {
     use super::*;
 
-    /// Test keys only, generated with
-    /// `openssl ecparam -genkey -name prime256v1 -noout | openssl pkcs8 -topk8 -nocrypt`.
-    pub(crate) const TEST_KEY: &str = "-----BEGIN PRIVATE KEY-----
-MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgNJstsgjP94VhdWoA
-Dg76nTcO2i3EzQHu62a10ne8/6OhRANCAATOPw5R6dw5Xalz8ULJQ/BPsmsazMF5
-5I6NEm4E35CcceD16UDZ/TOC9xnYvaRLL7hdSK2oXiW/PTgmC98YmRoK
------END PRIVATE KEY-----";
-    pub(crate) const OTHER_KEY: &str = "-----BEGIN EC PRIVATE KEY-----
-MHcCAQEEIK6LqHIxqGaz39m2cbvNTuq2tFa3zLEFY9jZ3zxPVerYoAoGCCqGSM49
-AwEHoUQDQgAEu7/M4M7Z1ekYL3yGIwggfdGe3Trnh0lt7uH5b144muxCBBJyQhHY
-f6mSQg5E8LOr4QCmTqqLG/lqlm0QxIAx5g==
------END EC PRIVATE KEY-----";
+    /// Test keys only (tests/fixtures/attest/README.md says how they were made).
+    pub(crate) const TEST_KEY: &str = include_str!("../../tests/fixtures/attest/team.pem");
+    pub(crate) const OTHER_KEY: &str = include_str!("../../tests/fixtures/attest/other.pem");
 
     #[test]
     fn pae_is_as_the_spec_writes_it() {
