@@ -61,3 +61,62 @@ pub fn merge(
     }
     merged
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::manifest::Manifest;
+
+    fn record(signed_at: &str, key_id: &str) -> AttestationRecord {
+        let artifact = |tag: &str| Artifact {
+            tag: tag.into(),
+            digest: Digest::of(tag.as_bytes()),
+        };
+        AttestationRecord {
+            repository: "r/p".into(),
+            tag: "t".into(),
+            key_id: key_id.into(),
+            attestations: artifact("a.att"),
+            signature: artifact("a.sig"),
+            statements: BTreeMap::new(),
+            gpu_selftest: "pass".into(),
+            signed_at: signed_at.into(),
+        }
+    }
+
+    #[test]
+    fn the_later_signing_wins_whatever_the_order() {
+        let digest = Digest::of(b"image");
+        let older: BTreeMap<_, _> = [(digest.clone(), record("2026-12-01T00:00:00Z", "k1"))].into();
+        let newer: BTreeMap<_, _> = [(digest.clone(), record("2026-12-02T00:00:00Z", "k2"))].into();
+        assert_eq!(merge(older.clone(), newer.clone())[&digest].key_id, "k2");
+        assert_eq!(merge(newer.clone(), older.clone())[&digest].key_id, "k2");
+        let tie_a: BTreeMap<_, _> = [(digest.clone(), record("2026-12-01T00:00:00Z", "a"))].into();
+        let tie_b: BTreeMap<_, _> = [(digest.clone(), record("2026-12-01T00:00:00Z", "b"))].into();
+        assert_eq!(
+            merge(tie_a.clone(), tie_b.clone()),
+            merge(tie_b, tie_a),
+            "a tie is settled the same either way"
+        );
+    }
+
+    #[test]
+    fn a_digest_given_twice_or_not_a_digest_is_refused() {
+        let entry = serde_json::to_string(&record("2026-12-01T00:00:00Z", "k")).unwrap();
+        let digest = Digest::of(b"image");
+        let twice = format!(
+            r#"{{"schema_version":1,"attestations":{{"{digest}":{entry},"{digest}":{entry}}}}}"#
+        );
+        let error = Manifest::from_json(&twice, "m.json").unwrap_err();
+        assert!(format!("{error:#}").contains("duplicate key"), "{error:#}");
+        let bad = format!(r#"{{"schema_version":1,"attestations":{{"sha256:12":{entry}}}}}"#);
+        let error = Manifest::from_json(&bad, "m.json").unwrap_err();
+        assert!(
+            format!("{error:#}").contains("is not a digest"),
+            "{error:#}"
+        );
+        let good = format!(r#"{{"schema_version":1,"attestations":{{"{digest}":{entry}}}}}"#);
+        let read = Manifest::from_json(&good, "m.json").unwrap();
+        assert_eq!(read.attestations[&digest].key_id, "k");
+    }
+}

@@ -59,7 +59,11 @@ pub struct Manifest {
     pub pending_aliases: BTreeMap<String, PendingMove>,
     /// Signed attestations pushed per image digest (`imagegen attest`, `build --push` with a
     /// signing key); see `history::attestations`.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "unique_keys::attestations"
+    )]
     pub attestations: BTreeMap<Digest, AttestationRecord>,
 }
 
@@ -127,6 +131,24 @@ mod unique_keys {
         deserializer: D,
     ) -> Result<BTreeMap<String, super::PendingMove>, D::Error> {
         unique(deserializer, "pending_aliases")
+    }
+
+    pub fn attestations<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<
+        BTreeMap<crate::model::digest::Digest, crate::history::attestations::AttestationRecord>,
+        D::Error,
+    > {
+        let table: BTreeMap<String, crate::history::attestations::AttestationRecord> =
+            unique(deserializer, "attestations")?;
+        table
+            .into_iter()
+            .map(|(key, record)| {
+                crate::model::digest::Digest::parse(&key)
+                    .map(|digest| (digest, record))
+                    .map_err(|error| D::Error::custom(format!("under `attestations`: {error}")))
+            })
+            .collect()
     }
 }
 
