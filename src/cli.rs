@@ -77,6 +77,8 @@ pub enum Command {
     Knowledge(KnowledgeArgs),
     /// Check every full tag, alias and index the manifest records against what the registry serves; exit 1 on any difference, naming the command that fixes it.
     Verify(VerifyArgs),
+    /// Sign and attach the provenance, SBOM and gpu-selftest statements of recorded images (cosign's layout), or show an image's verified statements.
+    Attest(AttestArgs),
 }
 
 /// Deadlines of the calls a command makes to registries and the Docker daemon.
@@ -121,6 +123,68 @@ pub struct VerifyArgs {
     pub deadlines: DeadlineArgs,
     #[command(flatten)]
     pub lock: LockArgs,
+    /// Check the signed attestations instead of the tags: every pushed image has its provenance, SBOM and gpu-selftest statements and its signature, each verifies with the key, and each statement's subject is the digest the registry serves.
+    #[arg(long)]
+    pub attestations: bool,
+    /// The public key (PEM) to verify with; without it, the public half of the signing key.
+    #[arg(long, requires = "attestations", value_name = "PUB")]
+    pub key: Option<PathBuf>,
+    #[command(flatten)]
+    pub signing: SigningArgs,
+}
+
+/// The key attestations are signed with: a PEM file (unencrypted PKCS#8 or SEC1, ECDSA P-256)
+/// only its owner may read, or the PEM text itself in `IMAGEGEN_SIGNING_KEY`.
+#[derive(Debug, Clone, Default, Args)]
+pub struct SigningArgs {
+    /// The signing key, a PEM file (ECDSA P-256) readable by its owner only; `IMAGEGEN_SIGNING_KEY` may hold the PEM text instead. With `build --push`, every pushed image is signed and its attestations attached.
+    #[arg(long, env = "IMAGEGEN_SIGNING_KEY_FILE", value_name = "KEY")]
+    pub signing_key: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct AttestArgs {
+    #[command(subcommand)]
+    pub action: AttestAction,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AttestAction {
+    /// Build, sign and push the three statements and the signature of recorded images (all pushed ones, or those named), and record them in the manifest.
+    Sign(AttestSignArgs),
+    /// Print the statements of IMAGE that verify with the key, and what is missing or bad (exit 1).
+    Show(AttestShowArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct AttestSignArgs {
+    /// Full tags (with or without `registry/repository:`); none: every pushed image.
+    pub images: Vec<String>,
+    /// The manifest file.
+    #[arg(long, default_value = DEFAULT_MANIFEST)]
+    pub manifest: PathBuf,
+    #[command(flatten)]
+    pub signing: SigningArgs,
+    #[command(flatten)]
+    pub deadlines: DeadlineArgs,
+    #[command(flatten)]
+    pub lock: LockArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct AttestShowArgs {
+    /// A full tag the manifest records (with or without `registry/repository:`).
+    pub image: String,
+    /// The public key (PEM) to verify with; without it, the public half of the signing key.
+    #[arg(long, value_name = "PUB")]
+    pub key: Option<PathBuf>,
+    /// The manifest file.
+    #[arg(long, default_value = DEFAULT_MANIFEST)]
+    pub manifest: PathBuf,
+    #[command(flatten)]
+    pub signing: SigningArgs,
+    #[command(flatten)]
+    pub deadlines: DeadlineArgs,
 }
 
 #[derive(Debug, Args)]
@@ -294,6 +358,8 @@ pub struct BuildArgs {
     pub deadlines: DeadlineArgs,
     #[command(flatten)]
     pub lock: LockArgs,
+    #[command(flatten)]
+    pub signing: SigningArgs,
 }
 
 #[derive(Debug, Args)]

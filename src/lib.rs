@@ -8,6 +8,7 @@
 //! manifest) → `render` → `resolve` → `model` (matrix, versions, knowledge). `docker` is the edge
 //! that talks to the Docker daemon and registries; it imports no domain module.
 
+pub mod attest;
 pub mod cli;
 pub mod commands;
 pub mod docker;

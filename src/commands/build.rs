@@ -14,7 +14,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
+use crate::attest::dsse::Signer;
 use crate::cli::BuildArgs;
+use crate::commands::attest;
 use crate::commands::ledger::{this_owner, wait_for_lock, Liveness, ManifestLedger, RunId};
 use crate::commands::outcome::Outcome;
 use crate::commands::output::{count, emit, note, table};
@@ -104,6 +106,12 @@ pub fn run(project: &Project, args: &BuildArgs) -> Result<Outcome> {
         &manifest,
         baseline_digest.as_ref(),
     );
+    // A signing key that cannot be used stops the build before anything is built.
+    let signer = if args.push {
+        attest::load_signer(&args.signing)?
+    } else {
+        None
+    };
     if args.dry_run {
         emit(plan_table(&plan, &manifest))?;
         return Ok(Outcome::Success);
@@ -119,7 +127,7 @@ pub fn run(project: &Project, args: &BuildArgs) -> Result<Outcome> {
         plan,
         contexts,
         manifest_file,
-        baseline,
+        (baseline, signer),
     ))
 }
 
@@ -129,7 +137,7 @@ async fn execute_plan(
     plan: Plan,
     contexts: Contexts,
     manifest_file: ManifestFile,
-    selftest_baseline: Option<String>,
+    (selftest_baseline, signer): (Option<String>, Option<Signer>),
 ) -> Result<Outcome> {
     // From here on SIGINT and SIGTERM stop the build cleanly instead of ending the process.
     let mut signals = Signals::listen();
@@ -152,7 +160,7 @@ async fn execute_plan(
         contexts,
         manifest_file,
         engine.clone(),
-        (&run_id, selftest_baseline),
+        (&run_id, selftest_baseline, signer),
         &mut signals,
     )
     .await;
@@ -208,7 +216,7 @@ async fn build_and_record(
     contexts: Contexts,
     manifest_file: ManifestFile,
     engine: Engine,
-    (run_id, selftest_baseline): (&str, Option<String>),
+    (run_id, selftest_baseline, signer): (&str, Option<String>, Option<Signer>),
     signals: &mut Signals,
 ) -> Result<Outcome> {
     let retry = RetryPolicy {
@@ -295,17 +303,72 @@ async fn build_and_record(
     })
     .await;
     emit(summary_table(&results))?;
+    let mut signed_all = true;
+    if let Some(signer) = &signer {
+        let registries = Registries::new(registry_timeout, retry);
+        signed_all = sign_pushed(project, &manifest_file, &results, signer, &registries).await;
+    }
     let manifest = manifest_file.read().unwrap_or_default();
     emit(left_undone(&plan, &results, &manifest, &by, settings.push))?;
     emit(format!("manifest: {}\n", settings.manifest.display()))?;
     if let Some(received) = *signal.lock().expect("signal lock") {
         return Ok(Outcome::Interrupted(received));
     }
-    Ok(if results.iter().all(ImageResult::succeeded) {
-        Outcome::Success
-    } else {
-        Outcome::Failed
-    })
+    Ok(
+        if signed_all && results.iter().all(ImageResult::succeeded) {
+            Outcome::Success
+        } else {
+            Outcome::Failed
+        },
+    )
+}
+
+/// Signs every image this run pushed (or found pushed) and records its attestations; false
+/// when one could not be signed (each named on stderr).
+async fn sign_pushed(
+    project: &Project,
+    manifest_file: &ManifestFile,
+    results: &[ImageResult],
+    signer: &Signer,
+    registries: &Registries,
+) -> bool {
+    let context = attest::SignContext::of(project);
+    let manifest = manifest_file.read().unwrap_or_default();
+    let mut whole = true;
+    for result in results.iter().filter(|result| result.succeeded()) {
+        let Some(digest) = &result.digest else {
+            continue;
+        };
+        let Some(record) = manifest
+            .images
+            .values()
+            .find(|record| record.digest.as_ref() == Some(digest))
+        else {
+            continue;
+        };
+        let outcome = match attest::attest_image(registries, signer, record, digest, &context).await
+        {
+            Ok(attested) => manifest_file
+                .update(|current| {
+                    current
+                        .attestations
+                        .insert(digest.clone(), attested.clone());
+                })
+                .map(|_| attested),
+            Err(error) => Err(error),
+        };
+        match outcome {
+            Ok(attested) => note(format!(
+                "{}: signed, attestations {} (gpu-selftest {})",
+                result.name, attested.attestations.tag, attested.gpu_selftest
+            )),
+            Err(error) => {
+                whole = false;
+                eprintln!("{}: not signed: {error:#}", result.name);
+            }
+        }
+    }
+    whole
 }
 
 /// Settles the alias moves an earlier run of these images' repositories began and did not

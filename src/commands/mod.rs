@@ -3,6 +3,7 @@
 //! file work at the edges, and prints for people (tables) or machines (JSON). Policy lives in the
 //! stages, not here.
 
+pub mod attest;
 pub mod bake;
 pub mod build;
 pub mod ci;
@@ -63,5 +64,6 @@ pub fn run(cli: Cli) -> Result<Outcome> {
             ManifestAction::Merge(merge) => manifest::merge(&project, merge),
         },
         Command::Verify(args) => verify::run(&project, args),
+        Command::Attest(args) => attest::run(&project, args),
     }
 }

@@ -10,6 +10,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 
 use crate::cli::{Format, VerifyArgs};
+use crate::commands::attest;
 use crate::commands::outcome::Outcome;
 use crate::commands::output::table;
 use crate::commands::signals::Signals;
@@ -24,6 +25,9 @@ pub fn run(_project: &Project, args: &VerifyArgs) -> Result<Outcome> {
     // Loading checks every digest in it (file:line:col on a bad one); a manifest that is not
     // there is an error (a mistyped path must not verify as "nothing recorded").
     let manifest = load_existing_manifest(&args.manifest)?;
+    if args.attestations {
+        return verify_attestations(&manifest, args);
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -36,6 +40,32 @@ pub fn run(_project: &Project, args: &VerifyArgs) -> Result<Outcome> {
             }
             outcome = verify(&file, manifest, args) => outcome,
         }
+    })
+}
+
+/// `--attestations`: the signed statements of every pushed image, not the tags.
+fn verify_attestations(
+    manifest: &crate::history::manifest::Manifest,
+    args: &VerifyArgs,
+) -> Result<Outcome> {
+    let verifier = attest::load_verifier(args.key.as_deref(), &args.signing)?;
+    let registries = Registries::new(
+        Duration::from_secs(args.deadlines.registry_timeout),
+        RetryPolicy::default(),
+    );
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let (report, whole) = runtime.block_on(attest::verify_attestations(
+        manifest,
+        &verifier,
+        &registries,
+    ))?;
+    print!("{report}");
+    Ok(if whole {
+        Outcome::Success
+    } else {
+        Outcome::Failed
     })
 }
 

@@ -102,6 +102,8 @@ pub(super) struct Answer {
     pub(super) www_authenticate: Option<String>,
     /// `Retry-After` of a 429 or 503: seconds or an HTTP-date.
     pub(super) retry_after: Option<String>,
+    /// `Location` of a 201/202: where an upload continues or a blob now lives.
+    pub(super) location: Option<String>,
     pub(super) body: Vec<u8>,
 }
 
@@ -120,6 +122,18 @@ fn sha256_digest(bytes: &[u8]) -> String {
     let hash = Sha256::digest(bytes);
     let hex: String = hash.iter().map(|byte| format!("{byte:02x}")).collect();
     format!("sha256:{hex}")
+}
+
+/// The request path that closes an upload at `location` (absolute on this registry, or a
+/// path) with `digest`; `None` when the location is on another host.
+fn upload_path(base_url: &str, location: &str, digest: &str) -> Option<String> {
+    let path = if location.starts_with('/') {
+        location.to_string()
+    } else {
+        location.strip_prefix(base_url)?.to_string()
+    };
+    let separator = if path.contains('?') { '&' } else { '?' };
+    Some(format!("{path}{separator}digest={digest}"))
 }
 
 fn is_loopback_host(host: &str) -> bool {
@@ -455,6 +469,95 @@ impl RegistryClient {
             .await
     }
 
+    /// Stores `bytes` as a blob of `repository` unless the registry has it already (a `HEAD`
+    /// first); returns its digest. A monolithic upload: `POST` opens the upload session, `PUT`
+    /// to its `Location` with `?digest=` closes it with the bytes.
+    pub async fn put_blob(&self, repository: &str, bytes: Vec<u8>) -> Result<String, DockerError> {
+        let repository = self.api_repository(repository);
+        self.blocking(move |client| {
+            let digest = sha256_digest(&bytes);
+            let action = format!("uploading blob {digest} to {repository}");
+            let scope = format!("repository:{repository}:pull,push");
+            let exists = client.send(Call {
+                method: "HEAD",
+                path: format!("/v2/{repository}/blobs/{digest}"),
+                accept: None,
+                content_type: None,
+                body: None,
+                scope: scope.clone(),
+                action: action.clone(),
+            })?;
+            if exists.status == 200 {
+                return Ok(digest);
+            }
+            let opened = client.send(Call {
+                method: "POST",
+                path: format!("/v2/{repository}/blobs/uploads/"),
+                accept: None,
+                content_type: None,
+                body: Some(&[]),
+                scope: scope.clone(),
+                action: action.clone(),
+            })?;
+            client.expect_success(&opened, &action)?;
+            let location = opened.location.ok_or_else(|| {
+                client.protocol_error(&action, "the upload answer has no Location".into())
+            })?;
+            let path =
+                upload_path(&client.inner.base_url, &location, &digest).ok_or_else(|| {
+                    client.protocol_error(
+                        &action,
+                        format!("the upload Location {location:?} is on another host"),
+                    )
+                })?;
+            let closed = client.send(Call {
+                method: "PUT",
+                path,
+                accept: None,
+                content_type: Some("application/octet-stream"),
+                body: Some(&bytes),
+                scope,
+                action: action.clone(),
+            })?;
+            client.expect_success(&closed, &action)?;
+            Ok(digest)
+        })
+        .await
+    }
+
+    /// The bytes of blob `digest` of `repository`, checked against the digest; `None` if absent.
+    pub async fn get_blob(
+        &self,
+        repository: &str,
+        digest: &str,
+    ) -> Result<Option<Vec<u8>>, DockerError> {
+        let repository = self.api_repository(repository);
+        let digest = digest.to_string();
+        self.blocking(move |client| {
+            let action = format!("reading blob {digest} of {repository}");
+            let answer = client.send(Call {
+                method: "GET",
+                path: format!("/v2/{repository}/blobs/{digest}"),
+                accept: None,
+                content_type: None,
+                body: None,
+                scope: format!("repository:{repository}:pull"),
+                action: action.clone(),
+            })?;
+            if answer.status == 404 {
+                return Ok(None);
+            }
+            client.expect_success(&answer, &action)?;
+            if sha256_digest(&answer.body) != digest {
+                return Err(
+                    client.protocol_error(&action, format!("the blob does not hash to {digest}"))
+                );
+            }
+            Ok(Some(answer.body))
+        })
+        .await
+    }
+
     fn fetch_manifest(
         &self,
         repository: &str,
@@ -744,6 +847,7 @@ impl RegistryClient {
             .map(|value| value.split(';').next().unwrap_or("").trim().to_string());
         let www_authenticate = header("WWW-Authenticate");
         let retry_after = header("Retry-After");
+        let location = header("Location");
         let body = if call.method == "HEAD" {
             Vec::new()
         } else {
@@ -760,6 +864,7 @@ impl RegistryClient {
             content_type,
             www_authenticate,
             retry_after,
+            location,
             body,
         })
     }
@@ -769,6 +874,27 @@ impl RegistryClient {
 mod tests {
     use super::*;
     use base64::Engine as _;
+
+    #[test]
+    fn an_upload_closes_at_its_location_on_this_registry_only() {
+        let base = "http://127.0.0.1:5000";
+        assert_eq!(
+            upload_path(
+                base,
+                "http://127.0.0.1:5000/v2/r/blobs/uploads/u?_state=s",
+                "sha256:d"
+            ),
+            Some("/v2/r/blobs/uploads/u?_state=s&digest=sha256:d".to_string())
+        );
+        assert_eq!(
+            upload_path(base, "/v2/r/blobs/uploads/u", "sha256:d"),
+            Some("/v2/r/blobs/uploads/u?digest=sha256:d".to_string())
+        );
+        assert_eq!(
+            upload_path(base, "http://evil.example/v2/x", "sha256:d"),
+            None
+        );
+    }
 
     #[test]
     fn loopback_hosts_use_plain_http() {

@@ -8,6 +8,8 @@
 //! - `pending_aliases`: alias moves written down before they were made (intent) and not yet
 //!   written down as done; `verify --adopt`, `rollback` and the next `build --push` settle them
 //!   against what the registry serves.
+//! - `attestations`: by image digest, the signed attestations pushed for it (cosign's `.att` and
+//!   `.sig` tags and their digests, each statement's envelope digest, the key id).
 //!
 //! Writes go through a temporary file, fsync and rename, so a crash or Ctrl-C leaves either the
 //! old manifest or the new one, never half of one. A failed build never erases what an image's
@@ -20,6 +22,7 @@ use std::collections::BTreeMap;
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
+use crate::history::attestations::AttestationRecord;
 use crate::model::axes::Variant;
 use crate::model::digest::Digest;
 use crate::model::version::DriverVersion;
@@ -54,6 +57,14 @@ pub struct Manifest {
         deserialize_with = "unique_keys::pending_aliases"
     )]
     pub pending_aliases: BTreeMap<String, PendingMove>,
+    /// Signed attestations pushed per image digest (`imagegen attest`, `build --push` with a
+    /// signing key); see `history::attestations`.
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "unique_keys::attestations"
+    )]
+    pub attestations: BTreeMap<Digest, AttestationRecord>,
 }
 
 /// The record tables, read so that a key given twice (a git conflict resolved by keeping both
@@ -120,6 +131,24 @@ mod unique_keys {
         deserializer: D,
     ) -> Result<BTreeMap<String, super::PendingMove>, D::Error> {
         unique(deserializer, "pending_aliases")
+    }
+
+    pub fn attestations<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<
+        BTreeMap<crate::model::digest::Digest, crate::history::attestations::AttestationRecord>,
+        D::Error,
+    > {
+        let table: BTreeMap<String, crate::history::attestations::AttestationRecord> =
+            unique(deserializer, "attestations")?;
+        table
+            .into_iter()
+            .map(|(key, record)| {
+                crate::model::digest::Digest::parse(&key)
+                    .map(|digest| (digest, record))
+                    .map_err(|error| D::Error::custom(format!("under `attestations`: {error}")))
+            })
+            .collect()
     }
 }
 

@@ -211,6 +211,7 @@ pub fn merge(left: Manifest, right: Manifest) -> Manifest {
         aliases,
         indexes,
         pending_aliases,
+        attestations: crate::history::attestations::merge(left.attestations, right.attestations),
     };
     merged.relist_aliases();
     merged

@@ -2,12 +2,13 @@
 //! kept as history (`manifest`); merging the manifests of CI shards (`merge`); the upgrade plan a
 //! person reviews before tags move (`upgrade`); the alias guard (`aliases`); the alias transaction every alias move goes through
 //! (`alias_transaction`); rollback targets
-//! (`rollback`); what changed between two images (`diff`); and the manifest against what the
+//! (`rollback`); the attestations pushed per digest (`attestations`); what changed between two images (`diff`); and the manifest against what the
 //! registry serves, with alias moves left in between settled (`verify`). Pure: values in,
 //! values out.
 
 pub mod alias_transaction;
 pub mod aliases;
+pub mod attestations;
 pub mod diff;
 pub mod manifest;
 pub mod merge;

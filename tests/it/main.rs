@@ -2,6 +2,7 @@
 //! an area; the Docker ones run against the real daemon and a real registry on 127.0.0.1 and
 //! fail, never skip, when the daemon is missing.
 
+mod attest;
 mod build;
 mod cli;
 mod compiled;

@@ -1,0 +1,130 @@
+//! The three statements of one fixture image, snapshotted as users read them.
+
+use serde_json::json;
+
+use super::dsse::tests::TEST_KEY;
+use super::dsse::{parse_envelope, Signer};
+use super::provenance::{provenance, BuildContext};
+use super::sbom::{parse_lock, sbom};
+use super::selftest::selftest_result;
+use super::statement::{parse_statement, statement_bytes, Subject};
+use super::PredicateKind;
+use crate::history::manifest::ImageRecord;
+use crate::model::digest::Digest;
+
+pub(crate) fn fixture_record() -> ImageRecord {
+    serde_json::from_value(json!({
+        "repository": "127.0.0.1:5000/team/pytorch",
+        "tag": "2.12.1-cuda13.0-cudnn9-runtime-ubuntu22.04",
+        "digest": Digest::of(b"image").to_string(),
+        "fingerprint": Digest::of(b"fingerprint").to_string(),
+        "build_key": Digest::of(b"context").to_string(),
+        "variant": "runtime",
+        "torch": "2.12.1", "torchvision": "0.27.1", "torchaudio": "2.11.0",
+        "cuda": "13.0", "cuda_full": "13.0.2", "cudnn": "9.13.0.50",
+        "python": "3.10", "os": "ubuntu22.04",
+        "base_image": format!("docker.io/library/ubuntu:22.04@{}", Digest::of(b"base")),
+        "driver_min": "580.65.06", "driver_min_compat": "580.65.06",
+        "require_cuda": "cuda>=13.0",
+        "selftest": {
+            "status": "pass",
+            "summary": "2 checks passed",
+            "at": "2026-12-01T10:00:05Z",
+            "baseline": Digest::of(b"baseline").to_string(),
+            "report": {
+                "tool": "gpu-selftest", "version": "0.3.0", "overall": "pass",
+                "checks": [
+                    {"name": "inventory", "status": "pass", "summary": "1 GPU(s): NVIDIA H200; driver 580.159.04 (CUDA 13.0)",
+                     "rule": "pass when at least one GPU is visible; facts only", "duration_seconds": 0.4,
+                     "gpus": [{"index": 0, "name": "NVIDIA H200"}], "driver_version": "580.159.04", "driver_cuda_version": "13.0"},
+                    {"name": "matmul", "status": "pass", "summary": "612 TFLOP/s", "rule": ">= 80% of 756 TFLOP/s",
+                     "duration_seconds": 2.1, "tflops": 612.0}
+                ]
+            }
+        },
+        "inputs": {
+            "platform": "linux/amd64",
+            "lock": Digest::of(b"lock").to_string(),
+            "templates": Digest::of(b"templates").hex(),
+            "selftest": "gpu-selftest-cu13",
+            "ca_bundle": ""
+        },
+        "packages": {
+            "pip": ["pip==25.3", "torch==2.12.1"],
+            "os": ["libc6=2.35-0ubuntu3.11", "libgcc-s1:amd64=12.3.0-1ubuntu1~22.04", "tzdata=2025b-0ubuntu0.22.04.1"]
+        },
+        "built_at": "2026-12-01T10:00:00Z",
+        "build_seconds": 600.0,
+        "source_commit": "0123456789abcdef0123456789abcdef01234567",
+        "status": "ok"
+    }))
+    .unwrap()
+}
+
+const LOCK: &str = "# imagegen-lock-inputs: sha256:00\n\
+torch==2.12.1 \\\n    --hash=sha256:1111111111111111111111111111111111111111111111111111111111111111\n\
+nvidia-nccl-cu13==2.29.7 \\\n    --hash=sha256:2222222222222222222222222222222222222222222222222222222222222222\n";
+
+fn context() -> BuildContext {
+    BuildContext {
+        imagegen_version: "0.1.0".into(),
+        source_repository: Some("https://git.example/team/images.git".into()),
+        invocation_id: None,
+    }
+}
+
+#[test]
+fn the_three_statements_of_an_image() {
+    let record = fixture_record();
+    let digest = record.digest.clone().unwrap();
+    let subject = Subject {
+        name: record.repository.clone(),
+        digest: digest.clone(),
+    };
+    let statements = [
+        (PredicateKind::Provenance, provenance(&record, &context())),
+        (
+            PredicateKind::Sbom,
+            sbom(&record, &digest, &parse_lock(LOCK), "0.1.0"),
+        ),
+        (
+            PredicateKind::GpuSelftest,
+            selftest_result(&record, Some("gpu-node-1")),
+        ),
+    ];
+    for (kind, predicate) in statements {
+        let bytes = statement_bytes(&subject, kind.uri(), predicate);
+        let read = parse_statement(&bytes).unwrap();
+        assert_eq!(read.subjects, vec![subject.clone()]);
+        let pretty: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        insta::assert_json_snapshot!(format!("statement_{}", kind.name()), pretty);
+    }
+}
+
+#[test]
+fn a_failed_or_untested_image_is_never_attested_as_passing() {
+    let mut record = fixture_record();
+    record.selftest.as_mut().unwrap().status = crate::history::manifest::TestStatus::Fail;
+    assert_eq!(selftest_result(&record, None)["result"], "fail");
+    record.selftest = None;
+    assert_eq!(selftest_result(&record, None)["result"], "not-run");
+}
+
+#[test]
+fn signed_statements_open_to_the_same_bytes() {
+    let record = fixture_record();
+    let digest = record.digest.clone().unwrap();
+    let subject = Subject {
+        name: record.repository.clone(),
+        digest,
+    };
+    let bytes = statement_bytes(
+        &subject,
+        PredicateKind::Provenance.uri(),
+        provenance(&record, &context()),
+    );
+    let signer = Signer::from_pem(TEST_KEY).unwrap();
+    let envelope = signer.sign(&bytes);
+    let read = parse_envelope(&super::dsse::envelope_bytes(&envelope)).unwrap();
+    assert_eq!(signer.verifier().open(&read).unwrap(), bytes);
+}

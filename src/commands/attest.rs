@@ -1,0 +1,485 @@
+//! `imagegen attest sign|show` and the attestation half of `imagegen verify --attestations`:
+//! the imperative shell around `attest/`. It reads the signing key (a PEM file that only its
+//! owner may read, or `IMAGEGEN_SIGNING_KEY`), builds each image's three statements, pushes
+//! them in cosign's layout through `docker::Registries`, records them in the manifest, and reads
+//! them back to check. No key material is ever printed or written anywhere but the signatures.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine as _;
+
+use crate::attest::check::{check_image, Fetched, ImageCheck};
+use crate::attest::cosign::{
+    artifact, attestation_layer, attestation_tag, layer_refs, signature_layer, signature_tag,
+    simple_signing_payload, Artifact, OCI_MANIFEST,
+};
+use crate::attest::dsse::{envelope_bytes, Signer, Verifier};
+use crate::attest::provenance::{provenance, BuildContext};
+use crate::attest::sbom::{parse_lock, sbom, LockedPackage};
+use crate::attest::selftest::selftest_result;
+use crate::attest::statement::{statement_bytes, Subject};
+use crate::attest::PredicateKind;
+use crate::cli::{AttestAction, AttestArgs, AttestShowArgs, AttestSignArgs, SigningArgs};
+use crate::commands::outcome::Outcome;
+use crate::commands::output::table;
+use crate::docker::{repository_path_of, Registries, RegistryClient, RetryPolicy};
+use crate::history::attestations::{Artifact as ArtifactRecord, AttestationRecord};
+use crate::history::manifest::{now_rfc3339, ImageRecord, Manifest};
+use crate::model::digest::Digest;
+use crate::project::{load_existing_manifest, ManifestFile, Project};
+
+/// The environment variable that may hold the signing key's PEM text itself (a CI secret).
+pub const KEY_ENV: &str = "IMAGEGEN_SIGNING_KEY";
+
+pub fn run(project: &Project, args: &AttestArgs) -> Result<Outcome> {
+    match &args.action {
+        AttestAction::Sign(sign) => run_sign(project, sign),
+        AttestAction::Show(show) => run_show(show),
+    }
+}
+
+/// Why a key file's mode is too open, if it is: group or others may read or write it.
+pub fn key_mode_problem(mode: u32) -> Option<String> {
+    (mode & 0o077 != 0).then(|| {
+        format!(
+            "it is readable or writable by others (mode {:o}); hint: chmod 600 it",
+            mode & 0o777
+        )
+    })
+}
+
+/// The signing key: `--signing-key`/`IMAGEGEN_SIGNING_KEY_FILE`, else `IMAGEGEN_SIGNING_KEY`
+/// (PEM text); `None` when neither is set.
+pub fn load_signer(signing: &SigningArgs) -> Result<Option<Signer>> {
+    if let Some(path) = &signing.signing_key {
+        return read_key_file(path).map(Some);
+    }
+    match std::env::var(KEY_ENV) {
+        Ok(text) if !text.trim().is_empty() => Signer::from_pem(&text)
+            .map(Some)
+            .with_context(|| format!("the signing key in ${KEY_ENV} cannot be used")),
+        _ => Ok(None),
+    }
+}
+
+fn read_key_file(path: &Path) -> Result<Signer> {
+    use std::os::unix::fs::MetadataExt as _;
+    let metadata = std::fs::metadata(path)
+        .with_context(|| format!("cannot read the signing key {}", path.display()))?;
+    if let Some(problem) = key_mode_problem(metadata.mode()) {
+        bail!("refusing the signing key {}: {problem}", path.display());
+    }
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read the signing key {}", path.display()))?;
+    Signer::from_pem(&text)
+        .with_context(|| format!("the signing key {} cannot be used", path.display()))
+}
+
+/// The key to verify with: `--key PUB`, else the public half of the configured signing key.
+pub fn load_verifier(key: Option<&Path>, signing: &SigningArgs) -> Result<Verifier> {
+    if let Some(path) = key {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read the public key {}", path.display()))?;
+        return Verifier::from_pem(&text)
+            .with_context(|| format!("the public key {} cannot be used", path.display()));
+    }
+    match load_signer(signing)? {
+        Some(signer) => Ok(signer.verifier()),
+        None => bail!(
+            "no key to verify with\nhint: pass --key PUB (a PEM public key: `openssl ec -in KEY -pubout`), or configure the signing key (--signing-key, IMAGEGEN_SIGNING_KEY_FILE or {KEY_ENV})"
+        ),
+    }
+}
+
+/// Where the build ran from, for provenance: the CI's repository, else git's `origin`.
+pub fn source_repository(matrix_path: &Path) -> Option<String> {
+    if let (Ok(server), Ok(repository)) = (
+        std::env::var("GITHUB_SERVER_URL"),
+        std::env::var("GITHUB_REPOSITORY"),
+    ) {
+        return Some(format!("{server}/{repository}"));
+    }
+    let dir = matrix_path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let output = std::process::Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["remote", "get-url", "origin"])
+        .output()
+        .ok()?;
+    output
+        .status
+        .success()
+        .then(|| String::from_utf8_lossy(&output.stdout).trim().to_string())
+        .filter(|url| !url.is_empty() && !url.contains('@'))
+}
+
+/// This host's name, the node a self-test recorded by this run ran on.
+fn node_name() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|name| name.trim().to_string())
+        .filter(|name| !name.is_empty())
+}
+
+/// The lock of `record` when the project holds the very lock it was built from (its digest is
+/// the one the record's inputs name); otherwise none, and the SBOM lists the packages read
+/// from the image without hashes.
+fn lock_of(locks: &BTreeMap<String, String>, record: &ImageRecord) -> Vec<LockedPackage> {
+    let Some(wanted) = record.inputs.get("lock") else {
+        return Vec::new();
+    };
+    locks
+        .values()
+        .find(|text| Digest::of(text.as_bytes()).as_str() == wanted)
+        .map(|text| parse_lock(text))
+        .unwrap_or_default()
+}
+
+/// What signing one image needs besides the record.
+pub struct SignContext {
+    pub build: BuildContext,
+    pub node: Option<String>,
+    pub locks: BTreeMap<String, String>,
+}
+
+impl SignContext {
+    pub fn of(project: &Project) -> SignContext {
+        SignContext {
+            build: BuildContext {
+                imagegen_version: env!("CARGO_PKG_VERSION").to_string(),
+                source_repository: source_repository(&project.matrix_path),
+                invocation_id: std::env::var("GITHUB_RUN_ID").ok().map(|run| {
+                    format!(
+                        "{}/{}/actions/runs/{run}",
+                        std::env::var("GITHUB_SERVER_URL").unwrap_or_default(),
+                        std::env::var("GITHUB_REPOSITORY").unwrap_or_default()
+                    )
+                }),
+            },
+            node: node_name(),
+            locks: project.locks().unwrap_or_default(),
+        }
+    }
+}
+
+/// Pushes an artifact: its blobs, then its manifest under `tag`; returns the manifest digest.
+async fn push_artifact(
+    client: &RegistryClient,
+    repository: &str,
+    tag: &str,
+    built: &Artifact,
+) -> Result<Digest> {
+    client.put_blob(repository, built.config.clone()).await?;
+    for layer in &built.layers {
+        client.put_blob(repository, layer.bytes.clone()).await?;
+    }
+    let digest = client
+        .put_manifest(repository, tag, OCI_MANIFEST, built.manifest.clone())
+        .await?;
+    Digest::parse(&digest).with_context(|| format!("the registry answered {tag} with a bad digest"))
+}
+
+/// Builds, signs and pushes the attestations and signature of the image `record` describes,
+/// as pushed at `digest`; returns what the manifest records.
+pub async fn attest_image(
+    registries: &Registries,
+    signer: &Signer,
+    record: &ImageRecord,
+    digest: &Digest,
+    context: &SignContext,
+) -> Result<AttestationRecord> {
+    let subject = Subject {
+        name: record.repository.clone(),
+        digest: digest.clone(),
+    };
+    let lock = lock_of(&context.locks, record);
+    let version = context.build.imagegen_version.as_str();
+    let predicates = [
+        (
+            PredicateKind::Provenance,
+            provenance(record, &context.build),
+        ),
+        (PredicateKind::Sbom, sbom(record, digest, &lock, version)),
+        (
+            PredicateKind::GpuSelftest,
+            selftest_result(record, context.node.as_deref()),
+        ),
+    ];
+    let gpu_selftest = predicates[2].1["result"]
+        .as_str()
+        .unwrap_or("not-run")
+        .to_string();
+    let mut layers = Vec::new();
+    let mut statements = BTreeMap::new();
+    for (kind, predicate) in predicates {
+        let envelope = signer.sign(&statement_bytes(&subject, kind.uri(), predicate));
+        let layer = attestation_layer(envelope_bytes(&envelope), kind.uri());
+        statements.insert(kind.name().to_string(), layer.digest());
+        layers.push(layer);
+    }
+    let client = registries.client(&record.repository)?;
+    let repository = repository_path_of(&record.repository);
+    let att_tag = attestation_tag(digest);
+    let att_digest = push_artifact(&client, repository, &att_tag, &artifact(layers)).await?;
+    let payload = simple_signing_payload(&record.repository, digest);
+    let signature = BASE64.encode(signer.sign_bytes(&payload));
+    let sig_tag = signature_tag(digest);
+    let sig_digest = push_artifact(
+        &client,
+        repository,
+        &sig_tag,
+        &artifact(vec![signature_layer(payload, signature)]),
+    )
+    .await?;
+    Ok(AttestationRecord {
+        repository: record.repository.clone(),
+        tag: record.tag.clone(),
+        key_id: signer.key_id().to_string(),
+        attestations: ArtifactRecord {
+            tag: att_tag,
+            digest: att_digest,
+        },
+        signature: ArtifactRecord {
+            tag: sig_tag,
+            digest: sig_digest,
+        },
+        statements,
+        gpu_selftest,
+        signed_at: now_rfc3339(),
+    })
+}
+
+/// The layers of manifest `tag` with their bytes; `None` when the tag is absent.
+async fn fetch_layers(
+    client: &RegistryClient,
+    repository: &str,
+    tag: &str,
+) -> Result<Option<Vec<Fetched>>> {
+    let Some(manifest) = client.get_manifest(repository, tag).await? else {
+        return Ok(None);
+    };
+    let refs = layer_refs(&manifest.bytes)
+        .map_err(|reason| anyhow::anyhow!("{repository}:{tag}: {reason}"))?;
+    let mut fetched = Vec::new();
+    for layer in refs {
+        let bytes = client
+            .get_blob(repository, layer.digest.as_str())
+            .await?
+            .with_context(|| format!("{repository}:{tag}: layer {} is missing", layer.digest))?;
+        fetched.push(Fetched { layer, bytes });
+    }
+    Ok(Some(fetched))
+}
+
+/// What the registry serves for `repository:tag`, and the verdict on its attestations.
+pub async fn check_served(
+    registries: &Registries,
+    repository_ref: &str,
+    tag: &str,
+    verifier: &Verifier,
+) -> Result<(Option<Digest>, ImageCheck)> {
+    let client = registries.client(repository_ref)?;
+    let repository = repository_path_of(repository_ref);
+    let Some(served) = client.manifest_digest(repository, tag).await? else {
+        return Ok((
+            None,
+            ImageCheck {
+                problems: vec![format!("the registry has no {repository_ref}:{tag}")],
+                ..ImageCheck::default()
+            },
+        ));
+    };
+    let served = Digest::parse(&served)?;
+    let attestations = fetch_layers(&client, repository, &attestation_tag(&served)).await?;
+    let signatures = fetch_layers(&client, repository, &signature_tag(&served)).await?;
+    let check = check_image(
+        &served,
+        attestations.as_deref(),
+        signatures.as_deref(),
+        verifier,
+    );
+    Ok((Some(served), check))
+}
+
+/// The images of `manifest` that `wanted` names (full tags, or all good pushed ones).
+fn chosen<'a>(manifest: &'a Manifest, wanted: &[String]) -> Result<Vec<&'a ImageRecord>> {
+    if wanted.is_empty() {
+        return Ok(manifest
+            .images
+            .values()
+            .filter(|record| record.digest.is_some())
+            .collect());
+    }
+    wanted
+        .iter()
+        .map(|name| {
+            manifest
+                .images
+                .values()
+                .find(|record| {
+                    record.tag == *name || format!("{}:{}", record.repository, record.tag) == *name
+                })
+                .with_context(|| format!("{name} is not an image the manifest records"))
+        })
+        .collect()
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?)
+}
+
+fn run_sign(project: &Project, args: &AttestSignArgs) -> Result<Outcome> {
+    let Some(signer) = load_signer(&args.signing)? else {
+        bail!("no signing key\nhint: pass --signing-key KEY.pem, or set IMAGEGEN_SIGNING_KEY_FILE or {KEY_ENV}");
+    };
+    let file = ManifestFile::new(&args.manifest, Duration::from_secs(args.lock.lock_timeout));
+    let manifest = load_existing_manifest(&args.manifest)?;
+    let images = chosen(&manifest, &args.images)?;
+    let registries = Registries::new(
+        Duration::from_secs(args.deadlines.registry_timeout),
+        RetryPolicy::default(),
+    );
+    let context = SignContext::of(project);
+    let runtime = runtime()?;
+    let mut signed = 0;
+    for record in images {
+        let Some(digest) = &record.digest else {
+            eprintln!(
+                "{}: not pushed (no digest recorded); not signed",
+                record.tag
+            );
+            continue;
+        };
+        let attested =
+            runtime.block_on(attest_image(&registries, &signer, record, digest, &context))?;
+        println!(
+            "{}:{}: signed {} (key {}, gpu-selftest {}): {}",
+            record.repository,
+            record.tag,
+            digest,
+            &attested.key_id[..12],
+            attested.gpu_selftest,
+            attested.attestations.tag
+        );
+        let digest = digest.clone();
+        file.update(|current| {
+            current.attestations.insert(digest, attested);
+        })?;
+        signed += 1;
+    }
+    println!(
+        "signed {signed} image(s); recorded in {}",
+        args.manifest.display()
+    );
+    Ok(Outcome::Success)
+}
+
+fn run_show(args: &AttestShowArgs) -> Result<Outcome> {
+    let verifier = load_verifier(args.key.as_deref(), &args.signing)?;
+    let manifest = load_existing_manifest(&args.manifest)?;
+    let record = chosen(&manifest, std::slice::from_ref(&args.image))?[0];
+    let registries = Registries::new(
+        Duration::from_secs(args.deadlines.registry_timeout),
+        RetryPolicy::default(),
+    );
+    let (served, check) = runtime()?.block_on(check_served(
+        &registries,
+        &record.repository,
+        &record.tag,
+        &verifier,
+    ))?;
+    let statements: BTreeMap<&str, &serde_json::Value> = check
+        .statements
+        .iter()
+        .map(|(kind, statement)| (kind.name(), &statement.predicate))
+        .collect();
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&serde_json::json!({
+            "image": format!("{}:{}", record.repository, record.tag),
+            "digest": served,
+            "key_id": verifier.key_id(),
+            "verified": statements,
+            "problems": check.problems,
+        }))?
+    );
+    Ok(if check.problems.is_empty() {
+        Outcome::Success
+    } else {
+        Outcome::Failed
+    })
+}
+
+/// `verify --attestations`: every recorded pushed image, its statements and signature as the
+/// registry serves them; exit 1 naming each image's problems.
+pub async fn verify_attestations(
+    manifest: &Manifest,
+    verifier: &Verifier,
+    registries: &Registries,
+) -> Result<(String, bool)> {
+    let mut rows = vec![vec![
+        "image".to_string(),
+        "digest".to_string(),
+        "statements".to_string(),
+        "verdict".to_string(),
+    ]];
+    let mut problems = Vec::new();
+    let mut checked = 0;
+    for record in manifest.images.values().filter(|r| r.digest.is_some()) {
+        checked += 1;
+        let name = format!("{}:{}", record.repository, record.tag);
+        let (served, check) =
+            check_served(registries, &record.repository, &record.tag, verifier).await?;
+        let mut found = check.problems.clone();
+        if let (Some(served), Some(recorded)) = (&served, &record.digest) {
+            if served != recorded {
+                found.push(format!(
+                    "the manifest records {recorded}, the registry serves {served}"
+                ));
+            }
+        }
+        let names: Vec<&str> = check.statements.keys().map(|kind| kind.name()).collect();
+        rows.push(vec![
+            name.clone(),
+            served
+                .as_ref()
+                .map(|d| d.short().to_string())
+                .unwrap_or_else(|| "-".into()),
+            names.join(", "),
+            if found.is_empty() {
+                "ok".into()
+            } else {
+                "BAD".into()
+            },
+        ]);
+        for problem in found {
+            problems.push(format!("{name}: {problem}"));
+        }
+    }
+    let mut out = table(&rows);
+    for problem in &problems {
+        out.push_str(&format!("{problem}\n"));
+    }
+    out.push_str(&format!(
+        "{checked} image(s) checked with key {}: {}\n",
+        &verifier.key_id()[..12],
+        if problems.is_empty() {
+            "every statement and signature verifies".to_string()
+        } else {
+            format!("{} problem(s)", problems.len())
+        }
+    ));
+    if checked == 0 {
+        out.push_str("the manifest records no pushed image: nothing to verify\n");
+    }
+    Ok((out, problems.is_empty() && checked > 0))
+}

@@ -1,0 +1,296 @@
+//! Signed attestations against the real registry: `build --push --signing-key` attaches the
+//! provenance, SBOM and gpu-selftest statements and the signature of every image in cosign's
+//! layout; `verify --attestations` and an independent verifier (.ci/verify-attestations.py:
+//! securesystemslib, cryptography, cyclonedx-python-lib, jsonschema) accept them, and both
+//! refuse a tampered statement, another key, a statement about another digest and a missing
+//! attestation, each named.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use imagegen::attest::cosign::{attestation_tag, OCI_MANIFEST};
+use imagegen::model::digest::Digest;
+use serde_json::Value;
+
+use crate::support::project::{assert_code, prepare, text, Project, SELFTEST_PASS};
+use crate::support::Registry;
+
+fn repository_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Copies the fixture key `name` into the project with `mode`.
+fn key(project: &Project, name: &str, mode: u32) -> PathBuf {
+    let path = project.path().join(name);
+    std::fs::copy(
+        repository_root().join("tests/fixtures/attest").join(name),
+        &path,
+    )
+    .unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+    path
+}
+
+/// The independent verifier over the project's manifest with public key `public`.
+fn independent(project: &Project, public: &Path) -> Output {
+    let python = repository_root().join(".ci/venv/bin/python");
+    assert!(
+        python.exists(),
+        "the independent verifier needs .ci/venv: run .ci/install-deps.sh"
+    );
+    std::process::Command::new(python)
+        .arg(repository_root().join(".ci/verify-attestations.py"))
+        .arg("--manifest")
+        .arg(project.path().join("imagegen-manifest.json"))
+        .arg("--key")
+        .arg(public)
+        .arg("--schema")
+        .arg(repository_root().join("src/attest/gpu-selftest-result.v1.schema.json"))
+        .output()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn signed_attestations_verify_and_every_kind_of_bad_one_is_refused() {
+    prepare().await;
+    let registry = Registry::start();
+    let project = Project::new(registry.host(), SELFTEST_PASS);
+    let team_key = key(&project, "team.pem", 0o600);
+    let team_pub = key(&project, "team.pub", 0o644);
+    let other_pub = key(&project, "other.pub", 0o644);
+
+    // A key others may read is refused before anything is built; the key is never printed.
+    std::fs::set_permissions(&team_key, std::fs::Permissions::from_mode(0o640)).unwrap();
+    let refused = project.build(&["--push", "--signing-key", "team.pem"]);
+    assert_code(&refused, 2);
+    assert!(
+        text(&refused).contains("readable or writable by others (mode 640)"),
+        "{}",
+        text(&refused)
+    );
+    assert!(!project.path().join("imagegen-manifest.json").exists());
+    std::fs::set_permissions(&team_key, std::fs::Permissions::from_mode(0o600)).unwrap();
+
+    let output = project.build(&["--push", "--signing-key", "team.pem"]);
+    assert_code(&output, 0);
+    let secret_line = std::fs::read_to_string(&team_key).unwrap();
+    let secret_line = secret_line.lines().nth(1).unwrap();
+    assert!(!text(&output).contains(secret_line), "the key was printed");
+    let manifest = project.manifest();
+    assert!(!manifest.to_string().contains(secret_line));
+    let images = manifest["images"].as_object().unwrap();
+    assert_eq!(images.len(), 4, "the fixture makes four images");
+    let attestations = manifest["attestations"].as_object().unwrap();
+    for (tag, record) in images {
+        let digest = record["digest"].as_str().unwrap();
+        let attested = &attestations[digest];
+        assert_eq!(attested["tag"], tag.as_str());
+        assert_eq!(
+            attested["statements"].as_object().unwrap().len(),
+            3,
+            "{tag}: {attested}"
+        );
+        assert_eq!(attested["gpu_selftest"], "pass");
+        let served = project
+            .client(None)
+            .manifest_digest(
+                &project.repository,
+                attested["attestations"]["tag"].as_str().unwrap(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            served.as_deref(),
+            attested["attestations"]["digest"].as_str(),
+            "the manifest records the .att digest the registry serves"
+        );
+    }
+
+    // Good: imagegen and the independent verifier accept every image.
+    let verified = project
+        .imagegen(&["verify", "--attestations", "--key", "team.pub"])
+        .output()
+        .unwrap();
+    assert_code(&verified, 0);
+    assert!(
+        text(&verified).contains("4 image(s) checked"),
+        "{}",
+        text(&verified)
+    );
+    let checked = independent(&project, &team_pub);
+    assert_code(&checked, 0);
+    assert_eq!(
+        text(&checked).matches("\nok ").count() + usize::from(text(&checked).starts_with("ok ")),
+        4,
+        "{}",
+        text(&checked)
+    );
+
+    let good = project.tag("2.8.0", "devel");
+    let shown = project
+        .imagegen(&["attest", "show", &good, "--key", "team.pub"])
+        .output()
+        .unwrap();
+    assert_code(&shown, 0);
+    let shown: Value = serde_json::from_slice(&shown.stdout).unwrap();
+    assert_eq!(shown["verified"]["gpu-selftest"]["result"], "pass");
+    assert_eq!(shown["verified"]["sbom"]["specVersion"], "1.6");
+    assert_eq!(
+        shown["verified"]["provenance"]["runDetails"]["builder"]["id"],
+        "urn:imagegen:builder"
+    );
+
+    // Another key: both refuse every image.
+    let other = project
+        .imagegen(&["verify", "--attestations", "--key", "other.pub"])
+        .output()
+        .unwrap();
+    assert_code(&other, 1);
+    assert_eq!(
+        text(&other)
+            .matches("no signature verifies with key")
+            .count(),
+        12,
+        "{}",
+        text(&other)
+    );
+    let checked = independent(&project, &other_pub);
+    assert_code(&checked, 1);
+    assert_eq!(
+        text(&checked).matches("signature does not verify").count(),
+        12,
+        "{}",
+        text(&checked)
+    );
+
+    // Make three images bad, each in its own way.
+    let client = project.client(None);
+    let repository = project.repository.as_str();
+    let digest_of = |tag: &str| Digest::parse(images[tag]["digest"].as_str().unwrap()).unwrap();
+    let tampered = project.tag("2.7.0", "runtime");
+    let other_subject = project.tag("2.7.0", "devel");
+    let missing = project.tag("2.8.0", "runtime");
+    let att_of = |tag: &str| attestation_tag(&digest_of(tag));
+    let original = client
+        .get_manifest(repository, &att_of(&tampered))
+        .await
+        .unwrap()
+        .unwrap();
+    // Another digest's statements under this image's tag: their subject is the other digest.
+    client
+        .put_manifest(
+            repository,
+            &att_of(&other_subject),
+            OCI_MANIFEST,
+            original.bytes.clone(),
+        )
+        .await
+        .unwrap();
+    // A statement changed after signing: its provenance says another commit.
+    let mut att: Value = serde_json::from_slice(&original.bytes).unwrap();
+    let layer = att["layers"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|layer| layer["annotations"]["predicateType"] == "https://slsa.dev/provenance/v1")
+        .unwrap();
+    let blob = client
+        .get_blob(repository, layer["digest"].as_str().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    let mut envelope: Value = serde_json::from_slice(&blob).unwrap();
+    use base64::Engine as _;
+    let engine = base64::engine::general_purpose::STANDARD;
+    let payload = String::from_utf8(
+        engine
+            .decode(envelope["payload"].as_str().unwrap())
+            .unwrap(),
+    )
+    .unwrap();
+    let changed = payload.replace("\"buildType\":\"urn:imagegen", "\"buildType\":\"urn:evil");
+    assert_ne!(changed, payload);
+    envelope["payload"] = Value::String(engine.encode(changed));
+    let bytes = serde_json::to_vec(&envelope).unwrap();
+    let new_digest = client.put_blob(repository, bytes.clone()).await.unwrap();
+    layer["digest"] = Value::String(new_digest);
+    layer["size"] = Value::from(bytes.len());
+    client
+        .put_manifest(
+            repository,
+            &att_of(&tampered),
+            OCI_MANIFEST,
+            serde_json::to_vec(&att).unwrap(),
+        )
+        .await
+        .unwrap();
+    // A missing attestation: the `.att` manifest deleted (this registry allows deletes).
+    let missing_att = client
+        .manifest_digest(repository, &att_of(&missing))
+        .await
+        .unwrap()
+        .unwrap();
+    let url = format!(
+        "http://{}/v2/{repository}/manifests/{missing_att}",
+        registry.host()
+    );
+    let deleted = ureq::delete(&url).call().unwrap();
+    assert_eq!(deleted.status().as_u16(), 202);
+
+    let verified = project
+        .imagegen(&["verify", "--attestations", "--key", "team.pub"])
+        .output()
+        .unwrap();
+    assert_code(&verified, 1);
+    let report = text(&verified);
+    let full = |tag: &str| format!("{}/{}:{tag}", project.registry, project.repository);
+    assert!(
+        report.contains(&format!(
+            "{}: provenance: no signature verifies",
+            full(&tampered)
+        )),
+        "{report}"
+    );
+    assert!(
+        report.contains(&format!(
+            "{}: provenance: the statement's subject is {}, but the registry serves {}",
+            full(&other_subject),
+            digest_of(&tampered),
+            digest_of(&other_subject)
+        )),
+        "{report}"
+    );
+    assert!(
+        report.contains(&format!(
+            "{}: no attestations: the registry has no tag {}",
+            full(&missing),
+            att_of(&missing)
+        )),
+        "{report}"
+    );
+    assert!(!report.contains(&format!("{}:", full(&good))), "{report}");
+    let checked = independent(&project, &team_pub);
+    assert_code(&checked, 1);
+    let report = text(&checked);
+    assert!(
+        report.contains(&format!(
+            "BAD {}: https://slsa.dev/provenance/v1: signature does not verify",
+            full(&tampered)
+        )),
+        "{report}"
+    );
+    assert!(
+        report.contains(&format!(
+            "BAD {}: https://slsa.dev/provenance/v1: subject",
+            full(&other_subject)
+        )),
+        "{report}"
+    );
+    assert!(
+        report.contains(&format!("BAD {}: no attestations", full(&missing))),
+        "{report}"
+    );
+    assert!(report.contains(&format!("ok {}", full(&good))), "{report}");
+    assert!(report.contains("4 image(s) checked, 3 bad"), "{report}");
+}
