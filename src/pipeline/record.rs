@@ -116,6 +116,8 @@ pub fn image_record(spec: &ImageSpec, build_key: &Digest, at: &str) -> ImageReco
         driver_min_compat: spec.driver_min_compat.clone(),
         require_cuda: spec.require_cuda.clone(),
         selftest: None,
+        test_results: Vec::new(),
+        awaiting_aliases: Vec::new(),
         inputs: spec.inputs.clone(),
         packages: None,
         built_at: at.to_string(),
