@@ -103,6 +103,7 @@ pub fn run(project: &Project, args: &BuildArgs) -> Result<Outcome> {
         &contexts.digests(),
         &manifest,
         baseline_digest.as_ref(),
+        &project.matrix()?.tests.require,
     );
     if args.dry_run {
         emit(plan_table(&plan, &manifest))?;

@@ -28,6 +28,7 @@ pub fn run(project: &Project, args: &PlanArgs) -> Result<Outcome> {
         &BTreeMap::new(),
         &manifest,
         None,
+        &project.matrix()?.tests.require,
     )
     .review;
     match args.format {
