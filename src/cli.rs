@@ -95,6 +95,9 @@ pub struct TestArgs {
     /// The node name recorded with each result (default: this machine's host name).
     #[arg(long, env = "IMAGEGEN_NODE_NAME", value_name = "NAME")]
     pub node: Option<String>,
+    /// Record the results only; leave aliases waiting even where the policy now holds (CI test jobs: the record job moves them after merging every shard).
+    #[arg(long)]
+    pub no_move: bool,
     /// Judge every figure also against this gpu-selftest baseline (as `build --selftest-baseline`).
     #[arg(long, env = "IMAGEGEN_SELFTEST_BASELINE", value_name = "FILE")]
     pub selftest_baseline: Option<PathBuf>,
@@ -114,6 +117,22 @@ pub struct TestArgs {
 pub enum TestAction {
     /// Record gpu-selftest JSON reports made elsewhere (a Kubernetes Job, a GPU runner); each must name a digest the manifest records (`image_digest`) and its node (`node_name`).
     Import(TestImportArgs),
+    /// Move the aliases waiting on images whose recorded results now satisfy the test policy (after `manifest merge` of test shards); runs no test.
+    Settle(TestSettleArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct TestSettleArgs {
+    /// The manifest file.
+    #[arg(long, default_value = DEFAULT_MANIFEST)]
+    pub manifest: PathBuf,
+    /// `table` for people, `json` for machines.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+    #[command(flatten)]
+    pub deadlines: DeadlineArgs,
+    #[command(flatten)]
+    pub lock: LockArgs,
 }
 
 #[derive(Debug, Args)]

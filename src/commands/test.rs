@@ -17,7 +17,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context, Result};
 use serde::Serialize;
 
-use crate::cli::{Format, TestAction, TestArgs, TestImportArgs};
+use crate::cli::{Format, TestAction, TestArgs, TestImportArgs, TestSettleArgs};
 use crate::commands::ledger::{this_owner, ManifestLedger, RunId};
 use crate::commands::outcome::Outcome;
 use crate::commands::output::{emit, note, table};
@@ -40,6 +40,7 @@ use crate::project::{
 pub fn run(project: &Project, args: &TestArgs) -> Result<Outcome> {
     match &args.action {
         Some(TestAction::Import(import)) => run_import(project, import),
+        Some(TestAction::Settle(settle)) => run_settle(project, settle),
         None => run_tests(project, args),
     }
 }
@@ -179,8 +180,17 @@ fn run_tests(project: &Project, args: &TestArgs) -> Result<Outcome> {
         let _ = engine
             .remove_containers_with_label(RUN_LABEL, &tester.run_id)
             .await;
-        move_ready_aliases(&RegistryAliases(&tester.registries), &ledger, &require, &mut lines)
+        if args.no_move {
+            list_waiting(&ledger.file.read()?, &require, &mut lines);
+        } else {
+            move_ready_aliases(
+                &RegistryAliases(&tester.registries),
+                &ledger,
+                &require,
+                &mut lines,
+            )
             .await?;
+        }
         finish(lines, args.format, &file.path)
     })
 }
@@ -377,7 +387,10 @@ fn finish(lines: Vec<Line>, format: Format, manifest: &Path) -> Result<Outcome> 
                 ]);
             }
             let mut text = table(&rows);
-            for line in lines.iter().filter(|l| l.verdict != "pass") {
+            for line in lines
+                .iter()
+                .filter(|l| l.verdict != "pass" && !l.summary.is_empty())
+            {
                 text.push_str(&format!(
                     "\n{}: {}: {}",
                     line.tag, line.verdict, line.summary
@@ -457,13 +470,7 @@ fn run_import(project: &Project, args: &TestImportArgs) -> Result<Outcome> {
         })
         .collect();
     if args.no_move {
-        let manifest = file.read()?;
-        for line in &mut lines {
-            if let Some(record) = manifest.images.get(&line.tag) {
-                line.aliases_waiting = record.awaiting_aliases.clone();
-                line.missing = judge(&require, &results_of(record)).missing;
-            }
-        }
+        list_waiting(&file.read()?, &require, &mut lines);
         return finish(lines, args.format, &file.path);
     }
     let timeout = Duration::from_secs(args.deadlines.registry_timeout);
@@ -482,4 +489,64 @@ fn run_import(project: &Project, args: &TestImportArgs) -> Result<Outcome> {
         .any(|l| l.verdict == TestStatus::Fail.as_str() || l.verdict == TestStatus::Error.as_str());
     let outcome = finish(lines, args.format, &file.path)?;
     Ok(if failed { Outcome::Failed } else { outcome })
+}
+
+/// Fills in what each line's image still waits for, without moving anything.
+fn list_waiting(manifest: &Manifest, require: &[String], lines: &mut [Line]) {
+    for line in lines {
+        if let Some(record) = manifest
+            .images
+            .get(&line.tag)
+            .filter(|r| r.digest.as_ref() == Some(&line.digest))
+        {
+            line.aliases_waiting = record.awaiting_aliases.clone();
+            if !line.aliases_waiting.is_empty() {
+                line.missing = judge(require, &results_of(record)).missing;
+            }
+        }
+    }
+}
+
+/// `imagegen test settle`: every image with waiting aliases, moved where the policy holds.
+fn run_settle(project: &Project, args: &TestSettleArgs) -> Result<Outcome> {
+    let require = project.matrix()?.tests.require.clone();
+    let file = ManifestFile::new(&args.manifest, Duration::from_secs(args.lock.lock_timeout));
+    let manifest = file.read()?;
+    let mut lines: Vec<Line> = manifest
+        .images
+        .values()
+        .filter(|record| !record.awaiting_aliases.is_empty())
+        .filter_map(|record| {
+            let digest = record.digest.clone()?;
+            let state = judge(&require, &results_of(record));
+            Some(Line {
+                tag: record.tag.clone(),
+                digest,
+                node: "-".into(),
+                gpus: Vec::new(),
+                verdict: if state.holds { "pass" } else { "waiting" }.into(),
+                summary: String::new(),
+                aliases_moved: Vec::new(),
+                aliases_waiting: Vec::new(),
+                missing: Vec::new(),
+            })
+        })
+        .collect();
+    if lines.is_empty() {
+        emit("no aliases wait for self-test results\n")?;
+        return Ok(Outcome::Success);
+    }
+    let timeout = Duration::from_secs(args.deadlines.registry_timeout);
+    let registries = Registries::new(timeout, RetryPolicy::default());
+    let ledger = ManifestLedger::new(file.clone());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(move_ready_aliases(
+        &RegistryAliases(&registries),
+        &ledger,
+        &require,
+        &mut lines,
+    ))?;
+    finish(lines, args.format, &file.path)
 }

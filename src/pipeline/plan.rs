@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::history::aliases::alias_guard;
 use crate::history::manifest::{Manifest, RecordStatus, TestStatus};
-use crate::history::test_results::{judge, results_of};
+use crate::history::test_results::{judge, results_of, waiting};
 use crate::history::upgrade::upgrade_plan;
 use crate::model::digest::Digest;
 pub use crate::pipeline::planned::{Plan, PlannedImage};
@@ -291,10 +291,9 @@ pub fn plan(
             tests_missing: judge(require, &recorded.map(results_of).unwrap_or_default()).missing,
         });
     }
-    Plan {
-        images,
-        review: upgrade_plan(all, manifest, &holds),
-    }
+    let mut review = upgrade_plan(all, manifest, &holds);
+    review.waiting_for_tests = waiting(manifest, require);
+    Plan { images, review }
 }
 
 /// The aliases the never-backwards guard holds, with why: each alias judged once, for the first
