@@ -79,6 +79,82 @@ pub enum Command {
     Verify(VerifyArgs),
     /// Sign and attach the provenance, SBOM and gpu-selftest statements of recorded images (cosign's layout), or show an image's verified statements.
     Attest(AttestArgs),
+    /// Pull recorded images by digest, run gpu-selftest in each on this node's GPUs, record the result under the digest, and move aliases once the test policy holds; `test import` ingests reports made elsewhere.
+    Test(TestArgs),
+}
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct TestArgs {
+    #[command(subcommand)]
+    pub action: Option<TestAction>,
+    /// Test only the recorded images whose full tag matches (`*` wildcards, else a substring).
+    #[arg(long)]
+    pub only: Option<String>,
+    /// Test the recorded image with this digest (repeatable), whatever its tag.
+    #[arg(long = "digest", value_name = "DIGEST")]
+    pub digests: Vec<String>,
+    /// The node name recorded with each result (default: this machine's host name).
+    #[arg(long, env = "IMAGEGEN_NODE_NAME", value_name = "NAME")]
+    pub node: Option<String>,
+    /// Record the results only; leave aliases waiting even where the policy now holds (CI test jobs: the record job moves them after merging every shard).
+    #[arg(long)]
+    pub no_move: bool,
+    /// Judge every figure also against this gpu-selftest baseline (as `build --selftest-baseline`).
+    #[arg(long, env = "IMAGEGEN_SELFTEST_BASELINE", value_name = "FILE")]
+    pub selftest_baseline: Option<PathBuf>,
+    /// The manifest file.
+    #[arg(long, default_value = DEFAULT_MANIFEST)]
+    pub manifest: PathBuf,
+    /// `table` for people, `json` for machines.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+    #[command(flatten)]
+    pub deadlines: DeadlineArgs,
+    #[command(flatten)]
+    pub lock: LockArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TestAction {
+    /// Record gpu-selftest JSON reports made elsewhere (a Kubernetes Job, a GPU runner); each must name a digest the manifest records (`image_digest`) and its node (`node_name`).
+    Import(TestImportArgs),
+    /// Move the aliases waiting on images whose recorded results now satisfy the test policy (after `manifest merge` of test shards); runs no test.
+    Settle(TestSettleArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct TestSettleArgs {
+    /// The manifest file.
+    #[arg(long, default_value = DEFAULT_MANIFEST)]
+    pub manifest: PathBuf,
+    /// `table` for people, `json` for machines.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+    #[command(flatten)]
+    pub deadlines: DeadlineArgs,
+    #[command(flatten)]
+    pub lock: LockArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct TestImportArgs {
+    /// gpu-selftest JSON reports (`gpu-selftest --format json --image-digest D --node-name N`).
+    #[arg(required = true, value_name = "REPORT")]
+    pub reports: Vec<PathBuf>,
+    /// The manifest file.
+    #[arg(long, default_value = DEFAULT_MANIFEST)]
+    pub manifest: PathBuf,
+    /// Record the results only; leave aliases waiting even where the policy now holds.
+    #[arg(long)]
+    pub no_move: bool,
+    /// `table` for people, `json` for machines.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+    #[command(flatten)]
+    pub deadlines: DeadlineArgs,
+    #[command(flatten)]
+    pub lock: LockArgs,
 }
 
 /// Deadlines of the calls a command makes to registries and the Docker daemon.

@@ -167,6 +167,31 @@ pub fn read_selftest_baseline(path: &Path) -> Result<String> {
         .with_context(|| format!("cannot read the self-test baseline {}", path.display()))
 }
 
+/// The largest gpu-selftest report read (`test import`): a real one is tens of kilobytes.
+const REPORT_MAX_BYTES: u64 = 8 << 20;
+
+/// Reads a gpu-selftest JSON report (`imagegen test import`), at most 8 MiB.
+pub fn read_selftest_report(path: &Path) -> Result<String> {
+    let size = std::fs::metadata(path)
+        .with_context(|| format!("cannot read the self-test report {}", path.display()))?
+        .len();
+    if size > REPORT_MAX_BYTES {
+        anyhow::bail!(
+            "the self-test report {} is {size} bytes, more than {REPORT_MAX_BYTES}: it is not a gpu-selftest report",
+            path.display()
+        );
+    }
+    std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read the self-test report {}", path.display()))
+}
+
+/// This machine's host name (`/proc/sys/kernel/hostname`), for the node a test result names.
+pub fn host_name() -> Option<String> {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
+    let name = name.trim();
+    (!name.is_empty()).then(|| name.to_string())
+}
+
 /// Reads the manifest at `path`, which must exist: an input named on the command line (a CI
 /// shard's artefact) that is missing is an error, never an empty manifest.
 pub fn load_existing_manifest(path: &Path) -> Result<Manifest> {

@@ -65,6 +65,13 @@ fn guarded(name: &str, body: impl FnOnce() -> anyhow::Result<Check>) -> Check {
     check
 }
 
+/// The kernel's host name, for the report's `node_name` when no name was given.
+fn host_name() -> Option<String> {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
+    let name = name.trim();
+    (!name.is_empty()).then(|| name.to_string())
+}
+
 /// Could not run: exit 2 with this message.
 struct CannotRun(String);
 
@@ -82,6 +89,8 @@ pub fn run(cli: Cli) -> i32 {
     let first_stage = loader::first_stage_elapsed();
     let mut report = Report::new(started_at, loader::cuda_build_major());
     report.loader_seconds = first_stage.as_secs_f64();
+    report.node_name = cli.node_name.clone().or_else(host_name);
+    report.image_digest = cli.image_digest.clone();
     let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
         run_checks(&cli, &prepared, &mut report)
     }));

@@ -67,6 +67,17 @@ pub struct Cli {
     #[arg(long, env = "GPU_SELFTEST_BASELINE", value_name = "FILE|JSON")]
     pub baseline: Option<String>,
 
+    /// The image this run tests, by digest (`sha256:…`): written into the JSON report as
+    /// `image_digest`, so `imagegen test import` can file the result under the digest it was
+    /// recorded with. `imagegen test` and the Kubernetes Jobs of `imagegen k8s --test` set it.
+    #[arg(long, env = "GPU_SELFTEST_IMAGE_DIGEST", value_name = "DIGEST")]
+    pub image_digest: Option<String>,
+
+    /// The node's name in the report (`node_name`); default the host name. A Kubernetes Job
+    /// sets it from the downward API (`spec.nodeName`), since a pod's host name is its own.
+    #[arg(long, env = "GPU_SELFTEST_NODE_NAME", value_name = "NAME")]
+    pub node_name: Option<String>,
+
     /// After the run, save its figures as a baseline to FILE (only when no check failed).
     #[arg(long, value_name = "FILE")]
     pub save_baseline: Option<PathBuf>,

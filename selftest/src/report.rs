@@ -144,6 +144,12 @@ pub struct Report {
     /// Why the run could not complete, when `overall` is "error".
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The node the run saw (`--node-name`, `GPU_SELFTEST_NODE_NAME`, else the host name).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node_name: Option<String>,
+    /// The image under test, when the caller named it (`--image-digest`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image_digest: Option<String>,
     pub checks: Vec<Check>,
 }
 
@@ -160,6 +166,8 @@ impl Report {
             setup_seconds: 0.0,
             loader_seconds: 0.0,
             error: None,
+            node_name: None,
+            image_digest: None,
             checks: Vec::new(),
         }
     }

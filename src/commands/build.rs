@@ -105,6 +105,7 @@ pub fn run(project: &Project, args: &BuildArgs) -> Result<Outcome> {
         &contexts.digests(),
         &manifest,
         baseline_digest.as_ref(),
+        &project.matrix()?.tests.require,
     );
     // A signing key that cannot be used stops the build before anything is built.
     let signer = if args.push {

@@ -23,6 +23,7 @@ pub mod restore;
 pub mod rollback;
 pub mod signals;
 pub mod stages;
+pub mod test;
 pub mod verify;
 
 use anyhow::Result;
@@ -59,6 +60,7 @@ pub fn run(cli: Cli) -> Result<Outcome> {
         Command::Bake(args) => bake::run(&project, args),
         Command::K8s(args) => k8s::run(&project, args),
         Command::Ci(args) => ci::run(&project, args),
+        Command::Test(args) => test::run(&project, args),
         Command::Knowledge(args) => knowledge::run(&project, args),
         Command::Manifest(args) => match &args.action {
             ManifestAction::Merge(merge) => manifest::merge(&project, merge),

@@ -13,14 +13,19 @@ use crate::cli::{Format, VerifyArgs};
 use crate::commands::attest;
 use crate::commands::outcome::Outcome;
 use crate::commands::output::table;
+use crate::commands::plan::waiting_text;
 use crate::commands::signals::Signals;
 use crate::docker::{repository_path_of, Registries, RetryPolicy};
 use crate::history::manifest::now_rfc3339;
+use crate::history::test_results::waiting;
 use crate::history::verify::{adopt, compare, references, Adopted, Finding, Reference, Served};
 use crate::model::digest::Digest;
 use crate::project::{load_existing_manifest, ManifestFile, Project, ProjectLock};
 
-pub fn run(_project: &Project, args: &VerifyArgs) -> Result<Outcome> {
+pub fn run(project: &Project, args: &VerifyArgs) -> Result<Outcome> {
+    // The test policy says what waiting aliases wait for; a matrix that cannot be read (verify
+    // needs only the manifest) leaves that unsaid.
+    let require = project.matrix().ok().map(|m| m.tests.require.clone());
     let file = ManifestFile::new(&args.manifest, Duration::from_secs(args.lock.lock_timeout));
     // Loading checks every digest in it (file:line:col on a bad one); a manifest that is not
     // there is an error (a mistyped path must not verify as "nothing recorded").
@@ -38,7 +43,7 @@ pub fn run(_project: &Project, args: &VerifyArgs) -> Result<Outcome> {
                 eprintln!("{}: stopped; the manifest was not changed", received.name());
                 Ok(Outcome::Interrupted(received))
             }
-            outcome = verify(&file, manifest, args) => outcome,
+            outcome = verify(&file, manifest, args, require.as_deref()) => outcome,
         }
     })
 }
@@ -73,6 +78,7 @@ async fn verify(
     file: &ManifestFile,
     manifest: crate::history::manifest::Manifest,
     args: &VerifyArgs,
+    require: Option<&[String]>,
 ) -> Result<Outcome> {
     let timeout = Duration::from_secs(args.deadlines.registry_timeout);
     let mut registry = Registry::new(timeout, usize::from(args.concurrency));
@@ -108,6 +114,13 @@ async fn verify(
     };
     let findings = compare(&manifest, &served);
     let drift = findings.iter().filter(|f| f.is_drift()).count();
+    // Waiting for test results is not drift: the registry and the manifest agree on it.
+    let mut waiting_for_tests = waiting(&manifest, require.unwrap_or_default());
+    if require.is_none() {
+        for image in &mut waiting_for_tests {
+            image.missing = vec!["(matrix.yaml not read: see its `tests`)".into()];
+        }
+    }
     match args.format {
         Format::Json => println!(
             "{}",
@@ -117,9 +130,14 @@ async fn verify(
                 "drift": drift,
                 "adopted": adopted,
                 "findings": findings,
+                "waiting_for_tests": waiting_for_tests,
             }))?
         ),
-        Format::Table => print!("{}", report(file, &findings, &adopted)),
+        Format::Table => print!(
+            "{}{}",
+            report(file, &findings, &adopted),
+            waiting_text(&waiting_for_tests)
+        ),
     }
     Ok(if drift == 0 {
         Outcome::Success

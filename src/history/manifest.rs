@@ -271,6 +271,33 @@ pub struct TestRecord {
     pub baseline: Option<Digest>,
 }
 
+/// One node's self-test of one digest.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuTestResult {
+    /// The node that ran it (gpu-selftest's `node_name`: `--node-name`, the Kubernetes node, or
+    /// the host name).
+    pub node: String,
+    /// Each GPU's name as CUDA reports it, in index order (`NVIDIA H200`).
+    #[serde(default)]
+    pub gpus: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver: Option<String>,
+    pub verdict: TestStatus,
+    pub summary: String,
+    /// Headline figures, by name (see `history::test_results::figures_of`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub figures: BTreeMap<String, f64>,
+    /// When it was recorded.
+    pub at: String,
+    /// How it came: `build`, `imagegen test`, `test import FILE`.
+    pub via: String,
+    /// sha256 of the baseline it was judged against, when one was given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<Digest>,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
 /// One image as built (or as it failed to build).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ImageRecord {
@@ -303,6 +330,14 @@ pub struct ImageRecord {
     pub require_cuda: String,
     #[serde(default)]
     pub selftest: Option<TestRecord>,
+    /// Self-test results on this digest, one per node (`imagegen test`, `imagegen test import`;
+    /// see `history::test_results`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub test_results: Vec<GpuTestResult>,
+    /// Aliases the plan moves to this image that wait for the test policy (`tests.require`) to
+    /// hold; `imagegen test` moves them once it does.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub awaiting_aliases: Vec<String>,
     /// What the fingerprint covers, by name: `plan` compares it to say why an image rebuilds.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub inputs: BTreeMap<String, String>,
@@ -486,6 +521,23 @@ impl Manifest {
     pub fn record_success(&mut self, mut record: ImageRecord) {
         if let Some(mut previous) = self.images.remove(&record.tag) {
             keep_unknown_fields(&mut record.extra, &previous.extra);
+            // Results and waiting aliases belong to the digest: a record of the same digest
+            // (a reused build, the record written again at the end of a run) keeps them.
+            if record.digest.is_some() && previous.digest == record.digest {
+                let results = std::mem::take(&mut previous.test_results);
+                for result in results {
+                    if !record.test_results.iter().any(|r| r.node == result.node) {
+                        record.test_results.push(result);
+                    }
+                }
+                record.test_results.sort_by(|a, b| a.node.cmp(&b.node));
+                for alias in std::mem::take(&mut previous.awaiting_aliases) {
+                    if !record.awaiting_aliases.contains(&alias) {
+                        record.awaiting_aliases.push(alias);
+                    }
+                }
+                record.awaiting_aliases.sort();
+            }
             let mut history = std::mem::take(&mut previous.history);
             if previous.status == RecordStatus::Ok
                 && (previous.digest != record.digest || previous.build_key != record.build_key)
@@ -501,6 +553,19 @@ impl Manifest {
         // carries: a build's fresh record knows none).
         record.aliases = self.aliases_of(&record.tag, record.digest.as_ref());
         self.images.insert(record.tag.clone(), record);
+    }
+
+    /// Drops from each image's `awaiting_aliases` those the alias table points at it already
+    /// (moved by another shard, or by hand with `rollback`).
+    pub fn drop_awaiting_moved(&mut self) {
+        let aliases = &self.aliases;
+        for record in self.images.values_mut() {
+            record.awaiting_aliases.retain(|alias| {
+                !aliases
+                    .get(alias)
+                    .is_some_and(|a| a.tag == record.tag && a.digest == record.digest)
+            });
+        }
     }
 
     /// Sets each image's and index's `aliases` list from the alias table.
@@ -766,6 +831,8 @@ mod tests {
             driver_min_compat: "525.60.13".parse().unwrap(),
             require_cuda: "cuda>=12.6".into(),
             selftest: None,
+            test_results: Vec::new(),
+            awaiting_aliases: Vec::new(),
             inputs: BTreeMap::new(),
             packages: None,
             built_at: "2026-11-30T00:00:00Z".into(),

@@ -19,6 +19,8 @@
 //! - A pending alias move (intent without a result): the newer one (`since`) wins; it is dropped
 //!   when the merged alias already points at its target, moved no earlier than it began.
 //! - Each image's and index's `aliases` list is recomputed from the merged alias table.
+//! - Self-test results of one build merge by node, the later (`at`) winning; aliases awaiting
+//!   results are unioned, less those the merged alias table already points at the image.
 //! - Fields this version does not know are kept; on a tie the winner's value.
 
 use std::cmp::Ordering;
@@ -30,6 +32,7 @@ use crate::history::manifest::{
     keep_unknown_fields, parse_rfc3339, AliasRecord, AliasTarget, ImageRecord, IndexRecord,
     Manifest, PendingMove, RecordStatus, HISTORY_LIMIT, SCHEMA_VERSION,
 };
+use crate::history::test_results::merge_results;
 use crate::model::digest::Digest;
 
 /// The identity of one build of a tag.
@@ -70,6 +73,16 @@ fn merge_image(left: ImageRecord, right: ImageRecord) -> ImageRecord {
         if winner.last_error.is_none() {
             winner.last_error = loser.last_error.take();
         }
+        // Test shards add results to the same build: every node's latest counts.
+        winner.test_results = merge_results(
+            std::mem::take(&mut winner.test_results),
+            std::mem::take(&mut loser.test_results),
+        );
+        let mut awaiting = std::mem::take(&mut winner.awaiting_aliases);
+        awaiting.append(&mut loser.awaiting_aliases);
+        awaiting.sort();
+        awaiting.dedup();
+        winner.awaiting_aliases = awaiting;
     } else if loser.status == RecordStatus::Ok {
         loser.last_error = None;
         history.push(loser);
@@ -214,6 +227,7 @@ pub fn merge(left: Manifest, right: Manifest) -> Manifest {
         attestations: crate::history::attestations::merge(left.attestations, right.attestations),
     };
     merged.relist_aliases();
+    merged.drop_awaiting_moved();
     merged
 }
 
@@ -387,6 +401,56 @@ mod tests {
             manifest.images.insert(record.tag.clone(), record);
         }
         manifest
+    }
+
+    #[test]
+    fn test_shards_merge_their_results_and_drop_aliases_another_shard_moved() {
+        use crate::history::manifest::{GpuTestResult, TestStatus};
+        use crate::history::test_results::record_result;
+        let result = |node: &str, gpu: &str, at: &str| GpuTestResult {
+            node: node.into(),
+            gpus: vec![gpu.into()],
+            driver: None,
+            verdict: TestStatus::Pass,
+            summary: "ok".into(),
+            figures: Default::default(),
+            at: at.into(),
+            via: "imagegen test".into(),
+            baseline: None,
+            extra: Default::default(),
+        };
+        let mut built = record("a", "sha256:a1", "t1");
+        built.awaiting_aliases = vec!["2.7-runtime".into(), "latest".into()];
+        let base = manifest(vec![built]);
+        let mut h100 = base.clone();
+        record_result(
+            &mut h100,
+            &d("sha256:a1"),
+            &result("n1", "NVIDIA H100", "t2"),
+        )
+        .unwrap();
+        let mut h200 = base.clone();
+        record_result(
+            &mut h200,
+            &d("sha256:a1"),
+            &result("n2", "NVIDIA H200", "t3"),
+        )
+        .unwrap();
+        // The H200 shard also saw the policy hold and moved one alias.
+        h200.move_alias("latest", "a", Some(d("sha256:a1")), "t3");
+        h200.images.get_mut("a").unwrap().awaiting_aliases = vec!["2.7-runtime".into()];
+        assert!(record_result(&mut h200, &d("sha256:unknown"), &result("n2", "x", "t3")).is_none());
+        let merged = merge_all(vec![base.clone(), h100.clone(), h200.clone()]);
+        assert_eq!(merged, merge_all(vec![h200, base, h100]));
+        let record = &merged.images["a"];
+        let nodes: Vec<&str> = record
+            .test_results
+            .iter()
+            .map(|r| r.node.as_str())
+            .collect();
+        assert_eq!(nodes, vec!["n1", "n2"]);
+        assert_eq!(record.awaiting_aliases, vec!["2.7-runtime"]);
+        assert_eq!(record.aliases, vec!["latest"]);
     }
 
     #[test]

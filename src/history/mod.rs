@@ -2,8 +2,10 @@
 //! kept as history (`manifest`); merging the manifests of CI shards (`merge`); the upgrade plan a
 //! person reviews before tags move (`upgrade`); the alias guard (`aliases`); the alias transaction every alias move goes through
 //! (`alias_transaction`); rollback targets
-//! (`rollback`); the attestations pushed per digest (`attestations`); what changed between two images (`diff`); and the manifest against what the
-//! registry serves, with alias moves left in between settled (`verify`). Pure: values in,
+//! (`rollback`); the attestations pushed per digest (`attestations`); what changed between two
+//! images (`diff`); the manifest against what the registry serves, with alias moves left in
+//! between settled (`verify`); self-test results per digest and the test policy that gates alias
+//! moves (`test_results`). Pure: values in,
 //! values out.
 
 pub mod alias_transaction;
@@ -13,5 +15,6 @@ pub mod diff;
 pub mod manifest;
 pub mod merge;
 pub mod rollback;
+pub mod test_results;
 pub mod upgrade;
 pub mod verify;

@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 
 use crate::history::manifest::{Manifest, RecordStatus};
+use crate::history::test_results::Waiting;
 use crate::model::digest::Digest;
 use crate::model::version::DriverVersion;
 use crate::resolve::image::ImageSpec;
@@ -24,6 +25,9 @@ pub struct UpgradePlan {
     pub alias_holds: Vec<AliasHold>,
     pub driver_rises: Vec<DriverRise>,
     pub removed: Vec<RemovedImage>,
+    /// Images pushed with aliases that wait for self-test results (matrix.yaml `tests`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub waiting_for_tests: Vec<Waiting>,
 }
 
 /// A new or rebuilt image; `changes` says which inputs differ from the manifest's record.

@@ -96,6 +96,40 @@ pub struct CellRule {
     pub platforms: Option<Vec<Platform>>,
 }
 
+/// The test policy (`tests:`): which GPU models must each have a passing self-test result on an
+/// image's digest before its aliases move. Empty `require` (the default) is "any one GPU": the
+/// first passing result moves them, as a build that tests on its own GPU always did.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TestPolicy {
+    /// GPU models as words of the name CUDA reports (`H100` matches `NVIDIA H100 80GB HBM3`,
+    /// `H100 NVL` needs both words, `A100` matches `NVIDIA A100-SXM4-80GB`); case does not matter.
+    #[serde(default)]
+    pub require: Vec<String>,
+}
+
+/// The longest GPU model name a policy may hold.
+const MAX_GPU_MODEL_LENGTH: usize = 40;
+
+/// Checks one required GPU model: letters, digits, spaces, `-`, `_` and `.`, starting with a
+/// letter or digit, at most [`MAX_GPU_MODEL_LENGTH`] characters.
+fn check_gpu_model(model: &str) -> Result<(), String> {
+    if model.trim().is_empty() {
+        return Err("`tests.require` lists an empty GPU model".into());
+    }
+    if model.len() > MAX_GPU_MODEL_LENGTH
+        || !model.starts_with(|c: char| c.is_ascii_alphanumeric())
+        || !model
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || " -_.".contains(c))
+    {
+        return Err(format!(
+            "`tests.require` lists {model:?}, which is not a GPU model name (letters, digits, spaces, `-`, `_`, `.`; at most {MAX_GPU_MODEL_LENGTH} characters)"
+        ));
+    }
+    Ok(())
+}
+
 /// Tag settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -305,6 +339,9 @@ pub struct Matrix {
     /// with templates of your own, `lock: true` makes imagegen lock and check them too.
     #[serde(default)]
     pub lock: Option<bool>,
+    /// Which GPU models must pass the self-test before aliases move (`tests: {require: [H100]}`).
+    #[serde(default)]
+    pub tests: TestPolicy,
     /// `file:line` of each `include` entry, so rejections can point at the rule that made them.
     #[serde(skip)]
     pub include_locations: Vec<String>,
@@ -358,6 +395,7 @@ const TOP_LEVEL_KEYS: &[&str] = &[
     "devel_toolkit",
     "ca_bundle",
     "lock",
+    "tests",
 ];
 
 impl Matrix {
@@ -598,6 +636,36 @@ impl Matrix {
         }
         check_tag_template(&self.tags.full)
             .map_err(|m| invalid("full", "", format!("tags.full: {m}"), None))?;
+        for (index, model) in self.tests.require.iter().enumerate() {
+            let at = || locations.value_at(&format!("tests.require[{index}]"));
+            check_gpu_model(model).map_err(|m| {
+                invalid_at(
+                    at(),
+                    m,
+                    Some(
+                        "name GPU models as CUDA reports them, e.g. `require: [H100, H200, L40S]`"
+                            .into(),
+                    ),
+                )
+            })?;
+            let key = model.to_ascii_lowercase();
+            if let Some(first) = self.tests.require[..index]
+                .iter()
+                .position(|other| other.to_ascii_lowercase() == key)
+            {
+                let first_at = locations.value_at(&format!("tests.require[{first}]"));
+                return Err(invalid_at(
+                    at(),
+                    format!(
+                        "`tests.require` lists {model} twice{}",
+                        first_at
+                            .map(|at| format!(" (first at {}:{})", at.line, at.column))
+                            .unwrap_or_default()
+                    ),
+                    Some("list each GPU model once".into()),
+                ));
+            }
+        }
         Ok(())
     }
 }
@@ -820,6 +888,29 @@ mod tests {
 
     fn error_of(text: &str) -> String {
         Matrix::parse(text, "matrix.yaml").unwrap_err().to_string()
+    }
+
+    #[test]
+    fn the_test_policy_parses_and_bad_models_are_located() {
+        let base = "registry: r.example\nrepository: t/p\ntorch: [\"2.7.1\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\n";
+        let matrix = Matrix::parse(base, "m.yaml").unwrap();
+        assert!(matrix.tests.require.is_empty());
+        let matrix = Matrix::parse(
+            &format!("{base}tests:\n  require: [H100, H200]\n"),
+            "m.yaml",
+        )
+        .unwrap();
+        assert_eq!(matrix.tests.require, vec!["H100", "H200"]);
+        let error = error_of(&format!("{base}tests:\n  require: [H100, \"$(id)\"]\n"));
+        assert!(error.starts_with("matrix.yaml:7:"), "{error}");
+        assert!(error.contains("not a GPU model name"), "{error}");
+        let error = error_of(&format!(
+            "{base}tests:\n  require:\n    - H200\n    - h200\n"
+        ));
+        assert!(error.starts_with("matrix.yaml:9:"), "{error}");
+        assert!(error.contains("lists h200 twice (first at 8:"), "{error}");
+        let error = error_of(&format!("{base}tests:\n  requires: [H100]\n"));
+        assert!(error.contains("unknown field `requires`"), "{error}");
     }
 
     #[test]

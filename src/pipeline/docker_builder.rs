@@ -580,3 +580,82 @@ fn registry_digest(text: &str, repository: &str) -> Result<Digest> {
     Digest::parse(text)
         .with_context(|| format!("the registry answered for {repository} with a malformed digest"))
 }
+
+/// The self-test of images already pushed (`imagegen test`): pulled by digest, never by tag, and
+/// run as `build` runs it (all GPUs, the baseline through the environment), with the digest and
+/// the node named to gpu-selftest so that its report says what it judged and where.
+pub struct DigestTester {
+    pub engine: Engine,
+    pub registries: Registries,
+    /// The value of [`RUN_LABEL`] on its containers.
+    pub run_id: String,
+    /// The node name handed to gpu-selftest (`GPU_SELFTEST_NODE_NAME`).
+    pub node: String,
+    /// A baseline (its JSON), handed as `GPU_SELFTEST_BASELINE`.
+    pub baseline: Option<String>,
+}
+
+impl DigestTester {
+    /// What the registry serves for `repository:tag` now.
+    pub async fn served(&self, repository: &str, tag: &str) -> Result<Option<Digest>> {
+        RegistryAliases(&self.registries)
+            .served(repository, tag)
+            .await
+    }
+
+    /// Pulls `repository@digest` with the user's credentials.
+    pub async fn pull(&self, repository: &str, digest: &Digest) -> Result<String> {
+        let reference = format!("{repository}@{digest}");
+        let credentials = self.registries.credentials(repository)?;
+        self.engine
+            .pull(&reference, None, credentials.as_ref(), |_| {})
+            .await?;
+        Ok(reference)
+    }
+
+    /// Whether the daemon offers GPUs to containers.
+    pub async fn gpus(&self) -> bool {
+        self.engine.gpu_runtime_available().await.unwrap_or(false)
+    }
+
+    /// Runs gpu-selftest in `reference` (pulled by digest); `name` labels the container.
+    pub async fn test(
+        &self,
+        reference: &str,
+        digest: &Digest,
+        name: &str,
+        gpus: bool,
+    ) -> TestOutcome {
+        let mut env: BTreeMap<String, String> = [
+            ("GPU_SELFTEST_IMAGE_DIGEST".to_string(), digest.to_string()),
+            ("GPU_SELFTEST_NODE_NAME".to_string(), self.node.clone()),
+        ]
+        .into();
+        if let Some(baseline) = &self.baseline {
+            env.insert("GPU_SELFTEST_BASELINE".into(), baseline.clone());
+        }
+        let request = RunRequest {
+            image: reference.to_string(),
+            cmd: vec!["gpu-selftest".into(), "--format".into(), "json".into()],
+            entrypoint: Some(vec![]),
+            gpus,
+            shm_size_bytes: Some(SELFTEST_SHM_BYTES),
+            timeout: Some(SELFTEST_TIMEOUT),
+            labels: [
+                ("imagegen.selftest".to_string(), name.to_string()),
+                (RUN_LABEL.to_string(), self.run_id.clone()),
+            ]
+            .into(),
+            env,
+        };
+        match self.engine.run(request).await {
+            Ok(output) => {
+                interpret_selftest(output.exit_code, &output.stdout, &output.stderr, gpus)
+            }
+            Err(error) => TestOutcome::Error {
+                summary: error.to_string(),
+                report: None,
+            },
+        }
+    }
+}

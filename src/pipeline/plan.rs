@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::history::aliases::alias_guard;
 use crate::history::manifest::{Manifest, RecordStatus, TestStatus};
+use crate::history::test_results::{judge, results_of, waiting};
 use crate::history::upgrade::upgrade_plan;
 use crate::model::digest::Digest;
 pub use crate::pipeline::planned::{Plan, PlannedImage};
@@ -230,6 +231,7 @@ pub fn plan(
     context_digests: &BTreeMap<String, Digest>,
     manifest: &Manifest,
     selftest_baseline: Option<&Digest>,
+    require: &[String],
 ) -> Plan {
     let holds = alias_holds(all.iter().chain(selected), manifest);
     let mut build_keys: BTreeMap<String, Digest> = BTreeMap::new();
@@ -286,12 +288,12 @@ pub fn plan(
             selftest_baseline: selftest_baseline.cloned(),
             recorded_digest: recorded.and_then(|r| r.digest.clone()),
             aliases_blocked,
+            tests_missing: judge(require, &recorded.map(results_of).unwrap_or_default()).missing,
         });
     }
-    Plan {
-        images,
-        review: upgrade_plan(all, manifest, &holds),
-    }
+    let mut review = upgrade_plan(all, manifest, &holds);
+    review.waiting_for_tests = waiting(manifest, require);
+    Plan { images, review }
 }
 
 /// The aliases the never-backwards guard holds, with why: each alias judged once, for the first
@@ -526,9 +528,9 @@ mod tests {
         let mut digests = BTreeMap::new();
         digests.insert(selected[0].name.clone(), Digest::of(b"a"));
         digests.insert(selected[1].name.clone(), Digest::of(b"b"));
-        let first = plan(&selected, &selected, &digests, &Manifest::new(), None);
+        let first = plan(&selected, &selected, &digests, &Manifest::new(), None, &[]);
         digests.insert(selected[0].name.clone(), Digest::of(b"changed"));
-        let second = plan(&selected, &selected, &digests, &Manifest::new(), None);
+        let second = plan(&selected, &selected, &digests, &Manifest::new(), None, &[]);
         assert_ne!(first.images[0].build_key, second.images[0].build_key);
         assert_ne!(
             first.images[1].build_key, second.images[1].build_key,
@@ -550,7 +552,7 @@ mod tests {
             )],
         );
         let older = specs_for("2.7.0", "12.6");
-        let plan = plan(&older, &older, &BTreeMap::new(), &manifest, None);
+        let plan = plan(&older, &older, &BTreeMap::new(), &manifest, None, &[]);
         assert!(!plan.images[0]
             .aliases
             .contains(&"2.7-cuda12.6-runtime".to_string()));

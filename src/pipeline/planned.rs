@@ -30,6 +30,10 @@ pub struct PlannedImage {
     pub recorded_digest: Option<Digest>,
     /// Aliases this image earns but may not take (they would move backwards), with why.
     pub aliases_blocked: Vec<(String, String)>,
+    /// What the test policy (`tests.require`) still wants before this image's aliases move,
+    /// judged on the results the manifest records for this build key: GPU models without a
+    /// passing result, `any GPU`, or nothing.
+    pub tests_missing: Vec<String>,
 }
 
 /// The whole plan: the images to build, in build order, and what that changes compared with

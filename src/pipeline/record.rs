@@ -62,11 +62,16 @@ pub fn record(
                     record.build_seconds = previous.build_seconds;
                 }
             }
+            // Aliases waiting for the test policy are kept only with a digest to test.
+            if record.digest.is_some() {
+                record.awaiting_aliases = result.aliases_awaiting.clone();
+            }
             let digest = record.digest.clone();
             manifest.record_success(record);
             for alias in &result.aliases_moved {
                 manifest.move_alias(alias, &planned.spec.tag, digest.clone(), &now);
             }
+            manifest.drop_awaiting_moved();
         }
         // Pushed, then a later step failed (an alias): the registry serves the full tag with
         // this digest, so it is recorded as such, with the failure beside it.
@@ -76,11 +81,13 @@ pub fn record(
                 record.built_at = previous.built_at.clone();
                 record.build_seconds = previous.build_seconds;
             }
+            record.awaiting_aliases = result.aliases_awaiting.clone();
             let digest = record.digest.clone();
             manifest.record_success(record);
             for alias in &result.aliases_moved {
                 manifest.move_alias(alias, &planned.spec.tag, digest.clone(), &now);
             }
+            manifest.drop_awaiting_moved();
             if let Some(image) = manifest.images.get_mut(&planned.spec.tag) {
                 image.last_error = Some(result.error.clone().unwrap_or_else(|| "failed".into()));
             }
@@ -116,6 +123,8 @@ pub fn image_record(spec: &ImageSpec, build_key: &Digest, at: &str) -> ImageReco
         driver_min_compat: spec.driver_min_compat.clone(),
         require_cuda: spec.require_cuda.clone(),
         selftest: None,
+        test_results: Vec::new(),
+        awaiting_aliases: Vec::new(),
         inputs: spec.inputs.clone(),
         packages: None,
         built_at: at.to_string(),

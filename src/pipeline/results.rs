@@ -93,6 +93,9 @@ pub struct ImageResult {
     pub notes: Vec<String>,
     /// Aliases not moved, with why.
     pub aliases_held: Vec<(String, String)>,
+    /// Of those, the aliases that wait for the test policy (`tests.require`): recorded on the
+    /// image so that `imagegen test` moves them once the results hold.
+    pub aliases_awaiting: Vec<String>,
     /// Which stage failed: `lookup` (local or registry), `build`, `test`, `push`, `alias`.
     pub failed_stage: Option<String>,
     pub error: Option<String>,
@@ -111,6 +114,7 @@ impl ImageResult {
             aliases_moved: Vec::new(),
             notes: Vec::new(),
             aliases_held: Vec::new(),
+            aliases_awaiting: Vec::new(),
             failed_stage: None,
             error: None,
             seconds: 0.0,

@@ -247,7 +247,16 @@ async fn a_failed_self_test_blocks_push_and_aliases_and_no_gpu_holds_aliases() {
     let output = project.build(&["--push", "--only", "2.8.0-cuda12.6-cudnn9-runtime"]);
     assert_code(&output, 0);
     let log = text(&output);
-    assert!(log.contains("held (self-test skipped"), "{log}");
+    assert!(
+        log.contains("held (waits for passing self-test results on any GPU"),
+        "{log}"
+    );
+    // The aliases wait on the image's record for a passing result (`imagegen test`).
+    let awaiting = project.manifest()["images"][&tag]["awaiting_aliases"].clone();
+    assert!(
+        awaiting.as_array().is_some_and(|a| !a.is_empty()),
+        "{awaiting}"
+    );
     let manifest = project.manifest();
     assert_eq!(manifest["images"][&tag]["selftest"]["status"], "skipped");
     assert!(manifest["images"][&tag]["selftest"]["summary"]

@@ -10,6 +10,7 @@ mod docker_engine;
 mod docker_host_env;
 mod faults;
 mod generators;
+mod gpu_tests;
 mod layout;
 mod limits;
 mod multiarch;

@@ -18,6 +18,7 @@ use std::time::Instant;
 
 use crate::history::alias_transaction::{AliasTarget, Owner};
 use crate::history::manifest::Packages;
+use crate::history::test_results::{gpu_is, ANY_GPU};
 use crate::model::digest::Digest;
 pub use crate::pipeline::alias_move::Claim;
 use crate::pipeline::alias_move::{
@@ -354,10 +355,32 @@ async fn run_one<B: Builder, J: Journal>(
         }
     }
 
-    let may_move = match &test {
-        TestOutcome::Pass { .. } => None,
-        TestOutcome::Skipped { .. } if options.move_untested_aliases && !in_registry_only => None,
-        other => Some(format!("self-test {}: {}", other.status(), other.summary())),
+    // Whether the aliases may move now: after a pass that leaves nothing the test policy still
+    // wants; they wait (recorded on the image, for `imagegen test`) when the policy wants results
+    // from GPUs this run did not have; otherwise they are held.
+    let gate = match &test {
+        TestOutcome::Pass { report, .. } => {
+            let gpus = tested_gpus(report.as_ref());
+            let still: Vec<String> = image
+                .tests_missing
+                .iter()
+                .filter(|model| {
+                    model.as_str() != ANY_GPU && !gpus.iter().any(|gpu| gpu_is(gpu, model))
+                })
+                .cloned()
+                .collect();
+            if still.is_empty() {
+                Gate::Move
+            } else {
+                Gate::Await(still)
+            }
+        }
+        TestOutcome::Skipped { .. } if options.move_untested_aliases && !in_registry_only => {
+            Gate::Move
+        }
+        TestOutcome::Skipped { .. } if image.tests_missing.is_empty() => Gate::Move,
+        TestOutcome::Skipped { .. } if options.push => Gate::Await(image.tests_missing.clone()),
+        other => Gate::Hold(format!("self-test {}: {}", other.status(), other.summary())),
     };
     step("moving its aliases");
     for alias in &image.aliases {
@@ -368,9 +391,23 @@ async fn run_one<B: Builder, J: Journal>(
             result.aliases_held.push((alias.clone(), reason));
             continue;
         }
-        if let Some(reason) = &may_move {
-            result.aliases_held.push((alias.clone(), reason.clone()));
-            continue;
+        match &gate {
+            Gate::Move => {}
+            Gate::Hold(reason) => {
+                result.aliases_held.push((alias.clone(), reason.clone()));
+                continue;
+            }
+            Gate::Await(missing) => {
+                result.aliases_held.push((
+                    alias.clone(),
+                    format!(
+                        "waits for passing self-test results on {} (matrix.yaml `tests`); `imagegen test` on such a node moves it",
+                        missing.join(", ")
+                    ),
+                ));
+                result.aliases_awaiting.push(alias.clone());
+                continue;
+            }
         }
         if !options.push {
             if let Err(error) = builder
@@ -421,6 +458,28 @@ async fn run_one<B: Builder, J: Journal>(
     }
     result.seconds = start.elapsed().as_secs_f64();
     result
+}
+
+/// What may happen to an image's aliases after its test.
+enum Gate {
+    Move,
+    /// They wait for results from these GPU models (or `any GPU`).
+    Await(Vec<String>),
+    Hold(String),
+}
+
+/// The GPU names of a self-test report's inventory.
+fn tested_gpus(report: Option<&serde_json::Value>) -> Vec<String> {
+    report
+        .and_then(|r| r["checks"].as_array())
+        .and_then(|checks| checks.iter().find(|c| c["name"] == "inventory"))
+        .and_then(|inventory| inventory["gpus"].as_array())
+        .map(|gpus| {
+            gpus.iter()
+                .filter_map(|g| g["name"].as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

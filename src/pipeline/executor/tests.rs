@@ -191,6 +191,7 @@ fn test_plan() -> Plan {
         &BTreeMap::new(),
         &crate::history::manifest::Manifest::new(),
         None,
+        &[],
     )
 }
 
@@ -348,7 +349,7 @@ async fn a_failed_test_means_no_push_and_no_alias() {
 }
 
 #[tokio::test]
-async fn without_gpus_images_are_pushed_but_aliases_hold() {
+async fn without_gpus_images_are_pushed_and_aliases_wait_for_test_results() {
     let builder = Arc::new(FakeBuilder {
         no_gpu: true,
         ..Default::default()
@@ -364,9 +365,11 @@ async fn without_gpus_images_are_pushed_but_aliases_hold() {
         !held.is_empty()
             && held
                 .iter()
-                .all(|(_, why)| why.contains("self-test skipped")),
+                .all(|(_, why)| why.contains("waits for passing self-test results on any GPU")),
         "{held:?}"
     );
+    let awaiting: usize = results.iter().map(|r| r.aliases_awaiting.len()).sum();
+    assert_eq!(awaiting, held.len());
 
     let moving = ExecOptions {
         move_untested_aliases: true,
