@@ -17,9 +17,13 @@
 #   debian-archive-keyring - the keys debootstrap checks bookworm's Release file with (Debian has
 #                      it already; an Ubuntu machine, such as a GitHub-hosted runner, does not)
 #
-# Linters and uv (pip, into the project's own venv .ci/venv, never the system Python): actionlint,
-# hadolint and uv (the resolver `imagegen lock` runs), and the independent attestation verifier's
-# packages (securesystemslib, cryptography, cyclonedx-python-lib, jsonschema), pinned by hash in .ci/requirements.txt. `.ci/lint.sh` puts .ci/venv/bin first on PATH.
+# cargo-auditable (cargo install, into target/tools): see below.
+#
+# Linters, uv, syft and the attestation verifier (pip, into the project's own venv .ci/venv, never
+# the system Python): actionlint, hadolint, uv (the resolver `imagegen lock` runs), syft (the
+# real-build test's SBOM scanner) and the independent attestation verifier's packages
+# (securesystemslib, cryptography, cyclonedx-python-lib, jsonschema), pinned by hash in
+# .ci/requirements.txt. `.ci/lint.sh` puts .ci/venv/bin first on PATH.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -42,6 +46,19 @@ else
     $SUDO apt-get install -y --no-install-recommends "${missing[@]}"
 fi
 
+# cargo-auditable (cargo install, into target/tools/ as selftest/build.sh puts it, at the version
+# of selftest/tool-versions.sh): the real-build test builds gpu-selftest with `cargo auditable
+# build` and checks that syft reads its crates from the binary. Built once (about 3 minutes on two
+# cores), then found in target/tools.
+auditable_version="$(sed -n 's/^auditable_version="\(.*\)"$/\1/p' selftest/tool-versions.sh)"
+[ -n "$auditable_version" ] || { echo "install-deps: no auditable_version in selftest/tool-versions.sh" >&2; exit 2; }
+if cargo install --list --root target/tools 2>/dev/null | grep -qx "cargo-auditable v$auditable_version:"; then
+    echo "install-deps: cargo-auditable $auditable_version present in target/tools"
+else
+    cargo install --quiet --locked --version "$auditable_version" --root target/tools cargo-auditable
+    echo "install-deps: installed cargo-auditable $auditable_version into target/tools"
+fi
+
 # Debian's own interpreter, which python3-venv serves, whatever python3 a PATH (pyenv, say) puts first.
 python=/usr/bin/python3
 venv=.ci/venv
@@ -49,7 +66,7 @@ requirements=.ci/requirements.txt
 # The venv records the requirements it was made from; the same file means nothing to do.
 stamp="$venv/installed-requirements.txt"
 
-linters_run() { "$venv/bin/actionlint" -version >/dev/null 2>&1 && "$venv/bin/hadolint" --version >/dev/null 2>&1 && "$venv/bin/uv" --version >/dev/null 2>&1 && "$venv/bin/python" -c "import securesystemslib, cyclonedx, jsonschema" 2>/dev/null; }
+linters_run() { "$venv/bin/actionlint" -version >/dev/null 2>&1 && "$venv/bin/hadolint" --version >/dev/null 2>&1 && "$venv/bin/uv" --version >/dev/null 2>&1 && "$venv/bin/syft" version >/dev/null 2>&1 && "$venv/bin/python" -c "import securesystemslib, cyclonedx, jsonschema" 2>/dev/null; }
 
 if cmp -s "$requirements" "$stamp" && linters_run; then
     echo "install-deps: linters present in $venv ($("$venv/bin/actionlint" -version | head -1), $("$venv/bin/hadolint" --version), $("$venv/bin/uv" --version))"

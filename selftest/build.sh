@@ -13,15 +13,18 @@
 # It installs the rest under target/tools/ when missing, never into the system:
 #   zig            PyPI's ziglang, in the virtual environment target/tools/zigenv
 #   cargo-zigbuild cargo install --locked --root target/tools
+#   cargo-auditable cargo install --locked --root target/tools: every binary carries its crates
+#                  (name, version, source) in a `.dep-v0` section that syft, trivy and grype read
+# Versions: selftest/tool-versions.sh.
 # An aarch64 build also needs the Rust standard library for aarch64-unknown-linux-gnu
 # (`rustup target add aarch64-unknown-linux-gnu`); without it the script stops before building.
 set -euo pipefail
 repository_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repository_root"
 glibc_floor="2.17"
-# Versions checked together (shared/reference/crates.md §4).
-ziglang_version="0.17.1"
-zigbuild_version="0.24.1"
+# Versions checked together, in one file with .ci/install-deps.sh.
+# shellcheck source=selftest/tool-versions.sh
+source "$repository_root/selftest/tool-versions.sh"
 tools="$repository_root/target/tools"
 known_builds="cu11 cu12 cu13 cu11-arm64 cu12-arm64 cu13-arm64"
 
@@ -67,7 +70,9 @@ for name in "${builds[@]}"; do
   fi
 done
 
-# 3. zig (through PyPI's ziglang, in our own virtual environment) and cargo-zigbuild.
+# 3. zig (through PyPI's ziglang, in our own virtual environment), cargo-zigbuild and
+#    cargo-auditable (the build is `cargo auditable zigbuild`: zigbuild's glibc floor, and the
+#    crates recorded in the binary for scanners).
 export PATH="$tools/bin:$tools/zigenv/bin:$PATH"
 if ! command -v zig >/dev/null && ! python3 -m ziglang version >/dev/null 2>&1; then
   echo "== [${SECONDS} s] installing zig (ziglang $ziglang_version from PyPI) into target/tools/zigenv"
@@ -79,6 +84,10 @@ if ! command -v cargo-zigbuild >/dev/null; then
   echo "== [${SECONDS} s] installing cargo-zigbuild $zigbuild_version into target/tools"
   cargo install --quiet --locked --version "$zigbuild_version" --root "$tools" cargo-zigbuild
 fi
+if ! cargo install --list --root "$tools" | grep -qx "cargo-auditable v$auditable_version:"; then
+  echo "== [${SECONDS} s] installing cargo-auditable $auditable_version into target/tools"
+  cargo install --quiet --locked --version "$auditable_version" --root "$tools" cargo-auditable
+fi
 
 # 4. The builds, one cargo target folder each: the cudarc feature changes the whole graph.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$repository_root/target/zig}"
@@ -87,7 +96,7 @@ for name in "${builds[@]}"; do
   major="${name%-arm64}"
   if [[ "$name" == *-arm64 ]]; then target_triple="aarch64-unknown-linux-gnu"; else target_triple="x86_64-unknown-linux-gnu"; fi
   echo "== [${SECONDS} s] building gpu-selftest-$name ($target_triple, glibc $glibc_floor)"
-  CARGO_TARGET_DIR="$CARGO_TARGET_DIR/$name" cargo zigbuild --release -p gpu-selftest \
+  CARGO_TARGET_DIR="$CARGO_TARGET_DIR/$name" cargo auditable zigbuild --release -p gpu-selftest \
     --no-default-features --features "$major" --target "$target_triple.$glibc_floor"
   built="$CARGO_TARGET_DIR/$name/$target_triple/release/gpu-selftest"
   output="target/selftest/gpu-selftest-$name"

@@ -13,7 +13,7 @@ use crate::model::digest::Digest;
 use crate::project::Project;
 use crate::render::{render_all, RenderedImage};
 use crate::resolve::image::{Resolution, ResolveOptions};
-use crate::resolve::lock::{lock_status, LockStatus, LOCK_FILE};
+use crate::resolve::lock::{lock_status, locked_cuda, LockStatus, LOCK_FILE};
 use crate::resolve::resolve;
 
 /// Resolves the project's matrix; `options.template_digest`, the lock digests and the CA bundle's
@@ -41,6 +41,10 @@ pub fn resolve_with_locks(
             .map(|(name, text)| (name.clone(), Digest::of(text.as_bytes())))
             .collect()
     };
+    options.locked_cuda = locks
+        .iter()
+        .map(|(name, text)| (name.clone(), locked_cuda(text)))
+        .collect();
     options.ca_bundle = project
         .ca_bundle()?
         .map(|bundle| Digest::of(bundle.text.as_bytes()));

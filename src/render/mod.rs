@@ -327,6 +327,15 @@ pub fn check_values(image: &ImageSpec) -> Result<(), RenderError> {
         version_like("torchaudio", audio)?;
     }
     version_like("cuda", &image.cuda)?;
+    for (field, value) in [
+        ("base_cuda_toolkit", &image.base_cuda_toolkit),
+        ("cuda_runtime", &image.cuda_runtime),
+        ("cuda_nvcc", &image.cuda_nvcc),
+    ] {
+        if let Some(value) = value {
+            version_like(field, value)?;
+        }
+    }
     version_like("cudnn", &image.cudnn)?;
     version_like("python", &image.python)?;
     version_like("os", &image.os)?;
@@ -581,6 +590,87 @@ mod tests {
         }
     }
 
+    /// The value of `label` in a rendered Dockerfile's LABEL instruction, if it is set.
+    fn label<'t>(text: &'t str, label: &str) -> Option<&'t str> {
+        let start = text.find(&format!(" {label}=\""))? + label.len() + 3;
+        Some(&text[start..start + text[start..].find('"')?])
+    }
+
+    #[test]
+    fn labels_name_a_toolkit_only_where_the_base_holds_one_and_the_runtime_from_the_lock() {
+        // On a Debian base the matrix names: no toolkit in the runtime image; the CUDA runtime
+        // and (devel, toolkit wheels) nvcc are the lock's.
+        let matrix = Matrix::parse(
+            "registry: ghcr.io\nrepository: acme/pytorch\ntorch: [\"2.13\"]\ncuda: [\"13.0\"]\nos: [debian12, ubuntu24.04]\ntorch_wheels: pypi\ndevel_toolkit: pypi\nbase_images:\n  runtime: {debian12: \"local/bookworm:1\"}\n",
+            "m.yaml",
+        )
+        .unwrap();
+        let runtime_lock = "nvidia-cuda-runtime==13.0.96 \\\n    --hash=sha256:aa\n";
+        let devel_lock =
+            format!("{runtime_lock}nvidia-cuda-nvcc==13.0.88 \\\n    --hash=sha256:bb\n");
+        let mut options = ResolveOptions::default();
+        for os in ["debian12", "ubuntu24.04"] {
+            options.locked_cuda.insert(
+                format!("2.13.0-cuda13.0-cudnn9-runtime-{os}"),
+                crate::resolve::lock::locked_cuda(runtime_lock),
+            );
+            options.locked_cuda.insert(
+                format!("2.13.0-cuda13.0-cudnn9-devel-{os}"),
+                crate::resolve::lock::locked_cuda(&devel_lock),
+            );
+        }
+        let images = resolve(&matrix, &Knowledge::test_fixture(), &options).images;
+        let rendered: BTreeMap<String, String> =
+            render_all(&images, &matrix, &Templates::embedded(), None)
+                .unwrap()
+                .into_iter()
+                .map(|image| (image.name, image.files["Dockerfile"].clone()))
+                .collect();
+        let labels = |name: &str| {
+            let text = &rendered[name];
+            (
+                label(text, "imagegen.cuda.toolkit"),
+                label(text, "imagegen.cuda.runtime"),
+                label(text, "imagegen.cuda.nvcc"),
+                label(text, "imagegen.cuda"),
+            )
+        };
+        assert_eq!(rendered.len(), 4, "{:?}", rendered.keys());
+        assert_eq!(
+            labels("2.13.0-cuda13.0-cudnn9-runtime-debian12"),
+            (None, Some("13.0.96"), None, Some("13.0"))
+        );
+        assert_eq!(
+            labels("2.13.0-cuda13.0-cudnn9-devel-debian12"),
+            (None, Some("13.0.96"), Some("13.0.88"), Some("13.0"))
+        );
+        // On nvidia/cuda: the base's toolkit release beside the lock's runtime.
+        assert_eq!(
+            labels("2.13.0-cuda13.0-cudnn9-runtime-ubuntu24.04"),
+            (Some("13.0.0"), Some("13.0.96"), None, Some("13.0"))
+        );
+        assert_eq!(
+            labels("2.13.0-cuda13.0-cudnn9-devel-ubuntu24.04"),
+            (
+                Some("13.0.0"),
+                Some("13.0.96"),
+                Some("13.0.88"),
+                Some("13.0")
+            )
+        );
+        // Without a lock: no runtime label (nothing to read it from), never a guess.
+        let (images, matrix) =
+            specs("torch: [\"2.13\"]\ncuda: [\"13.0\"]\nos: [ubuntu24.04]\nvariants: [runtime]\n");
+        let text = &render_all(&images, &matrix, &Templates::embedded(), None).unwrap()[0].files
+            ["Dockerfile"];
+        assert_eq!(label(text, "imagegen.cuda.runtime"), None, "{text}");
+        assert_eq!(
+            label(text, "imagegen.cuda.toolkit"),
+            Some("13.0.0"),
+            "{text}"
+        );
+    }
+
     #[test]
     fn a_debian_base_uses_debian_mirrors_and_the_pypi_toolkit() {
         let images = render(
@@ -654,6 +744,16 @@ mod tests {
         }
     }
 
+    /// The variables that point clients with a CA list of their own at the system bundle.
+    const CA_VARIABLES: [&str; 6] = [
+        "SSL_CERT_FILE",
+        "REQUESTS_CA_BUNDLE",
+        "CURL_CA_BUNDLE",
+        "PIP_CERT",
+        "NODE_EXTRA_CA_CERTS",
+        "AWS_CA_BUNDLE",
+    ];
+
     #[test]
     fn a_ca_bundle_is_copied_and_installed_into_the_system_store() {
         let ca = CaBundle {
@@ -687,8 +787,33 @@ mod tests {
                 assert!(
                     text.contains(" && update-ca-certificates \\\n && rm -rf /var/lib/apt/lists/*")
                 );
+                // Clients with a CA list of their own read the system bundle, set once in the
+                // runtime image (the devel image inherits its environment).
+                let environment = text.find("ENV SSL_CERT_FILE=").expect(text);
+                assert!(environment > text.find(" && update-ca-certificates \\").unwrap());
+                for variable in CA_VARIABLES {
+                    assert!(
+                        text.contains(&format!("{variable}=/etc/ssl/certs/ca-certificates.crt")),
+                        "{variable}: {text}"
+                    );
+                }
                 runtimes_checked += 1;
+            } else {
+                assert!(!text.contains("SSL_CERT_FILE"), "{text}");
             }
+        }
+        // Without ca_bundle nothing changes: no variable, no copy, no --cert.
+        let plain = render(
+            "torch: [\"2.7\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\n",
+            None,
+        );
+        assert_eq!(plain.len(), 2);
+        for files in plain.values() {
+            let text = &files["Dockerfile"];
+            for variable in CA_VARIABLES {
+                assert!(!text.contains(variable), "{variable}: {text}");
+            }
+            assert!(!text.contains("ca-certificates.crt"), "{text}");
         }
         assert_eq!(
             (images.len(), runtimes_checked),

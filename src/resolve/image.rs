@@ -35,8 +35,17 @@ pub struct ImageSpec {
     pub torchaudio: Option<String>,
     /// CUDA of the torch wheel, major.minor.
     pub cuda: String,
-    /// The CUDA toolkit release of the base image (`12.6.3`).
+    /// The CUDA release line of the knowledge the cell resolved to (`12.6.3`): the nvidia/cuda
+    /// base's tag, whatever base the image is built on.
     pub cuda_full: String,
+    /// The CUDA toolkit the base image holds (`/usr/local/cuda/version.json` of an nvidia/cuda
+    /// base, `cuda_full`); `None` on a base the matrix names (`base_images`), whose contents
+    /// imagegen does not know.
+    pub base_cuda_toolkit: Option<String>,
+    /// The CUDA runtime torch loads: the version of the lock's `nvidia-cuda-runtime` wheel.
+    pub cuda_runtime: Option<String>,
+    /// The nvcc a devel image holds from the toolkit wheels: the lock's `nvidia-cuda-nvcc`.
+    pub cuda_nvcc: Option<String>,
     /// cuDNN bundled by the torch wheel.
     pub cudnn: String,
     pub nccl: Option<String>,
@@ -218,6 +227,17 @@ pub struct ResolveOptions {
     pub locks: BTreeMap<String, Digest>,
     /// sha256 of the matrix's CA bundle (`ca_bundle`), which goes into every image.
     pub ca_bundle: Option<Digest>,
+    /// The CUDA wheels each image's lock pins, by image name (read from the locks on disk).
+    pub locked_cuda: BTreeMap<String, LockedCuda>,
+}
+
+/// The CUDA wheels a lock pins, for the image's labels.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LockedCuda {
+    /// `nvidia-cuda-runtime` (`-cu12` before CUDA 13): the runtime torch loads.
+    pub runtime: Option<String>,
+    /// `nvidia-cuda-nvcc`: the compiler of the toolkit wheels (devel images, `devel_toolkit: pypi`).
+    pub nvcc: Option<String>,
 }
 
 /// What the tag rules need to know about one image.

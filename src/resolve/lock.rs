@@ -13,8 +13,8 @@ use std::collections::BTreeMap;
 
 use crate::model::digest::Digest;
 use crate::resolve::fingerprint::fingerprint;
-use crate::resolve::image::PipIndexes;
 pub use crate::resolve::image::{LockSpec, ParentLock};
+use crate::resolve::image::{LockedCuda, PipIndexes};
 
 /// The file name of a lock, beside the image's Dockerfile.
 pub const LOCK_FILE: &str = "requirements.lock";
@@ -137,6 +137,32 @@ pub fn lock_status(spec: &LockSpec, text: Option<&str>) -> LockStatus {
     }
 }
 
+/// The CUDA wheels `text` (a lock) pins: `nvidia-cuda-runtime` and `nvidia-cuda-nvcc`, with or
+/// without the `-cuXY` suffix of CUDA 12 and older. Names are compared as PEP 503 normalizes them.
+pub fn locked_cuda(text: &str) -> LockedCuda {
+    let mut locked = LockedCuda::default();
+    for line in text.lines().filter(|line| !line.starts_with([' ', '#'])) {
+        let Some((name, version)) = line.split_once("==") else {
+            continue;
+        };
+        let name = name.trim().to_lowercase().replace(['_', '.'], "-");
+        let version = version.trim_end_matches(['\\', ' ']).trim().to_string();
+        let is = |package: &str| {
+            name == package
+                || name
+                    .strip_prefix(package)
+                    .and_then(|rest| rest.strip_prefix("-cu"))
+                    .is_some_and(|major| major.chars().all(|c| c.is_ascii_digit()))
+        };
+        if is("nvidia-cuda-runtime") {
+            locked.runtime = Some(version);
+        } else if is("nvidia-cuda-nvcc") {
+            locked.nvcc = Some(version);
+        }
+    }
+    locked
+}
+
 /// uv's `--python-platform` for an architecture (`amd64`, `arm64`) and the OS's glibc (`2.39`):
 /// the newest manylinux level the OS runs. uv knows manylinux 2.17, 2.28 and 2.31 to 2.40.
 pub fn python_platform(arch: &str, glibc: &str) -> String {
@@ -173,6 +199,22 @@ pub fn cuda_line_constraints(cuda: &str) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_cuda_wheels_of_a_lock_are_read_with_or_without_their_suffix() {
+        let lock = "# imagegen-lock-inputs: sha256:00\nnvidia-cuda-runtime==13.0.96 \\\n    --hash=sha256:aa\nnvidia-cuda-nvcc==13.0.88 \\\n    --hash=sha256:bb\nnvidia-cuda-runtime-dev==1.0 \\\n";
+        let locked = super::locked_cuda(lock);
+        assert_eq!(locked.runtime.as_deref(), Some("13.0.96"));
+        assert_eq!(locked.nvcc.as_deref(), Some("13.0.88"));
+        let old =
+            super::locked_cuda("nvidia_cuda_runtime_cu12==12.6.77 \\\n    --hash=sha256:cc\n");
+        assert_eq!(old.runtime.as_deref(), Some("12.6.77"));
+        assert_eq!(old.nvcc, None);
+        assert_eq!(
+            super::locked_cuda("torch==2.13.0\n"),
+            super::LockedCuda::default()
+        );
+    }
+
     use super::*;
 
     fn spec(requirements: &[&str]) -> LockSpec {

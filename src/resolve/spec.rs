@@ -57,20 +57,22 @@ pub(super) fn build_spec(
         .as_ref()
         .map(|r| format!("{r}/"))
         .unwrap_or_default();
-    let base_image = matrix
-        .base_images
-        .runtime_for(&BaseImageFields {
-            cuda: &found.variant.cuda,
-            cuda_full: &found.cuda_release.version,
-            os: &found.os,
-            arch: &arch,
-        })
-        .unwrap_or_else(|| {
+    // A base the matrix names is the team's; only nvidia/cuda's is known to hold a toolkit.
+    let (base_image, base_cuda_toolkit) = match matrix.base_images.runtime_for(&BaseImageFields {
+        cuda: &found.variant.cuda,
+        cuda_full: &found.cuda_release.version,
+        os: &found.os,
+        arch: &arch,
+    }) {
+        Some(named) => (named, None),
+        None => (
             format!(
                 "{base_registry}nvidia/cuda:{}-base-{}",
                 found.cuda_release.version, found.os
-            )
-        });
+            ),
+            Some(found.cuda_release.version.clone()),
+        ),
+    };
     let wheel_index = match matrix.torch_wheels {
         TorchWheels::Pypi => plain_index(&matrix.mirrors),
         TorchWheels::Pytorch => {
@@ -121,6 +123,9 @@ pub(super) fn build_spec(
         torchaudio: found.release.torchaudio.clone(),
         cuda: found.variant.cuda.clone(),
         cuda_full: found.cuda_release.version.clone(),
+        base_cuda_toolkit,
+        cuda_runtime: None,
+        cuda_nvcc: None,
         cudnn: found.variant.cudnn.clone(),
         nccl: found.variant.nccl.clone(),
         python: found.python.clone(),
@@ -164,6 +169,10 @@ pub(super) fn build_spec(
         let platform = python_platform(&arch, &found.glibc);
         spec.lock = Some(lock_spec(&spec, platform, None));
         spec.lock_digest = options.locks.get(&spec.name).cloned();
+        if let Some(locked) = options.locked_cuda.get(&spec.name) {
+            spec.cuda_runtime = locked.runtime.clone();
+            spec.cuda_nvcc = locked.nvcc.clone();
+        }
     }
     spec.inputs = fingerprint_inputs(&spec, matrix, options);
     spec.fingerprint = fingerprint(&spec.inputs);

@@ -5,14 +5,20 @@
 //! lock` resolved with uv, the host's CA bundle, a real gpu-selftest (the CUDA 13 build).
 //!
 //! Inside the image it checks what the issue asks: torch, CUDA, cuDNN and NCCL are the versions
-//! the labels say; `torch.compile` on the CPU matches eager; pip installed exactly the lock; the
-//! wheels' CUDA libraries are in the loader cache; gpu-selftest exits 2 with its "no driver"
-//! report. A build from a tampered lock fails on the hash. In the devel image (CUDA toolkit from
+//! the labels say (the CUDA runtime label is the lock's `nvidia-cuda-runtime`, and no label names
+//! a toolkit the Debian base lacks); `torch.compile` on the CPU matches eager; pip installed exactly
+//! the lock; the wheels' CUDA libraries are in the loader cache; gpu-selftest exits 2 with its "no
+//! driver" report, and syft reads its crates from the binary (built with cargo-auditable), each at
+//! its `Cargo.lock` version. With nothing passed to `docker run`, pip, requests, httpx and urllib
+//! reach PyPI through the machine's TLS-intercepting proxy, and requests and httpx fail on the
+//! certificate once the image's CA variables are unset (so the proxy really intercepts). A build from a tampered lock fails on the hash. In the devel image (CUDA toolkit from
 //! PyPI) a CPU and a CUDA `torch.utils.cpp_extension` compile, with the NCCL and cuDNN headers of
 //! the wheels, and `-lcuda` links against the stub.
 //!
-//! It needs the daemon, debootstrap (`.ci/install-deps.sh`), uv (`.ci/venv/bin/uv`, `IMAGEGEN_UV`
-//! or PATH), cargo and the network (deb.debian.org, PyPI), and fails, never skips, without them.
+//! It needs the daemon, debootstrap, uv and syft (`.ci/install-deps.sh`: `.ci/venv/bin/uv` and
+//! `.ci/venv/bin/syft`, or `IMAGEGEN_UV`/`IMAGEGEN_SYFT`, or PATH), cargo-auditable
+//! (`target/tools/bin`, which `.ci/install-deps.sh` and `selftest/build.sh` install), cargo and the
+//! network (deb.debian.org, PyPI), and fails, never skips, without them.
 //! It removes what it built, and the base image when it made it (`IMAGEGEN_TEST_KEEP_BASES=1`
 //! keeps it for the next run); it prints each phase's time and the image's layers (see BENCHMARKS.md).
 
@@ -204,35 +210,61 @@ fn base_image(phases: &mut Phases) -> String {
     String::from_utf8_lossy(&inspect.stdout).trim().to_string()
 }
 
-/// uv: `IMAGEGEN_UV`, the one `.ci/install-deps.sh` puts in `.ci/venv`, or `uv` on PATH.
-fn uv() -> PathBuf {
+/// A tool of `.ci/venv`: `$variable`, the one `.ci/install-deps.sh` puts in `.ci/venv`, or `name`
+/// on PATH; the first that answers `version_argument`.
+fn venv_tool(name: &str, variable: &str, version_argument: &str) -> PathBuf {
     let candidates = [
-        std::env::var_os("IMAGEGEN_UV").map(PathBuf::from),
-        Some(repository_root().join(".ci/venv/bin/uv")),
-        Some(PathBuf::from("uv")),
+        std::env::var_os(variable).map(PathBuf::from),
+        Some(repository_root().join(".ci/venv/bin").join(name)),
+        Some(PathBuf::from(name)),
     ];
     for candidate in candidates.into_iter().flatten() {
         if Command::new(&candidate)
-            .arg("--version")
+            .arg(version_argument)
             .output()
             .is_ok_and(|output| output.status.success())
         {
             return candidate;
         }
     }
-    panic!(
-        "uv is missing: run .ci/install-deps.sh (it installs uv into .ci/venv) or set IMAGEGEN_UV"
-    );
+    panic!("{name} is missing: run .ci/install-deps.sh (it installs {name} into .ci/venv) or set {variable}");
 }
 
-/// Starts building gpu-selftest for CUDA 13 (release, in a target folder of its own, beside the
-/// test's own build), while the base image and the locks are made.
+/// uv, the resolver `imagegen lock` runs.
+fn uv() -> PathBuf {
+    venv_tool("uv", "IMAGEGEN_UV", "--version")
+}
+
+/// syft, the SBOM scanner that must read gpu-selftest's crates.
+fn syft() -> PathBuf {
+    venv_tool("syft", "IMAGEGEN_SYFT", "version")
+}
+
+/// Where `.ci/install-deps.sh` and `selftest/build.sh` install cargo-auditable.
+fn tools_bin() -> PathBuf {
+    repository_root().join("target/tools/bin")
+}
+
+/// Starts building gpu-selftest for CUDA 13 with cargo-auditable (release, in a target folder of
+/// its own, beside the test's own build), while the base image and the locks are made.
 fn start_selftest_build() -> (Child, PathBuf) {
+    let auditable = tools_bin().join("cargo-auditable");
+    assert!(
+        auditable.exists(),
+        "{} is missing: run .ci/install-deps.sh or selftest/build.sh (they install cargo-auditable into target/tools)",
+        auditable.display()
+    );
+    let path = std::env::join_paths(std::iter::once(tools_bin()).chain(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    )))
+    .unwrap();
     let target = repository_root().join("target/real-build");
     let child = Command::new(env!("CARGO"))
         .current_dir(repository_root())
         .env("CARGO_TARGET_DIR", &target)
+        .env("PATH", path)
         .args([
+            "auditable",
             "build",
             "--quiet",
             "--release",
@@ -341,7 +373,9 @@ import json, os, subprocess, tempfile, time
 import torch
 from torch.utils.cpp_extension import CUDA_HOME, load_inline
 report = {"cuda_home": CUDA_HOME, "library_path": os.environ.get("LIBRARY_PATH", "")}
-report["nvcc"] = subprocess.run(["nvcc", "--version"], capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+nvcc_version = subprocess.run(["nvcc", "--version"], capture_output=True, text=True, check=True).stdout.strip().splitlines()
+report["nvcc"] = nvcc_version[-1]
+report["nvcc_release"] = next((line for line in nvcc_version if "release" in line), "")
 started = time.time()
 cpu = load_inline(name="imagegen_cpu", cpp_sources=["torch::Tensor add_one(torch::Tensor x) { return x + 1; }"], functions=["add_one"])
 report["cpu_extension"] = cpu.add_one(torch.zeros(3)).tolist()
@@ -371,8 +405,110 @@ with open(folder + "/driver.c", "w") as source:
 subprocess.run(["gcc", folder + "/driver.c", "-lcuda", "-o", folder + "/driver"], check=True)
 report["driver_program_needs"] = subprocess.run(["readelf", "-d", folder + "/driver"], capture_output=True, text=True, check=True).stdout
 report["libcuda_in_loader_cache"] = "libcuda.so" in subprocess.run(["ldconfig", "-p"], capture_output=True, text=True).stdout
+report["ssl_cert_file"] = os.environ.get("SSL_CERT_FILE")
 print(json.dumps(report))
 "#;
+
+/// The variables the runtime image sets where the matrix has a `ca_bundle`.
+const CA_VARIABLES: [&str; 6] = [
+    "SSL_CERT_FILE",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+    "PIP_CERT",
+    "NODE_EXTRA_CA_CERTS",
+    "AWS_CA_BUNDLE",
+];
+
+/// The CA bundle at run time, in a container started with nothing passed: pip installs requests
+/// and httpx into a throwaway folder from PyPI, then requests, httpx and urllib (and curl, where
+/// the image has it) fetch a PyPI page; the same clients again with the CA variables unset. One
+/// JSON line.
+const CA_CHECKS: &str = r#"
+import json, os, shutil, subprocess, sys, tempfile
+VARIABLES = sys.argv[1].split(",")
+URL = "https://pypi.org/simple/requests/"
+report = {"environment": {name: os.environ.get(name) for name in VARIABLES}}
+target = tempfile.mkdtemp()
+pip = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--target", target, "requests", "httpx"], capture_output=True, text=True)
+report["pip"] = "ok" if pip.returncode == 0 else pip.stdout[-400:] + pip.stderr[-800:]
+CLIENTS = r"""
+import json, sys, urllib.request
+sys.path.insert(0, sys.argv[1])
+URL = sys.argv[2]
+report = {}
+def attempt(name, call):
+    try:
+        report[name] = call()
+    except Exception as error:
+        report[name] = (type(error).__name__ + ": " + str(error))[:300]
+import requests, httpx, certifi
+report["certifi"] = certifi.where()
+attempt("requests", lambda: requests.get(URL, timeout=60).status_code)
+attempt("httpx", lambda: httpx.get(URL, timeout=60).status_code)
+attempt("urllib", lambda: urllib.request.urlopen(URL, timeout=60).status)
+print(json.dumps(report))
+"""
+def clients(environment):
+    run = subprocess.run([sys.executable, "-c", CLIENTS, target, URL], env=environment, capture_output=True, text=True)
+    if run.returncode != 0:
+        return {"error": run.stderr[-800:]}
+    return json.loads(run.stdout.strip().splitlines()[-1])
+report["with"] = clients(dict(os.environ))
+report["without"] = clients({key: value for key, value in os.environ.items() if key not in VARIABLES})
+curl = shutil.which("curl")
+report["curl"] = subprocess.run([curl, "-sS", "-o", "/dev/null", "-w", "%{http_code}", URL], capture_output=True, text=True).stdout if curl else None
+print(json.dumps(report))
+"#;
+
+/// `name vVERSION` of each crate in `Cargo.lock`.
+fn cargo_lock_crates() -> BTreeSet<String> {
+    let lock = std::fs::read_to_string(repository_root().join("Cargo.lock")).unwrap();
+    let mut crates = BTreeSet::new();
+    let mut name = None;
+    for line in lock.lines() {
+        if let Some(value) = line.strip_prefix("name = ") {
+            name = Some(value.trim_matches('"').to_string());
+        } else if let (Some(value), Some(crate_name)) = (line.strip_prefix("version = "), &name) {
+            crates.insert(format!("{crate_name} v{}", value.trim_matches('"')));
+            name = None;
+        }
+    }
+    crates
+}
+
+/// `name vVERSION` of each crate linked into gpu-selftest's CUDA 13 build: its normal dependency
+/// graph without proc-macros (which run at compile time only), as `cargo tree` prints it.
+fn selftest_linked_crates() -> BTreeSet<String> {
+    let tree = run(
+        env!("CARGO"),
+        &[
+            "tree",
+            "--locked",
+            "--offline",
+            "--manifest-path",
+            repository_root().join("Cargo.toml").to_str().unwrap(),
+            "-p",
+            "gpu-selftest",
+            "--no-default-features",
+            "--features",
+            "cu13",
+            "--prefix",
+            "none",
+            "-e",
+            "normal,no-proc-macro",
+            "--target",
+            "x86_64-unknown-linux-gnu",
+        ],
+    );
+    tree.lines()
+        .map(|line| {
+            let line = line.trim_end_matches(" (*)");
+            // The workspace's own crate carries its path: `gpu-selftest v0.1.0 (/.../selftest)`.
+            line.split(" (").next().unwrap_or(line).to_string()
+        })
+        .filter(|line| !line.is_empty())
+        .collect()
+}
 
 /// `9.20.0.48` → `9.20.0`: the part of a version a library reports about itself.
 fn first_three(version: &str) -> String {
@@ -603,6 +739,169 @@ fn a_runtime_and_a_devel_image_built_for_real_from_pypi_on_a_debootstrapped_base
         "{selftest_report:#}"
     );
 
+    // The labels name what the image holds: its CUDA runtime is the lock's wheel; the Debian base
+    // holds no CUDA toolkit, so no label names one.
+    let locked_runtime = runtime_lock
+        .lines()
+        .find_map(|line| line.strip_prefix("nvidia-cuda-runtime=="))
+        .map(|version| version.trim_end_matches([' ', '\\']).to_string())
+        .unwrap_or_else(|| panic!("no nvidia-cuda-runtime in the lock:\n{runtime_lock}"));
+    assert_eq!(
+        labels["imagegen.cuda.runtime"], locked_runtime,
+        "{labels:#?}"
+    );
+    assert!(
+        !labels.contains_key("imagegen.cuda.toolkit"),
+        "a Debian base holds no CUDA toolkit: {labels:#?}"
+    );
+    let no_toolkit = docker(&[
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        &runtime_tag,
+        "test",
+        "!",
+        "-e",
+        "/usr/local/cuda/version.json",
+    ]);
+    assert!(no_toolkit.status.success(), "{}", text(&no_toolkit));
+
+    // syft reads gpu-selftest's crates from the binary in the image (cargo-auditable's .dep-v0
+    // section): every crate linked into it, each at its Cargo.lock version, and nothing else.
+    let scan_folder = tempfile::tempdir().unwrap();
+    let container = format!("{}-selftest", unique_name("imagegen-test-real"));
+    let created = docker(&[
+        "create",
+        "--name",
+        &container,
+        "--label",
+        &format!("{}={}", crate::support::RUN_LABEL, crate::support::run_id()),
+        &runtime_tag,
+    ]);
+    assert!(created.status.success(), "{}", text(&created));
+    let copied = docker(&[
+        "cp",
+        &format!("{container}:/usr/local/bin/gpu-selftest"),
+        scan_folder.path().to_str().unwrap(),
+    ]);
+    let _ = docker(&["rm", &container]);
+    assert!(copied.status.success(), "{}", text(&copied));
+    let scanned_binary = scan_folder.path().join("gpu-selftest");
+    let sbom = run(
+        syft().to_str().unwrap(),
+        &[
+            "scan",
+            &format!("file:{}", scanned_binary.display()),
+            "-o",
+            "syft-json",
+            "-q",
+        ],
+    );
+    let sbom: serde_json::Value = serde_json::from_str(&sbom).unwrap();
+    let listed: BTreeSet<String> = sbom["artifacts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|artifact| artifact["type"] == "rust-crate")
+        .map(|artifact| {
+            format!(
+                "{} v{}",
+                artifact["name"].as_str().unwrap(),
+                artifact["version"].as_str().unwrap()
+            )
+        })
+        .collect();
+    let linked = selftest_linked_crates();
+    assert!(linked.len() > 20, "cargo tree: {linked:?}");
+    let unlisted: Vec<&String> = linked.difference(&listed).collect();
+    assert!(
+        unlisted.is_empty(),
+        "syft does not list these crates of gpu-selftest: {unlisted:?} (it lists {listed:?})"
+    );
+    let locked_crates = cargo_lock_crates();
+    let not_locked: Vec<&String> = listed.difference(&locked_crates).collect();
+    assert!(
+        not_locked.is_empty(),
+        "syft lists crates at versions Cargo.lock does not have: {not_locked:?}"
+    );
+    phases.mark(&format!(
+        "syft: {} crates of gpu-selftest, {} linked ones all at their Cargo.lock versions",
+        listed.len(),
+        linked.len()
+    ));
+
+    // The CA bundle at run time: nothing passed to `docker run`, and the network of the machine,
+    // whose TLS-intercepting proxy only the CA bundle makes trusted.
+    let mut ca_run = Command::new("docker")
+        .args([
+            "run",
+            "--rm",
+            "-i",
+            &runtime_tag,
+            "python",
+            "-",
+            &CA_VARIABLES.join(","),
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    ca_run
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(CA_CHECKS.as_bytes())
+        .unwrap();
+    let ca_output = ca_run.wait_with_output().unwrap();
+    assert!(ca_output.status.success(), "{}", text(&ca_output));
+    let ca: serde_json::Value = serde_json::from_str(
+        String::from_utf8_lossy(&ca_output.stdout)
+            .lines()
+            .last()
+            .unwrap_or_default(),
+    )
+    .unwrap_or_else(|error| panic!("{error}: {}", text(&ca_output)));
+    eprintln!("CA bundle at run time: {ca}");
+    for variable in CA_VARIABLES {
+        assert_eq!(
+            ca["environment"][variable], "/etc/ssl/certs/ca-certificates.crt",
+            "{variable}: {ca:#}"
+        );
+    }
+    assert_eq!(ca["pip"], "ok", "pip install from PyPI: {ca:#}");
+    for client in ["requests", "httpx", "urllib"] {
+        assert_eq!(ca["with"][client], 200, "{client}: {ca:#}");
+    }
+    // certifi (installed by pip above) does not hold the proxy's CA: without the variables,
+    // requests and httpx fail on the certificate. So the proxy intercepts, and the variables are
+    // what make them work.
+    assert!(
+        ca["with"]["certifi"]
+            .as_str()
+            .unwrap_or_default()
+            .ends_with("certifi/cacert.pem"),
+        "{ca:#}"
+    );
+    for client in ["requests", "httpx"] {
+        assert!(
+            ca["without"][client]
+                .as_str()
+                .unwrap_or_default()
+                .contains("CERTIFICATE_VERIFY_FAILED"),
+            "{client} without the CA variables must fail on the proxy's certificate: {ca:#}"
+        );
+    }
+    // curl: the Debian runtime image does not install it; where it is there it must reach PyPI.
+    if let Some(code) = ca["curl"].as_str() {
+        assert_eq!(code, "200", "curl: {ca:#}");
+    }
+    phases.mark(&format!(
+        "CA bundle at run time: pip, requests, httpx, urllib reach PyPI (curl: {})",
+        ca["curl"].as_str().unwrap_or("not in the image")
+    ));
+
     // The devel image: nvcc from PyPI, extensions compile, -lcuda links against the stub.
     let devel_labels = labels_of(&devel_tag);
     let devel = python_in(&devel_tag, DEVEL_CHECKS);
@@ -648,6 +947,25 @@ fn a_runtime_and_a_devel_image_built_for_real_from_pypi_on_a_debootstrapped_base
         devel["libcuda_in_loader_cache"], false,
         "the stub is for linking only, never for the loader"
     );
+    assert_eq!(
+        devel["ssl_cert_file"], "/etc/ssl/certs/ca-certificates.crt",
+        "the devel image inherits the CA variables"
+    );
+    // The nvcc label is the lock's toolkit wheel; nvcc's own `--version` is printed beside it.
+    let devel_lock =
+        std::fs::read_to_string(images.join(&devel_name).join("requirements.lock")).unwrap();
+    let locked_nvcc = devel_lock
+        .lines()
+        .find_map(|line| line.strip_prefix("nvidia-cuda-nvcc=="))
+        .map(|version| version.trim_end_matches([' ', '\\']).to_string())
+        .unwrap_or_else(|| panic!("no nvidia-cuda-nvcc in the devel lock:\n{devel_lock}"));
+    eprintln!(
+        "imagegen.cuda.nvcc={} (nvcc says: {})",
+        devel_labels["imagegen.cuda.nvcc"], devel["nvcc_release"]
+    );
+    assert_eq!(devel_labels["imagegen.cuda.nvcc"], locked_nvcc);
+    assert_eq!(devel_labels["imagegen.cuda.runtime"], locked_runtime);
+    assert!(!devel_labels.contains_key("imagegen.cuda.toolkit"));
 
     // The layers, for BENCHMARKS.md.
     let history = docker(&[
