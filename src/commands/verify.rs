@@ -13,7 +13,7 @@ use crate::cli::{Format, VerifyArgs};
 use crate::commands::attest;
 use crate::commands::outcome::Outcome;
 use crate::commands::output::table;
-use crate::commands::plan::waiting_text;
+use crate::commands::output::waiting_text;
 use crate::commands::signals::Signals;
 use crate::docker::{repository_path_of, Registries, RetryPolicy};
 use crate::history::manifest::now_rfc3339;

@@ -700,6 +700,17 @@ impl Manifest {
     }
 }
 
+/// An image whose aliases wait for results: its full tag, digest, the aliases, and what is
+/// missing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Waiting {
+    pub tag: String,
+    pub digest: Option<Digest>,
+    pub aliases: Vec<String>,
+    pub missing: Vec<String>,
+    pub failed: Vec<String>,
+}
+
 #[cfg(test)]
 impl Manifest {
     /// A pending move of `alias` to `tag`/`to` from where the manifest says it points, as a run
