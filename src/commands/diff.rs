@@ -1,5 +1,5 @@
 //! `imagegen diff A B`: what changed between two recorded images (tags, aliases or digests):
-//! versions and every pip and OS package.
+//! versions, every pip and OS package, and the crates of the binaries imagegen put in (gpu-selftest).
 
 use std::fmt::Write as _;
 
@@ -39,6 +39,7 @@ pub fn run(_project: &Project, args: &DiffArgs) -> Result<Outcome> {
             a.packages.is_none() || b.packages.is_none(),
         ),
         ("os", &diff.os, false),
+        ("crates", &diff.crates, false),
     ] {
         if missing {
             writeln!(out, "{title}: package lists not recorded for both images").ok();

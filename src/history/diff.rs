@@ -1,5 +1,5 @@
-//! What changed between two recorded images: their fields, and their pip and OS packages by
-//! name. Pure.
+//! What changed between two recorded images: their fields, their pip and OS packages by name,
+//! and the crates of the binaries imagegen put into them (gpu-selftest). Pure.
 
 use std::collections::BTreeMap;
 
@@ -14,6 +14,8 @@ pub struct ImageDiff {
     pub fields: Vec<(String, String, String)>,
     pub pip: ListDiff,
     pub os: ListDiff,
+    /// The crates of the recorded binaries, named `binary/crate` (`gpu-selftest/cudarc`).
+    pub crates: ListDiff,
 }
 
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
@@ -91,6 +93,19 @@ pub fn diff_records(from: &ImageRecord, to: &ImageRecord) -> ImageDiff {
     );
     diff.pip = diff_lists(&a.pip, &b.pip);
     diff.os = diff_lists(&a.os, &b.os);
+    let crates = |packages: &Packages| -> Vec<String> {
+        packages
+            .binaries
+            .iter()
+            .flat_map(|binary| {
+                binary
+                    .crates
+                    .iter()
+                    .map(move |entry| format!("{}/{entry}", binary.name))
+            })
+            .collect()
+    };
+    diff.crates = diff_lists(&crates(a), &crates(b));
     diff
 }
 
@@ -126,5 +141,62 @@ mod tests {
             &["libc6=2.39-0ubuntu8.4".to_string()],
         );
         assert_eq!(os.changed[0].2, "2.39-0ubuntu8.4");
+    }
+
+    #[test]
+    fn the_crates_of_recorded_binaries_diff_by_binary_and_name() {
+        use crate::history::manifest::BinaryRecord;
+        let packages = |crates: &[&str]| Packages {
+            binaries: vec![BinaryRecord {
+                path: "/usr/local/bin/gpu-selftest".into(),
+                name: "gpu-selftest".into(),
+                version: Some("0.1.0".into()),
+                sha256: Digest::of(crates.join(" ").as_bytes()),
+                crates: crates.iter().map(|entry| entry.to_string()).collect(),
+                note: None,
+            }],
+            ..Packages::default()
+        };
+        let (a, b) = (
+            packages(&["cudarc==0.19.10", "libc==0.2.191"]),
+            packages(&["cudarc==0.19.11", "serde==1.0.229"]),
+        );
+        let diff = diff_lists(
+            &a.binaries[0]
+                .crates
+                .iter()
+                .map(|c| format!("gpu-selftest/{c}"))
+                .collect::<Vec<_>>(),
+            &b.binaries[0]
+                .crates
+                .iter()
+                .map(|c| format!("gpu-selftest/{c}"))
+                .collect::<Vec<_>>(),
+        );
+        let record = |packages: Packages| -> ImageRecord {
+            let mut record: ImageRecord = serde_json::from_value(serde_json::json!({
+                "repository": "r/p", "tag": "t", "fingerprint": Digest::of(b"f"),
+                "build_key": Digest::of(b"k"), "variant": "runtime", "torch": "2.7.1",
+                "torchvision": "0.22.1", "cuda": "12.6", "cuda_full": "12.6.3", "cudnn": "9",
+                "python": "3.12", "os": "ubuntu24.04", "base_image": "b",
+                "driver_min": "560.35.05", "driver_min_compat": "525.60.13",
+                "require_cuda": "cuda>=12.6", "built_at": "2026-12-02T07:00:00Z", "status": "ok"
+            }))
+            .unwrap();
+            record.packages = Some(packages);
+            record
+        };
+        let diff_of_records = diff_records(&record(a.clone()), &record(b.clone()));
+        assert_eq!(diff_of_records.crates, diff);
+        assert_eq!(diff.added, vec!["gpu-selftest/serde 1.0.229"]);
+        assert_eq!(diff.removed, vec!["gpu-selftest/libc 0.2.191"]);
+        assert_eq!(
+            diff.changed,
+            vec![(
+                "gpu-selftest/cudarc".to_string(),
+                "0.19.10".to_string(),
+                "0.19.11".to_string()
+            )]
+        );
     }
 }

@@ -361,13 +361,36 @@ pub struct ImageRecord {
 }
 
 /// The packages of an image: `pip freeze` of its Python environment and the OS packages
-/// (`dpkg-query`), each as sorted `name==version` / `name=version` lines.
+/// (`dpkg-query`), each as sorted `name==version` / `name=version` lines, and the binaries imagegen
+/// puts into it (gpu-selftest) with the crates they are built from.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Packages {
     #[serde(default)]
     pub pip: Vec<String>,
     #[serde(default)]
     pub os: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub binaries: Vec<BinaryRecord>,
+}
+
+/// A binary imagegen copies into an image, as a scanner reads it: cargo-auditable's crate list
+/// (the `.dep-v0` section), which syft, trivy and grype read from the binary.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BinaryRecord {
+    /// Where it is in the image (`/usr/local/bin/gpu-selftest`).
+    pub path: String,
+    /// The root crate of its crate list (`gpu-selftest`), or the file name without one.
+    pub name: String,
+    /// The root crate's version; `None` without a crate list.
+    #[serde(default)]
+    pub version: Option<String>,
+    pub sha256: Digest,
+    /// Every crate linked into it, `name==version`, sorted (build-time-only crates left out).
+    #[serde(default)]
+    pub crates: Vec<String>,
+    /// Why `crates` is empty: the binary carries no crate list (built without cargo-auditable).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 /// Where an alias points, and where it pointed before.

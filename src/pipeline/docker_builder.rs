@@ -18,15 +18,17 @@ use crate::docker::{
     context_tar, repository_path_of, BuildRequest, ContextFile, Engine, Registries, RegistryClient,
     RegistryManifest, RetryPolicy, RunRequest, DEFAULT_REGISTRY_TIMEOUT,
 };
-use crate::history::manifest::Packages;
+use crate::history::manifest::{BinaryRecord, Packages};
 use crate::model::digest::Digest;
 use crate::pipeline::alias_move::AliasRegistry;
 use crate::pipeline::executor::{Builder, Existing, TestOutcome};
 use crate::pipeline::planned::PlannedImage;
 use crate::pipeline::progress::Progress;
-use crate::pipeline::selftest::{interpret_selftest, parse_packages, LIST_PACKAGES};
+use crate::pipeline::selftest::{binary_record, interpret_selftest, parse_packages, LIST_PACKAGES};
 use crate::resolve::image::ImageSpec;
 
+/// Where the runtime template copies gpu-selftest (`COPY gpu-selftest /usr/local/bin/gpu-selftest`).
+const SELFTEST_PATH: &str = "/usr/local/bin/gpu-selftest";
 /// The label that carries an image's build key.
 pub const BUILD_KEY_LABEL: &str = "imagegen.build-key";
 /// The label on every container a run starts (self-test, package listing): its value names the
@@ -39,6 +41,8 @@ const SELFTEST_TIMEOUT: Duration = Duration::from_secs(600);
 /// The build context of every image, assembled before the first Docker call.
 pub struct Contexts {
     pub tars: BTreeMap<String, Vec<u8>>,
+    /// The gpu-selftest each context carries, by image name, as the package record lists it.
+    pub binaries: BTreeMap<String, BinaryRecord>,
 }
 
 impl Contexts {
@@ -50,7 +54,8 @@ impl Contexts {
         selftest_dir: &Path,
     ) -> Result<Contexts> {
         let mut tars = BTreeMap::new();
-        let mut binaries: BTreeMap<String, ContextFile> = BTreeMap::new();
+        let mut records = BTreeMap::new();
+        let mut binaries: BTreeMap<String, (ContextFile, BinaryRecord)> = BTreeMap::new();
         for image in images {
             let dir = images_dir.join(&image.name);
             if !dir.join("Dockerfile").exists() {
@@ -59,8 +64,8 @@ impl Contexts {
                     dir.display()
                 );
             }
-            let binary = match binaries.get(&image.selftest) {
-                Some(binary) => binary.clone(),
+            let (binary, record) = match binaries.get(&image.selftest) {
+                Some(found) => found.clone(),
                 None => {
                     let path = selftest_dir.join(&image.selftest);
                     let file = ContextFile::read("gpu-selftest", &path).map_err(|e| {
@@ -70,15 +75,20 @@ impl Contexts {
                         executable: true,
                         ..file
                     };
-                    binaries.insert(image.selftest.clone(), file.clone());
-                    file
+                    let record = binary_record(SELFTEST_PATH, &file.contents);
+                    binaries.insert(image.selftest.clone(), (file.clone(), record.clone()));
+                    (file, record)
                 }
             };
             let tar = context_tar(&dir, &[binary])
                 .with_context(|| format!("build context of {}", image.name))?;
             tars.insert(image.name.clone(), tar);
+            records.insert(image.name.clone(), record);
         }
-        Ok(Contexts { tars })
+        Ok(Contexts {
+            tars,
+            binaries: records,
+        })
     }
 
     /// sha256 of each context, for build keys.
@@ -412,7 +422,15 @@ impl Builder for EngineBuilder {
                 output.stderr.trim()
             );
         }
-        Ok(Some(parse_packages(&output.stdout)))
+        let mut packages = parse_packages(&output.stdout);
+        packages.binaries = self
+            .contexts
+            .binaries
+            .get(&image.spec.name)
+            .cloned()
+            .into_iter()
+            .collect();
+        Ok(Some(packages))
     }
 
     async fn push(

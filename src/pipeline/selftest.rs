@@ -1,8 +1,9 @@
 //! Reading what ran inside an image: gpu-selftest's exit code and JSON report turned into a test
-//! outcome (no GPU is a skip, not a failure), and the pip and OS package lists. Pure: text in,
-//! values out.
+//! outcome (no GPU is a skip, not a failure), the pip and OS package lists, and the crates
+//! cargo-auditable recorded in the gpu-selftest binary. Pure: text and bytes in, values out.
 
-use crate::history::manifest::Packages;
+use crate::history::manifest::{BinaryRecord, Packages};
+use crate::model::digest::Digest;
 use crate::pipeline::results::TestOutcome;
 
 /// Lists pip and OS packages; the marker separates the two lists.
@@ -27,7 +28,125 @@ pub fn parse_packages(output: &str) -> Packages {
     Packages {
         pip: lines(pip),
         os: lines(os),
+        binaries: Vec::new(),
     }
+}
+
+/// The ELF section cargo-auditable writes: zlib-compressed JSON of every crate of the binary.
+const AUDIT_SECTION: &[u8] = b".dep-v0";
+/// cargo-auditable caps its own reader's output at 8 MiB; a crate list is a few KiB.
+const AUDIT_LIMIT: usize = 8 << 20;
+
+/// The record of a binary copied to `path` in an image: its sha256 and, where it carries
+/// cargo-auditable's crate list, its root crate's version and the crates linked into it. A binary
+/// without the list (or not an ELF64 little-endian file) is recorded with a note, never refused.
+pub fn binary_record(path: &str, bytes: &[u8]) -> BinaryRecord {
+    let file_name = path.rsplit('/').next().unwrap_or(path).to_string();
+    let mut record = BinaryRecord {
+        path: path.to_string(),
+        name: file_name,
+        version: None,
+        sha256: Digest::of(bytes),
+        crates: Vec::new(),
+        note: None,
+    };
+    match audit_crates(bytes) {
+        Ok((root, crates)) => {
+            if let Some((name, version)) = root {
+                record.name = name;
+                record.version = Some(version);
+            }
+            record.crates = crates;
+        }
+        Err(why) => record.note = Some(why),
+    }
+    record
+}
+
+/// The root crate and the crates (`name==version`, sorted, build-time-only ones left out) of
+/// cargo-auditable's `.dep-v0` section.
+#[allow(clippy::type_complexity)]
+fn audit_crates(bytes: &[u8]) -> Result<(Option<(String, String)>, Vec<String>), String> {
+    let section = elf_section(bytes, AUDIT_SECTION)?.ok_or_else(|| {
+        "no .dep-v0 section: built without cargo-auditable, so its crates are unknown".to_string()
+    })?;
+    let json = miniz_oxide::inflate::decompress_to_vec_zlib_with_limit(section, AUDIT_LIMIT)
+        .map_err(|error| format!("the .dep-v0 section does not inflate: {error:?}"))?;
+    let audit: serde_json::Value = serde_json::from_slice(&json)
+        .map_err(|error| format!("the .dep-v0 section is not JSON: {error}"))?;
+    let packages = audit["packages"]
+        .as_array()
+        .ok_or("the .dep-v0 section lists no packages")?;
+    let mut root = None;
+    let mut crates = Vec::new();
+    for package in packages {
+        let (Some(name), Some(version)) = (package["name"].as_str(), package["version"].as_str())
+        else {
+            return Err(format!(
+                "a .dep-v0 package without name or version: {package}"
+            ));
+        };
+        if package["root"] == true {
+            root = Some((name.to_string(), version.to_string()));
+        } else if package["kind"] != "build" {
+            crates.push(format!("{name}=={version}"));
+        }
+    }
+    crates.sort();
+    crates.dedup();
+    Ok((root, crates))
+}
+
+/// The contents of the section called `wanted` of an ELF64 little-endian file (x86_64, aarch64),
+/// `None` when it has none. Every offset is checked against the file's length.
+fn elf_section<'a>(bytes: &'a [u8], wanted: &[u8]) -> Result<Option<&'a [u8]>, String> {
+    const NOT_ELF: &str = "not an ELF64 little-endian file";
+    if bytes.len() < 64 || &bytes[..4] != b"\x7fELF" || bytes[4] != 2 || bytes[5] != 1 {
+        return Err(NOT_ELF.into());
+    }
+    let read = |offset: usize, width: usize| -> Result<u64, String> {
+        let field = bytes
+            .get(offset..offset + width)
+            .ok_or_else(|| format!("truncated ELF file (offset {offset})"))?;
+        Ok(field
+            .iter()
+            .rev()
+            .fold(0u64, |value, byte| (value << 8) | u64::from(*byte)))
+    };
+    let headers = read(0x28, 8)? as usize;
+    let header_size = read(0x3A, 2)? as usize;
+    let count = read(0x3C, 2)? as usize;
+    let names_index = read(0x3E, 2)? as usize;
+    if header_size < 64 || names_index >= count {
+        return Err(NOT_ELF.into());
+    }
+    let section = |index: usize| -> Result<(usize, usize, usize), String> {
+        let header = headers + index * header_size;
+        Ok((
+            read(header, 4)? as usize,
+            read(header + 24, 8)? as usize,
+            read(header + 32, 8)? as usize,
+        ))
+    };
+    let (_, names_offset, names_size) = section(names_index)?;
+    let names = bytes
+        .get(names_offset..names_offset.saturating_add(names_size))
+        .ok_or("truncated ELF section names")?;
+    for index in 0..count {
+        let (name, offset, size) = section(index)?;
+        let name = names.get(name..).unwrap_or_default();
+        let name = &name[..name
+            .iter()
+            .position(|byte| *byte == 0)
+            .unwrap_or(name.len())];
+        if name == wanted {
+            return bytes
+                .get(offset..offset.saturating_add(size))
+                .map(Some)
+                .ok_or_else(|| "truncated .dep-v0 section".to_string());
+        }
+    }
+    Ok(None)
 }
 
 /// Checks that `text` is a gpu-selftest baseline (`gpu-selftest --save-baseline FILE`) before
@@ -139,6 +258,83 @@ pub fn interpret_selftest(exit_code: i64, stdout: &str, stderr: &str, gpus: bool
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An ELF64 little-endian file with the sections `sections` (name, contents), laid out as a
+    /// linker would: header, section contents, the section-name table, section headers.
+    fn elf(sections: &[(&str, Vec<u8>)]) -> Vec<u8> {
+        let mut file = vec![0u8; 64];
+        file[..6].copy_from_slice(b"\x7fELF\x02\x01");
+        let mut names = vec![0u8];
+        let mut headers = vec![[0u8; 64]];
+        let add = |file: &mut Vec<u8>, names: &mut Vec<u8>, name: &str, contents: &[u8]| {
+            let mut header = [0u8; 64];
+            header[..4].copy_from_slice(&(names.len() as u32).to_le_bytes());
+            names.extend_from_slice(name.as_bytes());
+            names.push(0);
+            header[24..32].copy_from_slice(&(file.len() as u64).to_le_bytes());
+            header[32..40].copy_from_slice(&(contents.len() as u64).to_le_bytes());
+            file.extend_from_slice(contents);
+            header
+        };
+        for (name, contents) in sections {
+            headers.push(add(&mut file, &mut names, name, contents));
+        }
+        let names_name = names.len();
+        names.extend_from_slice(b".shstrtab\0");
+        let mut names_header = [0u8; 64];
+        names_header[..4].copy_from_slice(&(names_name as u32).to_le_bytes());
+        names_header[24..32].copy_from_slice(&(file.len() as u64).to_le_bytes());
+        names_header[32..40].copy_from_slice(&(names.len() as u64).to_le_bytes());
+        file.extend_from_slice(&names);
+        headers.push(names_header);
+        let header_offset = file.len() as u64;
+        for header in &headers {
+            file.extend_from_slice(header);
+        }
+        file[0x28..0x30].copy_from_slice(&header_offset.to_le_bytes());
+        file[0x3A..0x3C].copy_from_slice(&64u16.to_le_bytes());
+        file[0x3C..0x3E].copy_from_slice(&(headers.len() as u16).to_le_bytes());
+        file[0x3E..0x40].copy_from_slice(&((headers.len() - 1) as u16).to_le_bytes());
+        file
+    }
+
+    #[test]
+    fn the_crates_cargo_auditable_recorded_are_read_from_the_binary() {
+        let audit = r#"{"format":1,"packages":[
+            {"name":"anyhow","version":"1.0.105","source":"crates.io"},
+            {"name":"autocfg","version":"1.5.1","source":"crates.io","kind":"build"},
+            {"name":"cudarc","version":"0.19.10","source":"crates.io","dependencies":[0]},
+            {"name":"gpu-selftest","version":"0.1.0","source":"local","dependencies":[0,2],"root":true}]}"#;
+        let section = miniz_oxide::deflate::compress_to_vec_zlib(audit.as_bytes(), 6);
+        let binary = elf(&[(".text", vec![0x90; 32]), (".dep-v0", section)]);
+        let record = binary_record("/usr/local/bin/gpu-selftest", &binary);
+        assert_eq!(record.name, "gpu-selftest");
+        assert_eq!(record.version.as_deref(), Some("0.1.0"));
+        assert_eq!(record.sha256, Digest::of(&binary));
+        assert_eq!(record.crates, ["anyhow==1.0.105", "cudarc==0.19.10"]);
+        assert_eq!(record.note, None);
+
+        // A binary built without cargo-auditable (this test's own) is recorded with a note.
+        let own = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+        let record = binary_record("/usr/local/bin/gpu-selftest", &own);
+        assert_eq!(
+            (record.name.as_str(), record.version.as_deref()),
+            ("gpu-selftest", None)
+        );
+        assert!(record.crates.is_empty());
+        assert!(record.note.unwrap().starts_with("no .dep-v0 section"));
+
+        // Not ELF, a truncated file, a section that does not inflate: notes, never a panic.
+        let note = |bytes: &[u8]| binary_record("/x", bytes).note.unwrap();
+        assert_eq!(note(b"#!/bin/sh\n"), "not an ELF64 little-endian file");
+        assert!(
+            note(&binary[..200]).starts_with("truncated"),
+            "{}",
+            note(&binary[..200])
+        );
+        let broken = elf(&[(".dep-v0", b"not zlib".to_vec())]);
+        assert!(note(&broken).starts_with("the .dep-v0 section does not inflate"));
+    }
 
     #[test]
     fn package_lists_are_split_and_sorted() {

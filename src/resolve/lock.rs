@@ -146,7 +146,12 @@ pub fn locked_cuda(text: &str) -> LockedCuda {
             continue;
         };
         let name = name.trim().to_lowercase().replace(['_', '.'], "-");
-        let version = version.trim_end_matches(['\\', ' ']).trim().to_string();
+        // `13.0.96 \`, or `13.0.96 ; sys_platform == 'linux' \` where a lock keeps markers.
+        let version = version
+            .split([' ', ';', '\\'])
+            .next()
+            .unwrap_or_default()
+            .to_string();
         let is = |package: &str| {
             name == package
                 || name
@@ -209,6 +214,9 @@ mod tests {
             super::locked_cuda("nvidia_cuda_runtime_cu12==12.6.77 \\\n    --hash=sha256:cc\n");
         assert_eq!(old.runtime.as_deref(), Some("12.6.77"));
         assert_eq!(old.nvcc, None);
+        let marked =
+            super::locked_cuda("nvidia-cuda-runtime==13.0.96 ; sys_platform == 'linux' \\\n");
+        assert_eq!(marked.runtime.as_deref(), Some("13.0.96"));
         assert_eq!(
             super::locked_cuda("torch==2.13.0\n"),
             super::LockedCuda::default()

@@ -831,6 +831,51 @@ fn a_runtime_and_a_devel_image_built_for_real_from_pypi_on_a_debootstrapped_base
         linked.len()
     ));
 
+    // The image's package record (the manifest) lists the same binary: its version, its sha256,
+    // its crates as cargo-auditable recorded them.
+    let binaries = record["packages"]["binaries"]
+        .as_array()
+        .unwrap_or_else(|| {
+            panic!(
+                "no binaries in the package record: {:#}",
+                record["packages"]
+            )
+        });
+    assert_eq!(binaries.len(), 1, "{binaries:#?}");
+    let recorded = &binaries[0];
+    assert_eq!(recorded["path"], "/usr/local/bin/gpu-selftest");
+    assert_eq!(recorded["name"], "gpu-selftest");
+    let selftest_version = linked
+        .iter()
+        .find_map(|entry| entry.strip_prefix("gpu-selftest v"))
+        .unwrap();
+    assert_eq!(recorded["version"], selftest_version, "{recorded:#}");
+    let scanned_bytes = std::fs::read(&scanned_binary).unwrap();
+    assert_eq!(
+        recorded["sha256"],
+        imagegen::model::digest::Digest::of(&scanned_bytes).to_string(),
+        "the record's sha256 is the binary's in the image"
+    );
+    let recorded_crates: BTreeSet<String> = recorded["crates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|entry| entry.as_str().unwrap().replacen("==", " v", 1))
+        .collect();
+    let missing_in_record: Vec<&String> = linked
+        .iter()
+        .filter(|entry| !entry.starts_with("gpu-selftest v") && !recorded_crates.contains(*entry))
+        .collect();
+    assert!(
+        missing_in_record.is_empty(),
+        "the package record lacks these crates: {missing_in_record:?}"
+    );
+    let not_scanned: Vec<&String> = recorded_crates.difference(&listed).collect();
+    assert!(
+        not_scanned.is_empty(),
+        "recorded but not seen by syft: {not_scanned:?}"
+    );
+
     // The CA bundle at run time: nothing passed to `docker run`, and the network of the machine,
     // whose TLS-intercepting proxy only the CA bundle makes trusted.
     let mut ca_run = Command::new("docker")
