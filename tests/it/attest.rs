@@ -270,6 +270,19 @@ async fn signed_attestations_verify_and_every_kind_of_bad_one_is_refused() {
         "{report}"
     );
     assert!(!report.contains(&format!("{}:", full(&good))), "{report}");
+    let repository_pattern = regex_escape(&project.repository);
+    insta::with_settings!({filters => vec![
+        (r"127\.0\.0\.1:[0-9]+", "[registry]"),
+        (repository_pattern.as_str(), "[repository]"),
+        (r"sha256:[0-9a-f]{64}", "sha256:[digest]"),
+        (r"sha256-[0-9a-f]{64}", "sha256-[hex]"),
+        (r"sha256:[0-9a-f]{12}", "sha256:[short]"),
+        (r"key [0-9a-f]{12,64}", "key [key id]"),
+        // Column widths follow the registry's port and the repository's name.
+        (r" {2,}", "  "),
+    ]}, {
+        insta::assert_snapshot!("verify_attestations_refuses_what_is_bad", report);
+    });
     let checked = independent(&project, &team_pub);
     assert_code(&checked, 1);
     let report = text(&checked);
@@ -293,4 +306,17 @@ async fn signed_attestations_verify_and_every_kind_of_bad_one_is_refused() {
     );
     assert!(report.contains(&format!("ok {}", full(&good))), "{report}");
     assert!(report.contains("4 image(s) checked, 3 bad"), "{report}");
+}
+
+/// `text` as a regular expression that matches it literally.
+fn regex_escape(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c.to_string()
+            } else {
+                format!("\\{c}")
+            }
+        })
+        .collect()
 }
