@@ -483,3 +483,21 @@ pub async fn verify_attestations(
     }
     Ok((out, problems.is_empty() && checked > 0))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_file_others_may_read_or_write_is_refused() {
+        assert_eq!(key_mode_problem(0o100600), None);
+        assert_eq!(key_mode_problem(0o100400), None);
+        for mode in [0o100640, 0o100604, 0o100620, 0o100644, 0o100666] {
+            let problem = key_mode_problem(mode).unwrap();
+            assert!(
+                problem.contains(&format!("{:o}", mode & 0o777)),
+                "{problem}"
+            );
+        }
+    }
+}

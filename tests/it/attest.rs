@@ -306,6 +306,44 @@ async fn signed_attestations_verify_and_every_kind_of_bad_one_is_refused() {
     );
     assert!(report.contains(&format!("ok {}", full(&good))), "{report}");
     assert!(report.contains("4 image(s) checked, 3 bad"), "{report}");
+
+    // Signing again (the key's PEM text in IMAGEGEN_SIGNING_KEY, as CI passes a secret) puts
+    // whole statements back for the tampered image; the other two stay refused.
+    let pem = std::fs::read_to_string(&team_key).unwrap();
+    let resigned = project
+        .imagegen(&["attest", "sign", &tampered])
+        .env("IMAGEGEN_SIGNING_KEY", &pem)
+        .output()
+        .unwrap();
+    assert_code(&resigned, 0);
+    assert!(
+        text(&resigned).contains("signed 1 image(s)"),
+        "{}",
+        text(&resigned)
+    );
+    assert!(!text(&resigned).contains(secret_line));
+    let verified = project
+        .imagegen(&["verify", "--attestations", "--key", "team.pub"])
+        .output()
+        .unwrap();
+    assert_code(&verified, 1);
+    assert!(
+        text(&verified).contains("4 image(s) checked with key"),
+        "{}",
+        text(&verified)
+    );
+    assert!(
+        !text(&verified).contains(&format!("{}:", full(&tampered))),
+        "{}",
+        text(&verified)
+    );
+    let unknown = project
+        .imagegen(&["attest", "sign", "9.9.9-nothing"])
+        .env("IMAGEGEN_SIGNING_KEY", &pem)
+        .output()
+        .unwrap();
+    assert_code(&unknown, 2);
+    assert!(text(&unknown).contains("9.9.9-nothing is not an image the manifest records"));
 }
 
 /// `text` as a regular expression that matches it literally.
