@@ -337,6 +337,24 @@ async fn signed_attestations_verify_and_every_kind_of_bad_one_is_refused() {
         "{}",
         text(&verified)
     );
+    let json = project
+        .imagegen(&[
+            "verify",
+            "--attestations",
+            "--key",
+            "team.pub",
+            "--format",
+            "json",
+        ])
+        .output()
+        .unwrap();
+    assert_code(&json, 1);
+    let json: Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(
+        (json["checked"].as_u64(), json["bad"].as_u64()),
+        (Some(4), Some(2)),
+        "{json}"
+    );
     let unknown = project
         .imagegen(&["attest", "sign", "9.9.9-nothing"])
         .env("IMAGEGEN_SIGNING_KEY", &pem)
