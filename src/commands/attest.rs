@@ -155,6 +155,7 @@ impl SignContext {
             build: BuildContext {
                 imagegen_version: env!("CARGO_PKG_VERSION").to_string(),
                 source_repository: source_repository(&project.matrix_path),
+                selftest_binaries: BTreeMap::new(),
                 invocation_id: std::env::var("GITHUB_RUN_ID").ok().map(|run| {
                     format!(
                         "{}/{}/actions/runs/{run}",

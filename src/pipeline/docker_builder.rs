@@ -39,6 +39,9 @@ const SELFTEST_TIMEOUT: Duration = Duration::from_secs(600);
 /// The build context of every image, assembled before the first Docker call.
 pub struct Contexts {
     pub tars: BTreeMap<String, Vec<u8>>,
+    /// sha256 of each gpu-selftest binary the contexts hold, by its name (`gpu-selftest-cu12`),
+    /// for the images' provenance.
+    pub selftest_digests: BTreeMap<String, Digest>,
 }
 
 impl Contexts {
@@ -78,7 +81,14 @@ impl Contexts {
                 .with_context(|| format!("build context of {}", image.name))?;
             tars.insert(image.name.clone(), tar);
         }
-        Ok(Contexts { tars })
+        let selftest_digests = binaries
+            .iter()
+            .map(|(name, file)| (name.clone(), Digest::of(&file.contents)))
+            .collect();
+        Ok(Contexts {
+            tars,
+            selftest_digests,
+        })
     }
 
     /// sha256 of each context, for build keys.

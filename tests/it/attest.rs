@@ -140,6 +140,16 @@ async fn signed_attestations_verify_and_every_kind_of_bad_one_is_refused() {
         shown["verified"]["provenance"]["runDetails"]["builder"]["id"],
         "urn:imagegen:builder"
     );
+    // The gpu-selftest binary the build put into the image, by its sha256.
+    let binary = std::fs::read(project.path().join("selftest/gpu-selftest-cu12")).unwrap();
+    let dependencies = shown["verified"]["provenance"]["buildDefinition"]["resolvedDependencies"]
+        .as_array()
+        .unwrap();
+    let selftest = dependencies
+        .iter()
+        .find(|dependency| dependency["name"] == "gpu-selftest")
+        .unwrap();
+    assert_eq!(selftest["digest"]["sha256"], Digest::of(&binary).hex());
 
     // Another key: both refuse every image.
     let other = project
