@@ -200,7 +200,7 @@ pub struct VerifyArgs {
     #[command(flatten)]
     pub lock: LockArgs,
     /// Check the signed attestations instead of the tags: every pushed image has its provenance, SBOM and gpu-selftest statements and its signature, each verifies with the key, and each statement's subject is the digest the registry serves.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "adopt")]
     pub attestations: bool,
     /// The public key (PEM) to verify with; without it, the public half of the signing key.
     #[arg(long, requires = "attestations", value_name = "PUB")]

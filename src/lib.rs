@@ -4,9 +4,10 @@
 //!
 //! The folders follow the stages a matrix flows through, and each imports only the ones below it:
 //! `commands` (the imperative shell, one file per verb) → `project` (disk → values) →
-//! `pipeline` and `generate` (what to build and what to write for other tools) → `history` (the
-//! manifest) → `render` → `resolve` → `model` (matrix, versions, knowledge). `docker` is the edge
-//! that talks to the Docker daemon and registries; it imports no domain module.
+//! `pipeline`, `generate` and `attest` (what to build, what to write for other tools, and the
+//! signed statements that travel with each image) → `history` (the manifest) → `render` →
+//! `resolve` → `model` (matrix, versions, knowledge). `docker` is the edge that talks to the
+//! Docker daemon and registries; it imports no domain module.
 
 pub mod attest;
 pub mod cli;

@@ -28,6 +28,9 @@ pub struct BuildContext {
     pub source_repository: Option<String>,
     /// Who ran the build: a CI run URL or a user@host, when known.
     pub invocation_id: Option<String>,
+    /// sha256 of the gpu-selftest binaries this run put into build contexts, by name; empty
+    /// when signing after the fact (`attest sign`), when the bytes are no longer at hand.
+    pub selftest_binaries: BTreeMap<String, Digest>,
 }
 
 /// A resolved dependency as an in-toto ResourceDescriptor.
@@ -109,11 +112,11 @@ pub fn provenance(record: &ImageRecord, context: &BuildContext) -> Value {
         dependencies.push(descriptor("ca-bundle", None, Some(&bundle)));
     }
     if let Some(selftest) = input("selftest") {
-        // The binary's bytes are in the build context, whose digest follows.
+        // The binary's bytes are also in the build context, whose digest follows.
         dependencies.push(descriptor(
             "gpu-selftest",
             Some(&format!("urn:imagegen:gpu-selftest:{selftest}")),
-            None,
+            context.selftest_binaries.get(selftest).map(Digest::hex),
         ));
     }
     dependencies.push(descriptor(

@@ -70,6 +70,11 @@ fn context() -> BuildContext {
         imagegen_version: "0.1.0".into(),
         source_repository: Some("https://git.example/team/images.git".into()),
         invocation_id: None,
+        selftest_binaries: [(
+            "gpu-selftest-cu13".to_string(),
+            Digest::of(b"gpu-selftest binary"),
+        )]
+        .into(),
     }
 }
 

@@ -155,6 +155,7 @@ impl SignContext {
             build: BuildContext {
                 imagegen_version: env!("CARGO_PKG_VERSION").to_string(),
                 source_repository: source_repository(&project.matrix_path),
+                selftest_binaries: BTreeMap::new(),
                 invocation_id: std::env::var("GITHUB_RUN_ID").ok().map(|run| {
                     format!(
                         "{}/{}/actions/runs/{run}",
@@ -419,67 +420,118 @@ fn run_show(args: &AttestShowArgs) -> Result<Outcome> {
     })
 }
 
+/// One image as `verify --attestations` found it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ImageVerdict {
+    pub image: String,
+    /// The digest the registry serves for the tag, if it serves one.
+    pub served: Option<Digest>,
+    /// The kinds of statement that verified.
+    pub statements: Vec<String>,
+    /// What is missing or bad; empty when the image is whole.
+    pub problems: Vec<String>,
+}
+
 /// `verify --attestations`: every recorded pushed image, its statements and signature as the
-/// registry serves them; exit 1 naming each image's problems.
+/// registry serves them.
 pub async fn verify_attestations(
     manifest: &Manifest,
     verifier: &Verifier,
     registries: &Registries,
-) -> Result<(String, bool)> {
+) -> Result<Vec<ImageVerdict>> {
+    let mut verdicts = Vec::new();
+    for record in manifest.images.values().filter(|r| r.digest.is_some()) {
+        let (served, check) =
+            check_served(registries, &record.repository, &record.tag, verifier).await?;
+        let mut problems = check.problems.clone();
+        if let (Some(served), Some(recorded)) = (&served, &record.digest) {
+            if served != recorded {
+                problems.push(format!(
+                    "the manifest records {recorded}, the registry serves {served}"
+                ));
+            }
+        }
+        verdicts.push(ImageVerdict {
+            image: format!("{}:{}", record.repository, record.tag),
+            served,
+            statements: check
+                .statements
+                .keys()
+                .map(|kind| kind.name().to_string())
+                .collect(),
+            problems,
+        });
+    }
+    Ok(verdicts)
+}
+
+/// Whether every image verified (and there was at least one).
+pub fn all_whole(verdicts: &[ImageVerdict]) -> bool {
+    !verdicts.is_empty() && verdicts.iter().all(|v| v.problems.is_empty())
+}
+
+/// The verdicts as a table, each problem named after it, and a last line.
+pub fn verdict_table(verdicts: &[ImageVerdict], key_id: &str) -> String {
     let mut rows = vec![vec![
         "image".to_string(),
         "digest".to_string(),
         "statements".to_string(),
         "verdict".to_string(),
     ]];
-    let mut problems = Vec::new();
-    let mut checked = 0;
-    for record in manifest.images.values().filter(|r| r.digest.is_some()) {
-        checked += 1;
-        let name = format!("{}:{}", record.repository, record.tag);
-        let (served, check) =
-            check_served(registries, &record.repository, &record.tag, verifier).await?;
-        let mut found = check.problems.clone();
-        if let (Some(served), Some(recorded)) = (&served, &record.digest) {
-            if served != recorded {
-                found.push(format!(
-                    "the manifest records {recorded}, the registry serves {served}"
-                ));
-            }
-        }
-        let names: Vec<&str> = check.statements.keys().map(|kind| kind.name()).collect();
+    for verdict in verdicts {
         rows.push(vec![
-            name.clone(),
-            served
+            verdict.image.clone(),
+            verdict
+                .served
                 .as_ref()
                 .map(|d| d.short().to_string())
                 .unwrap_or_else(|| "-".into()),
-            names.join(", "),
-            if found.is_empty() {
+            verdict.statements.join(", "),
+            if verdict.problems.is_empty() {
                 "ok".into()
             } else {
                 "BAD".into()
             },
         ]);
-        for problem in found {
-            problems.push(format!("{name}: {problem}"));
-        }
     }
     let mut out = table(&rows);
-    for problem in &problems {
-        out.push_str(&format!("{problem}\n"));
+    let mut count = 0;
+    for verdict in verdicts {
+        for problem in &verdict.problems {
+            count += 1;
+            out.push_str(&format!("{}: {problem}\n", verdict.image));
+        }
     }
     out.push_str(&format!(
-        "{checked} image(s) checked with key {}: {}\n",
-        &verifier.key_id()[..12],
-        if problems.is_empty() {
+        "{} image(s) checked with key {}: {}\n",
+        verdicts.len(),
+        &key_id[..12.min(key_id.len())],
+        if count == 0 {
             "every statement and signature verifies".to_string()
         } else {
-            format!("{} problem(s)", problems.len())
+            format!("{count} problem(s)")
         }
     ));
-    if checked == 0 {
+    if verdicts.is_empty() {
         out.push_str("the manifest records no pushed image: nothing to verify\n");
     }
-    Ok((out, problems.is_empty() && checked > 0))
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_file_others_may_read_or_write_is_refused() {
+        assert_eq!(key_mode_problem(0o100600), None);
+        assert_eq!(key_mode_problem(0o100400), None);
+        for mode in [0o100640, 0o100604, 0o100620, 0o100644, 0o100666] {
+            let problem = key_mode_problem(mode).unwrap();
+            assert!(
+                problem.contains(&format!("{:o}", mode & 0o777)),
+                "{problem}"
+            );
+        }
+    }
 }

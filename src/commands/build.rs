@@ -247,6 +247,7 @@ async fn build_and_record(
         )
         .await;
     }
+    let selftest_binaries = contexts.selftest_digests.clone();
     let builder = Arc::new(EngineBuilder::new(
         engine,
         contexts,
@@ -307,7 +308,14 @@ async fn build_and_record(
     let mut signed_all = true;
     if let Some(signer) = &signer {
         let registries = Registries::new(registry_timeout, retry);
-        signed_all = sign_pushed(project, &manifest_file, &results, signer, &registries).await;
+        signed_all = sign_pushed(
+            project,
+            &manifest_file,
+            &results,
+            (signer, &selftest_binaries),
+            &registries,
+        )
+        .await;
     }
     let manifest = manifest_file.read().unwrap_or_default();
     emit(left_undone(&plan, &results, &manifest, &by, settings.push))?;
@@ -330,10 +338,11 @@ async fn sign_pushed(
     project: &Project,
     manifest_file: &ManifestFile,
     results: &[ImageResult],
-    signer: &Signer,
+    (signer, selftest_binaries): (&Signer, &BTreeMap<String, Digest>),
     registries: &Registries,
 ) -> bool {
-    let context = attest::SignContext::of(project);
+    let mut context = attest::SignContext::of(project);
+    context.build.selftest_binaries = selftest_binaries.clone();
     let manifest = manifest_file.read().unwrap_or_default();
     let mut whole = true;
     for result in results.iter().filter(|result| result.succeeded()) {

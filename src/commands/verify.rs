@@ -61,13 +61,25 @@ fn verify_attestations(
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let (report, whole) = runtime.block_on(attest::verify_attestations(
+    let verdicts = runtime.block_on(attest::verify_attestations(
         manifest,
         &verifier,
         &registries,
     ))?;
-    print!("{report}");
-    Ok(if whole {
+    match args.format {
+        Format::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "manifest": args.manifest.display().to_string(),
+                "key_id": verifier.key_id(),
+                "checked": verdicts.len(),
+                "bad": verdicts.iter().filter(|v| !v.problems.is_empty()).count(),
+                "images": verdicts,
+            }))?
+        ),
+        Format::Table => print!("{}", attest::verdict_table(&verdicts, verifier.key_id())),
+    }
+    Ok(if attest::all_whole(&verdicts) {
         Outcome::Success
     } else {
         Outcome::Failed

@@ -43,6 +43,9 @@ pub struct Contexts {
     pub tars: BTreeMap<String, Vec<u8>>,
     /// The gpu-selftest each context carries, by image name, as the package record lists it.
     pub binaries: BTreeMap<String, BinaryRecord>,
+    /// sha256 of each gpu-selftest binary the contexts hold, by its name (`gpu-selftest-cu12`),
+    /// for the images' provenance.
+    pub selftest_digests: BTreeMap<String, Digest>,
 }
 
 impl Contexts {
@@ -85,9 +88,14 @@ impl Contexts {
             tars.insert(image.name.clone(), tar);
             records.insert(image.name.clone(), record);
         }
+        let selftest_digests = binaries
+            .iter()
+            .map(|(name, (file, _))| (name.clone(), Digest::of(&file.contents)))
+            .collect();
         Ok(Contexts {
             tars,
             binaries: records,
+            selftest_digests,
         })
     }
 

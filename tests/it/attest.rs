@@ -140,6 +140,16 @@ async fn signed_attestations_verify_and_every_kind_of_bad_one_is_refused() {
         shown["verified"]["provenance"]["runDetails"]["builder"]["id"],
         "urn:imagegen:builder"
     );
+    // The gpu-selftest binary the build put into the image, by its sha256.
+    let binary = std::fs::read(project.path().join("selftest/gpu-selftest-cu12")).unwrap();
+    let dependencies = shown["verified"]["provenance"]["buildDefinition"]["resolvedDependencies"]
+        .as_array()
+        .unwrap();
+    let selftest = dependencies
+        .iter()
+        .find(|dependency| dependency["name"] == "gpu-selftest")
+        .unwrap();
+    assert_eq!(selftest["digest"]["sha256"], Digest::of(&binary).hex());
 
     // Another key: both refuse every image.
     let other = project
@@ -270,6 +280,19 @@ async fn signed_attestations_verify_and_every_kind_of_bad_one_is_refused() {
         "{report}"
     );
     assert!(!report.contains(&format!("{}:", full(&good))), "{report}");
+    let repository_pattern = regex_escape(&project.repository);
+    insta::with_settings!({filters => vec![
+        (r"127\.0\.0\.1:[0-9]+", "[registry]"),
+        (repository_pattern.as_str(), "[repository]"),
+        (r"sha256:[0-9a-f]{64}", "sha256:[digest]"),
+        (r"sha256-[0-9a-f]{64}", "sha256-[hex]"),
+        (r"sha256:[0-9a-f]{12}", "sha256:[short]"),
+        (r"key [0-9a-f]{12,64}", "key [key id]"),
+        // Column widths follow the registry's port and the repository's name.
+        (r" {2,}", "  "),
+    ]}, {
+        insta::assert_snapshot!("verify_attestations_refuses_what_is_bad", report);
+    });
     let checked = independent(&project, &team_pub);
     assert_code(&checked, 1);
     let report = text(&checked);
@@ -293,4 +316,73 @@ async fn signed_attestations_verify_and_every_kind_of_bad_one_is_refused() {
     );
     assert!(report.contains(&format!("ok {}", full(&good))), "{report}");
     assert!(report.contains("4 image(s) checked, 3 bad"), "{report}");
+
+    // Signing again (the key's PEM text in IMAGEGEN_SIGNING_KEY, as CI passes a secret) puts
+    // whole statements back for the tampered image; the other two stay refused.
+    let pem = std::fs::read_to_string(&team_key).unwrap();
+    let resigned = project
+        .imagegen(&["attest", "sign", &tampered])
+        .env("IMAGEGEN_SIGNING_KEY", &pem)
+        .output()
+        .unwrap();
+    assert_code(&resigned, 0);
+    assert!(
+        text(&resigned).contains("signed 1 image(s)"),
+        "{}",
+        text(&resigned)
+    );
+    assert!(!text(&resigned).contains(secret_line));
+    let verified = project
+        .imagegen(&["verify", "--attestations", "--key", "team.pub"])
+        .output()
+        .unwrap();
+    assert_code(&verified, 1);
+    assert!(
+        text(&verified).contains("4 image(s) checked with key"),
+        "{}",
+        text(&verified)
+    );
+    assert!(
+        !text(&verified).contains(&format!("{}:", full(&tampered))),
+        "{}",
+        text(&verified)
+    );
+    let json = project
+        .imagegen(&[
+            "verify",
+            "--attestations",
+            "--key",
+            "team.pub",
+            "--format",
+            "json",
+        ])
+        .output()
+        .unwrap();
+    assert_code(&json, 1);
+    let json: Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(
+        (json["checked"].as_u64(), json["bad"].as_u64()),
+        (Some(4), Some(2)),
+        "{json}"
+    );
+    let unknown = project
+        .imagegen(&["attest", "sign", "9.9.9-nothing"])
+        .env("IMAGEGEN_SIGNING_KEY", &pem)
+        .output()
+        .unwrap();
+    assert_code(&unknown, 2);
+    assert!(text(&unknown).contains("9.9.9-nothing is not an image the manifest records"));
+}
+
+/// `text` as a regular expression that matches it literally.
+fn regex_escape(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c.to_string()
+            } else {
+                format!("\\{c}")
+            }
+        })
+        .collect()
 }

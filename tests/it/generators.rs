@@ -382,6 +382,10 @@ fn the_images_workflow_uses_what_ci_github_emits() {
     );
     let build_steps = serde_yaml::to_string(&jobs["build"]["steps"]).unwrap();
     assert!(build_steps.contains("name: tools-${{ matrix.runner_arch }}"));
+    assert!(
+        build_steps.contains("IMAGEGEN_SIGNING_KEY: ${{ github.event_name != 'pull_request' && secrets.IMAGEGEN_SIGNING_KEY || '' }}"),
+        "the build signs with the CI's secret key on pushes only"
+    );
     let setup_steps = serde_yaml::to_string(&jobs["setup"]["steps"]).unwrap();
     assert!(setup_steps.contains("imagegen ci --github"));
     assert!(setup_steps.contains("imagegen plan --format markdown >> \"$GITHUB_STEP_SUMMARY\""));
