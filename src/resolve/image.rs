@@ -46,8 +46,12 @@ pub struct ImageSpec {
     pub base_image: String,
     /// For devel images, the name of the runtime image it builds on.
     pub parent: Option<String>,
-    /// Toolkit driver minimum for `cuda_full` (full feature set).
+    /// Toolkit driver minimum (full feature set) of `cuda_full`, or of the torch wheel's own CUDA
+    /// runtime when that is a newer release (`driver_min_from`).
     pub driver_min: DriverVersion,
+    /// What `driver_min` is the Table 3 driver of, for people: `CUDA 13.0.0 toolkit` or
+    /// `torch wheel's CUDA 13.0.2 runtime`.
+    pub driver_min_from: String,
     /// Minor-version-compatibility driver minimum of the CUDA major (limited feature set).
     pub driver_min_compat: DriverVersion,
     /// Driver branches that run the image through forward compatibility on data-center GPUs.
@@ -283,6 +287,8 @@ pub(crate) struct Resolved {
     pub(crate) variant_kind: Variant,
     pub(crate) platform: String,
     pub(crate) unverified: Vec<String>,
+    /// The wheel's own CUDA runtime, when it needs a newer driver than the base's toolkit.
+    pub(crate) runtime_floor: Option<crate::resolve::driver::RuntimeFloor>,
 }
 
 impl Resolved {

@@ -9,6 +9,7 @@ use crate::model::knowledge::{
 use crate::model::matrix::{DevelToolkit, Matrix, TorchWheels};
 use crate::model::selftest_binary::{binary_for, OLDEST_CUDA};
 use crate::model::version::{DottedVersion, TorchVersion};
+use crate::resolve::driver::{runtime_floor, RuntimeFloor};
 use crate::resolve::image::{Cell, Resolved};
 
 /// Checks one cell against the knowledge; the error is the reason shown to the user.
@@ -41,6 +42,14 @@ pub(super) fn check_cell(
     )?;
     platform_available(cell, release, variant, cuda_release, knowledge)?;
     note_unconfirmed(cell, release, variant, &mut unverified);
+    let runtime_floor = wheel_runtime_floor(
+        cell,
+        release,
+        variant,
+        cuda_release,
+        knowledge,
+        &mut unverified,
+    );
     selftest_build(cell, release, cuda_release)?;
     let os = os_release(cell, knowledge)?;
     base_image_for_os(cell, series, cuda_release, knowledge, base_override)?;
@@ -60,6 +69,7 @@ pub(super) fn check_cell(
         variant_kind: cell.variant,
         platform: cell.platform.clone(),
         unverified,
+        runtime_floor,
     })
 }
 
@@ -379,6 +389,49 @@ fn note_unconfirmed(
             note.unwrap_or("not confirmed by a primary source")
         ));
     }
+}
+
+/// The driver the wheel's own CUDA runtime needs in full, when it is above the base toolkit's
+/// (see `driver::runtime_floor`): PyPI's cu130 torch 2.11-2.13 pins the 13.0 Update 2/3 runtime on
+/// a 13.0.0 base. The PyPI wheel of a release is the wheel index's wheel of the same variant
+/// (promoted as is, ti-promote-*), so both `torch_wheels` settings install it. A runtime the
+/// knowledge cannot place is noted under `unverified`; the image then reports the base's minimum.
+fn wheel_runtime_floor(
+    cell: &Cell,
+    release: &TorchRelease,
+    variant: &TorchCuda,
+    cuda_release: &CudaRelease,
+    knowledge: &Knowledge,
+    unverified: &mut Vec<String>,
+) -> Option<RuntimeFloor> {
+    let runtime = release
+        .pypi
+        .wheels
+        .iter()
+        .find(|w| w.platform == cell.platform && w.cuda.as_deref() == Some(variant.cuda.as_str()))?
+        .cuda_runtime
+        .as_deref()?;
+    let Some(floor) = runtime_floor(runtime, knowledge) else {
+        unverified.push(format!(
+            "torch {} {} {} pins CUDA runtime {runtime}, which no CUDA release in the knowledge ships: imagegen.driver.min is the base's",
+            release.torch,
+            wheel_suffix(&variant.cuda),
+            cell.platform
+        ));
+        return None;
+    };
+    if !floor.exact {
+        unverified.push(format!(
+            "torch {} {} {} pins CUDA runtime {runtime}, whose toolkit driver minimum is not in the knowledge: imagegen.driver.min uses CUDA {}'s ({}), a lower bound",
+            release.torch,
+            wheel_suffix(&variant.cuda),
+            cell.platform,
+            floor.release,
+            floor.driver_min
+        ));
+    }
+    let base = cuda_release.driver_min.as_ref()?;
+    (floor.driver_min > *base).then_some(floor)
 }
 
 /// The OS release the cell names.

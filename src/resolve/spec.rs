@@ -31,10 +31,12 @@ pub(super) fn build_spec(
     let cuda_version = DottedVersion::parse_kind(&found.cuda_release.version, "CUDA", 3)
         .expect("checked knowledge");
     let major = cuda_version.part(0);
+    // The base toolkit's Table 3 driver, or the wheel's own runtime's when that is newer.
     let driver_min = found
-        .cuda_release
-        .driver_min
-        .clone()
+        .runtime_floor
+        .as_ref()
+        .map(|floor| floor.driver_min.clone())
+        .or_else(|| found.cuda_release.driver_min.clone())
         .expect("rules::cuda_base_release refuses releases without a driver minimum");
     let tag_fields = tag_fields(found);
     let full_tag = tags::full_tag(&matrix.tags.full, &tag_fields);
@@ -128,6 +130,10 @@ pub(super) fn build_spec(
         base_image,
         parent: None,
         driver_min: driver_min.clone(),
+        driver_min_from: match &found.runtime_floor {
+            Some(floor) => format!("torch wheel's CUDA {} runtime", floor.release),
+            None => format!("CUDA {} toolkit", found.cuda_release.version),
+        },
         driver_min_compat: knowledge
             .family(major)
             .map(|f| f.driver_min.clone())

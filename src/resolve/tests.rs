@@ -996,3 +996,72 @@ fn aarch64_glibc_floors_apply_to_arm64_cells_only() {
         "torch 2.4.1 linux/arm64 wheels need glibc ≥ 2.28; ubuntu20.04 has 2.27"
     );
 }
+
+#[test]
+fn the_wheels_own_cuda_runtime_sets_the_driver_minimum_when_newer_than_the_base() {
+    let resolution = run_embedded("torch: [\"2.10\", \"2.12\", \"2.13\"]\ncuda: [\"12.8\", \"13.0\"]\nos: [ubuntu24.04]\nvariants: [runtime]\n");
+    let by_torch = |torch: &str, cuda: &str| {
+        resolution
+            .images
+            .iter()
+            .find(|i| i.torch == torch && i.cuda == cuda)
+            .unwrap_or_else(|| panic!("no {torch} {cuda} image: {:#?}", resolution.rejected))
+    };
+    // PyPI's 2.12.1 pins cuda-toolkit[cudart]==13.0.2 on a 13.0.0 base: 13.0.2's Table 3 driver.
+    let image = by_torch("2.12.1", "13.0");
+    assert_eq!(image.cuda_full, "13.0.0");
+    assert_eq!(image.driver_min.to_string(), "580.95.05");
+    assert_eq!(image.driver_min_from, "torch wheel's CUDA 13.0.2 runtime");
+    assert_eq!(image.driver_min_compat.to_string(), "580");
+    assert!(image.unverified.is_empty(), "{:?}", image.unverified);
+    // 2.13.0 pins 13.0.3, which Table 3 (13.1 edition) has no row for: 13.0.2's is a lower bound.
+    let image = by_torch("2.13.0", "13.0");
+    assert_eq!(image.driver_min.to_string(), "580.95.05");
+    assert_eq!(
+        image.unverified,
+        ["torch 2.13.0 cu130 linux/amd64 pins CUDA runtime 13.0.3, whose toolkit driver minimum is not in the knowledge: imagegen.driver.min uses CUDA 13.0.2's (580.95.05), a lower bound"]
+    );
+    // 2.10.0's PyPI cu128 pins runtime 12.8.90, which 12.8.1 (the base) ships: the base's driver.
+    let image = by_torch("2.10.0", "12.8");
+    assert_eq!(image.driver_min.to_string(), "570.124.06");
+    assert_eq!(image.driver_min_from, "CUDA 12.8.1 toolkit");
+    // 2.12's cu126 is not PyPI's variant: no runtime pin is known, the base's driver stands.
+    let cu126 = run_embedded(
+        "torch: [\"2.12\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\nvariants: [runtime]\n",
+    );
+    assert_eq!(cu126.images[0].driver_min_from, "CUDA 12.6.3 toolkit");
+
+    // resolve --driver agrees: 580.82.07 (13.0.1's) runs the 13.0.0 base but not the wheel.
+    let options = ResolveOptions {
+        driver: Some(DriverVersion::parse("580.82.07").unwrap()),
+        ..Default::default()
+    };
+    let refused = resolve(
+        &matrix("torch: [\"2.12\"]\ncuda: [\"13.0\"]\nos: [ubuntu24.04]\nvariants: [runtime]\n"),
+        &Knowledge::embedded(),
+        &options,
+    );
+    let reason = one_reason(&refused);
+    assert!(
+        reason.starts_with("needs NVIDIA driver ≥ 580.95.05 (torch wheel's CUDA 13.0.2 runtime driver); driver 580.82.07 is older"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn pinned_runtimes_map_to_their_toolkit_release() {
+    let knowledge = Knowledge::embedded();
+    let floor = |runtime: &str| crate::resolve::driver::runtime_floor(runtime, &knowledge);
+    let exact = floor("12.6.77").unwrap();
+    assert_eq!((exact.release.as_str(), exact.exact), ("12.6.2", true));
+    assert_eq!(exact.driver_min.to_string(), "560.35.03");
+    assert_eq!(floor("13.0.2").unwrap().release, "13.0.2");
+    let bound = floor("13.0.3").unwrap();
+    assert_eq!((bound.release.as_str(), bound.exact), ("13.0.2", false));
+    assert_eq!(
+        floor("12.4.999"),
+        None,
+        "a library version no release ships"
+    );
+    assert_eq!(floor("14.0.1"), None, "a line the knowledge does not know");
+}
