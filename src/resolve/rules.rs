@@ -50,7 +50,7 @@ pub(super) fn check_cell(
         knowledge,
         &mut unverified,
     );
-    selftest_build(cell, release, cuda_release)?;
+    selftest_build(cell, series, release, cuda_release)?;
     let os = os_release(cell, knowledge)?;
     base_image_for_os(cell, series, cuda_release, knowledge, base_override)?;
     glibc_floor(cell, series, release, variant, os)?;
@@ -352,9 +352,12 @@ fn platform_available(
 }
 
 /// A gpu-selftest build serves the image's CUDA and architecture (the rule the self-test itself
-/// uses): an image nothing can test could never move an alias.
+/// uses): an image nothing can test could never move an alias. CUDA 11.4-11.7 are refused by
+/// choice (see `selftest_binary::OLDEST_CUDA`): the reason says so and names the torch series'
+/// variants a build does serve on the cell's platform.
 fn selftest_build(
     cell: &Cell,
+    series: &TorchSeries,
     release: &TorchRelease,
     cuda_release: &CudaRelease,
 ) -> Result<(), String> {
@@ -362,9 +365,32 @@ fn selftest_build(
     binary_for(&cuda_release.version, arch)
         .map(|_| ())
         .map_err(|why| {
+            let served: Vec<String> = series
+                .cuda
+                .iter()
+                .filter(|v| {
+                    v.verified
+                        && v.platforms().contains(&cell.platform.as_str())
+                        && binary_for(&v.cuda, arch).is_ok()
+                })
+                .map(|v| format!("CUDA {} ({})", v.cuda, wheel_suffix(&v.cuda)))
+                .collect();
+            let choice = if cuda_release.version.starts_with("11.") {
+                format!(
+                    " (gpu-selftest's CUDA 11 build uses cudarc's {}.{} bindings and is tested on {}.{} only; cudarc binds 11.4 and later, but imagegen does not ship a self-test never run on this CUDA)",
+                    OLDEST_CUDA.0, OLDEST_CUDA.1, OLDEST_CUDA.0, OLDEST_CUDA.1
+                )
+            } else {
+                String::new()
+            };
+            let instead = if served.is_empty() {
+                format!("use CUDA {}.{} or later", OLDEST_CUDA.0, OLDEST_CUDA.1)
+            } else {
+                format!("use torch {} with {} instead", release.torch, served.join(" or "))
+            };
             format!(
-                "torch {} CUDA {} cannot be self-tested: {why}; use CUDA {}.{} or later",
-                release.torch, cuda_release.version, OLDEST_CUDA.0, OLDEST_CUDA.1
+                "torch {} CUDA {} cannot be self-tested: {why}{choice}; {instead}",
+                release.torch, cuda_release.version
             )
         })
 }

@@ -684,7 +684,14 @@ fn cells_no_self_test_serves_are_rejected_by_the_shared_rule() {
         ),
         "{reason}"
     );
-    assert!(reason.ends_with("use CUDA 11.8 or later"), "{reason}");
+    assert!(
+        reason.contains("tested on 11.8 only; cudarc binds 11.4 and later"),
+        "{reason}"
+    );
+    assert!(
+        reason.ends_with("use torch 2.0.1 with CUDA 11.8 (cu118) instead"),
+        "{reason}"
+    );
     let ok = run("torch: [\"2.0\"]\ncuda: [\"11.8\"]\nos: [ubuntu22.04]\nvariants: [runtime]\n");
     assert_eq!(ok.images[0].selftest, "gpu-selftest-cu11");
 }
