@@ -7,14 +7,21 @@ use crate::model::version::{DottedVersion, DriverVersion};
 use crate::resolve::image::ImageSpec;
 
 /// The `NVIDIA_REQUIRE_CUDA` value: the CUDA floor, OR a whitelisted forward-compatibility branch
-/// for each brand NVIDIA lists (space = OR, comma = AND, per nvidia-container-toolkit).
+/// for each brand NVIDIA lists (space = OR, comma = AND, per nvidia-container-toolkit). The
+/// branches only with `compat_libraries`: they are true only where NVIDIA's cuda-compat libraries
+/// are in the image (nvidia/cuda bases install them); elsewhere an old driver would pass the check
+/// and fail at CUDA initialisation.
 pub fn require_cuda(
     cuda_major_minor: &str,
     release: &CudaRelease,
     platform: &str,
+    compat_libraries: bool,
     knowledge: &Knowledge,
 ) -> String {
     let mut value = format!("cuda>={cuda_major_minor}");
+    if !compat_libraries {
+        return value;
+    }
     if let Some(brands) = release
         .brands
         .as_ref()

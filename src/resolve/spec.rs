@@ -22,6 +22,17 @@ use crate::resolve::tags::{self, TagFields};
 /// the profiler API and culibos, which `torch.utils.cpp_extension` builds need.
 pub const PYPI_TOOLKIT_EXTRAS: &str = "cccl,crt,cudart,culibos,nvcc,nvvm,profiler";
 
+/// Whether an image reference names NVIDIA's CUDA base (`nvidia/cuda:13.0.0-base-ubuntu24.04`, or
+/// the same repository under a mirror's host or path: `registry.example.com/hub/nvidia/cuda:…`).
+fn is_nvidia_cuda(reference: &str) -> bool {
+    let without_digest = reference.split('@').next().unwrap_or(reference);
+    let repository = match without_digest.rsplit_once(':') {
+        Some((name, tag)) if !tag.contains('/') => name,
+        _ => without_digest,
+    };
+    repository == "nvidia/cuda" || repository.ends_with("/nvidia/cuda")
+}
+
 pub(super) fn build_spec(
     found: &Resolved,
     matrix: &Matrix,
@@ -59,20 +70,21 @@ pub(super) fn build_spec(
         .as_ref()
         .map(|r| format!("{r}/"))
         .unwrap_or_default();
-    let base_image = matrix
-        .base_images
-        .runtime_for(&BaseImageFields {
-            cuda: &found.variant.cuda,
-            cuda_full: &found.cuda_release.version,
-            os: &found.os,
-            arch: &arch,
-        })
-        .unwrap_or_else(|| {
-            format!(
-                "{base_registry}nvidia/cuda:{}-base-{}",
-                found.cuda_release.version, found.os
-            )
-        });
+    let named_base = matrix.base_images.runtime_for(&BaseImageFields {
+        cuda: &found.variant.cuda,
+        cuda_full: &found.cuda_release.version,
+        os: &found.os,
+        arch: &arch,
+    });
+    // Forward compatibility needs NVIDIA's cuda-compat libraries, which nvidia/cuda bases (and
+    // copies of them under another registry) install; a base of the team's own is not known to.
+    let compat_libraries = named_base.as_deref().is_none_or(is_nvidia_cuda);
+    let base_image = named_base.unwrap_or_else(|| {
+        format!(
+            "{base_registry}nvidia/cuda:{}-base-{}",
+            found.cuda_release.version, found.os
+        )
+    });
     let wheel_index = match matrix.torch_wheels {
         TorchWheels::Pypi => plain_index(&matrix.mirrors),
         TorchWheels::Pytorch => {
@@ -138,14 +150,19 @@ pub(super) fn build_spec(
             .family(major)
             .map(|f| f.driver_min.clone())
             .unwrap_or(driver_min),
-        forward_compat_branches: found
-            .cuda_release
-            .forward_compat_branches(&found.platform)
-            .to_vec(),
+        forward_compat_branches: if compat_libraries {
+            found
+                .cuda_release
+                .forward_compat_branches(&found.platform)
+                .to_vec()
+        } else {
+            Vec::new()
+        },
         require_cuda: require_cuda(
             &found.variant.cuda,
             &found.cuda_release,
             &found.platform,
+            compat_libraries,
             knowledge,
         ),
         archs: found.variant.archs_for(&found.platform),

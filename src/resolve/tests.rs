@@ -101,6 +101,7 @@ fn require_cuda_matches_nvidia_strings_exactly() {
                 &mm,
                 release,
                 crate::model::knowledge::PLATFORM_AMD64,
+                true,
                 &knowledge
             ),
             expected,
@@ -121,9 +122,21 @@ fn require_cuda_matches_nvidia_strings_exactly() {
             "11.8",
             knowledge.cuda_release_for("11.8.0").unwrap(),
             crate::model::knowledge::PLATFORM_ARM64,
+            true,
             &knowledge
         ),
         "cuda>=11.8"
+    );
+    // Without NVIDIA's cuda-compat libraries in the image, no branch is whitelisted.
+    assert_eq!(
+        require_cuda(
+            "13.0",
+            knowledge.cuda_release_for("13.0.0").unwrap(),
+            crate::model::knowledge::PLATFORM_AMD64,
+            false,
+            &knowledge
+        ),
+        "cuda>=13.0"
     );
 }
 
@@ -1071,4 +1084,66 @@ fn pinned_runtimes_map_to_their_toolkit_release() {
         "a library version no release ships"
     );
     assert_eq!(floor("14.0.1"), None, "a line the knowledge does not know");
+}
+
+#[test]
+fn forward_compat_clauses_only_on_bases_with_the_compat_libraries() {
+    let cell = "torch: [\"2.13\"]\ncuda: [\"13.0\"]\nos: [ubuntu24.04, debian12]\nvariants: [runtime, devel]\ndevel_toolkit: pypi\n";
+    let own_base = format!(
+        "{cell}base_images:\n  runtime: {{ubuntu24.04: \"registry.example.com/team/ubuntu-cuda:24.04\", debian12: \"registry.example.com/team/debian:12\"}}\n"
+    );
+    let mirrored = format!(
+        "{cell}base_images:\n  runtime: {{ubuntu24.04: \"registry.example.com/hub/nvidia/cuda:13.0.0-base-ubuntu24.04\", debian12: \"registry.example.com/team/debian:12\"}}\n"
+    );
+    for (matrix_text, ubuntu_has_compat) in [(own_base, false), (mirrored, true)] {
+        let resolution = run_embedded(&matrix_text);
+        assert_eq!(resolution.images.len(), 4, "{:#?}", resolution.rejected);
+        for image in &resolution.images {
+            let has_compat = image.os == "ubuntu24.04" && ubuntu_has_compat;
+            assert_eq!(
+                image.require_cuda.contains("brand="),
+                has_compat,
+                "{} on {}: {}",
+                image.name,
+                image.base_image,
+                image.require_cuda
+            );
+            assert_eq!(
+                image.forward_compat_branches.is_empty(),
+                !has_compat,
+                "{}",
+                image.name
+            );
+        }
+        // resolve --driver --forward-compat agrees with the label: an R535 host runs only the
+        // images whose base carries the compat libraries.
+        let options = ResolveOptions {
+            driver: Some(DriverVersion::parse("535.104.05").unwrap()),
+            forward_compat: true,
+            ..Default::default()
+        };
+        let judged = resolve(&matrix(&matrix_text), &Knowledge::embedded(), &options);
+        let runs: Vec<&str> = judged.images.iter().map(|i| i.os.as_str()).collect();
+        let expected: Vec<&str> = if ubuntu_has_compat {
+            vec!["ubuntu24.04", "ubuntu24.04"]
+        } else {
+            Vec::new()
+        };
+        assert_eq!(runs, expected);
+        let refused = judged.rejected.iter().find(|r| r.os == "debian12").unwrap();
+        assert!(
+            refused
+                .reason
+                .starts_with("needs NVIDIA driver ≥ 580.95.05"),
+            "{}",
+            refused.reason
+        );
+    }
+    // The default nvidia/cuda base keeps NVIDIA's clauses.
+    let default_base = run_embedded(
+        "torch: [\"2.13\"]\ncuda: [\"13.0\"]\nos: [ubuntu24.04]\nvariants: [runtime]\n",
+    );
+    assert!(default_base.images[0]
+        .require_cuda
+        .contains("brand=tesla,driver>=535,driver<536"));
 }
