@@ -4,7 +4,7 @@
 
 use crate::model::knowledge::{wheel_suffix, CudaRelease, Knowledge};
 use crate::model::version::{DottedVersion, DriverVersion};
-use crate::resolve::image::ImageSpec;
+use crate::resolve::image::{ImageSpec, RuntimeFloor};
 
 /// The `NVIDIA_REQUIRE_CUDA` value: the CUDA floor, OR a whitelisted forward-compatibility branch
 /// for each brand NVIDIA lists (space = OR, comma = AND, per nvidia-container-toolkit). The
@@ -167,20 +167,6 @@ pub(super) fn driver_verdict(
         ));
     }
     Some(reason)
-}
-
-/// The toolkit release a torch wheel's pinned CUDA runtime belongs to, and its driver minimum.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct RuntimeFloor {
-    /// What the wheel pins: a toolkit version (`cuda-toolkit[cudart]==13.0.2`) or a runtime
-    /// library version (`nvidia-cuda-runtime-cu12==12.4.127`).
-    pub(crate) runtime: String,
-    /// The CUDA release whose Table 3 row gives `driver_min`.
-    pub(crate) release: String,
-    pub(crate) driver_min: DriverVersion,
-    /// `false` when the runtime's own release has no row in the knowledge and `release` is the
-    /// newest older release of its line that has one: then `driver_min` is a lower bound.
-    pub(crate) exact: bool,
 }
 
 /// Maps a pinned runtime to its toolkit release: a toolkit version names the release itself, a

@@ -274,6 +274,20 @@ impl Cell {
     }
 }
 
+/// The toolkit release a torch wheel's pinned CUDA runtime belongs to, and its driver minimum.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RuntimeFloor {
+    /// What the wheel pins: a toolkit version (`cuda-toolkit[cudart]==13.0.2`) or a runtime
+    /// library version (`nvidia-cuda-runtime-cu12==12.4.127`).
+    pub(crate) runtime: String,
+    /// The CUDA release whose Table 3 row gives `driver_min`.
+    pub(crate) release: String,
+    pub(crate) driver_min: DriverVersion,
+    /// `false` when the runtime's own release has no row in the knowledge and `release` is the
+    /// newest older release of its line that has one: then `driver_min` is a lower bound.
+    pub(crate) exact: bool,
+}
+
 /// What a cell resolved to in the knowledge.
 #[derive(Debug, Clone)]
 pub(crate) struct Resolved {
@@ -288,7 +302,7 @@ pub(crate) struct Resolved {
     pub(crate) platform: String,
     pub(crate) unverified: Vec<String>,
     /// The wheel's own CUDA runtime, when it needs a newer driver than the base's toolkit.
-    pub(crate) runtime_floor: Option<crate::resolve::driver::RuntimeFloor>,
+    pub(crate) runtime_floor: Option<RuntimeFloor>,
 }
 
 impl Resolved {

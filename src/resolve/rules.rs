@@ -9,8 +9,8 @@ use crate::model::knowledge::{
 use crate::model::matrix::{DevelToolkit, Matrix, TorchWheels};
 use crate::model::selftest_binary::{binary_for, OLDEST_CUDA};
 use crate::model::version::{DottedVersion, TorchVersion};
-use crate::resolve::driver::{runtime_floor, RuntimeFloor};
-use crate::resolve::image::{Cell, Resolved};
+use crate::resolve::driver::runtime_floor;
+use crate::resolve::image::{Cell, Resolved, RuntimeFloor};
 
 /// Checks one cell against the knowledge; the error is the reason shown to the user.
 pub(super) fn check_cell(
