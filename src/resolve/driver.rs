@@ -4,17 +4,24 @@
 
 use crate::model::knowledge::{wheel_suffix, CudaRelease, Knowledge};
 use crate::model::version::{DottedVersion, DriverVersion};
-use crate::resolve::image::ImageSpec;
+use crate::resolve::image::{ImageSpec, RuntimeFloor};
 
 /// The `NVIDIA_REQUIRE_CUDA` value: the CUDA floor, OR a whitelisted forward-compatibility branch
-/// for each brand NVIDIA lists (space = OR, comma = AND, per nvidia-container-toolkit).
+/// for each brand NVIDIA lists (space = OR, comma = AND, per nvidia-container-toolkit). The
+/// branches only with `compat_libraries`: they are true only where NVIDIA's cuda-compat libraries
+/// are in the image (nvidia/cuda bases install them); elsewhere an old driver would pass the check
+/// and fail at CUDA initialisation.
 pub fn require_cuda(
     cuda_major_minor: &str,
     release: &CudaRelease,
     platform: &str,
+    compat_libraries: bool,
     knowledge: &Knowledge,
 ) -> String {
     let mut value = format!("cuda>={cuda_major_minor}");
+    if !compat_libraries {
+        return value;
+    }
     if let Some(brands) = release
         .brands
         .as_ref()
@@ -125,8 +132,8 @@ pub(super) fn driver_verdict(
         })
         .collect();
     let mut reason = format!(
-        "needs NVIDIA driver ≥ {} (CUDA {} toolkit driver); driver {driver} is older",
-        image.driver_min, image.cuda_full
+        "needs NVIDIA driver ≥ {} ({} driver); driver {driver} is older",
+        image.driver_min, image.driver_min_from
     );
     match &newest_line {
         Some(line) => reason.push_str(&format!(" and runs CUDA ≤ {line} images")),
@@ -160,4 +167,53 @@ pub(super) fn driver_verdict(
         ));
     }
     Some(reason)
+}
+
+/// Maps a pinned runtime to its toolkit release: a toolkit version names the release itself, a
+/// runtime library version the first release that ships it (`cudart`, from NVIDIA's Dockerfiles).
+/// NVIDIA's rule (CUDA Compatibility, minor version compatibility): an application built with a
+/// toolkit runs with its full feature set on that toolkit's Table 3 driver or newer, and with a
+/// limited one on the family's minimum; the runtime torch loads is the wheel's, so its release's
+/// Table 3 driver is what the image needs in full, whatever toolkit the base image carries.
+pub(crate) fn runtime_floor(runtime: &str, knowledge: &Knowledge) -> Option<RuntimeFloor> {
+    let wanted = DottedVersion::parse_kind(runtime, "CUDA runtime", 3).ok()?;
+    let with_minimum = |release: &CudaRelease| {
+        release
+            .driver_min
+            .clone()
+            .filter(|_| release.verified)
+            .map(|driver_min| (release.version.clone(), driver_min))
+    };
+    if let Some((release, driver_min)) = knowledge
+        .cuda
+        .iter()
+        .find(|c| c.version == runtime || c.cudart.as_deref() == Some(runtime))
+        .and_then(with_minimum)
+    {
+        return Some(RuntimeFloor {
+            runtime: runtime.to_string(),
+            release,
+            driver_min,
+            exact: true,
+        });
+    }
+    // A toolkit version (patch below 10, e.g. 13.0.3) the knowledge has no row for: the newest
+    // older release of its line that has one bounds it from below.
+    if wanted.parts().len() != 3 || wanted.part(2) >= 10 {
+        return None;
+    }
+    let line = wanted.major_minor();
+    knowledge
+        .cuda
+        .iter()
+        .filter_map(|c| Some((DottedVersion::parse_kind(&c.version, "CUDA", 3).ok()?, c)))
+        .filter(|(version, _)| version.major_minor() == line && *version < wanted)
+        .filter_map(|(version, c)| Some((version, with_minimum(c)?)))
+        .max_by(|a, b| a.0.cmp(&b.0))
+        .map(|(_, (release, driver_min))| RuntimeFloor {
+            runtime: runtime.to_string(),
+            release,
+            driver_min,
+            exact: false,
+        })
 }

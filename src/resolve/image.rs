@@ -55,8 +55,12 @@ pub struct ImageSpec {
     pub base_image: String,
     /// For devel images, the name of the runtime image it builds on.
     pub parent: Option<String>,
-    /// Toolkit driver minimum for `cuda_full` (full feature set).
+    /// Toolkit driver minimum (full feature set) of `cuda_full`, or of the torch wheel's own CUDA
+    /// runtime when that is a newer release (`driver_min_from`).
     pub driver_min: DriverVersion,
+    /// What `driver_min` is the Table 3 driver of, for people: `CUDA 13.0.0 toolkit` or
+    /// `torch wheel's CUDA 13.0.2 runtime`.
+    pub driver_min_from: String,
     /// Minor-version-compatibility driver minimum of the CUDA major (limited feature set).
     pub driver_min_compat: DriverVersion,
     /// Driver branches that run the image through forward compatibility on data-center GPUs.
@@ -290,6 +294,20 @@ impl Cell {
     }
 }
 
+/// The toolkit release a torch wheel's pinned CUDA runtime belongs to, and its driver minimum.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RuntimeFloor {
+    /// What the wheel pins: a toolkit version (`cuda-toolkit[cudart]==13.0.2`) or a runtime
+    /// library version (`nvidia-cuda-runtime-cu12==12.4.127`).
+    pub(crate) runtime: String,
+    /// The CUDA release whose Table 3 row gives `driver_min`.
+    pub(crate) release: String,
+    pub(crate) driver_min: DriverVersion,
+    /// `false` when the runtime's own release has no row in the knowledge and `release` is the
+    /// newest older release of its line that has one: then `driver_min` is a lower bound.
+    pub(crate) exact: bool,
+}
+
 /// What a cell resolved to in the knowledge.
 #[derive(Debug, Clone)]
 pub(crate) struct Resolved {
@@ -303,6 +321,8 @@ pub(crate) struct Resolved {
     pub(crate) variant_kind: Variant,
     pub(crate) platform: String,
     pub(crate) unverified: Vec<String>,
+    /// The wheel's own CUDA runtime, when it needs a newer driver than the base's toolkit.
+    pub(crate) runtime_floor: Option<RuntimeFloor>,
 }
 
 impl Resolved {

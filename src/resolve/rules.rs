@@ -9,7 +9,8 @@ use crate::model::knowledge::{
 use crate::model::matrix::{DevelToolkit, Matrix, TorchWheels};
 use crate::model::selftest_binary::{binary_for, OLDEST_CUDA};
 use crate::model::version::{DottedVersion, TorchVersion};
-use crate::resolve::image::{Cell, Resolved};
+use crate::resolve::driver::runtime_floor;
+use crate::resolve::image::{Cell, Resolved, RuntimeFloor};
 
 /// Checks one cell against the knowledge; the error is the reason shown to the user.
 pub(super) fn check_cell(
@@ -41,7 +42,15 @@ pub(super) fn check_cell(
     )?;
     platform_available(cell, release, variant, cuda_release, knowledge)?;
     note_unconfirmed(cell, release, variant, &mut unverified);
-    selftest_build(cell, release, cuda_release)?;
+    let runtime_floor = wheel_runtime_floor(
+        cell,
+        release,
+        variant,
+        cuda_release,
+        knowledge,
+        &mut unverified,
+    );
+    selftest_build(cell, series, release, cuda_release)?;
     let os = os_release(cell, knowledge)?;
     base_image_for_os(cell, series, cuda_release, knowledge, base_override)?;
     glibc_floor(cell, series, release, variant, os)?;
@@ -60,6 +69,7 @@ pub(super) fn check_cell(
         variant_kind: cell.variant,
         platform: cell.platform.clone(),
         unverified,
+        runtime_floor,
     })
 }
 
@@ -342,9 +352,12 @@ fn platform_available(
 }
 
 /// A gpu-selftest build serves the image's CUDA and architecture (the rule the self-test itself
-/// uses): an image nothing can test could never move an alias.
+/// uses): an image nothing can test could never move an alias. CUDA 11.4-11.7 are refused by
+/// choice (see `selftest_binary::OLDEST_CUDA`): the reason says so and names the torch series'
+/// variants a build does serve on the cell's platform.
 fn selftest_build(
     cell: &Cell,
+    series: &TorchSeries,
     release: &TorchRelease,
     cuda_release: &CudaRelease,
 ) -> Result<(), String> {
@@ -352,9 +365,32 @@ fn selftest_build(
     binary_for(&cuda_release.version, arch)
         .map(|_| ())
         .map_err(|why| {
+            let served: Vec<String> = series
+                .cuda
+                .iter()
+                .filter(|v| {
+                    v.verified
+                        && v.platforms().contains(&cell.platform.as_str())
+                        && binary_for(&v.cuda, arch).is_ok()
+                })
+                .map(|v| format!("CUDA {} ({})", v.cuda, wheel_suffix(&v.cuda)))
+                .collect();
+            let choice = if cuda_release.version.starts_with("11.") {
+                format!(
+                    " (gpu-selftest's CUDA 11 build uses cudarc's {}.{} bindings and is tested on {}.{} only; cudarc binds 11.4 and later, but imagegen does not ship a self-test never run on this CUDA)",
+                    OLDEST_CUDA.0, OLDEST_CUDA.1, OLDEST_CUDA.0, OLDEST_CUDA.1
+                )
+            } else {
+                String::new()
+            };
+            let instead = if served.is_empty() {
+                format!("use CUDA {}.{} or later", OLDEST_CUDA.0, OLDEST_CUDA.1)
+            } else {
+                format!("use torch {} with {} instead", release.torch, served.join(" or "))
+            };
             format!(
-                "torch {} CUDA {} cannot be self-tested: {why}; use CUDA {}.{} or later",
-                release.torch, cuda_release.version, OLDEST_CUDA.0, OLDEST_CUDA.1
+                "torch {} CUDA {} cannot be self-tested: {why}{choice}; {instead}",
+                release.torch, cuda_release.version
             )
         })
 }
@@ -379,6 +415,49 @@ fn note_unconfirmed(
             note.unwrap_or("not confirmed by a primary source")
         ));
     }
+}
+
+/// The driver the wheel's own CUDA runtime needs in full, when it is above the base toolkit's
+/// (see `driver::runtime_floor`): PyPI's cu130 torch 2.11-2.13 pins the 13.0 Update 2/3 runtime on
+/// a 13.0.0 base. The PyPI wheel of a release is the wheel index's wheel of the same variant
+/// (promoted as is, ti-promote-*), so both `torch_wheels` settings install it. A runtime the
+/// knowledge cannot place is noted under `unverified`; the image then reports the base's minimum.
+fn wheel_runtime_floor(
+    cell: &Cell,
+    release: &TorchRelease,
+    variant: &TorchCuda,
+    cuda_release: &CudaRelease,
+    knowledge: &Knowledge,
+    unverified: &mut Vec<String>,
+) -> Option<RuntimeFloor> {
+    let runtime = release
+        .pypi
+        .wheels
+        .iter()
+        .find(|w| w.platform == cell.platform && w.cuda.as_deref() == Some(variant.cuda.as_str()))?
+        .cuda_runtime
+        .as_deref()?;
+    let Some(floor) = runtime_floor(runtime, knowledge) else {
+        unverified.push(format!(
+            "torch {} {} {} pins CUDA runtime {runtime}, which no CUDA release in the knowledge ships: imagegen.driver.min is the base's",
+            release.torch,
+            wheel_suffix(&variant.cuda),
+            cell.platform
+        ));
+        return None;
+    };
+    if !floor.exact {
+        unverified.push(format!(
+            "torch {} {} {} pins CUDA runtime {runtime}, whose toolkit driver minimum is not in the knowledge: imagegen.driver.min uses CUDA {}'s ({}), a lower bound",
+            release.torch,
+            wheel_suffix(&variant.cuda),
+            cell.platform,
+            floor.release,
+            floor.driver_min
+        ));
+    }
+    let base = cuda_release.driver_min.as_ref()?;
+    (floor.driver_min > *base).then_some(floor)
 }
 
 /// The OS release the cell names.

@@ -22,6 +22,17 @@ use crate::resolve::tags::{self, TagFields};
 /// the profiler API and culibos, which `torch.utils.cpp_extension` builds need.
 pub const PYPI_TOOLKIT_EXTRAS: &str = "cccl,crt,cudart,culibos,nvcc,nvvm,profiler";
 
+/// Whether an image reference names NVIDIA's CUDA base (`nvidia/cuda:13.0.0-base-ubuntu24.04`, or
+/// the same repository under a mirror's host or path: `registry.example.com/hub/nvidia/cuda:…`).
+fn is_nvidia_cuda(reference: &str) -> bool {
+    let without_digest = reference.split('@').next().unwrap_or(reference);
+    let repository = match without_digest.rsplit_once(':') {
+        Some((name, tag)) if !tag.contains('/') => name,
+        _ => without_digest,
+    };
+    repository == "nvidia/cuda" || repository.ends_with("/nvidia/cuda")
+}
+
 pub(super) fn build_spec(
     found: &Resolved,
     matrix: &Matrix,
@@ -31,10 +42,12 @@ pub(super) fn build_spec(
     let cuda_version = DottedVersion::parse_kind(&found.cuda_release.version, "CUDA", 3)
         .expect("checked knowledge");
     let major = cuda_version.part(0);
+    // The base toolkit's Table 3 driver, or the wheel's own runtime's when that is newer.
     let driver_min = found
-        .cuda_release
-        .driver_min
-        .clone()
+        .runtime_floor
+        .as_ref()
+        .map(|floor| floor.driver_min.clone())
+        .or_else(|| found.cuda_release.driver_min.clone())
         .expect("rules::cuda_base_release refuses releases without a driver minimum");
     let tag_fields = tag_fields(found);
     let full_tag = tags::full_tag(&matrix.tags.full, &tag_fields);
@@ -57,22 +70,23 @@ pub(super) fn build_spec(
         .as_ref()
         .map(|r| format!("{r}/"))
         .unwrap_or_default();
-    // A base the matrix names is the team's; only nvidia/cuda's is known to hold a toolkit.
-    let (base_image, base_cuda_toolkit) = match matrix.base_images.runtime_for(&BaseImageFields {
+    let named_base = matrix.base_images.runtime_for(&BaseImageFields {
         cuda: &found.variant.cuda,
         cuda_full: &found.cuda_release.version,
         os: &found.os,
         arch: &arch,
-    }) {
-        Some(named) => (named, None),
-        None => (
-            format!(
-                "{base_registry}nvidia/cuda:{}-base-{}",
-                found.cuda_release.version, found.os
-            ),
-            Some(found.cuda_release.version.clone()),
-        ),
-    };
+    });
+    // Forward compatibility needs NVIDIA's cuda-compat libraries, which nvidia/cuda bases (and
+    // copies of them under another registry) install; a base of the team's own is not known to,
+    // nor to hold a CUDA toolkit: only nvidia/cuda's is known to (its version.json).
+    let compat_libraries = named_base.as_deref().is_none_or(is_nvidia_cuda);
+    let base_cuda_toolkit = compat_libraries.then(|| found.cuda_release.version.clone());
+    let base_image = named_base.unwrap_or_else(|| {
+        format!(
+            "{base_registry}nvidia/cuda:{}-base-{}",
+            found.cuda_release.version, found.os
+        )
+    });
     let wheel_index = match matrix.torch_wheels {
         TorchWheels::Pypi => plain_index(&matrix.mirrors),
         TorchWheels::Pytorch => {
@@ -133,18 +147,27 @@ pub(super) fn build_spec(
         base_image,
         parent: None,
         driver_min: driver_min.clone(),
+        driver_min_from: match &found.runtime_floor {
+            Some(floor) => format!("torch wheel's CUDA {} runtime", floor.release),
+            None => format!("CUDA {} toolkit", found.cuda_release.version),
+        },
         driver_min_compat: knowledge
             .family(major)
             .map(|f| f.driver_min.clone())
             .unwrap_or(driver_min),
-        forward_compat_branches: found
-            .cuda_release
-            .forward_compat_branches(&found.platform)
-            .to_vec(),
+        forward_compat_branches: if compat_libraries {
+            found
+                .cuda_release
+                .forward_compat_branches(&found.platform)
+                .to_vec()
+        } else {
+            Vec::new()
+        },
         require_cuda: require_cuda(
             &found.variant.cuda,
             &found.cuda_release,
             &found.platform,
+            compat_libraries,
             knowledge,
         ),
         archs: found.variant.archs_for(&found.platform),

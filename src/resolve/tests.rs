@@ -101,6 +101,7 @@ fn require_cuda_matches_nvidia_strings_exactly() {
                 &mm,
                 release,
                 crate::model::knowledge::PLATFORM_AMD64,
+                true,
                 &knowledge
             ),
             expected,
@@ -121,9 +122,21 @@ fn require_cuda_matches_nvidia_strings_exactly() {
             "11.8",
             knowledge.cuda_release_for("11.8.0").unwrap(),
             crate::model::knowledge::PLATFORM_ARM64,
+            true,
             &knowledge
         ),
         "cuda>=11.8"
+    );
+    // Without NVIDIA's cuda-compat libraries in the image, no branch is whitelisted.
+    assert_eq!(
+        require_cuda(
+            "13.0",
+            knowledge.cuda_release_for("13.0.0").unwrap(),
+            crate::model::knowledge::PLATFORM_AMD64,
+            false,
+            &knowledge
+        ),
+        "cuda>=13.0"
     );
 }
 
@@ -684,7 +697,14 @@ fn cells_no_self_test_serves_are_rejected_by_the_shared_rule() {
         ),
         "{reason}"
     );
-    assert!(reason.ends_with("use CUDA 11.8 or later"), "{reason}");
+    assert!(
+        reason.contains("tested on 11.8 only; cudarc binds 11.4 and later"),
+        "{reason}"
+    );
+    assert!(
+        reason.ends_with("use torch 2.0.1 with CUDA 11.8 (cu118) instead"),
+        "{reason}"
+    );
     let ok = run("torch: [\"2.0\"]\ncuda: [\"11.8\"]\nos: [ubuntu22.04]\nvariants: [runtime]\n");
     assert_eq!(ok.images[0].selftest, "gpu-selftest-cu11");
 }
@@ -995,4 +1015,135 @@ fn aarch64_glibc_floors_apply_to_arm64_cells_only() {
         one_reason(&resolution),
         "torch 2.4.1 linux/arm64 wheels need glibc ≥ 2.28; ubuntu20.04 has 2.27"
     );
+}
+
+#[test]
+fn the_wheels_own_cuda_runtime_sets_the_driver_minimum_when_newer_than_the_base() {
+    let resolution = run_embedded("torch: [\"2.10\", \"2.12\", \"2.13\"]\ncuda: [\"12.8\", \"13.0\"]\nos: [ubuntu24.04]\nvariants: [runtime]\n");
+    let by_torch = |torch: &str, cuda: &str| {
+        resolution
+            .images
+            .iter()
+            .find(|i| i.torch == torch && i.cuda == cuda)
+            .unwrap_or_else(|| panic!("no {torch} {cuda} image: {:#?}", resolution.rejected))
+    };
+    // PyPI's 2.12.1 pins cuda-toolkit[cudart]==13.0.2 on a 13.0.0 base: 13.0.2's Table 3 driver.
+    let image = by_torch("2.12.1", "13.0");
+    assert_eq!(image.cuda_full, "13.0.0");
+    assert_eq!(image.driver_min.to_string(), "580.95.05");
+    assert_eq!(image.driver_min_from, "torch wheel's CUDA 13.0.2 runtime");
+    assert_eq!(image.driver_min_compat.to_string(), "580");
+    assert!(image.unverified.is_empty(), "{:?}", image.unverified);
+    // 2.13.0 pins 13.0.3, which Table 3 (13.1 edition) has no row for: 13.0.2's is a lower bound.
+    let image = by_torch("2.13.0", "13.0");
+    assert_eq!(image.driver_min.to_string(), "580.95.05");
+    assert_eq!(
+        image.unverified,
+        ["torch 2.13.0 cu130 linux/amd64 pins CUDA runtime 13.0.3, whose toolkit driver minimum is not in the knowledge: imagegen.driver.min uses CUDA 13.0.2's (580.95.05), a lower bound"]
+    );
+    // 2.10.0's PyPI cu128 pins runtime 12.8.90, which 12.8.1 (the base) ships: the base's driver.
+    let image = by_torch("2.10.0", "12.8");
+    assert_eq!(image.driver_min.to_string(), "570.124.06");
+    assert_eq!(image.driver_min_from, "CUDA 12.8.1 toolkit");
+    // 2.12's cu126 is not PyPI's variant: no runtime pin is known, the base's driver stands.
+    let cu126 = run_embedded(
+        "torch: [\"2.12\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\nvariants: [runtime]\n",
+    );
+    assert_eq!(cu126.images[0].driver_min_from, "CUDA 12.6.3 toolkit");
+
+    // resolve --driver agrees: 580.82.07 (13.0.1's) runs the 13.0.0 base but not the wheel.
+    let options = ResolveOptions {
+        driver: Some(DriverVersion::parse("580.82.07").unwrap()),
+        ..Default::default()
+    };
+    let refused = resolve(
+        &matrix("torch: [\"2.12\"]\ncuda: [\"13.0\"]\nos: [ubuntu24.04]\nvariants: [runtime]\n"),
+        &Knowledge::embedded(),
+        &options,
+    );
+    let reason = one_reason(&refused);
+    assert!(
+        reason.starts_with("needs NVIDIA driver ≥ 580.95.05 (torch wheel's CUDA 13.0.2 runtime driver); driver 580.82.07 is older"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn pinned_runtimes_map_to_their_toolkit_release() {
+    let knowledge = Knowledge::embedded();
+    let floor = |runtime: &str| crate::resolve::driver::runtime_floor(runtime, &knowledge);
+    let exact = floor("12.6.77").unwrap();
+    assert_eq!((exact.release.as_str(), exact.exact), ("12.6.2", true));
+    assert_eq!(exact.driver_min.to_string(), "560.35.03");
+    assert_eq!(floor("13.0.2").unwrap().release, "13.0.2");
+    let bound = floor("13.0.3").unwrap();
+    assert_eq!((bound.release.as_str(), bound.exact), ("13.0.2", false));
+    assert_eq!(
+        floor("12.4.999"),
+        None,
+        "a library version no release ships"
+    );
+    assert_eq!(floor("14.0.1"), None, "a line the knowledge does not know");
+}
+
+#[test]
+fn forward_compat_clauses_only_on_bases_with_the_compat_libraries() {
+    let cell = "torch: [\"2.13\"]\ncuda: [\"13.0\"]\nos: [ubuntu24.04, debian12]\nvariants: [runtime, devel]\ndevel_toolkit: pypi\n";
+    let own_base = format!(
+        "{cell}base_images:\n  runtime: {{ubuntu24.04: \"registry.example.com/team/ubuntu-cuda:24.04\", debian12: \"registry.example.com/team/debian:12\"}}\n"
+    );
+    let mirrored = format!(
+        "{cell}base_images:\n  runtime: {{ubuntu24.04: \"registry.example.com/hub/nvidia/cuda:13.0.0-base-ubuntu24.04\", debian12: \"registry.example.com/team/debian:12\"}}\n"
+    );
+    for (matrix_text, ubuntu_has_compat) in [(own_base, false), (mirrored, true)] {
+        let resolution = run_embedded(&matrix_text);
+        assert_eq!(resolution.images.len(), 4, "{:#?}", resolution.rejected);
+        for image in &resolution.images {
+            let has_compat = image.os == "ubuntu24.04" && ubuntu_has_compat;
+            assert_eq!(
+                image.require_cuda.contains("brand="),
+                has_compat,
+                "{} on {}: {}",
+                image.name,
+                image.base_image,
+                image.require_cuda
+            );
+            assert_eq!(
+                image.forward_compat_branches.is_empty(),
+                !has_compat,
+                "{}",
+                image.name
+            );
+        }
+        // resolve --driver --forward-compat agrees with the label: an R535 host runs only the
+        // images whose base carries the compat libraries.
+        let options = ResolveOptions {
+            driver: Some(DriverVersion::parse("535.104.05").unwrap()),
+            forward_compat: true,
+            ..Default::default()
+        };
+        let judged = resolve(&matrix(&matrix_text), &Knowledge::embedded(), &options);
+        let runs: Vec<&str> = judged.images.iter().map(|i| i.os.as_str()).collect();
+        let expected: Vec<&str> = if ubuntu_has_compat {
+            vec!["ubuntu24.04", "ubuntu24.04"]
+        } else {
+            Vec::new()
+        };
+        assert_eq!(runs, expected);
+        let refused = judged.rejected.iter().find(|r| r.os == "debian12").unwrap();
+        assert!(
+            refused
+                .reason
+                .starts_with("needs NVIDIA driver ≥ 580.95.05"),
+            "{}",
+            refused.reason
+        );
+    }
+    // The default nvidia/cuda base keeps NVIDIA's clauses.
+    let default_base = run_embedded(
+        "torch: [\"2.13\"]\ncuda: [\"13.0\"]\nos: [ubuntu24.04]\nvariants: [runtime]\n",
+    );
+    assert!(default_base.images[0]
+        .require_cuda
+        .contains("brand=tesla,driver>=535,driver<536"));
 }

@@ -161,7 +161,12 @@ unsafe fn measuring_child(
     let mut digits = 0;
     loop {
         let mut byte = 0u8;
-        if libc::read(pid_pipe[0], (&mut byte as *mut u8).cast(), 1) != 1 {
+        let read = libc::read(pid_pipe[0], (&mut byte as *mut u8).cast(), 1);
+        if read < 0 && *libc::__errno_location() == libc::EINTR {
+            // Interrupted (by the SIGCHLD of imagegen or sh): not the end of the pid.
+            continue;
+        }
+        if read != 1 {
             break;
         }
         match byte {
@@ -172,8 +177,17 @@ unsafe fn measuring_child(
             _ => break,
         }
     }
+    // A signal handler this process installed before the fork (tokio's SIGCHLD, for one) is
+    // inherited, so a wait may be interrupted: retried on EINTR, any other failure is one.
     let mut status = 0;
-    if libc::waitpid(launcher, &mut status, 0) != launcher {
+    loop {
+        let waited = libc::waitpid(launcher, &mut status, 0);
+        if waited == launcher {
+            break;
+        }
+        if waited < 0 && *libc::__errno_location() == libc::EINTR {
+            continue;
+        }
         libc::_exit(13);
     }
     if digits == 0 {
@@ -181,7 +195,14 @@ unsafe fn measuring_child(
     }
     let mut usage: libc::rusage = std::mem::zeroed();
     let mut measured = Measured::default();
-    if libc::wait4(pid, &mut measured.status, 0, &mut usage) != pid {
+    loop {
+        let waited = libc::wait4(pid, &mut measured.status, 0, &mut usage);
+        if waited == pid {
+            break;
+        }
+        if waited < 0 && *libc::__errno_location() == libc::EINTR {
+            continue;
+        }
         libc::_exit(14);
     }
     measured.max_rss_kib = usage.ru_maxrss;

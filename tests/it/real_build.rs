@@ -604,6 +604,11 @@ fn a_runtime_and_a_devel_image_built_for_real_from_pypi_on_a_debootstrapped_base
         dockerfile.contains(&format!("FROM {BASE_IMAGE}\n")),
         "{dockerfile}"
     );
+    // The debootstrapped base has no cuda-compat libraries: no forward-compatibility clauses.
+    assert!(
+        dockerfile.contains("NVIDIA_REQUIRE_CUDA=\"cuda>=13.0\" \\\n"),
+        "{dockerfile}"
+    );
     assert!(
         runtime_lock.contains("\ntorch==2.13.0 \\\n"),
         "{runtime_lock}"

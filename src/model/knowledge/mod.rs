@@ -334,6 +334,9 @@ pub struct CudaRelease {
     /// The toolkit driver minimum (full feature set); absent where NVIDIA's table has no row.
     #[serde(default)]
     pub driver_min: Option<DriverVersion>,
+    /// The CUDA runtime library version the release ships (`12.4.127` for 12.4.1).
+    #[serde(default)]
+    pub cudart: Option<String>,
     /// Ubuntu releases nvidia/cuda publishes images of this release for; empty when none are known.
     #[serde(default)]
     pub ubuntu: Vec<String>,
@@ -754,6 +757,9 @@ impl Knowledge {
         for cuda in &self.cuda {
             let what = format!("CUDA {}", cuda.version);
             version(&cuda.version, "CUDA", 3)?;
+            if let Some(cudart) = &cuda.cudart {
+                exact(cudart, "CUDA runtime")?;
+            }
             versions(&cuda.ubuntu, "Ubuntu", 2)?;
             if cuda.ubuntu.is_empty() != cuda.platforms.is_empty() {
                 return Err(invalid(format!(
