@@ -362,7 +362,12 @@ fn finish(lines: Vec<Line>, format: Format, manifest: &Path) -> Result<Outcome> 
                 if !line.aliases_moved.is_empty() {
                     aliases.push(format!("moved: {}", line.aliases_moved.join(", ")));
                 }
-                if !line.aliases_waiting.is_empty() {
+                if !line.aliases_waiting.is_empty() && line.missing.is_empty() {
+                    aliases.push(format!(
+                        "ready (`imagegen test settle` moves them): {}",
+                        line.aliases_waiting.join(", ")
+                    ));
+                } else if !line.aliases_waiting.is_empty() {
                     aliases.push(format!(
                         "waiting for {}: {}",
                         line.missing.join(", "),
