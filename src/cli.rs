@@ -432,6 +432,9 @@ pub struct CiArgs {
     /// One job per image family (a runtime image and the devel images on it); the default.
     #[arg(long)]
     pub per_image: bool,
+    /// Print the test fan-out instead: one job per GPU model of matrix.yaml's `tests.require` (one `any` job without it), each for a self-hosted runner labelled `gpu-<model>` (or `gpu`) that tests the pushed digests.
+    #[arg(long, conflicts_with_all = ["shards", "per_image"])]
+    pub tests: bool,
 }
 
 #[derive(Debug, Args)]
