@@ -13,7 +13,7 @@ use crate::cli::{PlanArgs, PlanFormat};
 use crate::commands::outcome::Outcome;
 use crate::commands::output::{emit, short, table};
 use crate::commands::stages::resolve_project;
-use crate::history::test_results::Waiting;
+use crate::commands::waiting::waiting_text;
 use crate::history::upgrade::{InputChange, UpgradePlan};
 use crate::pipeline::plan::plan;
 use crate::project::{load_manifest, Project};
@@ -130,39 +130,6 @@ pub fn plan_text(plan: &UpgradePlan) -> String {
         plan.removed.len()
     )
     .ok();
-    out
-}
-
-/// The images whose aliases wait for self-test results, and for which GPU models; empty when none.
-pub fn waiting_text(waiting: &[Waiting]) -> String {
-    if waiting.is_empty() {
-        return String::new();
-    }
-    let mut rows = vec![["IMAGE", "DIGEST", "WAITING FOR", "ALIASES"]
-        .map(String::from)
-        .to_vec()];
-    for image in waiting {
-        let mut wanted = image.missing.join(", ");
-        if !image.failed.is_empty() {
-            wanted.push_str(&format!(" (failed: {})", image.failed.join(", ")));
-        }
-        rows.push(vec![
-            image.tag.clone(),
-            short(&image.digest),
-            if wanted.is_empty() {
-                "nothing: `imagegen test settle` moves them".into()
-            } else {
-                wanted
-            },
-            image.aliases.join(", "),
-        ]);
-    }
-    let mut out =
-        String::from("aliases waiting for passing self-test results (matrix.yaml `tests`; `imagegen test` on such a GPU node records one):\n");
-    for line in table(&rows).lines() {
-        writeln!(out, "  {line}").ok();
-    }
-    out.push('\n');
     out
 }
 

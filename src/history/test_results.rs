@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::history::manifest::{Extra, GpuTestResult, ImageRecord, Manifest, TestStatus};
+use crate::history::manifest::{Extra, GpuTestResult, ImageRecord, Manifest, TestStatus, Waiting};
 use crate::model::digest::Digest;
 
 /// Why a gpu-selftest report cannot be read as a result.
@@ -360,17 +360,6 @@ pub fn results_of(record: &ImageRecord) -> Vec<GpuTestResult> {
         }
     }
     results
-}
-
-/// An image whose aliases wait for results: its full tag, digest, the aliases, and what is
-/// missing.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Waiting {
-    pub tag: String,
-    pub digest: Option<Digest>,
-    pub aliases: Vec<String>,
-    pub missing: Vec<String>,
-    pub failed: Vec<String>,
 }
 
 /// Every current image record with aliases awaiting results, judged against `require`.
