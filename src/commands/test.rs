@@ -292,6 +292,10 @@ async fn move_ready_aliases(
 ) -> Result<()> {
     let owner = this_owner();
     for line in lines.iter_mut() {
+        // A refused image (its tag serves another digest) moves nothing, whatever it recorded.
+        if line.verdict == "refused" {
+            continue;
+        }
         let manifest = ledger.file.read()?;
         let Some(record) = manifest
             .images
