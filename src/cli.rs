@@ -476,6 +476,12 @@ pub struct K8sArgs {
     /// The program to run, last on the line (default: the image's gpu-selftest), e.g. --command python train.py --epochs 3.
     #[arg(long, num_args = 1.., allow_hyphen_values = true)]
     pub command: Vec<String>,
+    /// Print one Job per GPU model of matrix.yaml's `tests.require` (one for any GPU without it) that runs gpu-selftest against the image's recorded digest on a node of that model (`nvidia.com/gpu.product`) and logs the JSON report `imagegen test import` reads.
+    #[arg(long, conflicts_with_all = ["command", "nodes"])]
+    pub test: bool,
+    /// With --test: the `nvidia.com/gpu.product` value(s) of a model's nodes, MODEL=VALUE (repeatable; default NVIDIA- and the model's words joined by -, e.g. NVIDIA-H200).
+    #[arg(long = "gpu-product", value_name = "MODEL=VALUE", requires = "test")]
+    pub gpu_products: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -498,6 +504,9 @@ pub struct CiArgs {
     /// One job per image family (a runtime image and the devel images on it); the default.
     #[arg(long)]
     pub per_image: bool,
+    /// Print the test fan-out instead: one job per GPU model of matrix.yaml's `tests.require` (one `any` job without it), each for a self-hosted runner labelled `gpu-<model>` (or `gpu`) that tests the pushed digests.
+    #[arg(long, conflicts_with_all = ["shards", "per_image"])]
+    pub tests: bool,
 }
 
 #[derive(Debug, Args)]

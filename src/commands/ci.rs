@@ -1,5 +1,6 @@
 //! `imagegen ci --format github`: prints the build fan-out that `generate::github` makes, on one
-//! line (what `$GITHUB_OUTPUT` takes), once it passed the `strategy.matrix` check.
+//! line (what `$GITHUB_OUTPUT` takes), once it passed the `strategy.matrix` check; with `--tests`,
+//! the test fan-out instead (one self-hosted GPU job per GPU model of the test policy).
 
 use anyhow::Result;
 
@@ -7,7 +8,7 @@ use crate::cli::{CiArgs, CiFormat};
 use crate::commands::outcome::Outcome;
 use crate::commands::output::emit;
 use crate::commands::stages::{no_images, resolve_project};
-use crate::generate::github::{github_matrix, output_line, FanOut};
+use crate::generate::github::{github_matrix, output_line, test_matrix, test_output_line, FanOut};
 use crate::project::Project;
 use crate::resolve::image::ResolveOptions;
 
@@ -24,8 +25,12 @@ pub fn run(project: &Project, args: &CiArgs) -> Result<Outcome> {
         ));
     }
     // Checked against what `strategy.matrix` accepts before anything is printed.
-    let line = match args.format {
-        CiFormat::Github => output_line(&github_matrix(&resolution.images, fan_out))?,
+    let line = match (args.format, args.tests) {
+        (CiFormat::Github, false) => output_line(&github_matrix(&resolution.images, fan_out))?,
+        (CiFormat::Github, true) => test_output_line(&test_matrix(
+            &resolution.images,
+            &project.matrix()?.tests.require,
+        ))?,
     };
     emit(format!("{line}\n"))?;
     Ok(Outcome::Success)

@@ -2,16 +2,19 @@
 //! a full tag or alias, pinned to the digest the manifest recorded for the image's current good
 //! build, if any.
 
-use anyhow::Result;
+use std::collections::BTreeMap;
+
+use anyhow::{bail, Result};
 
 use crate::cli::K8sArgs;
 use crate::commands::outcome::Outcome;
 use crate::commands::output::{emit, note};
 use crate::commands::stages::resolve_project;
+use crate::generate::k8s::test_jobs::{default_gpu_product, test_jobs};
 use crate::generate::k8s::{checked_job_name, manifests, JobSettings};
 use crate::history::manifest::RecordStatus;
 use crate::project::{load_manifest, Project};
-use crate::resolve::image::ResolveOptions;
+use crate::resolve::image::{ImageSpec, ResolveOptions};
 use crate::resolve::lookup::find_images;
 
 /// `imagegen k8s IMAGE`: prints the Job (and Service) YAML, pinned to the digest `manifest`
@@ -50,7 +53,84 @@ pub fn run(project: &Project, args: &K8sArgs) -> Result<Outcome> {
             ));
         }
     }
+    if args.test {
+        return print_test_jobs(project, args, &named, &settings);
+    }
     let manifests = manifests(&named, &settings)?;
     emit(manifests.to_yaml())?;
+    Ok(Outcome::Success)
+}
+
+/// `imagegen k8s IMAGE --test`: one self-test Job per GPU model of the policy, against the
+/// image's recorded digest (a test of a digest needs one: refused without).
+fn print_test_jobs(
+    project: &Project,
+    args: &K8sArgs,
+    named: &[&ImageSpec],
+    settings: &JobSettings,
+) -> Result<Outcome> {
+    let [image] = named else {
+        bail!(
+            "--test tests one pushed image: {} names {} (the per-platform images of an index); name one of their tags",
+            args.image,
+            named.len()
+        );
+    };
+    let Some(digest) = settings.digest.clone() else {
+        bail!(
+            "--test runs the self-test against the digest {} records for {}, and it records none for this build\nhint: `imagegen build --push` records it",
+            args.manifest.display(),
+            image.tag
+        );
+    };
+    let mut products: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for entry in &args.gpu_products {
+        let Some((model, value)) = entry.split_once('=') else {
+            bail!("--gpu-product {entry:?}: write MODEL=VALUE, e.g. H100=NVIDIA-H100-80GB-HBM3");
+        };
+        if !value
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+            || value.is_empty()
+            || value.len() > 63
+        {
+            bail!("--gpu-product {entry:?}: {value:?} is not a Kubernetes label value (letters, digits, `-`, `_`, `.`; at most 63)");
+        }
+        products
+            .entry(model.to_ascii_lowercase())
+            .or_default()
+            .push(value.to_string());
+    }
+    let require = &project.matrix()?.tests.require;
+    let models: Vec<(String, Vec<String>)> = if require.is_empty() {
+        vec![("any".to_string(), Vec::new())]
+    } else {
+        require
+            .iter()
+            .map(|model| {
+                let values = products
+                    .remove(&model.to_ascii_lowercase())
+                    .unwrap_or_else(|| vec![default_gpu_product(model)]);
+                (model.clone(), values)
+            })
+            .collect()
+    };
+    if let Some(model) = products.keys().next() {
+        bail!(
+            "--gpu-product names {model}, which matrix.yaml's `tests.require` does not list ({})",
+            if require.is_empty() {
+                "it lists none".to_string()
+            } else {
+                require.join(", ")
+            }
+        );
+    }
+    let jobs = test_jobs(image, &digest, &models, settings)?;
+    let text: String = jobs.iter().map(|job| job.to_yaml()).collect();
+    emit(text)?;
+    note(format!(
+        "{} Job(s); after each, `kubectl logs job/NAME > NAME.json` and `imagegen test import NAME.json ...` record the results",
+        jobs.len()
+    ));
     Ok(Outcome::Success)
 }

@@ -25,6 +25,7 @@ pub mod signals;
 pub mod stages;
 pub mod test;
 pub mod verify;
+pub mod waiting;
 
 use anyhow::Result;
 

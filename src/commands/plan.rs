@@ -11,8 +11,9 @@ use anyhow::Result;
 
 use crate::cli::{PlanArgs, PlanFormat};
 use crate::commands::outcome::Outcome;
-use crate::commands::output::{emit, short, table, waiting_text};
+use crate::commands::output::{emit, short, table};
 use crate::commands::stages::resolve_project;
+use crate::commands::waiting::waiting_text;
 use crate::history::upgrade::{InputChange, UpgradePlan};
 use crate::pipeline::plan::plan;
 use crate::project::{load_manifest, Project};

@@ -292,6 +292,10 @@ async fn move_ready_aliases(
 ) -> Result<()> {
     let owner = this_owner();
     for line in lines.iter_mut() {
+        // A refused image (its tag serves another digest) moves nothing, whatever it recorded.
+        if line.verdict == "refused" {
+            continue;
+        }
         let manifest = ledger.file.read()?;
         let Some(record) = manifest
             .images
@@ -362,7 +366,12 @@ fn finish(lines: Vec<Line>, format: Format, manifest: &Path) -> Result<Outcome> 
                 if !line.aliases_moved.is_empty() {
                     aliases.push(format!("moved: {}", line.aliases_moved.join(", ")));
                 }
-                if !line.aliases_waiting.is_empty() {
+                if !line.aliases_waiting.is_empty() && line.missing.is_empty() {
+                    aliases.push(format!(
+                        "ready (`imagegen test settle` moves them): {}",
+                        line.aliases_waiting.join(", ")
+                    ));
+                } else if !line.aliases_waiting.is_empty() {
                     aliases.push(format!(
                         "waiting for {}: {}",
                         line.missing.join(", "),

@@ -197,6 +197,89 @@ pub fn github_matrix(images: &[ImageSpec], fan_out: FanOut) -> GithubMatrix {
     GithubMatrix { include }
 }
 
+/// One test job of `imagegen ci --github --tests`: the self-test of the pushed digests on a
+/// self-hosted GPU runner of one GPU model of the test policy (`tests.require`), or of any GPU.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TestJob {
+    /// Shown as the job name.
+    pub name: String,
+    /// The policy's GPU model (`H100`), or `any` under the default policy.
+    pub gpu_model: String,
+    /// The runner label that names a runner with this GPU model: `gpu-h100`; `gpu` for any.
+    pub runner_label: String,
+    /// The runner architecture label (`x64`, `arm64`) of the images it tests.
+    pub runner_arch: String,
+    /// The `--platform` of the images it tests when the matrix builds per platform; else empty.
+    pub platform: String,
+    /// An artifact name for the manifest with this job's results.
+    pub artifact: String,
+}
+
+/// The `strategy.matrix` of the test jobs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TestMatrix {
+    pub include: Vec<TestJob>,
+}
+
+/// The runner label for a GPU model: `gpu-` and the model in lowercase, other characters `-`.
+pub fn gpu_runner_label(model: &str) -> String {
+    let words: Vec<String> = model
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_ascii_lowercase)
+        .collect();
+    format!("gpu-{}", words.join("-"))
+}
+
+/// One test job per GPU model of the policy (one `any` job when it names none) and per
+/// architecture of the images: each pulls every pushed digest of its architecture and tests it.
+pub fn test_matrix(images: &[ImageSpec], require: &[String]) -> TestMatrix {
+    let per_platform = images.iter().any(|image| image.index.is_some());
+    let mut platforms: Vec<&str> = images.iter().map(|image| image.platform.as_str()).collect();
+    platforms.sort();
+    platforms.dedup();
+    let models: Vec<(String, String)> = if require.is_empty() {
+        vec![("any".into(), "gpu".into())]
+    } else {
+        require
+            .iter()
+            .map(|model| (model.clone(), gpu_runner_label(model)))
+            .collect()
+    };
+    let mut include = Vec::new();
+    for platform in &platforms {
+        let runner = runner_arch(architecture(platform));
+        for (model, label) in &models {
+            include.push(TestJob {
+                name: if per_platform {
+                    format!("test on {model} ({runner})")
+                } else {
+                    format!("test on {model}")
+                },
+                gpu_model: model.clone(),
+                runner_label: label.clone(),
+                runner_arch: runner.clone(),
+                platform: if per_platform {
+                    platform.to_string()
+                } else {
+                    String::new()
+                },
+                artifact: format!("test-shard-{label}-{runner}"),
+            });
+        }
+    }
+    TestMatrix { include }
+}
+
+/// The test matrix as one checked line, as [`output_line`] prints the build matrix.
+pub fn test_output_line(matrix: &TestMatrix) -> Result<String, MatrixError> {
+    let line = serde_json::to_string(matrix).map_err(|error| MatrixError::NotJson {
+        message: error.to_string(),
+    })?;
+    check_strategy_matrix(&line)?;
+    Ok(line)
+}
+
 /// The matrix as the one line `imagegen ci --github` prints, checked by
 /// [`check_strategy_matrix`].
 pub fn output_line(matrix: &GithubMatrix) -> Result<String, MatrixError> {
@@ -400,6 +483,23 @@ mod tests {
             2,
             "one per architecture"
         );
+    }
+
+    #[test]
+    fn test_jobs_are_one_per_gpu_model_of_the_policy_and_architecture() {
+        let images = images();
+        let any = test_matrix(&images, &[]);
+        assert_eq!(any.include.len(), 1);
+        assert_eq!(any.include[0].runner_label, "gpu");
+        assert_eq!(any.include[0].gpu_model, "any");
+        let models = test_matrix(&images, &["H100".into(), "H100 NVL".into()]);
+        let labels: Vec<&str> = models
+            .include
+            .iter()
+            .map(|job| job.runner_label.as_str())
+            .collect();
+        assert_eq!(labels, ["gpu-h100", "gpu-h100-nvl"]);
+        assert!(test_output_line(&models).is_ok());
     }
 
     #[test]

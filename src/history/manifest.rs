@@ -298,6 +298,17 @@ pub struct GpuTestResult {
     pub extra: Extra,
 }
 
+/// An image whose aliases wait for results: its full tag, digest, the aliases, and what is
+/// missing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Waiting {
+    pub tag: String,
+    pub digest: Option<Digest>,
+    pub aliases: Vec<String>,
+    pub missing: Vec<String>,
+    pub failed: Vec<String>,
+}
+
 /// One image as built (or as it failed to build).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ImageRecord {
@@ -721,17 +732,6 @@ impl Manifest {
             .map(|r| r.repository.as_str())
             .or_else(|| self.indexes.get(tag).map(|i| i.repository.as_str()))
     }
-}
-
-/// An image whose aliases wait for results: its full tag, digest, the aliases, and what is
-/// missing.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Waiting {
-    pub tag: String,
-    pub digest: Option<Digest>,
-    pub aliases: Vec<String>,
-    pub missing: Vec<String>,
-    pub failed: Vec<String>,
 }
 
 #[cfg(test)]

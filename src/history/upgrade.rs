@@ -8,8 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
-use crate::history::manifest::Waiting;
-use crate::history::manifest::{Manifest, RecordStatus};
+use crate::history::manifest::{Manifest, RecordStatus, Waiting};
 use crate::model::digest::Digest;
 use crate::model::version::DriverVersion;
 use crate::resolve::image::ImageSpec;

@@ -1171,3 +1171,88 @@ fn every_argument_has_help_and_the_main_verbs_come_first() {
     let diff = stdout_of(imagegen().args(["diff", "--help"]));
     assert!(diff.contains("The earlier image"), "{diff}");
 }
+
+/// The report gpu-selftest wrote on the H200 of the GPU machine (BENCHMARKS.md, "The self-test of
+/// a pushed digest on the H200") is imported into the manifest that records its digest: the
+/// result under that digest, with the node, GPU, driver and figures it measured; the policy
+/// (`require: [H200]`) then holds and the waiting aliases are ready. The same report against a
+/// manifest that does not record its digest is refused, and nothing is written.
+#[test]
+fn the_h200_report_from_the_gpu_machine_is_imported_under_its_digest() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["matrix.yaml", "imagegen-manifest.json", "h200-report.json"] {
+        std::fs::copy(fixture("test-import").join(name), dir.path().join(name)).unwrap();
+    }
+    let output = imagegen()
+        .current_dir(dir.path())
+        .args([
+            "test",
+            "import",
+            "--no-move",
+            "--format",
+            "json",
+            "h200-report.json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let printed: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let lines = printed["results"].as_array().unwrap();
+    assert_eq!(lines.len(), 1, "{printed:#}");
+    assert_eq!(lines[0]["verdict"], "pass");
+    assert_eq!(lines[0]["missing"], serde_json::json!([]));
+    assert_eq!(
+        lines[0]["aliases_waiting"],
+        serde_json::json!(["2.7-runtime", "latest"])
+    );
+    let manifest: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("imagegen-manifest.json")).unwrap(),
+    )
+    .unwrap();
+    let results = manifest["images"]["2.7.1-cuda12.6-cudnn9-runtime-ubuntu24.04"]["test_results"]
+        .as_array()
+        .unwrap();
+    assert_eq!(results.len(), 1);
+    let result = &results[0];
+    assert_eq!(result["node"], "device-h200-1");
+    assert_eq!(result["gpus"], serde_json::json!(["NVIDIA H200"]));
+    assert_eq!(result["driver"], "580.159.04");
+    assert_eq!(result["verdict"], "pass");
+    assert_eq!(result["via"], "test import h200-report.json");
+    // Measured on the H200: bf16 back to back 797 TFLOP/s, pinned copies 55 GB/s each way.
+    let figure = |name: &str| result["figures"][name].as_f64().unwrap();
+    assert!(figure("matmul_bf16_tflops") > 593.7, "{result:#}");
+    assert!(figure("h2d_pinned_gbps") > 50.4, "{result:#}");
+    assert!(figure("d2h_pinned_gbps") > 50.4, "{result:#}");
+
+    // Against a manifest that does not record the digest: refused, nothing written.
+    let other = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        fixture("test-import/matrix.yaml"),
+        other.path().join("matrix.yaml"),
+    )
+    .unwrap();
+    let empty = "{\"schema_version\": 1, \"images\": {}, \"aliases\": {}}\n";
+    std::fs::write(other.path().join("imagegen-manifest.json"), empty).unwrap();
+    let output = imagegen()
+        .current_dir(other.path())
+        .arg("test")
+        .arg("import")
+        .arg(fixture("test-import/h200-report.json"))
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("its image_digest sha256:1afc7433dbe2baf7d8fb0d4940e6a918dc7d428f9b6c1a4741a5e2299846dfba is not recorded in imagegen-manifest.json; refused, nothing was imported"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(other.path().join("imagegen-manifest.json")).unwrap(),
+        empty
+    );
+}

@@ -400,21 +400,60 @@ fn the_images_workflow_uses_what_ci_github_emits() {
         .as_str()
         .unwrap()
         .starts_with("manifest-shard-"));
-    let mut used = Vec::new();
-    let mut rest = text.as_str();
-    while let Some(at) = rest.find("{{ matrix.") {
-        rest = &rest[at + "{{ matrix.".len()..];
-        let field: String = rest
-            .chars()
-            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-            .collect();
-        used.push(field);
-    }
+    // The `matrix.X` fields a job uses, from its own text.
+    let used_by = |job: &str| {
+        let text = serde_yaml::to_string(&jobs[job]).unwrap();
+        let mut used = Vec::new();
+        let mut rest = text.as_str();
+        while let Some(at) = rest.find("{{ matrix.") {
+            rest = &rest[at + "{{ matrix.".len()..];
+            let field: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            used.push(field);
+        }
+        used
+    };
+    let used = used_by("build");
     assert!(used.contains(&"shard".to_string()));
     for field in used {
         assert!(
             fields.contains_key(&field),
-            "the workflow uses matrix.{field}, which `imagegen ci --github` does not emit"
+            "the build job uses matrix.{field}, which `imagegen ci --github` does not emit"
         );
     }
+    // The test jobs: self-hosted GPU runners of the model `imagegen ci --github --tests` names,
+    // fed by the setup job, their results merged by the record job.
+    assert_eq!(
+        jobs["test"]["strategy"]["matrix"].as_str(),
+        Some("${{ fromJSON(needs.setup.outputs.test_matrix) }}")
+    );
+    let test_steps = serde_yaml::to_string(&jobs["test"]["steps"]).unwrap();
+    assert!(
+        test_steps.contains("imagegen test --no-move"),
+        "{test_steps}"
+    );
+    assert!(setup_steps.contains("imagegen ci --github --tests"));
+    assert!(record_steps.contains("pattern: test-shard-*"));
+    assert!(record_steps.contains("imagegen test settle"));
+    let emitted: serde_json::Value =
+        serde_json::from_str(&stdout_of(&["ci", "--github", "--tests"])).unwrap();
+    let test_fields = emitted["include"][0].as_object().unwrap();
+    assert!(test_fields["artifact"]
+        .as_str()
+        .unwrap()
+        .starts_with("test-shard-"));
+    let used = used_by("test");
+    assert!(used.contains(&"runner_label".to_string()), "{used:?}");
+    for field in used {
+        assert!(
+            test_fields.contains_key(&field),
+            "the test job uses matrix.{field}, which `imagegen ci --github --tests` does not emit"
+        );
+    }
+    // The build jobs need no GPU: they run on GitHub-hosted runners.
+    let build_runner = serde_yaml::to_string(&jobs["build"]["runs-on"]).unwrap();
+    assert!(build_runner.contains("ubuntu-24.04"), "{build_runner}");
+    assert!(!build_runner.contains("self-hosted"), "{build_runner}");
 }

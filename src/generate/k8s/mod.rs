@@ -29,6 +29,7 @@
 //!   into a world that has moved on.
 
 pub mod objects;
+pub mod test_jobs;
 mod validation;
 
 use std::collections::BTreeMap;

@@ -17,6 +17,8 @@ struct FakeBuilder {
     fail_build: BTreeSet<String>,
     fail_test: BTreeSet<String>,
     no_gpu: bool,
+    /// The GPU a passing test reports in its inventory (none: a pass without a report).
+    gpu_name: Option<String>,
     existing: BTreeSet<String>,
     /// Alias moves that fail (the registry died).
     fail_alias: BTreeSet<String>,
@@ -72,7 +74,11 @@ impl Builder for FakeBuilder {
         } else {
             TestOutcome::Pass {
                 summary: "all checks passed".into(),
-                report: None,
+                report: self.gpu_name.as_ref().map(|gpu| {
+                    serde_json::json!({"overall": "pass", "checks": [
+                        {"name": "inventory", "status": "pass", "gpus": [{"index": 0, "name": gpu}]}
+                    ]})
+                }),
             }
         }
     }
@@ -347,6 +353,60 @@ async fn a_failed_test_means_no_push_and_no_alias() {
         !calls.iter().any(|c| c.ends_with(" 2.7-cuda12.6-runtime")),
         "{calls:#?}"
     );
+}
+
+#[tokio::test]
+async fn a_pass_on_one_gpu_model_moves_aliases_only_when_it_is_all_the_policy_wants() {
+    let builder = Arc::new(FakeBuilder {
+        gpu_name: Some("NVIDIA H200".into()),
+        ..Default::default()
+    });
+    let journal = Arc::new(MemoryJournal::default());
+    let mut plan = test_plan();
+    for image in &mut plan.images {
+        image.tests_missing = vec!["H100".into(), "H200".into()];
+    }
+    let results = execute(
+        &plan,
+        builder.clone(),
+        journal.clone(),
+        &options(2),
+        std::future::pending(),
+        |_| {},
+    )
+    .await;
+    let waiting: usize = results.iter().map(|r| r.aliases_awaiting.len()).sum();
+    assert!(waiting > 0);
+    for result in &results {
+        assert!(result.aliases_moved.is_empty(), "{result:?}");
+        assert!(
+            result
+                .aliases_held
+                .iter()
+                .all(|(_, why)| why.contains("results on H100 (")),
+            "{result:?}"
+        );
+    }
+    // The same pass when the policy wants an H200 only: the aliases move.
+    let builder = Arc::new(FakeBuilder {
+        gpu_name: Some("NVIDIA H200".into()),
+        ..Default::default()
+    });
+    for image in &mut plan.images {
+        image.tests_missing = vec!["H200".into()];
+    }
+    let results = execute(
+        &plan,
+        builder,
+        Arc::new(MemoryJournal::default()),
+        &options(2),
+        std::future::pending(),
+        |_| {},
+    )
+    .await;
+    let moved: usize = results.iter().map(|r| r.aliases_moved.len()).sum();
+    assert_eq!(moved, waiting);
+    assert!(results.iter().all(|r| r.aliases_awaiting.is_empty()));
 }
 
 #[tokio::test]
