@@ -74,6 +74,14 @@ async fn signed_attestations_verify_and_every_kind_of_bad_one_is_refused() {
 
     let output = project.build(&["--push", "--signing-key", "team.pem"]);
     assert_code(&output, 0);
+    // Each image is signed in its own run of the executor, after its full tag and before its
+    // aliases (the order is unit-tested in pipeline::executor).
+    assert_eq!(
+        text(&output).matches("== signed, attestations").count(),
+        4,
+        "{}",
+        text(&output)
+    );
     let secret_line = std::fs::read_to_string(&team_key).unwrap();
     let secret_line = secret_line.lines().nth(1).unwrap();
     assert!(!text(&output).contains(secret_line), "the key was printed");
