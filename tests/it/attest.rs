@@ -158,6 +158,22 @@ async fn signed_attestations_verify_and_every_kind_of_bad_one_is_refused() {
         .find(|dependency| dependency["name"] == "gpu-selftest")
         .unwrap();
     assert_eq!(selftest["digest"]["sha256"], Digest::of(&binary).hex());
+    // The SBOM lists the same bytes as an application, from the record's packages.binaries.
+    let applications: Vec<&Value> = shown["verified"]["sbom"]["components"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|component| component["type"] == "application")
+        .collect();
+    assert_eq!(applications.len(), 1, "{applications:?}");
+    assert_eq!(
+        applications[0]["evidence"]["occurrences"][0]["location"],
+        "/usr/local/bin/gpu-selftest"
+    );
+    assert_eq!(
+        applications[0]["hashes"][0]["content"],
+        Digest::of(&binary).hex()
+    );
 
     // Another key: both refuse every image.
     let other = project
