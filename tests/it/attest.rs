@@ -175,7 +175,34 @@ async fn signed_attestations_verify_and_every_kind_of_bad_one_is_refused() {
         Digest::of(&binary).hex()
     );
 
-    // Another key: both refuse every image.
+    // The admission policy for the manifest's repository, with the team's public key.
+    let policy = project
+        .imagegen(&["k8s", "--policy", "--key", "team.pub"])
+        .output()
+        .unwrap();
+    assert_code(&policy, 0);
+    let policy: Value = serde_yaml::from_slice(&policy.stdout).unwrap();
+    assert_eq!(policy["kind"], "ClusterImagePolicy");
+    assert_eq!(
+        policy["spec"]["images"][0]["glob"],
+        format!(
+            "{}**",
+            images.values().next().unwrap()["repository"]
+                .as_str()
+                .unwrap()
+        )
+    );
+    let public = std::fs::read_to_string(&team_pub).unwrap();
+    assert_eq!(
+        policy["spec"]["authorities"][0]["key"]["data"]
+            .as_str()
+            .unwrap()
+            .trim(),
+        public.trim()
+    );
+    let no_key = project.imagegen(&["k8s", "--policy"]).output().unwrap();
+    assert_code(&no_key, 2);
+
     let other = project
         .imagegen(&["verify", "--attestations", "--key", "other.pub"])
         .output()
