@@ -454,7 +454,14 @@ pub struct BakeArgs {
 #[derive(Debug, Args)]
 pub struct K8sArgs {
     /// A full tag or alias the matrix makes (with or without the repository).
-    pub image: String,
+    #[arg(required_unless_present = "policy")]
+    pub image: Option<String>,
+    /// Instead of a Job: a Sigstore policy-controller ClusterImagePolicy admitting the manifest's repositories' images only when signed by --key and their gpu-selftest attestation passed.
+    #[arg(long, conflicts_with_all = ["image", "test"], requires = "key")]
+    pub policy: bool,
+    /// With --policy: the team's PEM public key (`openssl ec -in KEY -pubout`).
+    #[arg(long)]
+    pub key: Option<PathBuf>,
     /// GPUs per node; more than one runs the command under torchrun.
     #[arg(long, default_value_t = 1)]
     pub gpus: u32,

@@ -12,6 +12,7 @@
 pub mod check;
 pub mod cosign;
 pub mod dsse;
+pub mod policy;
 pub mod provenance;
 pub mod sbom;
 pub mod selftest;

@@ -2,13 +2,16 @@
 //! package of its lock with version, sha256 hashes and a `pkg:pypi` purl (packages found in the
 //! image's environment but not in the lock, such as pip itself, with their version and no hash);
 //! every Debian/Ubuntu package the image holds (`dpkg-query`, recorded after the build) with a
-//! `pkg:deb` purl; and CUDA, cuDNN and NCCL as components with their versions.
+//! `pkg:deb` purl; CUDA, cuDNN and NCCL as components with their versions; and each binary
+//! imagegen copies into the image (gpu-selftest, from the record's `packages.binaries`) as an
+//! application with its sha256 and path, its crates (cargo-auditable's list) nested in it as
+//! `pkg:cargo` components.
 
 use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
 
-use crate::history::manifest::ImageRecord;
+use crate::history::manifest::{BinaryRecord, ImageRecord};
 use crate::model::digest::Digest;
 
 pub const PREDICATE_TYPE: &str = "https://cyclonedx.org/bom";
@@ -211,6 +214,10 @@ pub fn sbom(
             }),
         );
     }
+    for binary in &packages.binaries {
+        let (reference, component) = binary_component(binary);
+        components.insert(reference, component);
+    }
     let image_ref = format!("{}@{}", record.repository, digest);
     json!({
         "bomFormat": "CycloneDX",
@@ -234,6 +241,51 @@ pub fn sbom(
         },
         "components": components.into_values().collect::<Vec<_>>(),
     })
+}
+
+/// A binary of the image as a CycloneDX application: its root crate's purl when it carries a
+/// crate list, its sha256, where it is in the image, and its crates nested (build-time-only
+/// crates are not in the list). Nested bom-refs carry the binary's path, so two binaries
+/// sharing a crate stay unique.
+fn binary_component(binary: &BinaryRecord) -> (String, Value) {
+    let reference = format!("file:{}", binary.path);
+    let mut component = json!({
+        "type": "application",
+        "bom-ref": reference,
+        "name": binary.name,
+        "hashes": [{ "alg": "SHA-256", "content": binary.sha256.hex() }],
+        "evidence": { "occurrences": [{ "location": binary.path }] },
+    });
+    if let Some(version) = &binary.version {
+        component["version"] = json!(version);
+        component["purl"] = json!(cargo_purl(&binary.name, version));
+    }
+    let crates: Vec<Value> = binary
+        .crates
+        .iter()
+        .filter_map(|line| line.split_once("=="))
+        .filter(|(name, version)| {
+            !(*name == binary.name && Some(*version) == binary.version.as_deref())
+        })
+        .map(|(name, version)| {
+            let purl = cargo_purl(name, version);
+            json!({
+                "type": "library",
+                "bom-ref": format!("{reference}#{purl}"),
+                "name": name,
+                "version": version,
+                "purl": purl,
+            })
+        })
+        .collect();
+    if !crates.is_empty() {
+        component["components"] = Value::Array(crates);
+    }
+    (reference, component)
+}
+
+fn cargo_purl(name: &str, version: &str) -> String {
+    format!("pkg:cargo/{}@{}", purl_encode(name), purl_encode(version))
 }
 
 #[cfg(test)]

@@ -51,7 +51,14 @@ pub(crate) fn fixture_record() -> ImageRecord {
         },
         "packages": {
             "pip": ["pip==25.3", "torch==2.12.1"],
-            "os": ["libc6=2.35-0ubuntu3.11", "libgcc-s1:amd64=12.3.0-1ubuntu1~22.04", "tzdata=2025b-0ubuntu0.22.04.1"]
+            "os": ["libc6=2.35-0ubuntu3.11", "libgcc-s1:amd64=12.3.0-1ubuntu1~22.04", "tzdata=2025b-0ubuntu0.22.04.1"],
+            "binaries": [{
+                "path": "/usr/local/bin/gpu-selftest",
+                "name": "gpu-selftest",
+                "version": "0.1.0",
+                "sha256": Digest::of(b"gpu-selftest binary").to_string(),
+                "crates": ["gpu-selftest==0.1.0", "libloading==0.8.6", "serde==1.0.228", "serde_json==1.0.145"]
+            }]
         },
         "built_at": "2026-12-01T10:00:00Z",
         "build_seconds": 600.0,

@@ -247,7 +247,15 @@ async fn build_and_record(
         )
         .await;
     }
-    let selftest_binaries = contexts.selftest_digests.clone();
+    let signing = signer.map(|signer| {
+        let mut context = attest::SignContext::of(project);
+        context.build.selftest_binaries = contexts.selftest_digests.clone();
+        Signing {
+            signer,
+            context,
+            registries: Registries::new(registry_timeout, retry),
+        }
+    });
     let builder = Arc::new(EngineBuilder::new(
         engine,
         contexts,
@@ -270,6 +278,7 @@ async fn build_and_record(
         file: manifest_file.clone(),
         source_commit,
         progress: Arc::clone(&progress),
+        signing,
         ledger: ManifestLedger {
             file: manifest_file.clone(),
             on_wait: Box::new(move |line| ledger_progress.line("alias", &format!("== {line}"))),
@@ -305,80 +314,17 @@ async fn build_and_record(
     })
     .await;
     emit(summary_table(&results))?;
-    let mut signed_all = true;
-    if let Some(signer) = &signer {
-        let registries = Registries::new(registry_timeout, retry);
-        signed_all = sign_pushed(
-            project,
-            &manifest_file,
-            &results,
-            (signer, &selftest_binaries),
-            &registries,
-        )
-        .await;
-    }
     let manifest = manifest_file.read().unwrap_or_default();
     emit(left_undone(&plan, &results, &manifest, &by, settings.push))?;
     emit(format!("manifest: {}\n", settings.manifest.display()))?;
     if let Some(received) = *signal.lock().expect("signal lock") {
         return Ok(Outcome::Interrupted(received));
     }
-    Ok(
-        if signed_all && results.iter().all(ImageResult::succeeded) {
-            Outcome::Success
-        } else {
-            Outcome::Failed
-        },
-    )
-}
-
-/// Signs every image this run pushed (or found pushed) and records its attestations; false
-/// when one could not be signed (each named on stderr).
-async fn sign_pushed(
-    project: &Project,
-    manifest_file: &ManifestFile,
-    results: &[ImageResult],
-    (signer, selftest_binaries): (&Signer, &BTreeMap<String, Digest>),
-    registries: &Registries,
-) -> bool {
-    let mut context = attest::SignContext::of(project);
-    context.build.selftest_binaries = selftest_binaries.clone();
-    let manifest = manifest_file.read().unwrap_or_default();
-    let mut whole = true;
-    for result in results.iter().filter(|result| result.succeeded()) {
-        let Some(digest) = &result.digest else {
-            continue;
-        };
-        let Some(record) = manifest
-            .images
-            .values()
-            .find(|record| record.digest.as_ref() == Some(digest))
-        else {
-            continue;
-        };
-        let outcome = match attest::attest_image(registries, signer, record, digest, &context).await
-        {
-            Ok(attested) => manifest_file
-                .update(|current| {
-                    current
-                        .attestations
-                        .insert(digest.clone(), attested.clone());
-                })
-                .map(|_| attested),
-            Err(error) => Err(error),
-        };
-        match outcome {
-            Ok(attested) => note(format!(
-                "{}: signed, attestations {} (gpu-selftest {})",
-                result.name, attested.attestations.tag, attested.gpu_selftest
-            )),
-            Err(error) => {
-                whole = false;
-                eprintln!("{}: not signed: {error:#}", result.name);
-            }
-        }
-    }
-    whole
+    Ok(if results.iter().all(ImageResult::succeeded) {
+        Outcome::Success
+    } else {
+        Outcome::Failed
+    })
 }
 
 /// Settles the alias moves an earlier run of these images' repositories began and did not
@@ -444,8 +390,17 @@ struct ManifestJournal {
     file: ManifestFile,
     source_commit: Option<String>,
     progress: Arc<Progress>,
+    /// With `--signing-key`: what signs each pushed image before its aliases move.
+    signing: Option<Signing>,
     /// Alias moves: the alias's lock and the manifest's.
     ledger: ManifestLedger,
+}
+
+/// The key and the build's facts the attestations of `build --push --signing-key` carry.
+struct Signing {
+    signer: Signer,
+    context: attest::SignContext,
+    registries: Registries,
 }
 
 impl ManifestJournal {
@@ -476,6 +431,44 @@ impl Journal for ManifestJournal {
                 &now_rfc3339(),
             )
         })
+    }
+
+    async fn attest(&self, image: &PlannedImage, digest: &Digest) -> Result<()> {
+        let Some(signing) = &self.signing else {
+            return Ok(());
+        };
+        let manifest = tokio::task::block_in_place(|| self.file.read())?;
+        let record = manifest
+            .images
+            .values()
+            .find(|record| record.digest.as_ref() == Some(digest))
+            .with_context(|| {
+                format!(
+                    "{}: the manifest records no image with digest {digest}",
+                    image.spec.name
+                )
+            })?;
+        let attested = attest::attest_image(
+            &signing.registries,
+            &signing.signer,
+            record,
+            digest,
+            &signing.context,
+        )
+        .await?;
+        self.update(|current| {
+            current
+                .attestations
+                .insert(digest.clone(), attested.clone());
+        })?;
+        self.progress.line(
+            &image.spec.name,
+            &format!(
+                "== signed, attestations {} (gpu-selftest {})",
+                attested.attestations.tag, attested.gpu_selftest
+            ),
+        );
+        Ok(())
     }
 }
 

@@ -2,9 +2,13 @@
 //! a full tag or alias, pinned to the digest the manifest recorded for the image's current good
 //! build, if any.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
+
+use crate::attest::policy::cluster_image_policy;
+use crate::cli::SigningArgs;
+use crate::commands::attest;
 
 use crate::cli::K8sArgs;
 use crate::commands::outcome::Outcome;
@@ -20,6 +24,9 @@ use crate::resolve::lookup::find_images;
 /// `imagegen k8s IMAGE`: prints the Job (and Service) YAML, pinned to the digest `manifest`
 /// recorded for the image's current good build, if any.
 pub fn run(project: &Project, args: &K8sArgs) -> Result<Outcome> {
+    let Some(image) = &args.image else {
+        return policy(args);
+    };
     if let Some(name) = &args.name {
         checked_job_name(name)?;
     }
@@ -34,7 +41,7 @@ pub fn run(project: &Project, args: &K8sArgs) -> Result<Outcome> {
     };
     let manifest = args.manifest.as_path();
     let images = resolve_project(project, ResolveOptions::default())?.images;
-    let named = find_images(&images, &args.image)?;
+    let named = find_images(&images, image)?;
     // A digest pins one image; an index of several platforms runs by its tag.
     if let [image] = named.as_slice() {
         let recorded = load_manifest(manifest)?;
@@ -72,7 +79,7 @@ fn print_test_jobs(
     let [image] = named else {
         bail!(
             "--test tests one pushed image: {} names {} (the per-platform images of an index); name one of their tags",
-            args.image,
+            args.image.as_deref().unwrap_or_default(),
             named.len()
         );
     };
@@ -132,5 +139,34 @@ fn print_test_jobs(
         "{} Job(s); after each, `kubectl logs job/NAME > NAME.json` and `imagegen test import NAME.json ...` record the results",
         jobs.len()
     ));
+    Ok(Outcome::Success)
+}
+
+/// `imagegen k8s --policy --key PUB`: the ClusterImagePolicy for every repository the manifest
+/// records a pushed image of.
+fn policy(args: &K8sArgs) -> Result<Outcome> {
+    let key = args.key.as_deref().context("--policy needs --key PUB")?;
+    let verifier = attest::load_verifier(Some(key), &SigningArgs::default())?;
+    let manifest = load_manifest(&args.manifest)?;
+    let repositories: BTreeSet<String> = manifest
+        .images
+        .values()
+        .filter(|record| record.digest.is_some())
+        .map(|record| record.repository.clone())
+        .collect();
+    if repositories.is_empty() {
+        bail!(
+            "{} records no pushed image: no repository to write a policy for\nhint: `imagegen build --push --signing-key KEY` first",
+            args.manifest.display()
+        );
+    }
+    let repositories: Vec<String> = repositories.into_iter().collect();
+    let name = args
+        .name
+        .clone()
+        .unwrap_or_else(|| "imagegen-signed-and-gpu-tested".into());
+    checked_job_name(&name)?;
+    let object = cluster_image_policy(&name, &repositories, &verifier.to_pem());
+    emit(serde_yaml::to_string(&object)?)?;
     Ok(Outcome::Success)
 }

@@ -74,6 +74,14 @@ async fn signed_attestations_verify_and_every_kind_of_bad_one_is_refused() {
 
     let output = project.build(&["--push", "--signing-key", "team.pem"]);
     assert_code(&output, 0);
+    // Each image is signed in its own run of the executor, after its full tag and before its
+    // aliases (the order is unit-tested in pipeline::executor).
+    assert_eq!(
+        text(&output).matches("== signed, attestations").count(),
+        4,
+        "{}",
+        text(&output)
+    );
     let secret_line = std::fs::read_to_string(&team_key).unwrap();
     let secret_line = secret_line.lines().nth(1).unwrap();
     assert!(!text(&output).contains(secret_line), "the key was printed");
@@ -150,8 +158,51 @@ async fn signed_attestations_verify_and_every_kind_of_bad_one_is_refused() {
         .find(|dependency| dependency["name"] == "gpu-selftest")
         .unwrap();
     assert_eq!(selftest["digest"]["sha256"], Digest::of(&binary).hex());
+    // The SBOM lists the same bytes as an application, from the record's packages.binaries.
+    let applications: Vec<&Value> = shown["verified"]["sbom"]["components"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|component| component["type"] == "application")
+        .collect();
+    assert_eq!(applications.len(), 1, "{applications:?}");
+    assert_eq!(
+        applications[0]["evidence"]["occurrences"][0]["location"],
+        "/usr/local/bin/gpu-selftest"
+    );
+    assert_eq!(
+        applications[0]["hashes"][0]["content"],
+        Digest::of(&binary).hex()
+    );
 
-    // Another key: both refuse every image.
+    // The admission policy for the manifest's repository, with the team's public key.
+    let policy = project
+        .imagegen(&["k8s", "--policy", "--key", "team.pub"])
+        .output()
+        .unwrap();
+    assert_code(&policy, 0);
+    let policy: Value = serde_yaml::from_slice(&policy.stdout).unwrap();
+    assert_eq!(policy["kind"], "ClusterImagePolicy");
+    assert_eq!(
+        policy["spec"]["images"][0]["glob"],
+        format!(
+            "{}**",
+            images.values().next().unwrap()["repository"]
+                .as_str()
+                .unwrap()
+        )
+    );
+    let public = std::fs::read_to_string(&team_pub).unwrap();
+    assert_eq!(
+        policy["spec"]["authorities"][0]["key"]["data"]
+            .as_str()
+            .unwrap()
+            .trim(),
+        public.trim()
+    );
+    let no_key = project.imagegen(&["k8s", "--policy"]).output().unwrap();
+    assert_code(&no_key, 2);
+
     let other = project
         .imagegen(&["verify", "--attestations", "--key", "other.pub"])
         .output()

@@ -7,8 +7,10 @@
 //! both implement [`Builder`], and what changed in the registry is written down through a
 //! [`Journal`] as it happens: an image's full tag once pushed (before any alias moves, so an
 //! alias that fails cannot lose it), each alias move before it is made (intent) and after
-//! (result). Policy lives here: a failed test means no push and no alias; aliases move only
-//! after the image passed (or, with `move_untested_aliases`, when no GPU could test it), and
+//! (result). When the journal signs, an image's attestations are pushed after its full tag and
+//! before any alias moves, so an alias never serves an unsigned image; a failed signing fails
+//! the image and holds its aliases. Policy lives here: a failed test means no push and no
+//! alias; aliases move only after the image passed (or, with `move_untested_aliases`, when no GPU could test it), and
 //! never backwards, judged against the manifest as it is when the alias moves.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -75,6 +77,14 @@ pub trait Journal: AliasLedger + Send + Sync + 'static {
     /// Writes down the result of `image` as it stands: once its full tag is pushed, and at the
     /// end.
     fn image(&self, image: &PlannedImage, result: &ImageResult) -> anyhow::Result<()>;
+    /// Signs and pushes the attestations of `image`, whose full tag serves `digest` and is
+    /// written down, and records them; called before any of its aliases moves (a journal that
+    /// does not sign answers `Ok` at once). An error holds the aliases.
+    fn attest(
+        &self,
+        image: &PlannedImage,
+        digest: &Digest,
+    ) -> impl Future<Output = anyhow::Result<()>> + Send;
 }
 
 /// Which step each image in flight is at, for the report of an interruption.
@@ -351,6 +361,21 @@ async fn run_one<B: Builder, J: Journal>(
                     "record",
                     format!("pushed, but could not be written to the manifest: {error:#}"),
                 );
+            }
+        }
+    }
+
+    // Signed before any alias moves: an alias never serves an image without its attestations.
+    if options.push {
+        if let Some(digest) = result.digest.clone() {
+            step("signing its attestations");
+            if let Err(error) = journal.attest(&image, &digest).await {
+                for alias in &image.aliases {
+                    result
+                        .aliases_held
+                        .push((alias.clone(), "not moved: the image is not signed".into()));
+                }
+                return fail(result, "sign", format!("not signed: {error:#}"));
             }
         }
     }

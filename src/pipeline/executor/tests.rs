@@ -128,6 +128,8 @@ impl AliasRegistry for FakeBuilder {
 struct MemoryJournal {
     manifest: Mutex<Manifest>,
     log: Mutex<Vec<String>>,
+    /// Images whose signing fails.
+    refuse_signing: BTreeSet<String>,
 }
 
 impl MemoryJournal {
@@ -161,6 +163,28 @@ impl Journal for MemoryJournal {
             None,
             "t1",
         );
+        Ok(())
+    }
+    async fn attest(&self, image: &PlannedImage, digest: &Digest) -> anyhow::Result<()> {
+        let recorded = self
+            .manifest
+            .lock()
+            .unwrap()
+            .images
+            .values()
+            .any(|record| record.digest.as_ref() == Some(digest));
+        anyhow::ensure!(
+            recorded,
+            "{}: signed before its digest was recorded",
+            image.spec.name
+        );
+        self.log
+            .lock()
+            .unwrap()
+            .push(format!("sign {}", image.spec.name));
+        if self.refuse_signing.contains(&image.spec.name) {
+            anyhow::bail!("the registry refused the .att manifest");
+        }
         Ok(())
     }
 }
@@ -523,7 +547,12 @@ async fn the_full_tag_is_written_down_before_its_aliases_and_each_alias_before_a
     };
     let pushed = position(&format!("image {RUNTIME_126} Built true"));
     assert!(position(&format!("claim {RUNTIME_126}")) < pushed);
-    assert!(pushed < position("intent 2.7-cuda12.6-runtime"));
+    let signed = position(&format!("sign {RUNTIME_126}"));
+    assert!(pushed < signed, "signed after its full tag is recorded");
+    assert!(
+        signed < position("intent 2.7-cuda12.6-runtime"),
+        "and before its alias moves"
+    );
     assert!(position("intent 2.7-cuda12.6-runtime") < position("moved 2.7-cuda12.6-runtime"));
     let manifest = journal.manifest();
     assert!(manifest.pending_aliases.is_empty(), "every move finished");
@@ -568,6 +597,71 @@ async fn a_failed_alias_push_keeps_the_pushed_full_tag_and_leaves_the_move_pendi
         "the move begun is written down as pending"
     );
     assert!(!manifest.aliases.contains_key("2.7-cuda12.6-runtime"));
+}
+
+#[tokio::test]
+async fn a_failed_signing_fails_the_image_and_holds_its_aliases() {
+    let builder = Arc::new(FakeBuilder::default());
+    let journal = Arc::new(MemoryJournal {
+        refuse_signing: [RUNTIME_126.to_string()].into(),
+        ..Default::default()
+    });
+    let results = run_with(&builder, &journal, &options(1)).await;
+    let failed = results.iter().find(|r| r.name == RUNTIME_126).unwrap();
+    assert_eq!(failed.status, Status::Failed);
+    assert_eq!(failed.failed_stage.as_deref(), Some("sign"));
+    assert!(
+        failed
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("refused the .att"),
+        "{failed:?}"
+    );
+    assert_eq!(failed.aliases_moved, Vec::<String>::new());
+    let held: Vec<&str> = failed
+        .aliases_held
+        .iter()
+        .map(|(a, _)| a.as_str())
+        .collect();
+    assert_eq!(
+        held,
+        [
+            "2.7-cuda12.6-runtime",
+            "2.7-cuda12.6-runtime-ubuntu24.04",
+            "latest"
+        ]
+    );
+    assert!(failed
+        .aliases_held
+        .iter()
+        .all(|(_, why)| why == "not moved: the image is not signed"));
+    let digest = Digest::of(format!("digest-{RUNTIME_126}").as_bytes());
+    let manifest = journal.manifest();
+    assert_eq!(
+        manifest.images[RUNTIME_126].digest.as_ref(),
+        Some(&digest),
+        "the pushed full tag stays recorded"
+    );
+    for alias in &held {
+        assert!(!manifest.aliases.contains_key(*alias), "{alias} not moved");
+        assert!(!manifest.pending_aliases.contains_key(*alias));
+        let pushed_alias = format!(":{alias}");
+        assert!(!builder.calls().iter().any(|c| c.ends_with(&pushed_alias)));
+    }
+    // The other pushed images were signed and their aliases moved.
+    let signed = journal
+        .log()
+        .iter()
+        .filter(|e| e.starts_with("sign "))
+        .count();
+    let pushed: Vec<&ImageResult> = results.iter().filter(|r| r.digest.is_some()).collect();
+    assert!(pushed.len() >= 2, "{results:?}");
+    assert_eq!(signed, pushed.len());
+    assert!(pushed
+        .iter()
+        .filter(|r| r.name != RUNTIME_126)
+        .all(|r| r.succeeded() && !r.aliases_moved.is_empty()));
 }
 
 #[tokio::test]
