@@ -336,7 +336,7 @@ pub struct DiffArgs {
 
 #[derive(Debug, Args)]
 pub struct ResolveArgs {
-    /// Only keep images that this NVIDIA driver runs (e.g. 535.104.05).
+    /// Only keep images that this NVIDIA driver runs: a full version (535.104.05), or a branch R535 meaning the lowest release of it the knowledge names.
     #[arg(long)]
     pub driver: Option<String>,
     /// With --driver: accept older driver branches that CUDA forward compatibility serves (data-center GPUs only).

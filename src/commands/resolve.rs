@@ -3,23 +3,25 @@
 
 use std::fmt::Write as _;
 
-use anyhow::{Context, Result};
+use anyhow::{anyhow, Result};
 
 use crate::cli::{Format, ResolveArgs};
 use crate::commands::outcome::Outcome;
 use crate::commands::output::{count, emit, table};
 use crate::commands::stages::{no_images, resolve_project};
-use crate::model::version::DriverVersion;
 use crate::project::Project;
 use crate::resolve::image::{Resolution, ResolveOptions};
 
 pub fn run(project: &Project, args: &ResolveArgs) -> Result<Outcome> {
-    let driver = args
-        .driver
-        .as_deref()
-        .map(DriverVersion::parse)
-        .transpose()
-        .context("--driver")?;
+    let driver = match args.driver.as_deref() {
+        Some(text) => Some(
+            project
+                .knowledge()?
+                .driver_argument(text)
+                .map_err(|why| anyhow!("--driver {text}: {why}"))?,
+        ),
+        None => None,
+    };
     let resolution = resolve_project(
         project,
         ResolveOptions {

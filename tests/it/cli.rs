@@ -178,6 +178,44 @@ fn resolve_for_a_fleet_driver() {
 }
 
 #[test]
+fn a_driver_is_a_full_version_or_an_explicit_branch() {
+    let dir = workspace("basic.yaml");
+    let output = imagegen()
+        .current_dir(dir.path())
+        .args(["resolve", "--driver", "535"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(output.stdout.is_empty());
+    insta::assert_snapshot!(
+        "driver_bare_branch",
+        String::from_utf8(output.stderr).unwrap()
+    );
+
+    // R535 is the lowest release of the branch the knowledge names (535.54.03, CUDA 12.2's minimum).
+    let json = |driver: &str| {
+        stdout_of(
+            imagegen()
+                .current_dir(dir.path())
+                .args(["resolve", "--driver", driver, "--format", "json"]),
+        )
+    };
+    let branch = json("R535");
+    assert_eq!(branch, json("535.54.03"));
+    let parsed: serde_json::Value = serde_json::from_str(&branch).unwrap();
+    assert!(!parsed["images"].as_array().unwrap().is_empty(), "{branch}");
+
+    imagegen()
+        .current_dir(dir.path())
+        .args(["resolve", "--driver", "R999"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "error: --driver R999: the knowledge names no release of driver branch R999",
+        ));
+}
+
+#[test]
 fn resolve_strict_fails_on_rejections() {
     let dir = workspace("basic.yaml");
     imagegen()
