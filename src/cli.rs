@@ -278,7 +278,7 @@ pub struct PlanArgs {
 pub struct RollbackArgs {
     /// The alias to move, e.g. 2.7-cuda12.6-runtime or latest.
     pub alias: String,
-    /// The digest to point it at (it must be recorded in the manifest).
+    /// The digest to point it at (it must be recorded in the manifest), or a prefix of exactly one recorded digest (sha256:1ac1a03ff572).
     #[arg(long)]
     pub to: Option<String>,
     /// Point it where it pointed before its last move.
