@@ -1209,3 +1209,29 @@ fn every_argument_has_help_and_the_main_verbs_come_first() {
     let diff = stdout_of(imagegen().args(["diff", "--help"]));
     assert!(diff.contains("The earlier image"), "{diff}");
 }
+
+#[test]
+fn selftest_build_script_prints_its_usage() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("selftest/build.sh");
+    for flag in ["--help", "-h"] {
+        let output = std::process::Command::new("bash")
+            .arg(&script)
+            .arg(flag)
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(0), "{flag}");
+        let usage = String::from_utf8(output.stdout).unwrap();
+        assert!(output.stderr.is_empty(), "{flag}");
+        insta::assert_snapshot!("selftest_build_usage", usage);
+    }
+    let output = std::process::Command::new("bash")
+        .arg(&script)
+        .arg("--bogus")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8(output.stderr).unwrap(),
+        "build.sh: unknown option '--bogus' (bash selftest/build.sh --help prints the usage)\n"
+    );
+}
