@@ -542,6 +542,23 @@ pub enum DerivePackage {
 pub enum ManifestAction {
     /// Merge manifests (e.g. one per CI shard): newest record per tag wins, histories are unioned, aliases take their newest move.
     Merge(MergeArgs),
+    /// Drop records the manifest no longer needs: failed records older than a newer build of the same image, and with --keep N each image's earlier records beyond N; never one an alias points to. Says what it removes; writes only with --apply.
+    Prune(PruneArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct PruneArgs {
+    /// Also keep only the newest N earlier records of each image (records an alias points to stay).
+    #[arg(long, value_name = "N")]
+    pub keep: Option<usize>,
+    /// Write the pruned manifest (without it, only say what would be removed).
+    #[arg(long)]
+    pub apply: bool,
+    /// The manifest file.
+    #[arg(long, default_value = DEFAULT_MANIFEST)]
+    pub manifest: PathBuf,
+    #[command(flatten)]
+    pub lock: LockArgs,
 }
 
 #[derive(Debug, Args)]
