@@ -440,8 +440,8 @@ pub struct BuildArgs {
 
 #[derive(Debug, Args)]
 pub struct BakeArgs {
-    /// The bake file to write (`-` prints it); each image's build context (images/<name>/ and its self-test binary) is staged beside it under .imagegen/bake/<name>/.
-    #[arg(long, default_value = "docker-bake.json")]
+    /// The bake file to write (`-` prints it); .imagegen/ is ignored by git. Each image's build context (images/<name>/ and its self-test binary) is staged under .imagegen/bake/<name>/ of the working directory, where `docker buildx bake -f .imagegen/docker-bake.json` runs.
+    #[arg(long, default_value = ".imagegen/docker-bake.json")]
     pub out: PathBuf,
     /// Directory holding gpu-selftest-cu11, -cu12 and -cu13 (from selftest/build.sh).
     #[arg(long, default_value = "target/selftest")]

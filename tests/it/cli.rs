@@ -1041,6 +1041,7 @@ fn a_matrix_that_makes_no_image_writes_nothing_unless_told() {
         "no image was removed"
     );
     assert!(!dir.path().join("docker-bake.json").exists());
+    assert!(!dir.path().join(".imagegen/docker-bake.json").exists());
     let (code, stdout, _) = run_in(dir.path(), &["render", "--allow-empty"]);
     assert_eq!(code, 0);
     assert!(
