@@ -489,11 +489,16 @@ fn lock_without_uv_is_one_error_with_a_hint() {
 #[test]
 fn build_refuses_images_whose_lock_is_missing() {
     let dir = workspace("basic.yaml");
+    // render writes the Dockerfiles and says that the locks are still missing.
     imagegen()
         .current_dir(dir.path())
         .arg("render")
         .assert()
-        .success();
+        .success()
+        .stderr(predicate::str::contains(
+            "note: 18 locks of 18 images: 18 missing, 0 stale (first: images/",
+        ))
+        .stderr(predicate::str::contains("hint: run `imagegen lock`"));
     imagegen()
         .current_dir(dir.path())
         .args([
