@@ -6,6 +6,7 @@
 #   target/selftest/gpu-selftest-cu12-arm64, -cu13-arm64    (aarch64 / SBSA, linux/arm64 images)
 #
 # Usage: bash selftest/build.sh [BUILD...]   BUILD: cu11 cu12 cu13 cu11-arm64 cu12-arm64 cu13-arm64
+#        bash selftest/build.sh --help       prints this text
 # Without arguments it builds only what the repository's matrix needs: the distinct `selftest`
 # values of the images `imagegen resolve --format json` prints.
 #
@@ -32,6 +33,20 @@ fail() {
   echo "build.sh: $*" >&2
   exit 2
 }
+
+# The header above, without its `# `, is the usage text.
+usage() {
+  sed -n '2,/^set -euo pipefail$/p' "$repository_root/selftest/build.sh" | sed '$d' | sed -E 's/^# ?//'
+}
+for argument in "$@"; do
+  case "$argument" in
+    -h | --help)
+      usage
+      exit 0
+      ;;
+    -*) fail "unknown option '$argument' (bash selftest/build.sh --help prints the usage)" ;;
+  esac
+done
 
 command -v cargo >/dev/null || fail "cargo not found: install a Rust toolchain (https://rustup.rs)"
 command -v python3 >/dev/null ||

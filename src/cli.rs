@@ -278,7 +278,7 @@ pub struct PlanArgs {
 pub struct RollbackArgs {
     /// The alias to move, e.g. 2.7-cuda12.6-runtime or latest.
     pub alias: String,
-    /// The digest to point it at (it must be recorded in the manifest).
+    /// The digest to point it at (it must be recorded in the manifest), or a prefix of exactly one recorded digest (sha256:1ac1a03ff572).
     #[arg(long)]
     pub to: Option<String>,
     /// Point it where it pointed before its last move.
@@ -336,7 +336,7 @@ pub struct DiffArgs {
 
 #[derive(Debug, Args)]
 pub struct ResolveArgs {
-    /// Only keep images that this NVIDIA driver runs (e.g. 535.104.05).
+    /// Only keep images that this NVIDIA driver runs: a full version (535.104.05), or a branch R535 meaning the lowest release of it the knowledge names.
     #[arg(long)]
     pub driver: Option<String>,
     /// With --driver: accept older driver branches that CUDA forward compatibility serves (data-center GPUs only).
@@ -440,8 +440,8 @@ pub struct BuildArgs {
 
 #[derive(Debug, Args)]
 pub struct BakeArgs {
-    /// The bake file to write (`-` prints it); each image's build context (images/<name>/ and its self-test binary) is staged beside it under .imagegen/bake/<name>/.
-    #[arg(long, default_value = "docker-bake.json")]
+    /// The bake file to write (`-` prints it); .imagegen/ is ignored by git. Each image's build context (images/<name>/ and its self-test binary) is staged under .imagegen/bake/<name>/ of the working directory, where `docker buildx bake -f .imagegen/docker-bake.json` runs.
+    #[arg(long, default_value = ".imagegen/docker-bake.json")]
     pub out: PathBuf,
     /// Directory holding gpu-selftest-cu11, -cu12 and -cu13 (from selftest/build.sh).
     #[arg(long, default_value = "target/selftest")]
@@ -558,6 +558,23 @@ pub enum DerivePackage {
 pub enum ManifestAction {
     /// Merge manifests (e.g. one per CI shard): newest record per tag wins, histories are unioned, aliases take their newest move.
     Merge(MergeArgs),
+    /// Drop records the manifest no longer needs: failed records older than a newer build of the same image, and with --keep N each image's earlier records beyond N; never one an alias points to. Says what it removes; writes only with --apply.
+    Prune(PruneArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct PruneArgs {
+    /// Also keep only the newest N earlier records of each image (records an alias points to stay).
+    #[arg(long, value_name = "N")]
+    pub keep: Option<usize>,
+    /// Write the pruned manifest (without it, only say what would be removed).
+    #[arg(long)]
+    pub apply: bool,
+    /// The manifest file.
+    #[arg(long, default_value = DEFAULT_MANIFEST)]
+    pub manifest: PathBuf,
+    #[command(flatten)]
+    pub lock: LockArgs,
 }
 
 #[derive(Debug, Args)]

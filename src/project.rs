@@ -216,8 +216,11 @@ fn read_manifest_text(path: &Path) -> Result<Option<String>> {
 
 /// Writes the manifest atomically: temporary file, fsync, rename. Callers that share the
 /// manifest with other runs use [`ManifestFile::update`], which does this under its lock.
+/// Writes `manifest` to `path` atomically, its `updated_at` set to now: every write says when.
 pub fn save_manifest(path: &Path, manifest: &Manifest) -> Result<()> {
-    write_atomically(path, manifest.to_json().as_bytes())
+    let mut written = manifest.clone();
+    written.updated_at = now_rfc3339();
+    write_atomically(path, written.to_json().as_bytes())
 }
 
 /// The manifest file of a command that writes it: every write is a locked read-change-write.

@@ -15,8 +15,9 @@ use crate::generate::bake::{bake_file, staging_context};
 use crate::project::{image_files, write_atomically, Project};
 use crate::resolve::image::ResolveOptions;
 
-/// `imagegen bake`: writes the bake file (or prints it with `-`) and stages, beside it, each
-/// image's context as `.imagegen/bake/<name>/`: the files of `images/<name>/` and
+/// `imagegen bake`: writes the bake file (`.imagegen/docker-bake.json` unless `--out`; `-`
+/// prints it) and stages, under the working directory, each image's context as
+/// `.imagegen/bake/<name>/`: the files of `images/<name>/` and
 /// `<selftest_dir>/gpu-selftest-cuNN` as `gpu-selftest`.
 pub fn run(project: &Project, args: &BakeArgs) -> Result<Outcome> {
     let (out, selftest_dir, stage) = (
@@ -36,13 +37,10 @@ pub fn run(project: &Project, args: &BakeArgs) -> Result<Outcome> {
     let images = &resolution.images;
     let text = bake_file(images)?.to_json();
     let to_stdout = out.as_os_str() == "-";
-    let root = if to_stdout {
-        Path::new(".")
-    } else {
-        out.parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(Path::new("."))
-    };
+    // buildx reads a bake file's contexts against its working directory, not the file's folder
+    // (docker/buildx#1028): the contexts are staged under the working directory, where
+    // `docker buildx bake -f .imagegen/docker-bake.json` runs.
+    let root = Path::new(".");
     if stage {
         // What BuildKit builds must be what was locked and reviewed, as for `imagegen build`.
         let problems = lock_problems(&resolution, &project.locks()?);
@@ -96,7 +94,7 @@ pub fn run(project: &Project, args: &BakeArgs) -> Result<Outcome> {
             if stage {
                 ""
             } else {
-                "; not staged: copy images/<name>/* and target/selftest/gpu-selftest-cuNN (as gpu-selftest) to .imagegen/bake/<name>/ before `docker buildx bake`"
+                "; not staged: copy images/<name>/* and target/selftest/gpu-selftest-cuNN (as gpu-selftest) to .imagegen/bake/<name>/ before `docker buildx bake -f`"
             }
         ));
     }

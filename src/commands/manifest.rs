@@ -1,3 +1,6 @@
+//! `imagegen manifest prune [--keep N] [--apply]`: what `history::prune` drops, said, and written
+//! only with `--apply` (under the manifest's lock).
+//!
 //! `imagegen manifest merge A B ... [--out FILE]`: one manifest from several (one per CI shard);
 //! the rules are `history::merge`'s. Every input must exist: a missing shard artefact is an
 //! error, never an empty manifest. Inputs that conflict (see `history::merge::conflicts`) are
@@ -8,11 +11,12 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-use crate::cli::MergeArgs;
+use crate::cli::{MergeArgs, PruneArgs};
 use crate::commands::outcome::Outcome;
 use crate::commands::output::{count, emit, note};
 use crate::history::manifest::Manifest;
 use crate::history::merge::{merge_checked, Conflict};
+use crate::history::prune::{prune as pruned, Removed};
 use crate::project::{load_existing_manifest, save_manifest, ManifestFile, Project};
 
 /// `imagegen manifest merge A B ... [--out FILE]`.
@@ -57,6 +61,50 @@ pub fn merge(_project: &Project, args: &MergeArgs) -> Result<Outcome> {
             Ok(merged) => emit(format!("{}\n", serde_json::to_string_pretty(&merged)?))?,
             Err(conflicts) => return Ok(report(conflicts)),
         },
+    }
+    Ok(Outcome::Success)
+}
+
+/// `imagegen manifest prune [--keep N] [--apply]`.
+pub fn prune(args: &PruneArgs) -> Result<Outcome> {
+    let file = ManifestFile::new(&args.manifest, Duration::from_secs(args.lock.lock_timeout));
+    // The existing manifest: pruning a missing file is a mistake in the path.
+    load_existing_manifest(&args.manifest)?;
+    let say = |removed: &[Removed], verb: &str| {
+        for record in removed {
+            note(format!(
+                "{verb} {}{} (built {}): {}",
+                record.tag,
+                record
+                    .digest
+                    .as_deref()
+                    .map(|d| format!(" {}", &d[..d.len().min(19)]))
+                    .unwrap_or_default(),
+                record.built_at,
+                record.why
+            ));
+        }
+    };
+    if args.apply {
+        let removed = file.update(|manifest| {
+            let (after, removed) = pruned(manifest, args.keep);
+            *manifest = after;
+            removed
+        })?;
+        say(&removed, "removed");
+        note(format!(
+            "{} removed from {}",
+            count(removed.len(), "record"),
+            args.manifest.display()
+        ));
+    } else {
+        let (_, removed) = pruned(&file.read()?, args.keep);
+        say(&removed, "would remove");
+        note(format!(
+            "{} would be removed from {}; nothing written (--apply writes it)",
+            count(removed.len(), "record"),
+            args.manifest.display()
+        ));
     }
     Ok(Outcome::Success)
 }

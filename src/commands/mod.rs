@@ -65,6 +65,7 @@ pub fn run(cli: Cli) -> Result<Outcome> {
         Command::Knowledge(args) => knowledge::run(&project, args),
         Command::Manifest(args) => match &args.action {
             ManifestAction::Merge(merge) => manifest::merge(&project, merge),
+            ManifestAction::Prune(prune) => manifest::prune(prune),
         },
         Command::Verify(args) => verify::run(&project, args),
         Command::Attest(args) => attest::run(&project, args),

@@ -11,6 +11,7 @@ use crate::commands::outcome::Outcome;
 use crate::commands::output::{count, emit, note};
 use crate::commands::stages::{lock_problems, no_images, render_project};
 use crate::project::{self, Project};
+use crate::resolve::lock::LockStatus;
 
 pub fn run(project: &Project, args: &RenderArgs) -> Result<Outcome> {
     let (resolution, rendered) = render_project(project)?;
@@ -107,5 +108,21 @@ pub fn run(project: &Project, args: &RenderArgs) -> Result<Outcome> {
         removed.len(),
         count(resolution.rejected.len(), "cell")
     ))?;
+    // Rendering does not lock: say so where a lock is missing or stale, since `build` refuses them.
+    let locks = lock_problems(&resolution, &project.locks()?);
+    if !locks.is_empty() {
+        let missing = locks
+            .iter()
+            .filter(|p| matches!(p.status, LockStatus::Missing))
+            .count();
+        note(format!(
+            "note: {} of {}: {} missing, {} stale (first: {}); `imagegen build` refuses those images\nhint: run `imagegen lock` (it needs uv and the package indexes) and commit the locks; `imagegen render --check` lists them",
+            count(locks.len(), "lock"),
+            count(rendered.len(), "image"),
+            missing,
+            locks.len() - missing,
+            locks[0].describe(out)
+        ));
+    }
     Ok(Outcome::Success)
 }

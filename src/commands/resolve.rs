@@ -3,23 +3,25 @@
 
 use std::fmt::Write as _;
 
-use anyhow::{Context, Result};
+use anyhow::{anyhow, Result};
 
 use crate::cli::{Format, ResolveArgs};
 use crate::commands::outcome::Outcome;
 use crate::commands::output::{count, emit, table};
 use crate::commands::stages::{no_images, resolve_project};
-use crate::model::version::DriverVersion;
 use crate::project::Project;
 use crate::resolve::image::{Resolution, ResolveOptions};
 
 pub fn run(project: &Project, args: &ResolveArgs) -> Result<Outcome> {
-    let driver = args
-        .driver
-        .as_deref()
-        .map(DriverVersion::parse)
-        .transpose()
-        .context("--driver")?;
+    let driver = match args.driver.as_deref() {
+        Some(text) => Some(
+            project
+                .knowledge()?
+                .driver_argument(text)
+                .map_err(|why| anyhow!("--driver {text}: {why}"))?,
+        ),
+        None => None,
+    };
     let resolution = resolve_project(
         project,
         ResolveOptions {
@@ -67,6 +69,8 @@ pub fn resolution_table(resolution: &Resolution) -> String {
     let mut out = table(&rows);
     if !resolution.rejected.is_empty() {
         writeln!(out, "\nrejected ({}):", resolution.rejected.len()).ok();
+        // Cells rejected for the same reason by the same rule share one line, in first-seen order.
+        let mut groups: Vec<(String, String, Vec<String>)> = Vec::new();
         for rejection in &resolution.rejected {
             let mut cell = format!("torch {} cuda {}", rejection.torch, rejection.cuda);
             if let Some(cudnn) = &rejection.cudnn {
@@ -84,7 +88,16 @@ pub fn resolution_table(resolution: &Resolution) -> String {
                 (None, "axes") => String::new(),
                 (None, origin) => format!(" [{origin}]"),
             };
-            writeln!(out, "  {cell}{origin}: {}", rejection.reason).ok();
+            match groups
+                .iter_mut()
+                .find(|(o, reason, _)| *o == origin && *reason == rejection.reason)
+            {
+                Some((_, _, cells)) => cells.push(cell),
+                None => groups.push((origin, rejection.reason.clone(), vec![cell])),
+            }
+        }
+        for (origin, reason, cells) in groups {
+            writeln!(out, "  {}{origin}: {reason}", cells.join("; ")).ok();
         }
     }
     for warning in &resolution.warnings {

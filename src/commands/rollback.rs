@@ -19,7 +19,7 @@ use crate::commands::signals::Signals;
 use crate::docker::{registry_host_of, repository_path_of, Registries, RetryPolicy};
 use crate::history::alias_transaction::{settle_one, AliasTarget};
 use crate::history::manifest::now_rfc3339;
-use crate::history::rollback::rollback_target;
+use crate::history::rollback::{recorded_digest, rollback_target};
 use crate::model::digest::Digest;
 use crate::pipeline::alias_move::{move_alias, AliasOutcome, AliasRegistry, AliasRequest};
 use crate::pipeline::docker_builder::RegistryAliases;
@@ -28,14 +28,15 @@ use crate::project::{ManifestFile, Project};
 pub fn run(_project: &Project, args: &RollbackArgs) -> Result<Outcome> {
     let alias = args.alias.as_str();
     // A value that is not a digest never reaches the registry: it would become a URL path.
+    // A prefix (`sha256:1ac1a03ff572`, as tables print it) names the one recorded digest it starts.
+    let file = ManifestFile::new(&args.manifest, Duration::from_secs(args.lock.lock_timeout));
+    let manifest = file.read()?;
     let to = args
         .to
         .as_deref()
-        .map(Digest::parse)
+        .map(|text| recorded_digest(&manifest, text))
         .transpose()
         .context("--to")?;
-    let file = ManifestFile::new(&args.manifest, Duration::from_secs(args.lock.lock_timeout));
-    let manifest = file.read()?;
     // Checked before the registry is asked anything: the alias and the target must be recorded.
     // With a move of this alias pending, `--previous` is only known once it is settled.
     let repository = match (

@@ -5,7 +5,7 @@
 //! (`rollback`); the attestations pushed per digest (`attestations`); what changed between two
 //! images (`diff`); the manifest against what the registry serves, with alias moves left in
 //! between settled (`verify`); self-test results per digest and the test policy that gates alias
-//! moves (`test_results`). Pure: values in,
+//! moves (`test_results`); what `manifest prune` drops (`prune`). Pure: values in,
 //! values out.
 
 pub mod alias_transaction;
@@ -14,6 +14,7 @@ pub mod attestations;
 pub mod diff;
 pub mod manifest;
 pub mod merge;
+pub mod prune;
 pub mod rollback;
 pub mod test_results;
 pub mod upgrade;

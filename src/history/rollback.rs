@@ -73,3 +73,105 @@ pub fn rollback_target(
         anyhow!("digest {digest} is not recorded in the manifest; rollback only goes to digests imagegen built and recorded (this alias has had: {})", known.join(", "))
     })
 }
+
+/// The recorded digest `text` names: a full digest as it is, or a prefix (`sha256:1ac1a03ff572`,
+/// the short form tables print) when exactly one digest the manifest records (an image or an
+/// index, current or historical) starts with it. Otherwise an error listing the candidates, or
+/// saying that none match.
+pub fn recorded_digest(manifest: &Manifest, text: &str) -> Result<Digest> {
+    let full = Digest::parse(text);
+    if let Ok(digest) = full {
+        return Ok(digest);
+    }
+    let is_prefix = text.strip_prefix("sha256:").is_some_and(|hex| {
+        !hex.is_empty()
+            && hex.len() < 64
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    });
+    if !is_prefix {
+        return Err(full.expect_err("parsed above").into());
+    }
+    let mut candidates: Vec<(&Digest, &str)> = manifest
+        .all_records()
+        .filter_map(|r| r.digest.as_ref().map(|d| (d, r.tag.as_str())))
+        .chain(
+            manifest
+                .indexes
+                .values()
+                .flat_map(|i| std::iter::once(i).chain(i.history.iter()))
+                .map(|i| (&i.digest, i.tag.as_str())),
+        )
+        .filter(|(digest, _)| digest.as_str().starts_with(text))
+        .collect();
+    candidates.sort();
+    candidates.dedup_by(|a, b| a.0 == b.0);
+    match candidates.as_slice() {
+        [(digest, _)] => Ok((*digest).clone()),
+        [] => bail!(
+            "no digest the manifest records starts with {text}; rollback only goes to digests imagegen built and recorded"
+        ),
+        many => bail!(
+            "{text} could be {} recorded digests: {}; give more of the digest",
+            many.len(),
+            many.iter()
+                .map(|(digest, tag)| format!("{digest} ({tag})"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::record::test_support::{manifest_with, specs_for};
+
+    #[test]
+    fn a_short_digest_names_the_one_recorded_digest_it_starts() {
+        let specs = specs_for("2.7.1", "12.6");
+        let mut manifest = manifest_with(&specs, &[]);
+        let recorded: Vec<Digest> = manifest
+            .all_records()
+            .filter_map(|r| r.digest.clone())
+            .collect();
+        assert_eq!(recorded.len(), 1);
+        let digest = &recorded[0];
+        assert_eq!(&recorded_digest(&manifest, digest.short()).unwrap(), digest);
+        assert_eq!(
+            &recorded_digest(&manifest, digest.as_str()).unwrap(),
+            digest
+        );
+
+        let error = recorded_digest(&manifest, "sha256:ffffffffffff")
+            .unwrap_err()
+            .to_string();
+        // The one recorded digest starts otherwise (made from the tag), unless by chance.
+        if !digest.hex().starts_with("ffffffffffff") {
+            assert!(
+                error.starts_with("no digest the manifest records starts with sha256:ffffffffffff"),
+                "{error}"
+            );
+        }
+        assert!(recorded_digest(&manifest, "1ac1a03ff572").is_err());
+        assert!(recorded_digest(&manifest, "sha256:1AC1").is_err());
+
+        // Two records whose digests share a prefix: ambiguous, both listed.
+        let mut twin = manifest.images.values().next().unwrap().clone();
+        twin.tag = "twin".into();
+        let mut hex = digest.hex().to_string();
+        hex.replace_range(63.., if hex.ends_with('0') { "1" } else { "0" });
+        twin.digest = Some(Digest::parse(&format!("sha256:{hex}")).unwrap());
+        manifest.record_success(twin);
+        let error = recorded_digest(&manifest, digest.short())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.starts_with(&format!("{} could be 2 recorded digests: ", digest.short())),
+            "{error}"
+        );
+        assert!(error.contains(&format!("{digest} (")), "{error}");
+        assert!(error.contains(&format!("sha256:{hex} (twin)")), "{error}");
+    }
+}

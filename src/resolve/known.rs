@@ -173,6 +173,9 @@ impl<'k> KnownValues<'k> {
     /// `None` when `value` of `key` names something the knowledge knows; else the message and
     /// the hint (the closest known values).
     fn unknown(&self, key: &str, value: &str) -> Option<(String, String)> {
+        if key == "cuda" && !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
+            return Some(self.bare_cuda_major(value));
+        }
         let (known, label, candidates) = match key {
             "torch" => (self.knows_torch(value), "torch", &self.torch),
             "cuda" => (self.knows_cuda(value), "CUDA", &self.cuda),
@@ -208,6 +211,32 @@ impl<'k> KnownValues<'k> {
                 near.join(", ")
             ),
         ))
+    }
+
+    /// `cuda: [13]`: a bare major would resolve to the newest release of the major while the tag
+    /// reads `cuda13`; the message lists the `major.minor` lines it could mean.
+    fn bare_cuda_major(&self, major: &str) -> (String, String) {
+        let prefix = format!("{major}.");
+        let lines: Vec<&str> = self
+            .cuda
+            .iter()
+            .map(String::as_str)
+            .filter(|c| c.starts_with(&prefix) && c.split('.').count() == 2)
+            .collect();
+        let mut lines = lines;
+        lines.sort_by_key(|c| DottedVersion::parse_kind(c, "CUDA", 3).ok());
+        let message = format!(
+            "CUDA {major} is a bare major: a CUDA version must name its minor (major.minor, or a full release)"
+        );
+        let hint = if lines.is_empty() {
+            format!(
+                "the knowledge knows no CUDA {major}.x release; known lines: {}",
+                closest(major, self.cuda.iter().map(String::as_str), SUGGESTIONS).join(", ")
+            )
+        } else {
+            format!("CUDA {major} could mean: {}", lines.join(", "))
+        };
+        (message, hint)
     }
 
     fn knows_torch(&self, value: &str) -> bool {
@@ -300,6 +329,31 @@ mod tests {
         .unwrap_err();
         assert!(
             error.starts_with("matrix.yaml:7:27: include[0]: CUDA 12.66"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn a_bare_cuda_major_is_refused_with_the_lines_it_could_mean() {
+        let error = check(&MINIMAL.replace("[\"12.6\", \"13.0\"]", "[\"12.6\", 13]")).unwrap_err();
+        assert!(
+            error.starts_with("matrix.yaml:4:16: CUDA 13 is a bare major"),
+            "{error}"
+        );
+        let lines = error.split("could mean: ").nth(1).expect("a list").trim();
+        let listed: Vec<&str> = lines.split(", ").collect();
+        assert!(listed.contains(&"13.0"), "{error}");
+        assert!(listed.iter().all(|l| l.starts_with("13.")), "{error}");
+        let error = check(&format!(
+            "{MINIMAL}include:\n  - {{torch: \"2.13\", cuda: \"12\", os: ubuntu24.04}}\n"
+        ))
+        .unwrap_err();
+        assert!(
+            error.starts_with("matrix.yaml:7:27: include[0]: CUDA 12 is a bare major"),
+            "{error}"
+        );
+        assert!(
+            error.contains("CUDA 12 could mean: 12.1, 12.2, "),
             "{error}"
         );
     }

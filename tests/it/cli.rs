@@ -178,6 +178,44 @@ fn resolve_for_a_fleet_driver() {
 }
 
 #[test]
+fn a_driver_is_a_full_version_or_an_explicit_branch() {
+    let dir = workspace("basic.yaml");
+    let output = imagegen()
+        .current_dir(dir.path())
+        .args(["resolve", "--driver", "535"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(output.stdout.is_empty());
+    insta::assert_snapshot!(
+        "driver_bare_branch",
+        String::from_utf8(output.stderr).unwrap()
+    );
+
+    // R535 is the lowest release of the branch the knowledge names (535.54.03, CUDA 12.2's minimum).
+    let json = |driver: &str| {
+        stdout_of(
+            imagegen()
+                .current_dir(dir.path())
+                .args(["resolve", "--driver", driver, "--format", "json"]),
+        )
+    };
+    let branch = json("R535");
+    assert_eq!(branch, json("535.54.03"));
+    let parsed: serde_json::Value = serde_json::from_str(&branch).unwrap();
+    assert!(!parsed["images"].as_array().unwrap().is_empty(), "{branch}");
+
+    imagegen()
+        .current_dir(dir.path())
+        .args(["resolve", "--driver", "R999"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "error: --driver R999: the knowledge names no release of driver branch R999",
+        ));
+}
+
+#[test]
 fn resolve_strict_fails_on_rejections() {
     let dir = workspace("basic.yaml");
     imagegen()
@@ -451,11 +489,16 @@ fn lock_without_uv_is_one_error_with_a_hint() {
 #[test]
 fn build_refuses_images_whose_lock_is_missing() {
     let dir = workspace("basic.yaml");
+    // render writes the Dockerfiles and says that the locks are still missing.
     imagegen()
         .current_dir(dir.path())
         .arg("render")
         .assert()
-        .success();
+        .success()
+        .stderr(predicate::str::contains(
+            "note: 18 locks of 18 images: 18 missing, 0 stale (first: images/",
+        ))
+        .stderr(predicate::str::contains("hint: run `imagegen lock`"));
     imagegen()
         .current_dir(dir.path())
         .args([
@@ -1003,6 +1046,7 @@ fn a_matrix_that_makes_no_image_writes_nothing_unless_told() {
         "no image was removed"
     );
     assert!(!dir.path().join("docker-bake.json").exists());
+    assert!(!dir.path().join(".imagegen/docker-bake.json").exists());
     let (code, stdout, _) = run_in(dir.path(), &["render", "--allow-empty"]);
     assert_eq!(code, 0);
     assert!(
@@ -1255,4 +1299,135 @@ fn the_h200_report_from_the_gpu_machine_is_imported_under_its_digest() {
         std::fs::read_to_string(other.path().join("imagegen-manifest.json")).unwrap(),
         empty
     );
+}
+
+#[test]
+fn selftest_build_script_prints_its_usage() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("selftest/build.sh");
+    for flag in ["--help", "-h"] {
+        let output = std::process::Command::new("bash")
+            .arg(&script)
+            .arg(flag)
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(0), "{flag}");
+        let usage = String::from_utf8(output.stdout).unwrap();
+        assert!(output.stderr.is_empty(), "{flag}");
+        insta::assert_snapshot!("selftest_build_usage", usage);
+    }
+    let output = std::process::Command::new("bash")
+        .arg(&script)
+        .arg("--bogus")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8(output.stderr).unwrap(),
+        "build.sh: unknown option '--bogus' (bash selftest/build.sh --help prints the usage)\n"
+    );
+}
+
+/// A manifest image record as `build` writes it, of torch `torch`, built at `at`.
+fn manifest_record(
+    tag: &str,
+    torch: &str,
+    digest: Option<&str>,
+    at: &str,
+    status: &str,
+) -> serde_json::Value {
+    serde_json::json!({
+        "repository": "r.example/t/p", "tag": tag, "aliases": [], "digest": digest,
+        "image_id": null, "fingerprint": format!("sha256:{}", "f".repeat(64)),
+        "build_key": format!("sha256:{}", "b".repeat(64)), "variant": "runtime",
+        "torch": torch, "torchvision": "0.22.1", "torchaudio": null, "cuda": "12.6",
+        "cuda_full": "12.6.3", "cudnn": "9.5.1.17", "python": "3.12", "os": "ubuntu24.04",
+        "base_image": "b", "driver_min": "560.35.05", "driver_min_compat": "525.60.13",
+        "require_cuda": "cuda>=12.6", "selftest": null, "test_results": [],
+        "awaiting_aliases": [], "inputs": {}, "packages": null, "built_at": at,
+        "build_seconds": 1.0, "source_commit": null, "status": status,
+        "last_error": if status == "failed" { Some("boom") } else { None }, "history": []
+    })
+}
+
+#[test]
+fn manifest_prune_says_what_it_removes_and_writes_only_with_apply() {
+    let dir = tempfile::tempdir().unwrap();
+    let digest = |c: &str| format!("sha256:{}", c.repeat(64));
+    let mut current = manifest_record(
+        "2.7.1-new",
+        "2.7.1",
+        Some(&digest("1")),
+        "2026-03-01T00:00:00Z",
+        "ok",
+    );
+    current["history"] = serde_json::json!([
+        manifest_record(
+            "2.7.1-new",
+            "2.7.1",
+            Some(&digest("2")),
+            "2026-02-01T00:00:00Z",
+            "ok"
+        ),
+        manifest_record(
+            "2.7.1-new",
+            "2.7.1",
+            Some(&digest("3")),
+            "2026-01-01T00:00:00Z",
+            "ok"
+        ),
+    ]);
+    let manifest = serde_json::json!({
+        "schema_version": 1, "updated_at": "",
+        "images": {
+            "2.7.1-new": current,
+            "2.7.1-old": manifest_record("2.7.1-old", "2.7.1", None, "2026-01-15T00:00:00Z", "failed"),
+            "2.6.0-x": manifest_record("2.6.0-x", "2.6.0", None, "2026-01-15T00:00:00Z", "failed"),
+        },
+        "aliases": {
+            "pinned": {"tag": "2.7.1-new", "digest": digest("3"), "moved_at": "2026-03-02T00:00:00Z", "history": []}
+        }
+    });
+    let path = dir.path().join("imagegen-manifest.json");
+    let text = serde_json::to_string_pretty(&manifest).unwrap();
+    std::fs::write(&path, &text).unwrap();
+
+    let (code, stdout, stderr) = run_in(dir.path(), &["manifest", "prune", "--keep", "0"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.is_empty(), "{stdout}");
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        text,
+        "a dry run writes nothing"
+    );
+    insta::assert_snapshot!("manifest_prune_dry_run", stderr);
+
+    let (code, _, stderr) = run_in(dir.path(), &["manifest", "prune", "--keep", "0", "--apply"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("2 records removed"), "{stderr}");
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let images: Vec<&String> = written["images"].as_object().unwrap().keys().collect();
+    assert_eq!(images, ["2.6.0-x", "2.7.1-new"]);
+    let history: Vec<&str> = written["images"]["2.7.1-new"]["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["digest"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        history,
+        [digest("3")],
+        "the record an alias points to stays"
+    );
+    let updated = written["updated_at"].as_str().unwrap();
+    assert!(
+        updated.starts_with("20") && updated.ends_with('Z'),
+        "updated_at set: {updated:?}"
+    );
+
+    let (code, _, stderr) = run_in(
+        dir.path(),
+        &["manifest", "prune", "--manifest", "none.json"],
+    );
+    assert_eq!(code, 2, "{stderr}");
 }

@@ -109,7 +109,7 @@ fn bake_file_for_the_fixture() {
 }
 
 #[test]
-fn bake_stages_each_image_context_beside_the_bake_file() {
+fn bake_writes_under_dot_imagegen_and_stages_each_image_context() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::copy(fixture(), dir.path().join("matrix.yaml")).unwrap();
     let in_dir = |arguments: &[&str]| {
@@ -189,6 +189,25 @@ fn bake_stages_each_image_context_beside_the_bake_file() {
         written == String::from_utf8_lossy(&printed.stdout),
         "--out - prints what --out writes"
     );
+
+    // Without --out the bake file goes under .imagegen/ (ignored by git), not the root, and the
+    // contexts stay where buildx, run from here with -f, reads them.
+    std::fs::remove_file(&out).unwrap();
+    in_dir(&["bake", "--selftest-dir", "selftest"])
+        .assert()
+        .success()
+        .stderr(predicate::str::contains(
+            "wrote .imagegen/docker-bake.json (18 targets)",
+        ));
+    assert!(!out.exists(), "nothing in the repository root");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join(".imagegen/docker-bake.json")).unwrap(),
+        written
+    );
+    assert!(dir
+        .path()
+        .join(".imagegen/bake/2.7.1-cuda12.6-cudnn9-devel-ubuntu24.04/gpu-selftest")
+        .exists());
 }
 
 /// A manifest path that does not exist: the Job then uses the tag without a digest.

@@ -958,6 +958,56 @@ impl Knowledge {
             .map(|v| v.major_minor())
     }
 
+    /// Every driver release the knowledge names (toolkit and family minimums), oldest first.
+    pub fn known_drivers(&self) -> Vec<&DriverVersion> {
+        let mut drivers: Vec<&DriverVersion> = self
+            .cuda
+            .iter()
+            .filter_map(|c| c.driver_min.as_ref())
+            .chain(self.cuda_families.iter().map(|f| &f.driver_min))
+            .collect();
+        drivers.sort();
+        drivers.dedup();
+        drivers
+    }
+
+    /// A driver given on the command line: a full version (`535.104.05`, `570.26`), or an explicit
+    /// branch `R535`, which means the lowest release of that branch the knowledge names (the
+    /// release a fleet on that branch runs at least). A bare branch number (`535`) is refused: it
+    /// reads as `535.0.0`, older than every release of the branch.
+    pub fn driver_argument(&self, text: &str) -> Result<DriverVersion, String> {
+        let text = text.trim();
+        if let Some(branch) = text.strip_prefix(['R', 'r']) {
+            let Ok(branch) = branch.parse::<u64>() else {
+                return Err(format!(
+                    "`{text}` is not a driver branch: write R followed by the branch number (e.g. R535)"
+                ));
+            };
+            let known = self.known_drivers();
+            return known
+                .iter()
+                .find(|d| d.branch() == branch && d.part(1) > 0)
+                .map(|d| (*d).clone())
+                .ok_or_else(|| {
+                    let mut branches: Vec<u64> = known.iter().map(|d| d.branch()).collect();
+                    branches.dedup();
+                    let branches: Vec<String> = branches.iter().map(|b| format!("R{b}")).collect();
+                    format!(
+                        "the knowledge names no release of driver branch R{branch}; give the full \
+                         version (e.g. {branch}.xx.yy) or a branch it knows: {}",
+                        branches.join(", ")
+                    )
+                });
+        }
+        if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(format!(
+                "`{text}` is a bare driver branch: a driver must be a full version (e.g. \
+                 535.104.05) or an explicit branch R{text} (its lowest release the knowledge names)"
+            ));
+        }
+        DriverVersion::parse(text).map_err(|e| e.to_string())
+    }
+
     /// The pip wheel index URL for CUDA `cuda` (`12.6` → `.../whl/cu126`).
     pub fn wheel_index_url(&self, cuda: &str) -> String {
         self.wheel_index.replace("{suffix}", &wheel_suffix(cuda))
