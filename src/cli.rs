@@ -110,6 +110,8 @@ pub struct TestArgs {
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
     #[command(flatten)]
+    pub signing: SigningArgs,
+    #[command(flatten)]
     pub deadlines: DeadlineArgs,
     #[command(flatten)]
     pub lock: LockArgs,
@@ -151,6 +153,8 @@ pub struct TestImportArgs {
     /// `table` for people, `json` for machines.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
+    #[command(flatten)]
+    pub signing: SigningArgs,
     #[command(flatten)]
     pub deadlines: DeadlineArgs,
     #[command(flatten)]

@@ -116,7 +116,13 @@ pub fn provenance(record: &ImageRecord, context: &BuildContext) -> Value {
         dependencies.push(descriptor(
             "gpu-selftest",
             Some(&format!("urn:imagegen:gpu-selftest:{selftest}")),
-            context.selftest_binaries.get(selftest).map(Digest::hex),
+            context
+                .selftest_binaries
+                .get(selftest)
+                .map(Digest::hex)
+                // Signed after the build (`attest sign`, `imagegen test`): the sha256 the record's
+                // package record read from the binary in the image.
+                .or_else(|| recorded_selftest_sha256(record)),
         ));
     }
     dependencies.push(descriptor(
@@ -150,4 +156,15 @@ pub fn provenance(record: &ImageRecord, context: &BuildContext) -> Value {
             "metadata": metadata,
         },
     })
+}
+
+/// The sha256 of the gpu-selftest binary the record's package record found in the image.
+fn recorded_selftest_sha256(record: &ImageRecord) -> Option<&str> {
+    record
+        .packages
+        .as_ref()?
+        .binaries
+        .iter()
+        .find(|binary| binary.path.ends_with("/gpu-selftest"))
+        .map(|binary| binary.sha256.hex())
 }

@@ -5,10 +5,17 @@
 //! recorded self-test status and nothing else: only a run recorded as passed reads `pass`; a
 //! failed, skipped or errored run is attached as what it was, and an image never tested reads
 //! `not-run`.
+//!
+//! `nodeResults` lists every node's result recorded under the digest (`history::test_results`:
+//! the build host's run and each `imagegen test` / `test import` run, one per node), each with
+//! its own verdict as recorded: one statement for the image, re-made and re-signed each time a
+//! result is recorded, so the newest `.att` carries every node's result. A failed node reads
+//! `fail`; nothing turns it into `pass`.
 
 use serde_json::{json, Map, Value};
 
-use crate::history::manifest::{ImageRecord, TestStatus};
+use crate::history::manifest::{GpuTestResult, ImageRecord, TestStatus};
+use crate::history::test_results::results_of;
 
 pub const PREDICATE_TYPE: &str = "urn:imagegen:predicate:gpu-selftest-result:v1";
 
@@ -18,8 +25,51 @@ pub const SCHEMA: &str = include_str!("gpu-selftest-result.v1.schema.json");
 /// The check fields that are not figures.
 const CHECK_FIELDS: [&str; 5] = ["name", "status", "summary", "rule", "duration_seconds"];
 
+fn verdict_name(status: TestStatus) -> &'static str {
+    match status {
+        TestStatus::Pass => "pass",
+        TestStatus::Fail => "fail",
+        TestStatus::Skipped => "skipped",
+        TestStatus::Error => "error",
+    }
+}
+
+/// One node's recorded result, as the predicate lists it.
+fn node_result(result: &GpuTestResult) -> Value {
+    json!({
+        "node": result.node,
+        "result": verdict_name(result.verdict),
+        "summary": result.summary,
+        "gpus": result.gpus,
+        "driver": result.driver,
+        "figures": result.figures,
+        "testedAt": result.at,
+        "via": result.via,
+        "baseline": result.baseline.as_ref().map(|digest| json!({ "sha256": digest.hex() })),
+    })
+}
+
 /// The predicate of `record`'s self-test; `node` is the host the test ran on, when known.
 pub fn selftest_result(record: &ImageRecord, node: Option<&str>) -> Value {
+    let mut predicate = build_result(record, node);
+    let nodes: Vec<Value> = results_of(record)
+        .into_iter()
+        .map(|mut result| {
+            // A build-time report without its node's name ran on the host that built it.
+            if result.via == "build" && result.node == "build host" {
+                if let Some(node) = node {
+                    result.node = node.to_string();
+                }
+            }
+            node_result(&result)
+        })
+        .collect();
+    predicate["nodeResults"] = Value::Array(nodes);
+    predicate
+}
+
+/// The build-time run's part of the predicate.
+fn build_result(record: &ImageRecord, node: Option<&str>) -> Value {
     let Some(test) = &record.selftest else {
         return json!({
             "result": "not-run",
@@ -34,12 +84,7 @@ pub fn selftest_result(record: &ImageRecord, node: Option<&str>) -> Value {
             "checks": [],
         });
     };
-    let result = match test.status {
-        TestStatus::Pass => "pass",
-        TestStatus::Fail => "fail",
-        TestStatus::Skipped => "skipped",
-        TestStatus::Error => "error",
-    };
+    let result = verdict_name(test.status);
     let report = test.report.clone().unwrap_or(Value::Null);
     let checks: Vec<Value> = report["checks"]
         .as_array()

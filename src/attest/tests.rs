@@ -140,3 +140,35 @@ fn signed_statements_open_to_the_same_bytes() {
     let read = parse_envelope(&super::dsse::envelope_bytes(&envelope)).unwrap();
     assert_eq!(signer.verifier().open(&read).unwrap(), bytes);
 }
+
+/// Signed after the build (`attest sign`, `imagegen test` re-signing a result), the run that
+/// built the image is gone: the provenance still names gpu-selftest by the sha256 the package
+/// record read from the binary in the image, and by nothing when the record has none.
+#[test]
+fn provenance_signed_after_the_build_names_gpu_selftest_by_its_recorded_sha256() {
+    let gpu_selftest = |record: &ImageRecord| {
+        let predicate = provenance(
+            record,
+            &BuildContext {
+                selftest_binaries: Default::default(),
+                ..context()
+            },
+        );
+        let dependencies = predicate["buildDefinition"]["resolvedDependencies"]
+            .as_array()
+            .unwrap()
+            .clone();
+        dependencies
+            .into_iter()
+            .find(|dependency| dependency["name"] == "gpu-selftest")
+            .expect("a gpu-selftest dependency")
+    };
+    let record = fixture_record();
+    assert_eq!(
+        gpu_selftest(&record)["digest"]["sha256"],
+        Digest::of(b"gpu-selftest binary").hex()
+    );
+    let mut without = fixture_record();
+    without.packages.as_mut().unwrap().binaries.clear();
+    assert!(gpu_selftest(&without).get("digest").is_none());
+}

@@ -58,7 +58,12 @@ pub fn run(project: &Project, args: &PublishArgs) -> Result<Outcome> {
     let mut refused = Vec::new();
     let mut signals = runtime.block_on(async { Signals::listen() });
     for (index_tag, platform_images) in &groups {
-        let ready = match index_readiness(platform_images, &manifest, allow_untested) {
+        let ready = match index_readiness(
+            platform_images,
+            &manifest,
+            &project.matrix()?.tests.require,
+            allow_untested,
+        ) {
             Ok(ready) => ready,
             Err(problems) => {
                 rows.push(vec![

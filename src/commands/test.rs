@@ -10,6 +10,12 @@
 //! node (nothing is recorded then), and records the rest. Both then move the aliases waiting on
 //! an image once the matrix's test policy holds, each through `pipeline::alias_move` (the one
 //! alias transaction).
+//!
+//! With a signing key (`--signing-key`, `IMAGEGEN_SIGNING_KEY_FILE`, `IMAGEGEN_SIGNING_KEY`, as
+//! `build --push`), every image whose result was recorded is attested again
+//! (`commands::attest::attest_image`): its gpu-selftest statement, re-made from the manifest,
+//! lists every node's recorded result with its own verdict (`nodeResults`), and the new `.att`
+//! and `.sig` are recorded in the manifest's attestations.
 
 use std::path::Path;
 use std::time::Duration;
@@ -17,7 +23,9 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context, Result};
 use serde::Serialize;
 
+use crate::attest::dsse::Signer;
 use crate::cli::{Format, TestAction, TestArgs, TestImportArgs, TestSettleArgs};
+use crate::commands::attest::{attest_image, load_signer, SignContext};
 use crate::commands::ledger::{this_owner, ManifestLedger, RunId};
 use crate::commands::outcome::Outcome;
 use crate::commands::output::{emit, note, table};
@@ -138,6 +146,8 @@ fn node_name(given: Option<&str>) -> Result<String> {
 
 fn run_tests(project: &Project, args: &TestArgs) -> Result<Outcome> {
     let require = project.matrix()?.tests.require.clone();
+    // A signing key that cannot be used stops the run before anything is tested.
+    let signer = load_signer(&args.signing)?;
     let file = ManifestFile::new(&args.manifest, Duration::from_secs(args.lock.lock_timeout));
     let manifest = file.read()?;
     let chosen = choose(&manifest, args)?;
@@ -180,6 +190,12 @@ fn run_tests(project: &Project, args: &TestArgs) -> Result<Outcome> {
         let _ = engine
             .remove_containers_with_label(RUN_LABEL, &tester.run_id)
             .await;
+        let signed = match &signer {
+            Some(signer) => {
+                attest_recorded(project, signer, &ledger, &tester.registries, &lines).await
+            }
+            None => true,
+        };
         if args.no_move {
             list_waiting(&ledger.file.read()?, &require, &mut lines);
         } else {
@@ -191,8 +207,74 @@ fn run_tests(project: &Project, args: &TestArgs) -> Result<Outcome> {
             )
             .await?;
         }
-        finish(lines, args.format, &file.path)
+        let outcome = finish(lines, args.format, &file.path)?;
+        Ok(if signed { outcome } else { Outcome::Failed })
     })
+}
+
+/// Attests again each image of `lines` whose result was recorded (pass, fail, error), from the
+/// manifest as it now is, and records the attestations; false when one could not be signed.
+async fn attest_recorded(
+    project: &Project,
+    signer: &Signer,
+    ledger: &ManifestLedger,
+    registries: &Registries,
+    lines: &[Line],
+) -> bool {
+    let mut context = SignContext::of(project);
+    let mut whole = true;
+    let mut seen = std::collections::BTreeSet::new();
+    for line in lines {
+        if !matches!(line.verdict.as_str(), "pass" | "fail" | "error")
+            || !seen.insert(line.digest.clone())
+        {
+            continue;
+        }
+        let attested = async {
+            let manifest = ledger.file.read()?;
+            let record = manifest
+                .all_records()
+                .find(|r| r.digest.as_ref() == Some(&line.digest))
+                .with_context(|| format!("the manifest no longer records {}", line.digest))?;
+            // The statement's top-level `node` is the build host's; this node is in nodeResults.
+            context.node = record
+                .selftest
+                .as_ref()
+                .and_then(|test| test.report.as_ref())
+                .and_then(|report| report["node_name"].as_str())
+                .map(String::from);
+            let attested = attest_image(registries, signer, record, &line.digest, &context).await?;
+            ledger.file.update(|current| {
+                current
+                    .attestations
+                    .insert(line.digest.clone(), attested.clone());
+            })?;
+            anyhow::Ok(attested)
+        }
+        .await;
+        match attested {
+            Ok(attested) => note(format!(
+                "{}: signed, attestations {} (key {}, {} node result(s))",
+                line.tag,
+                attested.attestations.tag,
+                &attested.key_id[..12.min(attested.key_id.len())],
+                ledger
+                    .file
+                    .read()
+                    .ok()
+                    .and_then(|m| m
+                        .all_records()
+                        .find(|r| r.digest.as_ref() == Some(&line.digest))
+                        .map(|r| results_of(r).len()))
+                    .unwrap_or(0)
+            )),
+            Err(error) => {
+                whole = false;
+                eprintln!("{}: results recorded, not signed: {error:#}", line.tag);
+            }
+        }
+    }
+    whole
 }
 
 /// Tests one image: the tag must still serve the recorded digest; pull by digest; run; record.
@@ -435,6 +517,7 @@ fn finish(lines: Vec<Line>, format: Format, manifest: &Path) -> Result<Outcome> 
 
 fn run_import(project: &Project, args: &TestImportArgs) -> Result<Outcome> {
     let require = project.matrix()?.tests.require.clone();
+    let signer = load_signer(&args.signing)?;
     let file = ManifestFile::new(&args.manifest, Duration::from_secs(args.lock.lock_timeout));
     let manifest = file.read()?;
     // Every report is read and checked before anything is recorded: one bad report records none.
@@ -478,15 +561,26 @@ fn run_import(project: &Project, args: &TestImportArgs) -> Result<Outcome> {
             missing: Vec::new(),
         })
         .collect();
-    if args.no_move {
-        list_waiting(&file.read()?, &require, &mut lines);
-        return finish(lines, args.format, &file.path);
-    }
     let timeout = Duration::from_secs(args.deadlines.registry_timeout);
     let registries = Registries::new(timeout, RetryPolicy::default());
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    let signed = match &signer {
+        Some(signer) => runtime.block_on(attest_recorded(
+            project,
+            signer,
+            &ledger,
+            &registries,
+            &lines,
+        )),
+        None => true,
+    };
+    if args.no_move {
+        list_waiting(&file.read()?, &require, &mut lines);
+        let outcome = finish(lines, args.format, &file.path)?;
+        return Ok(if signed { outcome } else { Outcome::Failed });
+    }
     runtime.block_on(move_ready_aliases(
         &RegistryAliases(&registries),
         &ledger,
@@ -497,7 +591,11 @@ fn run_import(project: &Project, args: &TestImportArgs) -> Result<Outcome> {
         .iter()
         .any(|l| l.verdict == TestStatus::Fail.as_str() || l.verdict == TestStatus::Error.as_str());
     let outcome = finish(lines, args.format, &file.path)?;
-    Ok(if failed { Outcome::Failed } else { outcome })
+    Ok(if failed || !signed {
+        Outcome::Failed
+    } else {
+        outcome
+    })
 }
 
 /// Fills in what each line's image still waits for, without moving anything.

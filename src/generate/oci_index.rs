@@ -8,6 +8,7 @@ use serde::Serialize;
 
 pub use crate::docker::MEDIA_TYPE_OCI_INDEX;
 use crate::history::manifest::{Manifest, RecordStatus, TestStatus};
+use crate::history::test_results::{judge, results_of};
 use crate::model::digest::Digest;
 use crate::resolve::image::ImageSpec;
 
@@ -22,10 +23,14 @@ pub struct ReadyPlatform {
 }
 
 /// Checks that every platform of one index is built, pushed, current and tested. Returns the
-/// platform images, or every problem found.
+/// platform images, or every problem found. A platform counts as tested when its recorded
+/// results (the build-time run and every `imagegen test` / `test import` result under its
+/// digest) satisfy the test policy `require` (empty: any one passing result), so an image built
+/// on a runner without GPUs and tested on a GPU node needs no `--allow-untested`.
 pub fn index_readiness(
     platform_images: &[&ImageSpec],
     manifest: &Manifest,
+    require: &[String],
     allow_untested: bool,
 ) -> Result<Vec<ReadyPlatform>, Vec<String>> {
     let mut ready = Vec::new();
@@ -58,7 +63,8 @@ pub fn index_readiness(
         }
         let test_status = record.selftest.as_ref().map(|t| t.status);
         let status = test_status.map(TestStatus::as_str).unwrap_or("not run");
-        let passed = test_status == Some(TestStatus::Pass);
+        let passed = (require.is_empty() && test_status == Some(TestStatus::Pass))
+            || judge(require, &results_of(record)).holds;
         let allowed = passed || (allow_untested && test_status == Some(TestStatus::Skipped));
         if !allowed {
             let summary = record
@@ -66,6 +72,16 @@ pub fn index_readiness(
                 .as_ref()
                 .map(|t| t.summary.as_str())
                 .unwrap_or("");
+            let policy = judge(require, &results_of(record));
+            let summary = if require.is_empty() || policy.missing.is_empty() {
+                summary.to_string()
+            } else {
+                format!(
+                    "{summary}{}no passing result on {} recorded (`imagegen test` on such a node, or `imagegen test import`)",
+                    if summary.is_empty() { "" } else { "; " },
+                    policy.missing.join(", ")
+                )
+            };
             problems.push(format!(
                 "{platform}: {} self-test {status}{}{}",
                 spec.tag,
@@ -167,7 +183,7 @@ mod tests {
         let specs = crate::resolve::test_images("registry: r.example\nrepository: t/p\ntorch: [\"2.13\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\nvariants: [runtime]\nplatforms: [linux/amd64, linux/arm64]\n");
         let group: Vec<&ImageSpec> = specs.iter().collect();
         let mut manifest = Manifest::new();
-        let problems = index_readiness(&group, &manifest, false).unwrap_err();
+        let problems = index_readiness(&group, &manifest, &[], false).unwrap_err();
         assert_eq!(problems.len(), 2);
         assert!(
             problems[1].starts_with("linux/arm64 is missing"),
@@ -188,7 +204,7 @@ mod tests {
         };
         manifest.record_success(record(&specs[0], TestStatus::Pass));
         manifest.record_success(record(&specs[1], TestStatus::Skipped));
-        let problems = index_readiness(&group, &manifest, false).unwrap_err();
+        let problems = index_readiness(&group, &manifest, &[], false).unwrap_err();
         assert_eq!(
             problems,
             vec![format!(
@@ -196,7 +212,7 @@ mod tests {
                 specs[1].tag
             )]
         );
-        let ready = index_readiness(&group, &manifest, true).unwrap();
+        let ready = index_readiness(&group, &manifest, &[], true).unwrap();
         assert_eq!(
             ready.iter().map(|r| r.passed).collect::<Vec<_>>(),
             vec![true, false]
@@ -204,13 +220,59 @@ mod tests {
 
         manifest.record_success(record(&specs[1], TestStatus::Fail));
         assert!(
-            index_readiness(&group, &manifest, true).unwrap_err()[0].contains("self-test fail"),
+            index_readiness(&group, &manifest, &[], true).unwrap_err()[0]
+                .contains("self-test fail"),
             "a failed test is never allowed"
         );
+        // Built where no GPU ran (skipped), then tested on a GPU node: the recorded result
+        // satisfies the policy, so the platform counts as tested without --allow-untested.
+        let mut tested = record(&specs[1], TestStatus::Skipped);
+        let h200 = |verdict: TestStatus| crate::history::manifest::GpuTestResult {
+            node: "gpu-h200-1".into(),
+            gpus: vec!["NVIDIA H200".into()],
+            driver: None,
+            verdict,
+            summary: "s".into(),
+            figures: Default::default(),
+            at: "t".into(),
+            via: "imagegen test".into(),
+            baseline: None,
+            extra: Default::default(),
+        };
+        tested.test_results = vec![h200(TestStatus::Pass)];
+        manifest.record_success(tested.clone());
+        // A build-time pass without a report names no GPU model: under a policy, amd64 needs
+        // its own result too.
+        let h200_only = ["H200".to_string()];
+        let problems = index_readiness(&group, &manifest, &h200_only, false).unwrap_err();
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].starts_with("linux/amd64"), "{problems:?}");
+        let mut amd64 = record(&specs[0], TestStatus::Pass);
+        amd64.test_results = vec![h200(TestStatus::Pass)];
+        manifest.record_success(amd64);
+        let ready = index_readiness(&group, &manifest, &h200_only, false).unwrap();
+        assert_eq!(ready[1].tag, specs[1].tag);
+        assert!(ready[1].passed);
+        assert!(index_readiness(&group, &manifest, &[], false).is_ok());
+        // A policy the results do not satisfy refuses it, naming what is missing.
+        let both = ["H100".to_string(), "H200".to_string()];
+        let problems = index_readiness(&group, &manifest, &both, false).unwrap_err();
+        assert!(
+            problems.iter().any(|p| p.starts_with("linux/arm64")
+                && p.contains("no passing result on H100 recorded")),
+            "{problems:?}"
+        );
+        // A failed result never counts as passing.
+        tested.test_results = vec![h200(TestStatus::Fail)];
+        manifest.record_success(tested);
+        assert!(index_readiness(&group, &manifest, &h200_only, false).is_err());
+
         let mut stale = record(&specs[1], TestStatus::Pass);
         stale.fingerprint = Digest::of(b"sha256:other");
         manifest.record_success(stale);
-        assert!(index_readiness(&group, &manifest, true).unwrap_err()[0]
-            .contains("built from other inputs"));
+        assert!(
+            index_readiness(&group, &manifest, &[], true).unwrap_err()[0]
+                .contains("built from other inputs")
+        );
     }
 }

@@ -320,3 +320,120 @@ async fn images_built_without_gpus_are_tested_elsewhere_and_aliases_move_once_th
 
 /// A report as gpu-selftest writes it, trimmed to what `test import` reads.
 const SAMPLE_REPORT: &str = r#"{"schema_version":1,"tool":"gpu-selftest","version":"0.1.0","cuda_build_major":"13","overall":"pass","duration_seconds":8.6,"checks":[{"name":"inventory","status":"pass","summary":"1 GPU(s): NVIDIA H200","gpus":[{"index":0,"name":"NVIDIA H200"}],"driver_version":"580.159.04"}]}"#;
+
+/// The fixture key `name` copied into the project with `mode`.
+fn fixture_key(project: &Project, name: &str, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    let path = project.path().join(name);
+    std::fs::copy(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/attest")
+            .join(name),
+        &path,
+    )
+    .unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// The `nodeResults` of the gpu-selftest statement `attest show` verified, by node.
+fn attested_nodes(shown: &Value) -> Vec<(String, String)> {
+    let predicate = &shown["verified"]["gpu-selftest"];
+    predicate["nodeResults"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no nodeResults: {shown:#}"))
+        .iter()
+        .map(|r| {
+            (
+                r["node"].as_str().unwrap().to_string(),
+                r["result"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_recorded_test_result_is_signed_onto_the_digest_with_its_own_verdict() {
+    prepare().await;
+    let registry = Registry::start();
+    let project = Project::new(registry.host(), SELFTEST_PLAYS_THE_NODE);
+    project.edit_matrix("tags:\n", "tests:\n  require: [H200]\ntags:\n");
+    fixture_key(&project, "team.pem", 0o600);
+    fixture_key(&project, "team.pub", 0o644);
+    let runtime_tag = project.tag("2.8.0", "runtime");
+    let output = project.build(&[
+        "--push",
+        "--only",
+        &runtime_tag,
+        "--signing-key",
+        "team.pem",
+    ]);
+    assert_code(&output, 0);
+    let show = |project: &Project| {
+        let output = project
+            .imagegen(&["attest", "show", &runtime_tag, "--key", "team.pub"])
+            .output()
+            .unwrap();
+        assert_code(&output, 0);
+        serde_json::from_slice::<Value>(&output.stdout).unwrap()
+    };
+    // Signed at build, where no GPU ran: no node's result is attested.
+    assert!(attested_nodes(&show(&project)).is_empty());
+    let signed_at_build = project.manifest()["attestations"].clone();
+
+    // A failing node's result is attached as failed.
+    let output = project
+        .imagegen(&[
+            "test",
+            "--node",
+            "broken-h200",
+            "--only",
+            &runtime_tag,
+            "--signing-key",
+            "team.pem",
+        ])
+        .output()
+        .unwrap();
+    assert_code(&output, 1);
+    assert!(
+        text(&output).contains("signed, attestations"),
+        "{}",
+        text(&output)
+    );
+    assert_eq!(
+        attested_nodes(&show(&project)),
+        vec![("broken-h200".to_string(), "fail".to_string())]
+    );
+
+    // A passing node (the key's PEM text in IMAGEGEN_SIGNING_KEY): both results, each its own.
+    let pem = std::fs::read_to_string(project.path().join("team.pem")).unwrap();
+    let output = project
+        .imagegen(&["test", "--node", "gpu-h200-1", "--only", &runtime_tag])
+        .env("IMAGEGEN_SIGNING_KEY", &pem)
+        .output()
+        .unwrap();
+    assert_code(&output, 0);
+    let shown = show(&project);
+    assert_eq!(
+        attested_nodes(&shown),
+        vec![
+            ("broken-h200".to_string(), "fail".to_string()),
+            ("gpu-h200-1".to_string(), "pass".to_string()),
+        ]
+    );
+    let passing = &shown["verified"]["gpu-selftest"]["nodeResults"][1];
+    assert_eq!(passing["gpus"], serde_json::json!(["NVIDIA H200"]));
+    assert_eq!(passing["figures"]["matmul_bf16_tflops"], 797.2);
+    let verify = project
+        .imagegen(&["verify", "--attestations", "--key", "team.pub"])
+        .output()
+        .unwrap();
+    assert_code(&verify, 0);
+    // The manifest records the new attestation of the digest, not the one made at build.
+    let manifest = project.manifest();
+    let digest = manifest["images"][&runtime_tag]["digest"].as_str().unwrap();
+    assert_ne!(
+        manifest["attestations"][digest]["attestations"]["digest"],
+        signed_at_build[digest]["attestations"]["digest"]
+    );
+    assert_eq!(manifest["attestations"].as_object().unwrap().len(), 1);
+}
