@@ -298,6 +298,30 @@ pub struct GpuTestResult {
     pub extra: Extra,
 }
 
+/// A gpu-selftest report's checks in one line: the failing ones with their summaries, or how
+/// many passed.
+pub fn checks_summary(checks: &[serde_json::Value]) -> String {
+    let failed: Vec<String> = checks
+        .iter()
+        .filter(|c| c["status"] == "fail")
+        .map(|c| {
+            format!(
+                "{}: {}",
+                c["name"].as_str().unwrap_or("?"),
+                c["summary"].as_str().unwrap_or("")
+            )
+        })
+        .collect();
+    if failed.is_empty() {
+        format!(
+            "{} checks passed",
+            checks.iter().filter(|c| c["status"] == "pass").count()
+        )
+    } else {
+        failed.join("; ")
+    }
+}
+
 /// An image whose aliases wait for results: its full tag, digest, the aliases, and what is
 /// missing.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

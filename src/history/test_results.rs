@@ -11,7 +11,9 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::history::manifest::{Extra, GpuTestResult, ImageRecord, Manifest, TestStatus, Waiting};
+use crate::history::manifest::{
+    checks_summary, Extra, GpuTestResult, ImageRecord, Manifest, TestStatus, Waiting,
+};
 use crate::model::digest::Digest;
 
 /// Why a gpu-selftest report cannot be read as a result.
@@ -131,25 +133,7 @@ fn summary_of(report: &Value) -> String {
     let Some(checks) = report["checks"].as_array() else {
         return "no checks".into();
     };
-    let failed: Vec<String> = checks
-        .iter()
-        .filter(|c| c["status"] == "fail")
-        .map(|c| {
-            format!(
-                "{}: {}",
-                c["name"].as_str().unwrap_or("?"),
-                c["summary"].as_str().unwrap_or("")
-            )
-        })
-        .collect();
-    if failed.is_empty() {
-        format!(
-            "{} checks passed",
-            checks.iter().filter(|c| c["status"] == "pass").count()
-        )
-    } else {
-        failed.join("; ")
-    }
+    checks_summary(checks)
 }
 
 /// The headline figures of a report, the lowest over its GPUs: `matmul_<precision>_tflops`

@@ -2,7 +2,7 @@
 //! outcome (no GPU is a skip, not a failure), the pip and OS package lists, and the crates
 //! cargo-auditable recorded in the gpu-selftest binary. Pure: text and bytes in, values out.
 
-use crate::history::manifest::{BinaryRecord, Packages};
+use crate::history::manifest::{checks_summary, BinaryRecord, Packages};
 use crate::model::digest::Digest;
 use crate::pipeline::results::TestOutcome;
 
@@ -181,28 +181,11 @@ pub fn check_baseline(text: &str) -> Result<(), String> {
 pub fn interpret_selftest(exit_code: i64, stdout: &str, stderr: &str, gpus: bool) -> TestOutcome {
     let report: Option<serde_json::Value> = serde_json::from_str(stdout.trim()).ok();
     let checks_summary = |report: &Option<serde_json::Value>| -> String {
-        let Some(checks) = report.as_ref().and_then(|r| r["checks"].as_array()) else {
-            return String::new();
-        };
-        let failed: Vec<String> = checks
-            .iter()
-            .filter(|c| c["status"] == "fail")
-            .map(|c| {
-                format!(
-                    "{}: {}",
-                    c["name"].as_str().unwrap_or("?"),
-                    c["summary"].as_str().unwrap_or("")
-                )
-            })
-            .collect();
-        if failed.is_empty() {
-            format!(
-                "{} checks passed",
-                checks.iter().filter(|c| c["status"] == "pass").count()
-            )
-        } else {
-            failed.join("; ")
-        }
+        report
+            .as_ref()
+            .and_then(|r| r["checks"].as_array())
+            .map(|checks| checks_summary(checks))
+            .unwrap_or_default()
     };
     let error_text = || {
         report
