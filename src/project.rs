@@ -50,6 +50,48 @@ pub struct Definition {
 }
 
 impl Project {
+    /// Where the build ran from, for provenance: the CI's repository, else git's `origin` of
+    /// the matrix's repository (none when its URL carries a user or credentials).
+    pub fn source_repository(&self) -> Option<String> {
+        if let (Ok(server), Ok(repository)) = (
+            std::env::var("GITHUB_SERVER_URL"),
+            std::env::var("GITHUB_REPOSITORY"),
+        ) {
+            return Some(format!("{server}/{repository}"));
+        }
+        self.git_line(&["remote", "get-url", "origin"])
+            .filter(|url| !url.contains('@'))
+    }
+
+    /// The commit the matrix's repository is at (`GITHUB_SHA` in CI, else `git rev-parse HEAD`).
+    pub fn source_commit(&self) -> Option<String> {
+        if let Ok(sha) = std::env::var("GITHUB_SHA") {
+            return Some(sha);
+        }
+        self.git_line(&["rev-parse", "HEAD"])
+    }
+
+    /// What `git ARGS` prints in the matrix's directory, trimmed; none when git fails or prints
+    /// nothing.
+    fn git_line(&self, args: &[&str]) -> Option<String> {
+        let dir = self
+            .matrix_path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let output = std::process::Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(args)
+            .output()
+            .ok()?;
+        output
+            .status
+            .success()
+            .then(|| String::from_utf8_lossy(&output.stdout).trim().to_string())
+            .filter(|line| !line.is_empty())
+    }
+
     /// A project whose matrix is `matrix_path`, with an optional knowledge file over the embedded one.
     pub fn open(matrix_path: &Path, knowledge_path: Option<&Path>) -> Project {
         Project {

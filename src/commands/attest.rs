@@ -95,31 +95,6 @@ pub fn load_verifier(key: Option<&Path>, signing: &SigningArgs) -> Result<Verifi
     }
 }
 
-/// Where the build ran from, for provenance: the CI's repository, else git's `origin`.
-pub fn source_repository(matrix_path: &Path) -> Option<String> {
-    if let (Ok(server), Ok(repository)) = (
-        std::env::var("GITHUB_SERVER_URL"),
-        std::env::var("GITHUB_REPOSITORY"),
-    ) {
-        return Some(format!("{server}/{repository}"));
-    }
-    let dir = matrix_path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let output = std::process::Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(["remote", "get-url", "origin"])
-        .output()
-        .ok()?;
-    output
-        .status
-        .success()
-        .then(|| String::from_utf8_lossy(&output.stdout).trim().to_string())
-        .filter(|url| !url.is_empty() && !url.contains('@'))
-}
-
 /// This host's name, the node a self-test recorded by this run ran on.
 fn node_name() -> Option<String> {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
@@ -154,7 +129,7 @@ impl SignContext {
         SignContext {
             build: BuildContext {
                 imagegen_version: env!("CARGO_PKG_VERSION").to_string(),
-                source_repository: source_repository(&project.matrix_path),
+                source_repository: project.source_repository(),
                 selftest_binaries: BTreeMap::new(),
                 invocation_id: std::env::var("GITHUB_RUN_ID").ok().map(|run| {
                     format!(

@@ -8,7 +8,6 @@
 
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -227,7 +226,7 @@ async fn build_and_record(
     let registry_timeout = Duration::from_secs(settings.deadlines.registry_timeout);
     let terminal = std::io::stderr().is_terminal() && std::env::var_os("CI").is_none();
     let progress = Arc::new(Progress::new(terminal, &settings.log_dir));
-    let source_commit = source_commit(&project.matrix_path);
+    let source_commit = project.source_commit();
     let mut build_labels = BTreeMap::new();
     build_labels.insert(
         "org.opencontainers.image.created".to_string(),
@@ -480,28 +479,6 @@ impl AliasLedger for ManifestJournal {
     fn write<T>(&self, change: impl FnOnce(&mut Manifest) -> T) -> Result<T> {
         self.ledger.write(change)
     }
-}
-
-/// `git rev-parse HEAD` of the matrix's repository, or `GITHUB_SHA`.
-fn source_commit(matrix_path: &Path) -> Option<String> {
-    if let Ok(sha) = std::env::var("GITHUB_SHA") {
-        return Some(sha);
-    }
-    let dir = matrix_path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let output = std::process::Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(["rev-parse", "HEAD"])
-        .output()
-        .ok()?;
-    output
-        .status
-        .success()
-        .then(|| String::from_utf8_lossy(&output.stdout).trim().to_string())
-        .filter(|s| !s.is_empty())
 }
 
 fn one_line(result: &ImageResult) -> String {
