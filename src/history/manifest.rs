@@ -460,10 +460,14 @@ impl Manifest {
             .or_else(|| self.indexes.get(tag).map(|i| i.torch.as_str()))
     }
 
-    /// What an alias points at now: (tag, torch release).
-    pub fn alias_target(&self, alias: &str) -> Option<(String, String)> {
+    /// What an alias points at now: (tag, the torch release its record gives, `None` when the
+    /// manifest has no record of that tag).
+    pub fn alias_target(&self, alias: &str) -> Option<(String, Option<String>)> {
         let record = self.aliases.get(alias)?;
-        Some((record.tag.clone(), self.torch_of(&record.tag)?.to_string()))
+        Some((
+            record.tag.clone(),
+            self.torch_of(&record.tag).map(str::to_string),
+        ))
     }
 
     /// Records a published index; an earlier, different one under the tag moves to its history.
