@@ -59,6 +59,8 @@ pub enum Command {
     Plan(PlanArgs),
     /// Re-point an alias in the registry to an earlier digest recorded in the manifest, without a rebuild.
     Rollback(RollbackArgs),
+    /// Let builds, tests and publishes move an alias a rollback holds again (the manifest only; the registry is not asked).
+    Release(ReleaseArgs),
     /// Put the digest the manifest records for a full tag back under that tag in the registry (after someone overwrote it), without a rebuild.
     Restore(RestoreArgs),
     /// Assemble and push an OCI image index per full tag (and move its aliases) from the per-platform images recorded in the manifest.
@@ -298,6 +300,18 @@ pub struct RollbackArgs {
 }
 
 #[derive(Debug, Args)]
+pub struct ReleaseArgs {
+    /// The aliases to release (each held by a rollback).
+    #[arg(required = true, value_name = "ALIAS")]
+    pub aliases: Vec<String>,
+    /// The manifest file.
+    #[arg(long, default_value = DEFAULT_MANIFEST)]
+    pub manifest: PathBuf,
+    #[command(flatten)]
+    pub lock: LockArgs,
+}
+
+#[derive(Debug, Args)]
 pub struct RestoreArgs {
     /// The full tag (or index tag) to restore, e.g. 2.7.1-cuda12.6-cudnn9-runtime-ubuntu24.04.
     pub tag: String,
@@ -431,6 +445,9 @@ pub struct BuildArgs {
     /// Print the plan (images, build keys, order, aliases) and build nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// Release the holds rollbacks put on the aliases of the images to build, so this build may move them (as `imagegen release ALIAS`).
+    #[arg(long)]
+    pub release_holds: bool,
     /// Seconds one image's build may take before it is stopped.
     #[arg(long, env = "IMAGEGEN_BUILD_TIMEOUT", default_value_t = 21600, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
     pub build_timeout: u64,
