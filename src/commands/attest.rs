@@ -23,7 +23,9 @@ use crate::attest::sbom::{parse_lock, sbom, LockedPackage};
 use crate::attest::selftest::selftest_result;
 use crate::attest::statement::{statement_bytes, Subject};
 use crate::attest::PredicateKind;
-use crate::cli::{AttestAction, AttestArgs, AttestShowArgs, AttestSignArgs, SigningArgs};
+use crate::cli::{
+    AttestAction, AttestArgs, AttestSbomArgs, AttestShowArgs, AttestSignArgs, SigningArgs,
+};
 use crate::commands::outcome::Outcome;
 use crate::commands::output::table;
 use crate::docker::{repository_path_of, Registries, RegistryClient, RetryPolicy};
@@ -39,6 +41,7 @@ pub fn run(project: &Project, args: &AttestArgs) -> Result<Outcome> {
     match &args.action {
         AttestAction::Sign(sign) => run_sign(project, sign),
         AttestAction::Show(show) => run_show(show),
+        AttestAction::Sbom(sbom) => run_sbom(project, sbom),
     }
 }
 
@@ -356,6 +359,39 @@ fn run_sign(project: &Project, args: &AttestSignArgs) -> Result<Outcome> {
         "signed {signed} image(s); recorded in {}",
         args.manifest.display()
     );
+    Ok(Outcome::Success)
+}
+
+/// `attest sbom`: the SBOM of a recorded image, subject to the pushed digest (or, for an image
+/// only built, its local image id), printed as JSON.
+fn run_sbom(project: &Project, args: &AttestSbomArgs) -> Result<Outcome> {
+    let manifest = load_existing_manifest(&args.manifest)?;
+    let record = chosen(&manifest, std::slice::from_ref(&args.image))?[0];
+    let digest = match (&record.digest, &record.image_id) {
+        (Some(digest), _) => digest.clone(),
+        (None, Some(id)) => Digest::parse(id).with_context(|| {
+            format!("{}: the recorded image id {id} is not a digest", record.tag)
+        })?,
+        (None, None) => bail!(
+            "{}: the manifest records no digest and no image id (the image was never built)",
+            record.tag
+        ),
+    };
+    if record.packages.is_none() {
+        eprintln!(
+            "{}: the record holds no package list read from the image; the SBOM has the lock's packages only",
+            record.tag
+        );
+    }
+    let lock = lock_of(&project.locks().unwrap_or_default(), record);
+    if lock.is_empty() {
+        eprintln!(
+            "{}: the project holds no lock with the digest the record names; Python packages are listed without hashes",
+            record.tag
+        );
+    }
+    let document = sbom(record, &digest, &lock, env!("CARGO_PKG_VERSION"));
+    println!("{}", serde_json::to_string_pretty(&document)?);
     Ok(Outcome::Success)
 }
 
