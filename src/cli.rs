@@ -334,6 +334,9 @@ pub struct PublishArgs {
     pub dry_run: bool,
     #[command(flatten)]
     pub deadlines: DeadlineArgs,
+    /// With a signing key, each index is signed (provenance, SBOM and gpu-selftest statements made from its platform images') before its aliases move.
+    #[command(flatten)]
+    pub signing: SigningArgs,
     #[command(flatten)]
     pub lock: LockArgs,
 }

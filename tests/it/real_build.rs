@@ -591,11 +591,10 @@ fn sbom_holds_what_syft_finds(project: &Path, name: &str, tag: &str) -> (usize, 
         &[
             "scan",
             &format!("docker:{tag}"),
-            "--select-catalogers",
+            "--override-default-catalogers",
             "python-installed-package-cataloger,dpkg-db-cataloger",
             "-o",
             "syft-json",
-            "-q",
         ],
     );
     let scanned: serde_json::Value = serde_json::from_str(&scanned).unwrap();
