@@ -43,10 +43,8 @@ pub fn run(project: &Project, args: &PublishArgs) -> Result<Outcome> {
         return Ok(Outcome::Success);
     }
     // A key is read (and refused when others may read it) before anything is pushed.
-    let signing = match attest::load_signer(&args.signing)? {
-        Some(signer) => Some((signer, attest::SignContext::of(project))),
-        None => None,
-    };
+    let signing = attest::load_signer(&args.signing)?
+        .map(|signer| (signer, attest::SignContext::of(project)));
     let file = ManifestFile::new(manifest_path, Duration::from_secs(args.lock.lock_timeout));
     let manifest = file.read()?;
     let timeout = Duration::from_secs(args.deadlines.registry_timeout);
