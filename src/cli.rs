@@ -236,6 +236,17 @@ pub enum AttestAction {
     Sign(AttestSignArgs),
     /// Print the statements of IMAGE that verify with the key, and what is missing or bad (exit 1).
     Show(AttestShowArgs),
+    /// Print the CycloneDX 1.6 SBOM of a recorded image (built, pushed or not) as the attestation would carry it, unsigned: the lock's Python packages with their hashes, the Debian packages and binaries read from the image, CUDA, cuDNN and NCCL; for auditors and scanners to compare.
+    Sbom(AttestSbomArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct AttestSbomArgs {
+    /// A full tag the manifest records (with or without `registry/repository:`).
+    pub image: String,
+    /// The manifest file.
+    #[arg(long, default_value = DEFAULT_MANIFEST)]
+    pub manifest: PathBuf,
 }
 
 #[derive(Debug, Args)]
@@ -337,6 +348,9 @@ pub struct PublishArgs {
     pub dry_run: bool,
     #[command(flatten)]
     pub deadlines: DeadlineArgs,
+    /// With a signing key, each index is signed (provenance, SBOM and gpu-selftest statements made from its platform images') before its aliases move.
+    #[command(flatten)]
+    pub signing: SigningArgs,
     #[command(flatten)]
     pub lock: LockArgs,
 }
