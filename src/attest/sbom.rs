@@ -2,8 +2,9 @@
 //! package of its lock with version, sha256 hashes and a `pkg:pypi` purl (packages found in the
 //! image's environment but not in the lock, such as pip itself, with their version and no hash);
 //! every Debian/Ubuntu package the image holds (`dpkg-query`, recorded after the build) with a
-//! `pkg:deb` purl; CUDA, cuDNN and NCCL as components with their versions; and each binary
-//! imagegen copies into the image (gpu-selftest, from the record's `packages.binaries`) as an
+//! `pkg:deb` purl; Python distributions found in the environment by their metadata that pip
+//! does not list (copies vendored inside other packages), with where they are; CUDA, cuDNN and
+//! NCCL as components with their versions; and each binary imagegen copies into the image (gpu-selftest, from the record's `packages.binaries`) as an
 //! application with its sha256 and path, its crates (cargo-auditable's list) nested in it as
 //! `pkg:cargo` components.
 
@@ -155,6 +156,33 @@ pub fn sbom(
                 .collect();
         }
         components.insert(purl, component);
+    }
+    // Distributions found by their metadata that neither the lock nor pip's list holds: copies
+    // vendored inside other packages (setuptools' `_vendor`), with where they are.
+    for found in &packages.python_metadata {
+        let name = pypi_name(&found.name);
+        let listed = python
+            .get(&name)
+            .is_some_and(|(version, _)| *version == found.version);
+        let purl = format!(
+            "pkg:pypi/{}@{}",
+            purl_encode(&name),
+            purl_encode(&found.version)
+        );
+        if listed || components.contains_key(&purl) {
+            continue;
+        }
+        components.insert(
+            purl.clone(),
+            json!({
+                "type": "library",
+                "bom-ref": purl,
+                "name": name,
+                "version": found.version,
+                "purl": purl,
+                "evidence": { "occurrences": [{ "location": found.path }] },
+            }),
+        );
     }
     let arch = record
         .inputs

@@ -288,3 +288,56 @@ fn an_index_sbom_nests_each_platform_with_unique_references() {
         Digest::of(b"arm64 image").hex()
     );
 }
+
+#[test]
+fn vendored_python_distributions_are_components_with_their_place() {
+    let mut record = fixture_record();
+    let packages = record.packages.as_mut().unwrap();
+    for (name, version, path) in [
+        // Listed by pip at the same version: not repeated.
+        ("pip", "25.3", "/opt/venv/lib/python3.10/site-packages/pip-25.3.dist-info"),
+        (
+            "wheel",
+            "0.46.3",
+            "/opt/venv/lib/python3.10/site-packages/setuptools/_vendor/wheel-0.46.3.dist-info",
+        ),
+        (
+            "jaraco.context",
+            "6.1.0",
+            "/opt/venv/lib/python3.10/site-packages/setuptools/_vendor/jaraco.context-6.1.0.dist-info",
+        ),
+    ] {
+        packages
+            .python_metadata
+            .push(crate::history::manifest::PythonDistribution {
+                name: name.into(),
+                version: version.into(),
+                path: path.into(),
+            });
+    }
+    let digest = record.digest.clone().unwrap();
+    let document = sbom(&record, &digest, &parse_lock(LOCK), "0.1.0");
+    let components = document["components"].as_array().unwrap();
+    let purls: Vec<&str> = components
+        .iter()
+        .filter_map(|c| c["purl"].as_str())
+        .filter(|purl| purl.starts_with("pkg:pypi/"))
+        .collect();
+    assert_eq!(
+        purls
+            .iter()
+            .filter(|purl| purl.starts_with("pkg:pypi/pip@"))
+            .count(),
+        1,
+        "{purls:?}"
+    );
+    let vendored = components
+        .iter()
+        .find(|c| c["purl"] == "pkg:pypi/jaraco-context@6.1.0")
+        .unwrap_or_else(|| panic!("{purls:?}"));
+    assert_eq!(
+        vendored["evidence"]["occurrences"][0]["location"],
+        "/opt/venv/lib/python3.10/site-packages/setuptools/_vendor/jaraco.context-6.1.0.dist-info"
+    );
+    assert!(purls.contains(&"pkg:pypi/wheel@0.46.3"), "{purls:?}");
+}

@@ -409,6 +409,20 @@ pub struct Packages {
     pub os: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub binaries: Vec<BinaryRecord>,
+    /// Every Python distribution whose metadata is in the image's environment (`*.dist-info`,
+    /// `*.egg-info`), where it is: as scanners (syft) find them, including the copies other
+    /// packages vendor (setuptools' `_vendor`), which `pip freeze` does not list.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub python_metadata: Vec<PythonDistribution>,
+}
+
+/// A Python distribution found by its metadata file in an image.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct PythonDistribution {
+    pub name: String,
+    pub version: String,
+    /// The metadata folder in the image (`…/setuptools/_vendor/wheel-0.46.3.dist-info`).
+    pub path: String,
 }
 
 /// A binary imagegen copies into an image, as a scanner reads it: cargo-auditable's crate list

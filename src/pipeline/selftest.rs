@@ -2,18 +2,35 @@
 //! outcome (no GPU is a skip, not a failure), the pip and OS package lists, and the crates
 //! cargo-auditable recorded in the gpu-selftest binary. Pure: text and bytes in, values out.
 
-use crate::history::manifest::{checks_summary, BinaryRecord, Packages};
+use crate::history::manifest::{checks_summary, BinaryRecord, Packages, PythonDistribution};
 use crate::model::digest::Digest;
 use crate::pipeline::results::TestOutcome;
 
 /// Lists pip and OS packages; the marker separates the two lists.
-pub const LIST_PACKAGES: &str = "if command -v pip >/dev/null 2>&1; then pip freeze --all 2>/dev/null; fi; echo '--- imagegen: os packages ---'; if command -v dpkg-query >/dev/null 2>&1; then dpkg-query -W -f='${Package}=${Version}\\n'; fi";
+pub const LIST_PACKAGES: &str = "if command -v pip >/dev/null 2>&1; then pip freeze --all 2>/dev/null; fi; echo '--- imagegen: os packages ---'; if command -v dpkg-query >/dev/null 2>&1; then dpkg-query -W -f='${Package}=${Version}\\n'; fi; echo '--- imagegen: python metadata ---'; find \"${VIRTUAL_ENV:-/opt/venv}\" \\( -path '*.dist-info/METADATA' -o -path '*.egg-info/PKG-INFO' \\) 2>/dev/null | while read -r file; do printf '%s\\t%s\\t%s\\n' \"$(sed -n 's/^Name: *//p' \"$file\" | head -n 1)\" \"$(sed -n 's/^Version: *//p' \"$file\" | head -n 1)\" \"${file%/*}\"; done";
 
 /// Splits the output of [`LIST_PACKAGES`] into sorted pip and OS package lists.
 pub fn parse_packages(output: &str) -> Packages {
+    let (output, metadata) = output
+        .split_once("--- imagegen: python metadata ---")
+        .unwrap_or((output, ""));
     let (pip, os) = output
         .split_once("--- imagegen: os packages ---")
         .unwrap_or((output, ""));
+    let mut python_metadata: Vec<PythonDistribution> = metadata
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.trim_end_matches('\r').splitn(3, '\t');
+            let (name, version, path) = (fields.next()?, fields.next()?, fields.next()?);
+            (!name.trim().is_empty() && !version.trim().is_empty()).then(|| PythonDistribution {
+                name: name.trim().to_string(),
+                version: version.trim().to_string(),
+                path: path.to_string(),
+            })
+        })
+        .collect();
+    python_metadata.sort();
+    python_metadata.dedup();
     let lines = |text: &str| {
         let mut lines: Vec<String> = text
             .lines()
@@ -29,6 +46,7 @@ pub fn parse_packages(output: &str) -> Packages {
         pip: lines(pip),
         os: lines(os),
         binaries: Vec::new(),
+        python_metadata,
     }
 }
 
@@ -331,6 +349,15 @@ mod tests {
             parse_packages("--- imagegen: os packages ---\n"),
             Packages::default()
         );
+        let found = parse_packages("pip==25.3\n--- imagegen: os packages ---\nlibc6=2.36-9\n--- imagegen: python metadata ---\nwheel\t0.46.3\t/opt/venv/lib/python3.11/site-packages/setuptools/_vendor/wheel-0.46.3.dist-info\npip\t25.3\t/opt/venv/lib/python3.11/site-packages/pip-25.3.dist-info\n\t\t/broken\n");
+        assert_eq!(found.pip, vec!["pip==25.3"]);
+        assert_eq!(found.os, vec!["libc6=2.36-9"]);
+        let names: Vec<(&str, &str)> = found
+            .python_metadata
+            .iter()
+            .map(|d| (d.name.as_str(), d.version.as_str()))
+            .collect();
+        assert_eq!(names, vec![("pip", "25.3"), ("wheel", "0.46.3")]);
     }
 
     #[test]

@@ -87,7 +87,7 @@ impl Builder for FakeBuilder {
         Ok(Some(Packages {
             pip: vec![format!("torch=={}", image.spec.torch)],
             os: vec!["libc6=2.39".into()],
-            binaries: Vec::new(),
+            ..Packages::default()
         }))
     }
     async fn push(
