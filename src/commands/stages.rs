@@ -48,6 +48,10 @@ pub fn resolve_with_locks(
     options.ca_bundle = project
         .ca_bundle()?
         .map(|bundle| Digest::of(bundle.text.as_bytes()));
+    options.base_pins = project
+        .base_pins()?
+        .map(|pins| pins.bases)
+        .unwrap_or_default();
     Ok(resolve(&definition.matrix, &definition.knowledge, &options))
 }
 

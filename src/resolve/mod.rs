@@ -7,6 +7,7 @@
 //! NVIDIA publish a base image of that CUDA for that OS, is the glibc new enough, and (with
 //! `--driver`) does the fleet's driver run it.
 
+pub mod bases;
 mod cells;
 pub mod driver;
 pub mod fingerprint;
@@ -125,6 +126,8 @@ pub fn resolve(matrix: &Matrix, knowledge: &Knowledge, options: &ResolveOptions)
             {
                 image.parent = Some(name.clone());
                 image.base_image = reference.clone();
+                image.base_image_id = None;
+                image.inputs.remove("base_image_id");
                 if let Some(own) = &image.lock {
                     let parent = ParentLock {
                         image: name.clone(),
