@@ -4,6 +4,7 @@
 
 pub mod axes;
 pub mod bases;
+pub mod date;
 pub mod digest;
 pub mod knowledge;
 pub mod matrix;

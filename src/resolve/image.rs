@@ -237,6 +237,8 @@ pub struct ResolveOptions {
     pub ca_bundle: Option<Digest>,
     /// The CUDA wheels each image's lock pins, by image name (read from the locks on disk).
     pub locked_cuda: BTreeMap<String, LockedCuda>,
+    /// Today, in days since 1970-01-01, to judge ends of life by; `None` judges none.
+    pub today: Option<i64>,
     /// The base images' pins (`images/bases.lock`), by base reference.
     pub base_pins: BTreeMap<String, crate::model::bases::BasePin>,
 }
