@@ -10,7 +10,10 @@ For every pushed image the manifest (imagegen-manifest.json) records, it asks th
   - each statement is in-toto Statement v1 whose subject is the digest the registry serves;
   - the provenance, SBOM and gpu-selftest statements are all there;
   - the SBOM with cyclonedx-python-lib's strict JSON validator for CycloneDX 1.6;
-  - the gpu-selftest predicate with jsonschema against imagegen's published schema.
+  - the gpu-selftest predicate with jsonschema against imagegen's published schema;
+  - for an OCI image index (the manifest's `indexes`): the same, and its gpu-selftest statement
+    names exactly the platform digests the served index lists, reading `pass` only when every
+    platform's predicate does.
 Exit 0 when every image passes, 1 naming each problem (or when the manifest records none).
 
 usage: verify-attestations.py --manifest M --key PUB.pem --schema SCHEMA.json
@@ -108,6 +111,9 @@ def check_image(repository, tag, key, public_key, schema):
                 except jsonschema.ValidationError as error:
                     problems.append(f"gpu-selftest predicate breaks its schema: {error.message}")
                     continue
+                served_manifest = json.loads(body)
+                if "manifests" in served_manifest:
+                    problems.extend(index_selftest_problems(served_manifest, predicate))
             found.add(kind)
         for kind in (PROVENANCE, SBOM, SELFTEST):
             if kind not in found and not any(p.startswith(kind) for p in problems):
@@ -132,6 +138,23 @@ def check_image(repository, tag, key, public_key, schema):
     return problems
 
 
+def index_selftest_problems(index, predicate):
+    """An index's gpu-selftest predicate against the platform images the index lists."""
+    listed = {
+        f"{entry['platform']['os']}/{entry['platform']['architecture']}": entry["digest"]
+        for entry in index["manifests"]
+    }
+    platforms = predicate.get("platforms") or {}
+    named = {platform: entry["digest"] for platform, entry in platforms.items()}
+    if named != listed:
+        return [f"gpu-selftest: the index lists {listed}, the statement names {named}"]
+    every_pass = all(entry["predicate"]["result"] == "pass" for entry in platforms.values())
+    if (predicate["result"] == "pass") != every_pass:
+        return [f"gpu-selftest: the index reads {predicate['result']!r} but its platforms read "
+                f"{ {p: e['predicate']['result'] for p, e in platforms.items()} }"]
+    return []
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--manifest", required=True)
@@ -147,9 +170,9 @@ def main():
     with open(args.manifest) as file:
         manifest = json.load(file)
     checked, bad = 0, 0
-    for record in manifest.get("images", {}).values():
-        if not record.get("digest"):
-            continue
+    records = [r for r in manifest.get("images", {}).values() if r.get("digest")]
+    records += list(manifest.get("indexes", {}).values())
+    for record in records:
         checked += 1
         image = f"{record['repository']}:{record['tag']}"
         problems = check_image(record["repository"], record["tag"], key, public_key, schema)

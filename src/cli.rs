@@ -59,6 +59,8 @@ pub enum Command {
     Plan(PlanArgs),
     /// Re-point an alias in the registry to an earlier digest recorded in the manifest, without a rebuild.
     Rollback(RollbackArgs),
+    /// Let builds, tests and publishes move an alias a rollback holds again (the manifest only; the registry is not asked).
+    Release(ReleaseArgs),
     /// Put the digest the manifest records for a full tag back under that tag in the registry (after someone overwrote it), without a rebuild.
     Restore(RestoreArgs),
     /// Assemble and push an OCI image index per full tag (and move its aliases) from the per-platform images recorded in the manifest.
@@ -234,6 +236,17 @@ pub enum AttestAction {
     Sign(AttestSignArgs),
     /// Print the statements of IMAGE that verify with the key, and what is missing or bad (exit 1).
     Show(AttestShowArgs),
+    /// Print the CycloneDX 1.6 SBOM of a recorded image (built, pushed or not) as the attestation would carry it, unsigned: the lock's Python packages with their hashes, the Debian packages and binaries read from the image, CUDA, cuDNN and NCCL; for auditors and scanners to compare.
+    Sbom(AttestSbomArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct AttestSbomArgs {
+    /// A full tag the manifest records (with or without `registry/repository:`).
+    pub image: String,
+    /// The manifest file.
+    #[arg(long, default_value = DEFAULT_MANIFEST)]
+    pub manifest: PathBuf,
 }
 
 #[derive(Debug, Args)]
@@ -298,6 +311,18 @@ pub struct RollbackArgs {
 }
 
 #[derive(Debug, Args)]
+pub struct ReleaseArgs {
+    /// The aliases to release (each held by a rollback).
+    #[arg(required = true, value_name = "ALIAS")]
+    pub aliases: Vec<String>,
+    /// The manifest file.
+    #[arg(long, default_value = DEFAULT_MANIFEST)]
+    pub manifest: PathBuf,
+    #[command(flatten)]
+    pub lock: LockArgs,
+}
+
+#[derive(Debug, Args)]
 pub struct RestoreArgs {
     /// The full tag (or index tag) to restore, e.g. 2.7.1-cuda12.6-cudnn9-runtime-ubuntu24.04.
     pub tag: String,
@@ -323,6 +348,9 @@ pub struct PublishArgs {
     pub dry_run: bool,
     #[command(flatten)]
     pub deadlines: DeadlineArgs,
+    /// With a signing key, each index is signed (provenance, SBOM and gpu-selftest statements made from its platform images') before its aliases move.
+    #[command(flatten)]
+    pub signing: SigningArgs,
     #[command(flatten)]
     pub lock: LockArgs,
 }
@@ -440,6 +468,9 @@ pub struct BuildArgs {
     /// Print the plan (images, build keys, order, aliases) and build nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// Release the holds rollbacks put on the aliases of the images to build, so this build may move them (as `imagegen release ALIAS`).
+    #[arg(long)]
+    pub release_holds: bool,
     /// Seconds one image's build may take before it is stopped.
     #[arg(long, env = "IMAGEGEN_BUILD_TIMEOUT", default_value_t = 21600, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
     pub build_timeout: u64,

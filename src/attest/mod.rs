@@ -12,6 +12,7 @@
 pub mod check;
 pub mod cosign;
 pub mod dsse;
+pub mod index;
 pub mod policy;
 pub mod provenance;
 pub mod sbom;

@@ -95,7 +95,7 @@ fn distro(os: &str) -> (String, String) {
 
 /// A CycloneDX serial number derived from the image digest (a UUID with version 5 bits), so the
 /// same image gives the same SBOM.
-fn serial_number(digest: &Digest) -> String {
+pub fn serial_number(digest: &Digest) -> String {
     let hex = digest.hex();
     let mut bytes: Vec<u8> = (0..16)
         .map(|i| u8::from_str_radix(&hex[i * 2..i * 2 + 2], 16).unwrap_or(0))

@@ -172,3 +172,119 @@ fn provenance_signed_after_the_build_names_gpu_selftest_by_its_recorded_sha256()
     without.packages.as_mut().unwrap().binaries.clear();
     assert!(gpu_selftest(&without).get("digest").is_none());
 }
+
+/// An index over the fixture record as two platforms, `arm64`'s self-test as `arm64_status`.
+fn index_of_two(
+    arm64_status: Option<crate::history::manifest::TestStatus>,
+) -> (
+    crate::history::manifest::IndexRecord,
+    Vec<super::index::PlatformPredicates>,
+) {
+    use super::index::PlatformPredicates;
+    let amd64 = fixture_record();
+    let mut arm64 = fixture_record();
+    arm64.digest = Some(Digest::of(b"arm64 image"));
+    match arm64_status {
+        Some(status) => arm64.selftest.as_mut().unwrap().status = status,
+        None => arm64.selftest = None,
+    }
+    let index: crate::history::manifest::IndexRecord = serde_json::from_value(json!({
+        "repository": amd64.repository,
+        "tag": "2.12.1-cuda13.0-cudnn9-runtime-ubuntu22.04",
+        "digest": Digest::of(b"index").to_string(),
+        "media_type": "application/vnd.oci.image.index.v1+json",
+        "torch": "2.12.1",
+        "driver_min": "580.65.06",
+        "platforms": {
+            "linux/amd64": {"tag": "2.12.1-cuda13.0-cudnn9-runtime-ubuntu22.04-amd64", "digest": amd64.digest},
+            "linux/arm64": {"tag": "2.12.1-cuda13.0-cudnn9-runtime-ubuntu22.04-arm64", "digest": arm64.digest},
+        },
+        "published_at": "2026-12-01T11:00:00Z",
+    }))
+    .unwrap();
+    let lock = parse_lock(LOCK);
+    let platforms = [("linux/amd64", &amd64), ("linux/arm64", &arm64)]
+        .into_iter()
+        .map(|(platform, record)| {
+            let digest = record.digest.clone().unwrap();
+            PlatformPredicates {
+                platform: platform.to_string(),
+                sbom: sbom(record, &digest, &lock, "0.1.0"),
+                selftest: selftest_result(record, None),
+                digest,
+            }
+        })
+        .collect();
+    (index, platforms)
+}
+
+#[test]
+fn an_index_passes_only_when_every_platform_passed() {
+    use super::index::index_selftest;
+    use crate::history::manifest::TestStatus;
+    let cases = [
+        (Some(TestStatus::Pass), "pass"),
+        (Some(TestStatus::Fail), "fail"),
+        (Some(TestStatus::Error), "error"),
+        (Some(TestStatus::Skipped), "skipped"),
+        (None, "not-run"),
+    ];
+    for (arm64, expected) in cases {
+        let (index, platforms) = index_of_two(arm64);
+        let predicate = index_selftest(&index, &platforms);
+        assert_eq!(predicate["result"], expected, "arm64 {arm64:?}");
+        assert_eq!(predicate["platforms"].as_object().unwrap().len(), 2);
+        // Its JSON Schema is checked by the independent verifier (jsonschema, draft 2020-12) in
+        // tests/it/multiarch.rs, against the statements pushed to a real registry.
+        if expected != "pass" {
+            assert!(
+                predicate["summary"]
+                    .as_str()
+                    .unwrap()
+                    .contains(&format!("linux/arm64: {expected}")),
+                "{predicate:#}"
+            );
+        }
+    }
+}
+
+#[test]
+fn an_index_sbom_nests_each_platform_with_unique_references() {
+    use super::index::{index_provenance, index_sbom};
+    let (index, platforms) = index_of_two(Some(crate::history::manifest::TestStatus::Pass));
+    let document = index_sbom(&index, &index.digest, &platforms, "0.1.0");
+    let mut references = Vec::new();
+    fn collect(components: &serde_json::Value, into: &mut Vec<String>) {
+        for component in components.as_array().into_iter().flatten() {
+            into.push(component["bom-ref"].as_str().unwrap().to_string());
+            collect(&component["components"], into);
+        }
+    }
+    collect(&document["components"], &mut references);
+    let per_platform = platforms[0].sbom["components"].as_array().unwrap().len();
+    assert!(per_platform > 5, "{per_platform}");
+    assert!(
+        references.len() > 2 * per_platform,
+        "two containers and each platform's components: {}",
+        references.len()
+    );
+    let unique: std::collections::BTreeSet<&String> = references.iter().collect();
+    assert_eq!(
+        unique.len(),
+        references.len(),
+        "bom-refs repeat: {references:?}"
+    );
+    assert_eq!(
+        document["metadata"]["component"]["version"],
+        index.digest.to_string()
+    );
+    let provenance = index_provenance(&index, "0.1.0");
+    let dependencies = provenance["buildDefinition"]["resolvedDependencies"]
+        .as_array()
+        .unwrap();
+    assert_eq!(dependencies.len(), 2);
+    assert_eq!(
+        dependencies[1]["digest"]["sha256"],
+        Digest::of(b"arm64 image").hex()
+    );
+}

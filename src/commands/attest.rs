@@ -18,17 +18,22 @@ use crate::attest::cosign::{
     simple_signing_payload, Artifact, OCI_MANIFEST,
 };
 use crate::attest::dsse::{envelope_bytes, Signer, Verifier};
+use crate::attest::index::{
+    index_provenance, index_sbom, index_selftest, platform_digests, PlatformPredicates,
+};
 use crate::attest::provenance::{provenance, BuildContext};
 use crate::attest::sbom::{parse_lock, sbom, LockedPackage};
 use crate::attest::selftest::selftest_result;
 use crate::attest::statement::{statement_bytes, Subject};
 use crate::attest::PredicateKind;
-use crate::cli::{AttestAction, AttestArgs, AttestShowArgs, AttestSignArgs, SigningArgs};
+use crate::cli::{
+    AttestAction, AttestArgs, AttestSbomArgs, AttestShowArgs, AttestSignArgs, SigningArgs,
+};
 use crate::commands::outcome::Outcome;
 use crate::commands::output::table;
 use crate::docker::{repository_path_of, Registries, RegistryClient, RetryPolicy};
 use crate::history::attestations::{Artifact as ArtifactRecord, AttestationRecord};
-use crate::history::manifest::{now_rfc3339, ImageRecord, Manifest};
+use crate::history::manifest::{now_rfc3339, ImageRecord, IndexRecord, Manifest};
 use crate::model::digest::Digest;
 use crate::project::{load_existing_manifest, ManifestFile, Project};
 
@@ -39,6 +44,7 @@ pub fn run(project: &Project, args: &AttestArgs) -> Result<Outcome> {
     match &args.action {
         AttestAction::Sign(sign) => run_sign(project, sign),
         AttestAction::Show(show) => run_show(show),
+        AttestAction::Sbom(sbom) => run_sbom(project, sbom),
     }
 }
 
@@ -171,10 +177,6 @@ pub async fn attest_image(
     digest: &Digest,
     context: &SignContext,
 ) -> Result<AttestationRecord> {
-    let subject = Subject {
-        name: record.repository.clone(),
-        digest: digest.clone(),
-    };
     let lock = lock_of(&context.locks, record);
     let version = context.build.imagegen_version.as_str();
     let predicates = [
@@ -188,6 +190,81 @@ pub async fn attest_image(
             selftest_result(record, context.node.as_deref()),
         ),
     ];
+    sign_and_push(
+        registries,
+        signer,
+        (&record.repository, &record.tag),
+        digest,
+        predicates,
+    )
+    .await
+}
+
+/// Builds, signs and pushes the attestations and signature of the OCI image index `index` (see
+/// `attest::index`), from the predicates of its platform images as `manifest` records them;
+/// refuses when a platform image is not recorded under the digest the index names.
+pub async fn attest_index(
+    registries: &Registries,
+    signer: &Signer,
+    manifest: &Manifest,
+    index: &IndexRecord,
+    context: &SignContext,
+) -> Result<AttestationRecord> {
+    let version = context.build.imagegen_version.as_str();
+    let mut platforms = Vec::new();
+    for (platform, digest) in platform_digests(index) {
+        let record = manifest
+            .images
+            .values()
+            .find(|record| record.digest.as_ref() == Some(&digest))
+            .with_context(|| {
+                format!(
+                    "{}:{}: its {platform} image {digest} is not an image the manifest records; not signed",
+                    index.repository, index.tag
+                )
+            })?;
+        let lock = lock_of(&context.locks, record);
+        platforms.push(PlatformPredicates {
+            platform,
+            sbom: sbom(record, &digest, &lock, version),
+            selftest: selftest_result(record, context.node.as_deref()),
+            digest,
+        });
+    }
+    let predicates = [
+        (PredicateKind::Provenance, index_provenance(index, version)),
+        (
+            PredicateKind::Sbom,
+            index_sbom(index, &index.digest, &platforms, version),
+        ),
+        (
+            PredicateKind::GpuSelftest,
+            index_selftest(index, &platforms),
+        ),
+    ];
+    sign_and_push(
+        registries,
+        signer,
+        (&index.repository, &index.tag),
+        &index.digest,
+        predicates,
+    )
+    .await
+}
+
+/// Signs the three statements about `digest` (in `repository`, recorded under full tag `tag`),
+/// pushes them as the `.att` artifact and the simple-signing signature as `.sig`.
+async fn sign_and_push(
+    registries: &Registries,
+    signer: &Signer,
+    (repository_name, tag): (&str, &str),
+    digest: &Digest,
+    predicates: [(PredicateKind, serde_json::Value); 3],
+) -> Result<AttestationRecord> {
+    let subject = Subject {
+        name: repository_name.to_string(),
+        digest: digest.clone(),
+    };
     let gpu_selftest = predicates[2].1["result"]
         .as_str()
         .unwrap_or("not-run")
@@ -200,11 +277,11 @@ pub async fn attest_image(
         statements.insert(kind.name().to_string(), layer.digest());
         layers.push(layer);
     }
-    let client = registries.client(&record.repository)?;
-    let repository = repository_path_of(&record.repository);
+    let client = registries.client(repository_name)?;
+    let repository = repository_path_of(repository_name);
     let att_tag = attestation_tag(digest);
     let att_digest = push_artifact(&client, repository, &att_tag, &artifact(layers)).await?;
-    let payload = simple_signing_payload(&record.repository, digest);
+    let payload = simple_signing_payload(repository_name, digest);
     let signature = BASE64.encode(signer.sign_bytes(&payload));
     let sig_tag = signature_tag(digest);
     let sig_digest = push_artifact(
@@ -215,8 +292,8 @@ pub async fn attest_image(
     )
     .await?;
     Ok(AttestationRecord {
-        repository: record.repository.clone(),
-        tag: record.tag.clone(),
+        repository: repository_name.to_string(),
+        tag: tag.to_string(),
         key_id: signer.key_id().to_string(),
         attestations: ArtifactRecord {
             tag: att_tag,
@@ -286,25 +363,62 @@ pub async fn check_served(
 
 /// The images of `manifest` that `wanted` names (full tags, or all good pushed ones).
 fn chosen<'a>(manifest: &'a Manifest, wanted: &[String]) -> Result<Vec<&'a ImageRecord>> {
-    if wanted.is_empty() {
-        return Ok(manifest
-            .images
-            .values()
-            .filter(|record| record.digest.is_some())
-            .collect());
+    let (images, indexes) = chosen_with_indexes(manifest, wanted)?;
+    if let Some(index) = indexes.first() {
+        bail!(
+            "{}:{} is an OCI image index, not one image; name one of its platform images: {}",
+            index.repository,
+            index.tag,
+            index
+                .platforms
+                .iter()
+                .map(|(platform, image)| format!("{} ({platform})", image.tag))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
     }
-    wanted
-        .iter()
-        .map(|name| {
+    Ok(images)
+}
+
+/// The images and indexes of `manifest` that `wanted` names (full tags, with or without
+/// `registry/repository:`), or all good pushed images and every index when it names none.
+fn chosen_with_indexes<'a>(
+    manifest: &'a Manifest,
+    wanted: &[String],
+) -> Result<(Vec<&'a ImageRecord>, Vec<&'a IndexRecord>)> {
+    if wanted.is_empty() {
+        return Ok((
             manifest
                 .images
                 .values()
-                .find(|record| {
-                    record.tag == *name || format!("{}:{}", record.repository, record.tag) == *name
-                })
-                .with_context(|| format!("{name} is not an image the manifest records"))
-        })
-        .collect()
+                .filter(|record| record.digest.is_some())
+                .collect(),
+            manifest.indexes.values().collect(),
+        ));
+    }
+    let names = |repository: &str, tag: &str, name: &str| {
+        tag == name || format!("{repository}:{tag}") == name
+    };
+    let mut images = Vec::new();
+    let mut indexes = Vec::new();
+    for name in wanted {
+        if let Some(record) = manifest
+            .images
+            .values()
+            .find(|record| names(&record.repository, &record.tag, name))
+        {
+            images.push(record);
+        } else if let Some(index) = manifest
+            .indexes
+            .values()
+            .find(|index| names(&index.repository, &index.tag, name))
+        {
+            indexes.push(index);
+        } else {
+            bail!("{name} is not an image the manifest records");
+        }
+    }
+    Ok((images, indexes))
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime> {
@@ -319,7 +433,7 @@ fn run_sign(project: &Project, args: &AttestSignArgs) -> Result<Outcome> {
     };
     let file = ManifestFile::new(&args.manifest, Duration::from_secs(args.lock.lock_timeout));
     let manifest = load_existing_manifest(&args.manifest)?;
-    let images = chosen(&manifest, &args.images)?;
+    let (images, indexes) = chosen_with_indexes(&manifest, &args.images)?;
     let registries = Registries::new(
         Duration::from_secs(args.deadlines.registry_timeout),
         RetryPolicy::default(),
@@ -352,6 +466,31 @@ fn run_sign(project: &Project, args: &AttestSignArgs) -> Result<Outcome> {
         })?;
         signed += 1;
     }
+    // Indexes after their platform images, whose records they are made from.
+    for index in indexes {
+        let attested = runtime.block_on(attest_index(
+            &registries,
+            &signer,
+            &manifest,
+            index,
+            &context,
+        ))?;
+        println!(
+            "{}:{}: signed index {} (key {}, gpu-selftest {} over {} platform(s)): {}",
+            index.repository,
+            index.tag,
+            index.digest,
+            &attested.key_id[..12],
+            attested.gpu_selftest,
+            index.platforms.len(),
+            attested.attestations.tag
+        );
+        let digest = index.digest.clone();
+        file.update(|current| {
+            current.attestations.insert(digest, attested);
+        })?;
+        signed += 1;
+    }
     println!(
         "signed {signed} image(s); recorded in {}",
         args.manifest.display()
@@ -359,20 +498,54 @@ fn run_sign(project: &Project, args: &AttestSignArgs) -> Result<Outcome> {
     Ok(Outcome::Success)
 }
 
+/// `attest sbom`: the SBOM of a recorded image, subject to the pushed digest (or, for an image
+/// only built, its local image id), printed as JSON.
+fn run_sbom(project: &Project, args: &AttestSbomArgs) -> Result<Outcome> {
+    let manifest = load_existing_manifest(&args.manifest)?;
+    let record = chosen(&manifest, std::slice::from_ref(&args.image))?[0];
+    let digest = match (&record.digest, &record.image_id) {
+        (Some(digest), _) => digest.clone(),
+        (None, Some(id)) => Digest::parse(id).with_context(|| {
+            format!("{}: the recorded image id {id} is not a digest", record.tag)
+        })?,
+        (None, None) => bail!(
+            "{}: the manifest records no digest and no image id (the image was never built)",
+            record.tag
+        ),
+    };
+    if record.packages.is_none() {
+        eprintln!(
+            "{}: the record holds no package list read from the image; the SBOM has the lock's packages only",
+            record.tag
+        );
+    }
+    let lock = lock_of(&project.locks().unwrap_or_default(), record);
+    if lock.is_empty() {
+        eprintln!(
+            "{}: the project holds no lock with the digest the record names; Python packages are listed without hashes",
+            record.tag
+        );
+    }
+    let document = sbom(record, &digest, &lock, env!("CARGO_PKG_VERSION"));
+    println!("{}", serde_json::to_string_pretty(&document)?);
+    Ok(Outcome::Success)
+}
+
 fn run_show(args: &AttestShowArgs) -> Result<Outcome> {
     let verifier = load_verifier(args.key.as_deref(), &args.signing)?;
     let manifest = load_existing_manifest(&args.manifest)?;
-    let record = chosen(&manifest, std::slice::from_ref(&args.image))?[0];
+    let (images, indexes) = chosen_with_indexes(&manifest, std::slice::from_ref(&args.image))?;
+    let (repository, tag) = match (images.first(), indexes.first()) {
+        (Some(record), _) => (&record.repository, &record.tag),
+        (None, Some(index)) => (&index.repository, &index.tag),
+        (None, None) => bail!("{} is not an image the manifest records", args.image),
+    };
     let registries = Registries::new(
         Duration::from_secs(args.deadlines.registry_timeout),
         RetryPolicy::default(),
     );
-    let (served, check) = runtime()?.block_on(check_served(
-        &registries,
-        &record.repository,
-        &record.tag,
-        &verifier,
-    ))?;
+    let (served, check) =
+        runtime()?.block_on(check_served(&registries, repository, tag, &verifier))?;
     let statements: BTreeMap<&str, &serde_json::Value> = check
         .statements
         .iter()
@@ -381,7 +554,7 @@ fn run_show(args: &AttestShowArgs) -> Result<Outcome> {
     println!(
         "{}",
         serde_json::to_string_pretty(&serde_json::json!({
-            "image": format!("{}:{}", record.repository, record.tag),
+            "image": format!("{repository}:{tag}"),
             "digest": served,
             "key_id": verifier.key_id(),
             "verified": statements,
@@ -415,11 +588,19 @@ pub async fn verify_attestations(
     registries: &Registries,
 ) -> Result<Vec<ImageVerdict>> {
     let mut verdicts = Vec::new();
-    for record in manifest.images.values().filter(|r| r.digest.is_some()) {
-        let (served, check) =
-            check_served(registries, &record.repository, &record.tag, verifier).await?;
+    // Every pushed image, then every index (what a node resolves a multi-platform alias to).
+    let images = manifest
+        .images
+        .values()
+        .filter_map(|r| Some((&r.repository, &r.tag, r.digest.as_ref()?)));
+    let indexes = manifest
+        .indexes
+        .values()
+        .map(|index| (&index.repository, &index.tag, &index.digest));
+    for (repository, tag, recorded) in images.chain(indexes) {
+        let (served, check) = check_served(registries, repository, tag, verifier).await?;
         let mut problems = check.problems.clone();
-        if let (Some(served), Some(recorded)) = (&served, &record.digest) {
+        if let Some(served) = &served {
             if served != recorded {
                 problems.push(format!(
                     "the manifest records {recorded}, the registry serves {served}"
@@ -427,7 +608,7 @@ pub async fn verify_attestations(
             }
         }
         verdicts.push(ImageVerdict {
-            image: format!("{}:{}", record.repository, record.tag),
+            image: format!("{repository}:{tag}"),
             served,
             statements: check
                 .statements

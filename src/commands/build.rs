@@ -109,7 +109,31 @@ pub fn run(project: &Project, args: &BuildArgs) -> Result<Outcome> {
     let contexts = Contexts::assemble(&selected, &args.images, &args.selftest_dir)?;
     let manifest_file =
         ManifestFile::new(&args.manifest, Duration::from_secs(args.lock.lock_timeout));
-    let manifest = manifest_file.read()?;
+    let mut manifest = manifest_file.read()?;
+    if args.release_holds {
+        // Only the aliases this build may move; a dry run releases them in what it prints only.
+        let aliases: std::collections::BTreeSet<&String> =
+            selected.iter().flat_map(|image| &image.aliases).collect();
+        let release = |manifest: &mut Manifest| -> Vec<String> {
+            aliases
+                .iter()
+                .filter(|alias| manifest.release_alias(alias).is_some())
+                .map(|alias| alias.to_string())
+                .collect()
+        };
+        let released = if args.dry_run {
+            release(&mut manifest)
+        } else {
+            let released = manifest_file.update(release)?;
+            manifest = manifest_file.read()?;
+            released
+        };
+        for alias in released {
+            note(format!(
+                "released the hold a rollback put on {alias} (--release-holds): this build may move it"
+            ));
+        }
+    }
     let plan = plan(
         &resolution.images,
         &selected,

@@ -16,7 +16,7 @@ use crate::commands::output::{emit, note};
 use crate::commands::stages::resolve_project;
 use crate::generate::k8s::test_jobs::{default_gpu_product, test_jobs};
 use crate::generate::k8s::{checked_job_name, manifests, JobSettings};
-use crate::history::manifest::RecordStatus;
+use crate::history::manifest::{AliasRecord, Manifest, RecordStatus};
 use crate::project::{load_manifest, Project};
 use crate::resolve::image::{ImageSpec, ResolveOptions};
 use crate::resolve::lookup::find_images;
@@ -41,10 +41,34 @@ pub fn run(project: &Project, args: &K8sArgs) -> Result<Outcome> {
     };
     let manifest = args.manifest.as_path();
     let images = resolve_project(project, ResolveOptions::default())?.images;
-    let named = find_images(&images, image)?;
+    let mut named = find_images(&images, image)?;
+    let recorded = load_manifest(manifest)?;
+    // An alias runs where the manifest says it points now (after a rollback, the digest rolled
+    // back to, which may be another tag of the matrix), not the matrix's newest image.
+    if let Some((alias, record)) = recorded_alias(&recorded, image, &named) {
+        let digest = recorded.alias_digest(alias);
+        if let Some(target) = images.iter().find(|spec| spec.tag == record.tag) {
+            named = vec![target];
+        } else if !recorded.indexes.contains_key(&record.tag) {
+            note(format!(
+                "note: {alias} points at {}, which the matrix no longer makes; the Job keeps the driver floor of {}",
+                record.tag, named[0].tag
+            ));
+        }
+        if let Some(reason) = recorded.alias_hold(alias) {
+            note(format!("note: {reason}"));
+        }
+        if digest.is_some() {
+            settings.digest = digest;
+            if args.test {
+                return print_test_jobs(project, args, &named, &settings);
+            }
+            emit(manifests(&named, &settings)?.to_yaml())?;
+            return Ok(Outcome::Success);
+        }
+    }
     // A digest pins one image; an index of several platforms runs by its tag.
     if let [image] = named.as_slice() {
-        let recorded = load_manifest(manifest)?;
         settings.digest = recorded
             .images
             .get(&image.tag)
@@ -66,6 +90,24 @@ pub fn run(project: &Project, args: &K8sArgs) -> Result<Outcome> {
     let manifests = manifests(&named, &settings)?;
     emit(manifests.to_yaml())?;
     Ok(Outcome::Success)
+}
+
+/// The alias `text` names (as given, or after `registry/repository:`) when the manifest records
+/// it and the named images take it, with its record.
+fn recorded_alias<'a>(
+    manifest: &'a Manifest,
+    text: &'a str,
+    named: &[&ImageSpec],
+) -> Option<(&'a str, &'a AliasRecord)> {
+    let alias = match manifest.aliases.get_key_value(text) {
+        Some((alias, _)) => alias.as_str(),
+        None => text.rsplit_once(':').map(|(_, alias)| alias)?,
+    };
+    let record = manifest.aliases.get(alias)?;
+    named
+        .iter()
+        .any(|spec| spec.aliases.iter().any(|a| a == alias))
+        .then_some((alias, record))
 }
 
 /// `imagegen k8s IMAGE --test`: one self-test Job per GPU model of the policy, against the

@@ -17,6 +17,7 @@ pub mod outcome;
 pub mod output;
 pub mod plan;
 pub mod publish;
+pub mod release;
 pub mod render;
 pub mod resolve;
 pub mod restore;
@@ -56,6 +57,7 @@ pub fn run(cli: Cli) -> Result<Outcome> {
         Command::Plan(args) => plan::run(&project, args),
         Command::Rollback(args) => rollback::run(&project, args),
         Command::Restore(args) => restore::run(&project, args),
+        Command::Release(args) => release::run(&project, args),
         Command::Publish(args) => publish::run(&project, args),
         Command::Diff(args) => diff::run(&project, args),
         Command::Bake(args) => bake::run(&project, args),

@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
 
+use crate::attest::dsse::Signer;
 use crate::cli::PublishArgs;
+use crate::commands::attest;
 use crate::commands::ledger::{this_owner, ManifestLedger};
 use crate::commands::outcome::Outcome;
 use crate::commands::output::{emit, note, table};
@@ -40,6 +42,9 @@ pub fn run(project: &Project, args: &PublishArgs) -> Result<Outcome> {
         emit("the matrix builds linux/amd64 only: `imagegen build --push` publishes its images and aliases; there are no indexes to assemble\n")?;
         return Ok(Outcome::Success);
     }
+    // A key is read (and refused when others may read it) before anything is pushed.
+    let signing = attest::load_signer(&args.signing)?
+        .map(|signer| (signer, attest::SignContext::of(project)));
     let file = ManifestFile::new(manifest_path, Duration::from_secs(args.lock.lock_timeout));
     let manifest = file.read()?;
     let timeout = Duration::from_secs(args.deadlines.registry_timeout);
@@ -96,7 +101,7 @@ pub fn run(project: &Project, args: &PublishArgs) -> Result<Outcome> {
         let published = runtime.block_on(async {
             tokio::select! {
                 received = signals.recv() => Err(received),
-                outcome = publish_one(spec, index_tag, &ready, &file, timeout) => Ok(outcome),
+                outcome = publish_one(spec, index_tag, &ready, &file, timeout, signing.as_ref()) => Ok(outcome),
             }
         });
         let outcome = match published {
@@ -145,6 +150,7 @@ async fn publish_one(
     ready: &[ReadyPlatform],
     file: &ManifestFile,
     timeout: Duration,
+    signing: Option<&(Signer, attest::SignContext)>,
 ) -> Result<Published> {
     let registries = Registries::new(timeout, RetryPolicy::default());
     let host = registry_host_of(&spec.repository);
@@ -213,7 +219,21 @@ async fn publish_one(
         history: Vec::new(),
         extra: Default::default(),
     };
-    file.update(|manifest| manifest.record_index(index))?;
+    file.update(|manifest| manifest.record_index(index.clone()))?;
+    // Signed before any alias moves to it, as `build --push` signs an image before its aliases.
+    if let Some((signer, context)) = signing {
+        let current = file.read()?;
+        let attested = attest::attest_index(&registries, signer, &current, &index, context)
+            .await
+            .with_context(|| format!("signing {}:{index_tag}", spec.repository))?;
+        note(format!(
+            "{}:{index_tag}: signed index {digest} (gpu-selftest {}): {}",
+            spec.repository, attested.gpu_selftest, attested.attestations.tag
+        ));
+        file.update(|manifest| {
+            manifest.attestations.insert(digest.clone(), attested);
+        })?;
+    }
     let owner = this_owner();
     let ledger = ManifestLedger::new(file.clone());
     let aliases_registry = RegistryAliases(&registries);

@@ -4,15 +4,19 @@
 //! its inputs, compared with what the matrix asks for now). A matrix that makes no image is an
 //! error (rendering it would remove every image) unless `--allow-empty` says so.
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use anyhow::Result;
 
 use crate::cli::RenderArgs;
 use crate::commands::outcome::Outcome;
 use crate::commands::output::{count, emit, note};
 use crate::commands::stages::{lock_problems, no_images, render_project};
+use crate::model::digest::Digest;
 use crate::project::{self, Project};
 use crate::resolve::bases::{pin_problems, BASES_FILE};
-use crate::resolve::lock::LockStatus;
+use crate::resolve::image::ImageSpec;
+use crate::resolve::lock::{carried_lock, LockStatus, LOCK_FILE};
 
 pub fn run(project: &Project, args: &RenderArgs) -> Result<Outcome> {
     let (resolution, rendered) = render_project(project)?;
@@ -109,10 +113,30 @@ pub fn run(project: &Project, args: &RenderArgs) -> Result<Outcome> {
         ));
         return Ok(Outcome::Failed);
     }
+    // A tag rename keeps the locks: a folder the matrix no longer makes hands its lock to the
+    // image whose lock inputs it matches (read before `write` removes the folder).
+    let locks_before = project::read_locks(out)?;
+    let carried = carried_locks(&resolution.images, &locks_before);
     let (changed, removed) = project::write(&rendered, out)?;
     for name in &changed {
         emit(format!("wrote {}/{name}/Dockerfile\n", out.display()))?;
     }
+    for (from, to, text) in &carried {
+        project::write_lock(out, to, text)?;
+        emit(format!(
+            "kept the lock of {}/{from} as {}/{to}/{LOCK_FILE} (same inputs under a new name)\n",
+            out.display(),
+            out.display()
+        ))?;
+    }
+    // What a devel image renders depends on its runtime lock: rendered again with the carried ones.
+    let (resolution, rendered) = if carried.is_empty() {
+        (resolution, rendered)
+    } else {
+        let again = render_project(project)?;
+        project::write(&again.1, out)?;
+        again
+    };
     for name in &removed {
         emit(format!("removed {}/{name}\n", out.display()))?;
     }
@@ -141,4 +165,44 @@ pub fn run(project: &Project, args: &RenderArgs) -> Result<Outcome> {
         ));
     }
     Ok(Outcome::Success)
+}
+
+/// The locks a rename carries: for each image without a lock of its own, the lock of a folder the
+/// matrix no longer makes that serves it unchanged (`resolve::lock::carried_lock`), as
+/// (old folder, image, lock text). Runtime images come first, so a devel image is judged against
+/// the runtime lock carried for it.
+fn carried_locks(
+    images: &[ImageSpec],
+    locks: &BTreeMap<String, String>,
+) -> Vec<(String, String, String)> {
+    let made: BTreeSet<&str> = images.iter().map(|image| image.name.as_str()).collect();
+    let mut carried: Vec<(String, String, String)> = Vec::new();
+    let mut ordered: Vec<&ImageSpec> = images.iter().collect();
+    ordered.sort_by_key(|image| image.parent.is_some());
+    for image in ordered {
+        if locks.contains_key(&image.name) {
+            continue;
+        }
+        let Some(spec) = image.lock.as_ref() else {
+            continue;
+        };
+        let parent_carried = image.parent.as_ref().and_then(|parent| {
+            carried
+                .iter()
+                .find(|(_, to, _)| to == parent)
+                .map(|(_, _, text)| Digest::of(text.as_bytes()))
+        });
+        let spec = match parent_carried {
+            Some(digest) => spec.with_parent_digest(digest),
+            None => spec.clone(),
+        };
+        let found = locks
+            .iter()
+            .filter(|(name, _)| !made.contains(name.as_str()))
+            .find_map(|(name, text)| {
+                carried_lock(&spec, text).map(|text| (name.clone(), image.name.clone(), text))
+            });
+        carried.extend(found);
+    }
+    carried
 }

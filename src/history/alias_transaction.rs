@@ -21,7 +21,7 @@
 use serde::Serialize;
 
 use crate::history::aliases::alias_guard;
-use crate::history::manifest::{Extra, Manifest, PendingMove};
+use crate::history::manifest::{AliasHold, Extra, Manifest, PendingMove};
 use crate::model::digest::Digest;
 
 /// Where a transaction is.
@@ -44,7 +44,8 @@ pub struct AliasTarget<'a> {
     pub tag: &'a str,
     pub digest: &'a Digest,
     /// The torch release of the target, for the never-backwards guard; `None` for a move made
-    /// on purpose (`rollback`), which the guard does not hold.
+    /// on purpose (`rollback`), which the guard does not hold and which, once recorded, holds
+    /// the alias there (see [`Manifest::alias_hold`]) until `imagegen release`.
     pub guard_torch: Option<&'a str>,
 }
 
@@ -117,6 +118,10 @@ pub fn begin(manifest: &mut Manifest, target: &AliasTarget<'_>, owner: &Owner, n
         }
     }
     if let Some(torch) = target.guard_torch {
+        // A rollback holds the alias: a move by a build, a test or a publish waits for a release.
+        if let Some(reason) = manifest.alias_hold(target.alias) {
+            return Begun::Held(reason);
+        }
         if let Some(reason) = alias_guard(
             target.alias,
             manifest.alias_target(target.alias),
@@ -140,6 +145,7 @@ pub fn begin(manifest: &mut Manifest, target: &AliasTarget<'_>, owner: &Owner, n
             since: now.to_string(),
             by: owner.by.clone(),
             run: owner.run.clone(),
+            hold: target.guard_torch.is_none(),
             extra: Extra::new(),
         },
     );
@@ -185,8 +191,11 @@ impl AliasTransaction {
         self.expect(TxState::Pushed)?;
         match manifest.pending_aliases.get(&self.alias) {
             Some(pending) if pending.run == self.owner.run && pending.to == self.to => {
-                manifest.pending_aliases.remove(&self.alias);
-                manifest.move_alias(&self.alias, &self.tag, Some(self.to.clone()), now);
+                let pending = manifest
+                    .pending_aliases
+                    .remove(&self.alias)
+                    .expect("matched above");
+                record_move(manifest, &self.alias, &pending, now);
             }
             Some(pending) => {
                 return Err(TxError::NotOwned {
@@ -251,6 +260,20 @@ impl AliasTransaction {
     }
 }
 
+/// Writes a pending move down as done; a rollback's (`hold`) holds the alias there.
+fn record_move(manifest: &mut Manifest, alias: &str, pending: &PendingMove, now: &str) {
+    manifest.move_alias(alias, &pending.tag, Some(pending.to.clone()), now);
+    if pending.hold {
+        if let Some(record) = manifest.aliases.get_mut(alias) {
+            record.held = Some(AliasHold {
+                since: now.to_string(),
+                from: pending.from.clone(),
+                by: pending.by.clone(),
+            });
+        }
+    }
+}
+
 /// What became of an alias move left in between, by what the registry serves for the alias.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Settlement {
@@ -286,7 +309,7 @@ pub fn settle_one(
     match settle(&pending, served) {
         Settlement::Moved => {
             manifest.pending_aliases.remove(alias);
-            manifest.move_alias(alias, &pending.tag, Some(pending.to.clone()), now);
+            record_move(manifest, alias, &pending, now);
             Some("moved")
         }
         Settlement::NotMoved => {
@@ -341,6 +364,56 @@ mod tests {
             digest: NEW.get_or_init(|| d("new")),
             guard_torch: guard.then_some("2.7.1"),
         }
+    }
+
+    #[test]
+    fn a_rollback_holds_the_alias_until_it_is_released() {
+        let mut manifest = manifest();
+        let Begun::Move(tx) = begin(&mut manifest, &to_new(false), &owner("r1"), "t1") else {
+            panic!("a move")
+        };
+        assert!(manifest.pending_aliases["a"].hold);
+        tx.pushed(&Some(d("new")))
+            .unwrap()
+            .record(&mut manifest, "t2")
+            .unwrap();
+        let held = manifest.aliases["a"].held.clone().expect("held");
+        assert_eq!((held.since.as_str(), held.from), ("t2", Some(d("old"))));
+        // A build's move (guarded) is held, naming the command that releases it; nothing written.
+        let before = manifest.clone();
+        let back = AliasTarget {
+            alias: "a",
+            tag: "old",
+            digest: &d("old"),
+            guard_torch: Some("2.7.1"),
+        };
+        let Begun::Held(reason) = begin(&mut manifest, &back, &owner("r2"), "t3") else {
+            panic!("held")
+        };
+        assert!(reason.contains("imagegen release a"), "{reason}");
+        assert!(reason.contains("rolled back"), "{reason}");
+        assert_eq!(manifest, before);
+        // A second rollback keeps it held; a release lets builds move it again.
+        manifest.move_alias("a", "old", Some(d("old")), "t4");
+        assert!(manifest.aliases["a"].held.is_some());
+        assert!(manifest.release_alias("a").is_some());
+        assert!(matches!(
+            begin(&mut manifest, &back, &owner("r2"), "t5"),
+            Begun::Move(_)
+        ));
+    }
+
+    #[test]
+    fn a_rollback_settled_after_a_crash_holds_the_alias_too() {
+        let mut manifest = manifest();
+        let Begun::Move(_) = begin(&mut manifest, &to_new(false), &owner("dead"), "t1") else {
+            panic!("a move")
+        };
+        assert_eq!(
+            settle_one(&mut manifest, "a", &Some(d("new")), "t2"),
+            Some("moved")
+        );
+        assert!(manifest.aliases["a"].held.is_some());
     }
 
     #[test]
@@ -434,6 +507,7 @@ mod tests {
                 since: "t0".into(),
                 by: "pid 9".into(),
                 run: "dead".into(),
+                hold: false,
                 extra: Extra::new(),
             },
         );

@@ -1,22 +1,96 @@
 //! The alias guard: a moving alias never moves backwards to an older torch release by itself;
-//! going back is `imagegen rollback`, on purpose. Pure.
+//! going back is `imagegen rollback`, on purpose. A torch release the guard cannot compare (a
+//! record without one, or one that is not a version) holds the move: the guard never lets a
+//! move through because it could not judge it. Pure.
 
 use crate::model::version::TorchVersion;
 
+/// Where an alias points now, as the guard reads it: the tag, and the torch release its record
+/// gives (`None` when the manifest has no record of that tag).
+pub type AliasTarget = (String, Option<String>);
+
 /// Whether `alias` may move from the image it points at now (`current`) to `candidate`: never
-/// backwards to an older torch release. `None` when it may; else the reason it may not.
+/// backwards to an older torch release, and never when either release cannot be compared.
+/// `None` when it may; else the reason it may not.
 pub fn alias_guard(
     alias: &str,
-    current: Option<(String, String)>,
+    current: Option<AliasTarget>,
     candidate_torch: &str,
     candidate_tag: &str,
 ) -> Option<String> {
     let (current_tag, current_torch) = current?;
-    let version = |text: &str| TorchVersion::parse(text).map(|t| t.version).ok();
-    match (version(&current_torch), version(candidate_torch)) {
-        (Some(now), Some(next)) if next < now => Some(format!(
-            "{alias} would move backwards from torch {current_torch} ({current_tag}) to {candidate_torch} ({candidate_tag}); use `imagegen rollback {alias}` to go back on purpose"
-        )),
-        _ => None,
+    let on_purpose = format!("use `imagegen rollback {alias} --to DIGEST` to move it on purpose");
+    let Some(current_torch) = current_torch else {
+        return Some(format!(
+            "{alias} points at {current_tag}, which the manifest has no record of: its torch release cannot be compared with {candidate_torch} ({candidate_tag}); {on_purpose}"
+        ));
+    };
+    let now = match TorchVersion::parse(&current_torch) {
+        Ok(version) => version.version,
+        Err(error) => {
+            return Some(format!(
+                "{alias} cannot be judged: the record of {current_tag} names a torch release that cannot be compared ({error}); {on_purpose}"
+            ))
+        }
+    };
+    let next = match TorchVersion::parse(candidate_torch) {
+        Ok(version) => version.version,
+        Err(error) => {
+            return Some(format!(
+                "{alias} cannot be judged: {candidate_tag} names a torch release that cannot be compared ({error}); {on_purpose}"
+            ))
+        }
+    };
+    (next < now).then(|| format!(
+        "{alias} would move backwards from torch {current_torch} ({current_tag}) to {candidate_torch} ({candidate_tag}); use `imagegen rollback {alias}` to go back on purpose"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(tag: &str, torch: Option<&str>) -> Option<AliasTarget> {
+        Some((tag.to_string(), torch.map(String::from)))
+    }
+
+    #[test]
+    fn forwards_and_first_moves_pass_backwards_is_held() {
+        assert_eq!(alias_guard("a", None, "2.7.1", "new"), None);
+        assert_eq!(
+            alias_guard("a", target("old", Some("2.7.0")), "2.7.1", "new"),
+            None
+        );
+        assert_eq!(
+            alias_guard("a", target("same", Some("2.7.1")), "2.7.1", "new"),
+            None
+        );
+        let held = alias_guard("a", target("new", Some("2.10.0")), "2.9.1", "old").unwrap();
+        assert!(
+            held.contains("would move backwards from torch 2.10.0 (new) to 2.9.1 (old)"),
+            "{held}"
+        );
+    }
+
+    #[test]
+    fn a_release_that_cannot_be_compared_holds_the_move() {
+        let held = alias_guard("a", target("old", Some("2.7.1+cu126")), "2.8.0", "new").unwrap();
+        assert!(
+            held.contains("a cannot be judged: the record of old")
+                && held.contains("`2.7.1+cu126` is not a valid torch version")
+                && held.contains("imagegen rollback a --to DIGEST"),
+            "{held}"
+        );
+        let held = alias_guard("a", target("old", Some("2.7.0")), "two", "new").unwrap();
+        assert!(
+            held.contains("new names a torch release that cannot be compared")
+                && held.contains("`two` is not a valid torch version"),
+            "{held}"
+        );
+        let held = alias_guard("a", target("gone", None), "2.8.0", "new").unwrap();
+        assert!(
+            held.contains("a points at gone, which the manifest has no record of"),
+            "{held}"
+        );
     }
 }

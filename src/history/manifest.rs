@@ -176,6 +176,9 @@ pub struct PendingMove {
     /// the move as done. Empty in moves written before run ids.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub run: String,
+    /// A move made on purpose (`imagegen rollback`): once recorded, the alias is held there.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hold: bool,
     #[serde(flatten)]
     pub extra: Extra,
 }
@@ -437,8 +440,25 @@ pub struct AliasRecord {
     pub moved_at: String,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub history: Vec<AliasTarget>,
+    /// Set by `imagegen rollback`: builds, tests and publishes leave the alias where it is until
+    /// `imagegen release ALIAS` (or `build --release-holds`) clears it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held: Option<AliasHold>,
     #[serde(flatten)]
     pub extra: Extra,
+}
+
+/// Why an alias stays where a rollback put it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AliasHold {
+    /// When the rollback was recorded.
+    pub since: String,
+    /// The digest the alias was rolled back from.
+    #[serde(default)]
+    pub from: Option<Digest>,
+    /// Which run rolled it back (`pid 1234 (imagegen rollback ...)`).
+    #[serde(default)]
+    pub by: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -460,10 +480,14 @@ impl Manifest {
             .or_else(|| self.indexes.get(tag).map(|i| i.torch.as_str()))
     }
 
-    /// What an alias points at now: (tag, torch release).
-    pub fn alias_target(&self, alias: &str) -> Option<(String, String)> {
+    /// What an alias points at now: (tag, the torch release its record gives, `None` when the
+    /// manifest has no record of that tag).
+    pub fn alias_target(&self, alias: &str) -> Option<(String, Option<String>)> {
         let record = self.aliases.get(alias)?;
-        Some((record.tag.clone(), self.torch_of(&record.tag)?.to_string()))
+        Some((
+            record.tag.clone(),
+            self.torch_of(&record.tag).map(str::to_string),
+        ))
     }
 
     /// Records a published index; an earlier, different one under the tag moves to its history.
@@ -683,6 +707,7 @@ impl Manifest {
         let previous = self.aliases.remove(alias);
         let mut history = Vec::new();
         let mut extra = Extra::new();
+        let mut held = None;
         if let Some(previous) = previous {
             if previous.tag == tag && previous.digest == digest {
                 self.aliases.insert(alias.to_string(), previous);
@@ -696,6 +721,7 @@ impl Manifest {
             }
             history = previous.history;
             extra = previous.extra;
+            held = previous.held;
             history.insert(
                 0,
                 AliasTarget {
@@ -720,6 +746,7 @@ impl Manifest {
                 digest,
                 moved_at: at.to_string(),
                 history,
+                held,
                 extra,
             },
         );
@@ -749,6 +776,32 @@ impl Manifest {
         })
     }
 
+    /// Why `alias` stays where it is, when a rollback holds it: the reason builds, tests and
+    /// publishes print instead of moving it, naming the command that lets it move again.
+    pub fn alias_hold(&self, alias: &str) -> Option<String> {
+        let record = self.aliases.get(alias)?;
+        let hold = record.held.as_ref()?;
+        let at = record
+            .digest
+            .as_ref()
+            .map(|d| d.short().to_string())
+            .unwrap_or_else(|| "its recorded target".into());
+        let from = hold
+            .from
+            .as_ref()
+            .map(|d| format!(" from {}", d.short()))
+            .unwrap_or_default();
+        Some(format!(
+            "{alias} is held at {at} ({}) since it was rolled back{from} at {}; `imagegen release {alias}` (or `imagegen build --release-holds`) lets it move again",
+            record.tag, hold.since
+        ))
+    }
+
+    /// Clears the hold on `alias`; the hold it had, if any.
+    pub fn release_alias(&mut self, alias: &str) -> Option<AliasHold> {
+        self.aliases.get_mut(alias)?.held.take()
+    }
+
     /// The repository a full tag, per-platform tag or index tag was recorded in.
     pub fn repository_of(&self, tag: &str) -> Option<&str> {
         self.images
@@ -773,6 +826,7 @@ impl Manifest {
                 since: at.to_string(),
                 by: by.to_string(),
                 run: by.to_string(),
+                hold: false,
                 extra: Extra::new(),
             },
         );

@@ -542,6 +542,7 @@ mod tests {
                 digest: Some(d("sha256:2")),
                 moved_at: "2026-11-30T11:00:00Z".into(),
                 history: Vec::new(),
+                held: None,
                 extra: Default::default(),
             },
         );

@@ -7,7 +7,7 @@ use std::fmt;
 use serde::de::{self, Deserializer};
 use serde::{Deserialize, Serialize};
 
-use crate::model::version::DottedVersion;
+use crate::model::version::{DottedVersion, VersionError};
 
 /// The image variants imagegen knows how to render.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -94,6 +94,23 @@ impl<'de> Deserialize<'de> for VersionText {
 pub struct OsName(pub String);
 
 impl OsName {
+    /// The family and release of an OS name, for ordering: `ubuntu24.04` is (`ubuntu`, 24.04),
+    /// `debian12` is (`debian`, 12). Refused for anything else, naming it.
+    pub fn release_of(name: &str) -> Result<(String, DottedVersion), VersionError> {
+        let (family, release) = if let Some(rest) = name.strip_prefix("ubuntu") {
+            ("ubuntu", DottedVersion::parse_kind(rest, "Ubuntu", 2))
+        } else if let Some(rest) = name.strip_prefix("debian") {
+            ("debian", DottedVersion::parse_kind(rest, "Debian", 1))
+        } else {
+            return Err(VersionError {
+                text: name.to_string(),
+                kind: "OS",
+                why: "write it as ubuntuYY.MM (ubuntu24.04) or debianN (debian12)".into(),
+            });
+        };
+        Ok((family.to_string(), release?))
+    }
+
     /// Whether this is a Debian release (`debian12`), whose images use Debian's archive.
     pub fn is_debian(name: &str) -> bool {
         name.starts_with("debian")
@@ -179,5 +196,27 @@ impl<'de> Deserialize<'de> for Platform {
                 "unknown platform {text:?}: imagegen builds linux/amd64 and linux/arm64"
             ))),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn os_releases_order_by_family_then_number_and_refuse_other_names() {
+        let release = |name: &str| OsName::release_of(name).unwrap();
+        assert!(release("ubuntu24.04") > release("ubuntu22.04"));
+        assert!(release("ubuntu24.10") > release("ubuntu24.04"));
+        assert!(release("debian13") > release("debian12"));
+        assert_eq!(release("debian12").0, "debian");
+        for bad in ["fedora40", "ubuntu", "debian", "debian12.1"] {
+            assert!(OsName::release_of(bad).is_err(), "{bad}");
+        }
+        let error = OsName::release_of("fedora40").unwrap_err().to_string();
+        assert!(
+            error.contains("`fedora40` is not a valid OS version"),
+            "{error}"
+        );
     }
 }

@@ -296,8 +296,8 @@ pub fn plan(
     Plan { images, review }
 }
 
-/// The aliases the never-backwards guard holds, with why: each alias judged once, for the first
-/// image (or index) that takes it.
+/// The aliases held, with why: by a rollback (until `imagegen release`), or by the
+/// never-backwards guard; each alias judged once, for the first image (or index) that takes it.
 fn alias_holds<'a>(
     specs: impl Iterator<Item = &'a ImageSpec>,
     manifest: &Manifest,
@@ -310,9 +310,9 @@ fn alias_holds<'a>(
             if !judged.insert(alias.clone()) {
                 continue;
             }
-            if let Some(reason) =
+            if let Some(reason) = manifest.alias_hold(alias).or_else(|| {
                 alias_guard(alias, manifest.alias_target(alias), &spec.torch, &published)
-            {
+            }) {
                 holds.insert(alias.clone(), reason);
             }
         }

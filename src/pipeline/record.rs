@@ -30,6 +30,11 @@ pub fn record(
         .get(&planned.spec.tag)
         .filter(|p| p.build_key == planned.build_key)
         .cloned();
+    // The same image of this run recorded again (after its push, after its aliases): its build
+    // and test times stay those first recorded, which the signed statements already carry.
+    let same_image = previous
+        .as_ref()
+        .filter(|p| p.image_id.is_some() && p.image_id == result.image_id);
     record.selftest = match (&result.test, &previous) {
         // A reused image keeps the report of the run that tested it.
         (Some(TestOutcome::Pass { report: None, .. }), Some(previous)) if planned.passed_before => {
@@ -41,7 +46,11 @@ pub fn record(
             status: test.status(),
             summary: test.summary().into(),
             report: test.report().cloned(),
-            at: now.clone(),
+            at: same_image
+                .and_then(|p| p.selftest.as_ref())
+                .filter(|earlier| earlier.status == test.status())
+                .map(|earlier| earlier.at.clone())
+                .unwrap_or_else(|| now.clone()),
             baseline: planned.selftest_baseline.clone(),
         }),
         (None, None) => None,
@@ -61,6 +70,8 @@ pub fn record(
                     record.built_at = previous.built_at.clone();
                     record.build_seconds = previous.build_seconds;
                 }
+            } else if let Some(same) = same_image {
+                record.built_at = same.built_at.clone();
             }
             // Aliases waiting for the test policy are kept only with a digest to test.
             if record.digest.is_some() {

@@ -9,7 +9,7 @@ use crate::model::axes::TorchWheels;
 use crate::model::axes::{Platform, Variant};
 use crate::model::digest::Digest;
 use crate::model::knowledge::{CudaRelease, TorchCuda, TorchRelease};
-use crate::model::version::DriverVersion;
+use crate::model::version::{DottedVersion, DriverVersion};
 
 /// One image imagegen will render and build.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -258,9 +258,11 @@ pub struct TagFields {
     pub torch: semver::Version,
     pub cuda: String,
     pub cudnn: String,
-    pub python: String,
+    pub python: DottedVersion,
     pub variant: Variant,
     pub os: String,
+    /// `os` as (family, release), for choosing the newest.
+    pub os_release: (String, DottedVersion),
     /// Whether `cuda` is the default CUDA of this torch series.
     pub is_default_cuda: bool,
 }
@@ -325,12 +327,23 @@ pub(crate) struct Resolved {
     pub(crate) os: String,
     /// The OS's glibc, for the platform the lock is resolved for.
     pub(crate) glibc: String,
-    pub(crate) python: String,
+    pub(crate) python: DottedVersion,
+    /// The versions the images are ordered by, parsed once when the cell was checked.
+    pub(crate) order: ImageOrder,
     pub(crate) variant_kind: Variant,
     pub(crate) platform: String,
     pub(crate) unverified: Vec<String>,
     /// The wheel's own CUDA runtime, when it needs a newer driver than the base's toolkit.
     pub(crate) runtime_floor: Option<RuntimeFloor>,
+}
+
+/// What images are ordered by: torch, the CUDA release line, the OS (family, release), each
+/// parsed once, when its cell is checked.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct ImageOrder {
+    pub(crate) torch: semver::Version,
+    pub(crate) cuda: DottedVersion,
+    pub(crate) os: (String, DottedVersion),
 }
 
 impl Resolved {
@@ -340,7 +353,7 @@ impl Resolved {
             self.release.torch.clone(),
             self.cuda_release.version.clone(),
             self.os.clone(),
-            self.python.clone(),
+            self.python.to_string(),
             self.platform.clone(),
         )
     }

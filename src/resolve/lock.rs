@@ -72,6 +72,17 @@ impl LockSpec {
 
     /// The header lines that say, for people, what the lock was resolved from (after the
     /// inputs line and the generator line).
+    /// This lock's inputs with the runtime lock it is resolved against at `digest` (the runtime
+    /// lock a rename carries, before it is on disk).
+    pub fn with_parent_digest(&self, digest: Digest) -> LockSpec {
+        let mut spec = self.clone();
+        if let Some(parent) = &mut spec.parent {
+            parent.digest = Some(digest);
+        }
+        spec.inputs_digest = fingerprint(&spec.inputs());
+        spec
+    }
+
     pub fn description(&self) -> Vec<String> {
         let mut lines = vec![
             format!("# python: {} ({})", self.python, self.python_platform),
@@ -113,6 +124,55 @@ pub enum LockStatus {
         found: Vec<String>,
         wanted: Vec<String>,
     },
+}
+
+/// The lock `text` (of a folder the matrix no longer makes) when it serves `spec` unchanged: the
+/// same inputs under another folder name, as after a rename of `tags.full`. A devel image's lock
+/// names its runtime image's folder (`# constrained by: ../NAME/requirements.lock (DIGEST)`);
+/// when only that name differs and the runtime lock's digest is the same, the lock is carried
+/// with its header naming the new folder and the new inputs digest. `None` when anything else
+/// differs: then the image needs `imagegen lock`.
+pub fn carried_lock(spec: &LockSpec, text: &str) -> Option<String> {
+    let wanted_first = format!("{INPUTS_PREFIX}{}", spec.inputs_digest);
+    if text.lines().next() == Some(wanted_first.as_str()) {
+        return Some(text.to_string());
+    }
+    let found: Vec<&str> = text
+        .lines()
+        .take_while(|line| line.starts_with('#'))
+        .filter(|line| !line.starts_with(INPUTS_PREFIX) && !line.starts_with("# GENERATED"))
+        .collect();
+    let wanted = spec.description();
+    const CONSTRAINED: &str = "# constrained by: ../";
+    // `../NAME/requirements.lock (DIGEST)`: the part after the folder name.
+    let digest_part = |line: &str| line.rsplit_once(" (").map(|(_, digest)| digest.to_string());
+    let same = found.len() == wanted.len()
+        && found.iter().zip(&wanted).all(|(found, wanted)| {
+            found == wanted
+                || (found.starts_with(CONSTRAINED)
+                    && wanted.starts_with(CONSTRAINED)
+                    && digest_part(found).is_some()
+                    && digest_part(found) == digest_part(wanted))
+        });
+    if !same || !text.starts_with(INPUTS_PREFIX) {
+        return None;
+    }
+    let constrained = wanted.iter().find(|line| line.starts_with(CONSTRAINED));
+    let mut carried: String = text
+        .lines()
+        .map(|line| {
+            if line.starts_with(INPUTS_PREFIX) {
+                wanted_first.as_str()
+            } else if line.starts_with(CONSTRAINED) {
+                constrained.map(String::as_str).unwrap_or(line)
+            } else {
+                line
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    carried.push('\n');
+    Some(carried)
 }
 
 /// Compares `text` (the lock on disk, if any) with `spec`.

@@ -27,7 +27,6 @@ use crate::model::axes::{EndOfLifePolicy, OsName, Variant};
 use crate::model::digest::Digest;
 use crate::model::knowledge::Knowledge;
 use crate::model::matrix::Matrix;
-use crate::model::version::{DottedVersion, TorchVersion};
 use cells::expand;
 use driver::driver_verdict;
 use fingerprint::fingerprint;
@@ -36,7 +35,7 @@ use rules::check_cell;
 use spec::{build_spec, lock_spec};
 use tags::TagFields;
 
-use image::{Cell, Resolved};
+use image::{Cell, ImageOrder, Resolved};
 pub use image::{ImageSpec, Rejection, Resolution, ResolveOptions};
 
 /// The images `matrix_yaml` resolves to on the small knowledge fixture of the tests
@@ -228,27 +227,12 @@ fn apt_mirror_warnings(images: &[ImageSpec], matrix: &Matrix, resolution: &mut R
     }
 }
 
-fn sort_key(
-    found: &Resolved,
-) -> (
-    semver::Version,
-    DottedVersion,
-    DottedVersion,
-    String,
-    Variant,
-    String,
-) {
-    let version = |text: &str| {
-        DottedVersion::parse_kind(text, "", 4)
-            .unwrap_or_else(|_| DottedVersion::parse_kind("0", "", 1).unwrap())
-    };
+/// Images in order: torch, CUDA, OS (each as parsed when the cell was checked), then Python as
+/// written, variant and platform.
+fn sort_key(found: &Resolved) -> (ImageOrder, String, Variant, String) {
     (
-        TorchVersion::parse(&found.release.torch)
-            .map(|t| t.version)
-            .unwrap_or_else(|_| semver::Version::new(0, 0, 0)),
-        version(&found.cuda_release.version),
-        version(found.os.trim_start_matches("ubuntu")),
-        found.python.clone(),
+        found.order.clone(),
+        found.python.to_string(),
         found.variant_kind,
         found.platform.clone(),
     )

@@ -10,7 +10,7 @@ use crate::model::matrix::{DevelToolkit, Matrix, TorchWheels};
 use crate::model::selftest_binary::{binary_for, OLDEST_CUDA};
 use crate::model::version::{DottedVersion, TorchVersion};
 use crate::resolve::driver::runtime_floor;
-use crate::resolve::image::{Cell, Resolved, RuntimeFloor};
+use crate::resolve::image::{Cell, ImageOrder, Resolved, RuntimeFloor};
 
 /// Checks one cell against the knowledge; the error is the reason shown to the user.
 pub(super) fn check_cell(
@@ -55,6 +55,14 @@ pub(super) fn check_cell(
     base_image_for_os(cell, series, cuda_release, knowledge, base_override)?;
     glibc_floor(cell, series, release, variant, os)?;
     let python = python_version(cell, series, release, os, knowledge)?;
+    let order = ImageOrder {
+        torch: TorchVersion::parse(&release.torch)
+            .map_err(|e| e.to_string())?
+            .version,
+        cuda: DottedVersion::parse_kind(&cuda_release.version, "CUDA", 3)
+            .map_err(|e| e.to_string())?,
+        os: OsName::release_of(&cell.os).map_err(|e| e.to_string())?,
+    };
     cudnn_bundled(cell, release, variant, knowledge)?;
     if cell.variant == Variant::Devel {
         devel_toolkit(cell, variant, matrix.devel_toolkit, knowledge)?;
@@ -66,6 +74,7 @@ pub(super) fn check_cell(
         os: cell.os.clone(),
         glibc: os.glibc.clone(),
         python,
+        order,
         variant_kind: cell.variant,
         platform: cell.platform.clone(),
         unverified,
@@ -562,14 +571,14 @@ fn glibc_floor(
 }
 
 /// The Python of the image: the OS's own, which must be the one asked for and one torch
-/// publishes wheels for.
+/// publishes wheels for; parsed here, once, for the tag and alias rules.
 fn python_version(
     cell: &Cell,
     series: &TorchSeries,
     release: &TorchRelease,
     os: &OsRelease,
     knowledge: &Knowledge,
-) -> Result<String, String> {
+) -> Result<DottedVersion, String> {
     let python = match &cell.python {
         None => os.python.clone(),
         Some(wanted) if *wanted == os.python => wanted.clone(),
@@ -632,7 +641,7 @@ fn python_version(
             cell.os
         ));
     }
-    Ok(python)
+    DottedVersion::parse_kind(&python, "Python", 2).map_err(|error| error.to_string())
 }
 
 /// Torch's Python range as people write it: `3.10–3.14`.

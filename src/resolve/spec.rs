@@ -9,7 +9,7 @@ use crate::model::digest::Digest;
 use crate::model::knowledge::{wheel_suffix, Knowledge, PLATFORM_AMD64};
 use crate::model::matrix::{BaseImageFields, DevelToolkit, Matrix, TorchWheels};
 use crate::model::selftest_binary::binary_for;
-use crate::model::version::{DottedVersion, TorchVersion};
+use crate::model::version::DottedVersion;
 use crate::resolve::bases::{pinned_from, BasePin};
 use crate::resolve::driver::require_cuda;
 use crate::resolve::fingerprint::fingerprint;
@@ -150,7 +150,7 @@ pub(super) fn build_spec(
         cuda_nvcc: None,
         cudnn: found.variant.cudnn.clone(),
         nccl: found.variant.nccl.clone(),
-        python: found.python.clone(),
+        python: found.python.to_string(),
         os: found.os.clone(),
         base_image,
         base_image_id,
@@ -266,14 +266,13 @@ pub(super) fn lock_spec(
 
 fn tag_fields(found: &Resolved) -> TagFields {
     TagFields {
-        torch: TorchVersion::parse(&found.release.torch)
-            .map(|t| t.version)
-            .unwrap_or_else(|_| semver::Version::new(0, 0, 0)),
+        torch: found.order.torch.clone(),
         cuda: found.variant.cuda.clone(),
         cudnn: found.variant.cudnn.clone(),
         python: found.python.clone(),
         variant: found.variant_kind,
         os: found.os.clone(),
+        os_release: found.order.os.clone(),
         // The default CUDA of a release is the one plain PyPI serves (`pip install torch==X`).
         is_default_cuda: found.release.pypi_cuda(PLATFORM_AMD64)
             == Some(found.variant.cuda.as_str()),

@@ -36,8 +36,8 @@ pub fn default_os(images: &[TagFields], preferred: Option<&str>) -> Option<Strin
     }
     images
         .iter()
-        .map(|i| i.os.clone())
-        .max_by_key(|os| DottedVersion::parse_kind(os.trim_start_matches("ubuntu"), "OS", 2).ok())
+        .max_by_key(|image| &image.os_release)
+        .map(|image| image.os.clone())
 }
 
 /// The aliases of every image, by index into `images`. `latest` is only given when
@@ -56,7 +56,7 @@ pub fn aliases(
             image.cuda.clone(),
             image.variant,
             image.os.clone(),
-            image.python.clone(),
+            image.python.to_string(),
         );
         match newest.get(&key) {
             Some(&best) if images[best].torch >= image.torch => {}
@@ -70,8 +70,7 @@ pub fn aliases(
         BTreeMap::new();
     for &index in newest.values() {
         let image = &images[index];
-        let python = DottedVersion::parse_kind(&image.python, "Python", 2)
-            .unwrap_or_else(|_| DottedVersion::parse_kind("0", "", 1).unwrap());
+        let python = image.python.clone();
         let key = (
             image.series(),
             image.cuda.clone(),
@@ -131,13 +130,15 @@ mod tests {
             torch: semver::Version::parse(torch).unwrap(),
             cuda: cuda.into(),
             cudnn: "9.5.1.17".into(),
-            python: if os == "ubuntu24.04" {
-                "3.12".into()
-            } else {
-                "3.10".into()
-            },
+            python: DottedVersion::parse_kind(
+                if os == "ubuntu24.04" { "3.12" } else { "3.10" },
+                "Python",
+                2,
+            )
+            .unwrap(),
             variant,
             os: os.into(),
+            os_release: crate::model::axes::OsName::release_of(os).unwrap(),
             is_default_cuda: default_cuda,
         }
     }

@@ -175,6 +175,15 @@ async fn signed_attestations_verify_and_every_kind_of_bad_one_is_refused() {
         Digest::of(&binary).hex()
     );
 
+    // `attest sbom` prints, with no registry and no key, the very SBOM that was signed.
+    let printed = project
+        .imagegen(&["attest", "sbom", &good])
+        .output()
+        .unwrap();
+    assert_code(&printed, 0);
+    let printed: Value = serde_json::from_slice(&printed.stdout).unwrap();
+    assert_eq!(printed, shown["verified"]["sbom"]);
+
     // The admission policy for the manifest's repository, with the team's public key.
     let policy = project
         .imagegen(&["k8s", "--policy", "--key", "team.pub"])
@@ -419,6 +428,12 @@ async fn signed_attestations_verify_and_every_kind_of_bad_one_is_refused() {
     let unknown = project
         .imagegen(&["attest", "sign", "9.9.9-nothing"])
         .env("IMAGEGEN_SIGNING_KEY", &pem)
+        .output()
+        .unwrap();
+    assert_code(&unknown, 2);
+    assert!(text(&unknown).contains("9.9.9-nothing is not an image the manifest records"));
+    let unknown = project
+        .imagegen(&["attest", "sbom", "9.9.9-nothing"])
         .output()
         .unwrap();
     assert_code(&unknown, 2);

@@ -1438,3 +1438,82 @@ fn manifest_prune_says_what_it_removes_and_writes_only_with_apply() {
     );
     assert_eq!(code, 2, "{stderr}");
 }
+
+#[test]
+fn a_tag_rename_keeps_every_lock() {
+    let dir = workspace("basic.yaml");
+    let out = dir.path().join("images");
+    let uv = fake_uv(dir.path());
+    let locked = imagegen()
+        .current_dir(dir.path())
+        .env("FAKE_UV_LOG", dir.path().join("uv-calls.log"))
+        .args(["lock", "--uv"])
+        .arg(&uv)
+        .output()
+        .unwrap();
+    assert!(
+        locked.status.success(),
+        "{}",
+        String::from_utf8_lossy(&locked.stderr)
+    );
+    let locks_of = |suffix: &str| -> Vec<(String, String)> {
+        let mut locks: Vec<(String, String)> = std::fs::read_dir(&out)
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().to_string_lossy().to_string())
+            .filter(|name| name.ends_with(suffix))
+            .map(|name| {
+                let text =
+                    std::fs::read_to_string(out.join(&name).join("requirements.lock")).unwrap();
+                (name, text)
+            })
+            .collect();
+        locks.sort();
+        locks
+    };
+    let before = locks_of("ubuntu24.04");
+    assert!(before.len() >= 4, "{before:?}");
+
+    // The full tag gains a suffix: every folder is renamed, and its lock goes with it.
+    let matrix = std::fs::read_to_string(dir.path().join("matrix.yaml")).unwrap();
+    write_matrix(
+        dir.path(),
+        &matrix.replace(
+            "tags:\n",
+            "tags:\n  full: \"{torch}-cuda{cuda}-cudnn{cudnn_major}-{variant}-{os}-r2\"\n",
+        ),
+    );
+    let rendered = stdout_of(imagegen().current_dir(dir.path()).arg("render"));
+    let after = locks_of("ubuntu24.04-r2");
+    assert_eq!(after.len(), before.len(), "{rendered}");
+    let kept = rendered
+        .lines()
+        .filter(|line| line.starts_with("kept the lock of "))
+        .count();
+    assert_eq!(kept, locks_of("-r2").len(), "{rendered}");
+    for ((old_name, old_text), (new_name, new_text)) in before.iter().zip(&after) {
+        assert_eq!(format!("{old_name}-r2"), *new_name);
+        // The packages are the same lines; a devel lock's header names its runtime's new folder.
+        let packages = |text: &str| {
+            text.lines()
+                .filter(|l| !l.starts_with('#'))
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        assert_eq!(packages(old_text), packages(new_text), "{new_name}");
+        if new_name.contains("devel") {
+            assert!(
+                new_text.contains(&format!(
+                    "../{}-r2/requirements.lock",
+                    old_name.replace("devel", "runtime")
+                )),
+                "{new_text}"
+            );
+        }
+    }
+    // Everything is fresh: nothing to lock again.
+    imagegen()
+        .current_dir(dir.path())
+        .args(["render", "--check"])
+        .assert()
+        .success();
+}

@@ -844,6 +844,22 @@ async fn rollback_checks_the_registry_first_and_survives_a_concurrent_build() {
     assert_kept(&before, &after);
     assert_agrees(&project).await;
 
+    // The rollback holds the alias: the next build of the newer image leaves it there and says so.
+    assert_eq!(after["aliases"][ALIAS]["held"]["from"], new, "{after:#}");
+    let output = project.build(&["--push", "--only", RUNTIME_271]);
+    assert_code(&output, 0);
+    assert!(
+        text(&output).contains(&format!("imagegen release {ALIAS}")),
+        "{}",
+        text(&output)
+    );
+    assert_eq!(project.manifest()["aliases"][ALIAS]["digest"], old);
+    assert_eq!(
+        client.manifest_digest(path, ALIAS).await.unwrap(),
+        Some(old.clone()),
+        "the registry still serves the rolled-back digest"
+    );
+
     // A digest the registry no longer holds: checked (HEAD) before the alias is touched.
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)

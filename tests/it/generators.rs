@@ -476,3 +476,149 @@ fn the_images_workflow_uses_what_ci_github_emits() {
     assert!(build_runner.contains("ubuntu-24.04"), "{build_runner}");
     assert!(!build_runner.contains("self-hosted"), "{build_runner}");
 }
+
+#[test]
+fn a_rolled_back_alias_is_held_pinned_by_k8s_and_released_on_request() {
+    let resolution: serde_json::Value =
+        serde_json::from_str(&stdout_of(&["resolve", "--format", "json"])).unwrap();
+    let alias = "2.7-cuda12.6-runtime";
+    let image = resolution["images"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|image| {
+            image["aliases"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|a| a == alias)
+        })
+        .unwrap();
+    let tag = image["tag"].as_str().unwrap();
+    let (new, old) = (
+        format!("sha256:{}", "0f".repeat(32)),
+        format!("sha256:{}", "0e".repeat(32)),
+    );
+    let record = |digest: &str, at: &str| {
+        serde_json::json!({
+            "repository": "registry.example.com/team/pytorch", "tag": tag, "digest": digest,
+            "fingerprint": image["fingerprint"], "build_key": format!("sha256:{}", "6b".repeat(32)),
+            "variant": "runtime", "torch": "2.7.1", "torchvision": "0.22.1", "cuda": "12.6",
+            "cuda_full": "12.6.3", "cudnn": "9", "python": "3.12", "os": "ubuntu24.04",
+            "base_image": "b", "driver_min": "560.35.05", "driver_min_compat": "525.60.13",
+            "require_cuda": "cuda>=12.6", "built_at": at, "status": "ok"})
+    };
+    let mut current = record(&new, "2026-11-30T11:00:00Z");
+    current["history"] = serde_json::json!([record(&old, "2026-11-30T10:00:00Z")]);
+    // As `rollback --previous` leaves it: the alias back at the old digest, held.
+    let manifest = serde_json::json!({"schema_version": 1, "images": {tag: current},
+        "aliases": {alias: {"tag": tag, "digest": old, "moved_at": "2026-11-30T12:00:00Z",
+            "history": [{"tag": tag, "digest": new, "moved_at": "2026-11-30T11:00:00Z"}],
+            "held": {"since": "2026-11-30T12:00:00Z", "from": new, "by": "pid 1 (imagegen rollback)"}}}});
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("imagegen-manifest.json");
+    std::fs::write(&path, manifest.to_string()).unwrap();
+    let manifest_arg = path.to_str().unwrap();
+
+    // k8s runs what the alias serves now: the digest rolled back to, not the newest build.
+    let output = imagegen()
+        .arg("--matrix")
+        .arg(fixture())
+        .args(["k8s", alias, "--manifest", manifest_arg])
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let yaml = String::from_utf8(output.stdout).unwrap();
+    assert!(
+        yaml.contains(&format!(
+            "image: registry.example.com/team/pytorch:{tag}@{old}"
+        )),
+        "{yaml}"
+    );
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(
+        stderr.contains(&format!("imagegen release {alias}")),
+        "{stderr}"
+    );
+
+    // The plan shows it held, naming the command that releases it, and no move of it.
+    let plan: serde_json::Value = serde_json::from_str(&stdout_of(&[
+        "plan",
+        "--format",
+        "json",
+        "--manifest",
+        manifest_arg,
+    ]))
+    .unwrap();
+    let holds: Vec<&serde_json::Value> = plan["alias_holds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|hold| hold["alias"] == alias)
+        .collect();
+    assert_eq!(holds.len(), 1, "{plan:#}");
+    assert!(holds[0]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("rolled back from sha256:0f0f0f0f0f0f"));
+    assert!(!plan["alias_moves"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|m| m["alias"] == alias));
+    let table = stdout_of(&["plan", "--manifest", manifest_arg]);
+    assert!(
+        table.contains("aliases held:") && table.contains(&format!("imagegen release {alias}")),
+        "{table}"
+    );
+
+    // release: a typo releases nothing; the alias then moves with the next build.
+    imagegen()
+        .args(["release", alias, "latest-typo", "--manifest", manifest_arg])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "latest-typo is not in the manifest; nothing was released",
+        ));
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert!(written["aliases"][alias]["held"].is_object());
+    imagegen()
+        .args(["release", alias, "--manifest", manifest_arg])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(format!(
+            "{alias}: released (held at sha256:0e0e0e0e0e0e"
+        )));
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert!(
+        written["aliases"][alias].get("held").is_none(),
+        "{written:#}"
+    );
+    assert_eq!(
+        written["aliases"][alias]["digest"], old,
+        "release moves nothing"
+    );
+    let plan: serde_json::Value = serde_json::from_str(&stdout_of(&[
+        "plan",
+        "--format",
+        "json",
+        "--manifest",
+        manifest_arg,
+    ]))
+    .unwrap();
+    assert!(
+        plan["alias_moves"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["alias"] == alias),
+        "{plan:#}"
+    );
+    imagegen()
+        .args(["release", alias, "--manifest", manifest_arg])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(format!("{alias} is not held")));
+}

@@ -165,8 +165,26 @@ async fn per_platform_builds_are_published_as_oci_indexes() {
 
     // Once every platform passed (recorded by runners of each platform), aliases move to the index.
     record_passes(&project);
-    let output = project.imagegen(&["publish"]).output().unwrap();
+    // Signed with the team's key: each index gets its three statements before its aliases move.
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/attest");
+    for (name, mode) in [("team.pem", 0o600), ("team.pub", 0o644)] {
+        let path = project.path().join(name);
+        std::fs::copy(fixtures.join(name), &path).unwrap();
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(mode))
+            .unwrap();
+    }
+    let output = project
+        .imagegen(&["publish", "--signing-key", "team.pem"])
+        .output()
+        .unwrap();
     assert_code(&output, 0);
+    let signed = text(&output);
+    assert_eq!(
+        signed.matches("signed index").count(),
+        2,
+        "both indexes are signed: {signed}"
+    );
+    indexes_carry_their_platforms_statements(&project, &before);
     let alias_digest = client
         .manifest_digest(&project.repository, "2.13-cuda12.6-runtime")
         .await
@@ -195,6 +213,96 @@ async fn per_platform_builds_are_published_as_oci_indexes() {
         .unwrap();
     let plan: Value = serde_json::from_slice(&plan.stdout).unwrap();
     assert!(plan["alias_moves"].as_array().unwrap().is_empty(), "{plan}");
+}
+
+/// The index's statements verify with the team's key and are made from its platform images':
+/// `pass` because both passed, each platform's SBOM nested; `verify --attestations` and the
+/// independent verifier hold every image and index whole once the platform images are signed.
+fn indexes_carry_their_platforms_statements(project: &Project, index_digest: &str) {
+    let shown = project
+        .imagegen(&["attest", "show", INDEX, "--key", "team.pub"])
+        .output()
+        .unwrap();
+    assert_code(&shown, 0);
+    let shown: Value = serde_json::from_slice(&shown.stdout).unwrap();
+    assert_eq!(shown["digest"], index_digest, "{shown:#}");
+    let selftest = &shown["verified"]["gpu-selftest"];
+    assert_eq!(selftest["result"], "pass", "{selftest:#}");
+    let platforms = selftest["platforms"].as_object().unwrap();
+    assert_eq!(
+        platforms.keys().collect::<Vec<_>>(),
+        ["linux/amd64", "linux/arm64"]
+    );
+    let manifest = project.manifest();
+    for (platform, entry) in platforms {
+        let arch = platform.rsplit('/').next().unwrap();
+        assert_eq!(
+            entry["digest"],
+            manifest["images"][format!("{INDEX}-{arch}")]["digest"]
+        );
+        assert_eq!(entry["predicate"]["result"], "pass");
+    }
+    let containers = shown["verified"]["sbom"]["components"].as_array().unwrap();
+    assert_eq!(containers.len(), 2, "one container per platform");
+    assert!(containers.iter().all(|c| c["type"] == "container"));
+    let dependencies = shown["verified"]["provenance"]["buildDefinition"]["resolvedDependencies"]
+        .as_array()
+        .unwrap();
+    assert_eq!(dependencies.len(), 2, "{dependencies:#?}");
+
+    // The platform images were pushed unsigned: verify names them, then `attest sign` signs them.
+    let verify = project
+        .imagegen(&["verify", "--attestations", "--key", "team.pub"])
+        .output()
+        .unwrap();
+    assert_code(&verify, 1);
+    assert!(
+        text(&verify).contains(&format!("{INDEX}-arm64: no attestations")),
+        "{}",
+        text(&verify)
+    );
+    let images = manifest["images"].as_object().unwrap().len();
+    let signed = project
+        .imagegen(&["attest", "sign", "--signing-key", "team.pem"])
+        .output()
+        .unwrap();
+    assert_code(&signed, 0);
+    assert!(
+        text(&signed).contains(&format!("signed {} image(s)", images + 2)),
+        "{}",
+        text(&signed)
+    );
+    let verify = project
+        .imagegen(&["verify", "--attestations", "--key", "team.pub"])
+        .output()
+        .unwrap();
+    assert_code(&verify, 0);
+    assert!(
+        text(&verify).contains(&format!("{} image(s) checked", images + 2)),
+        "{}",
+        text(&verify)
+    );
+    let python = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".ci/venv/bin/python");
+    let independent = std::process::Command::new(python)
+        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".ci/verify-attestations.py"))
+        .arg("--manifest")
+        .arg(project.path().join("imagegen-manifest.json"))
+        .arg("--key")
+        .arg(project.path().join("team.pub"))
+        .arg("--schema")
+        .arg(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("src/attest/gpu-selftest-result.v1.schema.json"),
+        )
+        .output()
+        .unwrap();
+    assert_code(&independent, 0);
+    assert_eq!(
+        text(&independent).matches("ok ").count(),
+        images + 2,
+        "{}",
+        text(&independent)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

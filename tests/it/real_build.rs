@@ -541,6 +541,108 @@ fn pins(lock: &str) -> BTreeSet<String> {
         .collect()
 }
 
+/// Checks `imagegen attest sbom IMAGE` against syft's scan of the image from the daemon (the same
+/// bytes a push would send): validated strictly as CycloneDX 1.6, then every Python package syft
+/// finds under the venv and every Debian package of the dpkg database must be a component at the
+/// same version. Returns how many of each syft found.
+fn sbom_holds_what_syft_finds(project: &Path, name: &str, tag: &str) -> (usize, usize) {
+    let printed = imagegen(project, &["attest", "sbom", name]);
+    assert_code(&printed, 0);
+    let sbom: serde_json::Value = serde_json::from_slice(&printed.stdout).unwrap_or_else(|error| {
+        panic!("attest sbom printed no JSON ({error}):\n{}", text(&printed))
+    });
+    let folder = tempfile::tempdir().unwrap();
+    let sbom_file = folder.path().join("sbom.json");
+    std::fs::write(&sbom_file, &printed.stdout).unwrap();
+    let python = venv_tool("python", "IMAGEGEN_PYTHON", "--version");
+    let validated = run(
+        python.to_str().unwrap(),
+        &[
+            "-c",
+            "import sys\n\
+             from cyclonedx.schema import SchemaVersion\n\
+             from cyclonedx.validation.json import JsonStrictValidator\n\
+             errors = JsonStrictValidator(SchemaVersion.V1_6).validate_str(open(sys.argv[1]).read())\n\
+             print(errors if errors else 'valid')",
+            sbom_file.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(
+        validated.trim(),
+        "valid",
+        "the SBOM is not valid CycloneDX 1.6"
+    );
+    let components: BTreeSet<(String, String, String)> = sbom["components"]
+        .as_array()
+        .expect("the SBOM has components")
+        .iter()
+        .filter_map(|component| {
+            let purl = component["purl"].as_str()?;
+            let kind = purl.strip_prefix("pkg:")?.split('/').next()?.to_string();
+            Some((
+                kind,
+                component["name"].as_str()?.to_string(),
+                component["version"].as_str()?.to_string(),
+            ))
+        })
+        .collect();
+    let scanned = run(
+        syft().to_str().unwrap(),
+        &[
+            "scan",
+            &format!("docker:{tag}"),
+            "--override-default-catalogers",
+            "python-installed-package-cataloger,dpkg-db-cataloger",
+            "-o",
+            "syft-json",
+        ],
+    );
+    let scanned: serde_json::Value = serde_json::from_str(&scanned).unwrap();
+    let mut found: Vec<(String, String, String)> = Vec::new();
+    for artifact in scanned["artifacts"].as_array().unwrap() {
+        let (Some(name), Some(version)) = (artifact["name"].as_str(), artifact["version"].as_str())
+        else {
+            continue;
+        };
+        let in_venv = artifact["locations"].as_array().is_some_and(|locations| {
+            locations.iter().any(|location| {
+                location["path"]
+                    .as_str()
+                    .is_some_and(|path| path.starts_with("/opt/venv/"))
+            })
+        });
+        match artifact["type"].as_str() {
+            Some("python") if in_venv => found.push((
+                "pypi".to_string(),
+                imagegen::attest::sbom::pypi_name(name),
+                version.to_string(),
+            )),
+            Some("deb") => found.push(("deb".to_string(), name.to_string(), version.to_string())),
+            _ => {}
+        }
+    }
+    let python_count = found.iter().filter(|(kind, ..)| kind == "pypi").count();
+    let deb_count = found.len() - python_count;
+    // The lock alone holds more than 25 packages; a Debian base more than 80.
+    assert!(
+        python_count > 25,
+        "syft found {python_count} Python packages in the venv: {found:?}"
+    );
+    assert!(
+        deb_count > 80,
+        "syft found {deb_count} Debian packages: {found:?}"
+    );
+    let missing: Vec<&(String, String, String)> = found
+        .iter()
+        .filter(|package| !components.contains(*package))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "syft finds these packages in {tag} that the SBOM lacks (or lists at another version): {missing:?}"
+    );
+    (python_count, deb_count)
+}
+
 #[test]
 fn a_runtime_and_a_devel_image_built_for_real_from_pypi_on_a_debootstrapped_base() {
     let mut phases = Phases {
@@ -880,6 +982,14 @@ fn a_runtime_and_a_devel_image_built_for_real_from_pypi_on_a_debootstrapped_base
         not_scanned.is_empty(),
         "recorded but not seen by syft: {not_scanned:?}"
     );
+
+    // The SBOM imagegen attests for this image, valid CycloneDX 1.6 by cyclonedx-python-lib's
+    // strict validator, holds every package syft finds in the same image: each Python package of
+    // the venv and each Debian package of the dpkg database, at the version syft reads.
+    let (python_count, deb_count) = sbom_holds_what_syft_finds(dir, &runtime_name, &runtime_tag);
+    phases.mark(&format!(
+        "SBOM (CycloneDX 1.6, strict) holds all {python_count} Python and {deb_count} Debian packages syft finds in the image"
+    ));
 
     // The CA bundle at run time: nothing passed to `docker run`, and the network of the machine,
     // whose TLS-intercepting proxy only the CA bundle makes trusted.

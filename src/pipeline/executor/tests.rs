@@ -733,3 +733,35 @@ async fn an_interruption_names_the_step_each_image_was_at() {
         .iter()
         .all(|r| r.error.as_deref() == Some("not started")));
 }
+
+/// One image recorded twice in one run (after its push, after its aliases), a second apart: the
+/// build and self-test times stay those of the first write, which the signed statements carry.
+#[test]
+fn recording_an_image_again_keeps_its_build_and_test_times() {
+    let plan = test_plan();
+    let image = &plan.images[0];
+    let mut result = ImageResult::new(&image.spec.name, Status::Built);
+    result.image_id = Some(format!("sha256:{}", "1".repeat(64)));
+    result.digest = Some(Digest::of(b"pushed"));
+    result.test = Some(TestOutcome::Skipped {
+        summary: "no GPU".into(),
+    });
+    let mut manifest = crate::history::manifest::Manifest::new();
+    record(&mut manifest, image, &result, None, "2026-12-02T10:00:00Z");
+    record(&mut manifest, image, &result, None, "2026-12-02T10:00:01Z");
+    let recorded = &manifest.images[&image.spec.tag];
+    assert_eq!(recorded.built_at, "2026-12-02T10:00:00Z");
+    assert_eq!(
+        recorded.selftest.as_ref().unwrap().at,
+        "2026-12-02T10:00:00Z"
+    );
+    // Another build of the same tag (another image id) is recorded at its own time.
+    result.image_id = Some(format!("sha256:{}", "2".repeat(64)));
+    record(&mut manifest, image, &result, None, "2026-12-02T11:00:00Z");
+    let recorded = &manifest.images[&image.spec.tag];
+    assert_eq!(recorded.built_at, "2026-12-02T11:00:00Z");
+    assert_eq!(
+        recorded.selftest.as_ref().unwrap().at,
+        "2026-12-02T11:00:00Z"
+    );
+}
