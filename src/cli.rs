@@ -409,6 +409,15 @@ pub struct LockImagesArgs {
     /// The uv executable (default: `uv` on PATH).
     #[arg(long, env = "IMAGEGEN_UV")]
     pub uv: Option<PathBuf>,
+    /// Only the base images: look every base the images are built on up again (registry API, or the daemon for a base only it holds), write images/bases.lock and print what moved; no package is locked.
+    #[arg(long, conflicts_with_all = ["no_bases", "upgrade"])]
+    pub bases: bool,
+    /// Lock the Python packages only: leave the base images' pins (images/bases.lock) as they are.
+    #[arg(long)]
+    pub no_bases: bool,
+    /// Seconds each registry request may take while the bases are looked up.
+    #[arg(long, env = "IMAGEGEN_REGISTRY_TIMEOUT", default_value_t = 60, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub registry_timeout: u64,
 }
 
 #[derive(Debug, Args)]

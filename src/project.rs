@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 
 use crate::history::manifest::{now_rfc3339, Manifest};
+use crate::model::bases::{BasePins, BASES_FILE};
 use crate::model::knowledge::Knowledge;
 use crate::model::matrix::Matrix;
 use crate::render::{CaBundle, RenderedImage, Templates};
@@ -112,6 +113,11 @@ impl Project {
     /// lock` writes them while it runs).
     pub fn locks(&self) -> Result<BTreeMap<String, String>> {
         read_locks(&self.images_dir)
+    }
+
+    /// The base images' pins (`images/bases.lock`), or `None` where nothing is pinned yet.
+    pub fn base_pins(&self) -> Result<Option<BasePins>> {
+        read_base_pins(&self.images_dir)
     }
 
     /// The matrix's CA bundle (`ca_bundle`), read as text.
@@ -690,6 +696,31 @@ pub fn image_files(dir: &Path, image: &str) -> Result<BTreeMap<String, Vec<u8>>>
         }
     }
     Ok(files)
+}
+
+/// The pins of `<dir>/bases.lock`, or `None` when there is no such file; a file that does not
+/// parse is an error naming it.
+pub fn read_base_pins(dir: &Path) -> Result<Option<BasePins>> {
+    let path = dir.join(BASES_FILE);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(error) => return Err(error).with_context(|| format!("cannot read {}", path.display())),
+    };
+    BasePins::parse(&text).map(Some).map_err(|why| {
+        anyhow!(
+            "{}: {why}\nhint: `imagegen lock --bases` writes it again",
+            path.display()
+        )
+    })
+}
+
+/// Writes `<dir>/bases.lock` atomically.
+pub fn write_base_pins(dir: &Path, pins: &BasePins) -> Result<()> {
+    let path = dir.join(BASES_FILE);
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    confine(dir, &path)?;
+    write_atomically(&path, pins.to_text().as_bytes())
 }
 
 /// Writes an image's lock (`<dir>/<image>/requirements.lock`) atomically.

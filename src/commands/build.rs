@@ -35,6 +35,7 @@ use crate::pipeline::progress::Progress;
 use crate::pipeline::record::record;
 use crate::pipeline::selftest::check_baseline;
 use crate::project::{self, read_selftest_baseline, ManifestFile, Project, ProjectLock};
+use crate::resolve::bases::{pin_problems, BASES_FILE};
 
 pub fn run(project: &Project, args: &BuildArgs) -> Result<Outcome> {
     let shard = args
@@ -78,6 +79,17 @@ pub fn run(project: &Project, args: &BuildArgs) -> Result<Outcome> {
                 .map(|problem| problem.describe(&args.images))
                 .collect::<Vec<_>>()
                 .join("\n")
+        );
+    }
+    // The bases the selected images build on must be pinned once pinning started (bases.lock).
+    let pins = pin_problems(&selected, project.base_pins()?.as_ref());
+    if !pins.is_empty() {
+        anyhow::bail!(
+            "{} of the images to build {} not pinned in {}/{BASES_FILE}: the images built must stand on the bases reviewed\n{}\nhint: run `imagegen lock --bases` and `imagegen render`, and commit the result",
+            count(pins.len(), "base"),
+            if pins.len() == 1 { "is" } else { "are" },
+            args.images.display(),
+            pins.join("\n")
         );
     }
     let baseline = match &args.selftest_baseline {

@@ -9,9 +9,10 @@
 //! folder holding fixed file names, with no user configuration and none of the `UV_*` settings
 //! that would change what it resolves, so the same inputs and indexes give the same lock.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
@@ -19,9 +20,15 @@ use crate::cli::LockImagesArgs;
 use crate::commands::outcome::Outcome;
 use crate::commands::output::count;
 use crate::commands::stages::{locks_enabled, render_project, resolve_with_locks};
+use crate::docker::{repository_path_of, Engine, Registries, RetryPolicy};
 use crate::model::axes::Variant;
+use crate::model::bases::registry_pin;
+use crate::model::digest::Digest;
 use crate::pipeline::plan::select_named;
 use crate::project::{self, Project};
+use crate::resolve::bases::{
+    bases_needed, compare, BaseChange, BasePin, BasePins, Lookup, BASES_FILE,
+};
 use crate::resolve::image::ResolveOptions;
 use crate::resolve::lock::{lock_status, LockSpec, LockStatus, LOCK_FILE};
 
@@ -36,6 +43,17 @@ const UV_ENV_KEPT: &[&str] = &[
 ];
 
 pub fn run(project: &Project, args: &LockImagesArgs) -> Result<Outcome> {
+    if args.bases {
+        let outcome = pin_bases(project, args, true)?;
+        let (_, rendered) = render_project(project)?;
+        let (changed, _) = project::write(&rendered, &args.out)?;
+        println!(
+            "{} rendered again in {}",
+            count(changed.len(), "Dockerfile"),
+            args.out.display()
+        );
+        return Ok(outcome);
+    }
     if !locks_enabled(project)? {
         bail!(
             "{} installs without locks (`lock: false`, templates of your own): there is nothing to lock\nhint: set `lock: true` to lock and check the images' Python packages",
@@ -112,6 +130,11 @@ pub fn run(project: &Project, args: &LockImagesArgs) -> Result<Outcome> {
             );
             locks.insert(image.name.clone(), text);
         }
+    }
+    // Bases not pinned yet are looked up once (a pinned one moves only with --bases); a base
+    // that cannot be reached is said, and the packages' locks stand.
+    if !args.no_bases {
+        pin_bases(project, args, false)?;
     }
     // The fingerprints (in the Dockerfiles) cover the locks: render again.
     let (_, rendered) = render_project(project)?;
@@ -256,5 +279,164 @@ impl Uv {
             bail!("uv resolved no packages:\n{body}");
         }
         Ok(body)
+    }
+}
+
+/// Looks up the bases the images are built on and writes `bases.lock`: every one with `refresh`
+/// (`--bases`), else only those not pinned yet. Prints one line per base looked up (pinned,
+/// unchanged, moved, vanished, unreachable). With `refresh`, a base that vanished or could not be
+/// looked up fails the command (its pin, if any, is kept); without, it is a warning.
+fn pin_bases(project: &Project, args: &LockImagesArgs, refresh: bool) -> Result<Outcome> {
+    let resolution = resolve_with_locks(project, ResolveOptions::default(), &project.locks()?)?;
+    let needed = bases_needed(&resolution.images);
+    let existing = project.base_pins()?;
+    let pinned = existing
+        .as_ref()
+        .map(|pins| pins.bases.clone())
+        .unwrap_or_default();
+    let to_look_up: Vec<&String> = needed
+        .keys()
+        .filter(|reference| refresh || !pinned.contains_key(*reference))
+        .collect();
+    if to_look_up.is_empty() {
+        return Ok(Outcome::Success);
+    }
+    // Plain `lock` asks once (an offline machine locks packages without waiting on retries).
+    let retry = if refresh {
+        RetryPolicy::default()
+    } else {
+        RetryPolicy::no_retries()
+    };
+    let registries = Registries::new(Duration::from_secs(args.registry_timeout), retry);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let changes: Vec<(String, BaseChange)> = runtime.block_on(async {
+        // The daemon is asked first (a base only it holds has no registry to ask); without one,
+        // only registries are.
+        let engine = Engine::connect_with_timeout(Duration::from_secs(30))
+            .await
+            .ok();
+        let mut changes = Vec::new();
+        for reference in to_look_up {
+            let lookup = look_up(engine.as_ref(), &registries, reference).await;
+            let change = compare(pinned.get(reference), lookup);
+            let mut line = change.describe(reference);
+            if let BaseChange::Vanished(Some(BasePin::Registry { digest, .. })) = &change {
+                line.push_str(&still_served(&registries, reference, digest).await);
+            }
+            eprintln!("{line}");
+            changes.push((reference.clone(), change));
+        }
+        changes
+    });
+    // The pins of bases still needed: those looked up as they now stand, the others as they were.
+    let mut bases: BTreeMap<String, BasePin> = pinned
+        .into_iter()
+        .filter(|(reference, _)| needed.contains_key(reference))
+        .collect();
+    for (reference, change) in &changes {
+        if let Some(pin) = change.kept() {
+            bases.insert(reference.clone(), pin.clone());
+        }
+    }
+    let pins = BasePins::new(bases);
+    if !pins.bases.is_empty() || existing.is_some() {
+        if existing.as_ref() != Some(&pins) {
+            project::write_base_pins(&args.out, &pins)?;
+        }
+        let moved = changes
+            .iter()
+            .filter(|(_, change)| matches!(change, BaseChange::Moved(..)))
+            .count();
+        println!(
+            "{}/{BASES_FILE}: {} pinned, {moved} moved",
+            args.out.display(),
+            count(pins.bases.len(), "base"),
+        );
+    }
+    let failed = changes
+        .iter()
+        .filter(|(_, change)| {
+            matches!(
+                change,
+                BaseChange::Vanished(_) | BaseChange::Unreachable(..)
+            )
+        })
+        .count();
+    if failed > 0 {
+        eprintln!(
+            "{}: {} could not be pinned as the tag stands now\nhint: a base that vanished needs a new tag in the matrix (or `base_images`); an unreachable one needs its registry (or `docker load` of it)",
+            if refresh { "error" } else { "warning" },
+            count(failed, "base")
+        );
+        if refresh {
+            return Ok(Outcome::Failed);
+        }
+    }
+    Ok(Outcome::Success)
+}
+
+/// What `reference` names now: a base only the daemon holds (no registry digest) by its image
+/// ID, else what its registry serves under the tag.
+async fn look_up(engine: Option<&Engine>, registries: &Registries, reference: &str) -> Lookup {
+    let (name, tag) = split_tag(reference);
+    if let Some(engine) = engine {
+        if let Ok(Some(local)) = engine.image(reference).await {
+            // Pulled or pushed under this name, it has a registry digest of it (an image ID
+            // carries the registry digests of every name it was pushed under).
+            let from_registry = local
+                .repo_digests
+                .iter()
+                .any(|entry| entry.split_once('@').is_some_and(|(repo, _)| repo == name));
+            if !from_registry {
+                return match Digest::parse(&local.id) {
+                    Ok(image_id) => Lookup::Found(BasePin::Daemon { image_id }),
+                    Err(error) => Lookup::Unreachable(format!(
+                        "the daemon reports image ID {:?}: {error}",
+                        local.id
+                    )),
+                };
+            }
+        }
+    }
+    let client = match registries.client(name) {
+        Ok(client) => client,
+        Err(error) => return Lookup::Unreachable(error.to_string()),
+    };
+    match client.get_manifest(repository_path_of(name), tag).await {
+        Ok(Some(manifest)) => match Digest::parse(&manifest.digest)
+            .map_err(|error| error.to_string())
+            .and_then(|digest| registry_pin(digest, &manifest.bytes))
+        {
+            Ok(pin) => Lookup::Found(pin),
+            Err(why) => Lookup::Unreachable(format!("{} answered: {why}", client.host())),
+        },
+        Ok(None) => Lookup::Vanished,
+        Err(error) => Lookup::Unreachable(error.to_string()),
+    }
+}
+
+/// For a vanished tag: whether its registry still serves the pinned digest.
+async fn still_served(registries: &Registries, reference: &str, digest: &Digest) -> String {
+    let (name, _) = split_tag(reference);
+    let Ok(client) = registries.client(name) else {
+        return String::new();
+    };
+    match client
+        .manifest_digest(repository_path_of(name), digest.as_str())
+        .await
+    {
+        Ok(Some(_)) => format!(" (the registry still serves {digest})"),
+        Ok(None) => format!(" (the registry no longer serves {digest} either: builds on it fail)"),
+        Err(_) => String::new(),
+    }
+}
+
+/// `name:tag` → (`name`, `tag`); no tag is `latest`. A `:` before the last `/` is a port.
+fn split_tag(reference: &str) -> (&str, &str) {
+    match reference.rsplit_once(':') {
+        Some((name, tag)) if !tag.contains('/') => (name, tag),
+        _ => (reference, "latest"),
     }
 }

@@ -14,6 +14,7 @@ use crate::commands::output::{count, emit, note};
 use crate::commands::stages::{lock_problems, no_images, render_project};
 use crate::model::digest::Digest;
 use crate::project::{self, Project};
+use crate::resolve::bases::{pin_problems, BASES_FILE};
 use crate::resolve::image::ImageSpec;
 use crate::resolve::lock::{carried_lock, LockStatus, LOCK_FILE};
 
@@ -42,6 +43,7 @@ pub fn run(project: &Project, args: &RenderArgs) -> Result<Outcome> {
     if args.check {
         let drift = project::check(&rendered, out)?;
         let locks = lock_problems(&resolution, &project.locks()?);
+        let pins = pin_problems(&resolution.images, project.base_pins()?.as_ref());
         for diff in &drift.diffs {
             emit(diff)?;
         }
@@ -61,7 +63,13 @@ pub fn run(project: &Project, args: &RenderArgs) -> Result<Outcome> {
         for problem in &locks {
             emit(format!("lock: {}\n", problem.describe(out)))?;
         }
-        if drift.is_clean() && locks.is_empty() {
+        for problem in &pins {
+            emit(format!(
+                "base: {problem} ({}/{BASES_FILE})\n",
+                out.display()
+            ))?;
+        }
+        if drift.is_clean() && locks.is_empty() && pins.is_empty() {
             let locked = resolution
                 .images
                 .iter()
@@ -86,13 +94,21 @@ pub fn run(project: &Project, args: &RenderArgs) -> Result<Outcome> {
         if !locks.is_empty() {
             hints.push("run `imagegen lock` (it needs uv and the package indexes) and commit the locks, then `imagegen render`");
         }
+        if !pins.is_empty() {
+            hints.push("run `imagegen lock --bases` (it needs the bases' registry or the daemon that holds them) and commit images/bases.lock");
+        }
         note(format!(
-            "error: {} is out of date ({} differ, {} stale, {} stale, {} missing or stale)\nhint: {}",
+            "error: {} is out of date ({} differ, {} stale, {} stale, {} missing or stale{})\nhint: {}",
             out.display(),
             count(drift.diffs.len(), "file"),
             count(drift.stale.len(), "image"),
             count(drift.stale_files.len(), "file"),
             count(locks.len(), "lock"),
+            if pins.is_empty() {
+                String::new()
+            } else {
+                format!(", {} unpinned", count(pins.len(), "base"))
+            },
             hints.join("; ")
         ));
         return Ok(Outcome::Failed);

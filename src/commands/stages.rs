@@ -48,7 +48,28 @@ pub fn resolve_with_locks(
     options.ca_bundle = project
         .ca_bundle()?
         .map(|bundle| Digest::of(bundle.text.as_bytes()));
+    options.today = Some(today()?);
+    options.base_pins = project
+        .base_pins()?
+        .map(|pins| pins.bases)
+        .unwrap_or_default();
     Ok(resolve(&definition.matrix, &definition.knowledge, &options))
+}
+
+/// Today in days since 1970-01-01, from `IMAGEGEN_TODAY` (`YYYY-MM-DD`, for a build that must
+/// judge ends of life as of a given day) or the clock.
+fn today() -> Result<i64> {
+    match std::env::var("IMAGEGEN_TODAY") {
+        Ok(text) => crate::model::date::days_since_epoch(&text)
+            .ok_or_else(|| anyhow::anyhow!("IMAGEGEN_TODAY={text:?} is not a day (YYYY-MM-DD)")),
+        Err(_) => {
+            let seconds = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|elapsed| elapsed.as_secs())
+                .unwrap_or(0);
+            Ok((seconds / 86_400) as i64)
+        }
+    }
 }
 
 /// Whether the project's images install from locks: `lock:` in the matrix, by default whenever

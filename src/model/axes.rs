@@ -34,6 +34,15 @@ impl fmt::Display for Variant {
     }
 }
 
+/// What a cell past (or within 90 days of) an end of life gets: a warning, or a rejection.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EndOfLifePolicy {
+    #[default]
+    Warn,
+    Refuse,
+}
+
 /// Where torch, torchvision and torchaudio come from.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

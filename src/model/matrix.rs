@@ -339,6 +339,10 @@ pub struct Matrix {
     /// with templates of your own, `lock: true` makes imagegen lock and check them too.
     #[serde(default)]
     pub lock: Option<bool>,
+    /// A cell whose OS release or nvidia/cuda image set is past (or within 90 days of) its end
+    /// of life: `warn` (default) or `refuse`.
+    #[serde(default)]
+    pub end_of_life: crate::model::axes::EndOfLifePolicy,
     /// Which GPU models must pass the self-test before aliases move (`tests: {require: [H100]}`).
     #[serde(default)]
     pub tests: TestPolicy,
@@ -396,6 +400,7 @@ const TOP_LEVEL_KEYS: &[&str] = &[
     "ca_bundle",
     "lock",
     "tests",
+    "end_of_life",
 ];
 
 impl Matrix {

@@ -3,6 +3,8 @@
 //! is handed is the only I/O here.
 
 pub mod axes;
+pub mod bases;
+pub mod date;
 pub mod digest;
 pub mod knowledge;
 pub mod matrix;

@@ -212,10 +212,28 @@ impl EngineBuilder {
         }
         let cell = Arc::clone(self.bases.lock().await.entry(base.clone()).or_default());
         let name = &image.spec.name;
+        let pinned_id = image.spec.base_image_id.as_ref();
         let outcome = cell
             .get_or_init(|| async {
-                match self.engine.image(base).await {
+                // `name:tag@sha256:…` is looked up by its digest: the tag may name other bytes now.
+                let local = match base.split_once('@') {
+                    Some((reference, digest)) => {
+                        let name = reference
+                            .rsplit_once(':')
+                            .filter(|(_, tag)| !tag.contains('/'))
+                            .map_or(reference, |(name, _)| name);
+                        format!("{name}@{digest}")
+                    }
+                    None => base.clone(),
+                };
+                match self.engine.image(&local).await {
                     Ok(Some(_)) => return Ok(()),
+                    Ok(None) if pinned_id.is_some() => {
+                        return Err(format!(
+                            "it is pinned by image ID {} (images/bases.lock), which only a daemon holds",
+                            pinned_id.expect("checked")
+                        ))
+                    }
                     Ok(None) => {}
                     Err(error) => return Err(error.to_string()),
                 }
@@ -236,7 +254,13 @@ impl EngineBuilder {
             })
             .await
             .clone();
-        outcome.map_err(|reason| anyhow!(missing_base_text(base, &reason)))
+        outcome.map_err(|reason| anyhow!(missing_base_text(base, &reason)))?;
+        if pinned_id.is_some() {
+            let found = self.engine.image(base).await?.map(|found| found.id);
+            check_pinned_id(base, pinned_id, found.as_deref().unwrap_or("(none)"))
+                .map_err(|reason| anyhow!(reason))?;
+        }
+        Ok(())
     }
 
     async fn credentials_for(
@@ -586,6 +610,16 @@ impl EngineBuilder {
             .lock()
             .expect("pushed lock")
             .insert(digest.clone(), manifest);
+    }
+}
+
+/// A base pinned by image ID (only the daemon holds it) must still be those bytes.
+fn check_pinned_id(base: &str, pinned: Option<&Digest>, found: &str) -> Result<(), String> {
+    match pinned {
+        Some(pinned) if pinned.as_str() != found => Err(format!(
+            "base image {base} is image ID {found} in the Docker daemon, but images/bases.lock pins {pinned}: the tag was loaded again with other contents\nhint: load the pinned image again, or run `imagegen lock --bases` to pin what the daemon holds now (and review the move)"
+        )),
+        _ => Ok(()),
     }
 }
 

@@ -51,8 +51,12 @@ pub struct ImageSpec {
     pub nccl: Option<String>,
     pub python: String,
     pub os: String,
-    /// The image this one is built `FROM`.
+    /// The image this one is built `FROM`: with a registry pin (`images/bases.lock`), the
+    /// reference and its digest (`nvidia/cuda:13.0.0-base-ubuntu24.04@sha256:…`).
     pub base_image: String,
+    /// The image ID a base only the daemon holds is pinned to; `build` checks it first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub base_image_id: Option<Digest>,
     /// For devel images, the name of the runtime image it builds on.
     pub parent: Option<String>,
     /// Toolkit driver minimum (full feature set) of `cuda_full`, or of the torch wheel's own CUDA
@@ -233,6 +237,10 @@ pub struct ResolveOptions {
     pub ca_bundle: Option<Digest>,
     /// The CUDA wheels each image's lock pins, by image name (read from the locks on disk).
     pub locked_cuda: BTreeMap<String, LockedCuda>,
+    /// Today, in days since 1970-01-01, to judge ends of life by; `None` judges none.
+    pub today: Option<i64>,
+    /// The base images' pins (`images/bases.lock`), by base reference.
+    pub base_pins: BTreeMap<String, crate::model::bases::BasePin>,
 }
 
 /// The CUDA wheels a lock pins, for the image's labels.

@@ -7,8 +7,10 @@
 //! NVIDIA publish a base image of that CUDA for that OS, is the glibc new enough, and (with
 //! `--driver`) does the fleet's driver run it.
 
+pub mod bases;
 mod cells;
 pub mod driver;
+pub mod eol;
 pub mod fingerprint;
 pub mod image;
 pub mod known;
@@ -21,7 +23,7 @@ pub mod tags;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::model::axes::{OsName, Variant};
+use crate::model::axes::{EndOfLifePolicy, OsName, Variant};
 use crate::model::digest::Digest;
 use crate::model::knowledge::Knowledge;
 use crate::model::matrix::Matrix;
@@ -53,11 +55,40 @@ pub fn test_images(matrix_yaml: &str) -> Vec<ImageSpec> {
 pub fn resolve(matrix: &Matrix, knowledge: &Knowledge, options: &ResolveOptions) -> Resolution {
     let mut resolution = Resolution::default();
     let mut resolved: Vec<(Cell, Resolved)> = Vec::new();
+    // End-of-life findings by what reaches it, with how many cells meet it.
+    let mut end_of_life: BTreeMap<String, (eol::EolFinding, usize)> = BTreeMap::new();
     for cell in expand(matrix, &mut resolution) {
         match check_cell(&cell, matrix, knowledge) {
-            Ok(found) => resolved.push((cell, found)),
+            Ok(found) => {
+                let findings = options
+                    .today
+                    .map(|today| eol::eol_findings(&found, matrix, knowledge, today))
+                    .unwrap_or_default();
+                if matrix.end_of_life == EndOfLifePolicy::Refuse && !findings.is_empty() {
+                    let reasons: Vec<String> =
+                        findings.iter().map(eol::EolFinding::describe).collect();
+                    resolution.rejected.push(
+                        cell.reject(format!("{} (end_of_life: refuse)", reasons.join("; and "))),
+                    );
+                    continue;
+                }
+                for finding in findings {
+                    end_of_life
+                        .entry(finding.subject.clone())
+                        .or_insert((finding, 0))
+                        .1 += 1;
+                }
+                resolved.push((cell, found));
+            }
             Err(reason) => resolution.rejected.push(cell.reject(reason)),
         }
+    }
+    for (finding, cells) in end_of_life.into_values() {
+        resolution.warnings.push(format!(
+            "{} ({cells} cell{}; `end_of_life: refuse` in the matrix refuses them)",
+            finding.describe(),
+            if cells == 1 { "" } else { "s" }
+        ));
     }
 
     // Devel images build on their runtime image: make sure it is there.
@@ -124,6 +155,8 @@ pub fn resolve(matrix: &Matrix, knowledge: &Knowledge, options: &ResolveOptions)
             {
                 image.parent = Some(name.clone());
                 image.base_image = reference.clone();
+                image.base_image_id = None;
+                image.inputs.remove("base_image_id");
                 if let Some(own) = &image.lock {
                     let parent = ParentLock {
                         image: name.clone(),

@@ -10,6 +10,7 @@ use crate::model::knowledge::{wheel_suffix, Knowledge, PLATFORM_AMD64};
 use crate::model::matrix::{BaseImageFields, DevelToolkit, Matrix, TorchWheels};
 use crate::model::selftest_binary::binary_for;
 use crate::model::version::DottedVersion;
+use crate::resolve::bases::{pinned_from, BasePin};
 use crate::resolve::driver::require_cuda;
 use crate::resolve::fingerprint::fingerprint;
 use crate::resolve::image::{ImageSpec, ResolveOptions, Resolved, ToolkitSource};
@@ -81,12 +82,19 @@ pub(super) fn build_spec(
     // nor to hold a CUDA toolkit: only nvidia/cuda's is known to (its version.json).
     let compat_libraries = named_base.as_deref().is_none_or(is_nvidia_cuda);
     let base_cuda_toolkit = compat_libraries.then(|| found.cuda_release.version.clone());
-    let base_image = named_base.unwrap_or_else(|| {
+    let base_reference = named_base.unwrap_or_else(|| {
         format!(
             "{base_registry}nvidia/cuda:{}-base-{}",
             found.cuda_release.version, found.os
         )
     });
+    // A pinned base: its digest goes into `FROM`, or (daemon only) its image ID is checked.
+    let base_pin = options.base_pins.get(&base_reference);
+    let base_image = pinned_from(&base_reference, base_pin);
+    let base_image_id = match base_pin {
+        Some(BasePin::Daemon { image_id }) => Some(image_id.clone()),
+        _ => None,
+    };
     let wheel_index = match matrix.torch_wheels {
         TorchWheels::Pypi => plain_index(&matrix.mirrors),
         TorchWheels::Pytorch => {
@@ -145,6 +153,7 @@ pub(super) fn build_spec(
         python: found.python.to_string(),
         os: found.os.clone(),
         base_image,
+        base_image_id,
         parent: None,
         driver_min: driver_min.clone(),
         driver_min_from: match &found.runtime_floor {
@@ -288,6 +297,9 @@ fn fingerprint_inputs(
     inputs.insert("python", spec.python.clone());
     inputs.insert("os", spec.os.clone());
     inputs.insert("base_image", spec.base_image.clone());
+    if let Some(image_id) = &spec.base_image_id {
+        inputs.insert("base_image_id", image_id.to_string());
+    }
     inputs.insert("require_cuda", spec.require_cuda.clone());
     inputs.insert("driver_min", spec.driver_min.to_string());
     inputs.insert("wheel_index", spec.wheel_index.clone());

@@ -1147,3 +1147,63 @@ fn forward_compat_clauses_only_on_bases_with_the_compat_libraries() {
         .require_cuda
         .contains("brand=tesla,driver>=535,driver<536"));
 }
+
+/// Ends of life are judged as of the day handed in: past, within 90 days, or not yet near.
+#[test]
+fn a_cell_past_or_near_an_end_of_life_is_warned_about_and_refused_on_request() {
+    let day = |date: &str| crate::model::date::days_since_epoch(date).unwrap();
+    let on = |date: &str, extra: &str| {
+        let options = ResolveOptions {
+            today: Some(day(date)),
+            ..ResolveOptions::default()
+        };
+        resolve(&matrix(extra), &Knowledge::embedded(), &options)
+    };
+    let cell =
+        "torch: [\"2.4\"]\ncuda: [\"12.1\"]\nos: [ubuntu20.04, ubuntu22.04]\nvariants: [runtime]\n";
+    let far = on("2024-12-01", cell);
+    assert!(
+        far.warnings.iter().all(|w| !w.contains("end of life")),
+        "{:?}",
+        far.warnings
+    );
+    let past = on("2026-12-02", cell);
+    let eol: Vec<&String> = past
+        .warnings
+        .iter()
+        .filter(|w| w.contains("end of life"))
+        .collect();
+    assert_eq!(eol.len(), 1, "{eol:?}");
+    assert!(
+        eol[0].starts_with("ubuntu20.04 reached end of life on 2025-05-31 (550 days ago); source: ubuntu-release-cycle (https://ubuntu.com/about/release-cycle)"),
+        "{}",
+        eol[0]
+    );
+    let near = on("2027-04-01", cell);
+    assert!(
+        near.warnings.iter().any(|w| w
+            .starts_with("ubuntu22.04 reaches end of life on 2027-05-31 (in 60 days)")
+            && w.contains("unverified")),
+        "{:?}",
+        near.warnings
+    );
+    assert_eq!(near.images.len(), 2, "a warning keeps the cells");
+    let refused = on("2026-12-02", &format!("{cell}end_of_life: refuse\n"));
+    assert_eq!(refused.images.len(), 1);
+    assert_eq!(refused.rejected.len(), 1);
+    assert!(refused.rejected[0]
+        .reason
+        .ends_with("(end_of_life: refuse)"));
+    // An nvidia/cuda image set NVIDIA lists as no longer updated (12.6.2), by its own date.
+    let images = on(
+        "2026-12-02",
+        "torch: [\"2.6\"]\ncuda: [\"12.6.2\"]\nos: [ubuntu24.04]\nvariants: [runtime]\n",
+    );
+    assert!(
+        images.warnings.iter().any(|w| w.starts_with(
+            "nvidia/cuda 12.6.2 images reached end of life on 2026-11-30 (2 days ago); source: nvidia-cuda-unsupported-tags"
+        )),
+        "{:?}",
+        images.warnings
+    );
+}

@@ -256,7 +256,7 @@ fn render_is_deterministic_and_check_finds_drift() {
     let locked = imagegen()
         .current_dir(dir.path())
         .env("FAKE_UV_LOG", &uv_log)
-        .args(["lock", "--uv"])
+        .args(["lock", "--no-bases", "--uv"])
         .arg(&uv)
         .output()
         .unwrap();
@@ -321,7 +321,7 @@ fn render_is_deterministic_and_check_finds_drift() {
     imagegen()
         .current_dir(dir.path())
         .env("FAKE_UV_LOG", &uv_log)
-        .args(["lock", "--uv"])
+        .args(["lock", "--no-bases", "--uv"])
         .arg(&uv)
         .assert()
         .success()
@@ -334,7 +334,14 @@ fn render_is_deterministic_and_check_finds_drift() {
     imagegen()
         .current_dir(dir.path())
         .env("FAKE_UV_LOG", &uv_log)
-        .args(["lock", "--upgrade", "--only", "2.7-cuda12.6-devel", "--uv"])
+        .args([
+            "lock",
+            "--no-bases",
+            "--upgrade",
+            "--only",
+            "2.7-cuda12.6-devel",
+            "--uv",
+        ])
         .arg(&uv)
         .assert()
         .success()
@@ -1076,7 +1083,7 @@ fn only_takes_aliases_and_repository_qualified_names() {
     imagegen()
         .current_dir(dir.path())
         .env("FAKE_UV_LOG", dir.path().join("uv.log"))
-        .args(["lock", "--uv"])
+        .args(["lock", "--no-bases", "--uv"])
         .arg(&uv)
         .assert()
         .success();

@@ -135,7 +135,7 @@ fn bake_writes_under_dot_imagegen_and_stages_each_image_context() {
     .code(2)
     .stderr(predicate::str::contains("requirements.lock is missing"));
     let uv = crate::support::uv::fake_uv(dir.path());
-    in_dir(&["lock", "--uv", uv.to_str().unwrap()])
+    in_dir(&["lock", "--no-bases", "--uv", uv.to_str().unwrap()])
         .env("FAKE_UV_LOG", dir.path().join("uv.log"))
         .assert()
         .success();

@@ -3,6 +3,7 @@
 //! fail, never skip, when the daemon is missing.
 
 mod attest;
+mod bases;
 mod build;
 mod cli;
 mod compiled;

@@ -358,6 +358,25 @@ pub struct CudaRelease {
     #[serde(default)]
     pub note: Option<String>,
     pub source: Vec<String>,
+    /// When NVIDIA's images of this release reach end of life (no more updates; NVIDIA's support
+    /// policy deletes the tags six months later).
+    #[serde(default)]
+    pub images_eol: Option<EndOfLife>,
+}
+
+/// An end-of-life date with its sources: the day support (security updates) ends.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EndOfLife {
+    /// `YYYY-MM-DD`, checked when the knowledge loads.
+    pub date: String,
+    /// Why this date (a source that gives only the month, say).
+    #[serde(default)]
+    pub note: Option<String>,
+    /// `false` where the date itself is not read from a primary source.
+    #[serde(default = "default_true")]
+    pub verified: bool,
+    pub source: Vec<String>,
 }
 
 impl CudaRelease {
@@ -428,6 +447,9 @@ pub struct OsRelease {
     pub glibc: String,
     pub python: String,
     pub source: Vec<String>,
+    /// When the release's standard security support ends.
+    #[serde(default)]
+    pub eol: Option<EndOfLife>,
 }
 
 fn default_true() -> bool {
@@ -589,6 +611,9 @@ impl Knowledge {
         }
         for cuda in &self.cuda {
             entries.push((format!("CUDA {}", cuda.version), &cuda.source));
+            if let Some(eol) = &cuda.images_eol {
+                entries.push((format!("CUDA {} images_eol", cuda.version), &eol.source));
+            }
         }
         for (name, brands) in &self.brands {
             entries.push((format!("brand list {name}"), &brands.source));
@@ -604,6 +629,9 @@ impl Knowledge {
         }
         for os in &self.os {
             entries.push((format!("OS {}", os.name), &os.source));
+            if let Some(eol) = &os.eol {
+                entries.push((format!("OS {} eol", os.name), &eol.source));
+            }
         }
         entries
     }
@@ -655,6 +683,23 @@ impl Knowledge {
             if let Some(key) = sources.iter().find(|key| !self.sources.contains_key(*key)) {
                 return Err(invalid(format!(
                     "{what} cites unknown source `{key}` (define it under `sources` with repo, path and commit, or a url)"
+                )));
+            }
+        }
+        let eol_dates = self
+            .os
+            .iter()
+            .filter_map(|os| os.eol.as_ref().map(|eol| (format!("OS {}", os.name), eol)))
+            .chain(self.cuda.iter().filter_map(|cuda| {
+                cuda.images_eol
+                    .as_ref()
+                    .map(|eol| (format!("CUDA {} images_eol", cuda.version), eol))
+            }));
+        for (what, eol) in eol_dates {
+            if crate::model::date::days_since_epoch(&eol.date).is_none() {
+                return Err(invalid(format!(
+                    "{what}: end-of-life date {:?} is not a day (YYYY-MM-DD)",
+                    eol.date
                 )));
             }
         }

@@ -128,9 +128,26 @@ fn sources_must_locate_something() {
         error.contains("it needs either repo, path and commit, or a url"),
         "{error}"
     );
-    let error = error_of(&edited("source: [ubuntu-noble]}", "source: [NOWHERE]}"));
+    let error = error_of(&edited("source: [ubuntu-noble],", "source: [NOWHERE],"));
     assert!(
         error.contains("OS ubuntu24.04 cites unknown source `NOWHERE`"),
+        "{error}"
+    );
+    // An end-of-life date cites its own sources, and must be a day.
+    let error = error_of(&edited(
+        "eol: {date: \"2029-04-30\", note: \"the source gives the month; its last day is used\", source: [ubuntu-release-cycle]}",
+        "eol: {date: \"2029-04-30\", source: [NOWHERE]}",
+    ));
+    assert!(
+        error.contains("OS ubuntu24.04 eol cites unknown source `NOWHERE`"),
+        "{error}"
+    );
+    let error = error_of(&edited(
+        "eol: {date: \"2029-04-30\"",
+        "eol: {date: \"Apr 2029\"",
+    ));
+    assert!(
+        error.contains("OS ubuntu24.04: end-of-life date \"Apr 2029\" is not a day (YYYY-MM-DD)"),
         "{error}"
     );
 }
