@@ -22,8 +22,9 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 
 use crate::history::manifest::{now_rfc3339, Manifest};
-use crate::model::knowledge::Knowledge;
-use crate::model::matrix::Matrix;
+use crate::model::knowledge::{Knowledge, KnowledgeError};
+use crate::model::matrix::{Matrix, MatrixError};
+use crate::model::yaml;
 use crate::render::{CaBundle, RenderedImage, Templates};
 use crate::resolve::known::check_known;
 use crate::resolve::lock::LOCK_FILE;
@@ -150,11 +151,8 @@ impl Project {
         if let Some(definition) = self.definition.get() {
             return Ok(definition);
         }
-        let matrix = Matrix::load(&self.matrix_path)?;
-        let knowledge = match &self.knowledge_path {
-            Some(path) => Knowledge::with_override(path)?,
-            None => Knowledge::embedded(),
-        };
+        let matrix = read_matrix(&self.matrix_path)?;
+        let knowledge = self.knowledge()?;
         // A value no release has is a typo, not an impossible cell: refuse it before resolving.
         check_known(&matrix, &knowledge)?;
         let templates = match &matrix.templates {
@@ -172,7 +170,13 @@ impl Project {
     /// need no matrix.
     pub fn knowledge(&self) -> Result<Knowledge> {
         Ok(match &self.knowledge_path {
-            Some(path) => Knowledge::with_override(path)?,
+            Some(path) => {
+                let bytes = read_yaml_input(path).map_err(|source| KnowledgeError::Read {
+                    path: path.display().to_string(),
+                    source,
+                })?;
+                Knowledge::with_override(path, &bytes)?
+            }
             None => Knowledge::embedded(),
         })
     }
@@ -184,6 +188,25 @@ impl Project {
 }
 
 /// Reads the manifest at `path`; a missing file is an empty manifest (the first build).
+/// Reads the matrix at `path` within the YAML size limit and validates it.
+fn read_matrix(path: &Path) -> Result<Matrix, MatrixError> {
+    let bytes = read_yaml_input(path).map_err(|source| MatrixError::Read {
+        path: path.display().to_string(),
+        source,
+    })?;
+    Matrix::from_bytes(path, &bytes)
+}
+
+/// At most one byte more of `path` than a YAML input may hold ([`yaml::LIMITS`]): a larger file
+/// is refused by the model without the rest being read.
+fn read_yaml_input(path: &Path) -> std::io::Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?
+        .take(yaml::LIMITS.bytes as u64 + 1)
+        .read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
 pub fn load_manifest(path: &Path) -> Result<Manifest> {
     match read_manifest_text(path)? {
         Some(text) => Manifest::from_json(&text, &path.display().to_string()),
@@ -225,6 +248,98 @@ pub fn read_selftest_report(path: &Path) -> Result<String> {
     }
     std::fs::read_to_string(path)
         .with_context(|| format!("cannot read the self-test report {}", path.display()))
+}
+
+/// The first 12 hex digits of this boot's id (`/proc/sys/kernel/random/boot_id`), or zeros
+/// where the kernel does not say.
+pub fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|text| {
+            text.chars()
+                .filter(char::is_ascii_hexdigit)
+                .take(12)
+                .collect()
+        })
+        .unwrap_or_else(|_| "000000000000".into())
+}
+
+/// A process's start time in clock ticks since boot (`/proc/<pid>/stat`, field 22), or `None`
+/// when there is no such process.
+pub fn process_start(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may hold spaces; fields after it are plain.
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    after_name.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// A private key file's PEM text and its permission bits, for the caller to judge.
+pub fn read_private_key(path: &Path) -> Result<(String, u32)> {
+    use std::os::unix::fs::MetadataExt as _;
+    let metadata = std::fs::metadata(path)
+        .with_context(|| format!("cannot read the signing key {}", path.display()))?;
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read the signing key {}", path.display()))?;
+    Ok((text, metadata.mode()))
+}
+
+/// A text file the user named (a public key), with `what` it is in the error.
+pub fn read_text(path: &Path, what: &str) -> Result<String> {
+    std::fs::read_to_string(path).with_context(|| format!("cannot read {what} {}", path.display()))
+}
+
+/// A file the user named or built (a gpu-selftest binary); the error is the I/O error alone, for
+/// the caller to add what to do.
+pub fn read_bytes(path: &Path) -> std::io::Result<Vec<u8>> {
+    std::fs::read(path)
+}
+
+/// Stages a build context at `context`: whatever an earlier staging left there is removed (a CA
+/// bundle the matrix dropped must not ride along), then `files` are written, and `executable`
+/// with mode 0755.
+pub fn stage_context(
+    context: &Path,
+    files: BTreeMap<String, Vec<u8>>,
+    executable: (&str, &[u8]),
+) -> Result<()> {
+    if context.exists() {
+        std::fs::remove_dir_all(context)
+            .with_context(|| format!("cannot clear {}", context.display()))?;
+    }
+    for (name, bytes) in files {
+        write_atomically(&context.join(name), &bytes)?;
+    }
+    let target = context.join(executable.0);
+    write_atomically(&target, executable.1)?;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o755))
+        .with_context(|| format!("cannot make {} executable", target.display()))
+}
+
+/// A temporary folder a tool works in (uv's `pip compile`), removed when dropped.
+pub struct ScratchDir {
+    dir: tempfile::TempDir,
+}
+
+impl ScratchDir {
+    pub fn new(what: &str) -> Result<ScratchDir> {
+        Ok(ScratchDir {
+            dir: tempfile::tempdir()
+                .with_context(|| format!("cannot make a temporary folder for {what}"))?,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn write(&self, name: &str, text: &str) -> Result<()> {
+        std::fs::write(self.dir.path().join(name), text)
+            .with_context(|| format!("cannot write {name} in {}", self.dir.path().display()))
+    }
+
+    pub fn read(&self, name: &str) -> std::io::Result<String> {
+        std::fs::read_to_string(self.dir.path().join(name))
+    }
 }
 
 /// This machine's host name (`/proc/sys/kernel/hostname`), for the node a test result names.

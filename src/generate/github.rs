@@ -2,7 +2,7 @@
 //! consumes (`{"include": [...]}`). Pure: image specs in, a JSON value out.
 //!
 //! Every job runs `imagegen build --shard I/N`, which selects whole families (a runtime image and
-//! the devel images built on it) with `crate::pipeline::plan::select`, so devel always builds after its
+//! the devel images built on it) with `crate::resolve::select::select`, so devel always builds after its
 //! runtime in the same job, and every runner computes the same split. `--per-image` is the same
 //! thing with one shard per family (the families sorted by name, dealt round-robin over as many
 //! shards as there are families, give exactly one family per shard). Shards that would select
@@ -35,8 +35,8 @@
 
 use serde::Serialize;
 
-use crate::pipeline::plan::{select, Shard};
 use crate::resolve::image::ImageSpec;
+use crate::resolve::select::{select, Shard};
 
 /// The most jobs one GitHub Actions matrix may generate.
 pub const GITHUB_MATRIX_LIMIT: usize = 256;

@@ -399,17 +399,14 @@ const TOP_LEVEL_KEYS: &[&str] = &[
 ];
 
 impl Matrix {
-    /// Reads and validates the matrix at `path`.
-    pub fn load(path: &Path) -> Result<Matrix, MatrixError> {
+    /// Validates the matrix the loader read from `path` (at most one byte over the size
+    /// limit); relative paths in it are taken relative to `path`'s directory.
+    pub fn from_bytes(path: &Path, bytes: &[u8]) -> Result<Matrix, MatrixError> {
         let name = path.display().to_string();
-        let bytes = yaml::read_bounded(path, &LIMITS)
-            .map_err(|source| MatrixError::Read {
-                path: name.clone(),
-                source,
-            })?
+        let bytes = yaml::within_size(bytes, &LIMITS)
             .map_err(|problem| MatrixError::from_problem(&name, problem))?;
         let text =
-            yaml::decode(&bytes).map_err(|problem| MatrixError::from_problem(&name, problem))?;
+            yaml::decode(bytes).map_err(|problem| MatrixError::from_problem(&name, problem))?;
         let mut matrix = Self::parse(text, &name)?;
         let directory = path.parent().unwrap_or(Path::new("."));
         for relative in [&mut matrix.templates, &mut matrix.ca_bundle]
@@ -1109,7 +1106,10 @@ mod tests {
         let path = dir.path().join("matrix.yaml");
         std::fs::write(&path, format!("{MINIMAL}ca_bundle: certs/ca.pem\n")).unwrap();
         assert_eq!(
-            Matrix::load(&path).unwrap().ca_bundle.unwrap(),
+            Matrix::from_bytes(&path, &std::fs::read(&path).unwrap())
+                .unwrap()
+                .ca_bundle
+                .unwrap(),
             dir.path().join("certs/ca.pem")
         );
     }

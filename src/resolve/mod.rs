@@ -15,6 +15,7 @@ pub mod known;
 pub mod lock;
 pub mod lookup;
 mod rules;
+pub mod select;
 pub mod sources;
 mod spec;
 pub mod tags;

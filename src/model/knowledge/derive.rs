@@ -5,7 +5,7 @@
 //! page (PEP 691 JSON or PEP 503 HTML), and comparing a derivation with the embedded knowledge.
 //!
 //! Pure: text in, values out. Fetching the index and the metadata is the caller's
-//! (`crate::pypi_index`).
+//! (`crate::docker::pypi_index`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
