@@ -361,6 +361,20 @@ fn the_import_graph_has_no_circle_and_at_most_eight_levels() {
 }
 
 #[test]
+fn gpu_selftest_has_no_import_circle() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("selftest/src");
+    let graph = Graph::of_dir(&src);
+    assert!(
+        graph.edges.len() > 15 && graph.edges["rules"].contains("expected"),
+        "the scan found too few modules to be real: {:?}",
+        graph.edges.keys()
+    );
+    graph
+        .levels()
+        .unwrap_or_else(|circle| panic!("import circle: {}", circle.join(" -> ")));
+}
+
+#[test]
 fn only_the_edges_touch_the_file_system() {
     let src = crate_src();
     let violations = file_io_violations(&src, FILE_IO_ALLOWED);
