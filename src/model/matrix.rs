@@ -556,6 +556,18 @@ impl Matrix {
                 Some("lowercase letters, digits, `.`, `_`, `-` and `/`".into()),
             )
         })?;
+        let name_length = self.registry.len() + 1 + self.repository.len();
+        if name_length > MAX_NAME_LENGTH {
+            return Err(invalid(
+                "repository",
+                &self.repository,
+                format!(
+                    "the image name {}/{} is {name_length} characters long; Docker allows at most {MAX_NAME_LENGTH}",
+                    self.registry, self.repository
+                ),
+                None,
+            ));
+        }
         if !self
             .repository
             .chars()
@@ -750,7 +762,97 @@ fn check_reference_part(what: &str, value: &str, is_host: bool) -> Result<(), St
             "{what} {value:?} is not a valid image reference part"
         ));
     }
+    // Docker's reference grammar (distribution/reference): a host is dot-separated labels with
+    // an optional port; a path is `/`-separated components, each alphanumerics joined by one
+    // `.`, one or two `_`, or any number of `-`.
+    // A host (with a path after it, for a mirror prefix such as `registry.example:5000/hub`).
+    let (host, path) = if is_host {
+        match value.split_once('/') {
+            Some((host, path)) => (Some(host), Some(path)),
+            None => (Some(value), None),
+        }
+    } else {
+        (None, Some(value))
+    };
+    if let Some(host) = host {
+        let (name, port) = match host.split_once(':') {
+            Some((name, port)) => (name, Some(port)),
+            None => (host, None),
+        };
+        if name.split('.').any(|label| label.is_empty()) {
+            return Err(format!("{what} {value:?} is not a valid registry host"));
+        }
+        if let Some(port) = port {
+            if !port.bytes().all(|b| b.is_ascii_digit())
+                || !port.parse::<u32>().is_ok_and(|p| (1..=65535).contains(&p))
+            {
+                return Err(format!(
+                    "{what} {value:?} has port {port:?}: a port is a number from 1 to 65535"
+                ));
+            }
+        }
+    }
+    if let Some(bad) = path
+        .into_iter()
+        .flat_map(|path| path.split('/'))
+        .find(|component| !is_path_component(component))
+    {
+        return Err(format!(
+            "{what} {value:?} has the path component {bad:?}: Docker allows letters and digits joined by one `.`, one or two `_`, or `-`"
+        ));
+    }
     Ok(())
+}
+
+/// One component of a repository path as Docker's reference grammar has it:
+/// `[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*` (case is checked separately).
+fn is_path_component(component: &str) -> bool {
+    let bytes = component.as_bytes();
+    let alphanumeric = |b: u8| b.is_ascii_alphanumeric();
+    if bytes.is_empty() || !alphanumeric(bytes[0]) || !alphanumeric(bytes[bytes.len() - 1]) {
+        return false;
+    }
+    let mut at = 0;
+    while at < bytes.len() {
+        if alphanumeric(bytes[at]) {
+            at += 1;
+            continue;
+        }
+        let start = at;
+        while at < bytes.len() && !alphanumeric(bytes[at]) {
+            at += 1;
+        }
+        let separator = &component[start..at];
+        let fine = matches!(separator, "." | "_" | "__") || separator.bytes().all(|b| b == b'-');
+        if !fine {
+            return false;
+        }
+    }
+    true
+}
+
+/// The longest image name (`registry/repository`) Docker accepts.
+pub const MAX_NAME_LENGTH: usize = 255;
+/// The longest tag Docker accepts.
+pub const MAX_TAG_LENGTH: usize = 128;
+
+/// Why `tag` is not a tag Docker accepts (`[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}`), if it is not.
+pub fn tag_problem(tag: &str) -> Option<String> {
+    if tag.len() > MAX_TAG_LENGTH {
+        return Some(format!(
+            "the tag {tag} is {} characters long; Docker allows at most {MAX_TAG_LENGTH}",
+            tag.len()
+        ));
+    }
+    if tag.starts_with(['.', '-']) || tag.is_empty() {
+        return Some(format!(
+            "the tag {tag:?} starts with {:?}; Docker tags start with a letter, digit or `_`",
+            tag.chars().next().unwrap_or(' ')
+        ));
+    }
+    tag.chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || "_.-".contains(*c)))
+        .map(|bad| format!("the tag {tag:?} contains {bad:?}, which Docker does not allow"))
 }
 
 /// A base image pattern: known placeholders only, and a valid image reference once filled in.
@@ -831,6 +933,11 @@ pub fn check_free_text(what: &str, value: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Whether a tag template starts with a character no tag may start with.
+fn literal_start_problem(template: &str) -> bool {
+    template.starts_with(['.', '-'])
+}
+
 /// Tag templates may use only known placeholders and produce valid tag characters.
 fn check_tag_template(template: &str) -> Result<(), String> {
     const PLACEHOLDERS: &[&str] = &[
@@ -867,6 +974,12 @@ fn check_tag_template(template: &str) -> Result<(), String> {
     {
         return Err(format!(
             "{template:?} contains {bad:?}, which is not allowed in a tag"
+        ));
+    }
+    if literal_start_problem(template) {
+        return Err(format!(
+            "{template:?} starts with {:?}; Docker tags start with a letter, digit or `_`",
+            template.chars().next().unwrap_or(' ')
         ));
     }
     if !template.contains("{variant}") {
@@ -981,6 +1094,84 @@ mod tests {
             "{MINIMAL}tags:\n  full: \"{{torch}}-{{nope}}-{{variant}}\"\n"
         ));
         assert!(error.contains("unknown placeholder {nope}"), "{error}");
+    }
+
+    #[test]
+    fn references_docker_would_refuse_are_refused_at_their_line() {
+        let cases = [
+            (
+                "ghcr.io",
+                "ghcr.io:70000",
+                "matrix.yaml:1",
+                "port \"70000\": a port is a number from 1 to 65535",
+            ),
+            ("ghcr.io", "ghcr.io:50x", "matrix.yaml:1", "port \"50x\""),
+            (
+                "ghcr.io",
+                "ghcr..io",
+                "matrix.yaml:1",
+                "is not a valid registry host",
+            ),
+            (
+                "acme/pytorch",
+                "acme/../pytorch",
+                "matrix.yaml:2",
+                "the path component \"..\"",
+            ),
+            (
+                "acme/pytorch",
+                "acme/py..torch",
+                "matrix.yaml:2",
+                "the path component \"py..torch\"",
+            ),
+            (
+                "acme/pytorch",
+                "acme/py___torch",
+                "matrix.yaml:2",
+                "the path component \"py___torch\"",
+            ),
+        ];
+        for (from, to, line, expected) in cases {
+            let error = error_of(&MINIMAL.replacen(from, to, 1));
+            assert!(
+                error.contains(line) && error.contains(expected),
+                "{to}: {error}"
+            );
+        }
+        for fine in [
+            "acme/py-torch",
+            "acme/py__torch",
+            "acme/py.torch",
+            "a-b/c--d_e",
+        ] {
+            Matrix::parse(&MINIMAL.replace("acme/pytorch", fine), "matrix.yaml")
+                .unwrap_or_else(|e| panic!("{fine}: {e}"));
+        }
+        Matrix::parse(&MINIMAL.replace("ghcr.io", "127.0.0.1:5000"), "matrix.yaml").unwrap();
+        Matrix::parse(
+            &format!("{MINIMAL}mirrors:\n  base_registry: registry.example:5000/dockerhub\n"),
+            "matrix.yaml",
+        )
+        .unwrap();
+        let long = "a".repeat(250);
+        let error = error_of(&MINIMAL.replace("acme/pytorch", &format!("acme/{long}")));
+        assert!(
+            error.contains("matrix.yaml:2")
+                && error.contains("is 263 characters long; Docker allows at most 255"),
+            "{error}"
+        );
+        let error = error_of(&format!(
+            "{MINIMAL}tags:\n  full: \"-{{torch}}-{{variant}}\"\n"
+        ));
+        assert!(
+            error.contains("matrix.yaml:7") && error.contains("starts with '-'"),
+            "{error}"
+        );
+        assert_eq!(tag_problem("2.7.1-runtime"), None);
+        assert!(tag_problem(".hidden").unwrap().contains("starts with '.'"));
+        assert!(tag_problem(&"x".repeat(129))
+            .unwrap()
+            .contains("129 characters"));
     }
 
     #[test]
