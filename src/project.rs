@@ -686,7 +686,7 @@ mod flock {
     }
 
     /// Takes an exclusive lock without waiting: `Ok(false)` when another holds it.
-    pub fn try_exclusive(file: &std::fs::File) -> std::io::Result<bool> {
+    pub(crate) fn try_exclusive(file: &std::fs::File) -> std::io::Result<bool> {
         loop {
             // SAFETY: flock on a file descriptor this `File` owns for the whole call.
             let result = unsafe { flock(file.as_raw_fd(), LOCK_EX | LOCK_NB) };
@@ -702,7 +702,7 @@ mod flock {
         }
     }
 
-    pub fn unlock(file: &std::fs::File) -> std::io::Result<()> {
+    pub(crate) fn unlock(file: &std::fs::File) -> std::io::Result<()> {
         // SAFETY: as above.
         match unsafe { flock(file.as_raw_fd(), LOCK_UN) } {
             0 => Ok(()),
@@ -714,7 +714,7 @@ mod flock {
 /// The file `path` names once symbolic links in its last component are followed (a dangling
 /// link gives its target, which a write then creates). Relative link targets are taken from
 /// the link's directory.
-pub fn resolve_links(path: &Path) -> Result<PathBuf> {
+pub(crate) fn resolve_links(path: &Path) -> Result<PathBuf> {
     let mut current = path.to_path_buf();
     for _ in 0..40 {
         match std::fs::symlink_metadata(&current) {
@@ -757,7 +757,7 @@ fn read_templates(dir: &Path) -> Result<BTreeMap<String, String>> {
 }
 
 /// Every `<dir>/<image>/requirements.lock`, by image name.
-pub fn read_locks(dir: &Path) -> Result<BTreeMap<String, String>> {
+pub(crate) fn read_locks(dir: &Path) -> Result<BTreeMap<String, String>> {
     let mut locks = BTreeMap::new();
     if !dir.exists() {
         return Ok(locks);

@@ -200,7 +200,7 @@ pub fn envelope_bytes(envelope: &Envelope) -> Vec<u8> {
 }
 
 /// DSSE's pre-authentication encoding: `DSSEv1 <len> <type> <len> <payload>`.
-pub fn pae(payload_type: &str, payload: &[u8]) -> Vec<u8> {
+pub(crate) fn pae(payload_type: &str, payload: &[u8]) -> Vec<u8> {
     let mut out = format!(
         "DSSEv1 {} {} {} ",
         payload_type.len(),

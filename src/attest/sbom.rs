@@ -55,7 +55,7 @@ pub fn parse_lock(text: &str) -> Vec<LockedPackage> {
 }
 
 /// A PyPI name as purl writes it: lowercase, `_` and `.` as `-` (PEP 503).
-pub fn pypi_name(name: &str) -> String {
+pub(crate) fn pypi_name(name: &str) -> String {
     let lower = name.to_ascii_lowercase().replace(['_', '.'], "-");
     let mut out = String::new();
     for character in lower.chars() {

@@ -45,7 +45,7 @@ pub fn run(project: &Project, args: &AttestArgs) -> Result<Outcome> {
 }
 
 /// Why a key file's mode is too open, if it is: group or others may read or write it.
-pub fn key_mode_problem(mode: u32) -> Option<String> {
+pub(crate) fn key_mode_problem(mode: u32) -> Option<String> {
     (mode & 0o077 != 0).then(|| {
         format!(
             "it is readable or writable by others (mode {:o}); hint: chmod 600 it",
@@ -244,7 +244,7 @@ async fn fetch_layers(
 }
 
 /// What the registry serves for `repository:tag`, and the verdict on its attestations.
-pub async fn check_served(
+pub(crate) async fn check_served(
     registries: &Registries,
     repository_ref: &str,
     tag: &str,

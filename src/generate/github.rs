@@ -105,7 +105,7 @@ pub struct GithubMatrix {
 }
 
 /// Number of families (runtime image plus its devel images) among `images`.
-pub fn family_count(images: &[ImageSpec]) -> usize {
+pub(crate) fn family_count(images: &[ImageSpec]) -> usize {
     images.iter().filter(|image| image.parent.is_none()).count()
 }
 
@@ -222,7 +222,7 @@ pub struct TestMatrix {
 }
 
 /// The runner label for a GPU model: `gpu-` and the model in lowercase, other characters `-`.
-pub fn gpu_runner_label(model: &str) -> String {
+pub(crate) fn gpu_runner_label(model: &str) -> String {
     let words: Vec<String> = model
         .split(|c: char| !c.is_ascii_alphanumeric())
         .filter(|w| !w.is_empty())

@@ -453,7 +453,7 @@ pub struct AliasTarget {
 
 impl Manifest {
     /// The torch release behind a full tag, per-platform tag or index tag.
-    pub fn torch_of(&self, tag: &str) -> Option<&str> {
+    pub(crate) fn torch_of(&self, tag: &str) -> Option<&str> {
         self.images
             .get(tag)
             .map(|r| r.torch.as_str())
@@ -655,7 +655,7 @@ impl Manifest {
     }
 
     /// The aliases that point at `tag` (at `digest`, when both know theirs) now, sorted.
-    pub fn aliases_of(&self, tag: &str, digest: Option<&Digest>) -> Vec<String> {
+    pub(crate) fn aliases_of(&self, tag: &str, digest: Option<&Digest>) -> Vec<String> {
         self.aliases
             .iter()
             .filter(|(_, record)| {

@@ -248,7 +248,7 @@ fn newer_pending(left: PendingMove, right: PendingMove) -> PendingMove {
 }
 
 /// Merges any number of manifests, in order (the result does not depend on it).
-pub fn merge_all(manifests: Vec<Manifest>) -> Manifest {
+pub(crate) fn merge_all(manifests: Vec<Manifest>) -> Manifest {
     manifests.into_iter().fold(Manifest::new(), merge)
 }
 

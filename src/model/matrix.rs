@@ -59,7 +59,7 @@ fn read_hint(error: &std::io::Error) -> &'static str {
 
 impl MatrixError {
     /// A problem the YAML reader found in `path`.
-    pub fn from_problem(path: &str, problem: Problem) -> MatrixError {
+    pub(crate) fn from_problem(path: &str, problem: Problem) -> MatrixError {
         MatrixError::Invalid {
             path: path.to_string(),
             line: problem.at.map(|at| at.line),
@@ -229,7 +229,7 @@ pub const BASE_IMAGE_PLACEHOLDERS: &[&str] = &["cuda", "cuda_full", "os", "arch"
 
 impl BaseImageRule {
     /// The base image of a cell, or `None` when this rule does not name one for its OS.
-    pub fn image_for(&self, fields: &BaseImageFields<'_>) -> Option<String> {
+    pub(crate) fn image_for(&self, fields: &BaseImageFields<'_>) -> Option<String> {
         let pattern = match self {
             BaseImageRule::Pattern(pattern) => pattern,
             BaseImageRule::ByOs(by_os) => by_os.get(fields.os)?,
@@ -701,7 +701,7 @@ impl Matrix {
     }
 
     /// How many cells the axes and include rules ask for (before any is rejected), saturating.
-    pub fn cell_count(&self) -> usize {
+    pub(crate) fn cell_count(&self) -> usize {
         let axes = self
             .axes()
             .iter()

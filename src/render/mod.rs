@@ -173,7 +173,7 @@ pub fn render_all(
 
 /// A CA bundle is PEM certificates: at least one `CERTIFICATE` block and, outside the blocks,
 /// nothing but blank lines and comments (update-ca-certificates merges the file as it is).
-pub fn check_ca_bundle(text: &str) -> Result<(), String> {
+pub(crate) fn check_ca_bundle(text: &str) -> Result<(), String> {
     const BEGIN: &str = "-----BEGIN CERTIFICATE-----";
     const END: &str = "-----END CERTIFICATE-----";
     if text.len() > 4 << 20 {
@@ -301,7 +301,7 @@ fn normalize(text: &str) -> String {
 /// Validates, once more and right before rendering, every value of the spec that reaches a
 /// Dockerfile. A spec built by `resolve` always passes; this guards hand-made specs and
 /// custom knowledge files.
-pub fn check_values(image: &ImageSpec) -> Result<(), RenderError> {
+pub(crate) fn check_values(image: &ImageSpec) -> Result<(), RenderError> {
     let unsafe_value = |field: &str, message: String| RenderError::UnsafeValue {
         image: image.name.clone(),
         field: field.into(),

@@ -46,7 +46,7 @@ pub enum BakeError {
 }
 
 /// The bake target name of an image: its name with every character bake refuses turned into `_`.
-pub fn target_name(image_name: &str) -> String {
+pub(crate) fn target_name(image_name: &str) -> String {
     image_name
         .chars()
         .map(|character| {
@@ -66,7 +66,7 @@ pub fn staging_context(image_name: &str) -> String {
 
 /// A reference as BuildKit's Dockerfile frontend looks it up among named contexts: the familiar
 /// form, without `docker.io/`, `library/` or a trailing `:latest`.
-pub fn familiar_reference(reference: &str) -> String {
+pub(crate) fn familiar_reference(reference: &str) -> String {
     let without_registry = reference.strip_prefix("docker.io/").unwrap_or(reference);
     let without_library = without_registry
         .strip_prefix("library/")

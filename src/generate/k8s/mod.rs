@@ -144,7 +144,7 @@ fn equals(key: &str, value: u64) -> Vec<NodeSelectorRequirement> {
 /// labels it, is at least `minimum` (`560.35.05`, or `570.26` with no revision):
 /// major > M, or major = M and minor > m, or major = M and minor = m and rev ≥ r. When r is 0
 /// the last two collapse into major = M and minor ≥ m.
-pub fn driver_affinity_terms(minimum: &DriverVersion) -> Vec<NodeSelectorTerm> {
+pub(crate) fn driver_affinity_terms(minimum: &DriverVersion) -> Vec<NodeSelectorTerm> {
     let (major, minor, revision) = (minimum.part(0), minimum.part(1), minimum.part(2));
     let mut terms = vec![term(vec![requirement(DRIVER_MAJOR_LABEL, "Gt", major)])];
     if revision == 0 {
@@ -169,7 +169,8 @@ pub fn driver_affinity_terms(minimum: &DriverVersion) -> Vec<NodeSelectorTerm> {
 /// expressions ANDed, `Gt`/`Lt` parse the label as a base-10 integer and fail on a missing or
 /// non-numeric label. A term with field selectors (`matchFields`, which this module never writes)
 /// is not decided here and matches nothing. Used by the tests; kept beside what it checks.
-pub fn node_matches(terms: &[NodeSelectorTerm], labels: &BTreeMap<String, String>) -> bool {
+#[cfg(test)]
+pub(crate) fn node_matches(terms: &[NodeSelectorTerm], labels: &BTreeMap<String, String>) -> bool {
     terms.iter().any(|term| {
         let expressions = term.match_expressions.as_deref().unwrap_or_default();
         !expressions.is_empty()

@@ -879,7 +879,7 @@ fn quoted_list(items: &[String]) -> String {
 }
 
 /// The source key a derivation cites (`pypi-torch` for pypi.org, else `index-torch`).
-pub fn source_key(derived: &DerivedRelease) -> String {
+pub(crate) fn source_key(derived: &DerivedRelease) -> String {
     let host = derived
         .page_url
         .split("://")

@@ -955,7 +955,7 @@ impl Knowledge {
     }
 
     /// Every driver release the knowledge names (toolkit and family minimums), oldest first.
-    pub fn known_drivers(&self) -> Vec<&DriverVersion> {
+    pub(crate) fn known_drivers(&self) -> Vec<&DriverVersion> {
         let mut drivers: Vec<&DriverVersion> = self
             .cuda
             .iter()

@@ -170,7 +170,7 @@ pub fn members(directory: &[u8]) -> Result<Vec<Member>, WheelZipError> {
 }
 
 /// Whether `name` is the METADATA of the wheel's own `.dist-info` directory (top level).
-pub fn is_metadata(name: &str) -> bool {
+pub(crate) fn is_metadata(name: &str) -> bool {
     name.strip_suffix(".dist-info/METADATA")
         .is_some_and(|directory| !directory.is_empty() && !directory.contains('/'))
 }
