@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use crate::model::digest::Digest;
 
 /// The DSSE payload type of an in-toto statement.
-pub const PAYLOAD_TYPE: &str = "application/vnd.in-toto+json";
+pub(crate) const PAYLOAD_TYPE: &str = "application/vnd.in-toto+json";
 
 /// A DSSE envelope as stored in the registry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

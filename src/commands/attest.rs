@@ -35,7 +35,7 @@ use crate::project::{
 };
 
 /// The environment variable that may hold the signing key's PEM text itself (a CI secret).
-pub const KEY_ENV: &str = "IMAGEGEN_SIGNING_KEY";
+pub(crate) const KEY_ENV: &str = "IMAGEGEN_SIGNING_KEY";
 
 pub fn run(project: &Project, args: &AttestArgs) -> Result<Outcome> {
     match &args.action {

@@ -39,12 +39,12 @@ use crate::resolve::image::ImageSpec;
 use crate::resolve::select::{select, Shard};
 
 /// The most jobs one GitHub Actions matrix may generate.
-pub const GITHUB_MATRIX_LIMIT: usize = 256;
+pub(crate) const GITHUB_MATRIX_LIMIT: usize = 256;
 /// The most one job's outputs may hold, in bytes of UTF-16 (1 MB, counted as 10^6 to stay on
 /// the safe side of however GitHub rounds it).
-pub const GITHUB_JOB_OUTPUT_LIMIT: usize = 1_000_000;
+pub(crate) const GITHUB_JOB_OUTPUT_LIMIT: usize = 1_000_000;
 /// The keywords of a `strategy.matrix` mapping.
-pub const MATRIX_KEYWORDS: [&str; 2] = ["include", "exclude"];
+pub(crate) const MATRIX_KEYWORDS: [&str; 2] = ["include", "exclude"];
 
 /// Why a matrix would not be accepted as `strategy.matrix`.
 #[derive(Debug, thiserror::Error, PartialEq)]

@@ -28,7 +28,6 @@ use crate::model::digest::Digest;
 use crate::model::version::DriverVersion;
 
 pub const SCHEMA_VERSION: u32 = 1;
-pub const DEFAULT_PATH: &str = "imagegen-manifest.json";
 
 /// How many earlier records each image and alias keeps.
 pub const HISTORY_LIMIT: usize = 50;

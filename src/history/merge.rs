@@ -254,7 +254,7 @@ pub(crate) fn merge_all(manifests: Vec<Manifest>) -> Manifest {
 
 /// How far apart two runners' clocks may be. Two moves of one alias that did not see each other
 /// and are closer in time than this cannot be put in order by their times.
-pub const CLOCK_SKEW: std::time::Duration = std::time::Duration::from_secs(300);
+pub(crate) const CLOCK_SKEW: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// Two manifests that disagree in a way no rule settles: a person decides.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -225,7 +225,7 @@ pub struct BaseImageFields<'a> {
 }
 
 /// The placeholders of base image patterns.
-pub const BASE_IMAGE_PLACEHOLDERS: &[&str] = &["cuda", "cuda_full", "os", "arch"];
+pub(crate) const BASE_IMAGE_PLACEHOLDERS: &[&str] = &["cuda", "cuda_full", "os", "arch"];
 
 impl BaseImageRule {
     /// The base image of a cell, or `None` when this rule does not name one for its OS.
@@ -832,9 +832,9 @@ fn is_path_component(component: &str) -> bool {
 }
 
 /// The longest image name (`registry/repository`) Docker accepts.
-pub const MAX_NAME_LENGTH: usize = 255;
+pub(crate) const MAX_NAME_LENGTH: usize = 255;
 /// The longest tag Docker accepts.
-pub const MAX_TAG_LENGTH: usize = 128;
+pub(crate) const MAX_TAG_LENGTH: usize = 128;
 
 /// Why `tag` is not a tag Docker accepts (`[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}`), if it is not.
 pub fn tag_problem(tag: &str) -> Option<String> {

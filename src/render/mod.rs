@@ -19,7 +19,7 @@ use crate::resolve::fingerprint::sha256_hex;
 use crate::resolve::image::{ImageSpec, ToolkitSource};
 
 /// The embedded templates, by name.
-pub const EMBEDDED_TEMPLATES: &[(&str, &str)] = &[
+pub(crate) const EMBEDDED_TEMPLATES: &[(&str, &str)] = &[
     (
         "runtime.Dockerfile.j2",
         include_str!("../../templates/runtime.Dockerfile.j2"),
@@ -37,11 +37,11 @@ pub const EMBEDDED_TEMPLATES: &[(&str, &str)] = &[
 ];
 
 /// The libcuda stub script devel images with `devel_toolkit: pypi` run (copied as it is).
-pub const MAKE_CUDA_STUB: &str = include_str!("../../templates/make-cuda-stub.sh");
+pub(crate) const MAKE_CUDA_STUB: &str = include_str!("../../templates/make-cuda-stub.sh");
 
 /// The file names of a build context beside the Dockerfile.
-pub const CA_BUNDLE_FILE: &str = "ca-bundle.crt";
-pub const CUDA_STUB_SCRIPT: &str = "make-cuda-stub.sh";
+pub(crate) const CA_BUNDLE_FILE: &str = "ca-bundle.crt";
+pub(crate) const CUDA_STUB_SCRIPT: &str = "make-cuda-stub.sh";
 
 /// The template that renders images of `variant`.
 fn template_name(variant: Variant) -> &'static str {

@@ -33,7 +33,7 @@ use crate::model::axes::Variant;
 use crate::resolve::image::ImageSpec;
 
 /// Where `imagegen bake` stages one directory per image, relative to the bake file.
-pub const STAGING_DIR: &str = ".imagegen/bake";
+pub(crate) const STAGING_DIR: &str = ".imagegen/bake";
 
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum BakeError {

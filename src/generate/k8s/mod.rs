@@ -42,15 +42,15 @@ use crate::model::version::DriverVersion;
 use crate::resolve::image::ImageSpec;
 
 /// `/dev/shm` size per GPU.
-pub const SHM_GIB_PER_GPU: u32 = 8;
+pub(crate) const SHM_GIB_PER_GPU: u32 = 8;
 /// The rendezvous (TCP store) port of multi-node jobs, torchrun's default.
-pub const RENDEZVOUS_PORT: u16 = 29500;
+pub(crate) const RENDEZVOUS_PORT: u16 = 29500;
 /// Labels NVIDIA GPU feature discovery sets on GPU nodes.
-pub const DRIVER_MAJOR_LABEL: &str = "nvidia.com/cuda.driver.major";
-pub const DRIVER_MINOR_LABEL: &str = "nvidia.com/cuda.driver.minor";
-pub const DRIVER_REV_LABEL: &str = "nvidia.com/cuda.driver.rev";
+pub(crate) const DRIVER_MAJOR_LABEL: &str = "nvidia.com/cuda.driver.major";
+pub(crate) const DRIVER_MINOR_LABEL: &str = "nvidia.com/cuda.driver.minor";
+pub(crate) const DRIVER_REV_LABEL: &str = "nvidia.com/cuda.driver.rev";
 /// The well-known label of a node's CPU architecture (`amd64`, `arm64`).
-pub const ARCH_LABEL: &str = "kubernetes.io/arch";
+pub(crate) const ARCH_LABEL: &str = "kubernetes.io/arch";
 /// The longest Job name: Indexed pods are named `<job>-<index>` and must stay a DNS label (63).
 const JOB_NAME_MAX: usize = 52;
 

@@ -642,7 +642,7 @@ pub fn cuda_pins(
 }
 
 /// The Linux wheels of a release per platform (`linux/amd64`, `linux/arm64`), with their files.
-pub type LinuxWheels = BTreeMap<&'static str, Vec<(WheelName, IndexFile)>>;
+pub(crate) type LinuxWheels = BTreeMap<&'static str, Vec<(WheelName, IndexFile)>>;
 
 /// The Linux wheels of `version` on an index page, per platform; of wheels that differ only in
 /// their build tag, the highest (what pip installs). Yanked files are left out.
