@@ -8,10 +8,10 @@ use std::path::PathBuf;
 use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
 
 /// The package index `knowledge derive` reads by default.
-pub const DEFAULT_PACKAGE_INDEX: &str = "https://pypi.org/simple";
+pub(crate) const DEFAULT_PACKAGE_INDEX: &str = "https://pypi.org/simple";
 
 /// The manifest file every command that reads or writes one defaults to.
-pub const DEFAULT_MANIFEST: &str = "imagegen-manifest.json";
+pub(crate) const DEFAULT_MANIFEST: &str = "imagegen-manifest.json";
 
 #[derive(Debug, Parser)]
 #[command(name = "imagegen", version, about = "Resolve, render, build, test and publish GPU deep-learning container images from one matrix", long_about = None)]

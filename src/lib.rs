@@ -18,6 +18,5 @@ pub mod history;
 pub mod model;
 pub mod pipeline;
 pub mod project;
-pub mod pypi_index;
 pub mod render;
 pub mod resolve;

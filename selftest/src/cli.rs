@@ -1,7 +1,7 @@
 //! Command-line flags (clap derive) and their translation into settings. No logic beyond parsing
 //! and validating: sizes such as `256M`, check names, precisions.
 
-use crate::rules::Precision;
+use crate::expected::Precision;
 use clap::{Parser, ValueEnum};
 use std::path::PathBuf;
 

@@ -3,13 +3,59 @@
 //! generation, links and bandwidth, its PCIe generation and width, and the document they come
 //! from. A GPU is recognised by the exact name CUDA reports for it.
 //!
-//! This module only holds and looks up data; the rules that judge figures against it live in
-//! `rules.rs`. A model missing from the table is not an error: the checks then warn with their
+//! This module only holds and looks up data (and the matmul precisions the table's columns
+//! name, with their tolerances); the rules that judge figures against it live in `rules.rs`,
+//! which imports this module and never the other way round. A model missing from the table is not an error: the checks then warn with their
 //! measured figures instead of passing silently.
 
-use crate::rules::Precision;
 use serde::{Deserialize, Serialize};
 use std::sync::OnceLock;
+
+/// Matmul precisions the self-test runs through cuBLAS.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Precision {
+    Bf16,
+    Fp16,
+    Tf32,
+    Fp32,
+}
+
+impl Precision {
+    pub const ALL: [Precision; 4] = [
+        Precision::Bf16,
+        Precision::Fp16,
+        Precision::Tf32,
+        Precision::Fp32,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::Bf16 => "bf16",
+            Precision::Fp16 => "fp16",
+            Precision::Tf32 => "tf32",
+            Precision::Fp32 => "fp32",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Precision> {
+        Precision::ALL
+            .into_iter()
+            .find(|precision| precision.name().eq_ignore_ascii_case(text.trim()))
+    }
+
+    /// Largest relative error ‖C − C_ref‖/‖C_ref‖ accepted against a float64 reference computed
+    /// from the same (already rounded) inputs. bf16 and fp16 lose most in the rounding of the
+    /// output (2⁻⁹ and 2⁻¹² relative); tf32 rounds the inputs to 10 mantissa bits; fp32 only
+    /// accumulates rounding over the inner dimension.
+    pub fn tolerance(self) -> f64 {
+        match self {
+            Precision::Bf16 => 1e-2,
+            Precision::Fp16 => 5e-3,
+            Precision::Tf32 => 5e-3,
+            Precision::Fp32 => 1e-4,
+        }
+    }
+}
 
 /// The table's text, as committed.
 const TABLE_TEXT: &str = include_str!("../data/gpu-models.json");

@@ -11,7 +11,7 @@
 //! for it; imagegen applies the same rule when it copies the binary into an image.
 
 use crate::baseline::Baseline;
-use crate::expected::GpuModel;
+use crate::expected::{GpuModel, Precision};
 use serde::Serialize;
 
 /// Pinned host↔device bandwidth must reach this share of what the PCIe link allows.
@@ -411,52 +411,6 @@ pub fn hidden_share(copy_ms: f64, matmul_ms: f64, together_ms: f64) -> f64 {
         return 0.0;
     }
     ((copy_ms + matmul_ms - together_ms) / shorter).clamp(0.0, 1.0)
-}
-
-/// Matmul precisions the self-test runs through cuBLAS.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Precision {
-    Bf16,
-    Fp16,
-    Tf32,
-    Fp32,
-}
-
-impl Precision {
-    pub const ALL: [Precision; 4] = [
-        Precision::Bf16,
-        Precision::Fp16,
-        Precision::Tf32,
-        Precision::Fp32,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Precision::Bf16 => "bf16",
-            Precision::Fp16 => "fp16",
-            Precision::Tf32 => "tf32",
-            Precision::Fp32 => "fp32",
-        }
-    }
-
-    pub fn parse(text: &str) -> Option<Precision> {
-        Precision::ALL
-            .into_iter()
-            .find(|precision| precision.name().eq_ignore_ascii_case(text.trim()))
-    }
-
-    /// Largest relative error ‖C − C_ref‖/‖C_ref‖ accepted against a float64 reference computed
-    /// from the same (already rounded) inputs. bf16 and fp16 lose most in the rounding of the
-    /// output (2⁻⁹ and 2⁻¹² relative); tf32 rounds the inputs to 10 mantissa bits; fp32 only
-    /// accumulates rounding over the inner dimension.
-    pub fn tolerance(self) -> f64 {
-        match self {
-            Precision::Bf16 => 1e-2,
-            Precision::Fp16 => 5e-3,
-            Precision::Tf32 => 5e-3,
-            Precision::Fp32 => 1e-4,
-        }
-    }
 }
 
 /// Splits a dotted version into numbers, ignoring a local part ("2.7.1+cu126" → [2, 7, 1]).

@@ -13,11 +13,12 @@ use serde_json::{json, Value};
 use crate::model::digest::Digest;
 
 pub const DSSE_MEDIA_TYPE: &str = "application/vnd.dsse.envelope.v1+json";
-pub const SIMPLE_SIGNING_MEDIA_TYPE: &str = "application/vnd.dev.cosign.simplesigning.v1+json";
+pub(crate) const SIMPLE_SIGNING_MEDIA_TYPE: &str =
+    "application/vnd.dev.cosign.simplesigning.v1+json";
 pub const SIGNATURE_ANNOTATION: &str = "dev.cosignproject.cosign/signature";
-pub const PREDICATE_TYPE_ANNOTATION: &str = "predicateType";
+pub(crate) const PREDICATE_TYPE_ANNOTATION: &str = "predicateType";
 pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
-pub const OCI_CONFIG: &str = "application/vnd.oci.image.config.v1+json";
+pub(crate) const OCI_CONFIG: &str = "application/vnd.oci.image.config.v1+json";
 
 /// The tag holding the attestations of `digest`.
 pub fn attestation_tag(digest: &Digest) -> String {

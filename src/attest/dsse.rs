@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use crate::model::digest::Digest;
 
 /// The DSSE payload type of an in-toto statement.
-pub const PAYLOAD_TYPE: &str = "application/vnd.in-toto+json";
+pub(crate) const PAYLOAD_TYPE: &str = "application/vnd.in-toto+json";
 
 /// A DSSE envelope as stored in the registry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -200,7 +200,7 @@ pub fn envelope_bytes(envelope: &Envelope) -> Vec<u8> {
 }
 
 /// DSSE's pre-authentication encoding: `DSSEv1 <len> <type> <len> <payload>`.
-pub fn pae(payload_type: &str, payload: &[u8]) -> Vec<u8> {
+pub(crate) fn pae(payload_type: &str, payload: &[u8]) -> Vec<u8> {
     let mut out = format!(
         "DSSEv1 {} {} {} ",
         payload_type.len(),

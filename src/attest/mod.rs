@@ -57,12 +57,6 @@ impl PredicateKind {
             .into_iter()
             .find(|kind| kind.uri() == uri)
     }
-
-    pub fn from_name(name: &str) -> Option<PredicateKind> {
-        PredicateKind::ALL
-            .into_iter()
-            .find(|kind| kind.name() == name)
-    }
 }
 
 impl std::fmt::Display for PredicateKind {

@@ -39,7 +39,8 @@ pub fn cluster_image_policy(name: &str, repositories: &[String], public_key: &st
 /// Where `value` does not fit the OpenAPI v3 `schema` of a CustomResourceDefinition version:
 /// a wrong type, a missing required field, or a field the schema does not name (which the API
 /// server would prune or refuse), each as `path: problem`.
-pub fn schema_problems(value: &Value, schema: &Value, path: &str) -> Vec<String> {
+#[cfg(test)]
+pub(crate) fn schema_problems(value: &Value, schema: &Value, path: &str) -> Vec<String> {
     let mut problems = Vec::new();
     let expected = schema.get("type").and_then(Value::as_str);
     let fits = match expected {

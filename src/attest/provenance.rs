@@ -14,10 +14,10 @@ use crate::model::digest::Digest;
 pub const PREDICATE_TYPE: &str = "https://slsa.dev/provenance/v1";
 
 /// What an imagegen build is, as SLSA's `buildType`; documented in README.md ("Attestations").
-pub const BUILD_TYPE: &str = "urn:imagegen:build-type:docker-build:v1";
+pub(crate) const BUILD_TYPE: &str = "urn:imagegen:build-type:docker-build:v1";
 
 /// The builder's identity, as SLSA's `builder.id`.
-pub const BUILDER_ID: &str = "urn:imagegen:builder";
+pub(crate) const BUILDER_ID: &str = "urn:imagegen:builder";
 
 /// Facts about the run that the image record does not hold.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -19,8 +19,9 @@ use crate::history::test_results::results_of;
 
 pub const PREDICATE_TYPE: &str = "urn:imagegen:predicate:gpu-selftest-result:v1";
 
-/// The JSON schema (draft 2020-12) the predicate follows.
-pub const SCHEMA: &str = include_str!("gpu-selftest-result.v1.schema.json");
+/// The JSON schema (draft 2020-12) the predicate follows (checked against by the tests).
+#[cfg(test)]
+pub(crate) const SCHEMA: &str = include_str!("gpu-selftest-result.v1.schema.json");
 
 /// The check fields that are not figures.
 const CHECK_FIELDS: [&str; 5] = ["name", "status", "summary", "rule", "duration_seconds"];

@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 
 use crate::model::digest::Digest;
 
-pub const STATEMENT_TYPE: &str = "https://in-toto.io/Statement/v1";
+pub(crate) const STATEMENT_TYPE: &str = "https://in-toto.io/Statement/v1";
 
 /// What a statement is about: an image repository and its manifest digest.
 #[derive(Debug, Clone, PartialEq, Eq)]

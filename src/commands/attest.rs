@@ -35,10 +35,12 @@ use crate::docker::{repository_path_of, Registries, RegistryClient, RetryPolicy}
 use crate::history::attestations::{Artifact as ArtifactRecord, AttestationRecord};
 use crate::history::manifest::{now_rfc3339, ImageRecord, IndexRecord, Manifest};
 use crate::model::digest::Digest;
-use crate::project::{load_existing_manifest, ManifestFile, Project};
+use crate::project::{
+    host_name, load_existing_manifest, read_private_key, read_text, ManifestFile, Project,
+};
 
 /// The environment variable that may hold the signing key's PEM text itself (a CI secret).
-pub const KEY_ENV: &str = "IMAGEGEN_SIGNING_KEY";
+pub(crate) const KEY_ENV: &str = "IMAGEGEN_SIGNING_KEY";
 
 pub fn run(project: &Project, args: &AttestArgs) -> Result<Outcome> {
     match &args.action {
@@ -49,7 +51,7 @@ pub fn run(project: &Project, args: &AttestArgs) -> Result<Outcome> {
 }
 
 /// Why a key file's mode is too open, if it is: group or others may read or write it.
-pub fn key_mode_problem(mode: u32) -> Option<String> {
+pub(crate) fn key_mode_problem(mode: u32) -> Option<String> {
     (mode & 0o077 != 0).then(|| {
         format!(
             "it is readable or writable by others (mode {:o}); hint: chmod 600 it",
@@ -73,14 +75,10 @@ pub fn load_signer(signing: &SigningArgs) -> Result<Option<Signer>> {
 }
 
 fn read_key_file(path: &Path) -> Result<Signer> {
-    use std::os::unix::fs::MetadataExt as _;
-    let metadata = std::fs::metadata(path)
-        .with_context(|| format!("cannot read the signing key {}", path.display()))?;
-    if let Some(problem) = key_mode_problem(metadata.mode()) {
+    let (text, mode) = read_private_key(path)?;
+    if let Some(problem) = key_mode_problem(mode) {
         bail!("refusing the signing key {}: {problem}", path.display());
     }
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read the signing key {}", path.display()))?;
     Signer::from_pem(&text)
         .with_context(|| format!("the signing key {} cannot be used", path.display()))
 }
@@ -88,8 +86,7 @@ fn read_key_file(path: &Path) -> Result<Signer> {
 /// The key to verify with: `--key PUB`, else the public half of the configured signing key.
 pub fn load_verifier(key: Option<&Path>, signing: &SigningArgs) -> Result<Verifier> {
     if let Some(path) = key {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read the public key {}", path.display()))?;
+        let text = read_text(path, "the public key")?;
         return Verifier::from_pem(&text)
             .with_context(|| format!("the public key {} cannot be used", path.display()));
     }
@@ -99,14 +96,6 @@ pub fn load_verifier(key: Option<&Path>, signing: &SigningArgs) -> Result<Verifi
             "no key to verify with\nhint: pass --key PUB (a PEM public key: `openssl ec -in KEY -pubout`), or configure the signing key (--signing-key, IMAGEGEN_SIGNING_KEY_FILE or {KEY_ENV})"
         ),
     }
-}
-
-/// This host's name, the node a self-test recorded by this run ran on.
-fn node_name() -> Option<String> {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .map(|name| name.trim().to_string())
-        .filter(|name| !name.is_empty())
 }
 
 /// The lock of `record` when the project holds the very lock it was built from (its digest is
@@ -145,7 +134,7 @@ impl SignContext {
                     )
                 }),
             },
-            node: node_name(),
+            node: host_name(),
             locks: project.locks().unwrap_or_default(),
         }
     }
@@ -332,7 +321,7 @@ async fn fetch_layers(
 }
 
 /// What the registry serves for `repository:tag`, and the verdict on its attestations.
-pub async fn check_served(
+pub(crate) async fn check_served(
     registries: &Registries,
     repository_ref: &str,
     tag: &str,

@@ -12,7 +12,7 @@ use crate::commands::outcome::Outcome;
 use crate::commands::output::{count, emit, note};
 use crate::commands::stages::{lock_problems, no_images, resolve_project};
 use crate::generate::bake::{bake_file, staging_context};
-use crate::project::{image_files, write_atomically, Project};
+use crate::project::{image_files, read_bytes, stage_context, write_atomically, Project};
 use crate::resolve::image::ResolveOptions;
 
 /// `imagegen bake`: writes the bake file (`.imagegen/docker-bake.json` unless `--out`; `-`
@@ -54,7 +54,7 @@ pub fn run(project: &Project, args: &BakeArgs) -> Result<Outcome> {
         for image in images {
             if !binaries.contains_key(image.selftest.as_str()) {
                 let source = selftest_dir.join(&image.selftest);
-                let bytes = std::fs::read(&source).with_context(|| {
+                let bytes = read_bytes(&source).with_context(|| {
                     format!(
                         "cannot read the self-test binary {}\nhint: build it with `bash selftest/build.sh`, pass --selftest-dir, or use --no-stage and stage {}/ yourself",
                         source.display(),
@@ -64,22 +64,11 @@ pub fn run(project: &Project, args: &BakeArgs) -> Result<Outcome> {
                 binaries.insert(&image.selftest, bytes);
             }
             let context = root.join(staging_context(&image.name));
-            // A file an earlier staging left (a CA bundle the matrix dropped) must not ride along.
-            if context.exists() {
-                std::fs::remove_dir_all(&context)
-                    .with_context(|| format!("cannot clear {}", context.display()))?;
-            }
-            for (name, bytes) in image_files(&project.images_dir, &image.name)? {
-                write_atomically(&context.join(name), &bytes)?;
-            }
-            let target = context.join("gpu-selftest");
-            write_atomically(&target, &binaries[image.selftest.as_str()])?;
-            #[cfg(unix)]
-            {
-                use std::os::unix::fs::PermissionsExt;
-                std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o755))
-                    .with_context(|| format!("cannot make {} executable", target.display()))?;
-            }
+            stage_context(
+                &context,
+                image_files(&project.images_dir, &image.name)?,
+                ("gpu-selftest", &binaries[image.selftest.as_str()]),
+            )?;
             note(format!("staged {}", context.display()));
         }
     }

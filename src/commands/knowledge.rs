@@ -13,11 +13,11 @@ use anyhow::{Context, Result};
 
 use crate::cli::{DerivePackage, KnowledgeAction, KnowledgeArgs};
 use crate::commands::outcome::Outcome;
+use crate::docker::pypi_index::{IndexClient, MetadataFrom};
 use crate::history::manifest::now_rfc3339;
 use crate::model::knowledge::derive::{self, DerivedRelease};
 use crate::model::version::TorchVersion;
 use crate::project::Project;
-use crate::pypi_index::{IndexClient, MetadataFrom};
 
 pub fn run(project: &Project, args: &KnowledgeArgs) -> Result<Outcome> {
     match &args.action {

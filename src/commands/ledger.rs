@@ -13,7 +13,8 @@ use crate::history::alias_transaction::Owner;
 use crate::history::manifest::Manifest;
 use crate::pipeline::alias_move::{AliasLedger, Claim};
 use crate::project::{
-    lock_timeout_error, waiting_line, LockHolder, ManifestFile, ProjectLock, LOCK_POLL,
+    boot_id, lock_timeout_error, process_start, waiting_line, LockHolder, ManifestFile,
+    ProjectLock, LOCK_POLL,
 };
 
 /// One process on one machine boot: `<boot>-<pid>-<start>`, where `boot` is the first 12 hex
@@ -77,27 +78,6 @@ impl RunId {
             _ => Liveness::Gone,
         }
     }
-}
-
-/// The first 12 hex digits of this boot's id (`/proc/sys/kernel/random/boot_id`).
-fn boot_id() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .map(|text| {
-            text.chars()
-                .filter(char::is_ascii_hexdigit)
-                .take(12)
-                .collect()
-        })
-        .unwrap_or_else(|_| "000000000000".into())
-}
-
-/// A process's start time in clock ticks since boot (`/proc/<pid>/stat`, field 22), or `None`
-/// when there is no such process.
-fn process_start(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) is in parentheses and may hold spaces; fields after it are plain.
-    let after_name = &stat[stat.rfind(')')? + 1..];
-    after_name.split_whitespace().nth(19)?.parse().ok()
 }
 
 /// This run as the owner of the alias moves it makes.

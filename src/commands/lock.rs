@@ -215,14 +215,14 @@ impl Uv {
         previous: Option<&str>,
         parent: Option<&str>,
     ) -> Result<String> {
-        let folder = tempfile::tempdir().context("cannot make a temporary folder for uv")?;
+        let folder = project::ScratchDir::new("uv")?;
         let dir = folder.path();
         let lines =
             |items: &[String]| -> String { items.iter().map(|item| format!("{item}\n")).collect() };
-        std::fs::write(dir.join("requirements.in"), lines(&spec.requirements))?;
-        std::fs::write(dir.join("constraints.txt"), lines(&spec.constraints))?;
+        folder.write("requirements.in", &lines(&spec.requirements))?;
+        folder.write("constraints.txt", &lines(&spec.constraints))?;
         if let Some(previous) = previous {
-            std::fs::write(dir.join(LOCK_FILE), previous)?;
+            folder.write(LOCK_FILE, previous)?;
         }
         let mut command = Command::new(&self.program);
         command
@@ -230,7 +230,7 @@ impl Uv {
             .args(["pip", "compile", "requirements.in"])
             .args(["--constraints", "constraints.txt"]);
         if let Some(parent) = parent {
-            std::fs::write(dir.join("runtime.lock"), parent)?;
+            folder.write("runtime.lock", parent)?;
             command.args(["--constraints", "runtime.lock"]);
         }
         command
@@ -267,7 +267,8 @@ impl Uv {
                 String::from_utf8_lossy(&output.stderr).trim()
             );
         }
-        let body = std::fs::read_to_string(dir.join(LOCK_FILE))
+        let body = folder
+            .read(LOCK_FILE)
             .context("uv wrote no requirements.lock")?;
         // uv keeps comment lines of a previous output file at its top; the header is ours.
         let body: String = body

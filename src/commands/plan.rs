@@ -148,7 +148,7 @@ fn change_summary(changes: &[InputChange]) -> String {
 }
 
 /// The plan as GitHub-flavoured markdown, for a pull-request comment or `$GITHUB_STEP_SUMMARY`.
-pub fn plan_markdown(plan: &UpgradePlan) -> String {
+pub(crate) fn plan_markdown(plan: &UpgradePlan) -> String {
     let mut out = String::from("## imagegen plan\n\n");
     writeln!(
         out,

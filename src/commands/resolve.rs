@@ -46,7 +46,7 @@ pub fn run(project: &Project, args: &ResolveArgs) -> Result<Outcome> {
 }
 
 /// The resolution as a table for people: images with driver floors and aliases, then rejections.
-pub fn resolution_table(resolution: &Resolution) -> String {
+pub(crate) fn resolution_table(resolution: &Resolution) -> String {
     let mut rows = vec![[
         "IMAGE", "PYTHON", "CUDNN", "DRIVER>=", "COMPAT>=", "ALIASES",
     ]

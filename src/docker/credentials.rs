@@ -205,7 +205,7 @@ impl fmt::Debug for DockerConfig {
 
 impl DockerConfig {
     /// `$DOCKER_CONFIG`, else `$HOME/.docker`.
-    pub fn default_dir() -> Option<PathBuf> {
+    pub(crate) fn default_dir() -> Option<PathBuf> {
         std::env::var_os("DOCKER_CONFIG")
             .map(PathBuf::from)
             .or_else(|| std::env::var_os("HOME").map(|home| Path::new(&home).join(".docker")))
@@ -254,7 +254,8 @@ impl DockerConfig {
     }
 
     /// Looks for `docker-credential-<name>` in `dir` before `PATH` (tests, vendored helpers).
-    pub fn with_helper_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+    #[cfg(test)]
+    pub(crate) fn with_helper_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.helper_dir = Some(dir.into());
         self
     }

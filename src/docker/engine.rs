@@ -318,7 +318,7 @@ impl Engine {
 
     /// [`Engine::connect_to`] with `request_timeout` as the deadline of every daemon request
     /// until its answer begins (at least one second).
-    pub async fn connect_to_with_timeout(
+    pub(crate) async fn connect_to_with_timeout(
         address: &str,
         request_timeout: Duration,
     ) -> Result<Engine, DockerError> {

@@ -1,6 +1,8 @@
 //! The edge of imagegen that talks to the outside world about images: the Docker Engine API
 //! (through bollard: build, tag, push, run, inspect), OCI distribution registries (plain HTTP(S):
-//! manifests, config blobs, tag existence) and the user's Docker credential configuration.
+//! manifests, config blobs, tag existence), the user's Docker credential configuration, and the
+//! Python package index `imagegen knowledge derive` reads (`pypi_index`: PEP 691/503 pages, PEP 658
+//! metadata, byte ranges of wheels), whose answers it hands to the model's parsers.
 //!
 //! This module owns the wire protocols, the error messages that name the daemon address, image
 //! reference or registry host involved, retrying of transient registry failures and the redaction
@@ -49,6 +51,7 @@ mod context;
 mod credentials;
 mod engine;
 mod error;
+pub mod pypi_index;
 mod registries;
 mod registry;
 mod retry;

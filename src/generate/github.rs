@@ -2,7 +2,7 @@
 //! consumes (`{"include": [...]}`). Pure: image specs in, a JSON value out.
 //!
 //! Every job runs `imagegen build --shard I/N`, which selects whole families (a runtime image and
-//! the devel images built on it) with `crate::pipeline::plan::select`, so devel always builds after its
+//! the devel images built on it) with `crate::resolve::select::select`, so devel always builds after its
 //! runtime in the same job, and every runner computes the same split. `--per-image` is the same
 //! thing with one shard per family (the families sorted by name, dealt round-robin over as many
 //! shards as there are families, give exactly one family per shard). Shards that would select
@@ -35,16 +35,16 @@
 
 use serde::Serialize;
 
-use crate::pipeline::plan::{select, Shard};
 use crate::resolve::image::ImageSpec;
+use crate::resolve::select::{select, Shard};
 
 /// The most jobs one GitHub Actions matrix may generate.
-pub const GITHUB_MATRIX_LIMIT: usize = 256;
+pub(crate) const GITHUB_MATRIX_LIMIT: usize = 256;
 /// The most one job's outputs may hold, in bytes of UTF-16 (1 MB, counted as 10^6 to stay on
 /// the safe side of however GitHub rounds it).
-pub const GITHUB_JOB_OUTPUT_LIMIT: usize = 1_000_000;
+pub(crate) const GITHUB_JOB_OUTPUT_LIMIT: usize = 1_000_000;
 /// The keywords of a `strategy.matrix` mapping.
-pub const MATRIX_KEYWORDS: [&str; 2] = ["include", "exclude"];
+pub(crate) const MATRIX_KEYWORDS: [&str; 2] = ["include", "exclude"];
 
 /// Why a matrix would not be accepted as `strategy.matrix`.
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -105,7 +105,7 @@ pub struct GithubMatrix {
 }
 
 /// Number of families (runtime image plus its devel images) among `images`.
-pub fn family_count(images: &[ImageSpec]) -> usize {
+pub(crate) fn family_count(images: &[ImageSpec]) -> usize {
     images.iter().filter(|image| image.parent.is_none()).count()
 }
 
@@ -222,7 +222,7 @@ pub struct TestMatrix {
 }
 
 /// The runner label for a GPU model: `gpu-` and the model in lowercase, other characters `-`.
-pub fn gpu_runner_label(model: &str) -> String {
+pub(crate) fn gpu_runner_label(model: &str) -> String {
     let words: Vec<String> = model
         .split(|c: char| !c.is_ascii_alphanumeric())
         .filter(|w| !w.is_empty())

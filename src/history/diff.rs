@@ -27,7 +27,7 @@ pub struct ListDiff {
 }
 
 /// Compares package lists of `name==version` (pip) or `name=version` (dpkg) lines.
-pub fn diff_lists(from: &[String], to: &[String]) -> ListDiff {
+pub(crate) fn diff_lists(from: &[String], to: &[String]) -> ListDiff {
     let split = |line: &String| -> (String, String) {
         match line
             .split_once("==")

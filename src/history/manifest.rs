@@ -28,7 +28,6 @@ use crate::model::digest::Digest;
 use crate::model::version::DriverVersion;
 
 pub const SCHEMA_VERSION: u32 = 1;
-pub const DEFAULT_PATH: &str = "imagegen-manifest.json";
 
 /// How many earlier records each image and alias keeps.
 pub const HISTORY_LIMIT: usize = 50;
@@ -487,7 +486,7 @@ pub struct AliasTarget {
 
 impl Manifest {
     /// The torch release behind a full tag, per-platform tag or index tag.
-    pub fn torch_of(&self, tag: &str) -> Option<&str> {
+    pub(crate) fn torch_of(&self, tag: &str) -> Option<&str> {
         self.images
             .get(tag)
             .map(|r| r.torch.as_str())
@@ -689,7 +688,7 @@ impl Manifest {
     }
 
     /// The aliases that point at `tag` (at `digest`, when both know theirs) now, sorted.
-    pub fn aliases_of(&self, tag: &str, digest: Option<&Digest>) -> Vec<String> {
+    pub(crate) fn aliases_of(&self, tag: &str, digest: Option<&Digest>) -> Vec<String> {
         self.aliases
             .iter()
             .filter(|(_, record)| {

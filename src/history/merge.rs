@@ -248,13 +248,13 @@ fn newer_pending(left: PendingMove, right: PendingMove) -> PendingMove {
 }
 
 /// Merges any number of manifests, in order (the result does not depend on it).
-pub fn merge_all(manifests: Vec<Manifest>) -> Manifest {
+pub(crate) fn merge_all(manifests: Vec<Manifest>) -> Manifest {
     manifests.into_iter().fold(Manifest::new(), merge)
 }
 
 /// How far apart two runners' clocks may be. Two moves of one alias that did not see each other
 /// and are closer in time than this cannot be put in order by their times.
-pub const CLOCK_SKEW: std::time::Duration = std::time::Duration::from_secs(300);
+pub(crate) const CLOCK_SKEW: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// Two manifests that disagree in a way no rule settles: a person decides.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

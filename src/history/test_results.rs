@@ -260,7 +260,7 @@ pub fn judge(require: &[String], results: &[GpuTestResult]) -> PolicyState {
 }
 
 /// Adds `result` to a list: it replaces the result of the same node, else joins; sorted by node.
-pub fn add_result(results: &mut Vec<GpuTestResult>, result: GpuTestResult) {
+pub(crate) fn add_result(results: &mut Vec<GpuTestResult>, result: GpuTestResult) {
     results.retain(|r| r.node != result.node);
     results.push(result);
     results.sort_by(|a, b| a.node.cmp(&b.node));

@@ -59,7 +59,7 @@ fn read_hint(error: &std::io::Error) -> &'static str {
 
 impl MatrixError {
     /// A problem the YAML reader found in `path`.
-    pub fn from_problem(path: &str, problem: Problem) -> MatrixError {
+    pub(crate) fn from_problem(path: &str, problem: Problem) -> MatrixError {
         MatrixError::Invalid {
             path: path.to_string(),
             line: problem.at.map(|at| at.line),
@@ -225,11 +225,11 @@ pub struct BaseImageFields<'a> {
 }
 
 /// The placeholders of base image patterns.
-pub const BASE_IMAGE_PLACEHOLDERS: &[&str] = &["cuda", "cuda_full", "os", "arch"];
+pub(crate) const BASE_IMAGE_PLACEHOLDERS: &[&str] = &["cuda", "cuda_full", "os", "arch"];
 
 impl BaseImageRule {
     /// The base image of a cell, or `None` when this rule does not name one for its OS.
-    pub fn image_for(&self, fields: &BaseImageFields<'_>) -> Option<String> {
+    pub(crate) fn image_for(&self, fields: &BaseImageFields<'_>) -> Option<String> {
         let pattern = match self {
             BaseImageRule::Pattern(pattern) => pattern,
             BaseImageRule::ByOs(by_os) => by_os.get(fields.os)?,
@@ -404,17 +404,14 @@ const TOP_LEVEL_KEYS: &[&str] = &[
 ];
 
 impl Matrix {
-    /// Reads and validates the matrix at `path`.
-    pub fn load(path: &Path) -> Result<Matrix, MatrixError> {
+    /// Validates the matrix the loader read from `path` (at most one byte over the size
+    /// limit); relative paths in it are taken relative to `path`'s directory.
+    pub fn from_bytes(path: &Path, bytes: &[u8]) -> Result<Matrix, MatrixError> {
         let name = path.display().to_string();
-        let bytes = yaml::read_bounded(path, &LIMITS)
-            .map_err(|source| MatrixError::Read {
-                path: name.clone(),
-                source,
-            })?
+        let bytes = yaml::within_size(bytes, &LIMITS)
             .map_err(|problem| MatrixError::from_problem(&name, problem))?;
         let text =
-            yaml::decode(&bytes).map_err(|problem| MatrixError::from_problem(&name, problem))?;
+            yaml::decode(bytes).map_err(|problem| MatrixError::from_problem(&name, problem))?;
         let mut matrix = Self::parse(text, &name)?;
         let directory = path.parent().unwrap_or(Path::new("."));
         for relative in [&mut matrix.templates, &mut matrix.ca_bundle]
@@ -564,6 +561,18 @@ impl Matrix {
                 Some("lowercase letters, digits, `.`, `_`, `-` and `/`".into()),
             )
         })?;
+        let name_length = self.registry.len() + 1 + self.repository.len();
+        if name_length > MAX_NAME_LENGTH {
+            return Err(invalid(
+                "repository",
+                &self.repository,
+                format!(
+                    "the image name {}/{} is {name_length} characters long; Docker allows at most {MAX_NAME_LENGTH}",
+                    self.registry, self.repository
+                ),
+                None,
+            ));
+        }
         if !self
             .repository
             .chars()
@@ -697,7 +706,7 @@ impl Matrix {
     }
 
     /// How many cells the axes and include rules ask for (before any is rejected), saturating.
-    pub fn cell_count(&self) -> usize {
+    pub(crate) fn cell_count(&self) -> usize {
         let axes = self
             .axes()
             .iter()
@@ -758,7 +767,97 @@ fn check_reference_part(what: &str, value: &str, is_host: bool) -> Result<(), St
             "{what} {value:?} is not a valid image reference part"
         ));
     }
+    // Docker's reference grammar (distribution/reference): a host is dot-separated labels with
+    // an optional port; a path is `/`-separated components, each alphanumerics joined by one
+    // `.`, one or two `_`, or any number of `-`.
+    // A host (with a path after it, for a mirror prefix such as `registry.example:5000/hub`).
+    let (host, path) = if is_host {
+        match value.split_once('/') {
+            Some((host, path)) => (Some(host), Some(path)),
+            None => (Some(value), None),
+        }
+    } else {
+        (None, Some(value))
+    };
+    if let Some(host) = host {
+        let (name, port) = match host.split_once(':') {
+            Some((name, port)) => (name, Some(port)),
+            None => (host, None),
+        };
+        if name.split('.').any(|label| label.is_empty()) {
+            return Err(format!("{what} {value:?} is not a valid registry host"));
+        }
+        if let Some(port) = port {
+            if !port.bytes().all(|b| b.is_ascii_digit())
+                || !port.parse::<u32>().is_ok_and(|p| (1..=65535).contains(&p))
+            {
+                return Err(format!(
+                    "{what} {value:?} has port {port:?}: a port is a number from 1 to 65535"
+                ));
+            }
+        }
+    }
+    if let Some(bad) = path
+        .into_iter()
+        .flat_map(|path| path.split('/'))
+        .find(|component| !is_path_component(component))
+    {
+        return Err(format!(
+            "{what} {value:?} has the path component {bad:?}: Docker allows letters and digits joined by one `.`, one or two `_`, or `-`"
+        ));
+    }
     Ok(())
+}
+
+/// One component of a repository path as Docker's reference grammar has it:
+/// `[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*` (case is checked separately).
+fn is_path_component(component: &str) -> bool {
+    let bytes = component.as_bytes();
+    let alphanumeric = |b: u8| b.is_ascii_alphanumeric();
+    if bytes.is_empty() || !alphanumeric(bytes[0]) || !alphanumeric(bytes[bytes.len() - 1]) {
+        return false;
+    }
+    let mut at = 0;
+    while at < bytes.len() {
+        if alphanumeric(bytes[at]) {
+            at += 1;
+            continue;
+        }
+        let start = at;
+        while at < bytes.len() && !alphanumeric(bytes[at]) {
+            at += 1;
+        }
+        let separator = &component[start..at];
+        let fine = matches!(separator, "." | "_" | "__") || separator.bytes().all(|b| b == b'-');
+        if !fine {
+            return false;
+        }
+    }
+    true
+}
+
+/// The longest image name (`registry/repository`) Docker accepts.
+pub(crate) const MAX_NAME_LENGTH: usize = 255;
+/// The longest tag Docker accepts.
+pub(crate) const MAX_TAG_LENGTH: usize = 128;
+
+/// Why `tag` is not a tag Docker accepts (`[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}`), if it is not.
+pub fn tag_problem(tag: &str) -> Option<String> {
+    if tag.len() > MAX_TAG_LENGTH {
+        return Some(format!(
+            "the tag {tag} is {} characters long; Docker allows at most {MAX_TAG_LENGTH}",
+            tag.len()
+        ));
+    }
+    if tag.starts_with(['.', '-']) || tag.is_empty() {
+        return Some(format!(
+            "the tag {tag:?} starts with {:?}; Docker tags start with a letter, digit or `_`",
+            tag.chars().next().unwrap_or(' ')
+        ));
+    }
+    tag.chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || "_.-".contains(*c)))
+        .map(|bad| format!("the tag {tag:?} contains {bad:?}, which Docker does not allow"))
 }
 
 /// A base image pattern: known placeholders only, and a valid image reference once filled in.
@@ -839,6 +938,11 @@ pub fn check_free_text(what: &str, value: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Whether a tag template starts with a character no tag may start with.
+fn literal_start_problem(template: &str) -> bool {
+    template.starts_with(['.', '-'])
+}
+
 /// Tag templates may use only known placeholders and produce valid tag characters.
 fn check_tag_template(template: &str) -> Result<(), String> {
     const PLACEHOLDERS: &[&str] = &[
@@ -875,6 +979,12 @@ fn check_tag_template(template: &str) -> Result<(), String> {
     {
         return Err(format!(
             "{template:?} contains {bad:?}, which is not allowed in a tag"
+        ));
+    }
+    if literal_start_problem(template) {
+        return Err(format!(
+            "{template:?} starts with {:?}; Docker tags start with a letter, digit or `_`",
+            template.chars().next().unwrap_or(' ')
         ));
     }
     if !template.contains("{variant}") {
@@ -989,6 +1099,84 @@ mod tests {
             "{MINIMAL}tags:\n  full: \"{{torch}}-{{nope}}-{{variant}}\"\n"
         ));
         assert!(error.contains("unknown placeholder {nope}"), "{error}");
+    }
+
+    #[test]
+    fn references_docker_would_refuse_are_refused_at_their_line() {
+        let cases = [
+            (
+                "ghcr.io",
+                "ghcr.io:70000",
+                "matrix.yaml:1",
+                "port \"70000\": a port is a number from 1 to 65535",
+            ),
+            ("ghcr.io", "ghcr.io:50x", "matrix.yaml:1", "port \"50x\""),
+            (
+                "ghcr.io",
+                "ghcr..io",
+                "matrix.yaml:1",
+                "is not a valid registry host",
+            ),
+            (
+                "acme/pytorch",
+                "acme/../pytorch",
+                "matrix.yaml:2",
+                "the path component \"..\"",
+            ),
+            (
+                "acme/pytorch",
+                "acme/py..torch",
+                "matrix.yaml:2",
+                "the path component \"py..torch\"",
+            ),
+            (
+                "acme/pytorch",
+                "acme/py___torch",
+                "matrix.yaml:2",
+                "the path component \"py___torch\"",
+            ),
+        ];
+        for (from, to, line, expected) in cases {
+            let error = error_of(&MINIMAL.replacen(from, to, 1));
+            assert!(
+                error.contains(line) && error.contains(expected),
+                "{to}: {error}"
+            );
+        }
+        for fine in [
+            "acme/py-torch",
+            "acme/py__torch",
+            "acme/py.torch",
+            "a-b/c--d_e",
+        ] {
+            Matrix::parse(&MINIMAL.replace("acme/pytorch", fine), "matrix.yaml")
+                .unwrap_or_else(|e| panic!("{fine}: {e}"));
+        }
+        Matrix::parse(&MINIMAL.replace("ghcr.io", "127.0.0.1:5000"), "matrix.yaml").unwrap();
+        Matrix::parse(
+            &format!("{MINIMAL}mirrors:\n  base_registry: registry.example:5000/dockerhub\n"),
+            "matrix.yaml",
+        )
+        .unwrap();
+        let long = "a".repeat(250);
+        let error = error_of(&MINIMAL.replace("acme/pytorch", &format!("acme/{long}")));
+        assert!(
+            error.contains("matrix.yaml:2")
+                && error.contains("is 263 characters long; Docker allows at most 255"),
+            "{error}"
+        );
+        let error = error_of(&format!(
+            "{MINIMAL}tags:\n  full: \"-{{torch}}-{{variant}}\"\n"
+        ));
+        assert!(
+            error.contains("matrix.yaml:7") && error.contains("starts with '-'"),
+            "{error}"
+        );
+        assert_eq!(tag_problem("2.7.1-runtime"), None);
+        assert!(tag_problem(".hidden").unwrap().contains("starts with '.'"));
+        assert!(tag_problem(&"x".repeat(129))
+            .unwrap()
+            .contains("129 characters"));
     }
 
     #[test]
@@ -1114,7 +1302,10 @@ mod tests {
         let path = dir.path().join("matrix.yaml");
         std::fs::write(&path, format!("{MINIMAL}ca_bundle: certs/ca.pem\n")).unwrap();
         assert_eq!(
-            Matrix::load(&path).unwrap().ca_bundle.unwrap(),
+            Matrix::from_bytes(&path, &std::fs::read(&path).unwrap())
+                .unwrap()
+                .ca_bundle
+                .unwrap(),
             dir.path().join("certs/ca.pem")
         );
     }

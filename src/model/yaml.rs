@@ -6,12 +6,11 @@
 //!
 //! It streams parser events ([`saphyr_parser`], which reports a span for each) and stops at the
 //! first limit it passes, so memory and time stay proportional to the limits, not to the input.
-//! `serde_yaml` then deserializes a document that is known to be small. This module does no I/O
-//! beyond [`read_bounded`], which reads at most one byte more than the limit.
+//! `serde_yaml` then deserializes a document that is known to be small. This module does no I/O:
+//! the loader (`project.rs`) reads at most one byte more than the limit and hands the bytes to
+//! [`within_size`].
 
 use std::collections::{BTreeMap, HashSet};
-use std::io::Read;
-use std::path::Path;
 
 use saphyr_parser::{Event, Parser, Span};
 
@@ -150,15 +149,13 @@ fn without_indexes(path: &str) -> &str {
     rest
 }
 
-/// Reads at most `limits.bytes` of `path`; a larger file is refused without reading the rest.
-pub fn read_bounded(path: &Path, limits: &Limits) -> std::io::Result<Result<Vec<u8>, Problem>> {
-    let file = std::fs::File::open(path)?;
-    let mut bytes = Vec::new();
-    file.take(limits.bytes as u64 + 1).read_to_end(&mut bytes)?;
+/// `bytes` when they are within `limits.bytes` (the loader reads one byte more than the limit,
+/// never the whole of a larger file), else the problem saying so.
+pub fn within_size<'b>(bytes: &'b [u8], limits: &Limits) -> Result<&'b [u8], Problem> {
     if bytes.len() > limits.bytes {
-        return Ok(Err(too_large(limits)));
+        return Err(too_large(limits));
     }
-    Ok(Ok(bytes))
+    Ok(bytes)
 }
 
 fn too_large(limits: &Limits) -> Problem {

@@ -152,7 +152,7 @@ pub mod test_support {
 
     /// A registry in memory: what each alias serves; aliases in `fail` cannot be stored.
     #[derive(Default)]
-    pub struct MemoryRegistry {
+    pub(crate) struct MemoryRegistry {
         pub served: Mutex<BTreeMap<String, Digest>>,
         pub fail: BTreeSet<String>,
         pub calls: Mutex<Vec<String>>,

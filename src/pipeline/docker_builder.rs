@@ -30,7 +30,7 @@ use crate::resolve::image::ImageSpec;
 /// Where the runtime template copies gpu-selftest (`COPY gpu-selftest /usr/local/bin/gpu-selftest`).
 const SELFTEST_PATH: &str = "/usr/local/bin/gpu-selftest";
 /// The label that carries an image's build key.
-pub const BUILD_KEY_LABEL: &str = "imagegen.build-key";
+pub(crate) const BUILD_KEY_LABEL: &str = "imagegen.build-key";
 /// The label on every container a run starts (self-test, package listing): its value names the
 /// run, so the run's cleanup finds exactly its own containers.
 pub const RUN_LABEL: &str = "imagegen.run";
@@ -144,7 +144,7 @@ impl Default for EngineBuilderSettings {
 }
 
 /// How long one image's build may take by default.
-pub const DEFAULT_BUILD_TIMEOUT: Duration = Duration::from_secs(6 * 3600);
+pub(crate) const DEFAULT_BUILD_TIMEOUT: Duration = Duration::from_secs(6 * 3600);
 
 pub struct EngineBuilder {
     engine: Engine,

@@ -19,7 +19,7 @@ use crate::resolve::fingerprint::sha256_hex;
 use crate::resolve::image::{ImageSpec, ToolkitSource};
 
 /// The embedded templates, by name.
-pub const EMBEDDED_TEMPLATES: &[(&str, &str)] = &[
+pub(crate) const EMBEDDED_TEMPLATES: &[(&str, &str)] = &[
     (
         "runtime.Dockerfile.j2",
         include_str!("../../templates/runtime.Dockerfile.j2"),
@@ -37,11 +37,11 @@ pub const EMBEDDED_TEMPLATES: &[(&str, &str)] = &[
 ];
 
 /// The libcuda stub script devel images with `devel_toolkit: pypi` run (copied as it is).
-pub const MAKE_CUDA_STUB: &str = include_str!("../../templates/make-cuda-stub.sh");
+pub(crate) const MAKE_CUDA_STUB: &str = include_str!("../../templates/make-cuda-stub.sh");
 
 /// The file names of a build context beside the Dockerfile.
-pub const CA_BUNDLE_FILE: &str = "ca-bundle.crt";
-pub const CUDA_STUB_SCRIPT: &str = "make-cuda-stub.sh";
+pub(crate) const CA_BUNDLE_FILE: &str = "ca-bundle.crt";
+pub(crate) const CUDA_STUB_SCRIPT: &str = "make-cuda-stub.sh";
 
 /// The template that renders images of `variant`.
 fn template_name(variant: Variant) -> &'static str {
@@ -173,7 +173,7 @@ pub fn render_all(
 
 /// A CA bundle is PEM certificates: at least one `CERTIFICATE` block and, outside the blocks,
 /// nothing but blank lines and comments (update-ca-certificates merges the file as it is).
-pub fn check_ca_bundle(text: &str) -> Result<(), String> {
+pub(crate) fn check_ca_bundle(text: &str) -> Result<(), String> {
     const BEGIN: &str = "-----BEGIN CERTIFICATE-----";
     const END: &str = "-----END CERTIFICATE-----";
     if text.len() > 4 << 20 {
@@ -301,7 +301,7 @@ fn normalize(text: &str) -> String {
 /// Validates, once more and right before rendering, every value of the spec that reaches a
 /// Dockerfile. A spec built by `resolve` always passes; this guards hand-made specs and
 /// custom knowledge files.
-pub fn check_values(image: &ImageSpec) -> Result<(), RenderError> {
+pub(crate) fn check_values(image: &ImageSpec) -> Result<(), RenderError> {
     let unsafe_value = |field: &str, message: String| RenderError::UnsafeValue {
         image: image.name.clone(),
         field: field.into(),

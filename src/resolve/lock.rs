@@ -20,7 +20,7 @@ use crate::resolve::image::{LockedCuda, PipIndexes};
 pub const LOCK_FILE: &str = "requirements.lock";
 
 /// The first line's prefix.
-pub const INPUTS_PREFIX: &str = "# imagegen-lock-inputs: ";
+pub(crate) const INPUTS_PREFIX: &str = "# imagegen-lock-inputs: ";
 
 impl LockSpec {
     /// A lock spec with its inputs digest computed.

@@ -17,6 +17,7 @@ pub mod known;
 pub mod lock;
 pub mod lookup;
 mod rules;
+pub mod select;
 pub mod sources;
 mod spec;
 pub mod tags;
@@ -26,7 +27,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::model::axes::{EndOfLifePolicy, OsName, Variant};
 use crate::model::digest::Digest;
 use crate::model::knowledge::Knowledge;
-use crate::model::matrix::Matrix;
+use crate::model::matrix::{tag_problem, Matrix};
 use cells::expand;
 use driver::driver_verdict;
 use fingerprint::fingerprint;
@@ -179,6 +180,7 @@ pub fn resolve(matrix: &Matrix, knowledge: &Knowledge, options: &ResolveOptions)
     apt_mirror_warnings(&images, matrix, &mut resolution);
 
     reject_tag_collisions(&mut images, &mut resolution);
+    reject_invalid_tags(&mut images, matrix, &mut resolution);
 
     if let Some(driver) = &options.driver {
         let mut kept = Vec::new();
@@ -194,8 +196,70 @@ pub fn resolve(matrix: &Matrix, knowledge: &Knowledge, options: &ResolveOptions)
     }
 
     assign_aliases(&mut images, matrix);
+    while reject_alias_collisions(&mut images, matrix, &mut resolution) {
+        for image in &mut images {
+            image.aliases.clear();
+        }
+        assign_aliases(&mut images, matrix);
+    }
     resolution.images = images;
     resolution
+}
+
+/// Tags Docker would refuse (over 128 characters, a first character that is not a letter, digit
+/// or `_`) are rejected here, at `tags.full`, not later by the daemon or a registry.
+fn reject_invalid_tags(images: &mut Vec<ImageSpec>, matrix: &Matrix, resolution: &mut Resolution) {
+    let location = matrix.locations.line_of("tags.full");
+    images.retain(|image| {
+        let Some(problem) = std::iter::once(&image.tag)
+            .chain(image.index.as_ref())
+            .find_map(|tag| tag_problem(tag))
+        else {
+            return true;
+        };
+        let mut rejection =
+            Rejection::of_image(image, "tags", format!("{problem}; shorten tags.full"));
+        rejection.location = location.clone();
+        resolution.rejected.push(rejection);
+        false
+    });
+}
+
+/// A full tag never moves and an alias does: one name cannot be both (`rollback` would move
+/// what is meant to be immutable). Images whose full tag (or index tag) is also an alias's name
+/// are rejected at `tags.full`; whether any were, so the caller gives the aliases again over
+/// the images left.
+fn reject_alias_collisions(
+    images: &mut Vec<ImageSpec>,
+    matrix: &Matrix,
+    resolution: &mut Resolution,
+) -> bool {
+    let mut alias_of: BTreeMap<String, String> = BTreeMap::new();
+    for image in images.iter() {
+        for alias in &image.aliases {
+            let published = image.index.clone().unwrap_or_else(|| image.tag.clone());
+            alias_of.entry(alias.clone()).or_insert(published);
+        }
+    }
+    let location = matrix.locations.line_of("tags.full");
+    let before = images.len();
+    images.retain(|image| {
+        let published = image.index.as_ref().unwrap_or(&image.tag);
+        let Some((name, owner)) = [published, &image.tag]
+            .into_iter()
+            .find_map(|name| alias_of.get(name).map(|owner| (name, owner)))
+        else {
+            return true;
+        };
+        let reason = format!(
+            "its full tag {name} is also the name of an alias (of {owner}): a full tag never moves and an alias does; change tags.full so full tags and aliases differ"
+        );
+        let mut rejection = Rejection::of_image(image, "tags", reason);
+        rejection.location = location.clone();
+        resolution.rejected.push(rejection);
+        false
+    });
+    images.len() != before
 }
 
 /// With any apt mirror set (an air-gapped build), every apt host a build reaches should have one:

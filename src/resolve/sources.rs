@@ -9,10 +9,7 @@ use crate::model::matrix::{Mirrors, TorchWheels};
 pub use crate::resolve::image::{AptRewrite, PipIndexes};
 
 /// The plain PyPI index, where torch's dependencies come from by default.
-pub const PYPI_SIMPLE: &str = "https://pypi.org/simple";
-
-/// NVIDIA's CUDA apt repositories, which nvidia/cuda base images configure.
-pub const NVIDIA_APT: &str = "https://developer.download.nvidia.com/compute/cuda/repos";
+pub(crate) const PYPI_SIMPLE: &str = "https://pypi.org/simple";
 
 /// An apt host a build reaches, and the mirror key that covers it.
 struct AptHost {

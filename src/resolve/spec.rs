@@ -21,7 +21,7 @@ use crate::resolve::tags::{self, TagFields};
 /// The extras of NVIDIA's `cuda-toolkit` wheel a devel image installs with `devel_toolkit: pypi`:
 /// nvcc and what it runs (crt, nvvm), the runtime headers and libraries, CCCL (Thrust, CUB),
 /// the profiler API and culibos, which `torch.utils.cpp_extension` builds need.
-pub const PYPI_TOOLKIT_EXTRAS: &str = "cccl,crt,cudart,culibos,nvcc,nvvm,profiler";
+pub(crate) const PYPI_TOOLKIT_EXTRAS: &str = "cccl,crt,cudart,culibos,nvcc,nvvm,profiler";
 
 /// Whether an image reference names NVIDIA's CUDA base (`nvidia/cuda:13.0.0-base-ubuntu24.04`, or
 /// the same repository under a mirror's host or path: `registry.example.com/hub/nvidia/cuda:…`).

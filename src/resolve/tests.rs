@@ -365,6 +365,46 @@ fn colliding_full_tags_are_rejected() {
 }
 
 #[test]
+fn a_full_tag_that_is_an_alias_name_is_rejected_at_tags_full() {
+    // `{torch_series}` in the full tag makes it the OS-suffixed alias of the same image.
+    let resolution = run("torch: [\"2.7\"]\ncuda: [\"12.6\"]\nos: [ubuntu22.04, ubuntu24.04]\nvariants: [runtime]\ntags:\n  full: \"{torch_series}-cuda{cuda}-{variant}-{os}\"\n");
+    assert!(resolution.images.is_empty(), "{:?}", resolution.images);
+    assert_eq!(resolution.rejected.len(), 2);
+    for rejection in &resolution.rejected {
+        assert!(
+            rejection.reason.contains("is also the name of an alias")
+                && rejection.location.as_deref() == Some("matrix.yaml:8"),
+            "{rejection:?}"
+        );
+    }
+    assert!(resolution.rejected[0]
+        .reason
+        .contains("its full tag 2.7-cuda12.6-runtime-ubuntu22.04 is also the name of an alias (of 2.7-cuda12.6-runtime-ubuntu22.04)"));
+    // With the full release in the full tag, full tags and aliases differ: nothing is rejected.
+    let resolution = run("torch: [\"2.7\"]\ncuda: [\"12.6\"]\nos: [ubuntu22.04, ubuntu24.04]\nvariants: [runtime]\ntags:\n  full: \"{torch}-cuda{cuda}-{variant}-{os}\"\n");
+    assert_eq!(resolution.images.len(), 2);
+    assert!(resolution.rejected.is_empty());
+}
+
+#[test]
+fn tags_docker_would_refuse_are_rejected_at_tags_full() {
+    let long = "x".repeat(120);
+    let resolution = run(&format!("torch: [\"2.7\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\nvariants: [runtime]\ntags:\n  full: \"{long}{{torch}}-{{variant}}\"\n"));
+    assert!(resolution.images.is_empty());
+    assert_eq!(resolution.rejected.len(), 1);
+    let rejection = &resolution.rejected[0];
+    assert!(
+        rejection
+            .reason
+            .contains("is 133 characters long; Docker allows at most 128")
+            && rejection.location.as_deref() == Some("matrix.yaml:8"),
+        "{rejection:?}"
+    );
+    let resolution = run("torch: [\"2.7\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\nvariants: [runtime]\ntags:\n  full: \"{torch}-{variant}\"\n");
+    assert_eq!(resolution.images.len(), 1, "{:?}", resolution.rejected);
+}
+
+#[test]
 fn mirrors_and_base_overrides_reach_the_spec() {
     let resolution = run(
         "torch: [\"2.7\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\nvariants: [runtime]\n\

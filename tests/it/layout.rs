@@ -1,13 +1,39 @@
 //! The crate's shape, checked: the import graph of `src/` (its `use crate::…`, `super::…` and
-//! child-module paths, test code left out) has no circle and at most [`MAX_LEVELS`] levels, the
-//! stage folders import each other in one direction, `docker/` imports no domain module,
-//! `cli.rs` imports nothing of the crate, and only `main.rs` ends the process.
+//! child-module paths, test code left out) has no circle and at most [`MAX_LEVELS`] levels; each
+//! folder imports only folders below it in [`FOLDER_ORDER`] (so `generate/` never imports
+//! `pipeline/`); `docker/` imports nothing but the model's parsers for the PyPI index; `cli.rs`
+//! imports nothing of the crate; files are read and written only at the edges
+//! ([`FILE_IO_ALLOWED`]: `project.rs` the loader, `docker/`, the build logs); and only `main.rs`
+//! ends the process. Each checker is also run on a small tree that breaks its rule, so a checker
+//! that sees nothing fails.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// The longest chain of modules, each importing the next, that the layout allows.
 const MAX_LEVELS: usize = 8;
+
+/// The top-level folders (and files) of `src/`, from the imperative shell down to the edge: each
+/// imports only those after it. `cli.rs` (clap only) imports nothing of the crate.
+const FOLDER_ORDER: &[&str] = &[
+    "commands", "project", "pipeline", "attest", "generate", "history", "render", "resolve",
+    "docker", "model", "cli",
+];
+
+/// The only files that may touch the file system (`std::fs`, `File`, `OpenOptions`, temporary
+/// folders): the loader, the Docker/registry/PyPI edge, and the executor's build logs. A path
+/// ending in `/` allows the whole folder.
+const FILE_IO_ALLOWED: &[&str] = &["project.rs", "docker/", "pipeline/progress.rs"];
+
+/// What touching the file system looks like in code.
+const FILE_IO: &[&str] = &[
+    "std::fs",
+    "fs::",
+    "File::open",
+    "File::create",
+    "OpenOptions",
+    "tempfile::",
+];
 
 /// Every `.rs` file under `dir`.
 fn rust_files(dir: &Path, files: &mut Vec<PathBuf>) {
@@ -118,18 +144,75 @@ struct Graph {
     edges: BTreeMap<String, BTreeSet<String>>,
 }
 
+/// The crate's `src/`.
+fn crate_src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+/// Each edge of the folder graph that goes up (or sideways) in `order`, and each folder the
+/// order does not name, as `from -> to` lines.
+fn order_violations(folders: &Graph, order: &[&str]) -> Vec<String> {
+    let rank = |folder: &str| order.iter().position(|name| *name == folder);
+    let mut violations = Vec::new();
+    for (from, targets) in &folders.edges {
+        if from.is_empty() {
+            continue; // lib.rs, the crate root, only declares the folders.
+        }
+        let Some(from_rank) = rank(from) else {
+            violations.push(format!("{from} is not in the folder order"));
+            continue;
+        };
+        for target in targets {
+            match rank(target) {
+                Some(target_rank) if target_rank > from_rank => {}
+                Some(_) => violations.push(format!("{from} -> {target}")),
+                None => violations.push(format!("{target} is not in the folder order")),
+            }
+        }
+    }
+    violations
+}
+
+/// Every `file: pattern` of code (test code left out) outside `allowed` that touches the file
+/// system.
+fn file_io_violations(src: &Path, allowed: &[&str]) -> Vec<String> {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    files.sort();
+    let mut violations = Vec::new();
+    for file in &files {
+        let relative = file.strip_prefix(src).unwrap().display().to_string();
+        let is_allowed = allowed.iter().any(|allowed| {
+            relative == *allowed || (allowed.ends_with('/') && relative.starts_with(allowed))
+        });
+        if is_allowed || file.file_name().is_some_and(|name| name == "tests.rs") {
+            continue;
+        }
+        let code = code_of(&std::fs::read_to_string(file).unwrap());
+        for pattern in FILE_IO {
+            if code.contains(pattern) {
+                violations.push(format!("{relative}: {pattern}"));
+            }
+        }
+    }
+    violations
+}
+
 impl Graph {
     fn of_crate() -> Graph {
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        Graph::of_dir(&crate_src())
+    }
+
+    fn of_dir(src: &Path) -> Graph {
         let mut files = Vec::new();
-        rust_files(&src, &mut files);
+        rust_files(src, &mut files);
         let mut modules: BTreeMap<String, PathBuf> = BTreeMap::new();
         for file in &files {
             let name = file.file_name().unwrap().to_string_lossy();
             if name == "main.rs" || name == "tests.rs" {
                 continue;
             }
-            modules.insert(module_of(&src, file), file.clone());
+            modules.insert(module_of(src, file), file.clone());
         }
         let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
         for (module, file) in &modules {
@@ -239,10 +322,27 @@ fn the_import_graph_has_no_circle_and_at_most_eight_levels() {
     folders
         .levels()
         .unwrap_or_else(|circle| panic!("folder circle: {}", circle.join(" -> ")));
-    assert_eq!(
-        folders.edges.get("docker").cloned().unwrap_or_default(),
-        BTreeSet::new(),
-        "docker/ is the edge: it imports no domain module"
+    let violations = order_violations(&folders, FOLDER_ORDER);
+    assert!(
+        violations.is_empty(),
+        "imports against the folder order {FOLDER_ORDER:?}: {violations:?}"
+    );
+    assert!(
+        !folders.edges["generate"].contains("pipeline"),
+        "generate/ imports pipeline/"
+    );
+    let docker_imports: BTreeSet<(String, String)> = graph
+        .edges
+        .iter()
+        .filter(|(from, _)| from.starts_with("docker"))
+        .flat_map(|(from, targets)| targets.iter().map(move |to| (from.clone(), to.clone())))
+        .filter(|(_, to)| !to.starts_with("docker"))
+        .collect();
+    assert!(
+        docker_imports
+            .iter()
+            .all(|(from, to)| from == "docker::pypi_index" && to.starts_with("model::")),
+        "docker/ is the edge: only its PyPI client imports the model's parsers: {docker_imports:?}"
     );
     assert_eq!(
         folders.edges.get("cli").cloned().unwrap_or_default(),
@@ -258,6 +358,87 @@ fn the_import_graph_has_no_circle_and_at_most_eight_levels() {
             );
         }
     }
+}
+
+#[test]
+fn gpu_selftest_has_no_import_circle() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("selftest/src");
+    let graph = Graph::of_dir(&src);
+    assert!(
+        graph.edges.len() > 15 && graph.edges["rules"].contains("expected"),
+        "the scan found too few modules to be real: {:?}",
+        graph.edges.keys()
+    );
+    graph
+        .levels()
+        .unwrap_or_else(|circle| panic!("import circle: {}", circle.join(" -> ")));
+}
+
+#[test]
+fn only_the_edges_touch_the_file_system() {
+    let src = crate_src();
+    let violations = file_io_violations(&src, FILE_IO_ALLOWED);
+    assert!(
+        violations.is_empty(),
+        "file system calls outside {FILE_IO_ALLOWED:?}: {violations:?}"
+    );
+    // The loader does read files: the scan sees them there.
+    assert!(!file_io_violations(&src, &[]).is_empty());
+}
+
+/// A small `src/` that breaks the rules: `generate/` imports `pipeline/`, `model/` reads a file,
+/// `commands/` writes one; test code that does both is left out.
+fn bad_tree() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let files = [
+        ("lib.rs", "pub mod commands;\npub mod generate;\npub mod model;\npub mod pipeline;\n"),
+        ("commands/mod.rs", "use crate::generate::x;\npub fn run() { std::fs::write(\"a\", \"b\").unwrap(); }\n"),
+        ("generate/mod.rs", "use crate::pipeline::plan::select;\npub fn x() {}\n"),
+        ("pipeline/mod.rs", "pub mod plan;\n"),
+        ("pipeline/plan.rs", "use crate::model::Matrix;\npub fn select() {}\n"),
+        ("model/mod.rs", "pub struct Matrix;\npub fn load() -> String { std::fs::read_to_string(\"m\").unwrap() }\n#[cfg(test)]\nmod tests { fn t() { let _ = std::fs::File::open(\"x\"); } }\n"),
+    ];
+    for (path, text) in files {
+        let path = dir.path().join("src").join(path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+    dir
+}
+
+#[test]
+fn the_checkers_fail_on_a_tree_that_breaks_the_layout() {
+    let dir = bad_tree();
+    let src = dir.path().join("src");
+    let order = ["commands", "generate", "pipeline", "model"];
+    let folders = Graph::of_dir(&src).folders();
+    assert_eq!(order_violations(&folders, &order), Vec::<String>::new());
+    // generate/ below pipeline/, as in the crate: its import goes up.
+    let order = ["commands", "pipeline", "generate", "model"];
+    assert_eq!(
+        order_violations(&folders, &order),
+        vec!["generate -> pipeline".to_string()]
+    );
+    assert_eq!(
+        order_violations(&folders, &["commands", "pipeline", "model"]),
+        vec![
+            "generate is not in the folder order".to_string(),
+            "generate is not in the folder order".to_string()
+        ]
+    );
+    assert_eq!(
+        file_io_violations(&src, &["project.rs"]),
+        vec![
+            "commands/mod.rs: std::fs",
+            "commands/mod.rs: fs::",
+            "model/mod.rs: std::fs",
+            "model/mod.rs: fs::"
+        ]
+    );
+    assert_eq!(
+        file_io_violations(&src, &["commands/", "model/mod.rs"]),
+        Vec::<String>::new()
+    );
 }
 
 #[test]

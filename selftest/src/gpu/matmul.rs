@@ -13,8 +13,9 @@
 
 use super::{poison, time_back_to_back, Gpu};
 use crate::baseline::BaselineFigure;
+use crate::expected::Precision;
 use crate::report::{Check, Metric, Status};
-use crate::rules::{self, Expectation, Precision, References, Verdict};
+use crate::rules::{self, Expectation, References, Verdict};
 use crate::stats::{self, SplitMix64};
 use anyhow::{anyhow, Context as _, Result};
 use cudarc::cublas::{result as blas_result, sys as blas, CudaBlas};

@@ -7,9 +7,10 @@
 
 use super::matmul::gemm;
 use super::{EventPair, Gpu};
+use crate::expected::Precision;
 use crate::plot::size_label;
 use crate::report::{Check, Metric, Status};
-use crate::rules::{self, Precision};
+use crate::rules;
 use crate::stats;
 use anyhow::{anyhow, Context as _, Result};
 use cudarc::cublas::CudaBlas;

@@ -33,7 +33,7 @@ use crate::model::axes::Variant;
 use crate::resolve::image::ImageSpec;
 
 /// Where `imagegen bake` stages one directory per image, relative to the bake file.
-pub const STAGING_DIR: &str = ".imagegen/bake";
+pub(crate) const STAGING_DIR: &str = ".imagegen/bake";
 
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum BakeError {
@@ -46,7 +46,7 @@ pub enum BakeError {
 }
 
 /// The bake target name of an image: its name with every character bake refuses turned into `_`.
-pub fn target_name(image_name: &str) -> String {
+pub(crate) fn target_name(image_name: &str) -> String {
     image_name
         .chars()
         .map(|character| {
@@ -66,7 +66,7 @@ pub fn staging_context(image_name: &str) -> String {
 
 /// A reference as BuildKit's Dockerfile frontend looks it up among named contexts: the familiar
 /// form, without `docker.io/`, `library/` or a trailing `:latest`.
-pub fn familiar_reference(reference: &str) -> String {
+pub(crate) fn familiar_reference(reference: &str) -> String {
     let without_registry = reference.strip_prefix("docker.io/").unwrap_or(reference);
     let without_library = without_registry
         .strip_prefix("library/")

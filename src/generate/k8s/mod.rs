@@ -42,15 +42,15 @@ use crate::model::version::DriverVersion;
 use crate::resolve::image::ImageSpec;
 
 /// `/dev/shm` size per GPU.
-pub const SHM_GIB_PER_GPU: u32 = 8;
+pub(crate) const SHM_GIB_PER_GPU: u32 = 8;
 /// The rendezvous (TCP store) port of multi-node jobs, torchrun's default.
-pub const RENDEZVOUS_PORT: u16 = 29500;
+pub(crate) const RENDEZVOUS_PORT: u16 = 29500;
 /// Labels NVIDIA GPU feature discovery sets on GPU nodes.
-pub const DRIVER_MAJOR_LABEL: &str = "nvidia.com/cuda.driver.major";
-pub const DRIVER_MINOR_LABEL: &str = "nvidia.com/cuda.driver.minor";
-pub const DRIVER_REV_LABEL: &str = "nvidia.com/cuda.driver.rev";
+pub(crate) const DRIVER_MAJOR_LABEL: &str = "nvidia.com/cuda.driver.major";
+pub(crate) const DRIVER_MINOR_LABEL: &str = "nvidia.com/cuda.driver.minor";
+pub(crate) const DRIVER_REV_LABEL: &str = "nvidia.com/cuda.driver.rev";
 /// The well-known label of a node's CPU architecture (`amd64`, `arm64`).
-pub const ARCH_LABEL: &str = "kubernetes.io/arch";
+pub(crate) const ARCH_LABEL: &str = "kubernetes.io/arch";
 /// The longest Job name: Indexed pods are named `<job>-<index>` and must stay a DNS label (63).
 const JOB_NAME_MAX: usize = 52;
 
@@ -144,7 +144,7 @@ fn equals(key: &str, value: u64) -> Vec<NodeSelectorRequirement> {
 /// labels it, is at least `minimum` (`560.35.05`, or `570.26` with no revision):
 /// major > M, or major = M and minor > m, or major = M and minor = m and rev ≥ r. When r is 0
 /// the last two collapse into major = M and minor ≥ m.
-pub fn driver_affinity_terms(minimum: &DriverVersion) -> Vec<NodeSelectorTerm> {
+pub(crate) fn driver_affinity_terms(minimum: &DriverVersion) -> Vec<NodeSelectorTerm> {
     let (major, minor, revision) = (minimum.part(0), minimum.part(1), minimum.part(2));
     let mut terms = vec![term(vec![requirement(DRIVER_MAJOR_LABEL, "Gt", major)])];
     if revision == 0 {
@@ -169,7 +169,8 @@ pub fn driver_affinity_terms(minimum: &DriverVersion) -> Vec<NodeSelectorTerm> {
 /// expressions ANDed, `Gt`/`Lt` parse the label as a base-10 integer and fail on a missing or
 /// non-numeric label. A term with field selectors (`matchFields`, which this module never writes)
 /// is not decided here and matches nothing. Used by the tests; kept beside what it checks.
-pub fn node_matches(terms: &[NodeSelectorTerm], labels: &BTreeMap<String, String>) -> bool {
+#[cfg(test)]
+pub(crate) fn node_matches(terms: &[NodeSelectorTerm], labels: &BTreeMap<String, String>) -> bool {
     terms.iter().any(|term| {
         let expressions = term.match_expressions.as_deref().unwrap_or_default();
         !expressions.is_empty()

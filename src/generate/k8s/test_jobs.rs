@@ -22,12 +22,12 @@ use super::{dns_label, manifests, EnvVar, EnvVarSource, JobSettings, K8sError, M
 use super::{NodeSelectorRequirement, ObjectFieldSelector};
 
 /// The label the GPU Operator's feature discovery sets to a node's GPU product.
-pub const GPU_PRODUCT_LABEL: &str = "nvidia.com/gpu.product";
+pub(crate) const GPU_PRODUCT_LABEL: &str = "nvidia.com/gpu.product";
 /// The longest Job name (as in `manifests`: Indexed pods append `-<index>`).
 const JOB_NAME_MAX: usize = 52;
 
 /// The pod's command: the report alone on standard output, the exit code the self-test's.
-pub const TEST_COMMAND: &str = "gpu-selftest --format json --output /tmp/gpu-selftest-report.json 2>/tmp/gpu-selftest-stderr.txt; code=$?; cat /tmp/gpu-selftest-report.json; exit $code";
+pub(crate) const TEST_COMMAND: &str = "gpu-selftest --format json --output /tmp/gpu-selftest-report.json 2>/tmp/gpu-selftest-stderr.txt; code=$?; cat /tmp/gpu-selftest-report.json; exit $code";
 
 /// The `nvidia.com/gpu.product` value assumed for a policy model: `NVIDIA-` and its words.
 pub fn default_gpu_product(model: &str) -> String {

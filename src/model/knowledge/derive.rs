@@ -5,7 +5,7 @@
 //! page (PEP 691 JSON or PEP 503 HTML), and comparing a derivation with the embedded knowledge.
 //!
 //! Pure: text in, values out. Fetching the index and the metadata is the caller's
-//! (`crate::pypi_index`).
+//! (`crate::docker::pypi_index`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -642,7 +642,7 @@ pub fn cuda_pins(
 }
 
 /// The Linux wheels of a release per platform (`linux/amd64`, `linux/arm64`), with their files.
-pub type LinuxWheels = BTreeMap<&'static str, Vec<(WheelName, IndexFile)>>;
+pub(crate) type LinuxWheels = BTreeMap<&'static str, Vec<(WheelName, IndexFile)>>;
 
 /// The Linux wheels of `version` on an index page, per platform; of wheels that differ only in
 /// their build tag, the highest (what pip installs). Yanked files are left out.
@@ -879,7 +879,7 @@ fn quoted_list(items: &[String]) -> String {
 }
 
 /// The source key a derivation cites (`pypi-torch` for pypi.org, else `index-torch`).
-pub fn source_key(derived: &DerivedRelease) -> String {
+pub(crate) fn source_key(derived: &DerivedRelease) -> String {
     let host = derived
         .page_url
         .split("://")

@@ -499,18 +499,14 @@ impl Knowledge {
             .expect("the test fixture knowledge is valid")
     }
 
-    /// The embedded knowledge with the file at `path` merged over it. The file is read within
-    /// [`yaml::LIMITS`], like the matrix.
-    pub fn with_override(path: &Path) -> Result<Knowledge, KnowledgeError> {
+    /// The embedded knowledge with the file the loader read from `path` merged over it, held
+    /// to [`yaml::LIMITS`] like the matrix.
+    pub fn with_override(path: &Path, bytes: &[u8]) -> Result<Knowledge, KnowledgeError> {
         let origin = path.display().to_string();
-        let bytes = yaml::read_bounded(path, &LIMITS)
-            .map_err(|source| KnowledgeError::Read {
-                path: origin.clone(),
-                source,
-            })?
+        let bytes = yaml::within_size(bytes, &LIMITS)
             .map_err(|problem| KnowledgeError::located(&origin, problem))?;
         let text =
-            yaml::decode(&bytes).map_err(|problem| KnowledgeError::located(&origin, problem))?;
+            yaml::decode(bytes).map_err(|problem| KnowledgeError::located(&origin, problem))?;
         let extra = Self::parse_unchecked(text, &origin)?;
         let mut merged = Self::embedded();
         merged.merge(extra);
@@ -1004,7 +1000,7 @@ impl Knowledge {
     }
 
     /// Every driver release the knowledge names (toolkit and family minimums), oldest first.
-    pub fn known_drivers(&self) -> Vec<&DriverVersion> {
+    pub(crate) fn known_drivers(&self) -> Vec<&DriverVersion> {
         let mut drivers: Vec<&DriverVersion> = self
             .cuda
             .iter()

@@ -360,7 +360,7 @@ torch:
 "#,
     )
     .unwrap();
-    let knowledge = Knowledge::with_override(&path).unwrap();
+    let knowledge = Knowledge::with_override(&path, &std::fs::read(&path).unwrap()).unwrap();
     assert_eq!(knowledge.newest_series().unwrap().series, "2.14");
     assert!(knowledge.torch_series("2.7").is_some());
 
@@ -369,7 +369,9 @@ torch:
         "schema_version: 2\ntorch:\n  - series: \"2.14\"\n    pythn: []\n",
     )
     .unwrap();
-    let error = Knowledge::with_override(&path).unwrap_err().to_string();
+    let error = Knowledge::with_override(&path, &std::fs::read(&path).unwrap())
+        .unwrap_err()
+        .to_string();
     assert!(error.contains("extra.yaml:4:5"), "{error}");
     assert!(error.contains("pythn"), "{error}");
 }

@@ -3,7 +3,7 @@
 //! holds, the member's local header, and its data. `knowledge derive` reads a wheel's
 //! `*.dist-info/METADATA` this way when the index serves no PEP 658 `.metadata` file, so a 2 GB
 //! torch wheel costs a few hundred kB. Pure: byte slices in, offsets and text out; the requests
-//! are made in `pypi_index`.
+//! are made in `docker::pypi_index`.
 
 /// How many bytes of a wheel's tail to ask for first: the end of central directory record (22
 /// bytes plus a comment of at most 64 kB), the ZIP64 locator and record, and in practice the end
@@ -170,7 +170,7 @@ pub fn members(directory: &[u8]) -> Result<Vec<Member>, WheelZipError> {
 }
 
 /// Whether `name` is the METADATA of the wheel's own `.dist-info` directory (top level).
-pub fn is_metadata(name: &str) -> bool {
+pub(crate) fn is_metadata(name: &str) -> bool {
     name.strip_suffix(".dist-info/METADATA")
         .is_some_and(|directory| !directory.is_empty() && !directory.contains('/'))
 }
@@ -239,7 +239,7 @@ mod tests {
         std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
     }
 
-    /// Reads the METADATA the way `pypi_index` does, from slices of the file only.
+    /// Reads the METADATA the way `docker::pypi_index` does, from slices of the file only.
     fn read_by_ranges(file: &[u8], tail_length: usize) -> String {
         let tail_start = file.len().saturating_sub(tail_length);
         let directory = central_directory(&file[tail_start..], tail_start as u64).unwrap();

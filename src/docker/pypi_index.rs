@@ -106,7 +106,7 @@ impl IndexClient {
     /// The `*.dist-info/METADATA` member of the wheel at `url`, from its tail, its central
     /// directory (only when the tail does not hold the member's entry), its local header and its
     /// data: three or four requests whatever the wheel's size.
-    pub fn metadata_from_wheel(&self, url: &str) -> Result<Option<String>, IndexError> {
+    pub(crate) fn metadata_from_wheel(&self, url: &str) -> Result<Option<String>, IndexError> {
         let wheel_error = |source| IndexError::Wheel {
             url: url.to_string(),
             source,
