@@ -21,7 +21,7 @@ use crate::commands::outcome::Outcome;
 use crate::commands::output::{count, emit, note, table};
 use crate::commands::signals::{Signal, Signals};
 use crate::commands::stages::{lock_problems, no_images, render_project};
-use crate::docker::{Engine, Registries, RetryPolicy};
+use crate::docker::{ContextFile, Engine, Registries, RetryPolicy};
 use crate::history::alias_transaction::settle_one;
 use crate::history::manifest::{now_rfc3339, Manifest};
 use crate::model::digest::Digest;
@@ -35,6 +35,9 @@ use crate::pipeline::progress::Progress;
 use crate::pipeline::record::record;
 use crate::pipeline::selftest::check_baseline;
 use crate::project::{self, read_selftest_baseline, ManifestFile, Project, ProjectLock};
+use crate::pypi_index::fetch_team_wheels;
+use crate::resolve::fingerprint::sha256_hex;
+use crate::resolve::image::ImageSpec;
 
 pub fn run(project: &Project, args: &BuildArgs) -> Result<Outcome> {
     let shard = args
@@ -94,7 +97,9 @@ pub fn run(project: &Project, args: &BuildArgs) -> Result<Outcome> {
         None => None,
     };
     let baseline_digest = baseline.as_deref().map(|text| Digest::of(text.as_bytes()));
-    let contexts = Contexts::assemble(&selected, &args.images, &args.selftest_dir)?;
+    let team_wheels = team_wheels(&selected, &project.locks()?)?;
+    let contexts =
+        Contexts::assemble_with(&selected, &args.images, &args.selftest_dir, &team_wheels)?;
     let manifest_file =
         ManifestFile::new(&args.manifest, Duration::from_secs(args.lock.lock_timeout));
     let manifest = manifest_file.read()?;
@@ -754,6 +759,48 @@ fn left_undone(
         out.push_str(&format!("  {line}\n"));
     }
     out
+}
+
+/// The wheels of each image's lock that come from the matrix's extra indexes, fetched here on the
+/// host with the host's credentials (the environment or netrc: none enters a build) and checked
+/// against the lock's sha256, as the `extension-wheels/` files of its build context; with a
+/// `SOURCES` list (file, sha256), so the folder exists when nothing comes from those indexes.
+fn team_wheels(
+    images: &[ImageSpec],
+    locks: &BTreeMap<String, String>,
+) -> Result<BTreeMap<String, Vec<ContextFile>>> {
+    let mut files = std::collections::BTreeMap::new();
+    for image in images {
+        let indexes = &image.extensions.extra_indexes;
+        if indexes.is_empty() {
+            continue;
+        }
+        let lock = locks
+            .get(&image.name)
+            .map(String::as_str)
+            .unwrap_or_default();
+        let wheels = fetch_team_wheels(lock, indexes, Duration::from_secs(120))
+            .with_context(|| format!("fetching the team's wheels of {}", image.name))?;
+        let mut sources = String::from(
+            "# The wheels of the image's lock from the matrix's extra indexes, fetched by `imagegen build` on the host.\n",
+        );
+        let mut context_files = Vec::new();
+        for (name, bytes) in wheels {
+            sources.push_str(&format!("{name} sha256:{}\n", sha256_hex(&bytes)));
+            context_files.push(ContextFile {
+                path: format!("extension-wheels/{name}"),
+                contents: bytes,
+                executable: false,
+            });
+        }
+        context_files.push(ContextFile {
+            path: "extension-wheels/SOURCES".into(),
+            contents: sources.into_bytes(),
+            executable: false,
+        });
+        files.insert(image.name.clone(), context_files);
+    }
+    Ok(files)
 }
 
 #[cfg(test)]

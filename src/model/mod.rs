@@ -4,6 +4,7 @@
 
 pub mod axes;
 pub mod digest;
+pub mod extensions;
 pub mod knowledge;
 pub mod matrix;
 pub mod names;
