@@ -215,6 +215,8 @@ impl Uv {
         all.extend(spec.extras.iter().cloned());
         match self.compile_with(spec, &all, previous, parent, Some(&stack))? {
             Ok(body) => Ok(body),
+            // Not a resolution conflict (an index unreachable, a credential refused): as it is.
+            Err(reason) if !is_conflict(&reason) => Err(failed(&all, reason)),
             Err(together) => {
                 // Which extra it is: each one alone within the stack's pins.
                 let mut culprits = Vec::new();
@@ -224,6 +226,9 @@ impl Uv {
                     if let Err(reason) =
                         self.compile_with(spec, &one, None, parent, Some(&stack))?
                     {
+                        if !is_conflict(&reason) {
+                            return Err(failed(&one, reason));
+                        }
                         culprits.push(format!("- `{extra}`:\n{}", indent(&reason)));
                     }
                 }
@@ -345,6 +350,11 @@ impl Uv {
         }
         Ok(())
     }
+}
+
+/// Whether uv's message is a resolution that has no solution (not a network or index failure).
+fn is_conflict(reason: &str) -> bool {
+    reason.contains("No solution found")
 }
 
 /// `text` indented by four spaces, for uv's reasons under a list item.
