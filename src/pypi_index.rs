@@ -575,6 +575,27 @@ pub fn fetch_team_wheels(
     Ok(wheels)
 }
 
+/// The `extension-wheels/` files of an image's build context (for `imagegen build` and `imagegen
+/// bake` alike): the team's wheels of its lock ([`fetch_team_wheels`]) and a `SOURCES` list
+/// (file, sha256), so the folder exists when nothing comes from the team's indexes.
+pub fn team_context_files(
+    lock: &str,
+    indexes: &[ExtraIndex],
+    timeout: Duration,
+) -> anyhow::Result<Vec<(String, Vec<u8>)>> {
+    use crate::resolve::fingerprint::sha256_hex;
+    let mut sources = String::from(
+        "# The wheels of the image's lock from the matrix's extra indexes, fetched by imagegen on the host.\n",
+    );
+    let mut files = Vec::new();
+    for (name, bytes) in fetch_team_wheels(lock, indexes, timeout)? {
+        sources.push_str(&format!("{name} sha256:{}\n", sha256_hex(&bytes)));
+        files.push((format!("extension-wheels/{name}"), bytes));
+    }
+    files.push(("extension-wheels/SOURCES".to_string(), sources.into_bytes()));
+    Ok(files)
+}
+
 #[cfg(test)]
 mod team_index_tests {
     use super::*;

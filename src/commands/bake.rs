@@ -13,6 +13,7 @@ use crate::commands::output::{count, emit, note};
 use crate::commands::stages::{lock_problems, no_images, resolve_project};
 use crate::generate::bake::{bake_file, staging_context};
 use crate::project::{image_files, write_atomically, Project};
+use crate::pypi_index::team_context_files;
 use crate::resolve::image::ResolveOptions;
 
 /// `imagegen bake`: writes the bake file (`.imagegen/docker-bake.json` unless `--out`; `-`
@@ -71,6 +72,23 @@ pub fn run(project: &Project, args: &BakeArgs) -> Result<Outcome> {
             }
             for (name, bytes) in image_files(&project.images_dir, &image.name)? {
                 write_atomically(&context.join(name), &bytes)?;
+            }
+            // The team's wheels (extra_indexes), fetched on the host as `imagegen build` does.
+            if !image.extensions.extra_indexes.is_empty() {
+                let locks = project.locks()?;
+                let lock = locks
+                    .get(&image.name)
+                    .map(String::as_str)
+                    .unwrap_or_default();
+                let files = team_context_files(
+                    lock,
+                    &image.extensions.extra_indexes,
+                    std::time::Duration::from_secs(120),
+                )
+                .with_context(|| format!("fetching the team's wheels of {}", image.name))?;
+                for (name, bytes) in files {
+                    write_atomically(&context.join(name), &bytes)?;
+                }
             }
             let target = context.join("gpu-selftest");
             write_atomically(&target, &binaries[image.selftest.as_str()])?;

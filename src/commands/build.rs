@@ -35,8 +35,7 @@ use crate::pipeline::progress::Progress;
 use crate::pipeline::record::record;
 use crate::pipeline::selftest::check_baseline;
 use crate::project::{self, read_selftest_baseline, ManifestFile, Project, ProjectLock};
-use crate::pypi_index::fetch_team_wheels;
-use crate::resolve::fingerprint::sha256_hex;
+use crate::pypi_index::team_context_files;
 use crate::resolve::image::ImageSpec;
 
 pub fn run(project: &Project, args: &BuildArgs) -> Result<Outcome> {
@@ -761,15 +760,14 @@ fn left_undone(
     out
 }
 
-/// The wheels of each image's lock that come from the matrix's extra indexes, fetched here on the
-/// host with the host's credentials (the environment or netrc: none enters a build) and checked
-/// against the lock's sha256, as the `extension-wheels/` files of its build context; with a
-/// `SOURCES` list (file, sha256), so the folder exists when nothing comes from those indexes.
+/// The team's wheels of each image whose matrix names extra indexes, fetched here on the host
+/// with the host's credentials (the environment or netrc: none enters a build) and checked
+/// against the lock's sha256, as the `extension-wheels/` files of its build context.
 fn team_wheels(
     images: &[ImageSpec],
     locks: &BTreeMap<String, String>,
 ) -> Result<BTreeMap<String, Vec<ContextFile>>> {
-    let mut files = std::collections::BTreeMap::new();
+    let mut files = BTreeMap::new();
     for image in images {
         let indexes = &image.extensions.extra_indexes;
         if indexes.is_empty() {
@@ -779,25 +777,15 @@ fn team_wheels(
             .get(&image.name)
             .map(String::as_str)
             .unwrap_or_default();
-        let wheels = fetch_team_wheels(lock, indexes, Duration::from_secs(120))
-            .with_context(|| format!("fetching the team's wheels of {}", image.name))?;
-        let mut sources = String::from(
-            "# The wheels of the image's lock from the matrix's extra indexes, fetched by `imagegen build` on the host.\n",
-        );
-        let mut context_files = Vec::new();
-        for (name, bytes) in wheels {
-            sources.push_str(&format!("{name} sha256:{}\n", sha256_hex(&bytes)));
-            context_files.push(ContextFile {
-                path: format!("extension-wheels/{name}"),
-                contents: bytes,
+        let context_files = team_context_files(lock, indexes, Duration::from_secs(120))
+            .with_context(|| format!("fetching the team's wheels of {}", image.name))?
+            .into_iter()
+            .map(|(path, contents)| ContextFile {
+                path,
+                contents,
                 executable: false,
-            });
-        }
-        context_files.push(ContextFile {
-            path: "extension-wheels/SOURCES".into(),
-            contents: sources.into_bytes(),
-            executable: false,
-        });
+            })
+            .collect();
         files.insert(image.name.clone(), context_files);
     }
     Ok(files)
