@@ -240,8 +240,7 @@ impl Uv {
                     ));
                 }
                 bail!(
-                    "the pip extras would change the pins of the torch stack ({}): the image's packages stay as {} alone resolves them, and\n{}\nhint: loosen or drop the extra in `pip:` of the matrix (an extra must fit the torch stack's versions, never move them)",
-                    spec.requirements.join(" "),
+                    "the pip extras would change the pins of the torch stack ({}), which stay as those requirements alone resolve them:\n{}\nhint: loosen or drop the extra in `pip:` of the matrix (an extra must fit the torch stack's versions, never move them)",
                     spec.requirements.join(" "),
                     culprits.join("\n")
                 )
