@@ -164,7 +164,8 @@ impl Project {
         let templates = match &matrix.templates {
             Some(dir) => Templates::with_overrides(read_templates(dir)?),
             None => Templates::embedded(),
-        };
+        }
+        .with_fragments(read_fragments(&self.matrix_path, &matrix)?);
         Ok(self.definition.get_or_init(|| Definition {
             matrix,
             knowledge,
@@ -191,6 +192,49 @@ impl Project {
     pub fn matrix(&self) -> Result<&Matrix> {
         Ok(&self.definition()?.matrix)
     }
+}
+
+/// Reads the step fragments the matrix names (`steps:`, relative to the matrix file, under its
+/// folder), by their path as written; a fragment that starts a new stage is refused at its line.
+fn read_fragments(matrix_path: &Path, matrix: &Matrix) -> Result<BTreeMap<String, String>> {
+    let directory = matrix_path.parent().unwrap_or(Path::new("."));
+    let mut fragments = BTreeMap::new();
+    for relative in matrix.steps_paths() {
+        let path = directory.join(&relative);
+        let read_error = |error: std::io::Error| {
+            anyhow!(
+                "cannot read the step fragment {} (steps in {}): {error}",
+                path.display(),
+                matrix_path.display()
+            )
+        };
+        let resolved = std::fs::canonicalize(&path).map_err(read_error)?;
+        let root = std::fs::canonicalize(if directory.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            directory
+        })
+        .map_err(read_error)?;
+        if !resolved.starts_with(&root) {
+            bail!(
+                "steps {relative} ({}) leads outside the project folder {}\nhint: keep step fragments under the folder of {}",
+                path.display(),
+                root.display(),
+                matrix_path.display()
+            );
+        }
+        let text = std::fs::read_to_string(&path).with_context(|| {
+            format!(
+                "cannot read the step fragment {} (steps in {})",
+                path.display(),
+                matrix_path.display()
+            )
+        })?;
+        crate::model::extensions::check_steps_text(&text)
+            .map_err(|(line, message)| anyhow!("{}:{line}: {message}", path.display()))?;
+        fragments.insert(relative, text);
+    }
+    Ok(fragments)
 }
 
 /// Reads the manifest at `path`; a missing file is an empty manifest (the first build).

@@ -11,6 +11,7 @@ use crate::cli::BakeArgs;
 use crate::commands::outcome::Outcome;
 use crate::commands::output::{count, emit, note};
 use crate::commands::stages::{lock_problems, no_images, resolve_project};
+use crate::docker::pypi_index::team_context_files;
 use crate::generate::bake::{bake_file, staging_context};
 use crate::project::{image_files, read_bytes, stage_context, write_atomically, Project};
 use crate::resolve::image::ResolveOptions;
@@ -64,9 +65,25 @@ pub fn run(project: &Project, args: &BakeArgs) -> Result<Outcome> {
                 binaries.insert(&image.selftest, bytes);
             }
             let context = root.join(staging_context(&image.name));
+            let mut files = image_files(&project.images_dir, &image.name)?;
+            // The team's wheels (extra_indexes), fetched on the host as `imagegen build` does.
+            if !image.extensions.extra_indexes.is_empty() {
+                let locks = project.locks()?;
+                let lock = locks
+                    .get(&image.name)
+                    .map(String::as_str)
+                    .unwrap_or_default();
+                let fetched = team_context_files(
+                    lock,
+                    &image.extensions.extra_indexes,
+                    std::time::Duration::from_secs(120),
+                )
+                .with_context(|| format!("fetching the team's wheels of {}", image.name))?;
+                files.extend(fetched);
+            }
             stage_context(
                 &context,
-                image_files(&project.images_dir, &image.name)?,
+                files,
                 ("gpu-selftest", &binaries[image.selftest.as_str()]),
             )?;
             note(format!("staged {}", context.display()));

@@ -21,7 +21,8 @@ use crate::commands::outcome::Outcome;
 use crate::commands::output::{count, emit, note, table};
 use crate::commands::signals::{Signal, Signals};
 use crate::commands::stages::{lock_problems, no_images, render_project};
-use crate::docker::{Engine, Registries, RetryPolicy};
+use crate::docker::pypi_index::team_context_files;
+use crate::docker::{ContextFile, Engine, Registries, RetryPolicy};
 use crate::history::alias_transaction::settle_one;
 use crate::history::manifest::{now_rfc3339, Manifest};
 use crate::model::digest::Digest;
@@ -36,6 +37,7 @@ use crate::pipeline::record::record;
 use crate::pipeline::selftest::check_baseline;
 use crate::project::{self, read_selftest_baseline, ManifestFile, Project, ProjectLock};
 use crate::resolve::bases::{pin_problems, BASES_FILE};
+use crate::resolve::image::ImageSpec;
 
 pub fn run(project: &Project, args: &BuildArgs) -> Result<Outcome> {
     let shard = args
@@ -106,7 +108,9 @@ pub fn run(project: &Project, args: &BuildArgs) -> Result<Outcome> {
         None => None,
     };
     let baseline_digest = baseline.as_deref().map(|text| Digest::of(text.as_bytes()));
-    let contexts = Contexts::assemble(&selected, &args.images, &args.selftest_dir)?;
+    let team_wheels = team_wheels(&selected, &project.locks()?)?;
+    let contexts =
+        Contexts::assemble_with(&selected, &args.images, &args.selftest_dir, &team_wheels)?;
     let manifest_file =
         ManifestFile::new(&args.manifest, Duration::from_secs(args.lock.lock_timeout));
     let mut manifest = manifest_file.read()?;
@@ -790,6 +794,37 @@ fn left_undone(
         out.push_str(&format!("  {line}\n"));
     }
     out
+}
+
+/// The team's wheels of each image whose matrix names extra indexes, fetched here on the host
+/// with the host's credentials (the environment or netrc: none enters a build) and checked
+/// against the lock's sha256, as the `extension-wheels/` files of its build context.
+fn team_wheels(
+    images: &[ImageSpec],
+    locks: &BTreeMap<String, String>,
+) -> Result<BTreeMap<String, Vec<ContextFile>>> {
+    let mut files = BTreeMap::new();
+    for image in images {
+        let indexes = &image.extensions.extra_indexes;
+        if indexes.is_empty() {
+            continue;
+        }
+        let lock = locks
+            .get(&image.name)
+            .map(String::as_str)
+            .unwrap_or_default();
+        let context_files = team_context_files(lock, indexes, Duration::from_secs(120))
+            .with_context(|| format!("fetching the team's wheels of {}", image.name))?
+            .into_iter()
+            .map(|(path, contents)| ContextFile {
+                path,
+                contents,
+                executable: false,
+            })
+            .collect();
+        files.insert(image.name.clone(), context_files);
+    }
+    Ok(files)
 }
 
 #[cfg(test)]

@@ -20,6 +20,7 @@ use crate::cli::LockImagesArgs;
 use crate::commands::outcome::Outcome;
 use crate::commands::output::count;
 use crate::commands::stages::{locks_enabled, render_project, resolve_with_locks};
+use crate::docker::pypi_index::env_credentials;
 use crate::docker::{repository_path_of, Engine, Registries, RetryPolicy};
 use crate::model::axes::Variant;
 use crate::model::bases::registry_pin;
@@ -208,18 +209,83 @@ impl Uv {
 
     /// Resolves `spec` and returns the lock's body (uv's output without a header). `previous`: a
     /// lock whose versions uv keeps where they fit; `parent`: the runtime lock a devel lock is
-    /// resolved against.
+    /// resolved against. With extras (`pip:` in the matrix), the requirements are resolved first
+    /// alone, and then with the extras within every pin of that first lock: an extra that would
+    /// move a package of the torch stack fails the lock, named, with uv's reason.
     fn compile(
         &self,
         spec: &LockSpec,
         previous: Option<&str>,
         parent: Option<&str>,
     ) -> Result<String> {
+        let failed = |requirements: &[String], reason: String| {
+            anyhow::anyhow!(
+                "uv could not resolve {} for Python {} on {} from {}:\n{reason}\nhint: uv needs the package indexes (the one command that does); a requirement no index has is a knowledge or matrix problem",
+                requirements.join(" "),
+                spec.python,
+                spec.python_platform,
+                spec.indexes.all().join(" "),
+            )
+        };
+        let stack = match self.compile_with(spec, &spec.requirements, previous, parent, None)? {
+            Ok(body) => body,
+            Err(reason) => return Err(failed(&spec.requirements, reason)),
+        };
+        if spec.extras.is_empty() {
+            return Ok(stack);
+        }
+        let mut all = spec.requirements.clone();
+        all.extend(spec.extras.iter().cloned());
+        match self.compile_with(spec, &all, previous, parent, Some(&stack))? {
+            Ok(body) => Ok(body),
+            // Not a resolution conflict (an index unreachable, a credential refused): as it is.
+            Err(reason) if !is_conflict(&reason) => Err(failed(&all, reason)),
+            Err(together) => {
+                // Which extra it is: each one alone within the stack's pins.
+                let mut culprits = Vec::new();
+                for extra in &spec.extras {
+                    let mut one = spec.requirements.clone();
+                    one.push(extra.clone());
+                    if let Err(reason) =
+                        self.compile_with(spec, &one, None, parent, Some(&stack))?
+                    {
+                        if !is_conflict(&reason) {
+                            return Err(failed(&one, reason));
+                        }
+                        culprits.push(format!("- `{extra}`:\n{}", indent(&reason)));
+                    }
+                }
+                if culprits.is_empty() {
+                    culprits.push(format!(
+                        "- the extras together ({}):\n{}",
+                        spec.extras.join(", "),
+                        indent(&together)
+                    ));
+                }
+                bail!(
+                    "the pip extras would change the pins of the torch stack ({}), which stay as those requirements alone resolve them:\n{}\nhint: loosen or drop the extra in `pip:` of the matrix (an extra must fit the torch stack's versions, never move them)",
+                    spec.requirements.join(" "),
+                    culprits.join("\n")
+                )
+            }
+        }
+    }
+
+    /// One `uv pip compile` of `requirements` with the spec's constraints (and `pins`, a lock
+    /// whose every version must stay): the lock's body, or uv's reason when it cannot resolve.
+    fn compile_with(
+        &self,
+        spec: &LockSpec,
+        requirements: &[String],
+        previous: Option<&str>,
+        parent: Option<&str>,
+        pins: Option<&str>,
+    ) -> Result<std::result::Result<String, String>> {
         let folder = project::ScratchDir::new("uv")?;
         let dir = folder.path();
         let lines =
             |items: &[String]| -> String { items.iter().map(|item| format!("{item}\n")).collect() };
-        folder.write("requirements.in", &lines(&spec.requirements))?;
+        folder.write("requirements.in", &lines(requirements))?;
         folder.write("constraints.txt", &lines(&spec.constraints))?;
         if let Some(previous) = previous {
             folder.write(LOCK_FILE, previous)?;
@@ -233,39 +299,46 @@ impl Uv {
             folder.write("runtime.lock", parent)?;
             command.args(["--constraints", "runtime.lock"]);
         }
+        if let Some(pins) = pins {
+            folder.write("stack.lock", pins)?;
+            command.args(["--constraints", "stack.lock"]);
+        }
         command
             .args(["--output-file", LOCK_FILE])
             .args(["--python-version", &spec.python])
             .args(["--python-platform", &spec.python_platform])
             .args(["--generate-hashes", "--no-header", "--only-binary", ":all:"])
             .args(["--no-config", "--no-progress", "--quiet"]);
-        // The first index wins for a package it has (uv's default, against dependency confusion):
-        // PyTorch's index before the plain one.
-        match &spec.indexes.extra_index_url {
-            Some(plain) => command
-                .args(["--index", &spec.indexes.index_url])
-                .args(["--default-index", plain]),
-            None => command.args(["--default-index", &spec.indexes.index_url]),
-        };
         for (key, _) in std::env::vars_os() {
             let key = key.to_string_lossy();
             if key.starts_with("UV_") && !UV_ENV_KEPT.contains(&key.as_ref()) {
                 command.env_remove(key.as_ref());
             }
         }
+        // The first index wins for a package it has (uv's default, against dependency confusion):
+        // PyTorch's index, then the team's own (`extra_indexes`), then the plain one. The team's
+        // credentials go to uv through its environment (or netrc, which uv reads): never on its
+        // command line, never into the lock. The lock then says which index each package is
+        // from, so `imagegen build` fetches the team's packages on the host.
+        if let Some(plain) = &spec.indexes.extra_index_url {
+            command.args(["--index", &spec.indexes.index_url]);
+            self.extra_indexes(&mut command, spec)?;
+            command.args(["--default-index", plain]);
+        } else {
+            self.extra_indexes(&mut command, spec)?;
+            command.args(["--default-index", &spec.indexes.index_url]);
+        }
+        if !spec.extra_indexes.is_empty() {
+            command.arg("--emit-index-annotation");
+        }
         command.env("UV_PYTHON_DOWNLOADS", "never");
         let output = command
             .output()
             .with_context(|| format!("cannot run {}", self.program.display()))?;
         if !output.status.success() {
-            bail!(
-                "uv could not resolve {} for Python {} on {} from {}:\n{}\nhint: uv needs the package indexes (the one command that does); a requirement no index has is a knowledge or matrix problem",
-                spec.requirements.join(" "),
-                spec.python,
-                spec.python_platform,
-                spec.indexes.all().join(" "),
-                String::from_utf8_lossy(&output.stderr).trim()
-            );
+            return Ok(Err(String::from_utf8_lossy(&output.stderr)
+                .trim()
+                .to_string()));
         }
         let body = folder
             .read(LOCK_FILE)
@@ -279,7 +352,26 @@ impl Uv {
         if package_count(&body) == 0 {
             bail!("uv resolved no packages:\n{body}");
         }
-        Ok(body)
+        Ok(Ok(body))
+    }
+
+    /// `--index extraN=URL` for each of the team's indexes, with its credentials from the
+    /// variables the matrix names (uv reads netrc itself for the others).
+    fn extra_indexes(&self, command: &mut Command, spec: &LockSpec) -> Result<()> {
+        for (number, index) in spec.extra_indexes.iter().enumerate() {
+            command.args(["--index", &format!("extra{number}={}", index.url)]);
+            if let Some(credentials) = env_credentials(index)? {
+                command.env(
+                    format!("UV_INDEX_EXTRA{number}_USERNAME"),
+                    credentials.username,
+                );
+                command.env(
+                    format!("UV_INDEX_EXTRA{number}_PASSWORD"),
+                    credentials.password,
+                );
+            }
+        }
+        Ok(())
     }
 }
 
@@ -440,4 +532,18 @@ fn split_tag(reference: &str) -> (&str, &str) {
         Some((name, tag)) if !tag.contains('/') => (name, tag),
         _ => (reference, "latest"),
     }
+}
+
+/// Whether uv's message is a resolution that has no solution (not a network or index failure).
+fn is_conflict(reason: &str) -> bool {
+    reason.contains("No solution found")
+}
+
+/// `text` indented by four spaces, for uv's reasons under a list item.
+fn indent(text: &str) -> String {
+    text.lines()
+        .map(|line| format!("    {line}\n"))
+        .collect::<String>()
+        .trim_end()
+        .to_string()
 }

@@ -32,6 +32,7 @@ pub fn resolve_with_locks(
 ) -> Result<Resolution> {
     let definition = project.definition()?;
     options.template_digest = definition.templates.digest();
+    options.fragments = definition.templates.fragment_digests();
     options.no_lock = !locks_enabled(project)?;
     options.locks = if options.no_lock {
         BTreeMap::new()

@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use crate::docker::https_agent;
+use crate::model::extensions::ExtraIndex;
 
 use crate::model::knowledge::derive::wheel_zip::{self, WheelZipError};
 use crate::model::knowledge::derive::{
@@ -49,6 +50,8 @@ pub enum MetadataFrom {
 pub struct IndexClient {
     agent: ureq::Agent,
     index: String,
+    /// `Basic ...` for a team's index, sent only to the index's own host.
+    authorization: Option<String>,
 }
 
 impl IndexClient {
@@ -56,7 +59,60 @@ impl IndexClient {
         IndexClient {
             agent: https_agent(timeout),
             index: index.trim_end_matches('/').to_string(),
+            authorization: None,
         }
+    }
+
+    /// This client sending `credentials` (HTTP basic) to the index's host, and to no other.
+    pub fn with_credentials(mut self, credentials: Option<&IndexCredentials>) -> IndexClient {
+        use base64::Engine as _;
+        self.authorization = credentials.map(|c| {
+            format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD
+                    .encode(format!("{}:{}", c.username, c.password))
+            )
+        });
+        self
+    }
+
+    /// The authorization header for `url`: only on the index's own scheme, host and port.
+    fn authorization_for(&self, url: &str) -> Option<&str> {
+        let origin = |u: &str| -> Option<String> {
+            let (scheme, rest) = u.split_once("://")?;
+            Some(format!("{scheme}://{}", rest.split('/').next()?))
+        };
+        (origin(url)? == origin(&self.index)?)
+            .then_some(self.authorization.as_deref())
+            .flatten()
+    }
+
+    /// The bytes of the file at `url` (with the credentials where they belong).
+    pub fn download(&self, url: &str) -> Result<Vec<u8>, IndexError> {
+        let mut request = self.agent.get(url);
+        if let Some(authorization) = self.authorization_for(url) {
+            request = request.header("Authorization", authorization);
+        }
+        let mut response = request.call().map_err(|error| IndexError::Unreachable {
+            url: url.to_string(),
+            reason: error.to_string(),
+        })?;
+        let status = response.status().as_u16();
+        if !(200..300).contains(&status) {
+            return Err(IndexError::Status {
+                url: url.to_string(),
+                status,
+            });
+        }
+        response
+            .body_mut()
+            .with_config()
+            .limit(MAX_BODY_BYTES)
+            .read_to_vec()
+            .map_err(|e| IndexError::Body {
+                url: url.to_string(),
+                reason: e.to_string(),
+            })
     }
 
     /// The project page URL (`https://pypi.org/simple/torch/`).
@@ -271,7 +327,11 @@ impl IndexClient {
     fn get(&self, url: &str, accept: &str) -> Result<Option<(String, String)>, IndexError> {
         let mut last = None;
         for attempt in 1..=ATTEMPTS {
-            match self.agent.get(url).header("Accept", accept).call() {
+            let mut request = self.agent.get(url).header("Accept", accept);
+            if let Some(authorization) = self.authorization_for(url) {
+                request = request.header("Authorization", authorization);
+            }
+            match request.call() {
                 Ok(mut response) => {
                     let status = response.status().as_u16();
                     if status == 404 || status == 410 {
@@ -320,5 +380,267 @@ impl IndexClient {
             }
         }
         Err(last.expect("at least one attempt"))
+    }
+}
+
+/// A user name and password for a team's index, read on the host; `Debug` shows neither.
+pub struct IndexCredentials {
+    pub username: String,
+    pub password: String,
+}
+
+impl std::fmt::Debug for IndexCredentials {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str("IndexCredentials(***)")
+    }
+}
+
+/// The credentials of `index` from the variables the matrix names (`username_env`,
+/// `password_env`); `None` when it names none (then netrc serves them). A named variable that is
+/// unset is an error naming it.
+pub fn env_credentials(index: &ExtraIndex) -> anyhow::Result<Option<IndexCredentials>> {
+    let (Some(user_variable), Some(password_variable)) = (&index.username_env, &index.password_env)
+    else {
+        return Ok(None);
+    };
+    let read = |variable: &str| {
+        std::env::var(variable).map_err(|_| {
+            anyhow::anyhow!(
+                "the credentials of {} come from ${variable} (extra_indexes in the matrix), which is not set\nhint: export {user_variable} and {password_variable}",
+                index.url
+            )
+        })
+    };
+    Ok(Some(IndexCredentials {
+        username: read(user_variable)?,
+        password: read(password_variable)?,
+    }))
+}
+
+/// The credentials of `url`'s host in a netrc file (`$NETRC`, else `~/.netrc`): its `machine`
+/// entry, else its `default` entry.
+pub fn netrc_credentials(url: &str) -> Option<IndexCredentials> {
+    let path = std::env::var_os("NETRC")
+        .map(std::path::PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME").map(|home| std::path::Path::new(&home).join(".netrc"))
+        })?;
+    let text = std::fs::read_to_string(path).ok()?;
+    let host = url
+        .split_once("://")
+        .map(|(_, rest)| rest)
+        .unwrap_or(url)
+        .split(['/', ':'])
+        .next()
+        .unwrap_or_default();
+    netrc_lookup(&text, host)
+}
+
+/// The `login` and `password` of `host` in netrc `text`.
+pub fn netrc_lookup(text: &str, host: &str) -> Option<IndexCredentials> {
+    let mut tokens = text.split_whitespace();
+    let (mut found, mut default) = (None, None);
+    let mut current: Option<(bool, Option<String>, Option<String>)> = None;
+    let mut finish = |entry: Option<(bool, Option<String>, Option<String>)>| {
+        if let Some((is_default, Some(username), Some(password))) = entry {
+            let credentials = IndexCredentials { username, password };
+            if is_default {
+                default.get_or_insert(credentials);
+            } else {
+                found.get_or_insert(credentials);
+            }
+        }
+    };
+    while let Some(token) = tokens.next() {
+        match token {
+            "machine" => {
+                finish(current.take());
+                let name = tokens.next().unwrap_or_default();
+                // Another host's entry: its login and password are skipped.
+                current = (name == host).then_some((false, None, None));
+            }
+            "default" => {
+                finish(current.take());
+                current = Some((true, None, None));
+            }
+            "login" => {
+                let value = tokens.next().map(str::to_string);
+                if let Some(entry) = &mut current {
+                    entry.1 = value;
+                }
+            }
+            "password" => {
+                let value = tokens.next().map(str::to_string);
+                if let Some(entry) = &mut current {
+                    entry.2 = value;
+                }
+            }
+            _ => {}
+        }
+    }
+    finish(current.take());
+    found.or(default)
+}
+
+/// The credentials of a team's index: its variables, else netrc, else none.
+pub fn credentials(index: &ExtraIndex) -> anyhow::Result<Option<IndexCredentials>> {
+    Ok(env_credentials(index)?.or_else(|| netrc_credentials(&index.url)))
+}
+
+/// One package of a lock: name, version, the sha256 hashes it allows, and the index uv took it
+/// from (`# from URL`, which `imagegen lock` asks uv for when the matrix has extra indexes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockedPackage {
+    pub name: String,
+    pub version: String,
+    pub hashes: Vec<String>,
+    pub from: Option<String>,
+}
+
+/// The packages of a lock's text.
+pub fn locked_packages(lock: &str) -> Vec<LockedPackage> {
+    let mut packages: Vec<LockedPackage> = Vec::new();
+    for line in lock.lines() {
+        if !line.starts_with([' ', '#']) {
+            if let Some((name, rest)) = line.split_once("==") {
+                let version = rest
+                    .split([' ', ';', '\\'])
+                    .next()
+                    .unwrap_or_default()
+                    .to_string();
+                packages.push(LockedPackage {
+                    name: normalize_name(name.trim()),
+                    version,
+                    hashes: Vec::new(),
+                    from: None,
+                });
+            }
+            continue;
+        }
+        let Some(package) = packages.last_mut() else {
+            continue;
+        };
+        let item = line.trim().trim_end_matches('\\').trim();
+        if let Some(hash) = item.strip_prefix("--hash=sha256:") {
+            package.hashes.push(hash.to_string());
+        } else if let Some(url) = item.strip_prefix("# from ") {
+            package.from = Some(url.trim().to_string());
+        }
+    }
+    packages
+}
+
+/// The wheels of the lock's packages that uv took from one of `indexes`: every wheel of the
+/// locked version on that index whose sha256 the lock allows, fetched with the index's
+/// credentials, as (file name, bytes). A package with no such wheel is an error naming it.
+pub fn fetch_team_wheels(
+    lock: &str,
+    indexes: &[ExtraIndex],
+    timeout: Duration,
+) -> anyhow::Result<Vec<(String, Vec<u8>)>> {
+    let sha256_hex = |bytes: &[u8]| crate::model::digest::Digest::of(bytes).hex().to_string();
+    let same = |a: &str, b: &str| a.trim_end_matches('/') == b.trim_end_matches('/');
+    let mut wheels = Vec::new();
+    for package in locked_packages(lock) {
+        let Some(from) = &package.from else { continue };
+        let Some(index) = indexes.iter().find(|index| same(&index.url, from)) else {
+            continue;
+        };
+        let client =
+            IndexClient::new(&index.url, timeout).with_credentials(credentials(index)?.as_ref());
+        let files = client
+            .project_files(&package.name)
+            .map_err(|error| anyhow::anyhow!("{}: {error}", package.name))?;
+        let before = wheels.len();
+        for file in files.iter().filter(|file| {
+            file.filename.ends_with(".whl")
+                && file.filename.split('-').nth(1) == Some(package.version.as_str())
+        }) {
+            let bytes = client
+                .download(&file.url)
+                .map_err(|error| anyhow::anyhow!("{}: {error}", package.name))?;
+            if package.hashes.contains(&sha256_hex(&bytes)) {
+                wheels.push((file.filename.clone(), bytes));
+            }
+        }
+        if wheels.len() == before {
+            anyhow::bail!(
+                "{}=={} is locked from {}, which serves no wheel of it with a sha256 the lock allows\nhint: run `imagegen lock` again if the team's index replaced the file",
+                package.name,
+                package.version,
+                index.url
+            );
+        }
+    }
+    Ok(wheels)
+}
+
+/// The `extension-wheels/` files of an image's build context (for `imagegen build` and `imagegen
+/// bake` alike): the team's wheels of its lock ([`fetch_team_wheels`]) and a `SOURCES` list
+/// (file, sha256), so the folder exists when nothing comes from the team's indexes.
+pub fn team_context_files(
+    lock: &str,
+    indexes: &[ExtraIndex],
+    timeout: Duration,
+) -> anyhow::Result<Vec<(String, Vec<u8>)>> {
+    let sha256_hex = |bytes: &[u8]| crate::model::digest::Digest::of(bytes).hex().to_string();
+    let mut sources = String::from(
+        "# The wheels of the image's lock from the matrix's extra indexes, fetched by imagegen on the host.\n",
+    );
+    let mut files = Vec::new();
+    for (name, bytes) in fetch_team_wheels(lock, indexes, timeout)? {
+        sources.push_str(&format!("{name} sha256:{}\n", sha256_hex(&bytes)));
+        files.push((format!("extension-wheels/{name}"), bytes));
+    }
+    files.push(("extension-wheels/SOURCES".to_string(), sources.into_bytes()));
+    Ok(files)
+}
+
+#[cfg(test)]
+mod team_index_tests {
+    use super::*;
+
+    #[test]
+    fn netrc_entries_and_default_are_found() {
+        let text = "machine other.example login a password b\nmachine 127.0.0.1\n  login team\n  password s3cret\ndefault login anon password none\n";
+        let found = netrc_lookup(text, "127.0.0.1").unwrap();
+        assert_eq!(
+            (found.username.as_str(), found.password.as_str()),
+            ("team", "s3cret")
+        );
+        assert_eq!(netrc_lookup(text, "x.example").unwrap().username, "anon");
+        assert!(netrc_lookup("machine a login b password c", "z").is_none());
+        assert_eq!(format!("{found:?}"), "IndexCredentials(***)");
+    }
+
+    #[test]
+    fn a_lock_says_where_each_package_is_from() {
+        let lock = "einops==0.8.1 \\\n    --hash=sha256:aa \\\n    --hash=sha256:bb\n    # via -r requirements.in\n    # from https://pypi.org/simple\nteam_lib==0.1.0 \\\n    --hash=sha256:cc\n    # from http://127.0.0.1:9/simple\n";
+        let packages = locked_packages(lock);
+        assert_eq!(packages.len(), 2);
+        assert_eq!(packages[0].hashes, ["aa", "bb"]);
+        assert_eq!(packages[1].name, "team-lib");
+        assert_eq!(
+            packages[1].from.as_deref(),
+            Some("http://127.0.0.1:9/simple")
+        );
+    }
+
+    #[test]
+    fn credentials_go_only_to_the_index_host() {
+        let client = IndexClient::new("http://127.0.0.1:9/simple", Duration::from_secs(1))
+            .with_credentials(Some(&IndexCredentials {
+                username: "u".into(),
+                password: "p".into(),
+            }));
+        assert!(client
+            .authorization_for("http://127.0.0.1:9/files/x.whl")
+            .is_some());
+        assert!(client
+            .authorization_for("http://127.0.0.1:10/x.whl")
+            .is_none());
+        assert!(client
+            .authorization_for("https://files.example/x.whl")
+            .is_none());
     }
 }

@@ -113,6 +113,18 @@ pub fn upgrade_plan(
                         to: value.clone(),
                     })
                     .collect();
+                // An input the image no longer has (an addition taken out of the matrix).
+                changes.extend(
+                    record
+                        .inputs
+                        .iter()
+                        .filter(|(key, _)| !spec.inputs.contains_key(*key))
+                        .map(|(key, value)| InputChange {
+                            input: key.clone(),
+                            from: value.clone(),
+                            to: "(none)".into(),
+                        }),
+                );
                 if changes.is_empty() {
                     changes.push(InputChange {
                         input: "fingerprint".into(),
@@ -265,6 +277,50 @@ mod tests {
             "2.7.1-cuda12.6-cudnn9-runtime-ubuntu24.04"
         );
         assert_eq!(plan.removed[0].aliases, vec!["latest"]);
+    }
+
+    #[test]
+    fn an_addition_changed_rebuilds_exactly_the_images_that_have_it_and_says_which() {
+        let matrix = |apt: &str| {
+            crate::resolve::test_images(&format!(
+                "registry: r.example\nrepository: team/pytorch\ntorch: [\"2.7\"]\ncuda: [\"12.6\"]\nos: [ubuntu22.04, ubuntu24.04]\nvariants: [runtime, devel]\npip: [einops]\ninclude:\n  - {{os: ubuntu22.04, apt: [{apt}]}}\n"
+            ))
+        };
+        let old = matrix("htop");
+        assert_eq!(old.len(), 4);
+        let manifest = manifest_with(&old, &[]);
+        let new = matrix("htop, git");
+        let plan = upgrade_plan(&new, &manifest, &BTreeMap::new());
+        let rebuilt: Vec<&str> = plan.rebuilt.iter().map(|c| c.tag.as_str()).collect();
+        // The 22.04 runtime image has the addition; its devel image is rebuilt on it (its parent
+        // changed), and the 24.04 images stay.
+        assert_eq!(
+            rebuilt,
+            [
+                "2.7.1-cuda12.6-cudnn9-runtime-ubuntu22.04",
+                "2.7.1-cuda12.6-cudnn9-devel-ubuntu22.04"
+            ],
+            "{plan:#?}"
+        );
+        assert_eq!(plan.unchanged.len(), 2, "{plan:#?}");
+        assert!(plan.rebuilt[0].changes.contains(&InputChange {
+            input: "ext.apt".into(),
+            from: "htop".into(),
+            to: "htop\ngit".into()
+        }));
+        assert!(plan.rebuilt[1]
+            .changes
+            .iter()
+            .any(|change| change.input == "parent_fingerprint"));
+        // Taken out, the addition is named as gone.
+        let plain = crate::resolve::test_images("registry: r.example\nrepository: team/pytorch\ntorch: [\"2.7\"]\ncuda: [\"12.6\"]\nos: [ubuntu22.04, ubuntu24.04]\nvariants: [runtime, devel]\n");
+        let plan = upgrade_plan(&plain, &manifest, &BTreeMap::new());
+        assert_eq!(plan.rebuilt.len(), 4);
+        assert!(plan.rebuilt[0].changes.contains(&InputChange {
+            input: "ext.pip".into(),
+            from: "einops".into(),
+            to: "(none)".into()
+        }));
     }
 
     #[test]

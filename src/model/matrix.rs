@@ -15,6 +15,11 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 pub use crate::model::axes::{DevelToolkit, OsName, Platform, TorchWheels, Variant, VersionText};
+use crate::model::extensions::{
+    check_absolute_path, check_apt_package, check_env_key, check_extra_index, check_requirement,
+    check_steps_path, check_user,
+};
+pub use crate::model::extensions::{Extensions, ExtraIndex, ImageUser};
 use crate::model::names::edit_distance;
 use crate::model::version::TorchVersion;
 use crate::model::yaml::{self, Locations, Problem, LIMITS};
@@ -94,6 +99,76 @@ pub struct CellRule {
     pub variants: Option<Vec<Variant>>,
     #[serde(default)]
     pub platforms: Option<Vec<Platform>>,
+    // The team's own additions for the images this rule matches (include rules only).
+    /// Extra requirements (PEP 508) resolved into the image's lock with torch (see
+    /// `model::extensions`).
+    #[serde(default)]
+    pub pip: Vec<String>,
+    /// Package indexes of the team's own (URLs without credentials).
+    #[serde(default)]
+    pub extra_indexes: Vec<ExtraIndex>,
+    /// Extra Debian/Ubuntu packages.
+    #[serde(default)]
+    pub apt: Vec<String>,
+    /// A Dockerfile fragment under the project, placed after the lock install.
+    #[serde(default)]
+    pub steps: Option<PathBuf>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// The non-root user the image runs as.
+    #[serde(default)]
+    pub user: Option<ImageUser>,
+    #[serde(default)]
+    pub workdir: Option<String>,
+    /// Extra OCI labels for the images this rule matches.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+}
+
+impl CellRule {
+    /// The additions this rule carries.
+    pub fn extensions(&self) -> Extensions {
+        Extensions {
+            pip: self.pip.clone(),
+            extra_indexes: self.extra_indexes.clone(),
+            apt: self.apt.clone(),
+            steps: self
+                .steps
+                .as_ref()
+                .map(|p| p.to_string_lossy().into_owned()),
+            env: self.env.clone(),
+            labels: self.labels.clone(),
+            user: self.user.clone(),
+            workdir: self.workdir.clone(),
+        }
+    }
+
+    /// Whether this rule's keys match an image's values (a torch series matches its releases).
+    pub fn matches(
+        &self,
+        torch: &str,
+        cuda: &str,
+        python: &str,
+        os: &str,
+        variant: Variant,
+        platform: &str,
+    ) -> bool {
+        let series = |rule: &VersionText, value: &str| {
+            value == rule.0 || value.starts_with(&format!("{}.", rule.0))
+        };
+        self.torch.as_ref().is_none_or(|t| series(t, torch))
+            && self.cuda.as_ref().is_none_or(|c| c.0 == cuda)
+            && self.python.as_ref().is_none_or(|p| series(p, python))
+            && self.os.as_ref().is_none_or(|o| o.0 == os)
+            && self
+                .variants
+                .as_ref()
+                .is_none_or(|variants| variants.contains(&variant))
+            && self
+                .platforms
+                .as_ref()
+                .is_none_or(|platforms| platforms.iter().any(|p| p.0 == platform))
+    }
 }
 
 /// The test policy (`tests:`): which GPU models must each have a passing self-test result on an
@@ -346,6 +421,27 @@ pub struct Matrix {
     /// Which GPU models must pass the self-test before aliases move (`tests: {require: [H100]}`).
     #[serde(default)]
     pub tests: TestPolicy,
+    // The team's own additions for every image (see `model::extensions`).
+    /// Extra requirements (PEP 508) resolved into the image's lock with torch (see
+    /// `model::extensions`).
+    #[serde(default)]
+    pub pip: Vec<String>,
+    /// Package indexes of the team's own (URLs without credentials).
+    #[serde(default)]
+    pub extra_indexes: Vec<ExtraIndex>,
+    /// Extra Debian/Ubuntu packages.
+    #[serde(default)]
+    pub apt: Vec<String>,
+    /// A Dockerfile fragment under the project, placed after the lock install.
+    #[serde(default)]
+    pub steps: Option<PathBuf>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// The non-root user the image runs as.
+    #[serde(default)]
+    pub user: Option<ImageUser>,
+    #[serde(default)]
+    pub workdir: Option<String>,
     /// `file:line` of each `include` entry, so rejections can point at the rule that made them.
     #[serde(skip)]
     pub include_locations: Vec<String>,
@@ -363,6 +459,54 @@ fn default_platforms() -> Vec<Platform> {
 }
 
 impl Matrix {
+    /// The additions the matrix makes to every image (the labels apart: they are `labels`).
+    pub fn extensions(&self) -> Extensions {
+        Extensions {
+            pip: self.pip.clone(),
+            extra_indexes: self.extra_indexes.clone(),
+            apt: self.apt.clone(),
+            steps: self
+                .steps
+                .as_ref()
+                .map(|p| p.to_string_lossy().into_owned()),
+            env: self.env.clone(),
+            labels: BTreeMap::new(),
+            user: self.user.clone(),
+            workdir: self.workdir.clone(),
+        }
+    }
+
+    /// The additions of one image: the matrix's, then each include rule's that matches it, in
+    /// order.
+    pub fn extensions_for(
+        &self,
+        torch: &str,
+        cuda: &str,
+        python: &str,
+        os: &str,
+        variant: Variant,
+        platform: &str,
+    ) -> Extensions {
+        self.include
+            .iter()
+            .filter(|rule| rule.matches(torch, cuda, python, os, variant, platform))
+            .fold(self.extensions(), |all, rule| {
+                all.merged(&rule.extensions())
+            })
+    }
+
+    /// Every step fragment the matrix names, as written (relative to the matrix file).
+    pub fn steps_paths(&self) -> Vec<String> {
+        let mut paths: Vec<String> = std::iter::once(&self.steps)
+            .chain(self.include.iter().map(|rule| &rule.steps))
+            .flatten()
+            .map(|p| p.to_string_lossy().into_owned())
+            .collect();
+        paths.sort();
+        paths.dedup();
+        paths
+    }
+
     /// Whether images are built per platform and published as indexes: any platform but amd64 alone.
     pub fn multi_platform(&self) -> bool {
         self.platforms
@@ -401,6 +545,13 @@ const TOP_LEVEL_KEYS: &[&str] = &[
     "lock",
     "tests",
     "end_of_life",
+    "pip",
+    "extra_indexes",
+    "apt",
+    "steps",
+    "env",
+    "user",
+    "workdir",
 ];
 
 impl Matrix {
@@ -648,6 +799,7 @@ impl Matrix {
         for (key, value) in &self.labels {
             check_label(key, value).map_err(|m| invalid(key, "", m, None))?;
         }
+        self.validate_extensions(locations, path)?;
         check_tag_template(&self.tags.full)
             .map_err(|m| invalid("full", "", format!("tags.full: {m}"), None))?;
         for (index, model) in self.tests.require.iter().enumerate() {
@@ -678,6 +830,92 @@ impl Matrix {
                     ),
                     Some("list each GPU model once".into()),
                 ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Matrix {
+    /// Checks the additions (`pip`, `extra_indexes`, `apt`, `steps`, `env`, `labels`, `user`,
+    /// `workdir`) at the top and on each include rule, each error at its line; exclude rules may
+    /// not carry them.
+    fn validate_extensions(&self, locations: &Locations, path: &str) -> Result<(), MatrixError> {
+        let error_at = |at: Option<yaml::Position>, message: String, hint: Option<&str>| {
+            MatrixError::Invalid {
+                path: path.to_string(),
+                line: at.map(|at| at.line),
+                column: at.map(|at| at.column),
+                message,
+                hint: hint.map(str::to_string),
+            }
+        };
+        for (index, rule) in self.exclude.iter().enumerate() {
+            if !rule.extensions().is_empty() {
+                return Err(error_at(
+                    locations.value_at(&format!("exclude[{index}]")),
+                    "an exclude rule takes no additions (pip, apt, steps, env, labels, user, workdir, extra_indexes)".into(),
+                    Some("put them at the top of the matrix or on an include rule"),
+                ));
+            }
+        }
+        let scopes = std::iter::once((String::new(), self.extensions())).chain(
+            self.include
+                .iter()
+                .enumerate()
+                .map(|(index, rule)| (format!("include[{index}]."), rule.extensions())),
+        );
+        for (prefix, extensions) in scopes {
+            for (index, requirement) in extensions.pip.iter().enumerate() {
+                check_requirement(requirement).map_err(|m| {
+                    error_at(
+                        locations.value_at(&format!("{prefix}pip[{index}]")),
+                        m,
+                        Some("pip takes requirements as PEP 508 writes them; indexes go in extra_indexes"),
+                    )
+                })?;
+            }
+            for (index, extra) in extensions.extra_indexes.iter().enumerate() {
+                check_extra_index(extra, check_url).map_err(|m| {
+                    error_at(
+                        locations.value_at(&format!("{prefix}extra_indexes[{index}]")),
+                        m,
+                        None,
+                    )
+                })?;
+            }
+            for (index, package) in extensions.apt.iter().enumerate() {
+                check_apt_package(package).map_err(|m| {
+                    error_at(
+                        locations.value_at(&format!("{prefix}apt[{index}]")),
+                        m,
+                        None,
+                    )
+                })?;
+            }
+            if let Some(steps) = &extensions.steps {
+                check_steps_path(Path::new(steps)).map_err(|m| {
+                    error_at(locations.value_at(&format!("{prefix}steps")), m, None)
+                })?;
+            }
+            for (key, value) in &extensions.env {
+                let at = locations.key_at(&format!("{prefix}env.{key}"));
+                check_env_key(key).map_err(|m| error_at(at, m, None))?;
+                check_free_text(&format!("env {key}"), value).map_err(|m| error_at(at, m, None))?;
+            }
+            for (key, value) in &extensions.labels {
+                check_label(key, value).map_err(|m| {
+                    error_at(locations.key_at(&format!("{prefix}labels.{key}")), m, None)
+                })?;
+            }
+            if let Some(user) = &extensions.user {
+                check_user(user)
+                    .map_err(|m| error_at(locations.value_at(&format!("{prefix}user")), m, None))?;
+            }
+            if let Some(workdir) = &extensions.workdir {
+                check_absolute_path("workdir", workdir).map_err(|m| {
+                    error_at(locations.value_at(&format!("{prefix}workdir")), m, None)
+                })?;
             }
         }
         Ok(())

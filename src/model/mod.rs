@@ -6,6 +6,7 @@ pub mod axes;
 pub mod bases;
 pub mod date;
 pub mod digest;
+pub mod extensions;
 pub mod knowledge;
 pub mod matrix;
 pub mod names;

@@ -56,6 +56,17 @@ impl Contexts {
         images_dir: &Path,
         selftest_dir: &Path,
     ) -> Result<Contexts> {
+        Self::assemble_with(images, images_dir, selftest_dir, &BTreeMap::new())
+    }
+
+    /// [`Contexts::assemble`] with more files for some images, by image name (the team's wheels
+    /// under `extension-wheels/`, fetched on the host).
+    pub fn assemble_with(
+        images: &[ImageSpec],
+        images_dir: &Path,
+        selftest_dir: &Path,
+        more_files: &BTreeMap<String, Vec<ContextFile>>,
+    ) -> Result<Contexts> {
         let mut tars = BTreeMap::new();
         let mut records = BTreeMap::new();
         let mut binaries: BTreeMap<String, (ContextFile, BinaryRecord)> = BTreeMap::new();
@@ -83,7 +94,9 @@ impl Contexts {
                     (file, record)
                 }
             };
-            let tar = context_tar(&dir, &[binary])
+            let mut files = vec![binary];
+            files.extend(more_files.get(&image.name).cloned().unwrap_or_default());
+            let tar = context_tar(&dir, &files)
                 .with_context(|| format!("build context of {}", image.name))?;
             tars.insert(image.name.clone(), tar);
             records.insert(image.name.clone(), record);

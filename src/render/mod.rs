@@ -14,6 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use minijinja::{context, Environment, UndefinedBehavior};
 
 use crate::model::axes::Variant;
+use crate::model::digest::Digest;
 use crate::model::matrix::{check_free_text, check_image_reference, Matrix};
 use crate::resolve::fingerprint::sha256_hex;
 use crate::resolve::image::{ImageSpec, ToolkitSource};
@@ -34,7 +35,18 @@ pub(crate) const EMBEDDED_TEMPLATES: &[(&str, &str)] = &[
         "apt-mirrors.j2",
         include_str!("../../templates/apt-mirrors.j2"),
     ),
+    (
+        "extension-wheels.j2",
+        include_str!("../../templates/extension-wheels.j2"),
+    ),
+    (
+        "extensions.j2",
+        include_str!("../../templates/extensions.j2"),
+    ),
 ];
+
+/// The prefix of a step fragment's template name (`steps:steps/team.Dockerfile`).
+const FRAGMENT_PREFIX: &str = "steps:";
 
 /// The libcuda stub script devel images with `devel_toolkit: pypi` run (copied as it is).
 pub(crate) const MAKE_CUDA_STUB: &str = include_str!("../../templates/make-cuda-stub.sh");
@@ -74,6 +86,9 @@ pub struct Templates {
     sources: BTreeMap<String, String>,
     /// Names of templates the matrix replaced.
     overridden: BTreeSet<String>,
+    /// The matrix's step fragments (`steps:`), by their path as the matrix writes it. Not part
+    /// of [`Templates::digest`]: each image's fingerprint covers the fragment it uses.
+    fragments: BTreeMap<String, String>,
 }
 
 impl Templates {
@@ -84,7 +99,22 @@ impl Templates {
                 .map(|(name, text)| (name.to_string(), text.to_string()))
                 .collect(),
             overridden: BTreeSet::new(),
+            fragments: BTreeMap::new(),
         }
+    }
+
+    /// These templates with the matrix's step fragments (path as written → text).
+    pub fn with_fragments(mut self, fragments: BTreeMap<String, String>) -> Templates {
+        self.fragments = fragments;
+        self
+    }
+
+    /// sha256 of each step fragment, by path, for the fingerprints of the images using it.
+    pub fn fragment_digests(&self) -> BTreeMap<String, Digest> {
+        self.fragments
+            .iter()
+            .map(|(path, text)| (path.clone(), Digest::of(text.as_bytes())))
+            .collect()
     }
 
     /// Whether images of `variant` render from the embedded template, which installs from the
@@ -124,9 +154,18 @@ impl Templates {
                 source,
             })?;
         environment.set_syntax(syntax);
-        for (name, text) in &self.sources {
+        let fragments = self
+            .fragments
+            .iter()
+            .map(|(path, text)| (format!("{FRAGMENT_PREFIX}{path}"), text));
+        for (name, text) in self
+            .sources
+            .iter()
+            .map(|(name, text)| (name.clone(), text))
+            .chain(fragments)
+        {
             environment
-                .add_template(name, text)
+                .add_template_owned(name.clone(), text.clone())
                 .map_err(|source| RenderError::Template {
                     name: name.clone(),
                     source,
@@ -247,14 +286,35 @@ fn render_one(
         .next()
         .unwrap_or(&matrix.repository)
         .to_string();
+    let mut extra_labels = matrix.labels.clone();
+    extra_labels.extend(image.extensions.labels.clone());
+    let values = context! {
+        image => minijinja::value::Serde(image),
+        extensions => minijinja::value::Serde(&image.extensions),
+        cuda_package => image.cuda.replace('.', "-"),
+        arch_list => image.archs.join(";"),
+        ca_bundle => ca_bundle.map(|_| CA_BUNDLE_FILE),
+        extra_labels => extra_labels,
+        title => title,
+    };
+    // The team's step fragment, rendered with the same values (strict: an unknown name fails).
+    let steps_text = match &image.extensions.steps {
+        None => String::new(),
+        Some(path) => {
+            let name = format!("{FRAGMENT_PREFIX}{path}");
+            environment
+                .get_template(&name)
+                .and_then(|fragment| fragment.render(&values))
+                .map_err(|source| RenderError::Template {
+                    name: format!("steps {path} for {}", image.name),
+                    source,
+                })?
+        }
+    };
     let text = template
         .render(context! {
-            image => minijinja::value::Serde(image),
-            cuda_package => image.cuda.replace('.', "-"),
-            arch_list => image.archs.join(";"),
-            ca_bundle => ca_bundle.map(|_| CA_BUNDLE_FILE),
-            extra_labels => matrix.labels.clone(),
-            title => title,
+            steps_text => steps_text,
+            ..values
         })
         .map_err(|source| RenderError::Template {
             name: format!("{template_name} for {}", image.name),

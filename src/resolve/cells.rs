@@ -16,6 +16,10 @@ pub(super) fn expand(matrix: &Matrix, resolution: &mut Resolution) -> Vec<Cell> 
     for (index, rule) in matrix.include.iter().enumerate() {
         let origin = format!("include[{index}]");
         let (Some(torch), Some(cuda), Some(os)) = (&rule.torch, &rule.cuda, &rule.os) else {
+            // A rule that only adds to the images it matches (`apt`, `pip`, ...) makes no cells.
+            if !rule.extensions().is_empty() {
+                continue;
+            }
             resolution.warnings.push(format!(
                 "{origin} is ignored: an include must name torch, cuda and os"
             ));

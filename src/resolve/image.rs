@@ -8,6 +8,7 @@ use serde::Serialize;
 use crate::model::axes::TorchWheels;
 use crate::model::axes::{Platform, Variant};
 use crate::model::digest::Digest;
+use crate::model::extensions::{Extensions, ExtraIndex};
 use crate::model::knowledge::{CudaRelease, TorchCuda, TorchRelease};
 use crate::model::version::{DottedVersion, DriverVersion};
 
@@ -95,6 +96,10 @@ pub struct ImageSpec {
     pub selftest: String,
     /// Knowledge entries used that are marked unverified (allowed by `allow_unverified`).
     pub unverified: Vec<String>,
+    /// The team's own additions (`pip`, `apt`, `steps`, ...). A devel image holds only what it
+    /// adds beyond its runtime image, which installed the rest.
+    #[serde(skip_serializing_if = "Extensions::is_empty")]
+    pub extensions: Extensions,
     /// sha256 over everything that determines the image's content.
     pub fingerprint: Digest,
     /// What the fingerprint covers, by name (kept in the manifest so `plan` can say what changed).
@@ -150,6 +155,14 @@ pub struct LockSpec {
     /// For devel images: the runtime image whose lock constrains this one (its packages are
     /// installed already, so the devel lock keeps every one of them as it is).
     pub parent: Option<ParentLock>,
+    /// The matrix's extra requirements (`pip:`), resolved together with `requirements` and
+    /// within the pins the lock of `requirements` alone has, so they never move the torch stack.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub extras: Vec<String>,
+    /// The matrix's extra indexes (`extra_indexes:`): URLs without credentials, and the names
+    /// of the variables that hold them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub extra_indexes: Vec<ExtraIndex>,
     /// sha256 over all of the above: the first line of the lock.
     pub inputs_digest: Digest,
 }
@@ -241,6 +254,9 @@ pub struct ResolveOptions {
     pub today: Option<i64>,
     /// The base images' pins (`images/bases.lock`), by base reference.
     pub base_pins: BTreeMap<String, crate::model::bases::BasePin>,
+    /// sha256 of each step fragment (`steps:`), by its path as the matrix writes it: the
+    /// fingerprint of each image that uses one covers it.
+    pub fragments: BTreeMap<String, Digest>,
 }
 
 /// The CUDA wheels a lock pins, for the image's labels.

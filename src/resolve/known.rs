@@ -51,14 +51,15 @@ pub fn check_known(matrix: &Matrix, knowledge: &Knowledge) -> Result<(), MatrixE
         .into_iter()
         .filter_map(|(key, absent)| absent.then_some(key))
         .collect();
-        if !missing.is_empty() {
+        // A rule that only adds to the images it matches (`apt`, `pip`, ...) needs no cell keys.
+        if !missing.is_empty() && rule.extensions().is_empty() {
             return Err(error(
                 matrix.locations.value_at(&format!("include[{index}]")),
                 format!(
                     "include[{index}] does not name {}, so it makes no cell",
                     missing.join(" and ")
                 ),
-                "an include names torch, cuda and os (and optionally cudnn, python, variants, platforms)".into(),
+                "an include names torch, cuda and os (and optionally cudnn, python, variants, platforms), or adds to the images it matches (pip, apt, steps, env, labels, user, workdir)".into(),
             ));
         }
     }

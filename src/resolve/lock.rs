@@ -12,6 +12,7 @@
 use std::collections::BTreeMap;
 
 use crate::model::digest::Digest;
+use crate::model::extensions::ExtraIndex;
 use crate::resolve::fingerprint::fingerprint;
 pub use crate::resolve::image::{LockSpec, ParentLock};
 use crate::resolve::image::{LockedCuda, PipIndexes};
@@ -39,8 +40,36 @@ impl LockSpec {
             python: python.to_string(),
             python_platform,
             parent,
+            extras: Vec::new(),
+            extra_indexes: Vec::new(),
             inputs_digest: Digest::of(b""),
         };
+        spec.inputs_digest = fingerprint(&spec.inputs());
+        spec
+    }
+
+    /// This spec with the matrix's extra requirements and indexes (inputs only when present, so
+    /// a lock without any keeps its digest).
+    pub fn with_extras(mut self, extras: Vec<String>, extra_indexes: Vec<ExtraIndex>) -> LockSpec {
+        self.extras = extras;
+        self.extra_indexes = extra_indexes;
+        self.inputs_digest = fingerprint(&self.inputs());
+        self
+    }
+
+    /// The URLs of the extra indexes.
+    pub fn extra_index_urls(&self) -> Vec<&str> {
+        self.extra_indexes
+            .iter()
+            .map(|index| index.url.as_str())
+            .collect()
+    }
+
+    /// The spec of the lock without the extras: the torch stack's own pins, which the extras
+    /// are resolved within.
+    pub fn without_extras(&self) -> LockSpec {
+        let mut spec = self.clone();
+        spec.extras.clear();
         spec.inputs_digest = fingerprint(&spec.inputs());
         spec
     }
@@ -67,6 +96,12 @@ impl LockSpec {
                 })
                 .unwrap_or_default(),
         );
+        if !self.extras.is_empty() {
+            inputs.insert("extras", self.extras.join("\n"));
+        }
+        if !self.extra_indexes.is_empty() {
+            inputs.insert("extra_indexes", self.extra_index_urls().join("\n"));
+        }
         inputs
     }
 
@@ -90,6 +125,18 @@ impl LockSpec {
             format!("# requirements: {}", self.requirements.join(" ")),
             format!("# constraints: {}", self.constraints.join(" ")),
         ];
+        if !self.extras.is_empty() {
+            lines.push(format!(
+                "# extras (within the pins of the requirements alone): {}",
+                self.extras.join(" | ")
+            ));
+        }
+        if !self.extra_indexes.is_empty() {
+            lines.push(format!(
+                "# extra indexes: {}",
+                self.extra_index_urls().join(" ")
+            ));
+        }
         if let Some(parent) = &self.parent {
             lines.push(format!(
                 "# constrained by: ../{}/{LOCK_FILE} ({})",

@@ -26,6 +26,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::model::axes::{EndOfLifePolicy, OsName, Variant};
 use crate::model::digest::Digest;
+use crate::model::extensions::Extensions;
 use crate::model::knowledge::Knowledge;
 use crate::model::matrix::{tag_problem, Matrix};
 use cells::expand;
@@ -133,6 +134,12 @@ pub fn resolve(matrix: &Matrix, knowledge: &Knowledge, options: &ResolveOptions)
 
     // Devel images point at their runtime image, their fingerprint covers the parent's, and their
     // lock is resolved against the parent's lock.
+    let runtime_extensions: BTreeMap<_, Extensions> = images
+        .iter()
+        .zip(&resolved)
+        .filter(|(image, _)| image.variant == Variant::Runtime)
+        .map(|(image, (_, found))| (found.key(), image.extensions.clone()))
+        .collect();
     let runtime_by_key: BTreeMap<_, (String, String, Digest, Vec<String>)> = images
         .iter()
         .zip(&resolved)
@@ -158,6 +165,14 @@ pub fn resolve(matrix: &Matrix, knowledge: &Knowledge, options: &ResolveOptions)
                 image.base_image = reference.clone();
                 image.base_image_id = None;
                 image.inputs.remove("base_image_id");
+                // The runtime image installed its additions; the devel image adds what differs.
+                if let Some(parent_extensions) = runtime_extensions.get(&found.key()) {
+                    image.extensions = image.extensions.beyond(parent_extensions);
+                    image.inputs.retain(|key, _| !key.starts_with("ext."));
+                    image
+                        .inputs
+                        .extend(spec::extension_inputs(&image.extensions, options));
+                }
                 if let Some(own) = &image.lock {
                     let parent = ParentLock {
                         image: name.clone(),

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use crate::model::axes::{OsName, Platform, Variant};
 use crate::model::digest::Digest;
+use crate::model::extensions::Extensions;
 use crate::model::knowledge::{wheel_suffix, Knowledge, PLATFORM_AMD64};
 use crate::model::matrix::{BaseImageFields, DevelToolkit, Matrix, TorchWheels};
 use crate::model::selftest_binary::binary_for;
@@ -191,6 +192,14 @@ pub(super) fn build_spec(
         selftest: binary_for(&found.cuda_release.version, &arch)
             .expect("rules::selftest_build checked the cell"),
         unverified: found.unverified.clone(),
+        extensions: matrix.extensions_for(
+            &found.release.torch,
+            &found.variant.cuda,
+            found.python.as_str(),
+            &found.os,
+            found.variant_kind,
+            &found.platform,
+        ),
         // Replaced below, once the inputs it covers are known.
         fingerprint: Digest::of(b""),
         inputs: BTreeMap::new(),
@@ -262,6 +271,62 @@ pub(super) fn lock_spec(
         python_platform,
         parent,
     )
+    .with_extras(
+        spec.extensions.pip.clone(),
+        spec.extensions.extra_indexes.clone(),
+    )
+}
+
+/// The fingerprint inputs of an image's additions, each present only when the image has it, so
+/// an image without additions keeps its fingerprint and changing one addition rebuilds exactly
+/// the images that have it (`plan` names the input).
+pub(super) fn extension_inputs(
+    extensions: &Extensions,
+    options: &ResolveOptions,
+) -> Vec<(String, String)> {
+    let mut inputs = Vec::new();
+    let mut add = |key: &str, value: String| {
+        if !value.is_empty() {
+            inputs.push((format!("ext.{key}"), value));
+        }
+    };
+    add("pip", extensions.pip.join("\n"));
+    add(
+        "extra_indexes",
+        extensions
+            .extra_indexes
+            .iter()
+            .map(|index| index.url.as_str())
+            .collect::<Vec<_>>()
+            .join("\n"),
+    );
+    add("apt", extensions.apt.join("\n"));
+    if let Some(steps) = &extensions.steps {
+        add(
+            "steps",
+            format!(
+                "{steps} {}",
+                options
+                    .fragments
+                    .get(steps)
+                    .map(Digest::as_str)
+                    .unwrap_or("unread")
+            ),
+        );
+    }
+    let lines = |map: &BTreeMap<String, String>| -> String {
+        map.iter().map(|(k, v)| format!("{k}={v}\n")).collect()
+    };
+    add("env", lines(&extensions.env));
+    add("labels", lines(&extensions.labels));
+    if let Some(user) = &extensions.user {
+        add(
+            "user",
+            format!("{} {}:{} {}", user.name, user.uid, user.gid, user.home()),
+        );
+    }
+    add("workdir", extensions.workdir.clone().unwrap_or_default());
+    inputs
 }
 
 fn tag_fields(found: &Resolved) -> TagFields {
@@ -347,8 +412,10 @@ fn fingerprint_inputs(
             .collect(),
     );
     inputs.insert("templates", options.template_digest.clone());
-    inputs
+    let mut inputs: BTreeMap<String, String> = inputs
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
-        .collect()
+        .collect();
+    inputs.extend(extension_inputs(&spec.extensions, options));
+    inputs
 }

@@ -9,6 +9,7 @@ mod cli;
 mod compiled;
 mod docker_engine;
 mod docker_host_env;
+mod extensions;
 mod faults;
 mod generators;
 mod gpu_tests;

@@ -288,10 +288,81 @@ fn imagegen(project: &Path, args: &[&str]) -> Output {
         .current_dir(project)
         .env("DOCKER_CONFIG", project.join("docker-config"))
         .env("CI", "true")
+        .env("IMAGEGEN_TEST_INDEX_USER", TEAM_INDEX_USER)
+        .env("IMAGEGEN_TEST_INDEX_PASSWORD", team_index_password())
         .args(args)
         .output()
         .unwrap()
 }
+
+/// The user of the team's index (`tests/fixtures/real-build/team_index.py`).
+const TEAM_INDEX_USER: &str = "team";
+
+/// The password of the team's index: made for this run, so finding it anywhere is a leak.
+fn team_index_password() -> &'static str {
+    static PASSWORD: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PASSWORD.get_or_init(|| {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        format!("tok{:x}{:x}", nanos, std::process::id())
+    })
+}
+
+/// The team's private index on 127.0.0.1 behind basic auth (a Python process serving two wheels
+/// it builds), stopped on drop.
+struct TeamIndex {
+    child: Child,
+    port: u16,
+}
+
+impl TeamIndex {
+    fn start(dir: &Path) -> TeamIndex {
+        let port_file = dir.join("team-index.port");
+        let mut child = Command::new("python3")
+            .arg(repository_root().join("tests/fixtures/real-build/team_index.py"))
+            .args([TEAM_INDEX_USER, team_index_password()])
+            .arg(&port_file)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("python3 for the team's index");
+        for _ in 0..100 {
+            if let Some(port) = std::fs::read_to_string(&port_file)
+                .ok()
+                .and_then(|text| text.trim().parse().ok())
+            {
+                return TeamIndex { child, port };
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("the team's index did not start");
+    }
+}
+
+impl Drop for TeamIndex {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// What runs inside the image with additions, as its user: who and where it is, the team's
+/// packages and file, the apt package, what the user owns, pip check.
+const ADDITIONS_CHECKS: &str = r#"set -e
+echo "id=$(id -u):$(id -g) pwd=$(pwd) home=$HOME team_config=$TEAM_CONFIG"
+python -c 'import team_lib, einops, json; print(json.dumps({"team_lib": team_lib.__version__, "einops": einops.__version__}))'
+python -m pip check
+cat /etc/team/config.toml
+dpkg-query -W -f='htop=${Version}
+' htop
+htop --version | head -1
+if touch /opt/venv/imagegen-test 2>/dev/null; then echo "venv writable"; fi
+echo "owned:"; find / -xdev \( -path /proc -o -path /sys \) -prune -o -user 1000 -print 2>/dev/null | sort
+"#;
 
 /// Runs `script` with the image's Python and returns the JSON it prints last.
 fn python_in(image: &str, script: &str) -> serde_json::Value {
@@ -672,19 +743,29 @@ fn a_runtime_and_a_devel_image_built_for_real_from_pypi_on_a_debootstrapped_base
     let project = tempfile::tempdir().unwrap();
     let dir = project.path();
     let repository = unique_name("imagegen-test/real");
+    let team_index = TeamIndex::start(dir);
     let matrix =
         std::fs::read_to_string(repository_root().join("tests/fixtures/real-build/matrix.yaml"))
             .unwrap()
             .replace("REPOSITORY", &repository)
-            .replace("BASE_IMAGE", BASE_IMAGE);
-    std::fs::write(dir.join("matrix.yaml"), matrix).unwrap();
+            .replace("BASE_IMAGE", BASE_IMAGE)
+            .replace("PORT", &team_index.port.to_string());
+    std::fs::write(dir.join("matrix.yaml"), &matrix).unwrap();
+    std::fs::create_dir_all(dir.join("steps")).unwrap();
+    std::fs::write(
+        dir.join("steps/team.Dockerfile"),
+        "# The team's config, naming the image's torch.\nRUN mkdir -p /etc/team \\\n && printf 'torch = \"{{ image.torch }}\"\\n' > /etc/team/config.toml\n",
+    )
+    .unwrap();
+    let mut outputs = String::new();
     std::fs::copy(HOST_CA_BUNDLE, dir.join("host-ca.pem")).expect(HOST_CA_BUNDLE);
     std::fs::create_dir_all(dir.join("docker-config")).unwrap();
     std::fs::write(dir.join("docker-config/config.json"), "{}").unwrap();
 
     let lock = imagegen(dir, &["lock", "--uv", uv.to_str().unwrap()]);
+    outputs.push_str(&text(&lock));
     assert_code(&lock, 0);
-    phases.mark("imagegen lock (uv, PyPI): 2 locks");
+    phases.mark("imagegen lock (uv, PyPI, the team's index): 2 locks");
     let runtime_name = format!("{TORCH}-cuda13.0-cudnn9-runtime-debian12");
     let devel_name = format!("{TORCH}-cuda13.0-cudnn9-devel-debian12");
     let runtime_tag = format!("registry.invalid/{repository}:{runtime_name}");
@@ -715,6 +796,51 @@ fn a_runtime_and_a_devel_image_built_for_real_from_pypi_on_a_debootstrapped_base
         runtime_lock.contains("\ntorch==2.13.0 \\\n"),
         "{runtime_lock}"
     );
+    // The extras are in the image's one lock: the team's wheel from its index, einops from PyPI.
+    let team_index_url = format!("http://127.0.0.1:{}/simple", team_index.port);
+    let team_entry = runtime_lock
+        .split("\nteam-lib==0.1.0 \\\n")
+        .nth(1)
+        .unwrap_or_else(|| panic!("team-lib not in the lock:\n{runtime_lock}"));
+    let team_entry: String = team_entry
+        .lines()
+        .take_while(|line| line.starts_with(' '))
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(
+        team_entry.contains(&format!("# from {team_index_url}")),
+        "{team_entry}"
+    );
+    assert!(runtime_lock.contains("\neinops=="), "{runtime_lock}");
+    assert!(runtime_lock.contains(
+        "# extras (within the pins of the requirements alone): team-lib==0.1.0 | einops"
+    ));
+
+    // An extra that would move the torch stack's pins (team-conflict needs sympy<1.0) fails the
+    // lock, naming it and why, and leaves the locks as they were.
+    std::fs::write(
+        dir.join("matrix.yaml"),
+        matrix.replace("  - einops\n", "  - einops\n  - team-conflict==0.1.0\n"),
+    )
+    .unwrap();
+    let conflict = imagegen(dir, &["lock", "--uv", uv.to_str().unwrap()]);
+    outputs.push_str(&text(&conflict));
+    assert_code(&conflict, 2);
+    let conflict_text = text(&conflict);
+    assert!(
+        conflict_text.contains("the pip extras would change the pins of the torch stack")
+            && conflict_text.contains("- `team-conflict==0.1.0`:")
+            && conflict_text.contains("sympy")
+            && !conflict_text.contains("- `einops`"),
+        "{conflict_text}"
+    );
+    eprintln!("an extra that would change torch's pins:\n{conflict_text}");
+    std::fs::write(dir.join("matrix.yaml"), &matrix).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(images.join(&runtime_name).join("requirements.lock")).unwrap(),
+        runtime_lock
+    );
+    phases.mark("a conflicting extra refused by imagegen lock");
 
     let selftest_output = selftest_build.wait_with_output().unwrap();
     assert!(
@@ -728,6 +854,7 @@ fn a_runtime_and_a_devel_image_built_for_real_from_pypi_on_a_debootstrapped_base
 
     // The build as a user runs it: both images, tested (no GPU here: skipped), recorded.
     let build = imagegen(dir, &["build", "--selftest-dir", "selftest", "--jobs", "1"]);
+    outputs.push_str(&text(&build));
     let build_log = std::fs::read_to_string(
         dir.join(".imagegen/logs")
             .join(format!("{runtime_name}.log")),
@@ -821,6 +948,67 @@ fn a_runtime_and_a_devel_image_built_for_real_from_pypi_on_a_debootstrapped_base
         .filter(|pin| !pin.starts_with("pip=="))
         .collect();
     assert!(extra.is_empty(), "installed beyond the lock: {extra:?}");
+
+    // The additions, inside the image as its user.
+    let additions = docker(&[
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        &runtime_tag,
+        "bash",
+        "-c",
+        ADDITIONS_CHECKS,
+    ]);
+    assert!(additions.status.success(), "{}", text(&additions));
+    let additions = String::from_utf8_lossy(&additions.stdout).to_string();
+    eprintln!("additions in the image:\n{additions}");
+    assert!(
+        additions.contains(
+            "id=1000:1000 pwd=/workspace home=/home/dev team_config=/etc/team/config.toml"
+        ),
+        "{additions}"
+    );
+    let locked_einops = runtime_lock
+        .lines()
+        .find_map(|line| line.strip_prefix("einops=="))
+        .map(|version| version.trim_end_matches([' ', '\\']).to_string())
+        .unwrap();
+    assert!(
+        additions.contains(&format!(
+            "{{\"team_lib\": \"0.1.0\", \"einops\": \"{locked_einops}\"}}"
+        )),
+        "{additions}"
+    );
+    assert!(
+        additions.contains("No broken requirements found."),
+        "{additions}"
+    );
+    assert!(additions.contains("torch = \"2.13.0\""), "{additions}");
+    assert!(additions.contains("htop=3."), "{additions}");
+    assert!(!additions.contains("venv writable"), "{additions}");
+    let owned: Vec<&str> = additions
+        .split("owned:\n")
+        .nth(1)
+        .unwrap()
+        .lines()
+        .filter(|line| !line.is_empty())
+        .collect();
+    assert!(
+        owned.contains(&"/home/dev") && owned.contains(&"/workspace"),
+        "{owned:?}"
+    );
+    let stray: Vec<&&str> = owned
+        .iter()
+        .filter(|path| !path.starts_with("/home/dev") && **path != "/workspace")
+        .collect();
+    assert!(
+        stray.is_empty(),
+        "the user owns more than its home and workdir: {stray:?}"
+    );
+    let record_packages = record["packages"]["os"].to_string();
+    assert!(record_packages.contains("htop"), "{record_packages}");
+    phases.mark("additions checked in the image (user, packages, step, apt)");
 
     // gpu-selftest, the CUDA 13 build, in the image: exit 2 with its "no driver" report.
     let selftest = docker(&[
@@ -1209,6 +1397,49 @@ fn a_runtime_and_a_devel_image_built_for_real_from_pypi_on_a_debootstrapped_base
     );
     assert!(refused_log.contains(&first_package), "{refused_log}");
     phases.mark("tampered lock refused by pip");
+
+    // The team's password is nowhere: not in the image's history or layers, the build logs,
+    // the manifest, the rendered files and locks, nor anything imagegen printed.
+    let password = team_index_password();
+    let history = docker(&["history", "--no-trunc", &runtime_tag]);
+    assert!(history.status.success());
+    assert!(!text(&history).contains(password));
+    assert!(!outputs.contains(password), "imagegen printed the password");
+    let save = Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "docker save {devel_tag} | grep -a -c -F -e {password} || true"
+        ))
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&save.stdout).trim(),
+        "0",
+        "the password is in the images' layers"
+    );
+    let mut searched = 0;
+    for folder in [dir.join(".imagegen"), dir.join("images")] {
+        let found = Command::new("grep")
+            .args(["-r", "-l", "-F", "-e", password])
+            .arg(&folder)
+            .output()
+            .unwrap();
+        assert!(
+            String::from_utf8_lossy(&found.stdout).trim().is_empty(),
+            "the password is in {}",
+            String::from_utf8_lossy(&found.stdout)
+        );
+        searched += 1;
+    }
+    assert_eq!(searched, 2);
+    let manifest_text = std::fs::read_to_string(dir.join("imagegen-manifest.json")).unwrap();
+    assert!(!manifest_text.contains(password));
+    assert!(
+        manifest_text.contains("ext.pip"),
+        "the manifest records the additions' inputs"
+    );
+    phases.mark("the team's password is in no history, layer, log, file or manifest");
+    drop(team_index);
 
     eprintln!("phases:");
     for (what, seconds) in &phases.marks {

@@ -1,0 +1,259 @@
+//! The team's own additions (`pip`, `extra_indexes`, `apt`, `steps`, `env`, `labels`, `user`,
+//! `workdir`) as a user writes them in `matrix.yaml`, without Docker or the network: the
+//! Dockerfile they render (one snapshot, linted by the real hadolint with the repository's
+//! settings), the file:line of each bad value, a step fragment that is refused, and the
+//! fingerprints: changing an addition changes exactly the images that have it. The real build of
+//! an image with additions is in `real_build.rs`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use assert_cmd::Command as CargoCommand;
+
+use crate::support::project::{assert_code, text};
+
+fn repository_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn imagegen(dir: &Path, args: &[&str]) -> std::process::Output {
+    CargoCommand::cargo_bin("imagegen")
+        .unwrap()
+        .current_dir(dir)
+        .env_remove("IMAGEGEN_MATRIX")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+const MATRIX: &str = r#"registry: registry.example.com
+repository: team/pytorch
+torch: ["2.13"]
+cuda: ["13.0"]
+os: [ubuntu22.04, ubuntu24.04]
+variants: [runtime, devel]
+torch_wheels: pypi
+devel_toolkit: pypi
+tags:
+  latest: false
+pip:
+  - einops>=0.8
+  - "rich>=13; python_version >= '3.10'"
+  - team-lib==0.1.0
+extra_indexes:
+  - url: https://pypi.team.example/simple
+    username_env: TEAM_INDEX_USER
+    password_env: TEAM_INDEX_TOKEN
+apt: [htop]
+steps: steps/team.Dockerfile
+env:
+  TEAM_CONFIG: /etc/team/config.toml
+user: {name: dev, uid: 1000, gid: 1000}
+workdir: /workspace
+include:
+  - os: ubuntu22.04
+    apt: [git]
+    labels:
+      org.example.team: vision
+"#;
+
+const STEPS: &str = "# The team's config, with the image's torch in it.\nRUN mkdir -p /etc/team \\\n && printf 'torch = \"{{ image.torch }}\"\\n' > /etc/team/config.toml\n";
+
+fn project() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("matrix.yaml"), MATRIX).unwrap();
+    std::fs::create_dir_all(dir.path().join("steps")).unwrap();
+    std::fs::write(dir.path().join("steps/team.Dockerfile"), STEPS).unwrap();
+    dir
+}
+
+fn dockerfile(dir: &Path, name: &str) -> String {
+    std::fs::read_to_string(dir.join("images").join(name).join("Dockerfile")).unwrap()
+}
+
+fn fingerprint(dir: &Path, name: &str) -> String {
+    dockerfile(dir, name)
+        .lines()
+        .find_map(|line| line.strip_prefix("# fingerprint: "))
+        .unwrap()
+        .to_string()
+}
+
+const RUNTIME_22: &str = "2.13.0-cuda13.0-cudnn9-runtime-ubuntu22.04";
+const RUNTIME_24: &str = "2.13.0-cuda13.0-cudnn9-runtime-ubuntu24.04";
+const DEVEL_22: &str = "2.13.0-cuda13.0-cudnn9-devel-ubuntu22.04";
+const DEVEL_24: &str = "2.13.0-cuda13.0-cudnn9-devel-ubuntu24.04";
+
+#[test]
+fn additions_render_after_the_lock_install_and_pass_hadolint() {
+    let project = project();
+    let dir = project.path();
+    let render = imagegen(dir, &["render"]);
+    assert_code(&render, 0);
+    let runtime = dockerfile(dir, RUNTIME_22);
+    let devel = dockerfile(dir, DEVEL_22);
+    let mut settings = insta::Settings::clone_current();
+    settings.add_filter(r"sha256:[0-9a-f]{64}", "sha256:[digest]");
+    settings.bind(|| {
+        insta::assert_snapshot!(
+            "extensions_dockerfiles",
+            format!("{runtime}\n=== devel ===\n{devel}")
+        );
+    });
+    // The order the README documents: the team's wheels before the lock install, the rest after
+    // it and the loader cache, the user last.
+    let at = |needle: &str| {
+        runtime
+            .find(needle)
+            .unwrap_or_else(|| panic!("{needle:?} not in\n{runtime}"))
+    };
+    assert!(at("COPY extension-wheels/") < at("COPY requirements.lock"));
+    assert!(at("&& ldconfig") < at("      htop \\\n"));
+    assert!(at("      git \\\n") < at("RUN groupadd --gid 1000 dev"));
+    assert!(at("RUN groupadd") < at("torch = \"2.13.0\""));
+    assert!(at("torch = \"2.13.0\"") < at("ENV TEAM_CONFIG=\"/etc/team/config.toml\""));
+    assert!(at("WORKDIR /workspace") < at("USER 1000:1000"));
+    assert!(runtime.contains("org.example.team=\"vision\""));
+    assert!(!dockerfile(dir, RUNTIME_24).contains("git \\"));
+    assert!(
+        !runtime.contains("TEAM_INDEX"),
+        "no credential variable in a Dockerfile"
+    );
+    // The devel image is built FROM the runtime image, which installed the additions: it runs its
+    // own steps as root and ends as the user, without installing them again.
+    assert!(devel.contains("USER 0:0\n"), "{devel}");
+    assert!(devel.trim_end().contains("USER 1000:1000"), "{devel}");
+    assert!(!devel.contains("htop"), "{devel}");
+    assert!(!devel.contains("/etc/team/config.toml\n"), "{devel}");
+    let hadolint = repository_root().join(".ci/venv/bin/hadolint");
+    let files: Vec<PathBuf> = [RUNTIME_22, RUNTIME_24, DEVEL_22, DEVEL_24]
+        .iter()
+        .map(|name| dir.join("images").join(name).join("Dockerfile"))
+        .collect();
+    let lint = Command::new(&hadolint)
+        .arg("--config")
+        .arg(repository_root().join(".hadolint.yaml"))
+        .args(&files)
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e} (run .ci/install-deps.sh)", hadolint.display()));
+    assert!(lint.status.success(), "hadolint:\n{}", text(&lint));
+}
+
+#[test]
+fn changing_an_addition_rebuilds_exactly_the_images_that_have_it() {
+    let project = project();
+    let dir = project.path();
+    assert_code(&imagegen(dir, &["render"]), 0);
+    let names = [RUNTIME_22, RUNTIME_24, DEVEL_22, DEVEL_24];
+    let before: Vec<String> = names.iter().map(|n| fingerprint(dir, n)).collect();
+    // The 22.04 rule's apt list: the 22.04 images (the devel one through its parent) change.
+    let matrix = MATRIX.replace("apt: [git]", "apt: [git, make]");
+    std::fs::write(dir.join("matrix.yaml"), &matrix).unwrap();
+    assert_code(&imagegen(dir, &["render"]), 0);
+    let after: Vec<String> = names.iter().map(|n| fingerprint(dir, n)).collect();
+    let changed: Vec<&str> = names
+        .iter()
+        .zip(before.iter().zip(&after))
+        .filter(|(_, (b, a))| b != a)
+        .map(|(name, _)| *name)
+        .collect();
+    assert_eq!(changed, [RUNTIME_22, DEVEL_22]);
+    // The step fragment's text: every image that has it (all four here).
+    std::fs::write(
+        dir.join("steps/team.Dockerfile"),
+        STEPS.replace("config.toml", "team.toml"),
+    )
+    .unwrap();
+    assert_code(&imagegen(dir, &["render"]), 0);
+    let again: Vec<String> = names.iter().map(|n| fingerprint(dir, n)).collect();
+    assert!(after.iter().zip(&again).all(|(a, b)| a != b));
+    // An image without additions keeps the fingerprint it had before additions existed: the
+    // repository's own images/ are up to date with the same templates.
+    assert_code(&imagegen(&repository_root(), &["render", "--check"]), 0);
+}
+
+#[test]
+fn bad_additions_are_refused_at_their_line() {
+    let project = project();
+    let dir = project.path();
+    // (what to replace, with what, the message): each refused at the line of the new value.
+    let cases: &[(&str, &str, &str)] = &[
+        (
+            "  - einops>=0.8\n",
+            "  - \"einops>=0.8 && curl evil\"\n",
+            "pip requirement",
+        ),
+        (
+            "  - team-lib==0.1.0\n",
+            "  - --index-url=https://evil.example/simple\n",
+            "pip requirement",
+        ),
+        (
+            "  - url: https://pypi.team.example/simple\n",
+            "  - url: https://bob:s3cret@pypi.team.example/simple\n",
+            "extra_indexes: \"https://***@pypi.team.example/simple\" holds credentials",
+        ),
+        ("apt: [htop]", "apt: [\"htop; id\"]", "apt package"),
+        ("  TEAM_CONFIG:", "  PATH:", "env PATH is set by imagegen"),
+        (
+            "{name: dev, uid: 1000, gid: 1000}",
+            "{name: root, uid: 0, gid: 0}",
+            "user must not be root",
+        ),
+        ("workdir: /workspace", "workdir: ../up", "workdir"),
+        (
+            "steps: steps/team.Dockerfile",
+            "steps: ../outside.Dockerfile",
+            "steps",
+        ),
+        (
+            "    apt: [git]\n",
+            "    apt: [Git]\n",
+            "apt package \"Git\"",
+        ),
+    ];
+    for (from, to, message) in cases {
+        assert!(MATRIX.contains(from), "{from}");
+        let matrix = MATRIX.replace(from, to);
+        let line = matrix[..matrix.find(to).unwrap()].matches('\n').count() + 1;
+        std::fs::write(dir.join("matrix.yaml"), &matrix).unwrap();
+        let render = imagegen(dir, &["render"]);
+        assert_code(&render, 2);
+        let stderr = String::from_utf8_lossy(&render.stderr).to_string();
+        let wanted = format!("error: matrix.yaml:{line}:");
+        assert!(
+            stderr.starts_with(&wanted) && stderr.contains(message),
+            "{to}: wanted {wanted:?} and {message:?} in\n{stderr}"
+        );
+        assert!(!stderr.contains("s3cret"), "{stderr}");
+    }
+    // A fragment that starts a new stage: refused at its own line.
+    std::fs::write(dir.join("matrix.yaml"), MATRIX).unwrap();
+    std::fs::write(
+        dir.join("steps/team.Dockerfile"),
+        "RUN true\nFROM scratch\n",
+    )
+    .unwrap();
+    let render = imagegen(dir, &["render"]);
+    assert_code(&render, 2);
+    assert!(
+        text(&render)
+            .contains("steps/team.Dockerfile:2: a step fragment may not start a new stage"),
+        "{}",
+        text(&render)
+    );
+    // A fragment using a value the image does not have: strict, named.
+    std::fs::write(
+        dir.join("steps/team.Dockerfile"),
+        "RUN echo {{ image.no_such_value }}\n",
+    )
+    .unwrap();
+    let render = imagegen(dir, &["render"]);
+    assert_code(&render, 2);
+    assert!(
+        text(&render)
+            .contains("steps steps/team.Dockerfile for 2.13.0-cuda13.0-cudnn9-runtime-ubuntu22.04"),
+        "{}",
+        text(&render)
+    );
+}
