@@ -66,6 +66,17 @@ pub fn plan_text(plan: &UpgradePlan) -> String {
             .map(|c| vec![c.tag.clone(), change_summary(&c.changes)]),
     );
     section(&mut out, "rebuilt images", rows);
+    let mut rows = vec![vec!["IMAGE".to_string(), "FIX".into()]];
+    rows.extend(
+        plan.refused_pushes
+            .iter()
+            .map(|r| vec![r.tag.clone(), r.fix.clone()]),
+    );
+    section(
+        &mut out,
+        "pushes build --push would refuse (new content under a pushed full tag)",
+        rows,
+    );
     let mut rows = vec![vec!["ALIAS".to_string(), "FROM".into(), "TO".into()]];
     rows.extend(plan.alias_moves.iter().map(|m| {
         vec![
@@ -192,6 +203,15 @@ pub fn plan_markdown(plan: &UpgradePlan) -> String {
         plan.rebuilt
             .iter()
             .map(|c| vec![code(&c.tag), change_summary(&c.changes)])
+            .collect(),
+    );
+    table(
+        &mut out,
+        "⚠️ Pushes `build --push` would refuse (new content under a pushed full tag)",
+        &["image", "fix"],
+        plan.refused_pushes
+            .iter()
+            .map(|r| vec![code(&r.tag), r.fix.clone()])
             .collect(),
     );
     table(

@@ -622,3 +622,74 @@ fn a_rolled_back_alias_is_held_pinned_by_k8s_and_released_on_request() {
         .code(2)
         .stderr(predicate::str::contains(format!("{alias} is not held")));
 }
+
+#[test]
+fn plan_predicts_a_push_that_would_be_refused_and_names_the_fix() {
+    let resolution: serde_json::Value =
+        serde_json::from_str(&stdout_of(&["resolve", "--format", "json"])).unwrap();
+    let image = &resolution["images"][0];
+    let tag = image["tag"].as_str().unwrap();
+    let digest = format!("sha256:{}", "0f".repeat(32));
+    let record = |fingerprint: &str| {
+        serde_json::json!({"schema_version": 1, "images": {tag: {
+            "repository": "registry.example.com/team/pytorch", "tag": tag, "digest": digest,
+            "fingerprint": fingerprint, "build_key": format!("sha256:{}", "6b".repeat(32)),
+            "variant": image["variant"], "torch": image["torch"], "torchvision": "0.22.1",
+            "cuda": image["cuda"], "cuda_full": "12.6.3", "cudnn": "9", "python": "3.12",
+            "os": image["os"], "base_image": "b", "driver_min": "560.35.05",
+            "driver_min_compat": "525.60.13", "require_cuda": "cuda>=12.6",
+            "built_at": "2026-11-30T10:00:00Z", "status": "ok"}}})
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("imagegen-manifest.json");
+    let manifest_arg = path.to_str().unwrap();
+    // The same content as pushed: nothing refused.
+    std::fs::write(
+        &path,
+        record(image["fingerprint"].as_str().unwrap()).to_string(),
+    )
+    .unwrap();
+    let plan: serde_json::Value = serde_json::from_str(&stdout_of(&[
+        "plan",
+        "--format",
+        "json",
+        "--manifest",
+        manifest_arg,
+    ]))
+    .unwrap();
+    assert!(plan.get("refused_pushes").is_none(), "{plan:#}");
+    // Other content under the pushed tag: the plan says the push would be refused, and the fix.
+    std::fs::write(
+        &path,
+        record(&format!("sha256:{}", "0e".repeat(32))).to_string(),
+    )
+    .unwrap();
+    let plan: serde_json::Value = serde_json::from_str(&stdout_of(&[
+        "plan",
+        "--format",
+        "json",
+        "--manifest",
+        manifest_arg,
+    ]))
+    .unwrap();
+    let refused = plan["refused_pushes"].as_array().unwrap();
+    assert_eq!(refused.len(), 1, "{plan:#}");
+    assert_eq!(refused[0]["tag"], tag);
+    assert_eq!(refused[0]["digest"], digest);
+    let fix = refused[0]["fix"].as_str().unwrap();
+    assert!(fix.contains("tags.full") && fix.contains("-r2"), "{fix}");
+    let table = stdout_of(&["plan", "--manifest", manifest_arg]);
+    assert!(
+        table.contains("pushes build --push would refuse"),
+        "{table}"
+    );
+    assert!(
+        table.contains(&format!("{tag} already serves sha256:0f0f0f0f0f0f")),
+        "{table}"
+    );
+    let markdown = stdout_of(&["plan", "--format", "markdown", "--manifest", manifest_arg]);
+    assert!(
+        markdown.contains("Pushes `build --push` would refuse"),
+        "{markdown}"
+    );
+}
