@@ -516,11 +516,13 @@ pub struct K8sArgs {
 pub enum CiFormat {
     /// The GitHub Actions `strategy.matrix` (`{"include": [...]}`) on one line.
     Github,
+    /// A GitLab CI child pipeline (YAML): a build job per shard and a record job merging their manifests.
+    Gitlab,
 }
 
 #[derive(Debug, Args)]
 pub struct CiArgs {
-    /// The CI system's matrix format; GitHub Actions is the only one so far.
+    /// The CI system's format: a GitHub Actions matrix, or a GitLab CI child pipeline.
     #[arg(long, value_enum, default_value_t = CiFormat::Github)]
     pub format: CiFormat,
     /// The same as --format github (kept for existing workflows).

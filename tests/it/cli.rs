@@ -994,7 +994,7 @@ fn every_bad_input_is_one_located_error_with_a_hint() {
                 "none.json",
             ],
         ),
-        ("an unknown CI format", vec!["ci", "--format", "gitlab"]),
+        ("an unknown CI format", vec!["ci", "--format", "jenkins"]),
     ];
     for (what, args) in flag_cases {
         let (code, _, stderr) = run_in(dir.path(), &args);

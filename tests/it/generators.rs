@@ -73,12 +73,12 @@ fn ci_takes_a_known_format_and_one_way_to_fan_out() {
     imagegen()
         .arg("--matrix")
         .arg(fixture())
-        .args(["ci", "--format", "gitlab"])
+        .args(["ci", "--format", "jenkins"])
         .assert()
         .code(2)
         .stderr(
-            predicate::str::contains("invalid value 'gitlab' for '--format <FORMAT>'")
-                .and(predicate::str::contains("github")),
+            predicate::str::contains("invalid value 'jenkins' for '--format <FORMAT>'")
+                .and(predicate::str::contains("github, gitlab")),
         );
     imagegen()
         .arg("--matrix")
@@ -692,4 +692,70 @@ fn plan_predicts_a_push_that_would_be_refused_and_names_the_fix() {
         markdown.contains("Pushes `build --push` would refuse"),
         "{markdown}"
     );
+}
+
+/// Validates `yaml` against GitLab's CI schema (vendored in tests/fixtures/gitlab-ci) with
+/// `.ci/venv`'s python `jsonschema`; the validator's messages when it is not valid.
+fn gitlab_schema_errors(yaml: &str) -> String {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let python = root.join(".ci/venv/bin/python");
+    assert!(
+        python.exists(),
+        "the GitLab schema check needs .ci/venv: run .ci/install-deps.sh"
+    );
+    let value: serde_json::Value = serde_yaml::from_str(yaml).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let document = dir.path().join("pipeline.json");
+    std::fs::write(&document, value.to_string()).unwrap();
+    let output = std::process::Command::new(python)
+        .args([
+            "-c",
+            "import json, sys, jsonschema\nschema = json.load(open(sys.argv[1]))\ndocument = json.load(open(sys.argv[2]))\nvalidator = jsonschema.Draft7Validator(schema)\nfor error in validator.iter_errors(document):\n    print('/'.join(map(str, error.absolute_path)) + ': ' + error.message)\n",
+        ])
+        .arg(root.join("tests/fixtures/gitlab-ci/gitlab-ci.json"))
+        .arg(&document)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+#[test]
+fn ci_gitlab_is_a_child_pipeline_gitlab_s_schema_accepts() {
+    let yaml = stdout_of(&["ci", "--format", "gitlab", "--shards", "3"]);
+    assert_eq!(gitlab_schema_errors(&yaml), "", "{yaml}");
+    let pipeline: serde_json::Value = serde_yaml::from_str(&yaml).unwrap();
+    let builds: Vec<&String> = pipeline
+        .as_object()
+        .unwrap()
+        .keys()
+        .filter(|key| key.starts_with("build "))
+        .collect();
+    assert_eq!(builds.len(), 3, "{yaml}");
+    assert_eq!(
+        pipeline["record"]["needs"].as_array().unwrap().len(),
+        3,
+        "{yaml}"
+    );
+    insta::assert_snapshot!("ci_gitlab_three_shards", yaml);
+    // Per image family too; and the check can fail: a job without its script is refused.
+    let per_image = stdout_of(&["ci", "--format", "gitlab"]);
+    assert_eq!(gitlab_schema_errors(&per_image), "");
+    let broken = yaml.replacen("  script:\n", "  scripts:\n", 1);
+    assert!(
+        gitlab_schema_errors(&broken).contains("scripts"),
+        "the schema check sees a bad key"
+    );
+    // The test fan-out is GitHub's only: said once, with the way out.
+    imagegen()
+        .arg("--matrix")
+        .arg(fixture())
+        .args(["ci", "--format", "gitlab", "--tests"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("imagegen test --no-move"));
 }
