@@ -448,6 +448,9 @@ pub struct BuildArgs {
     /// Release the holds rollbacks put on the aliases of the images to build, so this build may move them (as `imagegen release ALIAS`).
     #[arg(long)]
     pub release_holds: bool,
+    /// `table` for people; `json` prints one JSON object on stdout at the end (`images`: each image's result; `left_undone`; `manifest`), the table going to stderr; with --dry-run, the plan as JSON.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
     /// Seconds one image's build may take before it is stopped.
     #[arg(long, env = "IMAGEGEN_BUILD_TIMEOUT", default_value_t = 21600, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
     pub build_timeout: u64,
