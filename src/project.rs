@@ -184,6 +184,13 @@ impl Project {
 }
 
 /// Reads the manifest at `path`; a missing file is an empty manifest (the first build).
+/// The manifest at `path`, or `None` when there is no file there.
+pub fn load_manifest_if_present(path: &Path) -> Result<Option<Manifest>> {
+    read_manifest_text(path)?
+        .map(|text| Manifest::from_json(&text, &path.display().to_string()))
+        .transpose()
+}
+
 pub fn load_manifest(path: &Path) -> Result<Manifest> {
     match read_manifest_text(path)? {
         Some(text) => Manifest::from_json(&text, &path.display().to_string()),

@@ -1510,3 +1510,36 @@ fn a_tag_rename_keeps_every_lock() {
         .assert()
         .success();
 }
+
+#[test]
+fn plan_says_when_the_manifest_is_missing() {
+    let dir = workspace("basic.yaml");
+    let output = imagegen()
+        .current_dir(dir.path())
+        .args(["plan", "--manifest", "records/none.json"])
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert_eq!(
+        stderr
+            .matches("note: no manifest at records/none.json: every image is planned as new")
+            .count(),
+        1,
+        "{stderr}"
+    );
+    assert!(!dir.path().join("records").exists(), "plan writes nothing");
+    // With a manifest there, nothing is said.
+    std::fs::write(
+        dir.path().join("imagegen-manifest.json"),
+        "{\"schema_version\": 1}\n",
+    )
+    .unwrap();
+    let output = imagegen()
+        .current_dir(dir.path())
+        .arg("plan")
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    assert!(!String::from_utf8_lossy(&output.stderr).contains("no manifest"));
+}
