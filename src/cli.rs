@@ -195,6 +195,9 @@ pub struct VerifyArgs {
     /// `table` for people, `json` for machines.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
+    /// Ask this registry (`host[:port]`) instead of the one each record names, e.g. a mirror in CI; by default the matrix's `registry` where it differs from the recorded one.
+    #[arg(long, env = "IMAGEGEN_REGISTRY", value_name = "HOST")]
+    pub registry: Option<String>,
     /// Settle alias moves left in between (begun, not written down as done) by what the registry serves, and write that down; nothing else is changed.
     #[arg(long)]
     pub adopt: bool,

@@ -759,3 +759,50 @@ fn ci_gitlab_is_a_child_pipeline_gitlab_s_schema_accepts() {
         .code(2)
         .stderr(predicate::str::contains("imagegen test --no-move"));
 }
+
+#[test]
+fn verify_asks_the_registry_given_instead_of_the_recorded_one() {
+    let digest = format!("sha256:{}", "0f".repeat(32));
+    let resolution: serde_json::Value =
+        serde_json::from_str(&stdout_of(&["resolve", "--format", "json"])).unwrap();
+    let tag = resolution["images"][0]["tag"].as_str().unwrap();
+    let record = serde_json::json!({"schema_version": 1, "images": {tag: {
+        "repository": "registry.example.com/team/pytorch", "tag": tag, "digest": digest,
+        "fingerprint": digest, "build_key": digest, "variant": "runtime", "torch": "2.7.1",
+        "torchvision": "0.22.1", "cuda": "12.6", "cuda_full": "12.6.3", "cudnn": "9",
+        "python": "3.12", "os": "ubuntu24.04", "base_image": "b", "driver_min": "560.35.05",
+        "driver_min_compat": "525.60.13", "require_cuda": "cuda>=12.6",
+        "built_at": "2026-11-30T10:00:00Z", "status": "ok"}}});
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("imagegen-manifest.json");
+    std::fs::write(&path, record.to_string()).unwrap();
+    // A port nothing listens on: the error names the registry asked, never the recorded one.
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let asked = format!("127.0.0.1:{port}");
+    let output = imagegen()
+        .arg("--matrix")
+        .arg(fixture())
+        .args([
+            "verify",
+            "--registry",
+            &asked,
+            "--registry-timeout",
+            "5",
+            "--manifest",
+        ])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(
+        stderr.contains(&format!(
+            "note: asking {asked} for the images recorded under registry.example.com"
+        )),
+        "{stderr}"
+    );
+    assert!(stderr.contains(&asked), "{stderr}");
+}
