@@ -195,6 +195,9 @@ pub struct VerifyArgs {
     /// `table` for people, `json` for machines.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
+    /// Ask this registry (`host[:port]`) instead of the one each record names, e.g. a mirror in CI; by default the matrix's `registry` where it differs from the recorded one.
+    #[arg(long, env = "IMAGEGEN_REGISTRY", value_name = "HOST")]
+    pub registry: Option<String>,
     /// Settle alias moves left in between (begun, not written down as done) by what the registry serves, and write that down; nothing else is changed.
     #[arg(long)]
     pub adopt: bool,
@@ -471,6 +474,9 @@ pub struct BuildArgs {
     /// Release the holds rollbacks put on the aliases of the images to build, so this build may move them (as `imagegen release ALIAS`).
     #[arg(long)]
     pub release_holds: bool,
+    /// `table` for people; `json` prints one JSON object on stdout at the end (`images`: each image's result; `left_undone`; `manifest`), the table going to stderr; with --dry-run, the plan as JSON.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
     /// Seconds one image's build may take before it is stopped.
     #[arg(long, env = "IMAGEGEN_BUILD_TIMEOUT", default_value_t = 21600, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
     pub build_timeout: u64,
@@ -539,11 +545,13 @@ pub struct K8sArgs {
 pub enum CiFormat {
     /// The GitHub Actions `strategy.matrix` (`{"include": [...]}`) on one line.
     Github,
+    /// A GitLab CI child pipeline (YAML): a build job per shard and a record job merging their manifests.
+    Gitlab,
 }
 
 #[derive(Debug, Args)]
 pub struct CiArgs {
-    /// The CI system's matrix format; GitHub Actions is the only one so far.
+    /// The CI system's format: a GitHub Actions matrix, or a GitLab CI child pipeline.
     #[arg(long, value_enum, default_value_t = CiFormat::Github)]
     pub format: CiFormat,
     /// The same as --format github (kept for existing workflows).

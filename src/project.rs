@@ -237,7 +237,6 @@ fn read_fragments(matrix_path: &Path, matrix: &Matrix) -> Result<BTreeMap<String
     Ok(fragments)
 }
 
-/// Reads the manifest at `path`; a missing file is an empty manifest (the first build).
 /// Reads the matrix at `path` within the YAML size limit and validates it.
 fn read_matrix(path: &Path) -> Result<Matrix, MatrixError> {
     let bytes = read_yaml_input(path).map_err(|source| MatrixError::Read {
@@ -257,6 +256,14 @@ fn read_yaml_input(path: &Path) -> std::io::Result<Vec<u8>> {
     Ok(bytes)
 }
 
+/// The manifest at `path`, or `None` when there is no file there.
+pub fn load_manifest_if_present(path: &Path) -> Result<Option<Manifest>> {
+    read_manifest_text(path)?
+        .map(|text| Manifest::from_json(&text, &path.display().to_string()))
+        .transpose()
+}
+
+/// Reads the manifest at `path`; a missing file is an empty manifest (the first build).
 pub fn load_manifest(path: &Path) -> Result<Manifest> {
     match read_manifest_text(path)? {
         Some(text) => Manifest::from_json(&text, &path.display().to_string()),

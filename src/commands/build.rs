@@ -14,7 +14,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 
 use crate::attest::dsse::Signer;
-use crate::cli::BuildArgs;
+use crate::cli::{BuildArgs, Format};
 use crate::commands::attest;
 use crate::commands::ledger::{this_owner, wait_for_lock, Liveness, ManifestLedger, RunId};
 use crate::commands::outcome::Outcome;
@@ -153,7 +153,10 @@ pub fn run(project: &Project, args: &BuildArgs) -> Result<Outcome> {
         None
     };
     if args.dry_run {
-        emit(plan_table(&plan, &manifest))?;
+        match args.format {
+            Format::Table => emit(plan_table(&plan, &manifest))?,
+            Format::Json => emit(format!("{}\n", serde_json::to_string_pretty(&plan)?))?,
+        }
         return Ok(Outcome::Success);
     }
 
@@ -352,10 +355,26 @@ async fn build_and_record(
         progress.finish(&result.name, &one_line(result));
     })
     .await;
-    emit(summary_table(&results))?;
     let manifest = manifest_file.read().unwrap_or_default();
-    emit(left_undone(&plan, &results, &manifest, &by, settings.push))?;
-    emit(format!("manifest: {}\n", settings.manifest.display()))?;
+    let undone = left_undone(&plan, &results, &manifest, &by, settings.push);
+    match settings.format {
+        Format::Table => {
+            emit(summary_table(&results))?;
+            emit(undone)?;
+            emit(format!("manifest: {}\n", settings.manifest.display()))?;
+        }
+        // One object on stdout for programs; the same table for people on stderr.
+        Format::Json => {
+            note(summary_table(&results).trim_end());
+            let report = serde_json::json!({
+                "images": results,
+                "left_undone": undone.lines().filter(|line| !line.is_empty()).collect::<Vec<_>>(),
+                "manifest": settings.manifest,
+                "interrupted": signal.lock().expect("signal lock").map(|received| received.name()),
+            });
+            emit(format!("{}\n", serde_json::to_string_pretty(&report)?))?;
+        }
+    }
     if let Some(received) = *signal.lock().expect("signal lock") {
         return Ok(Outcome::Interrupted(received));
     }

@@ -1,6 +1,8 @@
 //! `imagegen ci --format github`: prints the build fan-out that `generate::github` makes, on one
 //! line (what `$GITHUB_OUTPUT` takes), once it passed the `strategy.matrix` check; with `--tests`,
 //! the test fan-out instead (one self-hosted GPU job per GPU model of the test policy).
+//! `--format gitlab` prints the same build fan-out as a GitLab CI child pipeline
+//! (`generate::gitlab`).
 
 use anyhow::Result;
 
@@ -9,6 +11,7 @@ use crate::commands::outcome::Outcome;
 use crate::commands::output::emit;
 use crate::commands::stages::{no_images, resolve_project};
 use crate::generate::github::{github_matrix, output_line, test_matrix, test_output_line, FanOut};
+use crate::generate::gitlab::{gitlab_pipeline, pipeline_yaml, ShardJob};
 use crate::project::Project;
 use crate::resolve::image::ResolveOptions;
 
@@ -31,6 +34,24 @@ pub fn run(project: &Project, args: &CiArgs) -> Result<Outcome> {
             &resolution.images,
             &project.matrix()?.tests.require,
         ))?,
+        (CiFormat::Gitlab, false) => {
+            let shards: Vec<ShardJob> = github_matrix(&resolution.images, fan_out)
+                .include
+                .into_iter()
+                .map(|job| ShardJob {
+                    shard: job.shard,
+                    platform: job.platform,
+                    runner_arch: job.runner_arch,
+                    artifact: job.artifact,
+                })
+                .collect();
+            let yaml = pipeline_yaml(&gitlab_pipeline(&shards))?;
+            emit(yaml)?;
+            return Ok(Outcome::Success);
+        }
+        (CiFormat::Gitlab, true) => anyhow::bail!(
+            "--tests has a GitHub Actions fan-out only (self-hosted GPU runners by label); with GitLab, run `imagegen test --no-move` in a job on a GPU runner\nhint: `imagegen ci --format github --tests` shows the jobs it would make"
+        ),
     };
     emit(format!("{line}\n"))?;
     Ok(Outcome::Success)

@@ -7,7 +7,7 @@ use anyhow::{anyhow, Result};
 
 use crate::cli::DiffArgs;
 use crate::commands::outcome::Outcome;
-use crate::commands::output::emit;
+use crate::commands::output::{emit, one_line_cell};
 use crate::history::diff::diff_records;
 use crate::project::{load_manifest, Project};
 
@@ -40,19 +40,27 @@ pub fn run(_project: &Project, args: &DiffArgs) -> Result<Outcome> {
         ),
         ("os", &diff.os, false),
         ("crates", &diff.crates, false),
+        ("label", &diff.labels, false),
     ] {
         if missing {
             writeln!(out, "{title}: package lists not recorded for both images").ok();
             continue;
         }
+        // A multi-line label value stays on its line (`\n`).
         for name in &list.added {
-            writeln!(out, "{title} + {name}").ok();
+            writeln!(out, "{title} + {}", one_line_cell(name)).ok();
         }
         for name in &list.removed {
-            writeln!(out, "{title} - {name}").ok();
+            writeln!(out, "{title} - {}", one_line_cell(name)).ok();
         }
         for (name, x, y) in &list.changed {
-            writeln!(out, "{title} ~ {name} {x} -> {y}").ok();
+            writeln!(
+                out,
+                "{title} ~ {name} {} -> {}",
+                one_line_cell(x),
+                one_line_cell(y)
+            )
+            .ok();
         }
     }
     if out.is_empty() {

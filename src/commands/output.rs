@@ -36,8 +36,22 @@ pub fn note(text: impl AsRef<str>) {
     let _ = writeln!(std::io::stderr().lock(), "{}", text.as_ref());
 }
 
-/// Left-aligned columns separated by two spaces; the last column is not padded.
+/// A cell's text on one line: a line break (a multi-line label value) is written `\n`, a tab
+/// `\t`, so one row stays one line.
+pub fn one_line_cell(cell: &str) -> String {
+    cell.replace('\r', "\\r")
+        .replace('\n', "\\n")
+        .replace('\t', "\\t")
+}
+
+/// Left-aligned columns separated by two spaces; the last column is not padded. Line breaks in
+/// cells are escaped ([`one_line_cell`]).
 pub fn table(rows: &[Vec<String>]) -> String {
+    let escaped: Vec<Vec<String>> = rows
+        .iter()
+        .map(|row| row.iter().map(|cell| one_line_cell(cell)).collect())
+        .collect();
+    let rows = escaped.as_slice();
     let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..columns)
         .map(|c| {
@@ -83,12 +97,23 @@ pub fn count(number: usize, noun: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::count;
+    use super::{count, table};
 
     #[test]
     fn counts_agree_with_their_number() {
         assert_eq!(count(1, "image"), "1 image");
         assert_eq!(count(0, "image"), "0 images");
         assert_eq!(count(2, "alias"), "2 aliases");
+    }
+
+    #[test]
+    fn a_multi_line_cell_stays_on_its_row() {
+        let rows = vec![
+            vec!["KEY".to_string(), "VALUE".into()],
+            vec!["labels".to_string(), "line one\nline two".into()],
+        ];
+        let text = table(&rows);
+        assert_eq!(text.lines().count(), 2, "{text}");
+        assert!(text.contains("line one\\nline two"), "{text}");
     }
 }

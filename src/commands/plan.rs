@@ -11,16 +11,28 @@ use anyhow::Result;
 
 use crate::cli::{PlanArgs, PlanFormat};
 use crate::commands::outcome::Outcome;
-use crate::commands::output::{emit, short, table};
+use crate::commands::output::{emit, note, short, table};
 use crate::commands::stages::resolve_project;
 use crate::commands::waiting::waiting_text;
+use crate::history::manifest::Manifest;
 use crate::history::upgrade::{InputChange, UpgradePlan};
 use crate::pipeline::plan::plan;
-use crate::project::{load_manifest, Project};
+use crate::project::{load_manifest_if_present, Project};
 use crate::resolve::image::ResolveOptions;
 
 pub fn run(project: &Project, args: &PlanArgs) -> Result<Outcome> {
-    let manifest = load_manifest(&args.manifest)?;
+    // A missing manifest is said, not taken silently for an empty one (a wrong directory or
+    // --manifest makes every image look new).
+    let manifest = match load_manifest_if_present(&args.manifest)? {
+        Some(manifest) => manifest,
+        None => {
+            note(format!(
+                "note: no manifest at {}: every image is planned as new (the first `imagegen build --push` writes it; `--manifest FILE` names another)",
+                args.manifest.display()
+            ));
+            Manifest::new()
+        }
+    };
     let resolution = resolve_project(project, ResolveOptions::default())?;
     // The review does not depend on the build contexts: planned without them.
     let plan = plan(
@@ -66,6 +78,17 @@ pub fn plan_text(plan: &UpgradePlan) -> String {
             .map(|c| vec![c.tag.clone(), change_summary(&c.changes)]),
     );
     section(&mut out, "rebuilt images", rows);
+    let mut rows = vec![vec!["IMAGE".to_string(), "FIX".into()]];
+    rows.extend(
+        plan.refused_pushes
+            .iter()
+            .map(|r| vec![r.tag.clone(), r.fix.clone()]),
+    );
+    section(
+        &mut out,
+        "pushes build --push would refuse (new content under a pushed full tag)",
+        rows,
+    );
     let mut rows = vec![vec!["ALIAS".to_string(), "FROM".into(), "TO".into()]];
     rows.extend(plan.alias_moves.iter().map(|m| {
         vec![
@@ -170,7 +193,15 @@ pub(crate) fn plan_markdown(plan: &UpgradePlan) -> String {
         writeln!(out, "| {} |", header.join(" | ")).ok();
         writeln!(out, "|{}", " --- |".repeat(header.len())).ok();
         for row in rows {
-            let cells: Vec<String> = row.iter().map(|c| c.replace('|', "\\|")).collect();
+            // A cell is one line of the table: `|` escaped, line breaks as `<br>`.
+            let cells: Vec<String> = row
+                .iter()
+                .map(|c| {
+                    c.replace('|', "\\|")
+                        .replace("\r\n", "<br>")
+                        .replace('\n', "<br>")
+                })
+                .collect();
             writeln!(out, "| {} |", cells.join(" | ")).ok();
         }
         out.push('\n');
@@ -192,6 +223,15 @@ pub(crate) fn plan_markdown(plan: &UpgradePlan) -> String {
         plan.rebuilt
             .iter()
             .map(|c| vec![code(&c.tag), change_summary(&c.changes)])
+            .collect(),
+    );
+    table(
+        &mut out,
+        "⚠️ Pushes `build --push` would refuse (new content under a pushed full tag)",
+        &["image", "fix"],
+        plan.refused_pushes
+            .iter()
+            .map(|r| vec![code(&r.tag), r.fix.clone()])
             .collect(),
     );
     table(

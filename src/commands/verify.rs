@@ -26,6 +26,12 @@ pub fn run(project: &Project, args: &VerifyArgs) -> Result<Outcome> {
     // The test policy says what waiting aliases wait for; a matrix that cannot be read (verify
     // needs only the manifest) leaves that unsaid.
     let require = project.matrix().ok().map(|m| m.tests.require.clone());
+    // Which registry is asked: --registry, else the matrix's (it may have moved since the
+    // records were written), else each record's own.
+    let registry = args
+        .registry
+        .clone()
+        .or_else(|| project.matrix().ok().map(|m| m.registry.clone()));
     let file = ManifestFile::new(&args.manifest, Duration::from_secs(args.lock.lock_timeout));
     // Loading checks every digest in it (file:line:col on a bad one); a manifest that is not
     // there is an error (a mistyped path must not verify as "nothing recorded").
@@ -43,7 +49,7 @@ pub fn run(project: &Project, args: &VerifyArgs) -> Result<Outcome> {
                 eprintln!("{}: stopped; the manifest was not changed", received.name());
                 Ok(Outcome::Interrupted(received))
             }
-            outcome = verify(&file, manifest, args, require.as_deref()) => outcome,
+            outcome = verify(&file, manifest, args, (require.as_deref(), registry.as_deref())) => outcome,
         }
     })
 }
@@ -90,10 +96,24 @@ async fn verify(
     file: &ManifestFile,
     manifest: crate::history::manifest::Manifest,
     args: &VerifyArgs,
-    require: Option<&[String]>,
+    (require, asked): (Option<&[String]>, Option<&str>),
 ) -> Result<Outcome> {
     let timeout = Duration::from_secs(args.deadlines.registry_timeout);
     let mut registry = Registry::new(timeout, usize::from(args.concurrency));
+    registry.host = asked.map(String::from);
+    let recorded: std::collections::BTreeSet<String> = references(&manifest)
+        .iter()
+        .filter_map(|reference| reference.repository.split_once('/'))
+        .map(|(host, _)| host.to_string())
+        .collect();
+    if let Some(host) = asked {
+        if recorded.iter().any(|recorded| recorded != host) {
+            eprintln!(
+                "note: asking {host} for the images recorded under {}",
+                recorded.iter().cloned().collect::<Vec<_>>().join(", ")
+            );
+        }
+    }
     let mut served = registry.ask(&references(&manifest)).await?;
     let mut adopted: Vec<Adopted> = Vec::new();
     let manifest = if args.adopt {
@@ -162,6 +182,8 @@ async fn verify(
 struct Registry {
     registries: Registries,
     concurrency: usize,
+    /// The registry host asked instead of each record's (`--registry`, or the matrix's).
+    host: Option<String>,
 }
 
 impl Registry {
@@ -169,6 +191,7 @@ impl Registry {
         Registry {
             registries: Registries::new(timeout, RetryPolicy::default()),
             concurrency: concurrency.max(1),
+            host: None,
         }
     }
 
@@ -176,11 +199,16 @@ impl Registry {
     async fn ask(&mut self, wanted: &[Reference]) -> Result<Served> {
         use futures_util::stream::{self, StreamExt, TryStreamExt};
         let asks = wanted.iter().map(|reference| {
-            let client = self.registries.client(&reference.repository);
+            // The same repository path, on the registry asked.
+            let repository = match (&self.host, reference.repository.split_once('/')) {
+                (Some(host), Some((_, path))) => format!("{host}/{path}"),
+                _ => reference.repository.clone(),
+            };
+            let client = self.registries.client(&repository);
             async move {
                 let client = client?;
                 let answer = client
-                    .manifest_digest(repository_path_of(&reference.repository), &reference.tag)
+                    .manifest_digest(repository_path_of(&repository), &reference.tag)
                     .await
                     .with_context(|| format!("cannot check {reference}"))?;
                 let digest = answer

@@ -174,7 +174,24 @@ fn build_failure_text(
     if let Some(step) = step {
         text.push_str(&format!(" at {step}"));
     }
-    text.push_str(&format!(": {}", message.trim_end()));
+    // The daemon repeats a failed RUN's command (`The command '/bin/sh -c CMD' returned a
+    // non-zero code: 3`): said once, as the step, with the exit code.
+    let command = step
+        .as_deref()
+        .and_then(|step| step.split_once(" : RUN ").map(|(_, command)| command));
+    match command.and_then(|command| {
+        message.trim_end().strip_prefix(&format!(
+            "The command '/bin/sh -c {command}' returned a non-zero code: "
+        ))
+    }) {
+        Some(code) => text.push_str(&format!(" (exit code {code})")),
+        None => text.push_str(&format!(": {}", message.trim_end())),
+    }
+    // The step line is in the header already.
+    let last_lines: Vec<&String> = last_lines
+        .iter()
+        .filter(|line| Some(line.as_str()) != step.as_deref())
+        .collect();
     if !last_lines.is_empty() {
         text.push_str(&format!(
             "\nlast {} line(s) of build output:",

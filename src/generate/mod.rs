@@ -3,5 +3,6 @@
 
 pub mod bake;
 pub mod github;
+pub mod gitlab;
 pub mod k8s;
 pub mod oci_index;

@@ -16,6 +16,8 @@ pub struct ImageDiff {
     pub os: ListDiff,
     /// The crates of the recorded binaries, named `binary/crate` (`gpu-selftest/cudarc`).
     pub crates: ListDiff,
+    /// The matrix's `labels` each image was built with (from its recorded inputs), by key.
+    pub labels: ListDiff,
 }
 
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
@@ -106,6 +108,56 @@ pub fn diff_records(from: &ImageRecord, to: &ImageRecord) -> ImageDiff {
             .collect()
     };
     diff.crates = diff_lists(&crates(a), &crates(b));
+    diff.labels = diff_labels(&recorded_labels(from), &recorded_labels(to));
+    diff
+}
+
+/// The labels in a record's inputs (`labels`: one `key=value` line each; a line without `=`
+/// continues the value before it, a multi-line value).
+fn recorded_labels(record: &ImageRecord) -> BTreeMap<String, String> {
+    let mut labels: BTreeMap<String, String> = BTreeMap::new();
+    let mut last: Option<String> = None;
+    for line in record
+        .inputs
+        .get("labels")
+        .map(String::as_str)
+        .unwrap_or("")
+        .lines()
+    {
+        match (line.split_once('='), &last) {
+            (Some((key, value)), _) => {
+                labels.insert(key.to_string(), value.to_string());
+                last = Some(key.to_string());
+            }
+            (None, Some(key)) => {
+                if let Some(value) = labels.get_mut(key) {
+                    value.push('\n');
+                    value.push_str(line);
+                }
+            }
+            (None, None) => {}
+        }
+    }
+    labels
+}
+
+/// Labels added (`key=value`), removed, and changed (key, from, to).
+fn diff_labels(from: &BTreeMap<String, String>, to: &BTreeMap<String, String>) -> ListDiff {
+    let mut diff = ListDiff::default();
+    for (key, value) in to {
+        match from.get(key) {
+            None => diff.added.push(format!("{key}={value}")),
+            Some(old) if old != value => {
+                diff.changed.push((key.clone(), old.clone(), value.clone()))
+            }
+            Some(_) => {}
+        }
+    }
+    for (key, value) in from {
+        if !to.contains_key(key) {
+            diff.removed.push(format!("{key}={value}"));
+        }
+    }
     diff
 }
 

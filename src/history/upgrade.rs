@@ -24,6 +24,10 @@ pub struct UpgradePlan {
     pub alias_holds: Vec<AliasHold>,
     pub driver_rises: Vec<DriverRise>,
     pub removed: Vec<RemovedImage>,
+    /// Rebuilt images whose full tag was pushed with other content: `build --push` would refuse
+    /// them (full tags are immutable), after building. Each names the fix.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refused_pushes: Vec<RefusedPush>,
     /// Images pushed with aliases that wait for self-test results (matrix.yaml `tests`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub waiting_for_tests: Vec<Waiting>,
@@ -52,6 +56,15 @@ pub struct AliasMove {
     pub to_tag: String,
     /// Known when the target was already built with the same fingerprint.
     pub to_digest: Option<Digest>,
+}
+
+/// A push `build --push` would refuse: new content under a full tag already pushed.
+#[derive(Debug, Clone, Serialize)]
+pub struct RefusedPush {
+    pub tag: String,
+    /// The digest the manifest records under the tag.
+    pub digest: Digest,
+    pub fix: String,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -137,6 +150,18 @@ pub fn upgrade_plan(
                         subject: spec.tag.clone(),
                         from: record.driver_min.clone(),
                         to: spec.driver_min.clone(),
+                    });
+                }
+                if let Some(digest) = &record.digest {
+                    plan.refused_pushes.push(RefusedPush {
+                        tag: spec.tag.clone(),
+                        digest: digest.clone(),
+                        fix: format!(
+                            "{} already serves {} (pushed {}); full tags are immutable, so `build --push` would build it and then refuse to push: add a revision to tags.full (`{{torch}}-cuda{{cuda}}-cudnn{{cudnn_major}}-{{variant}}-{{os}}-r2`) for a new tag, or undo the change to keep the recorded build",
+                            spec.tag,
+                            digest.short(),
+                            record.built_at
+                        ),
                     });
                 }
                 plan.rebuilt.push(PlannedChange {

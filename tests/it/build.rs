@@ -174,13 +174,38 @@ async fn a_failing_build_among_good_ones() {
     .unwrap();
     project.imagegen(&["render"]).assert().success();
 
-    let output = project.build(&["--push"]);
+    let output = project.build(&["--push", "--format", "json"]);
     assert_code(&output, 1);
     let log = text(&output);
     assert!(
         log.contains("pretending pip cannot find torch==2.8.0"),
         "the failing step's output is shown:\n{log}"
     );
+    // --format json: one object on stdout, each image's result; the failure said once on stderr.
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let results = report["images"].as_array().unwrap();
+    assert_eq!(results.len(), 4, "{report:#}");
+    let failed: Vec<&serde_json::Value> = results.iter().filter(|r| r["name"] == failing).collect();
+    assert_eq!(failed.len(), 1);
+    assert_eq!(failed[0]["status"], "failed", "{report:#}");
+    assert_eq!(failed[0]["failed_stage"], "build", "{report:#}");
+    assert_eq!(
+        results.iter().filter(|r| r["status"] == "built").count(),
+        2,
+        "{report:#}"
+    );
+    assert_eq!(report["manifest"], "imagegen-manifest.json");
+    // The summary names the failed RUN once (the daemon's message repeats the command).
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let summary = &stderr[stderr.find(&format!("{failing} failed:")).unwrap()..];
+    assert_eq!(
+        summary
+            .matches("RUN echo \"pretending pip cannot find torch==2.8.0\" && exit 3")
+            .count(),
+        1,
+        "the failed RUN is said once:\n{summary}"
+    );
+    assert!(summary.contains("(exit code 3)"), "{summary}");
     assert!(log.contains("Step 3/"), "the failing step is named:\n{log}");
     assert!(log.contains("full log: .imagegen/logs/"), "{log}");
     let manifest = project.manifest();

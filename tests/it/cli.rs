@@ -1001,7 +1001,7 @@ fn every_bad_input_is_one_located_error_with_a_hint() {
                 "none.json",
             ],
         ),
-        ("an unknown CI format", vec!["ci", "--format", "gitlab"]),
+        ("an unknown CI format", vec!["ci", "--format", "jenkins"]),
     ];
     for (what, args) in flag_cases {
         let (code, _, stderr) = run_in(dir.path(), &args);
@@ -1516,4 +1516,94 @@ fn a_tag_rename_keeps_every_lock() {
         .args(["render", "--check"])
         .assert()
         .success();
+}
+
+#[test]
+fn plan_says_when_the_manifest_is_missing() {
+    let dir = workspace("basic.yaml");
+    let output = imagegen()
+        .current_dir(dir.path())
+        .args(["plan", "--manifest", "records/none.json"])
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert_eq!(
+        stderr
+            .matches("note: no manifest at records/none.json: every image is planned as new")
+            .count(),
+        1,
+        "{stderr}"
+    );
+    assert!(!dir.path().join("records").exists(), "plan writes nothing");
+    // With a manifest there, nothing is said.
+    std::fs::write(
+        dir.path().join("imagegen-manifest.json"),
+        "{\"schema_version\": 1}\n",
+    )
+    .unwrap();
+    let output = imagegen()
+        .current_dir(dir.path())
+        .arg("plan")
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    assert!(!String::from_utf8_lossy(&output.stderr).contains("no manifest"));
+}
+
+#[test]
+fn diff_shows_label_changes_one_per_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let digest = |c: &str| format!("sha256:{}", c.repeat(64));
+    let mut old = manifest_record(
+        "2.7.1-a",
+        "2.7.1",
+        Some(&digest("1")),
+        "2026-01-01T00:00:00Z",
+        "ok",
+    );
+    old["inputs"] = serde_json::json!({"labels": "org.example.team=ml\norg.example.note=line one\nline two\norg.example.gone=x\n"});
+    let mut new = manifest_record(
+        "2.7.1-b",
+        "2.7.1",
+        Some(&digest("2")),
+        "2026-02-01T00:00:00Z",
+        "ok",
+    );
+    new["inputs"] = serde_json::json!({"labels": "org.example.team=platform\norg.example.note=line one\nline two\norg.example.new=y\n"});
+    let manifest = serde_json::json!({"schema_version": 1, "images": {"2.7.1-a": old, "2.7.1-b": new}, "aliases": {}});
+    std::fs::write(
+        dir.path().join("imagegen-manifest.json"),
+        manifest.to_string(),
+    )
+    .unwrap();
+    let (code, stdout, stderr) = run_in(dir.path(), &["diff", "2.7.1-a", "2.7.1-b"]);
+    assert_eq!(code, 0, "{stderr}");
+    let labels: Vec<&str> = stdout
+        .lines()
+        .filter(|line| line.starts_with("label "))
+        .collect();
+    assert_eq!(
+        labels,
+        [
+            "label + org.example.new=y",
+            "label - org.example.gone=x",
+            "label ~ org.example.team ml -> platform",
+        ],
+        "{stdout}"
+    );
+    // A multi-line value that changes stays on one line.
+    let mut changed = manifest.clone();
+    changed["images"]["2.7.1-b"]["inputs"]["labels"] =
+        "org.example.team=ml\norg.example.note=line one\nline 2\norg.example.gone=x\n".into();
+    std::fs::write(
+        dir.path().join("imagegen-manifest.json"),
+        changed.to_string(),
+    )
+    .unwrap();
+    let (_, stdout, _) = run_in(dir.path(), &["diff", "2.7.1-a", "2.7.1-b"]);
+    assert!(
+        stdout.contains("label ~ org.example.note line one\\nline two -> line one\\nline 2\n"),
+        "{stdout}"
+    );
 }

@@ -1419,9 +1419,19 @@ async fn retry_after_from_the_registry_is_honoured_within_the_deadline() {
     let proxied = recorded.replace(registry.host(), &format!("127.0.0.1:{port}"));
     std::fs::write(project.path().join("proxied.json"), &proxied).unwrap();
     let start = Instant::now();
+    // verify asks the matrix's registry unless told: --registry sends it through the proxy.
+    let proxy = format!("127.0.0.1:{port}");
     let (code, output) = run_imagegen(
         &project,
-        &["verify", "--manifest", "proxied.json", "--concurrency", "1"],
+        &[
+            "verify",
+            "--manifest",
+            "proxied.json",
+            "--concurrency",
+            "1",
+            "--registry",
+            &proxy,
+        ],
     );
     assert_eq!(code, 0, "{output}");
     let times = seen.lock().unwrap().clone();
@@ -1451,6 +1461,8 @@ async fn retry_after_from_the_registry_is_honoured_within_the_deadline() {
             "1",
             "--registry-timeout",
             "5",
+            "--registry",
+            &format!("127.0.0.1:{port}"),
         ],
     );
     assert_eq!(code, 2, "{output}");

@@ -73,12 +73,12 @@ fn ci_takes_a_known_format_and_one_way_to_fan_out() {
     imagegen()
         .arg("--matrix")
         .arg(fixture())
-        .args(["ci", "--format", "gitlab"])
+        .args(["ci", "--format", "jenkins"])
         .assert()
         .code(2)
         .stderr(
-            predicate::str::contains("invalid value 'gitlab' for '--format <FORMAT>'")
-                .and(predicate::str::contains("github")),
+            predicate::str::contains("invalid value 'jenkins' for '--format <FORMAT>'")
+                .and(predicate::str::contains("github, gitlab")),
         );
     imagegen()
         .arg("--matrix")
@@ -621,4 +621,188 @@ fn a_rolled_back_alias_is_held_pinned_by_k8s_and_released_on_request() {
         .assert()
         .code(2)
         .stderr(predicate::str::contains(format!("{alias} is not held")));
+}
+
+#[test]
+fn plan_predicts_a_push_that_would_be_refused_and_names_the_fix() {
+    let resolution: serde_json::Value =
+        serde_json::from_str(&stdout_of(&["resolve", "--format", "json"])).unwrap();
+    let image = &resolution["images"][0];
+    let tag = image["tag"].as_str().unwrap();
+    let digest = format!("sha256:{}", "0f".repeat(32));
+    let record = |fingerprint: &str| {
+        serde_json::json!({"schema_version": 1, "images": {tag: {
+            "repository": "registry.example.com/team/pytorch", "tag": tag, "digest": digest,
+            "fingerprint": fingerprint, "build_key": format!("sha256:{}", "6b".repeat(32)),
+            "variant": image["variant"], "torch": image["torch"], "torchvision": "0.22.1",
+            "cuda": image["cuda"], "cuda_full": "12.6.3", "cudnn": "9", "python": "3.12",
+            "os": image["os"], "base_image": "b", "driver_min": "560.35.05",
+            "driver_min_compat": "525.60.13", "require_cuda": "cuda>=12.6",
+            "built_at": "2026-11-30T10:00:00Z", "status": "ok"}}})
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("imagegen-manifest.json");
+    let manifest_arg = path.to_str().unwrap();
+    // The same content as pushed: nothing refused.
+    std::fs::write(
+        &path,
+        record(image["fingerprint"].as_str().unwrap()).to_string(),
+    )
+    .unwrap();
+    let plan: serde_json::Value = serde_json::from_str(&stdout_of(&[
+        "plan",
+        "--format",
+        "json",
+        "--manifest",
+        manifest_arg,
+    ]))
+    .unwrap();
+    assert!(plan.get("refused_pushes").is_none(), "{plan:#}");
+    // Other content under the pushed tag: the plan says the push would be refused, and the fix.
+    std::fs::write(
+        &path,
+        record(&format!("sha256:{}", "0e".repeat(32))).to_string(),
+    )
+    .unwrap();
+    let plan: serde_json::Value = serde_json::from_str(&stdout_of(&[
+        "plan",
+        "--format",
+        "json",
+        "--manifest",
+        manifest_arg,
+    ]))
+    .unwrap();
+    let refused = plan["refused_pushes"].as_array().unwrap();
+    assert_eq!(refused.len(), 1, "{plan:#}");
+    assert_eq!(refused[0]["tag"], tag);
+    assert_eq!(refused[0]["digest"], digest);
+    let fix = refused[0]["fix"].as_str().unwrap();
+    assert!(fix.contains("tags.full") && fix.contains("-r2"), "{fix}");
+    let table = stdout_of(&["plan", "--manifest", manifest_arg]);
+    assert!(
+        table.contains("pushes build --push would refuse"),
+        "{table}"
+    );
+    assert!(
+        table.contains(&format!("{tag} already serves sha256:0f0f0f0f0f0f")),
+        "{table}"
+    );
+    let markdown = stdout_of(&["plan", "--format", "markdown", "--manifest", manifest_arg]);
+    assert!(
+        markdown.contains("Pushes `build --push` would refuse"),
+        "{markdown}"
+    );
+}
+
+/// Validates `yaml` against GitLab's CI schema (vendored in tests/fixtures/gitlab-ci) with
+/// `.ci/venv`'s python `jsonschema`; the validator's messages when it is not valid.
+fn gitlab_schema_errors(yaml: &str) -> String {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let python = root.join(".ci/venv/bin/python");
+    assert!(
+        python.exists(),
+        "the GitLab schema check needs .ci/venv: run .ci/install-deps.sh"
+    );
+    let value: serde_json::Value = serde_yaml::from_str(yaml).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let document = dir.path().join("pipeline.json");
+    std::fs::write(&document, value.to_string()).unwrap();
+    let output = std::process::Command::new(python)
+        .args([
+            "-c",
+            "import json, sys, jsonschema\nschema = json.load(open(sys.argv[1]))\ndocument = json.load(open(sys.argv[2]))\nvalidator = jsonschema.Draft7Validator(schema)\nfor error in validator.iter_errors(document):\n    print('/'.join(map(str, error.absolute_path)) + ': ' + error.message)\n",
+        ])
+        .arg(root.join("tests/fixtures/gitlab-ci/gitlab-ci.json"))
+        .arg(&document)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+#[test]
+fn ci_gitlab_is_a_child_pipeline_gitlab_s_schema_accepts() {
+    let yaml = stdout_of(&["ci", "--format", "gitlab", "--shards", "3"]);
+    assert_eq!(gitlab_schema_errors(&yaml), "", "{yaml}");
+    let pipeline: serde_json::Value = serde_yaml::from_str(&yaml).unwrap();
+    let builds: Vec<&String> = pipeline
+        .as_object()
+        .unwrap()
+        .keys()
+        .filter(|key| key.starts_with("build "))
+        .collect();
+    assert_eq!(builds.len(), 3, "{yaml}");
+    assert_eq!(
+        pipeline["record"]["needs"].as_array().unwrap().len(),
+        3,
+        "{yaml}"
+    );
+    insta::assert_snapshot!("ci_gitlab_three_shards", yaml);
+    // Per image family too; and the check can fail: a job without its script is refused.
+    let per_image = stdout_of(&["ci", "--format", "gitlab"]);
+    assert_eq!(gitlab_schema_errors(&per_image), "");
+    let broken = yaml.replacen("  script:\n", "  scripts:\n", 1);
+    assert!(
+        gitlab_schema_errors(&broken).contains("scripts"),
+        "the schema check sees a bad key"
+    );
+    // The test fan-out is GitHub's only: said once, with the way out.
+    imagegen()
+        .arg("--matrix")
+        .arg(fixture())
+        .args(["ci", "--format", "gitlab", "--tests"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("imagegen test --no-move"));
+}
+
+#[test]
+fn verify_asks_the_registry_given_instead_of_the_recorded_one() {
+    let digest = format!("sha256:{}", "0f".repeat(32));
+    let resolution: serde_json::Value =
+        serde_json::from_str(&stdout_of(&["resolve", "--format", "json"])).unwrap();
+    let tag = resolution["images"][0]["tag"].as_str().unwrap();
+    let record = serde_json::json!({"schema_version": 1, "images": {tag: {
+        "repository": "registry.example.com/team/pytorch", "tag": tag, "digest": digest,
+        "fingerprint": digest, "build_key": digest, "variant": "runtime", "torch": "2.7.1",
+        "torchvision": "0.22.1", "cuda": "12.6", "cuda_full": "12.6.3", "cudnn": "9",
+        "python": "3.12", "os": "ubuntu24.04", "base_image": "b", "driver_min": "560.35.05",
+        "driver_min_compat": "525.60.13", "require_cuda": "cuda>=12.6",
+        "built_at": "2026-11-30T10:00:00Z", "status": "ok"}}});
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("imagegen-manifest.json");
+    std::fs::write(&path, record.to_string()).unwrap();
+    // A port nothing listens on: the error names the registry asked, never the recorded one.
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let asked = format!("127.0.0.1:{port}");
+    let output = imagegen()
+        .arg("--matrix")
+        .arg(fixture())
+        .args([
+            "verify",
+            "--registry",
+            &asked,
+            "--registry-timeout",
+            "5",
+            "--manifest",
+        ])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(
+        stderr.contains(&format!(
+            "note: asking {asked} for the images recorded under registry.example.com"
+        )),
+        "{stderr}"
+    );
+    assert!(stderr.contains(&asked), "{stderr}");
 }

@@ -196,9 +196,14 @@ async fn plan_upgrade_roll_back_and_refuse_to_go_backwards() {
         text(&no_alias)
     );
 
-    // The rollbacks hold the alias where they put it; released, the matrix decides again.
+    // A rollback, forward too, holds the alias; released, builds may move it again.
+    assert_eq!(
+        project.manifest()["aliases"][ALIAS]["held"]["from"],
+        old_digest.as_str()
+    );
     let released = project.imagegen(&["release", ALIAS]).output().unwrap();
     assert_code(&released, 0);
+    assert!(project.manifest()["aliases"][ALIAS].get("held").is_none());
 
     // Back to 2.7.0 in the matrix: the alias must not move backwards.
     project.edit_matrix(
