@@ -11,6 +11,9 @@ For every pushed image the manifest (imagegen-manifest.json) records, it asks th
   - the provenance, SBOM and gpu-selftest statements are all there;
   - the SBOM with cyclonedx-python-lib's strict JSON validator for CycloneDX 1.6;
   - the gpu-selftest predicate with jsonschema against imagegen's published schema;
+  - the same attestations and signature as OCI 1.1 referrers: listed by the referrers API or,
+    where the registry has none, by the fallback index tagged `sha256-<hex>`, each a manifest whose
+    `subject` is the served digest, holding the very layers of the `.att` / `.sig` manifests;
   - for an OCI image index (the manifest's `indexes`): the same, and its gpu-selftest statement
     names exactly the platform digests the served index lists, reading `pass` only when every
     platform's predicate does.
@@ -119,6 +122,7 @@ def check_image(repository, tag, key, public_key, schema):
             if kind not in found and not any(p.startswith(kind) for p in problems):
                 problems.append(f"missing statement {kind}")
 
+    problems.extend(referrer_problems(base, served, hex_digest, att))
     sig = get(f"{base}/manifests/sha256-{hex_digest}.sig", ACCEPT)
     if sig is None:
         problems.append(f"no signature (no tag sha256-{hex_digest}.sig)")
@@ -135,6 +139,43 @@ def check_image(repository, tag, key, public_key, schema):
             verified = verified or named == served
         if not verified:
             problems.append("the image signature (.sig) does not verify for the served digest")
+    return problems
+
+
+REFERRER_TYPES = {
+    "application/vnd.in-toto+json": "att",
+    "application/vnd.dev.cosign.simplesigning.v1+json": "sig",
+}
+
+
+def referrer_problems(base, served, hex_digest, att):
+    """The OCI 1.1 referrers of `served`: one of each type, about `served`, with the cosign layers."""
+    listing = get(f"{base}/referrers/{served}", "application/vnd.oci.image.index.v1+json")
+    if listing is None:
+        listing = get(f"{base}/manifests/sha256-{hex_digest}", ACCEPT)
+    if listing is None:
+        return [f"no OCI referrers (no referrers API answer, no tag sha256-{hex_digest})"]
+    problems = []
+    entries = json.loads(listing).get("manifests", [])
+    for artifact_type, suffix in REFERRER_TYPES.items():
+        found = [e for e in entries if e.get("artifactType") == artifact_type]
+        if not found:
+            problems.append(f"referrers: none of type {artifact_type}")
+            continue
+        body = get(f"{base}/manifests/{found[-1]['digest']}", ACCEPT)
+        if body is None or "sha256:" + hashlib.sha256(body).hexdigest() != found[-1]["digest"]:
+            problems.append(f"referrers: {found[-1]['digest']} missing or not matching its digest")
+            continue
+        manifest = json.loads(body)
+        if manifest.get("subject", {}).get("digest") != served:
+            problems.append(f"referrers: {artifact_type} is about {manifest.get('subject')}, not {served}")
+            continue
+        cosign = att if suffix == "att" else get(f"{base}/manifests/sha256-{hex_digest}.sig", ACCEPT)
+        if cosign is not None:
+            want = sorted(layer["digest"] for layer in json.loads(cosign)["layers"])
+            have = sorted(layer["digest"] for layer in manifest.get("layers", []))
+            if want != have:
+                problems.append(f"referrers: {artifact_type} holds other layers than the .{suffix} tag")
     return problems
 
 

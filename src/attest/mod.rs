@@ -15,6 +15,7 @@ pub mod dsse;
 pub mod index;
 pub mod policy;
 pub mod provenance;
+pub mod referrers;
 pub mod sbom;
 pub mod selftest;
 pub mod statement;

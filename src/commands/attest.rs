@@ -22,6 +22,10 @@ use crate::attest::index::{
     index_provenance, index_sbom, index_selftest, platform_digests, PlatformPredicates,
 };
 use crate::attest::provenance::{provenance, BuildContext};
+use crate::attest::referrers::{
+    fallback_tag, referrer_manifest, updated_fallback_index, SubjectManifest,
+    ATTESTATION_ARTIFACT_TYPE, EMPTY_CONFIG, OCI_INDEX as REFERRERS_INDEX, SIGNATURE_ARTIFACT_TYPE,
+};
 use crate::attest::sbom::{parse_lock, sbom, LockedPackage};
 use crate::attest::selftest::selftest_result;
 use crate::attest::statement::{statement_bytes, Subject};
@@ -269,15 +273,21 @@ async fn sign_and_push(
     let client = registries.client(repository_name)?;
     let repository = repository_path_of(repository_name);
     let att_tag = attestation_tag(digest);
-    let att_digest = push_artifact(&client, repository, &att_tag, &artifact(layers)).await?;
+    let attestations = artifact(layers);
+    let att_digest = push_artifact(&client, repository, &att_tag, &attestations).await?;
     let payload = simple_signing_payload(repository_name, digest);
     let signature = BASE64.encode(signer.sign_bytes(&payload));
     let sig_tag = signature_tag(digest);
-    let sig_digest = push_artifact(
+    let signatures = artifact(vec![signature_layer(payload, signature)]);
+    let sig_digest = push_artifact(&client, repository, &sig_tag, &signatures).await?;
+    let (referrers, referrers_tag) = push_referrers(
         &client,
         repository,
-        &sig_tag,
-        &artifact(vec![signature_layer(payload, signature)]),
+        digest,
+        [
+            (&attestations, ATTESTATION_ARTIFACT_TYPE),
+            (&signatures, SIGNATURE_ARTIFACT_TYPE),
+        ],
     )
     .await?;
     Ok(AttestationRecord {
@@ -295,7 +305,58 @@ async fn sign_and_push(
         statements,
         gpu_selftest,
         signed_at: now_rfc3339(),
+        referrers,
+        referrers_tag,
     })
+}
+
+/// Pushes each artifact (blobs already there) again as an OCI 1.1 referrer of the image
+/// `digest`; where the registry does not index them itself (no `OCI-Subject` answer), adds them to
+/// the referrers fallback index tagged `sha256-<hex>`. Returns the referrers' digests and the
+/// fallback tag when one was written.
+async fn push_referrers(
+    client: &RegistryClient,
+    repository: &str,
+    digest: &Digest,
+    artifacts: [(&Artifact, &str); 2],
+) -> Result<(Vec<Digest>, Option<String>)> {
+    let image = client
+        .get_manifest(repository, digest.as_str())
+        .await?
+        .with_context(|| format!("the registry no longer serves {repository}@{digest}"))?;
+    let subject = SubjectManifest {
+        media_type: image.media_type,
+        digest: digest.clone(),
+        size: image.bytes.len() as u64,
+    };
+    client.put_blob(repository, EMPTY_CONFIG.to_vec()).await?;
+    let mut digests = Vec::new();
+    let mut fallback = None;
+    for (built, artifact_type) in artifacts {
+        let manifest = referrer_manifest(built, artifact_type, &subject);
+        let (stored, indexed) = client
+            .put_referrer(repository, OCI_MANIFEST, manifest.clone())
+            .await?;
+        digests.push(
+            Digest::parse(&stored)
+                .with_context(|| format!("the registry answered a referrer with {stored}"))?,
+        );
+        if !indexed {
+            let tag = fallback_tag(digest);
+            let existing = client.get_manifest(repository, &tag).await?;
+            let index = updated_fallback_index(
+                existing.as_ref().map(|found| found.bytes.as_slice()),
+                &manifest,
+                artifact_type,
+            )
+            .map_err(|problem| anyhow::anyhow!("{repository}:{tag}: {problem}"))?;
+            client
+                .put_manifest(repository, &tag, REFERRERS_INDEX, index)
+                .await?;
+            fallback = Some(tag);
+        }
+    }
+    Ok((digests, fallback))
 }
 
 /// The layers of manifest `tag` with their bytes; `None` when the tag is absent.

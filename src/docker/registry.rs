@@ -98,6 +98,9 @@ pub(super) struct Call<'a> {
 pub(super) struct Answer {
     pub(super) status: u16,
     pub(super) digest_header: Option<String>,
+    /// `OCI-Subject` of a manifest PUT: the registry indexed the manifest's `subject` (it
+    /// serves the OCI 1.1 referrers API).
+    pub(super) oci_subject: Option<String>,
     pub(super) content_type: Option<String>,
     pub(super) www_authenticate: Option<String>,
     /// `Retry-After` of a 429 or 503: seconds or an HTTP-date.
@@ -452,6 +455,36 @@ impl RegistryClient {
             Ok(answer
                 .digest_header
                 .unwrap_or_else(|| sha256_digest(&bytes)))
+        })
+        .await
+    }
+
+    /// Stores an OCI 1.1 referrer (a manifest with a `subject`) by its digest; returns its digest
+    /// and whether the registry answered `OCI-Subject` (it serves the referrers API, so no
+    /// fallback tag is needed).
+    pub async fn put_referrer(
+        &self,
+        repository: &str,
+        media_type: &str,
+        bytes: Vec<u8>,
+    ) -> Result<(String, bool), DockerError> {
+        let repository = self.api_repository(repository);
+        let media_type = media_type.to_string();
+        let reference = sha256_digest(&bytes);
+        self.blocking(move |client| {
+            let action = format!("storing referrer {repository}@{reference}");
+            let answer = client.send(Call {
+                method: "PUT",
+                path: format!("/v2/{repository}/manifests/{reference}"),
+                accept: None,
+                content_type: Some(&media_type),
+                body: Some(&bytes),
+                scope: format!("repository:{repository}:pull,push"),
+                action: action.clone(),
+            })?;
+            client.expect_success(&answer, &action)?;
+            let indexed = answer.oci_subject.is_some();
+            Ok((answer.digest_header.unwrap_or(reference), indexed))
         })
         .await
     }
@@ -843,6 +876,7 @@ impl RegistryClient {
         };
         let status = response.status().as_u16();
         let digest_header = header("Docker-Content-Digest");
+        let oci_subject = header("OCI-Subject");
         let content_type = header("Content-Type")
             .map(|value| value.split(';').next().unwrap_or("").trim().to_string());
         let www_authenticate = header("WWW-Authenticate");
@@ -861,6 +895,7 @@ impl RegistryClient {
         Ok(Answer {
             status,
             digest_header,
+            oci_subject,
             content_type,
             www_authenticate,
             retry_after,

@@ -29,6 +29,14 @@ pub struct AttestationRecord {
     /// The gpu-selftest result the statement carries (`pass`, `fail`, ...).
     pub gpu_selftest: String,
     pub signed_at: String,
+    /// The same attestations and signature as OCI 1.1 referrers (manifests whose `subject` is
+    /// the image), by digest; see `attest::referrers`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub referrers: Vec<Digest>,
+    /// The referrers fallback tag (`sha256-<hex>`) that lists them, where the registry has no
+    /// referrers API; `None` where it indexed them itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub referrers_tag: Option<String>,
 }
 
 /// A tag and the manifest digest it was pushed as.
@@ -81,6 +89,8 @@ mod tests {
             statements: BTreeMap::new(),
             gpu_selftest: "pass".into(),
             signed_at: signed_at.into(),
+            referrers: Vec::new(),
+            referrers_tag: None,
         }
     }
 

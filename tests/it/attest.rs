@@ -113,6 +113,46 @@ async fn signed_attestations_verify_and_every_kind_of_bad_one_is_refused() {
             attested["attestations"]["digest"].as_str(),
             "the manifest records the .att digest the registry serves"
         );
+        // The same, as OCI 1.1 referrers: registry 2.8 has no referrers API, so the fallback
+        // index tagged sha256-<hex> lists both, each a manifest about this digest.
+        let client = project.client(None);
+        let fallback = format!("sha256-{}", digest.trim_start_matches("sha256:"));
+        assert_eq!(attested["referrers_tag"], fallback.as_str(), "{attested}");
+        let index = client
+            .get_manifest(&project.repository, &fallback)
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("{tag}: no referrers fallback tag {fallback}"));
+        let index: Value = serde_json::from_slice(&index.bytes).unwrap();
+        let entries = index["manifests"].as_array().unwrap();
+        let types: Vec<&str> = entries
+            .iter()
+            .map(|entry| entry["artifactType"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            types,
+            [
+                "application/vnd.in-toto+json",
+                "application/vnd.dev.cosign.simplesigning.v1+json"
+            ],
+            "{index}"
+        );
+        let recorded: Vec<&str> = attested["referrers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d.as_str().unwrap())
+            .collect();
+        for entry in entries {
+            assert!(recorded.contains(&entry["digest"].as_str().unwrap()));
+            let referrer = client
+                .get_manifest(&project.repository, entry["digest"].as_str().unwrap())
+                .await
+                .unwrap()
+                .unwrap();
+            let referrer: Value = serde_json::from_slice(&referrer.bytes).unwrap();
+            assert_eq!(referrer["subject"]["digest"], digest, "{referrer}");
+        }
     }
 
     // Good: imagegen and the independent verifier accept every image.
