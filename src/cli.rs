@@ -459,6 +459,14 @@ pub struct BuildArgs {
     /// Directory holding gpu-selftest-cu11, -cu12 and -cu13 (from selftest/build.sh).
     #[arg(long, default_value = "target/selftest")]
     pub selftest_dir: PathBuf,
+    /// The host-side wheel cache (content-addressed by sha256, shared by every image and run;
+    /// keep it between CI jobs). Default: $XDG_CACHE_HOME/imagegen/wheels, else
+    /// ~/.cache/imagegen/wheels, else .imagegen/wheels.
+    #[arg(long, env = "IMAGEGEN_WHEEL_CACHE", value_name = "DIR")]
+    pub wheel_cache: Option<PathBuf>,
+    /// How many wheels are fetched at once.
+    #[arg(long, env = "IMAGEGEN_WHEEL_JOBS", default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub wheel_jobs: u64,
     /// The manifest file.
     #[arg(long, default_value = DEFAULT_MANIFEST)]
     pub manifest: PathBuf,

@@ -27,6 +27,7 @@ pub mod stages;
 pub mod test;
 pub mod verify;
 pub mod waiting;
+pub mod wheels;
 
 use anyhow::Result;
 

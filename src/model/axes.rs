@@ -68,6 +68,22 @@ pub enum DevelToolkit {
     Pypi,
 }
 
+/// Where an image's Python wheels are installed from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WheelSource {
+    /// `imagegen build` fetches the lock's files on the host into a content-addressed cache
+    /// (sha256-checked, shared by every image and run) and places them in the build context; a
+    /// build stage installs them with no index and no network, and the image copies the venv,
+    /// so the wheels never become a layer of it.
+    #[default]
+    Cache,
+    /// pip inside the build downloads them from the indexes (each build again): for a remote
+    /// daemon whose network reaches the indexes while the host running imagegen does not, or
+    /// where sending gigabytes of context to it is slower than its own download.
+    Index,
+}
+
 /// A version string checked at load time (digits and dots only), kept exactly as written.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(transparent)]

@@ -14,7 +14,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::model::axes::{DevelToolkit, OsName, Platform, TorchWheels, Variant, VersionText};
+pub use crate::model::axes::{
+    DevelToolkit, OsName, Platform, TorchWheels, Variant, VersionText, WheelSource,
+};
 use crate::model::extensions::{
     check_absolute_path, check_apt_package, check_env_key, check_extra_index, check_requirement,
     check_steps_path, check_user,
@@ -405,6 +407,10 @@ pub struct Matrix {
     /// Where devel images get nvcc: NVIDIA's apt repository (`apt`, default) or PyPI (`pypi`).
     #[serde(default)]
     pub devel_toolkit: DevelToolkit,
+    /// Where images install their wheels from: the host-side cache (`cache`, default) or the
+    /// indexes, by pip inside the build (`index`).
+    #[serde(default)]
+    pub wheels: WheelSource,
     /// A PEM file of CA certificates (a TLS-intercepting proxy's), relative to the matrix file:
     /// copied into each build context and installed into the image's system store, where it stays.
     #[serde(default)]
@@ -541,6 +547,7 @@ const TOP_LEVEL_KEYS: &[&str] = &[
     "base_images",
     "torch_wheels",
     "devel_toolkit",
+    "wheels",
     "ca_bundle",
     "lock",
     "tests",

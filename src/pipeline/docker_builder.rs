@@ -15,8 +15,9 @@ use anyhow::{anyhow, Context, Result};
 use tokio::sync::{Mutex, OnceCell};
 
 use crate::docker::{
-    context_tar, repository_path_of, BuildRequest, ContextFile, Engine, Registries, RegistryClient,
-    RegistryManifest, RetryPolicy, RunRequest, DEFAULT_REGISTRY_TIMEOUT,
+    append_to_context, context_tar, repository_path_of, BuildRequest, ContextFile, ContextWheels,
+    Engine, Registries, RegistryClient, RegistryManifest, RetryPolicy, RunRequest,
+    DEFAULT_REGISTRY_TIMEOUT,
 };
 use crate::history::manifest::{BinaryRecord, Packages};
 use crate::model::digest::Digest;
@@ -46,6 +47,10 @@ pub struct Contexts {
     /// sha256 of each gpu-selftest binary the contexts hold, by its name (`gpu-selftest-cu12`),
     /// for the images' provenance.
     pub selftest_digests: BTreeMap<String, Digest>,
+    /// The cached wheels each image's context gets under `wheels/` when it is sent, read from
+    /// disk then (the tars above stay small; the lock in each names what these are), with the
+    /// small files beside them (`SOURCES`).
+    pub wheels: BTreeMap<String, ContextWheels>,
 }
 
 impl Contexts {
@@ -109,6 +114,7 @@ impl Contexts {
             tars,
             binaries: records,
             selftest_digests,
+            wheels: BTreeMap::new(),
         })
     }
 
@@ -343,6 +349,13 @@ impl Builder for EngineBuilder {
             .get(name)
             .cloned()
             .ok_or_else(|| anyhow!("no build context assembled for {name}"))?;
+        let context = match self.contexts.wheels.get(name) {
+            Some(wheels) => {
+                append_to_context(&context, "wheels", &wheels.files, &wheels.small_files)
+                    .with_context(|| format!("the wheels of {name}'s build context"))?
+            }
+            None => context,
+        };
         let mut request = BuildRequest::new(image.reference.clone(), context);
         request.platform = Some(image.spec.platform.to_string());
         request.labels = self.settings.build_labels.clone();

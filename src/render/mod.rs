@@ -294,6 +294,7 @@ fn render_one(
         cuda_package => image.cuda.replace('.', "-"),
         arch_list => image.archs.join(";"),
         ca_bundle => ca_bundle.map(|_| CA_BUNDLE_FILE),
+        wheel_cache => matrix.wheels == crate::model::matrix::WheelSource::Cache,
         extra_labels => extra_labels,
         title => title,
     };
@@ -517,7 +518,8 @@ mod tests {
 
     #[test]
     fn rendering_is_deterministic_and_installs_the_lock() {
-        let (images, matrix) = specs("torch: [\"2.7\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\n");
+        let (images, matrix) =
+            specs("torch: [\"2.7\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\nwheels: index\n");
         let first = render_all(&images, &matrix, &Templates::embedded(), None).unwrap();
         let second = render_all(&images, &matrix, &Templates::embedded(), None).unwrap();
         assert_eq!(first, second);
@@ -584,7 +586,7 @@ mod tests {
     #[test]
     fn torch_from_a_plain_index_installs_the_release_without_suffix() {
         let images = render(
-            "torch: [\"2.13\"]\ncuda: [\"13.0\"]\nos: [ubuntu24.04]\nvariants: [runtime]\ntorch_wheels: pypi\nmirrors:\n  pip_index: https://proxy.example.com/pypi/simple\n",
+            "torch: [\"2.13\"]\ncuda: [\"13.0\"]\nos: [ubuntu24.04]\nvariants: [runtime]\ntorch_wheels: pypi\nwheels: index\nmirrors:\n  pip_index: https://proxy.example.com/pypi/simple\n",
             None,
         );
         let text = &images["2.13.0-cuda13.0-cudnn9-runtime-ubuntu24.04"]["Dockerfile"];
@@ -603,7 +605,7 @@ mod tests {
     fn mirrors_cover_every_apt_host_on_both_architectures() {
         let mirrors = "mirrors:\n  apt: http://m.example.com/ubuntu\n  apt_ports: http://m.example.com/ubuntu-ports\n  nvidia_apt: https://m.example.com/nvidia\n  pip_index: https://m.example.com/pypi/simple\n  torch_index: https://m.example.com/torch/whl\n  base_registry: m.example.com/hub\n";
         let images = render(
-            &format!("torch: [\"2.13\"]\ncuda: [\"13.0\"]\nos: [ubuntu24.04]\nplatforms: [linux/amd64, linux/arm64]\n{mirrors}"),
+            &format!("torch: [\"2.13\"]\ncuda: [\"13.0\"]\nos: [ubuntu24.04]\nplatforms: [linux/amd64, linux/arm64]\nwheels: index\n{mirrors}"),
             None,
         );
         let names: Vec<&String> = images.keys().collect();
@@ -739,7 +741,10 @@ mod tests {
         );
         let runtime = &images["2.13.0-cuda13.0-cudnn9-runtime-debian12"];
         let text = &runtime["Dockerfile"];
-        assert!(text.contains("FROM local/bookworm:13.0\n"), "{text}");
+        assert!(
+            text.contains("FROM local/bookworm:13.0 AS system\n"),
+            "{text}"
+        );
         assert!(text.contains("deb\\.debian\\.org/debian-security/?([[:space:]]|$)#http://m.example.com/debian-security/"), "{text}");
         assert!(
             text.contains(
@@ -815,6 +820,53 @@ mod tests {
     ];
 
     #[test]
+    fn with_the_wheel_cache_a_stage_installs_the_lock_from_the_context_and_the_image_copies_the_venv(
+    ) {
+        let images = render(
+            "torch: [\"2.13\"]\ncuda: [\"13.0\"]\nos: [ubuntu24.04]\ntorch_wheels: pypi\ndevel_toolkit: pypi\n",
+            None,
+        );
+        let mut checked = 0;
+        for (name, files) in &images {
+            let text = &files["Dockerfile"];
+            let stages: Vec<&str> = text
+                .lines()
+                .filter(|line| line.starts_with("FROM "))
+                .collect();
+            assert_eq!(stages.len(), 3, "{name}: {text}");
+            assert!(stages[0].ends_with(" AS system"), "{name}: {text}");
+            assert_eq!(
+                stages[1..],
+                ["FROM system AS venv", "FROM system"],
+                "{name}"
+            );
+            let venv_stage = &text
+                [text.find("FROM system AS venv").unwrap()..text.find("FROM system\n").unwrap()];
+            assert!(
+                venv_stage.contains("COPY wheels/ /opt/imagegen/wheels/"),
+                "{name}: {text}"
+            );
+            assert!(venv_stage.contains(
+                "pip install --no-cache-dir --no-index --find-links /opt/imagegen/wheels --no-deps --require-hashes --only-binary=:all: \\\n      -r /opt/imagegen/requirements.lock \\\n && pip check"
+            ), "{name}: {text}");
+            let image_stage = &text[text.find("FROM system\n").unwrap()..];
+            assert!(
+                !image_stage.contains("wheels/"),
+                "no wheel in a layer of the image: {text}"
+            );
+            let copy = if name.contains("-runtime-") {
+                "COPY --from=venv /opt/venv /opt/venv"
+            } else {
+                "COPY --from=venv /opt/imagegen/venv-added/ /opt/venv/"
+            };
+            assert!(image_stage.contains(copy), "{name}: {text}");
+            assert!(!text.contains("--index-url"), "{name}: {text}");
+            checked += 1;
+        }
+        assert_eq!(checked, 2);
+    }
+
+    #[test]
     fn a_ca_bundle_is_copied_and_installed_into_the_system_store() {
         let ca = CaBundle {
             path: "company-ca.pem".into(),
@@ -827,10 +879,8 @@ mod tests {
         let mut runtimes_checked = 0;
         for (name, files) in &images {
             let text = &files["Dockerfile"];
-            assert!(
-                text.contains("--cert /etc/ssl/certs/ca-certificates.crt"),
-                "{text}"
-            );
+            // With the host-side wheel cache pip reaches no index: the CA serves apt alone.
+            assert!(!text.contains("--cert"), "{text}");
             assert_eq!(
                 files.get(CA_BUNDLE_FILE).is_some(),
                 name.contains("-runtime-")
@@ -861,6 +911,19 @@ mod tests {
             } else {
                 assert!(!text.contains("SSL_CERT_FILE"), "{text}");
             }
+        }
+        // pip inside the build (wheels: index) reaches its index through the proxy's CA.
+        let from_index = render(
+            "torch: [\"2.7\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\nwheels: index\n",
+            Some(&ca),
+        );
+        assert_eq!(from_index.len(), 2);
+        for files in from_index.values() {
+            assert!(
+                files["Dockerfile"].contains("--cert /etc/ssl/certs/ca-certificates.crt"),
+                "{}",
+                files["Dockerfile"]
+            );
         }
         // Without ca_bundle nothing changes: no variable, no copy, no --cert.
         let plain = render(
