@@ -36,13 +36,13 @@ pub(super) fn expand(matrix: &Matrix, resolution: &mut Resolution) -> Vec<Cell> 
                 .unwrap_or_else(|| matrix.platforms.clone())
             {
                 cells.push(Cell {
-                    torch: torch.0.clone(),
-                    cuda: cuda.0.clone(),
-                    cudnn: rule.cudnn.as_ref().map(|v| v.0.clone()),
-                    python: rule.python.as_ref().map(|v| v.0.clone()),
-                    os: os.0.clone(),
+                    torch: torch.to_string(),
+                    cuda: cuda.to_string(),
+                    cudnn: rule.cudnn.as_ref().map(|v| v.to_string()),
+                    python: rule.python.as_ref().map(|v| v.to_string()),
+                    os: os.to_string(),
                     variant,
-                    platform: platform.0.clone(),
+                    platform: platform.to_string(),
                     origin: origin.clone(),
                     location: matrix.include_locations.get(index).cloned(),
                 });
@@ -61,7 +61,7 @@ pub(super) fn axis_cells(matrix: &Matrix) -> Vec<Cell> {
         if values.is_empty() {
             vec![None]
         } else {
-            values.iter().map(|v| Some(v.0.clone())).collect()
+            values.iter().map(|v| Some(v.to_string())).collect()
         }
     };
     let mut cells = Vec::new();
@@ -73,13 +73,13 @@ pub(super) fn axis_cells(matrix: &Matrix) -> Vec<Cell> {
                         for variant in &matrix.variants {
                             for platform in &matrix.platforms {
                                 cells.push(Cell {
-                                    torch: torch.0.clone(),
-                                    cuda: cuda.0.clone(),
+                                    torch: torch.to_string(),
+                                    cuda: cuda.to_string(),
                                     cudnn: cudnn.clone(),
                                     python: python.clone(),
-                                    os: os.0.clone(),
+                                    os: os.to_string(),
                                     variant: *variant,
-                                    platform: platform.0.clone(),
+                                    platform: platform.to_string(),
                                     origin: "axes".into(),
                                     location: None,
                                 });
@@ -100,7 +100,7 @@ pub(super) fn rule_matches(rule: &CellRule, cell: &Cell) -> bool {
             (None, _) => true,
             (Some(_), None) => false,
             (Some(wanted), Some(value)) => match (
-                DottedVersion::parse_kind(&wanted.0, "", 4),
+                DottedVersion::parse_kind(wanted.as_str(), "", 4),
                 DottedVersion::parse_kind(value, "", 4),
             ) {
                 (Ok(wanted), Ok(value)) => value.starts_with(&wanted) || wanted.starts_with(&value),
@@ -111,7 +111,7 @@ pub(super) fn rule_matches(rule: &CellRule, cell: &Cell) -> bool {
         && version_matches(&rule.cuda, &Some(cell.cuda.clone()))
         && version_matches(&rule.cudnn, &cell.cudnn)
         && version_matches(&rule.python, &cell.python)
-        && rule.os.as_ref().is_none_or(|os| os.0 == cell.os)
+        && rule.os.as_ref().is_none_or(|os| os.as_str() == cell.os)
         && rule
             .variants
             .as_ref()
@@ -119,5 +119,5 @@ pub(super) fn rule_matches(rule: &CellRule, cell: &Cell) -> bool {
         && rule
             .platforms
             .as_ref()
-            .is_none_or(|platforms| platforms.iter().any(|p| p.0 == cell.platform))
+            .is_none_or(|platforms| platforms.iter().any(|p| p.as_str() == cell.platform))
 }

@@ -109,11 +109,11 @@ fn check_excludes(matrix: &Matrix) -> Result<(), (Option<Position>, String)> {
 /// The version and OS values of a rule, by key.
 fn rule_values(rule: &CellRule) -> Vec<(&'static str, String)> {
     [
-        ("torch", rule.torch.as_ref().map(|v| v.0.clone())),
-        ("cuda", rule.cuda.as_ref().map(|v| v.0.clone())),
-        ("cudnn", rule.cudnn.as_ref().map(|v| v.0.clone())),
-        ("python", rule.python.as_ref().map(|v| v.0.clone())),
-        ("os", rule.os.as_ref().map(|o| o.0.clone())),
+        ("torch", rule.torch.as_ref().map(|v| v.to_string())),
+        ("cuda", rule.cuda.as_ref().map(|v| v.to_string())),
+        ("cudnn", rule.cudnn.as_ref().map(|v| v.to_string())),
+        ("python", rule.python.as_ref().map(|v| v.to_string())),
+        ("os", rule.os.as_ref().map(|o| o.to_string())),
     ]
     .into_iter()
     .filter_map(|(key, value)| value.map(|value| (key, value)))

@@ -349,7 +349,7 @@ fn assign_aliases(images: &mut [ImageSpec], matrix: &Matrix) {
         .collect();
     let default_os = tags::default_os(
         &fields,
-        matrix.tags.default_os.as_ref().map(|o| o.0.as_str()),
+        matrix.tags.default_os.as_ref().map(|o| o.as_str()),
     );
     let by_published: BTreeMap<String, Vec<String>> =
         tags::aliases(&fields, default_os.as_deref(), matrix.tags.latest)

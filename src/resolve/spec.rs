@@ -139,7 +139,7 @@ pub(super) fn build_spec(
         tag,
         aliases: Vec::new(),
         variant: found.variant_kind,
-        platform: Platform(found.platform.clone()),
+        platform: Platform::parse(&found.platform).expect("the matrix's platforms parsed at load"),
         index,
         torch: found.release.torch.clone(),
         torchvision: found.release.torchvision.clone(),
