@@ -7,7 +7,8 @@ use std::fmt;
 use serde::de::{self, Deserializer};
 use serde::{Deserialize, Serialize};
 
-use crate::model::version::{DottedVersion, VersionError};
+pub use crate::model::version::VersionText;
+use crate::model::version::{read_as_text, DottedVersion, VersionError};
 
 /// The image variants imagegen knows how to render.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -66,42 +67,6 @@ pub enum DevelToolkit {
     /// NVIDIA's toolkit wheels from the Python index, locked like everything else (CUDA majors
     /// whose wheels lay out one CUDA tree: 13 and later).
     Pypi,
-}
-
-/// A version string checked at load time (digits and dots only), kept exactly as written.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(transparent)]
-pub struct VersionText(String);
-
-impl VersionText {
-    /// A version as written (digits and dots, at most four parts), refused with the reason.
-    pub fn parse(text: &str) -> Result<VersionText, VersionError> {
-        DottedVersion::parse_kind(text, "", 4)?;
-        Ok(VersionText(text.to_string()))
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-
-    /// The version as a number, for ordering (it parsed when it was made).
-    pub fn dotted(&self) -> DottedVersion {
-        DottedVersion::parse_kind(&self.0, "", 4).expect("checked when made")
-    }
-}
-
-impl fmt::Display for VersionText {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl<'de> Deserialize<'de> for VersionText {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(deserializer)?;
-        VersionText::parse(&text)
-            .map_err(|e| de::Error::custom(format!("malformed version {:?}: {}", text, e.why)))
-    }
 }
 
 /// An OS name such as `ubuntu24.04` or `debian12`.
@@ -200,24 +165,6 @@ impl Platform {
     }
 }
 
-impl PartialEq<str> for Platform {
-    fn eq(&self, other: &str) -> bool {
-        self.0 == other
-    }
-}
-
-impl PartialEq<String> for Platform {
-    fn eq(&self, other: &String) -> bool {
-        self.0 == *other
-    }
-}
-
-impl PartialEq<&str> for Platform {
-    fn eq(&self, other: &&str) -> bool {
-        self.0 == *other
-    }
-}
-
 impl fmt::Display for Platform {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
@@ -228,6 +175,27 @@ impl<'de> Deserialize<'de> for Platform {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let text = String::deserialize(deserializer)?;
         Platform::parse(&text).map_err(de::Error::custom)
+    }
+}
+
+read_as_text!(OsName, Platform);
+
+/// Test values written as literals (`"2.7.0".into()`), parsed as the loader parses them: a
+/// malformed one fails the test that wrote it.
+#[cfg(test)]
+mod literals {
+    use super::{OsName, Platform};
+
+    impl From<&str> for OsName {
+        fn from(text: &str) -> OsName {
+            OsName::parse(text).expect("a test's OS literal")
+        }
+    }
+
+    impl From<&str> for Platform {
+        fn from(text: &str) -> Platform {
+            Platform::parse(text).expect("a test's platform literal")
+        }
     }
 }
 

@@ -315,7 +315,7 @@ impl Builder for EngineBuilder {
             .find_image_with_label(BUILD_KEY_LABEL, image.build_key.as_str())
             .await?
         {
-            return Ok(Some(Existing::Local(local.id)));
+            return Ok(Some(Existing::Local(daemon_image_id(&local.id)?)));
         }
         if let (true, Some(recorded)) = (self.settings.check_registry, &image.recorded_digest) {
             let client = self.registry(&image.spec.repository).await?;
@@ -335,7 +335,7 @@ impl Builder for EngineBuilder {
         Ok(None)
     }
 
-    async fn build(&self, image: &PlannedImage) -> Result<String> {
+    async fn build(&self, image: &PlannedImage) -> Result<Digest> {
         let name = &image.spec.name;
         let context = self
             .contexts
@@ -378,7 +378,7 @@ impl Builder for EngineBuilder {
         match built {
             Ok(id) => {
                 self.progress.stage(name, &format!("built {id}"));
-                Ok(id)
+                daemon_image_id(&id)
             }
             Err(error) => {
                 // The log holds the error itself, not only that the build failed.
@@ -649,6 +649,12 @@ fn missing_base_text(base: &str, reason: &str) -> String {
 
 /// A digest as the registry or daemon reported it, checked: anything else is an error naming
 /// the repository, never a value that is carried on.
+/// An image ID the daemon gave (`sha256:<hex>`), parsed once where it enters.
+fn daemon_image_id(text: &str) -> Result<Digest> {
+    Digest::parse(text)
+        .with_context(|| format!("the Docker daemon gave a malformed image ID {text:?}"))
+}
+
 fn registry_digest(text: &str, repository: &str) -> Result<Digest> {
     Digest::parse(text)
         .with_context(|| format!("the registry answered for {repository} with a malformed digest"))

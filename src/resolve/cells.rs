@@ -36,13 +36,13 @@ pub(super) fn expand(matrix: &Matrix, resolution: &mut Resolution) -> Vec<Cell> 
                 .unwrap_or_else(|| matrix.platforms.clone())
             {
                 cells.push(Cell {
-                    torch: torch.to_string(),
-                    cuda: cuda.to_string(),
-                    cudnn: rule.cudnn.as_ref().map(|v| v.to_string()),
-                    python: rule.python.as_ref().map(|v| v.to_string()),
-                    os: os.to_string(),
+                    torch: torch.clone(),
+                    cuda: cuda.clone(),
+                    cudnn: rule.cudnn.clone(),
+                    python: rule.python.clone(),
+                    os: os.clone(),
                     variant,
-                    platform: platform.to_string(),
+                    platform: platform.clone(),
                     origin: origin.clone(),
                     location: matrix.include_locations.get(index).cloned(),
                 });
@@ -57,11 +57,11 @@ pub(super) fn expand(matrix: &Matrix, resolution: &mut Resolution) -> Vec<Cell> 
 ///
 /// [`MAX_CELLS`]: crate::model::matrix::MAX_CELLS
 pub(super) fn axis_cells(matrix: &Matrix) -> Vec<Cell> {
-    let optional = |values: &[VersionText]| -> Vec<Option<String>> {
+    let optional = |values: &[VersionText]| -> Vec<Option<VersionText>> {
         if values.is_empty() {
             vec![None]
         } else {
-            values.iter().map(|v| Some(v.to_string())).collect()
+            values.iter().cloned().map(Some).collect()
         }
     };
     let mut cells = Vec::new();
@@ -73,13 +73,13 @@ pub(super) fn axis_cells(matrix: &Matrix) -> Vec<Cell> {
                         for variant in &matrix.variants {
                             for platform in &matrix.platforms {
                                 cells.push(Cell {
-                                    torch: torch.to_string(),
-                                    cuda: cuda.to_string(),
+                                    torch: torch.clone(),
+                                    cuda: cuda.clone(),
                                     cudnn: cudnn.clone(),
                                     python: python.clone(),
-                                    os: os.to_string(),
+                                    os: os.clone(),
                                     variant: *variant,
-                                    platform: platform.to_string(),
+                                    platform: platform.clone(),
                                     origin: "axes".into(),
                                     location: None,
                                 });
@@ -96,7 +96,7 @@ pub(super) fn axis_cells(matrix: &Matrix) -> Vec<Cell> {
 /// Whether an exclude rule covers a cell. Versions match by prefix (`2.7` covers `2.7.1`).
 pub(super) fn rule_matches(rule: &CellRule, cell: &Cell) -> bool {
     let version_matches =
-        |rule_value: &Option<VersionText>, value: &Option<String>| match (rule_value, value) {
+        |rule_value: &Option<VersionText>, value: &Option<VersionText>| match (rule_value, value) {
             (None, _) => true,
             (Some(_), None) => false,
             (Some(wanted), Some(value)) => match (

@@ -138,19 +138,19 @@ impl<'k> KnownValues<'k> {
         let mut python: Vec<String> = Vec::new();
         for series in &knowledge.torch {
             torch.push(series.series.clone());
-            torch.extend(series.releases.iter().map(|r| r.torch.clone()));
+            torch.extend(series.releases.iter().map(|r| r.torch.to_string()));
             python.extend(series.python.iter().cloned());
             python.extend(series.python_experimental.iter().cloned());
             for variant in &series.cuda {
-                cuda.push(variant.cuda.clone());
-                cudnn.push(variant.cudnn.clone());
+                cuda.push(variant.cuda.to_string());
+                cudnn.push(variant.cudnn.to_string());
                 if let Ok(version) = DottedVersion::parse_kind(&variant.cudnn, "", 4) {
                     cudnn.push(version.part(0).to_string());
                 }
             }
         }
         for release in &knowledge.cuda {
-            cuda.push(release.version.clone());
+            cuda.push(release.version.to_string());
             if let Ok(version) = DottedVersion::parse_kind(&release.version, "", 3) {
                 cuda.push(version.major_minor());
             }

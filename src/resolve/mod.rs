@@ -313,7 +313,7 @@ fn sort_key(found: &Resolved) -> (ImageOrder, String, Variant, String) {
         found.order.clone(),
         found.python.to_string(),
         found.variant_kind,
-        found.platform.clone(),
+        found.platform.to_string(),
     )
 }
 
@@ -347,10 +347,7 @@ fn assign_aliases(images: &mut [ImageSpec], matrix: &Matrix) {
         .iter()
         .map(|image| image.tag_fields.clone())
         .collect();
-    let default_os = tags::default_os(
-        &fields,
-        matrix.tags.default_os.as_ref().map(|o| o.as_str()),
-    );
+    let default_os = tags::default_os(&fields, matrix.tags.default_os.as_ref().map(|o| o.as_str()));
     let by_published: BTreeMap<String, Vec<String>> =
         tags::aliases(&fields, default_os.as_deref(), matrix.tags.latest)
             .into_iter()

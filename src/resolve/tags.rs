@@ -11,7 +11,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::model::axes::Variant;
+use crate::model::axes::{OsName, Variant, VersionText};
 use crate::model::version::DottedVersion;
 pub use crate::resolve::image::TagFields;
 
@@ -37,7 +37,7 @@ pub fn default_os(images: &[TagFields], preferred: Option<&str>) -> Option<Strin
     images
         .iter()
         .max_by_key(|image| &image.os_release)
-        .map(|image| image.os.clone())
+        .map(|image| image.os.to_string())
 }
 
 /// The aliases of every image, by index into `images`. `latest` is only given when
@@ -49,7 +49,8 @@ pub fn aliases(
 ) -> BTreeMap<usize, Vec<String>> {
     let mut result: BTreeMap<usize, Vec<String>> = BTreeMap::new();
     // Newest torch patch per (series, cuda, variant, os, python).
-    let mut newest: BTreeMap<(String, String, Variant, String, String), usize> = BTreeMap::new();
+    let mut newest: BTreeMap<(String, VersionText, Variant, OsName, String), usize> =
+        BTreeMap::new();
     for (index, image) in images.iter().enumerate() {
         let key = (
             image.series(),
@@ -66,8 +67,10 @@ pub fn aliases(
         }
     }
     // When one OS has several Pythons (a custom template), only the newest Python gets aliases.
-    let mut newest_python: BTreeMap<(String, String, Variant, String), (DottedVersion, usize)> =
-        BTreeMap::new();
+    let mut newest_python: BTreeMap<
+        (String, VersionText, Variant, OsName),
+        (DottedVersion, usize),
+    > = BTreeMap::new();
     for &index in newest.values() {
         let image = &images[index];
         let python = image.python.clone();

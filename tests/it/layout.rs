@@ -528,10 +528,15 @@ fn the_model_value_types_keep_their_fields_private() {
     );
     // The scan sees the value types it guards ...
     let axes = std::fs::read_to_string(model.join("axes.rs")).unwrap();
-    for name in ["VersionText", "OsName", "Platform"] {
+    let version = std::fs::read_to_string(model.join("version.rs")).unwrap();
+    for (name, text) in [
+        ("VersionText", &version),
+        ("OsName", &axes),
+        ("Platform", &axes),
+    ] {
         assert!(
-            axes.contains(&format!("pub struct {name}(String);")),
-            "{name} not found as a private newtype in model/axes.rs"
+            text.contains(&format!("pub struct {name}(String);")),
+            "{name} not found as a private newtype in model/"
         );
     }
     // ... and fails on one whose field is public.
