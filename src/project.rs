@@ -41,6 +41,9 @@ pub struct Project {
     pub knowledge_path: Option<PathBuf>,
     /// Where the rendered images and their locks are (`images/`, or a command's `--out`).
     pub images_dir: PathBuf,
+    /// The manifest (`imagegen-manifest.json`, or a command's `--manifest`): resolution reads
+    /// the fingerprints it records for `{revision}` and `{date}`.
+    pub manifest_path: PathBuf,
     definition: OnceCell<Definition>,
 }
 
@@ -100,8 +103,31 @@ impl Project {
             matrix_path: matrix_path.to_path_buf(),
             knowledge_path: knowledge_path.map(Path::to_path_buf),
             images_dir: PathBuf::from("images"),
+            manifest_path: PathBuf::from("imagegen-manifest.json"),
             definition: OnceCell::new(),
         }
+    }
+
+    /// The same project with its manifest at `path`.
+    pub fn with_manifest(mut self, path: &Path) -> Project {
+        self.manifest_path = path.to_path_buf();
+        self
+    }
+
+    /// The fingerprint of every image the manifest records as built, by full tag (none without
+    /// a manifest).
+    pub fn recorded_fingerprints(&self) -> Result<BTreeMap<String, crate::model::digest::Digest>> {
+        use crate::history::manifest::RecordStatus;
+        Ok(load_manifest_if_present(&self.manifest_path)?
+            .map(|manifest| {
+                manifest
+                    .images
+                    .iter()
+                    .filter(|(_, record)| record.status == RecordStatus::Ok)
+                    .map(|(tag, record)| (tag.clone(), record.fingerprint.clone()))
+                    .collect()
+            })
+            .unwrap_or_default())
     }
 
     /// The same project with its rendered images (and locks) in `dir`.

@@ -45,9 +45,20 @@ pub fn run(cli: Cli) -> Result<Outcome> {
         Command::Build(args) => Some(&args.images),
         _ => None,
     };
+    let manifest = match &cli.command {
+        Command::Build(args) => Some(&args.manifest),
+        Command::Plan(args) => Some(&args.manifest),
+        Command::K8s(args) => Some(&args.manifest),
+        Command::Publish(args) => Some(&args.manifest),
+        Command::Test(args) => Some(&args.manifest),
+        _ => None,
+    };
     let mut project = Project::open(&cli.matrix, cli.knowledge.as_deref());
     if let Some(dir) = images_dir {
         project = project.with_images_dir(dir);
+    }
+    if let Some(path) = manifest {
+        project = project.with_manifest(path);
     }
     match &cli.command {
         Command::Resolve(args) => resolve::run(&project, args),
