@@ -99,13 +99,22 @@ impl Project {
 
     /// A project whose matrix is `matrix_path`, with an optional knowledge file over the embedded one.
     pub fn open(matrix_path: &Path, knowledge_path: Option<&Path>) -> Project {
+        // The project's own files are in the matrix's folder, wherever imagegen runs.
+        let root = matrix_path.parent().unwrap_or(Path::new(""));
         Project {
             matrix_path: matrix_path.to_path_buf(),
             knowledge_path: knowledge_path.map(Path::to_path_buf),
-            images_dir: PathBuf::from("images"),
-            manifest_path: PathBuf::from("imagegen-manifest.json"),
+            images_dir: root.join("images"),
+            manifest_path: root.join("imagegen-manifest.json"),
             definition: OnceCell::new(),
         }
+    }
+
+    /// The matrix's folder, which the project's own paths are relative to (`images/`, the
+    /// manifest, `.imagegen/`, `ca_bundle`, `templates`, step fragments): empty for a matrix in
+    /// the working directory.
+    pub fn root(&self) -> &Path {
+        self.matrix_path.parent().unwrap_or(Path::new(""))
     }
 
     /// The same project with its manifest at `path`.
@@ -149,9 +158,10 @@ impl Project {
 
     /// The matrix's CA bundle (`ca_bundle`), read as text.
     pub fn ca_bundle(&self) -> Result<Option<CaBundle>> {
-        let Some(path) = &self.matrix()?.ca_bundle else {
+        let Some(written) = &self.matrix()?.ca_bundle else {
             return Ok(None);
         };
+        let path = &self.root().join(written);
         let bytes = std::fs::read(path).with_context(|| {
             format!(
                 "cannot read the CA bundle {} (ca_bundle in {})",
@@ -166,7 +176,7 @@ impl Project {
             )
         })?;
         Ok(Some(CaBundle {
-            path: path.display().to_string(),
+            path: written.display().to_string(),
             text,
         }))
     }
@@ -188,7 +198,7 @@ impl Project {
         // A value no release has is a typo, not an impossible cell: refuse it before resolving.
         check_known(&matrix, &knowledge)?;
         let templates = match &matrix.templates {
-            Some(dir) => Templates::with_overrides(read_templates(dir)?),
+            Some(dir) => Templates::with_overrides(read_templates(&self.root().join(dir))?),
             None => Templates::embedded(),
         }
         .with_fragments(read_fragments(&self.matrix_path, &matrix)?);

@@ -1607,3 +1607,68 @@ fn diff_shows_label_changes_one_per_line() {
         "{stdout}"
     );
 }
+
+/// The project's files are in the matrix's folder: `render --matrix ../x/matrix.yaml` writes
+/// ../x/images (no second images/ here) and reads its `ca_bundle` there, `--project DIR` finds
+/// DIR/matrix.yaml, `plan` says the manifest it looked for is missing (by its path in the
+/// project), and a path given on the command line stays relative to the working directory.
+#[test]
+fn project_paths_follow_the_matrix_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let project = dir.path().join("x");
+    let elsewhere = dir.path().join("y");
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let bundle = std::fs::read_to_string("/etc/ssl/certs/ca-certificates.crt").unwrap();
+    std::fs::write(project.join("host-ca.pem"), &bundle).unwrap();
+    let matrix = std::fs::read_to_string(fixture("basic.yaml")).unwrap();
+    write_matrix(&project, &format!("{matrix}ca_bundle: host-ca.pem\n"));
+    imagegen()
+        .current_dir(&elsewhere)
+        .args(["render", "--matrix", "../x/matrix.yaml"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("in ../x/images"));
+    let rendered: Vec<_> = std::fs::read_dir(project.join("images"))
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name())
+        .collect();
+    assert!(rendered.len() > 1, "{rendered:?}");
+    assert_eq!(
+        std::fs::read_dir(&elsewhere).unwrap().count(),
+        0,
+        "nothing is written where imagegen runs"
+    );
+    imagegen()
+        .current_dir(&elsewhere)
+        .args(["render", "--check", "--project", "../x"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("locks missing or stale"))
+        .stdout(predicate::str::contains("Dockerfile").not());
+    imagegen()
+        .current_dir(&elsewhere)
+        .args(["plan", "--project", "../x"])
+        .assert()
+        .success()
+        .stderr(predicate::str::contains(
+            "no manifest at ../x/imagegen-manifest.json",
+        ));
+    imagegen()
+        .current_dir(&elsewhere)
+        .args(["render", "--matrix", "../x/matrix.yaml", "--out", "mine"])
+        .assert()
+        .success();
+    assert!(
+        elsewhere.join("mine").is_dir(),
+        "--out is where imagegen runs"
+    );
+    // The CA bundle is read beside the matrix, not in the working directory.
+    std::fs::remove_file(project.join("host-ca.pem")).unwrap();
+    imagegen()
+        .current_dir(&elsewhere)
+        .args(["render", "--check", "--project", "../x"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("../x/host-ca.pem"));
+}
