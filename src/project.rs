@@ -979,12 +979,9 @@ pub fn check(rendered: &[RenderedImage], out: &Path) -> Result<Drift> {
             let current = std::fs::read_to_string(&path).unwrap_or_default();
             if current != *text {
                 let label = format!("{}/{}/{}", out.display(), image.name, file);
-                let diff = similar::TextDiff::from_lines(&current, text)
-                    .unified_diff()
-                    .context_radius(3)
-                    .header(&format!("a/{label}"), &format!("b/{label}"))
-                    .to_string();
-                drift.diffs.push(diff);
+                drift
+                    .diffs
+                    .push(crate::render::file_change(&label, file, &current, text));
             }
         }
     }

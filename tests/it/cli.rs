@@ -1672,3 +1672,53 @@ fn project_paths_follow_the_matrix_folder() {
         .code(2)
         .stderr(predicate::str::contains("../x/host-ca.pem"));
 }
+
+/// Another registry re-renders no runtime image (the registry is in no rendered byte of it), and
+/// `render --check` says what changed in a CA bundle (certificates added and removed, by
+/// subject) instead of printing base64.
+#[test]
+fn registry_change_renders_nothing_and_a_ca_bundle_change_is_summarized() {
+    let dir = tempfile::tempdir().unwrap();
+    let system = std::fs::read_to_string("/etc/ssl/certs/ca-certificates.crt").unwrap();
+    let blocks: Vec<&str> = system
+        .split_inclusive("-----END CERTIFICATE-----\n")
+        .take(4)
+        .collect();
+    assert_eq!(blocks.len(), 4, "the system store has certificates");
+    std::fs::write(dir.path().join("ca.pem"), blocks[..3].concat()).unwrap();
+    let matrix = "registry: registry.example.com\nrepository: team/pytorch\ntorch: [\"2.8.0\"]\ncuda: [\"12.8\"]\nos: [ubuntu24.04]\nvariants: [runtime]\nca_bundle: ca.pem\n";
+    write_matrix(dir.path(), matrix);
+    let run = |args: &[&str]| {
+        let mut command = imagegen();
+        command.current_dir(dir.path()).args(args);
+        command
+    };
+    run(&["render"]).assert().success();
+    write_matrix(
+        dir.path(),
+        &matrix.replace("registry.example.com", "127.0.0.1:5000"),
+    );
+    let output = run(&["render", "--check"]).output().unwrap();
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(!stdout.contains("+++ b/"), "no file differs: {stdout}");
+    assert!(stderr.contains("0 files differ"), "{stderr}");
+    std::fs::write(dir.path().join("ca.pem"), blocks[1..].concat()).unwrap();
+    let output = run(&["render", "--check"]).output().unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    assert!(
+        stdout.contains("CA bundle: 3 certificates -> 3 (1 added, 1 removed)\n+ CN="),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("BEGIN CERTIFICATE"), "{stdout}");
+    let bundle_lines = stdout
+        .lines()
+        .skip_while(|line| !line.ends_with("ca-bundle.crt"))
+        .take_while(|line| !line.starts_with("lock:"))
+        .count();
+    assert_eq!(
+        bundle_lines, 5,
+        "two headers, the count, one added, one removed: {stdout}"
+    );
+}
