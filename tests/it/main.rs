@@ -11,6 +11,7 @@ mod docker_engine;
 mod docker_host_env;
 mod extensions;
 mod faults;
+mod flavour_services;
 mod generators;
 mod gpu_tests;
 mod layout;
