@@ -596,3 +596,112 @@ fn services_of_flavour_images_given_by_name() {
         report.ready_seconds, report.torch_output
     );
 }
+
+/// The pins of a lock: `name==version` lines.
+fn lock_pins(lock: &str) -> std::collections::BTreeSet<String> {
+    lock.lines()
+        .filter(|line| !line.starts_with([' ', '#']) && line.contains("=="))
+        .map(|line| line.trim_end_matches(" \\").trim().to_string())
+        .collect()
+}
+
+/// The flavours of the real build (`jupyter`, `ssh` on its runtime image `runtime_name`, whose
+/// user is `user`/`uid`), once `imagegen build` built and recorded them: their locks keep every
+/// pin of the runtime lock and add the flavour's packages; each is recorded with its own
+/// fingerprint and self-test; the services run. Returns a line per part with its seconds, for
+/// the real build's phases.
+pub fn check_real_build_flavours(
+    project: &Path,
+    repository: &str,
+    runtime_name: &str,
+    user: &str,
+    uid: u32,
+) -> Vec<String> {
+    let images = project.join("images");
+    let read = |name: &str| std::fs::read_to_string(images.join(name).join("requirements.lock"));
+    let runtime_lock = read(runtime_name).unwrap();
+    let runtime_pins = lock_pins(&runtime_lock);
+    let manifest: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(project.join("imagegen-manifest.json")).unwrap(),
+    )
+    .unwrap();
+    let runtime_record = &manifest["images"][runtime_name];
+    let mut lines = Vec::new();
+    for flavour in ["jupyter", "ssh"] {
+        let name = format!("{runtime_name}-{flavour}");
+        let lock = read(&name).unwrap_or_else(|error| panic!("{name}: {error}"));
+        let pins = lock_pins(&lock);
+        let moved: Vec<&String> = runtime_pins.difference(&pins).collect();
+        assert!(
+            moved.is_empty(),
+            "{name}'s lock changes the runtime image's pins: {moved:?}"
+        );
+        assert!(
+            lock.contains(&format!(
+                "# constrained by: ../{runtime_name}/requirements.lock ("
+            )),
+            "{lock}"
+        );
+        let added: Vec<&String> = pins.difference(&runtime_pins).collect();
+        if flavour == "jupyter" {
+            assert!(
+                added.iter().any(|pin| pin.starts_with("jupyterlab=="))
+                    && added.iter().any(|pin| pin.starts_with("ipykernel==")),
+                "{added:?}"
+            );
+        } else {
+            assert!(
+                added.is_empty(),
+                "the ssh flavour adds no Python package: {added:?}"
+            );
+        }
+        let record = &manifest["images"][&name];
+        assert_eq!(record["status"], "ok", "{record:#}");
+        assert_eq!(record["inputs"]["flavour"], flavour, "{record:#}");
+        assert_eq!(
+            record["inputs"]["parent_fingerprint"], runtime_record["fingerprint"],
+            "{record:#}"
+        );
+        assert_ne!(record["fingerprint"], runtime_record["fingerprint"]);
+        assert_eq!(record["selftest"]["status"], "skipped", "{record:#}");
+        // Its packages are recorded: the runtime image's pip packages, and for ssh the server.
+        let os_packages = record["packages"]["os"].as_array().unwrap();
+        if flavour == "ssh" {
+            assert!(
+                os_packages.iter().any(|package| package
+                    .as_str()
+                    .unwrap_or_default()
+                    .starts_with("openssh-server")),
+                "{os_packages:?}"
+            );
+        }
+        lines.push(format!(
+            "{flavour} flavour: {} Python packages added to the runtime lock, built in {:.0} s",
+            added.len(),
+            record["build_seconds"].as_f64().unwrap_or_default()
+        ));
+    }
+    let started = Instant::now();
+    let jupyter = check_jupyter(&format!("{repository}:{runtime_name}-jupyter"), uid);
+    lines.push(format!(
+        "jupyter checks ({:.1} s; server ready in {:.1} s; kernel: {})",
+        started.elapsed().as_secs_f64(),
+        jupyter.ready_seconds,
+        jupyter.kernel_output.trim()
+    ));
+    let started = Instant::now();
+    let scratch = tempfile::tempdir().unwrap();
+    let ssh = check_ssh(
+        &format!("{repository}:{runtime_name}-ssh"),
+        user,
+        uid,
+        scratch.path(),
+    );
+    lines.push(format!(
+        "ssh checks ({:.1} s; first login after {:.1} s: {})",
+        started.elapsed().as_secs_f64(),
+        ssh.ready_seconds,
+        ssh.torch_output.trim()
+    ));
+    lines
+}
