@@ -96,14 +96,12 @@ impl Builtin {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Flavour {
     pub name: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// Serialized as `null` when absent: templates test it under strict undefined.
     pub builtin: Option<Builtin>,
     /// The port the built-in service listens on (for `EXPOSE`).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub port: Option<u16>,
     pub pip: Vec<String>,
     pub apt: Vec<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub steps: Option<String>,
     pub env: BTreeMap<String, String>,
     pub labels: BTreeMap<String, String>,

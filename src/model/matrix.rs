@@ -1385,6 +1385,66 @@ mod tests {
     }
 
     #[test]
+    fn flavours_are_checked_at_their_line() {
+        let with = |flavours: &str| {
+            format!("{MINIMAL}user: {{name: dev, uid: 1000, gid: 1000}}\nflavours:\n{flavours}")
+        };
+        let first = MINIMAL.lines().count() + 3;
+        let matrix = Matrix::parse(
+            &with("  jupyter: {}\n  tools:\n    pip: [rich]\n    apt: [git]\n"),
+            "matrix.yaml",
+        )
+        .unwrap();
+        let names: Vec<String> = matrix.flavours().into_iter().map(|f| f.name).collect();
+        assert_eq!(names, ["jupyter", "tools"]);
+        // (flavours, the line of the problem from the first flavour line, the message)
+        let cases: &[(&str, usize, &str)] = &[
+            ("  Tools: {}\n", 0, "flavour name \"Tools\""),
+            (
+                "  tools:\n    pip: [\"rich; $(id)\"]\n",
+                1,
+                "pip requirement",
+            ),
+            (
+                "  tools:\n    apt: [git, \"htop;id\"]\n",
+                1,
+                "apt package \"htop;id\"",
+            ),
+            ("  tools:\n    steps: ../x.Dockerfile\n", 1, "steps"),
+            (
+                "  tools:\n    env: {PATH: /x}\n",
+                1,
+                "env PATH is set by imagegen",
+            ),
+            ("  tools:\n    cmd: [bash]\n", 1, "unknown field `cmd`"),
+        ];
+        for (flavours, offset, message) in cases {
+            let error = error_of(&with(flavours));
+            let wanted = format!("matrix.yaml:{}:", first + offset);
+            assert!(
+                error.starts_with(&wanted) && error.contains(message),
+                "{flavours}: wanted {wanted:?} and {message:?} in {error}"
+            );
+        }
+        // A built-in service runs as the image's user: without one, refused at the flavour.
+        let error = error_of(&format!("{MINIMAL}flavours:\n  ssh: {{}}\n"));
+        assert!(
+            error.starts_with(&format!("matrix.yaml:{}:", MINIMAL.lines().count() + 2))
+                && error.contains("the ssh flavour runs its service as the image's non-root user")
+                && error.contains("hint: add `user:"),
+            "{error}"
+        );
+        let error = error_of(&format!(
+            "{}variants: [devel]\nuser: {{name: dev, uid: 1000, gid: 1000}}\nflavours:\n  ssh: {{}}\n",
+            MINIMAL
+        ));
+        assert!(
+            error.contains("flavours are built FROM the runtime images"),
+            "{error}"
+        );
+    }
+
+    #[test]
     fn wrong_types_get_a_hint() {
         let error = error_of(&MINIMAL.replace("cuda: [\"12.6\"]", "cuda: \"12.6\""));
         assert!(error.contains("matrix.yaml:4:"), "{error}");

@@ -12,6 +12,7 @@ mod docker_host_env;
 mod extensions;
 mod faults;
 mod flavour_services;
+mod flavours;
 mod generators;
 mod gpu_tests;
 mod layout;
