@@ -22,7 +22,6 @@ use crate::commands::output::count;
 use crate::commands::stages::{locks_enabled, render_project, resolve_with_locks};
 use crate::docker::pypi_index::env_credentials;
 use crate::docker::{repository_path_of, Engine, Registries, RetryPolicy};
-use crate::model::axes::Variant;
 use crate::model::bases::registry_pin;
 use crate::model::digest::Digest;
 use crate::pipeline::plan::select_named;
@@ -30,7 +29,7 @@ use crate::project::{self, Project};
 use crate::resolve::bases::{
     bases_needed, compare, BaseChange, BasePin, BasePins, Lookup, BASES_FILE,
 };
-use crate::resolve::image::ResolveOptions;
+use crate::resolve::image::{ImageSpec, ResolveOptions};
 use crate::resolve::lock::{lock_status, LockSpec, LockStatus, LOCK_FILE};
 
 /// uv's environment variables that may stay: where its cache is and how it talks to the network.
@@ -75,14 +74,18 @@ pub fn run(project: &Project, args: &LockImagesArgs) -> Result<Outcome> {
         count(selected.len(), "image")
     );
     let (mut written, mut kept) = (0, 0);
-    // Runtime images first: a devel lock is resolved against its runtime lock, so devel specs are
-    // computed again once the runtime locks are on disk.
-    for variant in [Variant::Runtime, Variant::Devel] {
+    // Runtime images first: devel and flavour locks are resolved against their runtime lock, so
+    // their specs are computed again once the runtime locks are on disk.
+    let passes: [fn(&ImageSpec) -> bool; 2] = [
+        |image| image.parent.is_none(),
+        |image| image.parent.is_some(),
+    ];
+    for in_pass in passes {
         let resolution = resolve_with_locks(project, ResolveOptions::default(), &locks)?;
         for image in resolution
             .images
             .iter()
-            .filter(|image| image.variant == variant && selected.contains(&image.name))
+            .filter(|image| in_pass(image) && selected.contains(&image.name))
         {
             let Some(spec) = &image.lock else { continue };
             let current = locks.get(&image.name).map(String::as_str);
@@ -262,8 +265,18 @@ impl Uv {
                         indent(&together)
                     ));
                 }
+                let parent_pins = spec
+                    .parent
+                    .as_ref()
+                    .map(|parent| {
+                        format!(
+                            " and every package of ../{}/{LOCK_FILE} stays as that lock pins it",
+                            parent.image
+                        )
+                    })
+                    .unwrap_or_default();
                 bail!(
-                    "the pip extras would change the pins of the torch stack ({}), which stay as those requirements alone resolve them:\n{}\nhint: loosen or drop the extra in `pip:` of the matrix (an extra must fit the torch stack's versions, never move them)",
+                    "the pip extras would change the pins of the torch stack ({}), which stay as those requirements alone resolve them{parent_pins}:\n{}\nhint: loosen or drop the extra in `pip:` of the matrix or of the flavour (an extra must fit the torch stack's versions, never move them)",
                     spec.requirements.join(" "),
                     culprits.join("\n")
                 )

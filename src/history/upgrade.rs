@@ -349,6 +349,37 @@ mod tests {
     }
 
     #[test]
+    fn a_flavour_changed_rebuilds_exactly_its_images_and_says_which_part() {
+        let matrix = |apt: &str| {
+            crate::resolve::test_images(&format!(
+                "registry: r.example\nrepository: team/pytorch\ntorch: [\"2.7\"]\ncuda: [\"12.6\"]\nos: [ubuntu22.04, ubuntu24.04]\nvariants: [runtime]\nuser: {{name: dev, uid: 1000, gid: 1000}}\nflavours:\n  jupyter: {{}}\n  tools: {{apt: [{apt}]}}\n"
+            ))
+        };
+        let old = matrix("git");
+        assert_eq!(old.len(), 6);
+        let manifest = manifest_with(&old, &[]);
+        let plan = upgrade_plan(&matrix("git, make"), &manifest, &BTreeMap::new());
+        let rebuilt: Vec<&str> = plan.rebuilt.iter().map(|c| c.tag.as_str()).collect();
+        assert_eq!(
+            rebuilt,
+            [
+                "2.7.1-cuda12.6-cudnn9-runtime-ubuntu22.04-tools",
+                "2.7.1-cuda12.6-cudnn9-runtime-ubuntu24.04-tools"
+            ],
+            "{plan:#?}"
+        );
+        assert_eq!(plan.unchanged.len(), 4, "{plan:#?}");
+        assert_eq!(
+            plan.rebuilt[0].changes,
+            [InputChange {
+                input: "flavour.apt".into(),
+                from: "git".into(),
+                to: "git\nmake".into()
+            }]
+        );
+    }
+
+    #[test]
     fn upgrade_plan_says_which_input_changed() {
         let old = specs_for("2.7.1", "12.6");
         let mut manifest = manifest_with(&old, &[]);

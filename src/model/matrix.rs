@@ -22,6 +22,8 @@ use crate::model::extensions::{
     check_steps_path, check_user,
 };
 pub use crate::model::extensions::{Extensions, ExtraIndex, ImageUser};
+use crate::model::flavours::{check_flavour_name, Builtin};
+pub use crate::model::flavours::{Flavour, FlavourDefinition};
 use crate::model::names::edit_distance;
 use crate::model::version::TorchVersion;
 use crate::model::yaml::{self, Locations, Problem, LIMITS};
@@ -450,6 +452,10 @@ pub struct Matrix {
     pub user: Option<ImageUser>,
     #[serde(default)]
     pub workdir: Option<String>,
+    /// Images built FROM each runtime image, by name (`jupyter`, `ssh` built in; see
+    /// `model::flavours`). None unless the matrix names them.
+    #[serde(default)]
+    pub flavours: BTreeMap<String, FlavourDefinition>,
     /// `file:line` of each `include` entry, so rejections can point at the rule that made them.
     #[serde(skip)]
     pub include_locations: Vec<String>,
@@ -507,6 +513,7 @@ impl Matrix {
     pub fn steps_paths(&self) -> Vec<String> {
         let mut paths: Vec<String> = std::iter::once(&self.steps)
             .chain(self.include.iter().map(|rule| &rule.steps))
+            .chain(self.flavours.values().map(|flavour| &flavour.steps))
             .flatten()
             .map(|p| p.to_string_lossy().into_owned())
             .collect();
@@ -560,6 +567,7 @@ const TOP_LEVEL_KEYS: &[&str] = &[
     "steps",
     "env",
     "user",
+    "flavours",
     "workdir",
 ];
 
@@ -809,6 +817,7 @@ impl Matrix {
             check_label(key, value).map_err(|m| invalid(key, "", m, None))?;
         }
         self.validate_extensions(locations, path)?;
+        self.validate_flavours(locations, path)?;
         check_tag_template(&self.tags.full)
             .map_err(|m| invalid("full", "", format!("tags.full: {m}"), None))?;
         for (index, model) in self.tests.require.iter().enumerate() {
@@ -932,6 +941,77 @@ impl Matrix {
 }
 
 impl Matrix {
+    /// The flavours the matrix names, in name order.
+    pub fn flavours(&self) -> Vec<Flavour> {
+        self.flavours
+            .iter()
+            .map(|(name, definition)| Flavour::new(name, definition))
+            .collect()
+    }
+
+    /// Checks each flavour at its line: its name (it ends a tag), its packages, step, env and
+    /// labels as the additions are checked, and what a built-in needs (the image's user: the
+    /// services run as it, never as root).
+    fn validate_flavours(&self, locations: &Locations, path: &str) -> Result<(), MatrixError> {
+        let error_at = |at: Option<yaml::Position>, message: String, hint: Option<&str>| {
+            MatrixError::Invalid {
+                path: path.to_string(),
+                line: at.map(|at| at.line),
+                column: at.map(|at| at.column),
+                message,
+                hint: hint.map(str::to_string),
+            }
+        };
+        if !self.flavours.is_empty() && !self.variants.contains(&Variant::Runtime) {
+            return Err(error_at(
+                locations.key_at("flavours"),
+                "flavours are built FROM the runtime images, and `variants` makes none".into(),
+                Some("add runtime to variants"),
+            ));
+        }
+        for (name, definition) in &self.flavours {
+            let key = format!("flavours.{name}");
+            check_flavour_name(name).map_err(|m| error_at(locations.key_at(&key), m, None))?;
+            for (index, requirement) in definition.pip.iter().enumerate() {
+                check_requirement(requirement).map_err(|m| {
+                    error_at(locations.value_at(&format!("{key}.pip[{index}]")), m, None)
+                })?;
+            }
+            for (index, package) in definition.apt.iter().enumerate() {
+                check_apt_package(package).map_err(|m| {
+                    error_at(locations.value_at(&format!("{key}.apt[{index}]")), m, None)
+                })?;
+            }
+            if let Some(steps) = &definition.steps {
+                check_steps_path(steps)
+                    .map_err(|m| error_at(locations.value_at(&format!("{key}.steps")), m, None))?;
+            }
+            for (env_key, value) in &definition.env {
+                let at = locations.key_at(&format!("{key}.env.{env_key}"));
+                check_env_key(env_key).map_err(|m| error_at(at, m, None))?;
+                check_free_text(&format!("env {env_key}"), value)
+                    .map_err(|m| error_at(at, m, None))?;
+            }
+            for (label, value) in &definition.labels {
+                check_label(label, value).map_err(|m| {
+                    error_at(locations.key_at(&format!("{key}.labels.{label}")), m, None)
+                })?;
+            }
+            let builtin = Builtin::from_name(name);
+            let users_everywhere = self.user.is_some();
+            if builtin.is_some() && !users_everywhere {
+                return Err(error_at(
+                    locations.key_at(&key),
+                    format!(
+                        "the {name} flavour runs its service as the image's non-root user, and the matrix names none"
+                    ),
+                    Some("add `user: {name: dev, uid: 1000, gid: 1000}` at the top of the matrix"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Each axis by its key, as text (empty when an optional axis is absent).
     pub fn axes(&self) -> Vec<(&'static str, Vec<String>)> {
         let text = |values: &[VersionText]| values.iter().map(|v| v.to_string()).collect();
@@ -1323,6 +1403,66 @@ mod tests {
         let error = error_of(&MINIMAL.replace("ubuntu24.04", "centos7"));
         assert!(error.contains("malformed OS \"centos7\""), "{error}");
         Matrix::parse(&MINIMAL.replace("ubuntu24.04", "debian12"), "matrix.yaml").unwrap();
+    }
+
+    #[test]
+    fn flavours_are_checked_at_their_line() {
+        let with = |flavours: &str| {
+            format!("{MINIMAL}user: {{name: dev, uid: 1000, gid: 1000}}\nflavours:\n{flavours}")
+        };
+        let first = MINIMAL.lines().count() + 3;
+        let matrix = Matrix::parse(
+            &with("  jupyter: {}\n  tools:\n    pip: [rich]\n    apt: [git]\n"),
+            "matrix.yaml",
+        )
+        .unwrap();
+        let names: Vec<String> = matrix.flavours().into_iter().map(|f| f.name).collect();
+        assert_eq!(names, ["jupyter", "tools"]);
+        // (flavours, the line of the problem from the first flavour line, the message)
+        let cases: &[(&str, usize, &str)] = &[
+            ("  Tools: {}\n", 0, "flavour name \"Tools\""),
+            (
+                "  tools:\n    pip: [\"rich; $(id)\"]\n",
+                1,
+                "pip requirement",
+            ),
+            (
+                "  tools:\n    apt: [git, \"htop;id\"]\n",
+                1,
+                "apt package \"htop;id\"",
+            ),
+            ("  tools:\n    steps: ../x.Dockerfile\n", 1, "steps"),
+            (
+                "  tools:\n    env: {PATH: /x}\n",
+                1,
+                "env PATH is set by imagegen",
+            ),
+            ("  tools:\n    cmd: [bash]\n", 1, "unknown field `cmd`"),
+        ];
+        for (flavours, offset, message) in cases {
+            let error = error_of(&with(flavours));
+            let wanted = format!("matrix.yaml:{}:", first + offset);
+            assert!(
+                error.starts_with(&wanted) && error.contains(message),
+                "{flavours}: wanted {wanted:?} and {message:?} in {error}"
+            );
+        }
+        // A built-in service runs as the image's user: without one, refused at the flavour.
+        let error = error_of(&format!("{MINIMAL}flavours:\n  ssh: {{}}\n"));
+        assert!(
+            error.starts_with(&format!("matrix.yaml:{}:", MINIMAL.lines().count() + 2))
+                && error.contains("the ssh flavour runs its service as the image's non-root user")
+                && error.contains("hint: add `user:"),
+            "{error}"
+        );
+        let error = error_of(&format!(
+            "{}variants: [devel]\nuser: {{name: dev, uid: 1000, gid: 1000}}\nflavours:\n  ssh: {{}}\n",
+            MINIMAL
+        ));
+        assert!(
+            error.contains("flavours are built FROM the runtime images"),
+            "{error}"
+        );
     }
 
     #[test]

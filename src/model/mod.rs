@@ -7,6 +7,7 @@ pub mod bases;
 pub mod date;
 pub mod digest;
 pub mod extensions;
+pub mod flavours;
 pub mod knowledge;
 pub mod matrix;
 pub mod names;

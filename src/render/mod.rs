@@ -17,6 +17,8 @@ use minijinja::{context, Environment, UndefinedBehavior};
 
 use crate::model::axes::Variant;
 use crate::model::digest::Digest;
+use crate::model::extensions::{check_apt_package, check_env_key, check_requirement};
+use crate::model::flavours::{check_flavour_name, Builtin};
 use crate::model::matrix::{check_free_text, check_image_reference, Matrix};
 use crate::resolve::fingerprint::sha256_hex;
 use crate::resolve::image::{ImageSpec, ToolkitSource};
@@ -44,6 +46,30 @@ pub(crate) const EMBEDDED_TEMPLATES: &[(&str, &str)] = &[
     (
         "extensions.j2",
         include_str!("../../templates/extensions.j2"),
+    ),
+    (
+        "flavour.Dockerfile.j2",
+        include_str!("../../templates/flavour.Dockerfile.j2"),
+    ),
+];
+
+/// The files the built-in flavours copy into their images, by the name they have in the build
+/// context (copied as they are; covered by [`Templates::digest`]).
+pub(crate) const FLAVOUR_FILES: &[(Builtin, &str, &str)] = &[
+    (
+        Builtin::Jupyter,
+        "imagegen-jupyter",
+        include_str!("../../templates/imagegen-jupyter"),
+    ),
+    (
+        Builtin::Ssh,
+        "imagegen-sshd",
+        include_str!("../../templates/imagegen-sshd"),
+    ),
+    (
+        Builtin::Ssh,
+        "sshd_config",
+        include_str!("../../templates/sshd_config"),
     ),
 ];
 
@@ -78,6 +104,17 @@ fn template_name(variant: Variant) -> &'static str {
         Variant::Devel => "devel.Dockerfile.j2",
     }
 }
+
+/// The template that renders `image`: a flavour's, or its variant's.
+fn template_of(image: &ImageSpec) -> &'static str {
+    if image.flavour.is_some() {
+        FLAVOUR_TEMPLATE
+    } else {
+        template_name(image.variant)
+    }
+}
+
+const FLAVOUR_TEMPLATE: &str = "flavour.Dockerfile.j2";
 
 #[derive(Debug, thiserror::Error)]
 pub enum RenderError {
@@ -151,6 +188,10 @@ impl Templates {
     pub fn digest(&self) -> String {
         let mut all = Vec::new();
         for (name, text) in &self.sources {
+            all.extend_from_slice(format!("{}:{name}{}:", name.len(), text.len()).as_bytes());
+            all.extend_from_slice(text.as_bytes());
+        }
+        for (_, name, text) in FLAVOUR_FILES {
             all.extend_from_slice(format!("{}:{name}{}:", name.len(), text.len()).as_bytes());
             all.extend_from_slice(text.as_bytes());
         }
@@ -288,7 +329,7 @@ fn render_one(
     ca_bundle: Option<&CaBundle>,
 ) -> Result<RenderedImage, RenderError> {
     check_values(image)?;
-    let template_name = template_name(image.variant);
+    let template_name = template_of(image);
     let template =
         environment
             .get_template(template_name)
@@ -304,9 +345,13 @@ fn render_one(
         .to_string();
     let mut extra_labels = matrix.labels.clone();
     extra_labels.extend(image.extensions.labels.clone());
+    if let Some(flavour) = &image.flavour {
+        extra_labels.extend(flavour.labels.clone());
+    }
     let values = context! {
         image => minijinja::value::Serde(image),
         extensions => minijinja::value::Serde(&image.extensions),
+        flavour => minijinja::value::Serde(&image.flavour),
         cuda_package => image.cuda.replace('.', "-"),
         arch_list => image.archs.join(";"),
         ca_bundle => ca_bundle.map(|_| CA_BUNDLE_FILE),
@@ -317,7 +362,11 @@ fn render_one(
         repository_path => matrix.repository.clone(),
     };
     // The team's step fragment, rendered with the same values (strict: an unknown name fails).
-    let steps_text = match &image.extensions.steps {
+    let steps = match &image.flavour {
+        Some(flavour) => &flavour.steps,
+        None => &image.extensions.steps,
+    };
+    let steps_text = match steps {
         None => String::new(),
         Some(path) => {
             let name = format!("{FRAGMENT_PREFIX}{path}");
@@ -341,9 +390,14 @@ fn render_one(
         })?;
     let mut files = BTreeMap::new();
     files.insert("Dockerfile".to_string(), normalize(&text));
-    // The runtime image installs the CA bundle; a devel image inherits the system store.
-    if let (Some(bundle), Variant::Runtime) = (ca_bundle, image.variant) {
+    // The runtime image installs the CA bundle; devel and flavour images inherit the system store.
+    if let (Some(bundle), Variant::Runtime, None) = (ca_bundle, image.variant, &image.flavour) {
         files.insert(CA_BUNDLE_FILE.to_string(), bundle.text.clone());
+    }
+    if let Some(builtin) = image.flavour.as_ref().and_then(|flavour| flavour.builtin) {
+        for (_, name, text) in FLAVOUR_FILES.iter().filter(|(of, ..)| *of == builtin) {
+            files.insert(name.to_string(), text.to_string());
+        }
     }
     if matches!(image.toolkit, Some(ToolkitSource::Pypi { .. })) {
         files.insert(CUDA_STUB_SCRIPT.to_string(), MAKE_CUDA_STUB.to_string());
@@ -457,6 +511,19 @@ pub(crate) fn check_values(image: &ImageSpec) -> Result<(), RenderError> {
                 "toolkit",
                 format!("{folder:?} is not a folder name"),
             ));
+        }
+    }
+    if let Some(flavour) = &image.flavour {
+        check_flavour_name(&flavour.name).map_err(|m| unsafe_value("flavour", m))?;
+        for package in &flavour.apt {
+            check_apt_package(package).map_err(|m| unsafe_value("flavour.apt", m))?;
+        }
+        for requirement in &flavour.pip {
+            check_requirement(requirement).map_err(|m| unsafe_value("flavour.pip", m))?;
+        }
+        for (key, value) in &flavour.env {
+            check_env_key(key).map_err(|m| unsafe_value("flavour.env", m))?;
+            check_free_text(key, value).map_err(|m| unsafe_value("flavour.env", m))?;
         }
     }
     check_image_reference(&image.base_image).map_err(|m| unsafe_value("base_image", m))?;

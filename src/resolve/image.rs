@@ -9,6 +9,7 @@ use crate::model::axes::TorchWheels;
 use crate::model::axes::{OsName, Platform, Variant, VersionText};
 use crate::model::digest::Digest;
 use crate::model::extensions::{Extensions, ExtraIndex};
+use crate::model::flavours::Flavour;
 use crate::model::knowledge::{CudaRelease, TorchCuda, TorchRelease};
 use crate::model::version::{DottedVersion, DriverVersion};
 
@@ -100,6 +101,9 @@ pub struct ImageSpec {
     /// adds beyond its runtime image, which installed the rest.
     #[serde(skip_serializing_if = "Extensions::is_empty")]
     pub extensions: Extensions,
+    /// A flavour image (`…-runtime-jupyter`): what it adds to its runtime image (`parent`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub flavour: Option<Flavour>,
     /// sha256 over everything that determines the image's content.
     pub fingerprint: Digest,
     /// What the fingerprint covers, by name (kept in the manifest so `plan` can say what changed).

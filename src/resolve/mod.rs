@@ -12,6 +12,7 @@ mod cells;
 pub mod driver;
 pub mod eol;
 pub mod fingerprint;
+mod flavour;
 pub mod image;
 pub mod known;
 pub mod lock;
@@ -193,6 +194,8 @@ pub fn resolve(matrix: &Matrix, knowledge: &Knowledge, options: &ResolveOptions)
         }
     }
     assign_recorded_fields(&mut images, options);
+    // Flavours build on the runtime images, each after its runtime image (on its filled tag).
+    let mut images = flavour::with_flavours(images, matrix, options);
     apt_mirror_warnings(&images, matrix, &mut resolution);
 
     reject_tag_collisions(&mut images, &mut resolution);
@@ -212,11 +215,13 @@ pub fn resolve(matrix: &Matrix, knowledge: &Knowledge, options: &ResolveOptions)
     }
 
     assign_aliases(&mut images, matrix);
+    flavour::assign_flavour_aliases(&mut images);
     while reject_alias_collisions(&mut images, matrix, &mut resolution) {
         for image in &mut images {
             image.aliases.clear();
         }
         assign_aliases(&mut images, matrix);
+        flavour::assign_flavour_aliases(&mut images);
     }
     resolution.images = images;
     resolution
@@ -355,7 +360,7 @@ fn apt_mirror_warnings(images: &[ImageSpec], matrix: &Matrix, resolution: &mut R
     }
     let mut uncovered: BTreeMap<(&str, &str), Vec<&str>> = BTreeMap::new();
     for image in images {
-        if image.variant != Variant::Runtime {
+        if image.variant != Variant::Runtime || image.flavour.is_some() {
             continue;
         }
         let hosts = sources::uncovered_apt_hosts(
@@ -408,7 +413,8 @@ fn assign_aliases(images: &mut [ImageSpec], matrix: &Matrix) {
     // them once per published tag, then give them to every platform image of that tag.
     let published = |image: &ImageSpec| image.index.clone().unwrap_or_else(|| image.tag.clone());
     let mut unique: Vec<&ImageSpec> = Vec::new();
-    for image in images.iter() {
+    // Flavour images take their runtime image's aliases (flavour::assign_flavour_aliases).
+    for image in images.iter().filter(|image| image.flavour.is_none()) {
         if !unique.iter().any(|u| published(u) == published(image)) {
             unique.push(image);
         }

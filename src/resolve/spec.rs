@@ -200,6 +200,7 @@ pub(super) fn build_spec(
             found.variant_kind,
             &found.platform,
         ),
+        flavour: None,
         // Replaced below, once the inputs it covers are known.
         fingerprint: Digest::of(b""),
         inputs: BTreeMap::new(),

@@ -1247,3 +1247,130 @@ fn a_cell_past_or_near_an_end_of_life_is_warned_about_and_refused_on_request() {
         images.warnings
     );
 }
+
+const FLAVOURED: &str = "torch: [\"2.13\"]\ncuda: [\"13.0\"]\nos: [ubuntu24.04]\ntorch_wheels: pypi\npip: [einops]\nuser: {name: dev, uid: 1000, gid: 1000}\nflavours:\n  jupyter: {}\n  tools:\n    pip: [rich]\n    apt: [git]\n";
+
+#[test]
+fn flavours_build_on_each_runtime_image_with_tags_aliases_and_locks_of_their_own() {
+    let resolution = run(FLAVOURED);
+    let names: Vec<&str> = resolution.images.iter().map(|i| i.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "2.13.0-cuda13.0-cudnn9-runtime-ubuntu24.04",
+            "2.13.0-cuda13.0-cudnn9-runtime-ubuntu24.04-jupyter",
+            "2.13.0-cuda13.0-cudnn9-runtime-ubuntu24.04-tools",
+            "2.13.0-cuda13.0-cudnn9-devel-ubuntu24.04",
+        ]
+    );
+    let runtime = &resolution.images[0];
+    let jupyter = &resolution.images[1];
+    assert_eq!(jupyter.parent.as_deref(), Some(runtime.name.as_str()));
+    assert_eq!(
+        jupyter.base_image,
+        format!("ghcr.io/acme/pytorch:{}", runtime.tag)
+    );
+    assert_eq!(
+        jupyter.aliases,
+        runtime
+            .aliases
+            .iter()
+            .map(|alias| format!("{alias}-jupyter"))
+            .collect::<Vec<_>>()
+    );
+    assert!(jupyter.aliases.contains(&"latest-jupyter".to_string()));
+    // The lock: the runtime's requirements within the runtime lock, the runtime's extras and the
+    // flavour's packages within those pins.
+    let lock = jupyter.lock.as_ref().unwrap();
+    assert_eq!(
+        lock.requirements,
+        runtime.lock.as_ref().unwrap().requirements
+    );
+    assert_eq!(
+        lock.extras,
+        ["einops", "jupyterlab>=4.2,<5", "ipykernel>=6.29"]
+    );
+    assert_eq!(lock.parent.as_ref().unwrap().image, runtime.name);
+    // The user and its labels carry over; the runtime's own additions are not installed again.
+    assert_eq!(jupyter.extensions.user, runtime.extensions.user);
+    assert!(jupyter.extensions.pip.is_empty());
+    assert_eq!(jupyter.inputs["flavour"], "jupyter");
+    assert_eq!(
+        jupyter.inputs["parent_fingerprint"],
+        runtime.fingerprint.to_string()
+    );
+    let tools = &resolution.images[2];
+    assert_eq!(tools.flavour.as_ref().unwrap().apt, ["git"]);
+    assert_eq!(tools.inputs["flavour.apt"], "git");
+    assert_ne!(tools.fingerprint, jupyter.fingerprint);
+    // The devel image is not a flavour's parent, and no flavour is built on it.
+    assert!(resolution
+        .images
+        .iter()
+        .all(|image| image.flavour.is_none() || image.parent.as_ref() == Some(&runtime.name)));
+}
+
+#[test]
+fn changing_a_flavour_changes_exactly_its_images_fingerprints() {
+    let before = run(FLAVOURED).images;
+    let after = run(&FLAVOURED.replace("apt: [git]", "apt: [git, make]")).images;
+    let changed: Vec<&str> = before
+        .iter()
+        .zip(&after)
+        .filter(|(b, a)| b.fingerprint != a.fingerprint)
+        .map(|(b, _)| b.name.as_str())
+        .collect();
+    assert_eq!(
+        changed,
+        ["2.13.0-cuda13.0-cudnn9-runtime-ubuntu24.04-tools"]
+    );
+    // A new runtime lock: the runtime image and, through it, its flavours and devel image.
+    let mut locks = BTreeMap::new();
+    locks.insert(before[0].name.clone(), Digest::of(b"runtime lock"));
+    let relocked = run_with(
+        FLAVOURED,
+        ResolveOptions {
+            locks,
+            ..Default::default()
+        },
+    )
+    .images;
+    assert!(before
+        .iter()
+        .zip(&relocked)
+        .all(|(b, a)| b.fingerprint != a.fingerprint));
+    assert_ne!(
+        relocked[1].lock.as_ref().unwrap().inputs_digest,
+        before[1].lock.as_ref().unwrap().inputs_digest,
+        "a new runtime lock makes the flavour's lock stale"
+    );
+    // Without flavours, the other images keep their fingerprints.
+    let plain = run(&FLAVOURED[..FLAVOURED.find("flavours:").unwrap()]).images;
+    assert_eq!(plain.len(), 2);
+    assert_eq!(plain[0].fingerprint, before[0].fingerprint);
+    assert_eq!(plain[1].fingerprint, before[3].fingerprint);
+}
+
+#[test]
+fn flavours_of_per_platform_images_publish_an_index_of_their_own() {
+    let resolution = run("torch: [\"2.7\"]\ncuda: [\"12.8\"]\nos: [ubuntu24.04]\nvariants: [runtime]\nplatforms: [linux/amd64, linux/arm64]\nuser: {name: dev, uid: 1000, gid: 1000}\nflavours: {ssh: {}}\n");
+    let flavours: Vec<(&str, Option<&str>)> = resolution
+        .images
+        .iter()
+        .filter(|image| image.flavour.is_some())
+        .map(|image| (image.tag.as_str(), image.index.as_deref()))
+        .collect();
+    assert_eq!(
+        flavours,
+        [
+            (
+                "2.7.1-cuda12.8-cudnn9-runtime-ubuntu24.04-ssh-amd64",
+                Some("2.7.1-cuda12.8-cudnn9-runtime-ubuntu24.04-ssh")
+            ),
+            (
+                "2.7.1-cuda12.8-cudnn9-runtime-ubuntu24.04-ssh-arm64",
+                Some("2.7.1-cuda12.8-cudnn9-runtime-ubuntu24.04-ssh")
+            ),
+        ]
+    );
+}

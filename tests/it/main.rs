@@ -11,6 +11,8 @@ mod docker_engine;
 mod docker_host_env;
 mod extensions;
 mod faults;
+mod flavour_services;
+mod flavours;
 mod generators;
 mod gpu_tests;
 mod layout;

@@ -13,7 +13,8 @@
 //! reach PyPI through the machine's TLS-intercepting proxy, and requests and httpx fail on the
 //! certificate once the image's CA variables are unset (so the proxy really intercepts). A build from a tampered lock fails on the hash. In the devel image (CUDA toolkit from
 //! PyPI) a CPU and a CUDA `torch.utils.cpp_extension` compile, with the NCCL and cuDNN headers of
-//! the wheels, and `-lcuda` links against the stub.
+//! the wheels, and `-lcuda` links against the stub. The jupyter and ssh flavours are built on the
+//! runtime image and started (`flavour_services.rs`).
 //!
 //! It needs the daemon, debootstrap, uv and syft (`.ci/install-deps.sh`: `.ci/venv/bin/uv` and
 //! `.ci/venv/bin/syft`, or `IMAGEGEN_UV`/`IMAGEGEN_SYFT`, or PATH), cargo-auditable
@@ -767,16 +768,20 @@ fn a_runtime_and_a_devel_image_built_for_real_from_pypi_on_a_debootstrapped_base
     let lock = imagegen(dir, &["lock", "--uv", uv.to_str().unwrap()]);
     outputs.push_str(&text(&lock));
     assert_code(&lock, 0);
-    phases.mark("imagegen lock (uv, PyPI, the team's index): 2 locks");
+    phases.mark("imagegen lock (uv, PyPI, the team's index): 4 locks (2 flavours)");
     let runtime_name = format!("{TORCH}-cuda13.0-cudnn9-runtime-debian12");
     let devel_name = format!("{TORCH}-cuda13.0-cudnn9-devel-debian12");
     let runtime_tag = format!("registry.invalid/{repository}:{runtime_name}");
     let devel_tag = format!("registry.invalid/{repository}:{devel_name}");
     built.tags.extend([devel_tag.clone(), runtime_tag.clone()]);
+    // The flavours on the runtime image (tests/it/flavour_services.rs checks them).
+    built
+        .tags
+        .extend(["jupyter", "ssh"].map(|f| format!("{runtime_tag}-{f}")));
     let check = imagegen(dir, &["render", "--check"]);
     assert_code(&check, 0);
     assert!(
-        text(&check).contains("2 images up to date, 2 locks fresh"),
+        text(&check).contains("4 images up to date, 4 locks fresh"),
         "{}",
         text(&check)
     );
@@ -1031,6 +1036,15 @@ fn a_runtime_and_a_devel_image_built_for_real_from_pypi_on_a_debootstrapped_base
     let record_packages = record["packages"]["os"].to_string();
     assert!(record_packages.contains("htop"), "{record_packages}");
     phases.mark("additions checked in the image (user, packages, step, apt)");
+    for line in crate::flavour_services::check_real_build_flavours(
+        dir,
+        &format!("registry.invalid/{repository}"),
+        &runtime_name,
+        "dev",
+        1000,
+    ) {
+        phases.mark(&line);
+    }
 
     // gpu-selftest, the CUDA 13 build, in the image: exit 2 with its "no driver" report.
     let selftest = docker(&[
@@ -1402,7 +1416,8 @@ fn a_runtime_and_a_devel_image_built_for_real_from_pypi_on_a_debootstrapped_base
             "--selftest-dir",
             "selftest",
             "--only",
-            &runtime_name,
+            // Anchored (a plain name also matches the flavours' tags, which it is part of).
+            &format!("*{runtime_name}"),
             "--no-test",
         ],
     );

@@ -99,6 +99,7 @@ pub fn bake_file(images: &[ImageSpec]) -> Result<BakeFile, BakeError> {
     let mut targets = BTreeMap::new();
     let mut runtime_targets = BTreeSet::new();
     let mut devel_targets = BTreeSet::new();
+    let mut flavour_targets: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for image in images {
         let target = target_of[&image.name].clone();
         let mut tags = vec![format!("{}:{}", image.repository, image.tag)];
@@ -126,38 +127,53 @@ pub fn bake_file(images: &[ImageSpec]) -> Result<BakeFile, BakeError> {
             platforms: vec![image.platform.to_string()],
             ..Default::default()
         };
-        match image.variant {
-            Variant::Runtime => {
+        match (&image.flavour, image.variant) {
+            (Some(flavour), _) => {
+                flavour_targets
+                    .entry(flavour.name.clone())
+                    .or_default()
+                    .insert(target.clone());
+            }
+            (None, Variant::Runtime) => {
                 runtime_targets.insert(target.clone());
             }
-            Variant::Devel => {
+            (None, Variant::Devel) => {
                 devel_targets.insert(target.clone());
-                if let Some(parent_target) = image
-                    .parent
-                    .as_ref()
-                    .and_then(|parent| target_of.get(parent))
-                {
-                    body.contexts.insert(
-                        familiar_reference(&image.base_image),
-                        format!("target:{parent_target}"),
-                    );
-                }
             }
+        }
+        // Devel and flavour images build FROM their runtime image: bake builds it first.
+        if let Some(parent_target) = image
+            .parent
+            .as_ref()
+            .and_then(|parent| target_of.get(parent))
+        {
+            body.contexts.insert(
+                familiar_reference(&image.base_image),
+                format!("target:{parent_target}"),
+            );
         }
         targets.insert(target, body);
     }
-    let all: BTreeSet<String> = runtime_targets.union(&devel_targets).cloned().collect();
+    let mut all: BTreeSet<String> = runtime_targets.union(&devel_targets).cloned().collect();
+    for flavour in flavour_targets.values() {
+        all.extend(flavour.iter().cloned());
+    }
     let group = |targets: BTreeSet<String>| Group {
         description: None,
         targets: targets.into_iter().collect(),
     };
+    let mut groups: BTreeMap<String, Group> = [
+        ("default".to_string(), group(all)),
+        ("runtime".to_string(), group(runtime_targets)),
+        ("devel".to_string(), group(devel_targets)),
+    ]
+    .into();
+    // One group per flavour (`docker buildx bake jupyter`), unless its name is taken.
+    for (name, flavour) in flavour_targets {
+        groups.entry(name).or_insert_with(|| group(flavour));
+    }
     Ok(BakeFile {
-        group: [
-            ("default".to_string(), group(all)),
-            ("runtime".to_string(), group(runtime_targets)),
-            ("devel".to_string(), group(devel_targets)),
-        ]
-        .into(),
+        group: groups,
         target: targets,
     })
 }

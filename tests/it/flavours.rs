@@ -1,0 +1,202 @@
+//! Flavours (`flavours:` in `matrix.yaml`) as a user writes them, without Docker or the network:
+//! the Dockerfiles of the built-in jupyter and ssh flavours and of one of the team's own (one
+//! snapshot, linted by the real hadolint with the repository's settings), the files their build
+//! contexts carry, how the CI fan-out and the bake file treat them (after their runtime image, in
+//! its job or with it as a named context), and `render --check` after a flavour changed. The
+//! flavours built and started for real are in `real_build.rs` and `flavour_services.rs`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use assert_cmd::Command as CargoCommand;
+
+use crate::support::project::{assert_code, text};
+
+fn repository_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn imagegen(dir: &Path, args: &[&str]) -> std::process::Output {
+    CargoCommand::cargo_bin("imagegen")
+        .unwrap()
+        .current_dir(dir)
+        .env_remove("IMAGEGEN_MATRIX")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+const MATRIX: &str = r#"registry: registry.example.com
+repository: team/pytorch
+torch: ["2.13"]
+cuda: ["13.0"]
+os: [ubuntu24.04]
+variants: [runtime, devel]
+torch_wheels: pypi
+devel_toolkit: pypi
+pip: [einops]
+user: {name: dev, uid: 1000, gid: 1000}
+workdir: /workspace
+flavours:
+  jupyter: {}
+  ssh: {}
+  tools:
+    pip: [rich]
+    apt: [git]
+    steps: steps/tools.Dockerfile
+    env:
+      TOOLS_HOME: /opt/tools
+    labels:
+      org.example.flavour: tools
+"#;
+
+const STEPS: &str =
+    "RUN mkdir -p /opt/tools \\\n && printf 'torch {{ image.torch }}\\n' > /opt/tools/VERSION\n";
+
+const RUNTIME: &str = "2.13.0-cuda13.0-cudnn9-runtime-ubuntu24.04";
+
+fn project() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("matrix.yaml"), MATRIX).unwrap();
+    std::fs::create_dir_all(dir.path().join("steps")).unwrap();
+    std::fs::write(dir.path().join("steps/tools.Dockerfile"), STEPS).unwrap();
+    dir
+}
+
+fn read(dir: &Path, name: &str, file: &str) -> String {
+    std::fs::read_to_string(dir.join("images").join(name).join(file))
+        .unwrap_or_else(|error| panic!("{name}/{file}: {error}"))
+}
+
+#[test]
+fn flavours_render_from_their_runtime_image_and_pass_hadolint() {
+    let project = project();
+    let dir = project.path();
+    let resolve = imagegen(dir, &["resolve"]);
+    assert_code(&resolve, 0);
+    assert!(
+        text(&resolve).contains(&format!("{RUNTIME}-jupyter")),
+        "{}",
+        text(&resolve)
+    );
+    assert_code(&imagegen(dir, &["render"]), 0);
+    let jupyter = read(dir, &format!("{RUNTIME}-jupyter"), "Dockerfile");
+    let ssh = read(dir, &format!("{RUNTIME}-ssh"), "Dockerfile");
+    let tools = read(dir, &format!("{RUNTIME}-tools"), "Dockerfile");
+    let mut settings = insta::Settings::clone_current();
+    settings.add_filter(r"sha256:[0-9a-f]{64}", "sha256:[digest]");
+    settings.bind(|| {
+        insta::assert_snapshot!(
+            "flavour_dockerfiles",
+            format!("{jupyter}\n=== ssh ===\n{ssh}\n=== tools ===\n{tools}")
+        );
+    });
+    for dockerfile in [&jupyter, &ssh, &tools] {
+        assert!(
+            dockerfile.contains(&format!(
+                "FROM registry.example.com/team/pytorch:{RUNTIME}\n"
+            )),
+            "{dockerfile}"
+        );
+        assert!(dockerfile.trim_end().ends_with('"'), "labels last");
+        assert!(dockerfile.contains("\nUSER 1000:1000\n"), "{dockerfile}");
+    }
+    // The built-ins' files are in their contexts, as the templates have them.
+    assert_eq!(
+        read(dir, &format!("{RUNTIME}-jupyter"), "imagegen-jupyter"),
+        std::fs::read_to_string(repository_root().join("templates/imagegen-jupyter")).unwrap()
+    );
+    for file in ["imagegen-sshd", "sshd_config"] {
+        assert_eq!(
+            read(dir, &format!("{RUNTIME}-ssh"), file),
+            std::fs::read_to_string(repository_root().join("templates").join(file)).unwrap()
+        );
+    }
+    // The team's step is rendered with the image's values, as root, before the switch back.
+    assert!(tools.find("printf 'torch 2.13.0") < tools.find("USER 1000:1000"));
+    assert!(tools.contains("org.example.flavour=\"tools\""), "{tools}");
+    assert!(tools.contains("imagegen.flavour=\"tools\""), "{tools}");
+    let hadolint = repository_root().join(".ci/venv/bin/hadolint");
+    let lint = Command::new(&hadolint)
+        .arg("--config")
+        .arg(repository_root().join(".hadolint.yaml"))
+        .args(["jupyter", "ssh", "tools"].map(|flavour| {
+            dir.join("images")
+                .join(format!("{RUNTIME}-{flavour}"))
+                .join("Dockerfile")
+        }))
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e} (run .ci/install-deps.sh)", hadolint.display()));
+    assert!(lint.status.success(), "hadolint:\n{}", text(&lint));
+
+    // A flavour changed: render --check names exactly its image, and a render brings it back.
+    std::fs::write(
+        dir.join("matrix.yaml"),
+        MATRIX.replace("apt: [git]", "apt: [git, make]"),
+    )
+    .unwrap();
+    let check = imagegen(dir, &["render", "--check"]);
+    assert_code(&check, 1);
+    let said = text(&check);
+    let changed: Vec<&str> = said
+        .lines()
+        .filter_map(|line| line.strip_prefix("--- "))
+        .map(|path| {
+            path.split('/')
+                .find(|part| part.starts_with("2.13.0"))
+                .unwrap_or(path)
+        })
+        .collect();
+    assert_eq!(changed, [format!("{RUNTIME}-tools")], "{}", text(&check));
+}
+
+#[test]
+fn ci_and_bake_build_each_flavour_after_its_runtime_image() {
+    let project = project();
+    let dir = project.path();
+    let ci = imagegen(dir, &["ci", "--format", "github"]);
+    assert_code(&ci, 0);
+    let matrix: serde_json::Value = serde_json::from_slice(&ci.stdout).unwrap();
+    let jobs = matrix["include"].as_array().unwrap();
+    assert_eq!(jobs.len(), 1, "one family: {matrix:#}");
+    let images: Vec<&str> = jobs[0]["images"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|name| name.as_str().unwrap())
+        .collect();
+    assert_eq!(images[0], RUNTIME, "{images:?}");
+    for flavour in ["jupyter", "ssh", "tools"] {
+        assert!(
+            images.contains(&format!("{RUNTIME}-{flavour}").as_str()),
+            "{images:?}"
+        );
+    }
+
+    let bake = imagegen(dir, &["bake", "--out", "-", "--no-stage"]);
+    assert_code(&bake, 0);
+    let bake: serde_json::Value = serde_json::from_slice(&bake.stdout).unwrap();
+    let target = |name: &str| name.replace('.', "_");
+    let jupyter = &bake["target"][target(&format!("{RUNTIME}-jupyter"))];
+    assert_eq!(
+        jupyter["contexts"][format!("registry.example.com/team/pytorch:{RUNTIME}")],
+        format!("target:{}", target(RUNTIME)),
+        "{jupyter:#}"
+    );
+    assert!(jupyter["tags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|tag| tag.as_str().unwrap().ends_with(":latest-jupyter")));
+    assert_eq!(
+        bake["group"]["jupyter"]["targets"],
+        serde_json::json!([target(&format!("{RUNTIME}-jupyter"))])
+    );
+    let default: Vec<&str> = bake["group"]["default"]["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert_eq!(default.len(), 5, "{default:?}");
+}
