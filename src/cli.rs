@@ -515,6 +515,13 @@ pub struct BakeArgs {
     /// Write only the bake file; do not stage the build contexts.
     #[arg(long)]
     pub no_stage: bool,
+    /// The host-side wheel cache (as `imagegen build --wheel-cache`): the staged contexts'
+    /// wheels/ are hard links into it (copies across file systems).
+    #[arg(long, env = "IMAGEGEN_WHEEL_CACHE", value_name = "DIR")]
+    pub wheel_cache: Option<PathBuf>,
+    /// How many wheels are fetched at once.
+    #[arg(long, env = "IMAGEGEN_WHEEL_JOBS", default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub wheel_jobs: u64,
 }
 
 #[derive(Debug, Args)]

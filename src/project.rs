@@ -408,6 +408,22 @@ pub fn stage_context(
         .with_context(|| format!("cannot make {} executable", target.display()))
 }
 
+/// Places the files of `source` (a cache's) at `context/<path>` for a staged build context: a
+/// hard link where the two share a file system, else a copy.
+pub fn stage_linked(context: &Path, path: &str, source: &Path) -> Result<()> {
+    let target = context.join(path);
+    if let Some(parent) = target.parent() {
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("cannot create {}", parent.display()))?;
+    }
+    let _ = std::fs::remove_file(&target);
+    if std::fs::hard_link(source, &target).is_err() {
+        std::fs::copy(source, &target)
+            .with_context(|| format!("cannot copy {} to {}", source.display(), target.display()))?;
+    }
+    Ok(())
+}
+
 /// A temporary folder a tool works in (uv's `pip compile`), removed when dropped.
 pub struct ScratchDir {
     dir: tempfile::TempDir,

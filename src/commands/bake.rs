@@ -11,9 +11,13 @@ use crate::cli::BakeArgs;
 use crate::commands::outcome::Outcome;
 use crate::commands::output::{count, emit, note};
 use crate::commands::stages::{lock_problems, no_images, resolve_project};
+use crate::commands::wheels;
 use crate::docker::pypi_index::team_context_files;
 use crate::generate::bake::{bake_file, staging_context};
-use crate::project::{image_files, read_bytes, stage_context, write_atomically, Project};
+use crate::model::matrix::WheelSource;
+use crate::project::{
+    image_files, read_bytes, stage_context, stage_linked, write_atomically, Project,
+};
 use crate::resolve::image::ResolveOptions;
 
 /// `imagegen bake`: writes the bake file (`.imagegen/docker-bake.json` unless `--out`; `-`
@@ -64,10 +68,29 @@ pub fn run(project: &Project, args: &BakeArgs) -> Result<Outcome> {
                 })?;
                 binaries.insert(&image.selftest, bytes);
             }
+        }
+        let wheel_source = project.matrix()?.wheels;
+        // The wheels of every image's lock, fetched on the host as `imagegen build` does.
+        let wheels = if wheel_source == WheelSource::Cache {
+            wheels::fetch_for_images(
+                images,
+                &project.locks()?,
+                &wheels::cache_root(args.wheel_cache.as_deref()),
+                args.wheel_jobs as usize,
+            )?
+        } else {
+            BTreeMap::new()
+        };
+        for image in images {
             let context = root.join(staging_context(&image.name));
             let mut files = image_files(&project.images_dir, &image.name)?;
+            if let Some(context_wheels) = wheels.get(&image.name) {
+                for small in &context_wheels.small_files {
+                    files.insert(format!("wheels/{}", small.path), small.contents.clone());
+                }
+            }
             // The team's wheels (extra_indexes), fetched on the host as `imagegen build` does.
-            if !image.extensions.extra_indexes.is_empty() {
+            if wheel_source == WheelSource::Index && !image.extensions.extra_indexes.is_empty() {
                 let locks = project.locks()?;
                 let lock = locks
                     .get(&image.name)
@@ -86,6 +109,13 @@ pub fn run(project: &Project, args: &BakeArgs) -> Result<Outcome> {
                 files,
                 ("gpu-selftest", &binaries[image.selftest.as_str()]),
             )?;
+            for file in wheels
+                .get(&image.name)
+                .map(|w| w.files.as_slice())
+                .unwrap_or_default()
+            {
+                stage_linked(&context, &format!("wheels/{}", file.path), &file.source)?;
+            }
             note(format!("staged {}", context.display()));
         }
     }

@@ -111,7 +111,14 @@ fn bake_file_for_the_fixture() {
 #[test]
 fn bake_writes_under_dot_imagegen_and_stages_each_image_context() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::copy(fixture(), dir.path().join("matrix.yaml")).unwrap();
+    // The stand-in uv's locks name no real file: pip inside the build would fetch them
+    // (`wheels: index`); tests/it/wheel_cache.rs stages real ones through the host's cache.
+    let matrix = std::fs::read_to_string(fixture()).unwrap();
+    std::fs::write(
+        dir.path().join("matrix.yaml"),
+        format!("{matrix}wheels: index\n"),
+    )
+    .unwrap();
     let in_dir = |arguments: &[&str]| {
         let mut command = imagegen();
         command.current_dir(dir.path()).args(arguments);

@@ -309,4 +309,36 @@ async fn wheels_come_from_the_host_cache_survive_the_index_going_away_and_a_tamp
         [&format!("/files/{torch_file}")],
         "{asked:?}"
     );
+
+    // bake stages the same wheels/ for BuildKit, from the cache (nothing fetched again).
+    let asked_before = index.requests().len();
+    let bake = project
+        .imagegen(&["bake", "--selftest-dir", "selftest"])
+        .env("IMAGEGEN_WHEEL_CACHE", &cache)
+        .output()
+        .unwrap();
+    assert_code(&bake, 0);
+    let staged: BTreeSet<String> = std::fs::read_dir(
+        project
+            .path()
+            .join(".imagegen/bake")
+            .join(name)
+            .join("wheels"),
+    )
+    .unwrap()
+    .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+    .collect();
+    assert_eq!(
+        staged,
+        BTreeSet::from(
+            [
+                "SOURCES",
+                "torch-2.13.0-py3-none-any.whl",
+                "torchaudio-2.11.0-py3-none-any.whl",
+                "torchvision-0.28.0-py3-none-any.whl",
+            ]
+            .map(String::from)
+        )
+    );
+    assert_eq!(index.requests().len(), asked_before);
 }
