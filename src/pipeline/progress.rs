@@ -14,6 +14,8 @@ pub struct Progress {
     bars: Mutex<BTreeMap<String, ProgressBar>>,
     log_dir: PathBuf,
     logs: Mutex<BTreeMap<String, std::fs::File>>,
+    /// The notes said this run (each once, however many images meet its cause).
+    said: Mutex<std::collections::BTreeSet<String>>,
 }
 
 impl Progress {
@@ -24,6 +26,26 @@ impl Progress {
             bars: Mutex::new(BTreeMap::new()),
             log_dir: log_dir.to_path_buf(),
             logs: Mutex::new(BTreeMap::new()),
+            said: Mutex::new(std::collections::BTreeSet::new()),
+        }
+    }
+
+    /// A note about the whole run (`note: …` on standard error, or above the bars), said the
+    /// first time only.
+    pub fn note_once(&self, text: &str) {
+        if !self
+            .said
+            .lock()
+            .expect("note lock")
+            .insert(text.to_string())
+        {
+            return;
+        }
+        match &self.terminal {
+            Some(multi) => {
+                multi.println(format!("note: {text}")).ok();
+            }
+            None => line_to_stderr(&format!("note: {text}")),
         }
     }
 
