@@ -872,6 +872,10 @@ mod tests {
             summary.contains("held: 2.7-cuda12.6-runtime (2.7.0-cuda12.6-cudnn9-runtime-ubuntu24.04): 2.7-cuda12.6-runtime would move backwards"),
             "{summary}"
         );
-        assert_eq!(summary.matches("would move backwards").count(), 1, "{summary}");
+        assert_eq!(
+            summary.matches("would move backwards").count(),
+            1,
+            "{summary}"
+        );
     }
 }

@@ -743,3 +743,37 @@ async fn a_missing_base_image_is_one_error_with_what_to_do() {
         }
     }
 }
+
+/// In CI (no terminal) a long step is not silence: an image that shows no line for
+/// `IMAGEGEN_PROGRESS_SECONDS` gets a `still …` line naming its step and the time so far.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_quiet_step_prints_still_lines_in_ci() {
+    prepare().await;
+    let project = Project::new("127.0.0.1:5000", SELFTEST_PASS);
+    std::fs::write(
+        project.path().join("matrix.yaml"),
+        std::fs::read_to_string(project.path().join("matrix.yaml")).unwrap()
+            + "labels:\n  imagegen-test.sleep: \"5\"\n",
+    )
+    .unwrap();
+    project.imagegen(&["render"]).assert().success();
+    let output = project
+        .imagegen(&[
+            "build",
+            "--selftest-dir",
+            "selftest",
+            "--only",
+            "2.8.0-cuda12.6-cudnn9-runtime",
+        ])
+        .env("IMAGEGEN_PROGRESS_SECONDS", "1")
+        .output()
+        .unwrap();
+    assert_code(&output, 0);
+    let log = text(&output);
+    let still: Vec<&str> = log
+        .lines()
+        .filter(|line| line.contains("] still at Step ") && line.contains("sleep 5"))
+        .collect();
+    assert!(still.len() >= 3, "a line a second while the step sleeps:\n{log}");
+    assert!(still.iter().all(|line| line.ends_with("s in)")), "{still:?}");
+}
