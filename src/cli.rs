@@ -89,6 +89,8 @@ pub enum Command {
     Verify(VerifyArgs),
     /// Sign and attach the provenance, SBOM and gpu-selftest statements of recorded images (cosign's layout), or show an image's verified statements.
     Attest(AttestArgs),
+    /// Check what a build needs on this machine (the Docker daemon and its GPU runtime, the registry and credentials, the base images, uv, the self-test binaries, free disk) and say what to do for each missing piece.
+    Doctor(DoctorArgs),
     /// Pull recorded images by digest, run gpu-selftest in each on this node's GPUs, record the result under the digest, and move aliases once the test policy holds; `test import` ingests reports made elsewhere.
     Test(TestArgs),
 }
@@ -671,4 +673,23 @@ fn at_least_one(text: &str) -> Result<usize, String> {
         Ok(count) => Ok(count),
         Err(_) => Err(format!("{text:?} is not a number of images")),
     }
+}
+
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// The registry to check (default: the matrix's).
+    #[arg(long, env = "IMAGEGEN_REGISTRY", value_name = "HOST")]
+    pub registry: Option<String>,
+    /// Directory holding gpu-selftest-cu11, -cu12 and -cu13 (from selftest/build.sh).
+    #[arg(long, default_value = "target/selftest")]
+    pub selftest_dir: PathBuf,
+    /// The uv executable (default: `uv` on PATH).
+    #[arg(long, env = "IMAGEGEN_UV")]
+    pub uv: Option<PathBuf>,
+    /// Free disk (GiB) below which the project's file system is reported (a torch image takes about 10).
+    #[arg(long, default_value_t = 20)]
+    pub min_free_gib: u64,
+    /// Seconds each registry or daemon request may take.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+    pub timeout: u64,
 }

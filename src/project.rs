@@ -1160,6 +1160,38 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
     Ok(())
 }
 
+/// The names of `names` that are not files in `dir` (`doctor`: the self-test binaries).
+pub fn missing_files(dir: &Path, names: &[String]) -> Vec<String> {
+    names
+        .iter()
+        .filter(|name| !std::fs::metadata(dir.join(name)).is_ok_and(|m| m.is_file()))
+        .cloned()
+        .collect()
+}
+
+/// Free bytes on the file system holding `path` (`df -Pk`), or `None` when df cannot say.
+pub fn free_bytes(path: &Path) -> Option<u64> {
+    let path = if path.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        path
+    };
+    let output = std::process::Command::new("df")
+        .arg("-Pk")
+        .arg(path)
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    let kib: u64 = text
+        .lines()
+        .nth(1)?
+        .split_whitespace()
+        .nth(3)?
+        .parse()
+        .ok()?;
+    Some(kib * 1024)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -663,12 +663,24 @@ fn summary_table(results: &[ImageResult]) -> String {
     for result in results.iter().filter(|r| !r.notes.is_empty()) {
         out.push_str(&format!("\n{}: {}\n", result.name, result.notes.join("; ")));
     }
+    // Each reason once, with every alias it holds (a run without GPUs holds them all alike).
+    let mut reasons: Vec<(&str, Vec<String>)> = Vec::new();
     for result in results {
         for (alias, reason) in &result.aliases_held {
-            out.push_str(&format!("\n{}: held {alias}: {reason}", result.name));
+            let held = format!("{alias} ({})", result.name);
+            match reasons
+                .iter_mut()
+                .find(|(known, _)| *known == reason.as_str())
+            {
+                Some((_, aliases)) => aliases.push(held),
+                None => reasons.push((reason, vec![held])),
+            }
         }
     }
-    if results.iter().any(|r| !r.aliases_held.is_empty()) {
+    for (reason, aliases) in &reasons {
+        out.push_str(&format!("\nheld: {}: {reason}", aliases.join(", ")));
+    }
+    if !reasons.is_empty() {
         out.push('\n');
     }
     // One entry per cause: images that failed with the same error (a missing base image, a
@@ -732,22 +744,14 @@ fn full_log_of(result: &ImageResult) -> Option<&str> {
 }
 
 /// `held (reason): a, b` for one reason, or each alias with its own.
+/// The held aliases of an image, by name; their reasons follow the table, each once.
 fn held_text(result: &ImageResult) -> String {
-    let first = &result.aliases_held[0].1;
     let names: Vec<&str> = result
         .aliases_held
         .iter()
         .map(|(a, _)| a.as_str())
         .collect();
-    if result
-        .aliases_held
-        .iter()
-        .all(|(_, reason)| reason == first)
-    {
-        format!("held ({first}): {}", names.join(", "))
-    } else {
-        format!("held: {} (reasons below)", names.join(", "))
-    }
+    format!("held (reason below): {}", names.join(", "))
 }
 
 /// What this run did not get to: images interrupted or failed before they were pushed, aliases
@@ -876,12 +880,16 @@ mod tests {
         )];
         let summary = summary_table(&[result]);
         assert!(
-            summary.contains("moved: 2.7-cuda12.6-runtime-ubuntu24.04; held (2.7-cuda12.6-runtime would move backwards from torch 2.7.1): 2.7-cuda12.6-runtime"),
+            summary.contains("moved: 2.7-cuda12.6-runtime-ubuntu24.04; held (reason below): 2.7-cuda12.6-runtime"),
             "{summary}"
         );
         assert!(
-            summary
-                .contains("held 2.7-cuda12.6-runtime: 2.7-cuda12.6-runtime would move backwards"),
+            summary.contains("held: 2.7-cuda12.6-runtime (2.7.0-cuda12.6-cudnn9-runtime-ubuntu24.04): 2.7-cuda12.6-runtime would move backwards"),
+            "{summary}"
+        );
+        assert_eq!(
+            summary.matches("would move backwards").count(),
+            1,
             "{summary}"
         );
     }

@@ -8,6 +8,7 @@ pub mod bake;
 pub mod build;
 pub mod ci;
 pub mod diff;
+pub mod doctor;
 pub mod k8s;
 pub mod knowledge;
 pub mod ledger;
@@ -120,7 +121,11 @@ fn place_project_paths(cli: &mut Cli) {
             ManifestAction::Prune(prune) => place(&mut prune.manifest, "manifest"),
             ManifestAction::Merge(_) => {}
         },
-        Command::Resolve(_) | Command::Bake(_) | Command::Ci(_) | Command::Knowledge(_) => {}
+        Command::Resolve(_)
+        | Command::Bake(_)
+        | Command::Ci(_)
+        | Command::Knowledge(_)
+        | Command::Doctor(_) => {}
     }
 }
 
@@ -171,5 +176,6 @@ pub fn run(mut cli: Cli) -> Result<Outcome> {
         },
         Command::Verify(args) => verify::run(&project, args),
         Command::Attest(args) => attest::run(&project, args),
+        Command::Doctor(args) => doctor::run(&project, args),
     }
 }

@@ -28,6 +28,9 @@ use crate::pipeline::progress::Progress;
 use crate::pipeline::selftest::{binary_record, interpret_selftest, parse_packages, LIST_PACKAGES};
 use crate::resolve::image::ImageSpec;
 
+/// Said once per run when the daemon has no GPU runtime, instead of with every image.
+const NO_GPU_NOTE: &str = "no GPU runtime on this Docker daemon: each image's gpu-selftest runs without GPUs and is recorded as skipped (the reason in .imagegen/logs/<image>.log); aliases wait for a passing result from `imagegen test` on a GPU node (or move with --move-untested-aliases); --require-gpu fails such images instead";
+
 /// Where the runtime template copies gpu-selftest (`COPY gpu-selftest /usr/local/bin/gpu-selftest`).
 const SELFTEST_PATH: &str = "/usr/local/bin/gpu-selftest";
 /// The label that carries an image's build key.
@@ -414,14 +417,12 @@ impl Builder for EngineBuilder {
             };
         }
         let gpus = self.gpus().await;
-        self.progress.stage(
-            name,
-            if gpus {
-                "gpu-selftest on all GPUs"
-            } else {
-                "gpu-selftest (no GPU runtime on this host)"
-            },
-        );
+        if gpus {
+            self.progress.stage(name, "gpu-selftest on all GPUs");
+        } else {
+            self.progress.note_once(NO_GPU_NOTE);
+            self.progress.stage(name, "gpu-selftest without GPUs");
+        }
         let request = RunRequest {
             image: image.reference.clone(),
             cmd: vec!["gpu-selftest".into(), "--format".into(), "json".into()],
@@ -453,10 +454,14 @@ impl Builder for EngineBuilder {
             self.progress.line(name, line);
         }
         let outcome = interpret_selftest(output.exit_code, &output.stdout, &output.stderr, gpus);
-        self.progress.stage(
-            name,
-            &format!("self-test {}: {}", outcome.status(), outcome.summary()),
-        );
+        let said = format!("self-test {}: {}", outcome.status(), outcome.summary());
+        if matches!(outcome, TestOutcome::Skipped { .. }) && !gpus {
+            // The run's note said why; what the binary said stays in the image's log.
+            self.progress.log_only(name, &format!("== {said}"));
+            self.progress.stage(name, "self-test skipped (no GPU)");
+        } else {
+            self.progress.stage(name, &said);
+        }
         outcome
     }
 

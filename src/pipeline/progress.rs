@@ -1,5 +1,6 @@
 //! Build output for people: a progress bar per running image on a terminal, plain prefixed lines
-//! in CI, and the full log of every image in its own file. Holds no build logic.
+//! in CI (with a `still …` line for an image quiet for `IMAGEGEN_PROGRESS_SECONDS`, 15 by
+//! default), and the full log of every image in its own file. Holds no build logic.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -8,22 +9,80 @@ use std::sync::Mutex;
 
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
+/// In CI (no terminal), an image that has shown no line for this long gets a `still …` line, so
+/// a long pip install or push is not silence in the log. `IMAGEGEN_PROGRESS_SECONDS` changes it.
+const DEFAULT_QUIET_SECONDS: u64 = 15;
+
+/// What CI was last shown of each running image: (started, last line shown, what it is doing).
+type Shown = BTreeMap<String, (std::time::Instant, std::time::Instant, String)>;
+
 /// Where build output goes.
 pub struct Progress {
+    /// Plain-line mode only: the images running, for the `still …` lines.
+    shown: std::sync::Arc<Mutex<Shown>>,
     terminal: Option<MultiProgress>,
     bars: Mutex<BTreeMap<String, ProgressBar>>,
     log_dir: PathBuf,
     logs: Mutex<BTreeMap<String, std::fs::File>>,
+    /// The notes said this run (each once, however many images meet its cause).
+    said: Mutex<std::collections::BTreeSet<String>>,
 }
 
 impl Progress {
     /// Bars when `terminal` is true, plain lines otherwise; full logs under `log_dir`.
     pub fn new(terminal: bool, log_dir: &Path) -> Progress {
+        let shown: std::sync::Arc<Mutex<Shown>> = Default::default();
+        if !terminal {
+            let quiet = std::env::var("IMAGEGEN_PROGRESS_SECONDS")
+                .ok()
+                .and_then(|text| text.parse::<u64>().ok())
+                .filter(|seconds| *seconds > 0)
+                .unwrap_or(DEFAULT_QUIET_SECONDS);
+            let watched = std::sync::Arc::downgrade(&shown);
+            // Ends with the Progress (the only strong owner of `shown`).
+            std::thread::spawn(move || loop {
+                std::thread::sleep(std::time::Duration::from_millis(500));
+                let Some(shown) = watched.upgrade() else {
+                    return;
+                };
+                let now = std::time::Instant::now();
+                for (name, (started, last, doing)) in shown.lock().expect("shown lock").iter_mut() {
+                    if now.duration_since(*last).as_secs() >= quiet {
+                        *last = now;
+                        line_to_stderr(&format!(
+                            "[{name}] still {doing} ({}s in)",
+                            now.duration_since(*started).as_secs()
+                        ));
+                    }
+                }
+            });
+        }
         Progress {
+            shown,
             terminal: terminal.then(MultiProgress::new),
             bars: Mutex::new(BTreeMap::new()),
             log_dir: log_dir.to_path_buf(),
             logs: Mutex::new(BTreeMap::new()),
+            said: Mutex::new(std::collections::BTreeSet::new()),
+        }
+    }
+
+    /// A note about the whole run (`note: …` on standard error, or above the bars), said the
+    /// first time only.
+    pub fn note_once(&self, text: &str) {
+        if !self
+            .said
+            .lock()
+            .expect("note lock")
+            .insert(text.to_string())
+        {
+            return;
+        }
+        match &self.terminal {
+            Some(multi) => {
+                multi.println(format!("note: {text}")).ok();
+            }
+            None => line_to_stderr(&format!("note: {text}")),
         }
     }
 
@@ -64,9 +123,31 @@ impl Progress {
                     .expect("bar lock")
                     .insert(name.to_string(), bar);
             }
-            None => line_to_stderr(&format!("[{name}] {what}")),
+            None => {
+                line_to_stderr(&format!("[{name}] {what}"));
+                self.shown_now(name, what);
+            }
         }
         self.log(name, &format!("== {what}"));
+    }
+
+    /// CI was just shown a line of `name` about `doing`.
+    fn shown_now(&self, name: &str, doing: &str) {
+        let now = std::time::Instant::now();
+        let mut shown = self.shown.lock().expect("shown lock");
+        let entry = shown
+            .entry(name.to_string())
+            .or_insert_with(|| (now, now, String::new()));
+        entry.1 = now;
+        let doing = doing.trim_start_matches("== ");
+        entry.2 = if doing.starts_with("Step ") {
+            format!("at {doing}")
+        } else {
+            doing.to_string()
+        }
+        .chars()
+        .take(120)
+        .collect();
     }
 
     /// A line of output from `name`: always logged; shown when it is a step or a status line.
@@ -88,7 +169,10 @@ impl Progress {
                     }
                 }
             }
-            None if notable => line_to_stderr(&format!("[{name}] {text}")),
+            None if notable => {
+                line_to_stderr(&format!("[{name}] {text}"));
+                self.shown_now(name, text);
+            }
             None => {}
         }
     }
@@ -115,7 +199,10 @@ impl Progress {
                 }
                 multi.println(format!("{name}: {outcome}")).ok();
             }
-            None => line_to_stderr(&format!("[{name}] {outcome}")),
+            None => {
+                self.shown.lock().expect("shown lock").remove(name);
+                line_to_stderr(&format!("[{name}] {outcome}"));
+            }
         }
     }
 

@@ -269,12 +269,41 @@ async fn a_failed_self_test_blocks_push_and_aliases_and_no_gpu_holds_aliases() {
 
     // On a host without GPUs the real self-test exits 2: the image is pushed, aliases hold.
     project.set_selftest(SELFTEST_NO_GPU);
-    let output = project.build(&["--push", "--only", "2.8.0-cuda12.6-cudnn9-runtime"]);
+    // Two images (runtime and devel): why there is no GPU is said once for the run, and the
+    // reason the aliases wait once for all of them; what the binary said is in each log.
+    let output = project.build(&["--push", "--only", "2.8.0-cuda12.6-cudnn9-"]);
     assert_code(&output, 0);
     let log = text(&output);
-    assert!(
-        log.contains("held (waits for passing self-test results on any GPU"),
+    assert_eq!(
+        log.matches("self-test skipped (no GPU)").count(),
+        2,
         "{log}"
+    );
+    assert_eq!(
+        log.matches("no GPU runtime on this Docker daemon").count(),
+        1,
+        "{log}"
+    );
+    assert_eq!(
+        log.matches("waits for passing self-test results on any GPU")
+            .count(),
+        1,
+        "{log}"
+    );
+    assert!(
+        log.contains("held (reason below): 2.8-cuda12.6-runtime"),
+        "{log}"
+    );
+    assert!(!log.contains("libcuda.so.1"), "{log}");
+    let image_log = std::fs::read_to_string(
+        project
+            .path()
+            .join(".imagegen/logs/2.8.0-cuda12.6-cudnn9-devel-ubuntu24.04.log"),
+    )
+    .unwrap();
+    assert!(
+        image_log.contains("no NVIDIA driver in this container"),
+        "{image_log}"
     );
     // The aliases wait on the image's record for a passing result (`imagegen test`).
     let awaiting = project.manifest()["images"][&tag]["awaiting_aliases"].clone();
@@ -713,4 +742,134 @@ async fn a_missing_base_image_is_one_error_with_what_to_do() {
             assert_eq!(project.manifest()["images"][&tag]["status"], "failed");
         }
     }
+}
+
+/// In CI (no terminal) a long step is not silence: an image that shows no line for
+/// `IMAGEGEN_PROGRESS_SECONDS` gets a `still …` line naming its step and the time so far.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_quiet_step_prints_still_lines_in_ci() {
+    prepare().await;
+    let project = Project::new("127.0.0.1:5000", SELFTEST_PASS);
+    std::fs::write(
+        project.path().join("matrix.yaml"),
+        std::fs::read_to_string(project.path().join("matrix.yaml")).unwrap()
+            + "labels:\n  imagegen-test.sleep: \"5\"\n",
+    )
+    .unwrap();
+    project.imagegen(&["render"]).assert().success();
+    let output = project
+        .imagegen(&[
+            "build",
+            "--selftest-dir",
+            "selftest",
+            "--only",
+            "2.8.0-cuda12.6-cudnn9-runtime",
+        ])
+        .env("IMAGEGEN_PROGRESS_SECONDS", "1")
+        .output()
+        .unwrap();
+    assert_code(&output, 0);
+    let log = text(&output);
+    let still: Vec<&str> = log
+        .lines()
+        .filter(|line| line.contains("] still at Step ") && line.contains("sleep 5"))
+        .collect();
+    assert!(
+        still.len() >= 3,
+        "a line a second while the step sleeps:\n{log}"
+    );
+    assert!(
+        still.iter().all(|line| line.ends_with("s in)")),
+        "{still:?}"
+    );
+}
+
+/// `imagegen doctor` against the real daemon and a real registry: everything a build needs is
+/// there (exit 0); then each piece missing (a daemon that is not there, a registry that does not
+/// answer, uv that does not run, no self-test binaries, a base the daemon lacks) is named with
+/// what to do (exit 1).
+#[tokio::test(flavor = "multi_thread")]
+async fn doctor_checks_each_piece_and_says_what_to_do() {
+    prepare().await;
+    let registry = Registry::start();
+    let project = Project::new(registry.host(), SELFTEST_PASS);
+    let uv = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".ci/venv/bin/uv");
+    let uv = uv.to_str().unwrap();
+    let output = project
+        .imagegen(&[
+            "doctor",
+            "--selftest-dir",
+            "selftest",
+            "--uv",
+            uv,
+            "--min-free-gib",
+            "0",
+        ])
+        .output()
+        .unwrap();
+    let log = text(&output);
+    assert_code(&output, 0);
+    for line in [
+        "docker daemon       ok",
+        &format!("registry            ok       {} answers", registry.host()),
+        "base image          ok       imagegen-test/base:1 is in the daemon",
+        "uv                  ok",
+        "self-test binaries  ok",
+        "disk                ok",
+    ] {
+        assert!(log.contains(line), "{line:?} in:\n{log}");
+    }
+    assert!(!log.contains("missing"), "{log}");
+
+    std::fs::create_dir_all(project.path().join("empty")).unwrap();
+    let matrix = std::fs::read_to_string(project.path().join("matrix.yaml")).unwrap();
+    std::fs::write(
+        project.path().join("matrix.yaml"),
+        matrix.replace("imagegen-test/base:1", "imagegen-test/not-here:1"),
+    )
+    .unwrap();
+    let output = project
+        .imagegen(&[
+            "doctor",
+            "--selftest-dir",
+            "empty",
+            "--uv",
+            "/nonexistent/uv",
+            "--registry",
+            "127.0.0.1:9",
+        ])
+        .output()
+        .unwrap();
+    let log = text(&output);
+    assert_code(&output, 1);
+    for (line, fix) in [
+        (
+            "base image          missing  imagegen-test/not-here:1 is not in the daemon",
+            "base image: `docker pull` or `docker load` it here",
+        ),
+        (
+            "registry            missing  registry 127.0.0.1:9",
+            "registry: start it",
+        ),
+        (
+            "uv                  missing  /nonexistent/uv does not run",
+            "uv: `imagegen lock` needs it",
+        ),
+        (
+            "self-test binaries  missing",
+            "self-test binaries: `bash selftest/build.sh` builds them",
+        ),
+    ] {
+        assert!(log.contains(line), "{line:?} in:\n{log}");
+        assert_eq!(log.matches(fix).count(), 1, "{fix:?} once in:\n{log}");
+    }
+    let output = project
+        .imagegen(&["doctor", "--selftest-dir", "selftest", "--uv", uv])
+        .env("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+        .output()
+        .unwrap();
+    let log = text(&output);
+    assert_code(&output, 1);
+    assert!(log.contains("docker daemon       missing"), "{log}");
+    assert!(log.contains("docker daemon: start Docker"), "{log}");
 }
