@@ -6,6 +6,7 @@ pub mod alias_move;
 pub mod docker_builder;
 pub mod executor;
 pub mod plan;
+pub mod normalize;
 pub mod planned;
 pub mod progress;
 pub mod record;
