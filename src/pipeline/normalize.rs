@@ -22,7 +22,8 @@
 //!   stays valid ([`clamp_pyc`]). Hash-based `.pyc` files are content only and kept.
 //! - **Config** ([`normalize_config`]): `created`, every history entry's `created` and the
 //!   `org.opencontainers.image.created` label are the epoch; the daemon's own fields (`container`,
-//!   `container_config`, `docker_version`) go; `rootfs.diff_ids` are the normalized layers';
+//!   `container_config`, `docker_version`, and `config.Image`, the ID of the builder's step
+//!   before) go; `rootfs.diff_ids` are the normalized layers';
 //!   [`NORMALIZED_LABEL`] marks the image as normalized (and carries the epoch).
 //! - **Compression** ([`gzip`]): gzip (RFC 1952, header mtime 0, OS 255) around raw DEFLATE from
 //!   `miniz_oxide` (version pinned by Cargo.lock) at [`GZIP_LEVEL`], in fixed 4 MiB chunks, each
@@ -269,6 +270,8 @@ pub(crate) fn normalize_config(config: &[u8], epoch: u64, diff_ids: &[Digest]) -
     let runtime = runtime
         .as_object_mut()
         .ok_or_else(|| anyhow!("the image config's config is not an object"))?;
+    // The classic builder names the image of the step before as `Image`: a build's own ID.
+    runtime.remove("Image");
     let labels = runtime
         .entry("Labels")
         .or_insert_with(|| Value::Object(Default::default()));

@@ -265,7 +265,7 @@ fn the_config_carries_the_epoch_only_and_the_new_diff_ids() {
         "container": "4f1e2d",
         "container_config": {"Hostname": "4f1e2d"},
         "docker_version": "20.10.24",
-        "config": {"Env": ["A=1"], "Labels": {"imagegen.build-key": "sha256:k", "org.opencontainers.image.created": "2026-12-02T15:30:00Z"}},
+        "config": {"Env": ["A=1"], "Image": "sha256:step-before", "Labels": {"imagegen.build-key": "sha256:k", "org.opencontainers.image.created": "2026-12-02T15:30:00Z"}},
         "history": [
             {"created": "2024-01-01T00:00:00Z", "created_by": "base"},
             {"created": "2026-12-02T15:31:07Z", "created_by": "RUN x", "empty_layer": true}
@@ -289,6 +289,7 @@ fn the_config_carries_the_epoch_only_and_the_new_diff_ids() {
     assert_eq!(labels["imagegen.build-key"], "sha256:k");
     assert_eq!(labels[NORMALIZED_LABEL], EPOCH.to_string());
     assert_eq!(normalized["config"]["Env"][0], "A=1");
+    assert!(normalized["config"].get("Image").is_none());
     assert_eq!(
         normalized["rootfs"]["diff_ids"],
         serde_json::json!([diff_ids[0].as_str()])
