@@ -8,6 +8,7 @@ pub mod bake;
 pub mod build;
 pub mod ci;
 pub mod diff;
+pub mod diff_build;
 pub mod k8s;
 pub mod knowledge;
 pub mod ledger;
@@ -60,6 +61,7 @@ pub fn run(cli: Cli) -> Result<Outcome> {
         Command::Release(args) => release::run(&project, args),
         Command::Publish(args) => publish::run(&project, args),
         Command::Diff(args) => diff::run(&project, args),
+        Command::DiffBuild(args) => diff_build::run(&project, args),
         Command::Bake(args) => bake::run(&project, args),
         Command::K8s(args) => k8s::run(&project, args),
         Command::Ci(args) => ci::run(&project, args),

@@ -670,10 +670,7 @@ impl Engine {
     /// The `docker save` archive of `reference` (Engine API image export), written to an
     /// unnamed temporary file (gone when closed) and rewound, so a multi-gigabyte image is never
     /// held in memory whole. Returns the file and its size.
-    pub async fn export_image(
-        &self,
-        reference: &str,
-    ) -> Result<(std::fs::File, u64), DockerError> {
+    pub async fn export_image(&self, reference: &str) -> Result<(std::fs::File, u64), DockerError> {
         use std::io::{Seek, Write};
         let failed = |reason: String| DockerError::Daemon {
             address: self.address.clone(),
@@ -685,8 +682,9 @@ impl Engine {
         let mut stream = self.docker.export_image(reference);
         let mut size = 0u64;
         while let Some(chunk) = stream.next().await {
-            let chunk =
-                chunk.map_err(|error| self.daemon_error(format!("exporting image {reference}"), error))?;
+            let chunk = chunk.map_err(|error| {
+                self.daemon_error(format!("exporting image {reference}"), error)
+            })?;
             size += chunk.len() as u64;
             writer
                 .write_all(&chunk)

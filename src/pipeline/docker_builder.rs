@@ -650,7 +650,11 @@ impl EngineBuilder {
         let (archive, size) = self.engine.export_image(id).await?;
         self.progress.stage(
             name,
-            &format!("exported {} {}", human_bytes(size), rate(size, started.elapsed())),
+            &format!(
+                "exported {} {}",
+                human_bytes(size),
+                rate(size, started.elapsed())
+            ),
         );
         let started = std::time::Instant::now();
         let progress = Arc::clone(&self.progress);
@@ -707,8 +711,10 @@ impl EngineBuilder {
                 normalized.config_digest
             );
         }
-        self.progress
-            .stage(name, &format!("loaded the normalized image {}", normalized.config_digest));
+        self.progress.stage(
+            name,
+            &format!("loaded the normalized image {}", normalized.config_digest),
+        );
         Ok(())
     }
 
@@ -721,7 +727,12 @@ impl EngineBuilder {
             .image(&reference)
             .await?
             .ok_or_else(|| anyhow!("no image {reference} in the Docker daemon to push"))?;
-        if let Some(made) = self.normalized.lock().expect("normalized lock").get(&local.id) {
+        if let Some(made) = self
+            .normalized
+            .lock()
+            .expect("normalized lock")
+            .get(&local.id)
+        {
             return Ok(Arc::clone(made));
         }
         let epoch: u64 = local

@@ -37,7 +37,7 @@
 use std::collections::BTreeMap;
 use std::io::Read;
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, Context, Result};
 use serde_json::Value;
 
 use crate::history::manifest::{parse_rfc3339, rfc3339};
@@ -102,7 +102,10 @@ pub(crate) struct NormalizedImage {
 impl NormalizedImage {
     /// Sum of the gzip blobs (what a registry stores for the image).
     pub fn compressed_size(&self) -> u64 {
-        self.layers.iter().map(|layer| layer.gzip.len() as u64).sum::<u64>()
+        self.layers
+            .iter()
+            .map(|layer| layer.gzip.len() as u64)
+            .sum::<u64>()
             + self.config.len() as u64
     }
 
@@ -128,7 +131,11 @@ impl NormalizedImage {
             "RepoTags": [reference],
             "Layers": layer_names,
         }]);
-        append_file(&mut builder, "manifest.json", &serde_json::to_vec(&manifest)?)?;
+        append_file(
+            &mut builder,
+            "manifest.json",
+            &serde_json::to_vec(&manifest)?,
+        )?;
         Ok(builder.into_inner()?)
     }
 }
@@ -253,7 +260,13 @@ pub(crate) fn normalize_config(config: &[u8], epoch: u64, diff_ids: &[Digest]) -
         .as_object_mut()
         .ok_or_else(|| anyhow!("the image config is not a JSON object"))?;
     let time = rfc3339(epoch);
-    for daemon_field in ["container", "container_config", "docker_version", "id", "parent"] {
+    for daemon_field in [
+        "container",
+        "container_config",
+        "docker_version",
+        "id",
+        "parent",
+    ] {
         object.remove(daemon_field);
     }
     object.insert("created".into(), Value::String(time.clone()));
@@ -345,7 +358,9 @@ pub(crate) fn normalize_layer(layer: &[u8], epoch: u64) -> Result<Vec<u8>> {
         if let Some(extensions) = entry.pax_extensions()? {
             for extension in extensions {
                 let extension = extension?;
-                let key = extension.key().map_err(|_| anyhow!("{text}: a PAX key that is not UTF-8"))?;
+                let key = extension
+                    .key()
+                    .map_err(|_| anyhow!("{text}: a PAX key that is not UTF-8"))?;
                 if key.starts_with("SCHILY.xattr.") || key.starts_with("LIBARCHIVE.xattr.") {
                     pax.push((key.to_string(), extension.value_bytes().to_vec()));
                 }
@@ -406,8 +421,9 @@ pub(crate) fn normalize_layer(layer: &[u8], epoch: u64) -> Result<Vec<u8>> {
             )?;
         }
         match &entry.link {
-            Some(link) if entry.header.entry_type().is_hard_link()
-                || entry.header.entry_type().is_symlink() =>
+            Some(link)
+                if entry.header.entry_type().is_hard_link()
+                    || entry.header.entry_type().is_symlink() =>
             {
                 let target = std::path::Path::new(std::ffi::OsStr::from_bytes(link));
                 builder
@@ -544,59 +560,11 @@ pub(crate) fn crc32(data: &[u8]) -> u32 {
     !crc
 }
 
-/// What one file of a layer is, for `diff-build`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct FileFacts {
-    pub size: u64,
-    pub mode: u32,
-    pub kind: char,
-    /// sha256 of the content, or of the link target for links.
-    pub content: Digest,
-}
-
-/// Every entry of a layer tar by path (leading `./` and `/` dropped).
-pub(crate) fn layer_files(layer: &[u8]) -> Result<BTreeMap<String, FileFacts>> {
-    let mut files = BTreeMap::new();
-    let mut archive = tar::Archive::new(layer);
-    for entry in archive.entries()? {
-        let mut entry = entry?;
-        let path = String::from_utf8_lossy(&entry.path_bytes())
-            .trim_start_matches("./")
-            .trim_start_matches('/')
-            .to_string();
-        let kind = match entry.header().entry_type() {
-            tar::EntryType::Directory => 'd',
-            tar::EntryType::Symlink => 'l',
-            tar::EntryType::Link => 'h',
-            tar::EntryType::Regular | tar::EntryType::Continuous => 'f',
-            _ => 'o',
-        };
-        let mode = entry.header().mode()?;
-        let content = match entry.link_name_bytes() {
-            Some(link) => Digest::of(&link),
-            None => {
-                let mut data = Vec::new();
-                entry.read_to_end(&mut data)?;
-                Digest::of(&data)
-            }
-        };
-        files.insert(
-            path,
-            FileFacts {
-                size: entry.size(),
-                mode,
-                kind,
-                content,
-            },
-        );
-    }
-    Ok(files)
-}
-
-/// Checks `gzip` is a whole gzip member and returns what it holds (for reading pushed layers).
+/// Checks `gzip` is a whole gzip member and returns what it holds.
+#[cfg(test)]
 pub(crate) fn gunzip(gzip: &[u8]) -> Result<Vec<u8>> {
     if gzip.len() < 18 || gzip[0..3] != [0x1f, 0x8b, 8] {
-        bail!("not a gzip stream");
+        anyhow::bail!("not a gzip stream");
     }
     let flags = gzip[3];
     let mut start = 10;
@@ -623,7 +591,7 @@ pub(crate) fn gunzip(gzip: &[u8]) -> Result<Vec<u8>> {
         .map_err(|error| anyhow!("the gzip stream does not inflate: {error:?}"))?;
     let crc = u32::from_le_bytes(gzip[gzip.len() - 8..gzip.len() - 4].try_into()?);
     if crc32(&data) != crc {
-        bail!("the gzip stream's CRC does not match its content");
+        anyhow::bail!("the gzip stream's CRC does not match its content");
     }
     Ok(data)
 }

@@ -52,10 +52,15 @@ async fn two_clean_builds_of_the_same_inputs_push_one_digest() {
         assert_eq!(&served.digest, digest);
         let manifest: serde_json::Value = serde_json::from_slice(&served.bytes).unwrap();
         let local = engine
-            .image(&format!("{}/{}:{tag}", project.registry, project.repository))
+            .image(&format!(
+                "{}/{}:{tag}",
+                project.registry, project.repository
+            ))
             .await
             .unwrap()
-            .unwrap_or_else(|| panic!("{tag}: the normalized image is not in the daemon:\n{first_log}"));
+            .unwrap_or_else(|| {
+                panic!("{tag}: the normalized image is not in the daemon:\n{first_log}")
+            });
         assert_eq!(
             manifest["config"]["digest"].as_str(),
             Some(local.id.as_str()),
@@ -85,4 +90,76 @@ async fn two_clean_builds_of_the_same_inputs_push_one_digest() {
         first, second,
         "two clean builds of the same inputs pushed other digests\nfirst build:\n{first_log}\nsecond build:\n{second_log}"
     );
+}
+
+/// Builds `dockerfile` (with the case's label after `FROM`) as `tag` and returns its image ID.
+async fn build_image(
+    engine: &imagegen::docker::Engine,
+    cleanup: &crate::support::Cleanup,
+    tag: &str,
+    dockerfile: &str,
+) -> String {
+    let dockerfile = cleanup.dockerfile(dockerfile);
+    let directory = crate::support::context_dir(&[("Dockerfile", &dockerfile)]);
+    let context = imagegen::docker::context_tar(directory.path(), &[]).unwrap();
+    let request = imagegen::docker::BuildRequest::new(tag, context);
+    engine.build(request, |_| {}).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn diff_build_names_the_files_that_differ_per_layer() {
+    prepare().await;
+    let engine = crate::support::engine().await;
+    let cleanup = crate::support::Cleanup::new("diff-build");
+    let base = crate::support::BASE_IMAGE;
+    let first = format!("imagegen-test/diff-build:{}-a", cleanup.case());
+    let second = format!("imagegen-test/diff-build:{}-b", cleanup.case());
+    // The same steps; the second "archive" serves another release of one package.
+    let steps = |release: &str| {
+        format!(
+            "FROM {base}\nRUN mkdir -p /opt/app && echo same > /opt/app/same.txt\nRUN echo 'htop {release}' > /opt/app/htop && chmod 0755 /opt/app/htop && echo {release} > /opt/app/release-{release}\n"
+        )
+    };
+    build_image(&engine, &cleanup, &first, &steps("3.2.1")).await;
+    build_image(&engine, &cleanup, &second, &steps("3.2.2-1")).await;
+    let directory = tempfile::tempdir().unwrap();
+    let run = |a: &str, b: &str| {
+        assert_cmd::Command::cargo_bin("imagegen")
+            .unwrap()
+            .current_dir(directory.path())
+            .args(["diff-build", a, b])
+            .output()
+            .unwrap()
+    };
+
+    let output = run(&first, &second);
+    assert_code(&output, 1);
+    let mut settings = insta::Settings::clone_current();
+    settings.add_filter(r"sha256:[0-9a-f]{12}", "sha256:[short]");
+    settings.add_filter(r#""[0-9a-f]{64}""#, "[container]");
+    settings.add_filter(r"\d{4}-\d\d-\d\dT[0-9:.]+Z", "[time]");
+    settings.add_filter(&regex_escape(cleanup.case()), "[case]");
+    settings.add_filter(r"imagegen-test\.run=\S+", "imagegen-test.run=[run]");
+    settings.bind(|| insta::assert_snapshot!("diff_build", text(&output)));
+
+    let output = run(&first, &first);
+    assert_code(&output, 0);
+    assert!(
+        text(&output).contains("are the same image"),
+        "{}",
+        text(&output)
+    );
+}
+
+/// `text` with the characters a regex treats specially escaped.
+fn regex_escape(text: &str) -> String {
+    text.chars()
+        .flat_map(|c| {
+            if "\\.+*?()|[]{}^$-".contains(c) {
+                vec!['\\', c]
+            } else {
+                vec![c]
+            }
+        })
+        .collect()
 }

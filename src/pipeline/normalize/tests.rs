@@ -1,6 +1,7 @@
 //! One test per normalization rule, on tars built in memory.
 
 use super::*;
+use crate::pipeline::image_diff::layer_files;
 
 const EPOCH: u64 = 1_700_000_000;
 
@@ -37,10 +38,18 @@ fn layer(items: &[Item<'_>]) -> Vec<u8> {
         if item.kind.is_symlink() || item.kind.is_hard_link() {
             header.set_size(0);
             builder
-                .append_link(&mut header, item.path, std::str::from_utf8(item.data).unwrap())
+                .append_link(
+                    &mut header,
+                    item.path,
+                    std::str::from_utf8(item.data).unwrap(),
+                )
                 .unwrap();
         } else {
-            let data = if item.kind.is_dir() { &b""[..] } else { item.data };
+            let data = if item.kind.is_dir() {
+                &b""[..]
+            } else {
+                item.data
+            };
             header.set_size(data.len() as u64);
             builder.append_data(&mut header, item.path, data).unwrap();
         }
@@ -98,7 +107,14 @@ fn entries_come_in_path_order_with_hard_links_last() {
     let output = normalize_layer(&input, EPOCH).unwrap();
     assert_eq!(
         paths(&output),
-        ["usr/", "usr/lib/a.so", "usr/lib/a.so.1", "usr/lib/b.so", "zz/target", "aa/hardlink"]
+        [
+            "usr/",
+            "usr/lib/a.so",
+            "usr/lib/a.so.1",
+            "usr/lib/b.so",
+            "zz/target",
+            "aa/hardlink"
+        ]
     );
     let mut archive = tar::Archive::new(output.as_slice());
     let links: Vec<String> = archive
@@ -116,14 +132,22 @@ fn entries_come_in_path_order_with_hard_links_last() {
 
 #[test]
 fn mtimes_after_the_epoch_are_clamped_and_older_ones_kept() {
-    let input = layer(&[item("new", EPOCH + 5), item("old", 1_000), item("at", EPOCH)]);
+    let input = layer(&[
+        item("new", EPOCH + 5),
+        item("old", 1_000),
+        item("at", EPOCH),
+    ]);
     let mtimes: Vec<(String, u64)> = listing(&normalize_layer(&input, EPOCH).unwrap())
         .into_iter()
         .map(|entry| (entry.0, entry.5))
         .collect();
     assert_eq!(
         mtimes,
-        [("at".into(), EPOCH), ("new".into(), EPOCH), ("old".into(), 1_000)]
+        [
+            ("at".into(), EPOCH),
+            ("new".into(), EPOCH),
+            ("old".into(), 1_000)
+        ]
     );
 }
 
@@ -299,7 +323,10 @@ fn the_config_carries_the_epoch_only_and_the_new_diff_ids() {
 #[test]
 fn the_epoch_is_the_base_images_created_time() {
     assert_eq!(epoch_of_created(Some("2023-11-14T22:13:20Z")), EPOCH);
-    assert_eq!(epoch_of_created(Some("2023-11-14T22:13:20.987654321Z")), EPOCH);
+    assert_eq!(
+        epoch_of_created(Some("2023-11-14T22:13:20.987654321Z")),
+        EPOCH
+    );
     assert_eq!(epoch_of_created(None), 0);
     assert_eq!(epoch_of_created(Some("yesterday")), 0);
 }
@@ -363,7 +390,10 @@ fn an_export_becomes_a_manifest_over_normalized_layers_and_a_loadable_archive() 
     assert_eq!(first.unpacked_size(), heard[0].0);
     let manifest: Value = serde_json::from_slice(&first.manifest).unwrap();
     assert_eq!(manifest["config"]["digest"], first.config_digest.as_str());
-    assert_eq!(manifest["layers"][0]["digest"], first.layers[0].digest.as_str());
+    assert_eq!(
+        manifest["layers"][0]["digest"],
+        first.layers[0].digest.as_str()
+    );
     let unpacked = gunzip(&first.layers[0].gzip).unwrap();
     assert_eq!(Digest::of(&unpacked), first.layers[0].diff_id);
     let archive = first.load_archive("x:1").unwrap();
