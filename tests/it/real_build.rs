@@ -862,10 +862,30 @@ fn a_runtime_and_a_devel_image_built_for_real_from_pypi_on_a_debootstrapped_base
     .unwrap_or_default();
     assert_code(&build, 0);
     phases.mark("imagegen build: runtime and devel images");
-    assert!(
-        build_log.contains("http://security.debian.org/debian-security bookworm-security"),
-        "apt reached Debian's security archive through mirrors.debian_security:\n{build_log}"
-    );
+    // apt fetched from Debian's security archive through mirrors.debian_security; when another
+    // run on this daemon left the apt layer in the build cache, the log says so and shows no
+    // fetch, and the mirror is then checked in the image's apt sources instead.
+    let security = "http://security.debian.org/debian-security";
+    if build_log.contains("Using cache") && !build_log.contains(security) {
+        let sources = run(
+            "docker",
+            &[
+                "run",
+                "--rm",
+                "--entrypoint",
+                "sh",
+                &runtime_tag,
+                "-c",
+                "cat /etc/apt/sources.list /etc/apt/sources.list.d/* 2>/dev/null",
+            ],
+        );
+        assert!(sources.contains(security), "{sources}");
+    } else {
+        assert!(
+            build_log.contains(&format!("{security} bookworm-security")),
+            "apt reached Debian's security archive through mirrors.debian_security:\n{build_log}"
+        );
+    }
     let manifest: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("imagegen-manifest.json")).unwrap())
             .unwrap();
