@@ -333,13 +333,13 @@ pub(crate) fn clamp_pyc(data: &mut [u8], epoch: u64) -> bool {
     true
 }
 
-/// One entry of a layer, read whole.
-struct LayerEntry {
+/// One entry of a layer; its content borrowed from the layer where it is kept as it is.
+struct LayerEntry<'a> {
     path: Vec<u8>,
     header: tar::Header,
     link: Option<Vec<u8>>,
     pax: Vec<(String, Vec<u8>)>,
-    data: Vec<u8>,
+    data: std::borrow::Cow<'a, [u8]>,
 }
 
 /// A layer tar with the rules of this module applied (see the module documentation).
@@ -366,8 +366,20 @@ pub(crate) fn normalize_layer(layer: &[u8], epoch: u64) -> Result<Vec<u8>> {
                 }
             }
         }
-        let mut data = Vec::new();
-        entry.read_to_end(&mut data)?;
+        // The content is borrowed from the layer (no copy of a multi-gigabyte layer), except
+        // where it must change (a .pyc) or is not stored in one piece (a sparse file).
+        let position = entry.raw_file_position() as usize;
+        let size = entry.size() as usize;
+        let mut data: std::borrow::Cow<'_, [u8]> = match layer.get(position..position + size) {
+            Some(bytes) if entry.header().entry_type() != tar::EntryType::GNUSparse => {
+                std::borrow::Cow::Borrowed(bytes)
+            }
+            _ => {
+                let mut bytes = Vec::new();
+                entry.read_to_end(&mut bytes)?;
+                std::borrow::Cow::Owned(bytes)
+            }
+        };
         let source = entry.header();
         let mut header = tar::Header::new_gnu();
         header.set_entry_type(source.entry_type());
@@ -392,7 +404,10 @@ pub(crate) fn normalize_layer(layer: &[u8], epoch: u64) -> Result<Vec<u8>> {
         }
         header.set_mtime(source.mtime()?.min(epoch));
         if text.ends_with(".pyc") && source.entry_type().is_file() {
-            clamp_pyc(&mut data, epoch);
+            let mut copy = data.to_vec();
+            if clamp_pyc(&mut copy, epoch) {
+                data = std::borrow::Cow::Owned(copy);
+            }
         }
         header.set_size(data.len() as u64);
         entries.push(LayerEntry {
@@ -431,7 +446,7 @@ pub(crate) fn normalize_layer(layer: &[u8], epoch: u64) -> Result<Vec<u8>> {
                     .with_context(|| format!("{}", path.display()))?;
             }
             _ => builder
-                .append_data(&mut entry.header, path, entry.data.as_slice())
+                .append_data(&mut entry.header, path, entry.data.as_ref())
                 .with_context(|| format!("{}", path.display()))?,
         }
     }
