@@ -75,6 +75,8 @@ pub enum Command {
     Publish(PublishArgs),
     /// Show what changed between two images (tags, aliases or digests recorded in the manifest): versions and packages.
     Diff(DiffArgs),
+    /// Name what differs between two builds of an image (two images in the Docker daemon, pulled when missing): config fields, and per layer each file whose type, size, mode or content differs; exit 1 when they differ.
+    DiffBuild(DiffBuildArgs),
     /// Export the resolved matrix as a docker-bake.json for `docker buildx bake` (BuildKit, remote builders).
     Bake(BakeArgs),
     /// Print a Kubernetes Job (YAML) that runs an image of the matrix on GPUs, kept off nodes whose driver is too old.
@@ -377,6 +379,16 @@ pub struct DiffArgs {
     /// The manifest file.
     #[arg(long, default_value = DEFAULT_MANIFEST)]
     pub manifest: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct DiffBuildArgs {
+    /// The first build: a tag, `name@sha256:…` or image ID.
+    pub first: String,
+    /// The second build.
+    pub second: String,
+    #[command(flatten)]
+    pub deadlines: DeadlineArgs,
 }
 
 #[derive(Debug, Args)]

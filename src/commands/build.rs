@@ -285,11 +285,9 @@ async fn build_and_record(
     let terminal = std::io::stderr().is_terminal() && std::env::var_os("CI").is_none();
     let progress = Arc::new(Progress::new(terminal, &settings.log_dir));
     let source_commit = project.source_commit();
+    // No `org.opencontainers.image.created` from the clock: the normalized config sets it to the
+    // image's epoch (pipeline::normalize), so two builds of the same inputs are the same bytes.
     let mut build_labels = BTreeMap::new();
-    build_labels.insert(
-        "org.opencontainers.image.created".to_string(),
-        now_rfc3339(),
-    );
     if let Some(commit) = &source_commit {
         build_labels.insert(
             "org.opencontainers.image.revision".to_string(),

@@ -8,6 +8,7 @@ pub mod bake;
 pub mod build;
 pub mod ci;
 pub mod diff;
+pub mod diff_build;
 pub mod doctor;
 pub mod k8s;
 pub mod knowledge;
@@ -125,7 +126,8 @@ fn place_project_paths(cli: &mut Cli) {
         | Command::Bake(_)
         | Command::Ci(_)
         | Command::Knowledge(_)
-        | Command::Doctor(_) => {}
+        | Command::Doctor(_)
+        | Command::DiffBuild(_) => {}
     }
 }
 
@@ -165,6 +167,7 @@ pub fn run(mut cli: Cli) -> Result<Outcome> {
         Command::Release(args) => release::run(&project, args),
         Command::Publish(args) => publish::run(&project, args),
         Command::Diff(args) => diff::run(&project, args),
+        Command::DiffBuild(args) => diff_build::run(&project, args),
         Command::Bake(args) => bake::run(&project, args),
         Command::K8s(args) => k8s::run(&project, args),
         Command::Ci(args) => ci::run(&project, args),

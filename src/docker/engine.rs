@@ -142,6 +142,8 @@ pub struct LocalImage {
     /// `repository@sha256:...` entries, filled once the image was pushed or pulled.
     pub repo_digests: Vec<String>,
     pub labels: BTreeMap<String, String>,
+    /// The config's `created` time (RFC 3339), when the daemon reports one.
+    pub created: Option<String>,
 }
 
 /// A container to run to completion.
@@ -524,6 +526,7 @@ impl Engine {
                     .and_then(|config| config.labels)
                     .map(to_btree)
                     .unwrap_or_default(),
+                created: inspect.created,
             })),
             Err(error) if is_not_found(&error) => Ok(None),
             Err(error) => Err(self.daemon_error(format!("inspecting image {reference}"), error)),
@@ -544,9 +547,21 @@ impl Engine {
         key: &str,
         value: &str,
     ) -> Result<Option<LocalImage>, DockerError> {
+        self.find_image_with_labels(key, value, &[]).await
+    }
+
+    /// The newest local image carrying label `key=value` and every label in `present` (any value).
+    pub async fn find_image_with_labels(
+        &self,
+        key: &str,
+        value: &str,
+        present: &[&str],
+    ) -> Result<Option<LocalImage>, DockerError> {
         let filter = format!("{key}={value}");
         let mut filters: HashMap<&str, Vec<&str>> = HashMap::new();
-        filters.insert("label", vec![filter.as_str()]);
+        let mut labels = vec![filter.as_str()];
+        labels.extend_from_slice(present);
+        filters.insert("label", labels);
         let options = ListImagesOptionsBuilder::default()
             .filters(&filters)
             .build();
@@ -565,6 +580,7 @@ impl Engine {
                 repo_tags: summary.repo_tags,
                 repo_digests: summary.repo_digests,
                 labels: to_btree(summary.labels),
+                created: None,
             }))
     }
 
@@ -649,6 +665,36 @@ impl Engine {
             }
         }
         Ok(())
+    }
+
+    /// The `docker save` archive of `reference` (Engine API image export), written to an
+    /// unnamed temporary file (gone when closed) and rewound, so a multi-gigabyte image is never
+    /// held in memory whole. Returns the file and its size.
+    pub async fn export_image(&self, reference: &str) -> Result<(std::fs::File, u64), DockerError> {
+        use std::io::{Seek, Write};
+        let failed = |reason: String| DockerError::Daemon {
+            address: self.address.clone(),
+            action: format!("exporting image {reference} into a temporary file"),
+            reason,
+        };
+        let file = tempfile::tempfile().map_err(|error| failed(error.to_string()))?;
+        let mut writer = std::io::BufWriter::with_capacity(1 << 20, file);
+        let mut stream = self.docker.export_image(reference);
+        let mut size = 0u64;
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|error| {
+                self.daemon_error(format!("exporting image {reference}"), error)
+            })?;
+            size += chunk.len() as u64;
+            writer
+                .write_all(&chunk)
+                .map_err(|error| failed(error.to_string()))?;
+        }
+        let mut file = writer
+            .into_inner()
+            .map_err(|error| failed(error.to_string()))?;
+        file.rewind().map_err(|error| failed(error.to_string()))?;
+        Ok((file, size))
     }
 
     /// Loads a `docker save`-format archive (`manifest.json`, config, layer tars). Returns the

@@ -23,6 +23,9 @@ use crate::history::manifest::{BinaryRecord, Packages};
 use crate::model::digest::Digest;
 use crate::pipeline::alias_move::AliasRegistry;
 use crate::pipeline::executor::{Builder, Existing, TestOutcome};
+use crate::pipeline::normalize::{
+    epoch_of_created, normalize_archive, NormalizedImage, MEDIA_TYPE_MANIFEST, NORMALIZED_LABEL,
+};
 use crate::pipeline::planned::PlannedImage;
 use crate::pipeline::progress::Progress;
 use crate::pipeline::selftest::{binary_record, interpret_selftest, parse_packages, LIST_PACKAGES};
@@ -182,6 +185,8 @@ pub struct EngineBuilder {
     /// Manifests read back from the registry after a push, by digest: an alias move stores
     /// these exact bytes under the alias.
     pushed: std::sync::Mutex<BTreeMap<Digest, RegistryManifest>>,
+    /// Normalized images this run made, by image ID (= config digest), until they are pushed.
+    normalized: std::sync::Mutex<BTreeMap<String, Arc<NormalizedImage>>>,
 }
 
 /// Whether a base image is in the daemon (present or pulled), or why it cannot be; set once.
@@ -206,6 +211,7 @@ impl EngineBuilder {
             host_platform: OnceCell::new(),
             bases: Mutex::new(BTreeMap::new()),
             pushed: std::sync::Mutex::new(BTreeMap::new()),
+            normalized: std::sync::Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -238,16 +244,7 @@ impl EngineBuilder {
         let outcome = cell
             .get_or_init(|| async {
                 // `name:tag@sha256:…` is looked up by its digest: the tag may name other bytes now.
-                let local = match base.split_once('@') {
-                    Some((reference, digest)) => {
-                        let name = reference
-                            .rsplit_once(':')
-                            .filter(|(_, tag)| !tag.contains('/'))
-                            .map_or(reference, |(name, _)| name);
-                        format!("{name}@{digest}")
-                    }
-                    None => base.clone(),
-                };
+                let local = local_reference(base);
                 match self.engine.image(&local).await {
                     Ok(Some(_)) => return Ok(()),
                     Ok(None) if pinned_id.is_some() => {
@@ -321,7 +318,11 @@ impl Builder for EngineBuilder {
     async fn find_existing(&self, image: &PlannedImage) -> Result<Option<Existing>> {
         if let Some(local) = self
             .engine
-            .find_image_with_label(BUILD_KEY_LABEL, image.build_key.as_str())
+            .find_image_with_labels(
+                BUILD_KEY_LABEL,
+                image.build_key.as_str(),
+                &[NORMALIZED_LABEL],
+            )
             .await?
         {
             return Ok(Some(Existing::Local(daemon_image_id(&local.id)?)));
@@ -394,7 +395,18 @@ impl Builder for EngineBuilder {
         match built {
             Ok(id) => {
                 self.progress.stage(name, &format!("built {id}"));
-                daemon_image_id(&id)
+                let epoch = self.epoch_of(image).await?;
+                let normalized = self
+                    .normalize(name, &id, epoch)
+                    .await
+                    .with_context(|| format!("normalizing {}", image.reference))?;
+                self.load(name, &image.reference, &normalized).await?;
+                let normalized_id = normalized.config_digest.clone();
+                self.normalized
+                    .lock()
+                    .expect("normalized lock")
+                    .insert(normalized_id.to_string(), normalized);
+                Ok(normalized_id)
             }
             Err(error) => {
                 // The log holds the error itself, not only that the build failed.
@@ -502,7 +514,6 @@ impl Builder for EngineBuilder {
         tag: &str,
         build_key: Option<&Digest>,
     ) -> Result<Digest> {
-        let credentials = self.credentials_for(repository).await?;
         let client = self.registry(repository).await?;
         let path = repository_path_of(repository);
         if let Some(build_key) = build_key {
@@ -531,11 +542,10 @@ impl Builder for EngineBuilder {
         }
         self.progress
             .line(tag, &format!("== pushing {repository}:{tag}"));
+        let normalized = self.normalized_of(repository, tag).await?;
         let pushed = self
-            .engine
-            .push(repository, tag, credentials.as_ref(), |_| {})
+            .push_normalized(&client, repository, tag, &normalized)
             .await?;
-        let pushed = registry_digest(&pushed, repository)?;
         // Read back what the registry serves under the tag now: that is what is recorded.
         let served = client.get_manifest(path, tag).await?.ok_or_else(|| {
             anyhow!(
@@ -636,11 +646,233 @@ async fn point_alias(
 }
 
 impl EngineBuilder {
+    /// The epoch of `image`'s normalized layers: its base's `created` (see
+    /// [`crate::pipeline::normalize`]); 0 on `scratch`.
+    async fn epoch_of(&self, image: &PlannedImage) -> Result<u64> {
+        let base = &image.spec.base_image;
+        if base == "scratch" {
+            return Ok(0);
+        }
+        let found = self
+            .engine
+            .image(&local_reference(base))
+            .await?
+            .ok_or_else(|| anyhow!("base image {base} left the Docker daemon during the build"))?;
+        Ok(epoch_of_created(found.created.as_deref()))
+    }
+
+    /// Exports image `id` from the daemon and normalizes it (on blocking threads: it is
+    /// compression), printing each phase with bytes and rate.
+    async fn normalize(&self, name: &str, id: &str, epoch: u64) -> Result<Arc<NormalizedImage>> {
+        let started = std::time::Instant::now();
+        let (archive, size) = self.engine.export_image(id).await?;
+        self.progress.stage(
+            name,
+            &format!(
+                "exported {} {}",
+                human_bytes(size),
+                rate(size, started.elapsed())
+            ),
+        );
+        let started = std::time::Instant::now();
+        let progress = Arc::clone(&self.progress);
+        let log_name = name.to_string();
+        let normalized = tokio::task::spawn_blocking(move || {
+            let mut unpacked = 0u64;
+            let mut packed = 0u64;
+            let mut last_line = std::time::Instant::now();
+            let reader = std::io::BufReader::with_capacity(1 << 20, archive);
+            normalize_archive(reader, epoch, |layer_unpacked, layer_packed| {
+                unpacked += layer_unpacked;
+                packed += layer_packed;
+                if last_line.elapsed() >= PROGRESS_EVERY {
+                    last_line = std::time::Instant::now();
+                    progress.line(
+                        &log_name,
+                        &format!(
+                            "normalizing: {} compressed to {} {}",
+                            human_bytes(unpacked),
+                            human_bytes(packed),
+                            rate(unpacked, started.elapsed())
+                        ),
+                    );
+                }
+            })
+        })
+        .await
+        .map_err(|error| anyhow!("the normalizing thread failed: {error}"))??;
+        self.progress.stage(
+            name,
+            &format!(
+                "normalized {} layers (epoch {}): {} unpacked, {} compressed {}, manifest {}",
+                normalized.layers.len(),
+                epoch,
+                human_bytes(normalized.unpacked_size()),
+                human_bytes(normalized.compressed_size()),
+                rate(normalized.unpacked_size(), started.elapsed()),
+                normalized.manifest_digest
+            ),
+        );
+        Ok(Arc::new(normalized))
+    }
+
+    /// Loads `normalized` into the daemon as `reference`, so the self-test runs on exactly the
+    /// bytes that are pushed; checks that the daemon's image ID is the config digest.
+    async fn load(&self, name: &str, reference: &str, normalized: &NormalizedImage) -> Result<()> {
+        let archive = normalized.load_archive(reference)?;
+        self.engine.load_image_archive(archive).await?;
+        let loaded = self.engine.image(reference).await?.map(|image| image.id);
+        if loaded.as_deref() != Some(normalized.config_digest.as_str()) {
+            anyhow::bail!(
+                "the Docker daemon holds {reference} as {} after loading its normalized image {}",
+                loaded.as_deref().unwrap_or("nothing"),
+                normalized.config_digest
+            );
+        }
+        self.progress.stage(
+            name,
+            &format!("loaded the normalized image {}", normalized.config_digest),
+        );
+        Ok(())
+    }
+
+    /// The normalized image tagged `repository:tag` in the daemon: made by this run, or (built by
+    /// an earlier run) exported and normalized again, which gives the same bytes.
+    async fn normalized_of(&self, repository: &str, tag: &str) -> Result<Arc<NormalizedImage>> {
+        let reference = format!("{repository}:{tag}");
+        let local = self
+            .engine
+            .image(&reference)
+            .await?
+            .ok_or_else(|| anyhow!("no image {reference} in the Docker daemon to push"))?;
+        if let Some(made) = self
+            .normalized
+            .lock()
+            .expect("normalized lock")
+            .get(&local.id)
+        {
+            return Ok(Arc::clone(made));
+        }
+        let epoch: u64 = local
+            .labels
+            .get(NORMALIZED_LABEL)
+            .and_then(|epoch| epoch.parse().ok())
+            .ok_or_else(|| {
+                anyhow!("{reference} ({}) is not a normalized image (no {NORMALIZED_LABEL} label): it was built by an older imagegen\nhint: remove it (`docker rmi {reference}`) and build again", local.id)
+            })?;
+        let normalized = self.normalize(tag, &local.id, epoch).await?;
+        if normalized.config_digest.as_str() != local.id {
+            anyhow::bail!(
+                "normalizing {reference} ({}) again gave another image ({}): its layers are not as imagegen wrote them",
+                local.id,
+                normalized.config_digest
+            );
+        }
+        Ok(normalized)
+    }
+
+    /// Pushes the blobs the registry lacks, then the manifest under `tag`; returns the digest the
+    /// registry stored it as, checked against the one computed here.
+    async fn push_normalized(
+        &self,
+        client: &RegistryClient,
+        repository: &str,
+        tag: &str,
+        normalized: &NormalizedImage,
+    ) -> Result<Digest> {
+        let path = repository_path_of(repository);
+        let total: u64 = normalized.compressed_size();
+        let started = std::time::Instant::now();
+        let mut last_line = std::time::Instant::now();
+        let mut sent = 0u64;
+        let blobs = normalized
+            .layers
+            .iter()
+            .map(|layer| &layer.gzip)
+            .chain(std::iter::once(&normalized.config));
+        for blob in blobs {
+            client.put_blob(path, blob.clone()).await?;
+            sent += blob.len() as u64;
+            if last_line.elapsed() >= PROGRESS_EVERY {
+                last_line = std::time::Instant::now();
+                self.progress.line(
+                    tag,
+                    &format!(
+                        "pushing: {} of {} {}",
+                        human_bytes(sent),
+                        human_bytes(total),
+                        rate(sent, started.elapsed())
+                    ),
+                );
+            }
+        }
+        let written = client
+            .put_manifest(path, tag, MEDIA_TYPE_MANIFEST, normalized.manifest.clone())
+            .await?;
+        let written = registry_digest(&written, repository)?;
+        if written != normalized.manifest_digest {
+            anyhow::bail!(
+                "the registry stored {repository}:{tag} as {written}, not as its manifest's digest {}",
+                normalized.manifest_digest
+            );
+        }
+        self.progress.line(
+            tag,
+            &format!(
+                "== pushed {repository}:{tag} {written}: {} {}",
+                human_bytes(total),
+                rate(total, started.elapsed())
+            ),
+        );
+        self.normalized
+            .lock()
+            .expect("normalized lock")
+            .remove(normalized.config_digest.as_str());
+        Ok(written)
+    }
+
     fn remember(&self, digest: &Digest, manifest: RegistryManifest) {
         self.pushed
             .lock()
             .expect("pushed lock")
             .insert(digest.clone(), manifest);
+    }
+}
+
+/// How often a long phase (normalizing, pushing) prints a line.
+const PROGRESS_EVERY: Duration = Duration::from_secs(3);
+
+/// `12.3 MB` (decimal units, as registries and `docker images` count).
+fn human_bytes(bytes: u64) -> String {
+    let value = bytes as f64;
+    match bytes {
+        0..=999 => format!("{bytes} B"),
+        1_000..=999_999 => format!("{:.1} kB", value / 1e3),
+        1_000_000..=999_999_999 => format!("{:.1} MB", value / 1e6),
+        _ => format!("{:.2} GB", value / 1e9),
+    }
+}
+
+/// `in 3.2 s (41.0 MB/s)`.
+fn rate(bytes: u64, elapsed: Duration) -> String {
+    let seconds = elapsed.as_secs_f64().max(0.001);
+    format!(
+        "in {seconds:.1} s ({}/s)",
+        human_bytes((bytes as f64 / seconds) as u64)
+    )
+}
+
+/// `name:tag@sha256:…` as the daemon looks it up: by its digest (the tag may name other bytes).
+fn local_reference(base: &str) -> String {
+    match base.split_once('@') {
+        Some((reference, digest)) => {
+            let name = reference
+                .rsplit_once(':')
+                .filter(|(_, tag)| !tag.contains('/'))
+                .map_or(reference, |(name, _)| name);
+            format!("{name}@{digest}")
+        }
+        None => base.to_string(),
     }
 }
 

@@ -5,6 +5,8 @@
 pub mod alias_move;
 pub mod docker_builder;
 pub mod executor;
+pub mod image_diff;
+pub mod normalize;
 pub mod plan;
 pub mod planned;
 pub mod progress;

@@ -19,6 +19,7 @@ mod layout;
 mod limits;
 mod multiarch;
 mod real_build;
+mod reproducible;
 mod support;
 mod upgrade;
 mod wheel_cache;

@@ -129,6 +129,11 @@ impl Cleanup {
         out
     }
 
+    /// Removes every container and image of the case now (a clean daemon for a second build).
+    pub async fn remove_now(&self) {
+        Cleanup::remove_everything(&self.case).await;
+    }
+
     /// Removes the case's containers, then its images (newest first, a few passes so children
     /// go before parents). Errors are reported, not raised: it runs from `drop`.
     async fn remove_everything(case: &str) {
@@ -393,6 +398,16 @@ impl Registry {
     /// The registry's process id, while it runs (fault tests stop and continue it).
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
+    }
+
+    /// Stops the registry, forgets everything it stored, and starts it again on the same address.
+    pub fn restart_empty(&mut self) {
+        self.stop();
+        let storage = self.directory.path().join("storage");
+        if storage.exists() {
+            std::fs::remove_dir_all(&storage).unwrap();
+        }
+        self.restart();
     }
 
     /// Starts a stopped registry again on the same address, with the same storage and

@@ -89,6 +89,11 @@ impl Project {
         self.cleanup.case()
     }
 
+    /// Removes every image and container this project made, now.
+    pub async fn remove_images(&self) {
+        self.cleanup.remove_now().await;
+    }
+
     pub fn set_selftest(&self, script: &str) {
         self.add_selftest("gpu-selftest-cu12", script);
     }

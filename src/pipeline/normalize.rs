@@ -1,0 +1,615 @@
+//! Normalized images: what imagegen pushes is not the daemon's build as it is, but a rewrite of
+//! it that depends on the build's inputs only, so two builds of the same inputs at different times,
+//! on clean daemons, give the same manifest digest.
+//!
+//! The rules, each a function tested on in-memory tars:
+//! - **Epoch.** Every time the image carries is one `SOURCE_DATE_EPOCH`, taken from the inputs,
+//!   never the clock: the `created` time of the image it is built `FROM` (pinned by digest in
+//!   `images/bases.lock`, so a fixed value; a devel image's base is its normalized runtime image,
+//!   whose `created` is that same epoch). A base without a parseable `created` gives 0 (1970).
+//!   [`epoch_of_created`] reads it.
+//! - **Layers** ([`normalize_layer`]): entries in byte order of their path, hard links after every
+//!   other entry (their target must exist when a link is extracted); mtimes clamped to the epoch
+//!   (older ones, the packages' own, kept); atime/ctime dropped; uid, gid, mode, owner names, link
+//!   targets, device numbers and extended attributes (`SCHILY.xattr.*`) kept; whiteouts
+//!   (`.wh.*`, `.wh..wh..opq`) kept as ordinary entries.
+//! - **Files that only record the build's time** ([`TIME_ONLY_FILES`]) are left out: apt's and
+//!   dpkg's logs, ldconfig's `aux-cache` (mtimes of the libraries it scanned), apt's binary
+//!   package caches (rebuilt on demand). `/etc/ld.so.cache` is kept: its content is the library
+//!   list only.
+//! - **Python bytecode**: a timestamp-based `.pyc` (PEP 552 flags 0) records its source's mtime;
+//!   the source's mtime is clamped, so the recorded one is clamped the same way and the `.pyc`
+//!   stays valid ([`clamp_pyc`]). Hash-based `.pyc` files are content only and kept.
+//! - **Config** ([`normalize_config`]): `created`, every history entry's `created` and the
+//!   `org.opencontainers.image.created` label are the epoch; the daemon's own fields (`container`,
+//!   `container_config`, `docker_version`, and `config.Image`, the ID of the builder's step
+//!   before) go; `rootfs.diff_ids` are the normalized layers';
+//!   [`NORMALIZED_LABEL`] marks the image as normalized (and carries the epoch).
+//! - **Compression** ([`gzip`]): gzip (RFC 1952, header mtime 0, OS 255) around raw DEFLATE from
+//!   `miniz_oxide` (version pinned by Cargo.lock) at [`GZIP_LEVEL`], in fixed 4 MiB chunks, each
+//!   compressed alone and ended with a sync flush (as pigz does), so the output depends on the
+//!   bytes, the level and the chunk size only — never on how many threads compressed it; the
+//!   chunks are compressed in parallel on every core.
+//!
+//! Everything here is a value in, value out; reading the daemon's export and loading the result
+//! back are the Docker adapter's work.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+
+use anyhow::{anyhow, Context, Result};
+use serde_json::Value;
+
+use crate::history::manifest::{parse_rfc3339, rfc3339};
+use crate::model::digest::Digest;
+
+/// The label a normalized image carries; its value is the epoch (seconds).
+pub(crate) const NORMALIZED_LABEL: &str = "imagegen.normalized-epoch";
+/// The OCI label of an image's creation time.
+const CREATED_LABEL: &str = "org.opencontainers.image.created";
+/// The DEFLATE level: 1 (fastest); compression, not the network, bounds a push (BENCHMARKS.md).
+pub(crate) const GZIP_LEVEL: u8 = 1;
+/// Each chunk is compressed alone, so the output does not depend on the number of threads.
+const GZIP_CHUNK: usize = 4 << 20;
+
+pub(crate) const MEDIA_TYPE_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
+const MEDIA_TYPE_CONFIG: &str = "application/vnd.docker.container.image.v1+json";
+const MEDIA_TYPE_LAYER: &str = "application/vnd.docker.image.rootfs.diff.tar.gzip";
+
+/// Paths (as in a layer, no leading `/`) whose content is only the time of the build.
+pub(crate) const TIME_ONLY_FILES: &[&str] = &[
+    "var/log/dpkg.log",
+    "var/log/alternatives.log",
+    "var/log/bootstrap.log",
+    "var/log/apt/history.log",
+    "var/log/apt/term.log",
+    "var/log/apt/eipp.log.xz",
+    "var/cache/ldconfig/aux-cache",
+    "var/cache/apt/pkgcache.bin",
+    "var/cache/apt/srcpkgcache.bin",
+];
+
+/// The epoch of an image built from a base whose config says `created` (RFC 3339, fractions of
+/// a second allowed and dropped); 0 when there is none.
+pub(crate) fn epoch_of_created(created: Option<&str>) -> u64 {
+    let Some(created) = created else { return 0 };
+    let whole = match created.split_once('.') {
+        Some((seconds, rest)) if rest.ends_with('Z') => format!("{seconds}Z"),
+        _ => created.to_string(),
+    };
+    parse_rfc3339(&whole).unwrap_or(0)
+}
+
+/// One layer as pushed: the gzip blob, its digest, the uncompressed digest (diff_id) and size.
+#[derive(Clone)]
+pub(crate) struct NormalizedLayer {
+    pub gzip: Vec<u8>,
+    pub digest: Digest,
+    pub diff_id: Digest,
+    pub unpacked_size: u64,
+}
+
+/// A normalized image: config, layers, and the registry manifest that names them.
+#[derive(Clone)]
+pub(crate) struct NormalizedImage {
+    pub config: Vec<u8>,
+    pub config_digest: Digest,
+    pub layers: Vec<NormalizedLayer>,
+    pub manifest: Vec<u8>,
+    pub manifest_digest: Digest,
+}
+
+impl NormalizedImage {
+    /// Sum of the gzip blobs (what a registry stores for the image).
+    pub fn compressed_size(&self) -> u64 {
+        self.layers
+            .iter()
+            .map(|layer| layer.gzip.len() as u64)
+            .sum::<u64>()
+            + self.config.len() as u64
+    }
+
+    /// Sum of the uncompressed layer tars.
+    pub fn unpacked_size(&self) -> u64 {
+        self.layers.iter().map(|layer| layer.unpacked_size).sum()
+    }
+
+    /// A `docker save` archive of this image tagged `reference`, for `docker load`: the daemon
+    /// stores the config bytes as they are, so its image ID is [`NormalizedImage::config_digest`].
+    pub fn load_archive(&self, reference: &str) -> Result<Vec<u8>> {
+        let mut builder = tar::Builder::new(Vec::new());
+        let config_name = format!("{}.json", self.config_digest.hex());
+        let mut layer_names = Vec::new();
+        for layer in &self.layers {
+            let name = format!("{}/layer.tar", layer.digest.hex());
+            append_file(&mut builder, &name, &layer.gzip)?;
+            layer_names.push(name);
+        }
+        append_file(&mut builder, &config_name, &self.config)?;
+        let manifest = serde_json::json!([{
+            "Config": config_name,
+            "RepoTags": [reference],
+            "Layers": layer_names,
+        }]);
+        append_file(
+            &mut builder,
+            "manifest.json",
+            &serde_json::to_vec(&manifest)?,
+        )?;
+        Ok(builder.into_inner()?)
+    }
+}
+
+fn append_file(builder: &mut tar::Builder<Vec<u8>>, name: &str, data: &[u8]) -> Result<()> {
+    let mut header = tar::Header::new_gnu();
+    header.set_size(data.len() as u64);
+    header.set_mode(0o644);
+    header.set_mtime(0);
+    header.set_entry_type(tar::EntryType::Regular);
+    builder.append_data(&mut header, name, data)?;
+    Ok(())
+}
+
+/// Reads a `docker save` archive (the Engine API's image export) from `archive` and normalizes
+/// it; each layer is rewritten and compressed as soon as it is read, so only one uncompressed
+/// layer is held at a time. `on_layer` hears (unpacked bytes, compressed bytes) per layer.
+pub(crate) fn normalize_archive(
+    archive: impl Read,
+    epoch: u64,
+    mut on_layer: impl FnMut(u64, u64),
+) -> Result<NormalizedImage> {
+    let mut reader = tar::Archive::new(archive);
+    let mut layers: BTreeMap<String, NormalizedLayer> = BTreeMap::new();
+    let mut jsons: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    for entry in reader.entries().context("reading the image export")? {
+        let mut entry = entry.context("reading the image export")?;
+        let path = entry.path()?.to_string_lossy().into_owned();
+        if !entry.header().entry_type().is_file() {
+            continue;
+        }
+        let mut bytes = Vec::with_capacity(entry.size() as usize);
+        entry
+            .read_to_end(&mut bytes)
+            .with_context(|| format!("reading {path} of the image export"))?;
+        if path.ends_with(".json") {
+            jsons.insert(path, bytes);
+        } else if path.ends_with(".tar") || path.starts_with("blobs/") {
+            let layer = normalize_layer(&bytes, epoch)
+                .with_context(|| format!("normalizing layer {path} of the image export"))?;
+            drop(bytes);
+            let diff_id = Digest::of(&layer);
+            let unpacked_size = layer.len() as u64;
+            let gzip = gzip(&layer);
+            drop(layer);
+            on_layer(unpacked_size, gzip.len() as u64);
+            layers.insert(
+                path,
+                NormalizedLayer {
+                    digest: Digest::of(&gzip),
+                    gzip,
+                    diff_id,
+                    unpacked_size,
+                },
+            );
+        }
+    }
+    let manifest = jsons
+        .get("manifest.json")
+        .ok_or_else(|| anyhow!("the image export has no manifest.json"))?;
+    let manifest: Value = serde_json::from_slice(manifest).context("the export's manifest.json")?;
+    let image = manifest
+        .as_array()
+        .and_then(|images| images.first())
+        .ok_or_else(|| anyhow!("the export's manifest.json names no image"))?;
+    let config_name = image["Config"]
+        .as_str()
+        .ok_or_else(|| anyhow!("the export's manifest.json names no Config"))?;
+    let config = jsons
+        .get(config_name)
+        .ok_or_else(|| anyhow!("the image export has no {config_name}"))?;
+    let mut ordered = Vec::new();
+    for name in image["Layers"].as_array().into_iter().flatten() {
+        let name = name
+            .as_str()
+            .ok_or_else(|| anyhow!("the export's manifest.json has a layer that is no path"))?;
+        let layer = layers
+            .get(name)
+            .ok_or_else(|| anyhow!("the image export has no layer {name}"))?;
+        ordered.push(layer.clone());
+    }
+    assemble(config, ordered, epoch)
+}
+
+/// The normalized config and the manifest over `layers`.
+pub(crate) fn assemble(
+    config: &[u8],
+    layers: Vec<NormalizedLayer>,
+    epoch: u64,
+) -> Result<NormalizedImage> {
+    let diff_ids: Vec<Digest> = layers.iter().map(|layer| layer.diff_id.clone()).collect();
+    let config = normalize_config(config, epoch, &diff_ids)?;
+    let config_digest = Digest::of(&config);
+    let manifest = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": MEDIA_TYPE_MANIFEST,
+        "config": {
+            "mediaType": MEDIA_TYPE_CONFIG,
+            "size": config.len(),
+            "digest": config_digest.as_str(),
+        },
+        "layers": layers.iter().map(|layer| serde_json::json!({
+            "mediaType": MEDIA_TYPE_LAYER,
+            "size": layer.gzip.len(),
+            "digest": layer.digest.as_str(),
+        })).collect::<Vec<_>>(),
+    });
+    let manifest = serde_json::to_vec(&manifest)?;
+    Ok(NormalizedImage {
+        manifest_digest: Digest::of(&manifest),
+        manifest,
+        config,
+        config_digest,
+        layers,
+    })
+}
+
+/// The config with every time set to `epoch`, the daemon's own fields dropped and `diff_ids`.
+pub(crate) fn normalize_config(config: &[u8], epoch: u64, diff_ids: &[Digest]) -> Result<Vec<u8>> {
+    let mut config: Value = serde_json::from_slice(config).context("the image config")?;
+    let object = config
+        .as_object_mut()
+        .ok_or_else(|| anyhow!("the image config is not a JSON object"))?;
+    let time = rfc3339(epoch);
+    for daemon_field in [
+        "container",
+        "container_config",
+        "docker_version",
+        "id",
+        "parent",
+    ] {
+        object.remove(daemon_field);
+    }
+    object.insert("created".into(), Value::String(time.clone()));
+    if let Some(history) = object.get_mut("history").and_then(Value::as_array_mut) {
+        for step in history {
+            if let Some(step) = step.as_object_mut() {
+                step.insert("created".into(), Value::String(time.clone()));
+            }
+        }
+    }
+    let runtime = object
+        .entry("config")
+        .or_insert_with(|| Value::Object(Default::default()));
+    let runtime = runtime
+        .as_object_mut()
+        .ok_or_else(|| anyhow!("the image config's config is not an object"))?;
+    // The classic builder names the image of the step before as `Image`: a build's own ID.
+    runtime.remove("Image");
+    let labels = runtime
+        .entry("Labels")
+        .or_insert_with(|| Value::Object(Default::default()));
+    if labels.is_null() {
+        *labels = Value::Object(Default::default());
+    }
+    let labels = labels
+        .as_object_mut()
+        .ok_or_else(|| anyhow!("the image config's labels are not an object"))?;
+    labels.insert(CREATED_LABEL.into(), Value::String(time));
+    labels.insert(NORMALIZED_LABEL.into(), Value::String(epoch.to_string()));
+    let rootfs = object
+        .get_mut("rootfs")
+        .and_then(Value::as_object_mut)
+        .ok_or_else(|| anyhow!("the image config has no rootfs"))?;
+    rootfs.insert(
+        "diff_ids".into(),
+        Value::Array(
+            diff_ids
+                .iter()
+                .map(|digest| Value::String(digest.to_string()))
+                .collect(),
+        ),
+    );
+    Ok(serde_json::to_vec(&config)?)
+}
+
+/// Whether `path` (as in a layer) is a file that only records the build's time.
+pub(crate) fn is_time_only(path: &str) -> bool {
+    let path = path.trim_start_matches("./").trim_start_matches('/');
+    TIME_ONLY_FILES.contains(&path)
+}
+
+/// A timestamp-based `.pyc` whose recorded source mtime is after `epoch` records `epoch` instead
+/// (its source's mtime is clamped the same way). Returns whether it changed `data`.
+pub(crate) fn clamp_pyc(data: &mut [u8], epoch: u64) -> bool {
+    if data.len() < 16 || data[4..8] != [0, 0, 0, 0] {
+        return false;
+    }
+    let recorded = u32::from_le_bytes([data[8], data[9], data[10], data[11]]);
+    let epoch = u32::try_from(epoch).unwrap_or(u32::MAX);
+    if recorded <= epoch {
+        return false;
+    }
+    data[8..12].copy_from_slice(&epoch.to_le_bytes());
+    true
+}
+
+/// One entry of a layer; its content borrowed from the layer where it is kept as it is.
+struct LayerEntry<'a> {
+    path: Vec<u8>,
+    header: tar::Header,
+    link: Option<Vec<u8>>,
+    pax: Vec<(String, Vec<u8>)>,
+    data: std::borrow::Cow<'a, [u8]>,
+}
+
+/// A layer tar with the rules of this module applied (see the module documentation).
+pub(crate) fn normalize_layer(layer: &[u8], epoch: u64) -> Result<Vec<u8>> {
+    let mut entries = Vec::new();
+    let mut archive = tar::Archive::new(layer);
+    for entry in archive.entries()? {
+        let mut entry = entry?;
+        let path = entry.path_bytes().into_owned();
+        let text = String::from_utf8_lossy(&path).into_owned();
+        if is_time_only(&text) && entry.header().entry_type().is_file() {
+            continue;
+        }
+        let link = entry.link_name_bytes().map(|link| link.into_owned());
+        let mut pax = Vec::new();
+        if let Some(extensions) = entry.pax_extensions()? {
+            for extension in extensions {
+                let extension = extension?;
+                let key = extension
+                    .key()
+                    .map_err(|_| anyhow!("{text}: a PAX key that is not UTF-8"))?;
+                if key.starts_with("SCHILY.xattr.") || key.starts_with("LIBARCHIVE.xattr.") {
+                    pax.push((key.to_string(), extension.value_bytes().to_vec()));
+                }
+            }
+        }
+        // The content is borrowed from the layer (no copy of a multi-gigabyte layer), except
+        // where it must change (a .pyc) or is not stored in one piece (a sparse file).
+        let position = entry.raw_file_position() as usize;
+        let size = entry.size() as usize;
+        let mut data: std::borrow::Cow<'_, [u8]> = match layer.get(position..position + size) {
+            Some(bytes) if entry.header().entry_type() != tar::EntryType::GNUSparse => {
+                std::borrow::Cow::Borrowed(bytes)
+            }
+            _ => {
+                let mut bytes = Vec::new();
+                entry.read_to_end(&mut bytes)?;
+                std::borrow::Cow::Owned(bytes)
+            }
+        };
+        let source = entry.header();
+        let mut header = tar::Header::new_gnu();
+        header.set_entry_type(source.entry_type());
+        header.set_mode(source.mode()?);
+        header.set_uid(source.uid()?);
+        header.set_gid(source.gid()?);
+        if let Some(name) = source.username()? {
+            header.set_username(name)?;
+        }
+        if let Some(name) = source.groupname()? {
+            header.set_groupname(name)?;
+        }
+        let device = matches!(
+            source.entry_type(),
+            tar::EntryType::Char | tar::EntryType::Block
+        );
+        if device {
+            if let (Some(major), Some(minor)) = (source.device_major()?, source.device_minor()?) {
+                header.set_device_major(major)?;
+                header.set_device_minor(minor)?;
+            }
+        }
+        header.set_mtime(source.mtime()?.min(epoch));
+        if text.ends_with(".pyc") && source.entry_type().is_file() {
+            let mut copy = data.to_vec();
+            if clamp_pyc(&mut copy, epoch) {
+                data = std::borrow::Cow::Owned(copy);
+            }
+        }
+        header.set_size(data.len() as u64);
+        entries.push(LayerEntry {
+            path,
+            header,
+            link,
+            pax,
+            data,
+        });
+    }
+    entries.sort_by(|a, b| {
+        let a_hard = a.header.entry_type().is_hard_link();
+        let b_hard = b.header.entry_type().is_hard_link();
+        a_hard.cmp(&b_hard).then_with(|| a.path.cmp(&b.path))
+    });
+    let mut builder = tar::Builder::new(Vec::with_capacity(layer.len()));
+    for mut entry in entries {
+        use std::os::unix::ffi::OsStrExt;
+        let path = std::path::Path::new(std::ffi::OsStr::from_bytes(&entry.path));
+        if !entry.pax.is_empty() {
+            builder.append_pax_extensions(
+                entry
+                    .pax
+                    .iter()
+                    .map(|(key, value)| (key.as_str(), value.as_slice())),
+            )?;
+        }
+        match &entry.link {
+            Some(link)
+                if entry.header.entry_type().is_hard_link()
+                    || entry.header.entry_type().is_symlink() =>
+            {
+                let target = std::path::Path::new(std::ffi::OsStr::from_bytes(link));
+                builder
+                    .append_link(&mut entry.header, path, target)
+                    .with_context(|| format!("{}", path.display()))?;
+            }
+            _ => builder
+                .append_data(&mut entry.header, path, entry.data.as_ref())
+                .with_context(|| format!("{}", path.display()))?,
+        }
+    }
+    Ok(builder.into_inner()?)
+}
+
+/// gzip of `data` (see the module documentation): deterministic for a given `miniz_oxide`
+/// version, [`GZIP_LEVEL`] and chunk size, whatever the number of threads.
+pub(crate) fn gzip(data: &[u8]) -> Vec<u8> {
+    let chunks: Vec<&[u8]> = if data.is_empty() {
+        vec![data]
+    } else {
+        data.chunks(GZIP_CHUNK).collect()
+    };
+    let last = chunks.len() - 1;
+    let threads = std::thread::available_parallelism()
+        .map(|count| count.get())
+        .unwrap_or(1)
+        .min(chunks.len());
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut compressed: Vec<Vec<u8>> = vec![Vec::new(); chunks.len()];
+    let mut crc = 0;
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut done = Vec::new();
+                    loop {
+                        let index = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        if index >= chunks.len() {
+                            return done;
+                        }
+                        done.push((index, deflate_chunk(chunks[index], index == last)));
+                    }
+                })
+            })
+            .collect();
+        crc = crc32(data);
+        for worker in workers {
+            for (index, bytes) in worker.join().expect("a compression thread panicked") {
+                compressed[index] = bytes;
+            }
+        }
+    });
+    let mut out = Vec::with_capacity(compressed.iter().map(Vec::len).sum::<usize>() + 18);
+    // ID1 ID2 CM=deflate FLG=0 MTIME=0 XFL=0 OS=255 (unknown).
+    out.extend_from_slice(&[0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 255]);
+    for chunk in compressed {
+        out.extend_from_slice(&chunk);
+    }
+    out.extend_from_slice(&crc.to_le_bytes());
+    out.extend_from_slice(&(data.len() as u32).to_le_bytes());
+    out
+}
+
+/// Raw DEFLATE of one chunk by a fresh compressor: the last chunk ends the stream, the others
+/// end with a sync flush (byte aligned, not final), so the chunks concatenate into one stream.
+fn deflate_chunk(chunk: &[u8], last: bool) -> Vec<u8> {
+    use miniz_oxide::deflate::core::{
+        compress, create_comp_flags_from_zip_params, CompressorOxide, TDEFLFlush, TDEFLStatus,
+    };
+    let flags = create_comp_flags_from_zip_params(GZIP_LEVEL.into(), 0, 0);
+    let mut compressor = CompressorOxide::new(flags);
+    let flush = if last {
+        TDEFLFlush::Finish
+    } else {
+        TDEFLFlush::Sync
+    };
+    // Stored blocks cost 5 bytes per 64 KiB: this room always holds the whole chunk.
+    let mut out = vec![0; chunk.len() + chunk.len() / 64 + 1024];
+    let (status, consumed, written) = compress(&mut compressor, chunk, &mut out, flush);
+    let complete = if last {
+        status == TDEFLStatus::Done
+    } else {
+        status == TDEFLStatus::Okay
+    };
+    assert!(
+        complete && consumed == chunk.len() && written < out.len(),
+        "miniz_oxide left a chunk unfinished ({status:?}, {consumed} of {} bytes)",
+        chunk.len()
+    );
+    out.truncate(written);
+    out
+}
+
+/// CRC-32 (IEEE 802.3, as gzip's trailer), slice-by-8.
+pub(crate) fn crc32(data: &[u8]) -> u32 {
+    static TABLES: std::sync::OnceLock<[[u32; 256]; 8]> = std::sync::OnceLock::new();
+    let tables = TABLES.get_or_init(|| {
+        let mut tables = [[0u32; 256]; 8];
+        for index in 0..256u32 {
+            let mut value = index;
+            for _ in 0..8 {
+                value = if value & 1 == 1 {
+                    0xEDB8_8320 ^ (value >> 1)
+                } else {
+                    value >> 1
+                };
+            }
+            tables[0][index as usize] = value;
+        }
+        for index in 0..256 {
+            for table in 1..8 {
+                let previous = tables[table - 1][index];
+                tables[table][index] = (previous >> 8) ^ tables[0][(previous & 0xff) as usize];
+            }
+        }
+        tables
+    });
+    let mut crc = !0u32;
+    let mut words = data.chunks_exact(8);
+    for word in &mut words {
+        let low = u32::from_le_bytes([word[0], word[1], word[2], word[3]]) ^ crc;
+        crc = tables[7][(low & 0xff) as usize]
+            ^ tables[6][((low >> 8) & 0xff) as usize]
+            ^ tables[5][((low >> 16) & 0xff) as usize]
+            ^ tables[4][(low >> 24) as usize]
+            ^ tables[3][word[4] as usize]
+            ^ tables[2][word[5] as usize]
+            ^ tables[1][word[6] as usize]
+            ^ tables[0][word[7] as usize];
+    }
+    for byte in words.remainder() {
+        crc = (crc >> 8) ^ tables[0][((crc ^ u32::from(*byte)) & 0xff) as usize];
+    }
+    !crc
+}
+
+/// Checks `gzip` is a whole gzip member and returns what it holds.
+#[cfg(test)]
+pub(crate) fn gunzip(gzip: &[u8]) -> Result<Vec<u8>> {
+    if gzip.len() < 18 || gzip[0..3] != [0x1f, 0x8b, 8] {
+        anyhow::bail!("not a gzip stream");
+    }
+    let flags = gzip[3];
+    let mut start = 10;
+    if flags & 4 != 0 {
+        let extra = u16::from_le_bytes([gzip[10], gzip[11]]) as usize;
+        start += 2 + extra;
+    }
+    for bit in [8u8, 16] {
+        if flags & bit != 0 {
+            let end = gzip[start..]
+                .iter()
+                .position(|byte| *byte == 0)
+                .ok_or_else(|| anyhow!("a gzip header field without its end"))?;
+            start += end + 1;
+        }
+    }
+    if flags & 2 != 0 {
+        start += 2;
+    }
+    let body = gzip
+        .get(start..gzip.len() - 8)
+        .ok_or_else(|| anyhow!("a gzip stream shorter than its header"))?;
+    let data = miniz_oxide::inflate::decompress_to_vec(body)
+        .map_err(|error| anyhow!("the gzip stream does not inflate: {error:?}"))?;
+    let crc = u32::from_le_bytes(gzip[gzip.len() - 8..gzip.len() - 4].try_into()?);
+    if crc32(&data) != crc {
+        anyhow::bail!("the gzip stream's CRC does not match its content");
+    }
+    Ok(data)
+}
+
+#[cfg(test)]
+mod tests;

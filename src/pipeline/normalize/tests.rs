@@ -1,0 +1,412 @@
+//! One test per normalization rule, on tars built in memory.
+
+use super::*;
+use crate::pipeline::image_diff::layer_files;
+
+const EPOCH: u64 = 1_700_000_000;
+
+/// What a test layer entry is: path, type, mode, uid, gid, mtime, content or link target.
+struct Item<'a> {
+    path: &'a str,
+    kind: tar::EntryType,
+    mode: u32,
+    owner: (u64, u64),
+    mtime: u64,
+    data: &'a [u8],
+}
+
+fn item(path: &str, mtime: u64) -> Item<'_> {
+    Item {
+        path,
+        kind: tar::EntryType::Regular,
+        mode: 0o644,
+        owner: (0, 0),
+        mtime,
+        data: b"content",
+    }
+}
+
+fn layer(items: &[Item<'_>]) -> Vec<u8> {
+    let mut builder = tar::Builder::new(Vec::new());
+    for item in items {
+        let mut header = tar::Header::new_ustar();
+        header.set_entry_type(item.kind);
+        header.set_mode(item.mode);
+        header.set_uid(item.owner.0);
+        header.set_gid(item.owner.1);
+        header.set_mtime(item.mtime);
+        if item.kind.is_symlink() || item.kind.is_hard_link() {
+            header.set_size(0);
+            builder
+                .append_link(
+                    &mut header,
+                    item.path,
+                    std::str::from_utf8(item.data).unwrap(),
+                )
+                .unwrap();
+        } else {
+            let data = if item.kind.is_dir() {
+                &b""[..]
+            } else {
+                item.data
+            };
+            header.set_size(data.len() as u64);
+            builder.append_data(&mut header, item.path, data).unwrap();
+        }
+    }
+    builder.into_inner().unwrap()
+}
+
+/// (path, type, mode, uid, gid, mtime) of every entry, in order.
+fn listing(layer: &[u8]) -> Vec<(String, tar::EntryType, u32, u64, u64, u64)> {
+    let mut archive = tar::Archive::new(layer);
+    archive
+        .entries()
+        .unwrap()
+        .map(|entry| {
+            let entry = entry.unwrap();
+            let header = entry.header();
+            (
+                String::from_utf8_lossy(&entry.path_bytes()).into_owned(),
+                header.entry_type(),
+                header.mode().unwrap(),
+                header.uid().unwrap(),
+                header.gid().unwrap(),
+                header.mtime().unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn paths(layer: &[u8]) -> Vec<String> {
+    listing(layer).into_iter().map(|entry| entry.0).collect()
+}
+
+#[test]
+fn entries_come_in_path_order_with_hard_links_last() {
+    let input = layer(&[
+        item("usr/lib/b.so", 1),
+        Item {
+            kind: tar::EntryType::Link,
+            data: b"zz/target",
+            ..item("aa/hardlink", 1)
+        },
+        Item {
+            kind: tar::EntryType::Directory,
+            mode: 0o755,
+            ..item("usr/", 1)
+        },
+        item("zz/target", 1),
+        item("usr/lib/a.so", 1),
+        Item {
+            kind: tar::EntryType::Symlink,
+            data: b"a.so",
+            ..item("usr/lib/a.so.1", 1)
+        },
+    ]);
+    let output = normalize_layer(&input, EPOCH).unwrap();
+    assert_eq!(
+        paths(&output),
+        [
+            "usr/",
+            "usr/lib/a.so",
+            "usr/lib/a.so.1",
+            "usr/lib/b.so",
+            "zz/target",
+            "aa/hardlink"
+        ]
+    );
+    let mut archive = tar::Archive::new(output.as_slice());
+    let links: Vec<String> = archive
+        .entries()
+        .unwrap()
+        .filter_map(|entry| {
+            let entry = entry.unwrap();
+            entry
+                .link_name_bytes()
+                .map(|link| String::from_utf8_lossy(&link).into_owned())
+        })
+        .collect();
+    assert_eq!(links, ["a.so", "zz/target"], "link targets are kept");
+}
+
+#[test]
+fn mtimes_after_the_epoch_are_clamped_and_older_ones_kept() {
+    let input = layer(&[
+        item("new", EPOCH + 5),
+        item("old", 1_000),
+        item("at", EPOCH),
+    ]);
+    let mtimes: Vec<(String, u64)> = listing(&normalize_layer(&input, EPOCH).unwrap())
+        .into_iter()
+        .map(|entry| (entry.0, entry.5))
+        .collect();
+    assert_eq!(
+        mtimes,
+        [
+            ("at".into(), EPOCH),
+            ("new".into(), EPOCH),
+            ("old".into(), 1_000)
+        ]
+    );
+}
+
+#[test]
+fn files_that_only_record_the_build_time_are_left_out_and_whiteouts_kept() {
+    let input = layer(&[
+        item("var/log/dpkg.log", EPOCH + 9),
+        item("var/log/apt/history.log", EPOCH + 9),
+        item("var/log/apt/term.log", EPOCH + 9),
+        item("var/cache/ldconfig/aux-cache", EPOCH + 9),
+        item("etc/ld.so.cache", EPOCH + 9),
+        item("etc/.wh.removed-file", EPOCH + 9),
+        item("opt/dir/.wh..wh..opq", EPOCH + 9),
+        item("var/log/other.log", EPOCH + 9),
+    ]);
+    assert_eq!(
+        paths(&normalize_layer(&input, EPOCH).unwrap()),
+        [
+            "etc/.wh.removed-file",
+            "etc/ld.so.cache",
+            "opt/dir/.wh..wh..opq",
+            "var/log/other.log"
+        ]
+    );
+}
+
+#[test]
+fn owners_modes_and_extended_attributes_are_kept() {
+    let mut builder = tar::Builder::new(Vec::new());
+    builder
+        .append_pax_extensions([
+            ("SCHILY.xattr.security.capability", &b"\x01\x00\x00\x02"[..]),
+            ("mtime", &b"1800000000.123"[..]),
+        ])
+        .unwrap();
+    let mut header = tar::Header::new_ustar();
+    header.set_mode(0o4750);
+    header.set_uid(1000);
+    header.set_gid(42);
+    header.set_mtime(EPOCH + 100);
+    header.set_size(3);
+    header.set_username("alice").unwrap();
+    builder
+        .append_data(&mut header, "usr/bin/ping", &b"elf"[..])
+        .unwrap();
+    let input = builder.into_inner().unwrap();
+    let output = normalize_layer(&input, EPOCH).unwrap();
+    let listed = listing(&output);
+    assert_eq!(
+        listed,
+        [(
+            "usr/bin/ping".to_string(),
+            tar::EntryType::Regular,
+            0o4750,
+            1000,
+            42,
+            EPOCH
+        )]
+    );
+    let mut archive = tar::Archive::new(output.as_slice());
+    let mut entry = archive.entries().unwrap().next().unwrap().unwrap();
+    assert_eq!(entry.header().username().unwrap(), Some("alice"));
+    let pax: Vec<(String, Vec<u8>)> = entry
+        .pax_extensions()
+        .unwrap()
+        .unwrap()
+        .map(|extension| {
+            let extension = extension.unwrap();
+            (
+                extension.key().unwrap().to_string(),
+                extension.value_bytes().to_vec(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        pax,
+        [(
+            "SCHILY.xattr.security.capability".to_string(),
+            b"\x01\x00\x00\x02".to_vec()
+        )],
+        "the xattr stays, the fractional mtime record goes"
+    );
+}
+
+#[test]
+fn a_timestamp_pyc_records_the_clamped_source_mtime() {
+    let mut pyc = vec![0xcb, 0x0d, 0x0d, 0x0a, 0, 0, 0, 0];
+    pyc.extend_from_slice(&((EPOCH + 60) as u32).to_le_bytes());
+    pyc.extend_from_slice(&7u32.to_le_bytes());
+    pyc.extend_from_slice(b"code");
+    let input = layer(&[Item {
+        data: &pyc,
+        ..item("app/__pycache__/m.cpython-312.pyc", EPOCH + 60)
+    }]);
+    let output = normalize_layer(&input, EPOCH).unwrap();
+    let files = layer_files(&output).unwrap();
+    let mut expected = pyc.clone();
+    expected[8..12].copy_from_slice(&(EPOCH as u32).to_le_bytes());
+    assert_eq!(
+        files["app/__pycache__/m.cpython-312.pyc"].content,
+        Digest::of(&expected)
+    );
+    // A hash-based pyc (flags 1) is content only: left as it is.
+    let mut hashed = pyc.clone();
+    hashed[4] = 1;
+    assert!(!clamp_pyc(&mut hashed.clone(), EPOCH));
+    let mut older = pyc;
+    older[8..12].copy_from_slice(&5u32.to_le_bytes());
+    assert!(!clamp_pyc(&mut older, EPOCH), "an older source time stays");
+}
+
+#[test]
+fn normalizing_twice_changes_nothing_and_order_of_input_does_not_matter() {
+    let items = || {
+        vec![
+            item("b", EPOCH + 3),
+            item("a", 5),
+            item("var/log/dpkg.log", 9),
+            Item {
+                kind: tar::EntryType::Directory,
+                mode: 0o755,
+                ..item("c/", EPOCH + 1)
+            },
+        ]
+    };
+    let once = normalize_layer(&layer(&items()), EPOCH).unwrap();
+    assert_eq!(normalize_layer(&once, EPOCH).unwrap(), once);
+    let mut reversed = items();
+    reversed.reverse();
+    assert_eq!(normalize_layer(&layer(&reversed), EPOCH).unwrap(), once);
+}
+
+#[test]
+fn the_config_carries_the_epoch_only_and_the_new_diff_ids() {
+    let config = serde_json::json!({
+        "architecture": "amd64",
+        "os": "linux",
+        "created": "2026-12-02T15:31:07.123456789Z",
+        "container": "4f1e2d",
+        "container_config": {"Hostname": "4f1e2d"},
+        "docker_version": "20.10.24",
+        "config": {"Env": ["A=1"], "Image": "sha256:step-before", "Labels": {"imagegen.build-key": "sha256:k", "org.opencontainers.image.created": "2026-12-02T15:30:00Z"}},
+        "history": [
+            {"created": "2024-01-01T00:00:00Z", "created_by": "base"},
+            {"created": "2026-12-02T15:31:07Z", "created_by": "RUN x", "empty_layer": true}
+        ],
+        "rootfs": {"type": "layers", "diff_ids": ["sha256:old"]}
+    });
+    let diff_ids = [Digest::of(b"layer")];
+    let normalized =
+        normalize_config(&serde_json::to_vec(&config).unwrap(), EPOCH, &diff_ids).unwrap();
+    let normalized: Value = serde_json::from_slice(&normalized).unwrap();
+    let time = "2023-11-14T22:13:20Z";
+    assert_eq!(normalized["created"], time);
+    assert_eq!(normalized["history"][0]["created"], time);
+    assert_eq!(normalized["history"][1]["created"], time);
+    assert_eq!(normalized["history"][1]["created_by"], "RUN x");
+    for gone in ["container", "container_config", "docker_version"] {
+        assert!(normalized.get(gone).is_none(), "{gone} stays: {normalized}");
+    }
+    let labels = &normalized["config"]["Labels"];
+    assert_eq!(labels["org.opencontainers.image.created"], time);
+    assert_eq!(labels["imagegen.build-key"], "sha256:k");
+    assert_eq!(labels[NORMALIZED_LABEL], EPOCH.to_string());
+    assert_eq!(normalized["config"]["Env"][0], "A=1");
+    assert!(normalized["config"].get("Image").is_none());
+    assert_eq!(
+        normalized["rootfs"]["diff_ids"],
+        serde_json::json!([diff_ids[0].as_str()])
+    );
+}
+
+#[test]
+fn the_epoch_is_the_base_images_created_time() {
+    assert_eq!(epoch_of_created(Some("2023-11-14T22:13:20Z")), EPOCH);
+    assert_eq!(
+        epoch_of_created(Some("2023-11-14T22:13:20.987654321Z")),
+        EPOCH
+    );
+    assert_eq!(epoch_of_created(None), 0);
+    assert_eq!(epoch_of_created(Some("yesterday")), 0);
+}
+
+#[test]
+fn gzip_is_a_valid_deterministic_stream_of_independent_chunks() {
+    assert_eq!(crc32(b"123456789"), 0xCBF4_3926);
+    // More than two chunks, partly compressible.
+    let data: Vec<u8> = (0..(GZIP_CHUNK * 2 + 12_345))
+        .map(|index| ((index * 7919) % 251) as u8 ^ ((index / 1000) as u8))
+        .collect();
+    let compressed = gzip(&data);
+    assert_eq!(gzip(&data), compressed, "same bytes, same stream");
+    assert_eq!(&compressed[..10], &[0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 255]);
+    assert_eq!(gunzip(&compressed).unwrap(), data);
+    // The stream is the chunks compressed one after another: threads change nothing.
+    let mut sequential = compressed[..10].to_vec();
+    let chunks: Vec<&[u8]> = data.chunks(GZIP_CHUNK).collect();
+    for (index, chunk) in chunks.iter().enumerate() {
+        sequential.extend(deflate_chunk(chunk, index == chunks.len() - 1));
+    }
+    sequential.extend(crc32(&data).to_le_bytes());
+    sequential.extend((data.len() as u32).to_le_bytes());
+    assert_eq!(sequential, compressed);
+    assert_eq!(gunzip(&gzip(b"")).unwrap(), b"");
+}
+
+#[test]
+fn an_export_becomes_a_manifest_over_normalized_layers_and_a_loadable_archive() {
+    let config = serde_json::json!({
+        "architecture": "amd64", "os": "linux", "created": "2026-12-02T15:31:07Z",
+        "config": {}, "history": [], "rootfs": {"type": "layers", "diff_ids": []}
+    });
+    let export = |mtime: u64| {
+        let first = layer(&[item("etc/a", mtime), item("etc/b", 1)]);
+        let mut builder = tar::Builder::new(Vec::new());
+        for (name, data) in [
+            ("aaa/layer.tar", first.clone()),
+            ("cfg.json", serde_json::to_vec(&config).unwrap()),
+            (
+                "manifest.json",
+                serde_json::to_vec(&serde_json::json!([
+                    {"Config": "cfg.json", "RepoTags": ["x:1"], "Layers": ["aaa/layer.tar"]}
+                ]))
+                .unwrap(),
+            ),
+        ] {
+            append_file(&mut builder, name, &data).unwrap();
+        }
+        builder.into_inner().unwrap()
+    };
+    let mut heard = Vec::new();
+    let first = normalize_archive(export(EPOCH + 10).as_slice(), EPOCH, |unpacked, packed| {
+        heard.push((unpacked, packed))
+    })
+    .unwrap();
+    let second = normalize_archive(export(EPOCH + 99).as_slice(), EPOCH, |_, _| {}).unwrap();
+    assert_eq!(first.manifest_digest, second.manifest_digest);
+    assert_eq!(heard.len(), 1);
+    assert_eq!(heard[0].1, first.layers[0].gzip.len() as u64);
+    assert_eq!(first.unpacked_size(), heard[0].0);
+    let manifest: Value = serde_json::from_slice(&first.manifest).unwrap();
+    assert_eq!(manifest["config"]["digest"], first.config_digest.as_str());
+    assert_eq!(
+        manifest["layers"][0]["digest"],
+        first.layers[0].digest.as_str()
+    );
+    let unpacked = gunzip(&first.layers[0].gzip).unwrap();
+    assert_eq!(Digest::of(&unpacked), first.layers[0].diff_id);
+    let archive = first.load_archive("x:1").unwrap();
+    let mut names = Vec::new();
+    for entry in tar::Archive::new(archive.as_slice()).entries().unwrap() {
+        names.push(entry.unwrap().path().unwrap().display().to_string());
+    }
+    assert_eq!(
+        names,
+        [
+            format!("{}/layer.tar", first.layers[0].digest.hex()),
+            format!("{}.json", first.config_digest.hex()),
+            "manifest.json".to_string()
+        ]
+    );
+}

@@ -1,0 +1,165 @@
+//! Same inputs, same digest: two builds of the build fixture, each from a clean daemon (the
+//! first build's images and layers removed, so nothing is cached) and into an empty registry, at
+//! different times, push the same manifest digests; the daemon holds each image under the pushed
+//! config digest, so the self-test ran on the pushed bytes.
+
+use std::collections::BTreeMap;
+
+use crate::support::project::{assert_code, prepare, text, Project, SELFTEST_PASS};
+use crate::support::Registry;
+
+/// The digest the manifest records for each image, after a pushed build that built every one.
+fn built_digests(project: &Project, log: &str) -> BTreeMap<String, String> {
+    let manifest = project.manifest();
+    let images = manifest["images"].as_object().expect("images recorded");
+    assert_eq!(images.len(), 4, "four images recorded:\n{log}");
+    assert_eq!(
+        log.matches("== built sha256:").count(),
+        4,
+        "every image was built, none reused:\n{log}"
+    );
+    images
+        .iter()
+        .map(|(tag, record)| {
+            (
+                tag.clone(),
+                record["digest"].as_str().expect("a digest").to_string(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_clean_builds_of_the_same_inputs_push_one_digest() {
+    prepare().await;
+    let mut registry = Registry::start();
+    let project = Project::new(registry.host(), SELFTEST_PASS);
+
+    let output = project.build(&["--push"]);
+    assert_code(&output, 0);
+    let first_log = text(&output);
+    let first = built_digests(&project, &first_log);
+
+    // Every local image of the first build is checked against what the registry serves.
+    let engine = crate::support::engine().await;
+    let client = project.client(None);
+    for (tag, digest) in &first {
+        let served = client
+            .get_manifest(&project.repository, tag)
+            .await
+            .unwrap()
+            .expect("pushed");
+        assert_eq!(&served.digest, digest);
+        let manifest: serde_json::Value = serde_json::from_slice(&served.bytes).unwrap();
+        let local = engine
+            .image(&format!(
+                "{}/{}:{tag}",
+                project.registry, project.repository
+            ))
+            .await
+            .unwrap()
+            .unwrap_or_else(|| {
+                panic!("{tag}: the normalized image is not in the daemon:\n{first_log}")
+            });
+        assert_eq!(
+            manifest["config"]["digest"].as_str(),
+            Some(local.id.as_str()),
+            "{tag}: the daemon's image is the pushed config"
+        );
+        assert!(
+            local.labels.contains_key("imagegen.normalized-epoch"),
+            "{tag}: {:?}",
+            local.labels
+        );
+    }
+
+    // A clean daemon, an empty registry, no manifest, a later time.
+    project.remove_images().await;
+    registry.restart_empty();
+    std::fs::remove_file(project.path().join("imagegen-manifest.json")).unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+
+    let output = project.build(&["--push"]);
+    assert_code(&output, 0);
+    let second_log = text(&output);
+    let second = built_digests(&project, &second_log);
+    for (tag, digest) in &first {
+        println!("{tag}: first {digest}, second {}", second[tag]);
+    }
+    assert_eq!(
+        first, second,
+        "two clean builds of the same inputs pushed other digests\nfirst build:\n{first_log}\nsecond build:\n{second_log}"
+    );
+}
+
+/// Builds `dockerfile` (with the case's label after `FROM`) as `tag` and returns its image ID.
+async fn build_image(
+    engine: &imagegen::docker::Engine,
+    cleanup: &crate::support::Cleanup,
+    tag: &str,
+    dockerfile: &str,
+) -> String {
+    let dockerfile = cleanup.dockerfile(dockerfile);
+    let directory = crate::support::context_dir(&[("Dockerfile", &dockerfile)]);
+    let context = imagegen::docker::context_tar(directory.path(), &[]).unwrap();
+    let request = imagegen::docker::BuildRequest::new(tag, context);
+    engine.build(request, |_| {}).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn diff_build_names_the_files_that_differ_per_layer() {
+    prepare().await;
+    let engine = crate::support::engine().await;
+    let cleanup = crate::support::Cleanup::new("diff-build");
+    let base = crate::support::BASE_IMAGE;
+    let first = format!("imagegen-test/diff-build:{}-a", cleanup.case());
+    let second = format!("imagegen-test/diff-build:{}-b", cleanup.case());
+    // The same steps; the second "archive" serves another release of one package.
+    let steps = |release: &str| {
+        format!(
+            "FROM {base}\nRUN mkdir -p /opt/app && echo same > /opt/app/same.txt\nRUN echo 'htop {release}' > /opt/app/htop && chmod 0755 /opt/app/htop && echo {release} > /opt/app/release-{release}\n"
+        )
+    };
+    build_image(&engine, &cleanup, &first, &steps("3.2.1")).await;
+    build_image(&engine, &cleanup, &second, &steps("3.2.2-1")).await;
+    let directory = tempfile::tempdir().unwrap();
+    let run = |a: &str, b: &str| {
+        assert_cmd::Command::cargo_bin("imagegen")
+            .unwrap()
+            .current_dir(directory.path())
+            .args(["diff-build", a, b])
+            .output()
+            .unwrap()
+    };
+
+    let output = run(&first, &second);
+    assert_code(&output, 1);
+    let mut settings = insta::Settings::clone_current();
+    settings.add_filter(r"sha256:[0-9a-f]{12}", "sha256:[short]");
+    settings.add_filter(r#""[0-9a-f]{64}""#, "[container]");
+    settings.add_filter(r"\d{4}-\d\d-\d\dT[0-9:.]+Z", "[time]");
+    settings.add_filter(&regex_escape(cleanup.case()), "[case]");
+    settings.add_filter(r"imagegen-test\.run=\S+", "imagegen-test.run=[run]");
+    settings.bind(|| insta::assert_snapshot!("diff_build", text(&output)));
+
+    let output = run(&first, &first);
+    assert_code(&output, 0);
+    assert!(
+        text(&output).contains("are the same image"),
+        "{}",
+        text(&output)
+    );
+}
+
+/// `text` with the characters a regex treats specially escaped.
+fn regex_escape(text: &str) -> String {
+    text.chars()
+        .flat_map(|c| {
+            if "\\.+*?()|[]{}^$-".contains(c) {
+                vec!['\\', c]
+            } else {
+                vec![c]
+            }
+        })
+        .collect()
+}
