@@ -27,6 +27,14 @@ pub struct Cli {
     /// A compatibility knowledge file merged over the embedded one (same schema).
     #[arg(long, global = true, env = "IMAGEGEN_KNOWLEDGE")]
     pub knowledge: Option<PathBuf>,
+    /// The project's folder: the matrix is DIR/matrix.yaml (a relative --matrix is taken in DIR). Without it the matrix's own folder is the project's: images/, the manifest and .imagegen/ (their defaults), ca_bundle, templates and steps are relative to it, wherever imagegen runs.
+    #[arg(long, global = true, env = "IMAGEGEN_PROJECT", value_name = "DIR")]
+    pub project: Option<PathBuf>,
+    /// The options given on the command line or in the environment, by id (filled by
+    /// `commands::parse`): a path given there is relative to the working directory, a default one
+    /// to the project's folder.
+    #[arg(skip)]
+    pub given: Vec<String>,
     #[command(subcommand)]
     pub command: Command,
 }

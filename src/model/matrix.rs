@@ -210,7 +210,9 @@ fn check_gpu_model(model: &str) -> Result<(), String> {
 #[serde(deny_unknown_fields)]
 pub struct TagSettings {
     /// The immutable full tag. Placeholders: {torch} {torch_series} {cuda} {cudnn_major} {cudnn}
-    /// {python} {variant} {os}.
+    /// {python} {variant} {os}, and two the manifest decides: {revision} (1, or the next number
+    /// when the content under the rest of the tag changed) and {date} (YYYYMMDD of the day the
+    /// content was first built).
     #[serde(default = "default_full_tag")]
     pub full: String,
     /// The OS that short aliases (without an OS suffix) and `latest` point at; the newest OS of
@@ -1192,6 +1194,8 @@ fn check_tag_template(template: &str) -> Result<(), String> {
         "python",
         "variant",
         "os",
+        "revision",
+        "date",
     ];
     let mut rest = template;
     let mut literal = String::new();
@@ -1209,6 +1213,16 @@ fn check_tag_template(template: &str) -> Result<(), String> {
             ));
         }
         rest = &rest[close + 1..];
+        if name == "revision" && rest.starts_with(|c: char| c.is_ascii_digit() || c == '{') {
+            return Err(format!(
+                "{template:?}: {{revision}} must be followed by the end of the tag or a character that is not a digit (e.g. `-r{{revision}}-{{os}}`), so the revision can be read back from a recorded tag"
+            ));
+        }
+    }
+    for name in ["revision", "date"] {
+        if template.matches(&format!("{{{name}}}")).count() > 1 {
+            return Err(format!("{template:?} uses {{{name}}} more than once"));
+        }
     }
     literal.push_str(rest);
     if let Some(bad) = literal

@@ -513,7 +513,7 @@ impl Builder for EngineBuilder {
                     .unwrap_or("none");
                 if theirs != build_key.as_str() {
                     anyhow::bail!(
-                        "refusing to push {repository}:{tag}: the registry already has this full tag with different content (build key {theirs}, this image {build_key}); full tags are immutable\nhint: to publish a rebuild under a new tag, add a revision to tags.full in the matrix (e.g. \"{{torch}}-cuda{{cuda}}-cudnn{{cudnn_major}}-{{variant}}-{{os}}-r2\"), or move aliases back with `imagegen rollback`"
+                        "refusing to push {repository}:{tag}: the registry already has this full tag with different content (build key {theirs}, this image {build_key}); full tags are immutable\nhint: to publish a rebuild under a new tag, add {{revision}} to tags.full in the matrix (e.g. \"{{torch}}-cuda{{cuda}}-cudnn{{cudnn_major}}-{{variant}}-{{os}}-r{{revision}}\": new content takes the next revision), or move aliases back with `imagegen rollback`"
                     );
                 }
                 // The same content is there already (pushed by an earlier or a concurrent run):

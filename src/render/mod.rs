@@ -9,6 +9,8 @@
 //! knowledge, whose versions are digits and dots only; `check_values` checks again right here
 //! before rendering, since a Dockerfile is code.
 
+mod ca_bundle;
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use minijinja::{context, Environment, UndefinedBehavior};
@@ -53,6 +55,20 @@ pub(crate) const MAKE_CUDA_STUB: &str = include_str!("../../templates/make-cuda-
 
 /// The file names of a build context beside the Dockerfile.
 pub(crate) const CA_BUNDLE_FILE: &str = "ca-bundle.crt";
+
+/// How a rendered file differs from `current` for `render --check`: a unified diff, or for a CA
+/// bundle the certificates added and removed (a diff of base64 says nothing to a person).
+pub(crate) fn file_change(label: &str, file: &str, current: &str, wanted: &str) -> String {
+    let header = format!("--- a/{label}\n+++ b/{label}\n");
+    if file == CA_BUNDLE_FILE {
+        return format!("{header}{}", ca_bundle::change_summary(current, wanted));
+    }
+    similar::TextDiff::from_lines(current, wanted)
+        .unified_diff()
+        .context_radius(3)
+        .header(&format!("a/{label}"), &format!("b/{label}"))
+        .to_string()
+}
 pub(crate) const CUDA_STUB_SCRIPT: &str = "make-cuda-stub.sh";
 
 /// The template that renders images of `variant`.
@@ -296,6 +312,8 @@ fn render_one(
         ca_bundle => ca_bundle.map(|_| CA_BUNDLE_FILE),
         extra_labels => extra_labels,
         title => title,
+        // Without the registry: moving to another registry re-renders no runtime image.
+        repository_path => matrix.repository.clone(),
     };
     // The team's step fragment, rendered with the same values (strict: an unknown name fails).
     let steps_text = match &image.extensions.steps {

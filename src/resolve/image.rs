@@ -250,8 +250,12 @@ pub struct ResolveOptions {
     pub ca_bundle: Option<Digest>,
     /// The CUDA wheels each image's lock pins, by image name (read from the locks on disk).
     pub locked_cuda: BTreeMap<String, LockedCuda>,
-    /// Today, in days since 1970-01-01, to judge ends of life by; `None` judges none.
+    /// Today, in days since 1970-01-01, to judge ends of life by (`None` judges none), and the
+    /// day `{date}` gives new content (1970-01-01 when `None`).
     pub today: Option<i64>,
+    /// The fingerprint of every image the manifest records as built, by full tag: `{revision}`
+    /// and `{date}` keep the recorded ones for the same content and move on for new content.
+    pub recorded: BTreeMap<String, Digest>,
     /// The base images' pins (`images/bases.lock`), by base reference.
     pub base_pins: BTreeMap<String, crate::model::bases::BasePin>,
     /// sha256 of each step fragment (`steps:`), by its path as the matrix writes it: the

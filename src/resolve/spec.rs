@@ -134,7 +134,7 @@ pub(super) fn build_spec(
         &matrix.mirrors,
     );
     let mut spec = ImageSpec {
-        name: tag.clone(),
+        name: tags::folder_name(&tag),
         repository,
         tag,
         aliases: Vec::new(),
