@@ -307,12 +307,15 @@ async fn remove_images_of_dead_runs(engine: &Engine, dir: &Path) {
             continue;
         }
         let mut removed = 0;
+        // Kept for a later run to try again when the daemon failed or held an image (the killed
+        // step's container, which the daemon stops on its own time, may still use it).
         let mut failed = false;
         // Newest first: each step's image is the parent of the next.
         for image in entry.images.iter().rev() {
             match engine.remove_untagged_image(image).await {
                 Ok(Removal::Removed) => removed += 1,
-                Ok(Removal::Absent | Removal::Tagged | Removal::Held(_)) => {}
+                Ok(Removal::Absent | Removal::Tagged) => {}
+                Ok(Removal::Held(_)) => failed = true,
                 Err(error) => {
                     failed = true;
                     eprintln!(
@@ -328,7 +331,6 @@ async fn remove_images_of_dead_runs(engine: &Engine, dir: &Path) {
                 entry.run
             );
         }
-        // Kept for the next run to try again when the daemon failed.
         if !failed {
             if let Err(error) = run_journal::remove(&entry.path) {
                 eprintln!(
