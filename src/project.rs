@@ -918,7 +918,7 @@ pub fn image_files(dir: &Path, image: &str) -> Result<BTreeMap<String, Vec<u8>>>
 
 /// The pins of `<dir>/bases.lock`, or `None` when there is no such file; a file that does not
 /// parse is an error naming it.
-pub fn read_base_pins(dir: &Path) -> Result<Option<BasePins>> {
+pub(crate) fn read_base_pins(dir: &Path) -> Result<Option<BasePins>> {
     let path = dir.join(BASES_FILE);
     let text = match std::fs::read_to_string(&path) {
         Ok(text) => text,

@@ -22,7 +22,7 @@ use crate::history::manifest::IndexRecord;
 use crate::model::digest::Digest;
 
 /// What assembling an index is, as SLSA's `buildType`; documented in README.md ("Attestations").
-pub const INDEX_BUILD_TYPE: &str = "urn:imagegen:build-type:oci-index:v1";
+pub(crate) const INDEX_BUILD_TYPE: &str = "urn:imagegen:build-type:oci-index:v1";
 
 /// One platform image of an index with the predicates of its own statements.
 #[derive(Debug, Clone, PartialEq)]

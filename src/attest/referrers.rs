@@ -16,7 +16,7 @@ pub const ATTESTATION_ARTIFACT_TYPE: &str = "application/vnd.in-toto+json";
 /// The `artifactType` of cosign's simple-signing signature.
 pub const SIGNATURE_ARTIFACT_TYPE: &str = "application/vnd.dev.cosign.simplesigning.v1+json";
 /// The OCI empty descriptor's media type and content (`{}`), the config of an artifact manifest.
-pub const EMPTY_MEDIA_TYPE: &str = "application/vnd.oci.empty.v1+json";
+pub(crate) const EMPTY_MEDIA_TYPE: &str = "application/vnd.oci.empty.v1+json";
 pub const EMPTY_CONFIG: &[u8] = b"{}";
 const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 pub const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";

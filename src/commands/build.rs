@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -23,7 +24,8 @@ use crate::commands::signals::{Signal, Signals};
 use crate::commands::stages::{lock_problems, no_images, render_project};
 use crate::commands::wheels;
 use crate::docker::pypi_index::team_context_files;
-use crate::docker::{ContextFile, Engine, Registries, RetryPolicy};
+use crate::docker::run_journal::{self, RunJournal};
+use crate::docker::{ContextFile, Engine, Registries, Removal, RetryPolicy};
 use crate::history::alias_transaction::settle_one;
 use crate::history::manifest::{now_rfc3339, Manifest};
 use crate::model::digest::Digest;
@@ -210,7 +212,20 @@ async fn execute_plan(
             .with_push_retry(retry)
             .with_push_idle_timeout(registry_timeout);
     let run_id = RunId::this_process().to_string();
+    let journals = journal_dir(&settings.log_dir);
     remove_leftovers_of_dead_runs(&engine).await;
+    remove_images_of_dead_runs(&engine, &journals).await;
+    // Written before the first build starts: the step images of this run, should it be killed.
+    let journal = match RunJournal::create(&journals, &run_id) {
+        Ok(journal) => Some(Arc::new(journal)),
+        Err(error) => {
+            eprintln!(
+                "warning: cannot write this run's image journal in {}: {error}; a kill mid-build would leave its step images for you to remove",
+                journals.display()
+            );
+            None
+        }
+    };
     let outcome = build_and_record(
         project,
         settings,
@@ -218,10 +233,19 @@ async fn execute_plan(
         contexts,
         manifest_file,
         engine.clone(),
-        (&run_id, selftest_baseline, signer),
+        (&run_id, selftest_baseline, signer, journal.clone()),
         &mut signals,
     )
     .await;
+    // The run ends here, killed by nothing: its step images are results or build cache.
+    if let Some(journal) = journal {
+        if let Err(error) = journal.finish() {
+            eprintln!(
+                "warning: could not remove {}: {error}",
+                journal.path().display()
+            );
+        }
+    }
     // Every path ends here: containers of this run that a cancellation left behind go.
     match engine
         .remove_containers_with_label(RUN_LABEL, &run_id)
@@ -266,6 +290,73 @@ async fn remove_leftovers_of_dead_runs(engine: &Engine) {
     }
 }
 
+/// Where runs write their journals of step images: `runs/` beside the build logs
+/// (`.imagegen/runs`).
+fn journal_dir(log_dir: &Path) -> PathBuf {
+    log_dir
+        .parent()
+        .filter(|parent| !parent.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+        .join("runs")
+}
+
+/// Removes the images that builds of runs killed mid-build left (the classic builder's images of
+/// the steps finished before the kill), from those runs' journals: only runs of this machine's
+/// boot whose process is gone, and only images with no tag that no image is built on and no
+/// container uses (the daemon judges that; nothing is forced). A live run's journal, and one of
+/// a run this machine cannot judge, stay.
+async fn remove_images_of_dead_runs(engine: &Engine, dir: &Path) {
+    let found = match run_journal::journals(dir) {
+        Ok(found) => found,
+        Err(error) => {
+            eprintln!(
+                "warning: could not read the image journals of earlier runs in {}: {error}",
+                dir.display()
+            );
+            return;
+        }
+    };
+    for entry in found {
+        let gone = RunId::parse(&entry.run).is_some_and(|id| id.liveness() == Liveness::Gone);
+        if !gone {
+            continue;
+        }
+        let mut removed = 0;
+        // Kept for a later run to try again when the daemon failed or held an image (the killed
+        // step's container, which the daemon stops on its own time, may still use it).
+        let mut failed = false;
+        // Newest first: each step's image is the parent of the next.
+        for image in entry.images.iter().rev() {
+            match engine.remove_untagged_image(image).await {
+                Ok(Removal::Removed) => removed += 1,
+                Ok(Removal::Absent | Removal::Tagged) => {}
+                Ok(Removal::Held(_)) => failed = true,
+                Err(error) => {
+                    failed = true;
+                    eprintln!(
+                        "warning: could not remove image {image} left behind by run {}, which is gone: {error}",
+                        entry.run
+                    );
+                }
+            }
+        }
+        if removed > 0 {
+            eprintln!(
+                "removed {removed} image(s) left behind by run {}, which is gone",
+                entry.run
+            );
+        }
+        if !failed {
+            if let Err(error) = run_journal::remove(&entry.path) {
+                eprintln!(
+                    "warning: could not remove {}: {error}",
+                    entry.path.display()
+                );
+            }
+        }
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn build_and_record(
     project: &Project,
@@ -274,7 +365,12 @@ async fn build_and_record(
     contexts: Contexts,
     manifest_file: ManifestFile,
     engine: Engine,
-    (run_id, selftest_baseline, signer): (&str, Option<String>, Option<Signer>),
+    (run_id, selftest_baseline, signer, journal): (
+        &str,
+        Option<String>,
+        Option<Signer>,
+        Option<Arc<RunJournal>>,
+    ),
     signals: &mut Signals,
 ) -> Result<Outcome> {
     let retry = RetryPolicy {
@@ -323,6 +419,7 @@ async fn build_and_record(
             build_timeout: Duration::from_secs(settings.build_timeout),
             run_id: run_id.to_string(),
             selftest_baseline,
+            journal,
             ..Default::default()
         },
     ));

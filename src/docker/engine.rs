@@ -246,6 +246,18 @@ impl LineSplitter {
     }
 }
 
+/// What [`Engine::remove_untagged_image`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Removal {
+    Removed,
+    /// No such image (removed already, or with a parent removed before it).
+    Absent,
+    /// It has a tag: someone's image, kept.
+    Tagged,
+    /// The daemon refused (an image built on it, a container using it), with its reason.
+    Held(String),
+}
+
 /// The classic builder's progress marker: `Step 3/8 : RUN ...` → `Some((3, 8))`. Lets a caller
 /// drive a progress bar from the lines [`Engine::build`] streams.
 pub fn build_step_progress(line: &str) -> Option<(u32, u32)> {
@@ -613,6 +625,36 @@ impl Engine {
         {
             Ok(_) => Ok(true),
             Err(error) if is_not_found(&error) => Ok(false),
+            Err(error) => Err(self.daemon_error(format!("removing image {reference}"), error)),
+        }
+    }
+
+    /// Removes local image `reference` only if nothing else holds it: it has no tag, no image
+    /// was built on it and no container uses it (the daemon refuses those without `force`,
+    /// which is never given here). Its parents stay (`noprune`): the caller names each image it
+    /// means, newest first.
+    pub async fn remove_untagged_image(&self, reference: &str) -> Result<Removal, DockerError> {
+        let Some(image) = self.image(reference).await? else {
+            return Ok(Removal::Absent);
+        };
+        if image.repo_tags.iter().any(|tag| tag != "<none>:<none>") {
+            return Ok(Removal::Tagged);
+        }
+        let options = RemoveImageOptionsBuilder::default()
+            .force(false)
+            .noprune(true)
+            .build();
+        match self
+            .docker
+            .remove_image(&image.id, Some(options), None)
+            .await
+        {
+            Ok(_) => Ok(Removal::Removed),
+            Err(error) if is_not_found(&error) => Ok(Removal::Absent),
+            Err(BollardError::DockerResponseServerError {
+                status_code: 409,
+                message,
+            }) => Ok(Removal::Held(message.trim().to_string())),
             Err(error) => Err(self.daemon_error(format!("removing image {reference}"), error)),
         }
     }

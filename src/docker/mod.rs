@@ -55,12 +55,13 @@ pub mod pypi_index;
 mod registries;
 mod registry;
 mod retry;
+pub mod run_journal;
 pub mod wheel_cache;
 
 pub use context::{append_to_context, context_tar, ContextFile, ContextWheels, DiskFile};
 pub use credentials::{registry_host_of, repository_path_of, Credentials, DockerConfig};
 pub use engine::{
-    build_step_progress, BuildRequest, Engine, LocalImage, RunOutput, RunRequest,
+    build_step_progress, BuildRequest, Engine, LocalImage, Removal, RunOutput, RunRequest,
     DEFAULT_DOCKER_HOST, DEFAULT_PUSH_IDLE_TIMEOUT, DEFAULT_REQUEST_TIMEOUT,
 };
 pub use error::DockerError;

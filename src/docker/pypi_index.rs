@@ -77,7 +77,10 @@ impl IndexClient {
     }
 
     /// This client sending `credentials` (HTTP basic) to the index's host, and to no other.
-    pub fn with_credentials(mut self, credentials: Option<&IndexCredentials>) -> IndexClient {
+    pub(crate) fn with_credentials(
+        mut self,
+        credentials: Option<&IndexCredentials>,
+    ) -> IndexClient {
         use base64::Engine as _;
         self.authorization = credentials.map(|c| {
             format!(
@@ -475,7 +478,7 @@ pub fn env_credentials(index: &ExtraIndex) -> anyhow::Result<Option<IndexCredent
 
 /// The credentials of `url`'s host in a netrc file (`$NETRC`, else `~/.netrc`): its `machine`
 /// entry, else its `default` entry.
-pub fn netrc_credentials(url: &str) -> Option<IndexCredentials> {
+pub(crate) fn netrc_credentials(url: &str) -> Option<IndexCredentials> {
     let path = std::env::var_os("NETRC")
         .map(std::path::PathBuf::from)
         .or_else(|| {
@@ -493,7 +496,7 @@ pub fn netrc_credentials(url: &str) -> Option<IndexCredentials> {
 }
 
 /// The `login` and `password` of `host` in netrc `text`.
-pub fn netrc_lookup(text: &str, host: &str) -> Option<IndexCredentials> {
+pub(crate) fn netrc_lookup(text: &str, host: &str) -> Option<IndexCredentials> {
     let mut tokens = text.split_whitespace();
     let (mut found, mut default) = (None, None);
     let mut current: Option<(bool, Option<String>, Option<String>)> = None;
@@ -554,7 +557,7 @@ pub struct LockedPackage {
 }
 
 /// The packages of a lock's text.
-pub fn locked_packages(lock: &str) -> Vec<LockedPackage> {
+pub(crate) fn locked_packages(lock: &str) -> Vec<LockedPackage> {
     let mut packages: Vec<LockedPackage> = Vec::new();
     for line in lock.lines() {
         if !line.starts_with([' ', '#']) {
@@ -589,7 +592,7 @@ pub fn locked_packages(lock: &str) -> Vec<LockedPackage> {
 /// The wheels of the lock's packages that uv took from one of `indexes`: every wheel of the
 /// locked version on that index whose sha256 the lock allows, fetched with the index's
 /// credentials, as (file name, bytes). A package with no such wheel is an error naming it.
-pub fn fetch_team_wheels(
+pub(crate) fn fetch_team_wheels(
     lock: &str,
     indexes: &[ExtraIndex],
     timeout: Duration,

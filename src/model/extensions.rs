@@ -221,14 +221,6 @@ pub fn check_requirement(text: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// The PEP 503 normalized name of a requirement (`Rich>=13` → `rich`).
-pub fn requirement_name(text: &str) -> String {
-    let end = text
-        .find(|c: char| !(c.is_ascii_alphanumeric() || "._-".contains(c)))
-        .unwrap_or(text.len());
-    text[..end].to_ascii_lowercase().replace(['_', '.'], "-")
-}
-
 /// A Debian package name, optionally `=version`, safe on an `apt-get install` line.
 pub fn check_apt_package(text: &str) -> Result<(), String> {
     let (name, version) = match text.split_once('=') {
@@ -452,7 +444,6 @@ mod tests {
         ] {
             assert!(check_requirement(bad).is_err(), "{bad:?} passed");
         }
-        assert_eq!(requirement_name("Team_Lib.Core>=1"), "team-lib-core");
     }
 
     #[test]

@@ -14,6 +14,7 @@ use std::time::Duration;
 use anyhow::{anyhow, Context, Result};
 use tokio::sync::{Mutex, OnceCell};
 
+use crate::docker::run_journal::{RunJournal, StepImages};
 use crate::docker::{
     append_to_context, context_tar, repository_path_of, BuildRequest, ContextFile, ContextWheels,
     Engine, Registries, RegistryClient, RegistryManifest, RetryPolicy, RunRequest,
@@ -151,6 +152,9 @@ pub struct EngineBuilderSettings {
     pub run_id: String,
     /// A gpu-selftest baseline (its JSON), handed to every self-test as `GPU_SELFTEST_BASELINE`.
     pub selftest_baseline: Option<String>,
+    /// Where each build step's image is written down as it is made, so that a later run can
+    /// remove what this one leaves if it is killed mid-build.
+    pub journal: Option<Arc<RunJournal>>,
 }
 
 impl Default for EngineBuilderSettings {
@@ -164,6 +168,7 @@ impl Default for EngineBuilderSettings {
             build_timeout: DEFAULT_BUILD_TIMEOUT,
             run_id: format!("pid-{}", std::process::id()),
             selftest_baseline: None,
+            journal: None,
         }
     }
 }
@@ -373,9 +378,22 @@ impl Builder for EngineBuilder {
             Ok(()) => {
                 let progress = Arc::clone(&self.progress);
                 let log_name = name.clone();
-                let building = self
-                    .engine
-                    .build(request, move |line| progress.line(&log_name, line));
+                let journal = self.settings.journal.clone();
+                let mut steps = StepImages::default();
+                let building = self.engine.build(request, move |line| {
+                    if let (Some(journal), Some(image)) = (&journal, steps.see(line)) {
+                        if let Err(error) = journal.record(image) {
+                            progress.line(
+                                &log_name,
+                                &format!(
+                                    "== warning: could not write step image {image} to {}: {error}",
+                                    journal.path().display()
+                                ),
+                            );
+                        }
+                    }
+                    progress.line(&log_name, line)
+                });
                 match tokio::time::timeout(limit, building).await {
                     Ok(result) => result.map_err(anyhow::Error::from),
                     Err(_) => {

@@ -9,7 +9,7 @@ use crate::model::matrix::Matrix;
 use crate::resolve::image::Resolved;
 
 /// How close to an end of life a cell is warned about.
-pub const WARN_DAYS: i64 = 90;
+pub(crate) const WARN_DAYS: i64 = 90;
 
 /// One end of life a cell meets: what reaches it, when, and the sources that say so.
 #[derive(Debug, Clone, PartialEq, Eq)]

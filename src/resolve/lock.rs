@@ -58,20 +58,11 @@ impl LockSpec {
     }
 
     /// The URLs of the extra indexes.
-    pub fn extra_index_urls(&self) -> Vec<&str> {
+    pub(crate) fn extra_index_urls(&self) -> Vec<&str> {
         self.extra_indexes
             .iter()
             .map(|index| index.url.as_str())
             .collect()
-    }
-
-    /// The spec of the lock without the extras: the torch stack's own pins, which the extras
-    /// are resolved within.
-    pub fn without_extras(&self) -> LockSpec {
-        let mut spec = self.clone();
-        spec.extras.clear();
-        spec.inputs_digest = fingerprint(&spec.inputs());
-        spec
     }
 
     /// The inputs, by name, as the digest covers them.

@@ -34,7 +34,7 @@ pub fn full_tag(template: &str, fields: &TagFields) -> String {
 }
 
 /// The placeholder the next revision fills (1, 2, ...).
-pub const REVISION: &str = "{revision}";
+pub(crate) const REVISION: &str = "{revision}";
 /// The placeholder the build day fills (`YYYYMMDD`).
 pub const DATE: &str = "{date}";
 

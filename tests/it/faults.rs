@@ -8,7 +8,8 @@
 //! a hand-edited manifest with one; a rollback during a build; two rollbacks of one alias at once;
 //! shards' alias lists and merges in either order or in conflict; an overwritten full tag
 //! restored; a record given twice and a newer schema refused; two links to one manifest; the
-//! containers of a killed run removed by a later run, a live run's left alone; `Retry-After` from
+//! containers of a killed run removed by a later run, a live run's left alone; the step images
+//! of a build killed mid-step removed by the next run, one tagged meanwhile kept; `Retry-After` from
 //! a proxy in front of the registry.
 //!
 //! Timing comes from events imagegen makes observable, never from sleeps: the manifest's lock and
@@ -1333,6 +1334,134 @@ async fn containers_of_a_killed_run_are_removed_by_a_later_run_and_a_live_runs_a
         Vec::<String>::new(),
         "the dead run's container {container} is gone: {}",
         text(&output)
+    );
+}
+
+/// The step images a run's journal lists (`.imagegen/runs/<run>.images`), by journal.
+fn journaled_images(project: &Project) -> Vec<(String, Vec<String>)> {
+    let dir = project.path().join(".imagegen/runs");
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Vec::new();
+    };
+    let mut found: Vec<(String, Vec<String>)> = entries
+        .map(|entry| entry.unwrap().path())
+        .map(|path| {
+            let name = path.file_name().unwrap().to_string_lossy().to_string();
+            let images = std::fs::read_to_string(&path)
+                .unwrap()
+                .lines()
+                .map(str::to_string)
+                .collect();
+            (name, images)
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn images_of_a_build_killed_mid_step_are_removed_by_the_next_run_and_tagged_ones_kept() {
+    prepare().await;
+    let registry = Registry::start();
+    let project = Project::new(registry.host(), SELFTEST_PASS);
+    let _tags = RemoveTags::of(&project);
+    let engine = crate::support::engine().await;
+    let matrix = std::fs::read_to_string(project.path().join("matrix.yaml")).unwrap();
+    std::fs::write(
+        project.path().join("matrix.yaml"),
+        format!("{matrix}labels:\n  imagegen-test.sleep: \"120\"\n"),
+    )
+    .unwrap();
+    project.imagegen(&["render"]).assert().success();
+    let run = Running::start(&project, &build_args(&["--only", RUNTIME_280]));
+    let log = project
+        .path()
+        .join(format!(".imagegen/logs/{RUNTIME_280}.log"));
+    wait_until("the build's sleeping step", || {
+        std::fs::read_to_string(&log).is_ok_and(|text| text.contains("sleeping"))
+    });
+    // The steps before the sleeping one are committed, and written down before the kill.
+    let journals = journaled_images(&project);
+    assert_eq!(
+        journals.len(),
+        1,
+        "one journal, of the running build: {journals:?}"
+    );
+    let (journal, images) = journals[0].clone();
+    assert!(
+        images.len() >= 3,
+        "the label and the two RUN steps before the sleep: {images:?}\n{}",
+        std::fs::read_to_string(&log).unwrap()
+    );
+    signal(run.pid(), SIGKILL);
+    let (code, _) = run.finish();
+    assert_eq!(code, None, "killed");
+    // Left behind: untagged images nothing names, and the journal that lists them.
+    for image in &images {
+        let found = engine.image(image).await.unwrap();
+        assert!(
+            found.as_ref().is_some_and(|i| i.repo_tags.is_empty()),
+            "{image} is left untagged: {found:?}"
+        );
+    }
+    // The daemon stops the killed step's container on its own time; until then it holds the
+    // last image (a run meanwhile keeps the journal and tries again).
+    let last = images.last().unwrap().clone();
+    let start = Instant::now();
+    loop {
+        let options = bollard::query_parameters::ListContainersOptionsBuilder::default()
+            .all(true)
+            .build();
+        let containers = engine
+            .client()
+            .list_containers(Some(options))
+            .await
+            .unwrap();
+        let using = containers.iter().any(|c| {
+            c.image_id.as_deref().is_some_and(|id| id.contains(&last))
+                || c.image.as_deref().is_some_and(|id| id.contains(&last))
+        });
+        if !using {
+            break;
+        }
+        assert!(
+            start.elapsed() < PATIENCE,
+            "the killed step's container stays"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Someone tags the first of them meanwhile: it is theirs now, and stays.
+    let kept = format!("imagegen-test/kept-{}", std::process::id());
+    let _kept_tag = RemoveTags {
+        prefix: format!("{kept}:"),
+    };
+    engine.tag(&images[0], &kept, "1").await.unwrap();
+
+    std::fs::write(project.path().join("matrix.yaml"), &matrix).unwrap();
+    project.imagegen(&["render"]).assert().success();
+    let output = project.build(&["--only", RUNTIME_280]);
+    assert_code(&output, 0);
+    let run_id = journal.trim_end_matches(".images");
+    let said = format!(
+        "removed {} image(s) left behind by run {run_id}, which is gone",
+        images.len() - 1
+    );
+    assert!(text(&output).contains(&said), "{said}:\n{}", text(&output));
+    for image in &images[1..] {
+        assert!(
+            engine.image(image).await.unwrap().is_none(),
+            "{image} of the killed run is removed"
+        );
+    }
+    let tagged = engine.image(&format!("{kept}:1")).await.unwrap();
+    assert!(
+        tagged.is_some_and(|image| image.id.contains(&images[0])),
+        "the image someone tagged stays"
+    );
+    assert_eq!(
+        journaled_images(&project),
+        Vec::<(String, Vec<String>)>::new(),
+        "the dead run's journal is handled and the finished run's removed"
     );
 }
 
