@@ -27,6 +27,14 @@ pub struct Cli {
     /// A compatibility knowledge file merged over the embedded one (same schema).
     #[arg(long, global = true, env = "IMAGEGEN_KNOWLEDGE")]
     pub knowledge: Option<PathBuf>,
+    /// The project's folder: the matrix is DIR/matrix.yaml (a relative --matrix is taken in DIR). Without it the matrix's own folder is the project's: images/, the manifest and .imagegen/ (their defaults), ca_bundle, templates and steps are relative to it, wherever imagegen runs.
+    #[arg(long, global = true, env = "IMAGEGEN_PROJECT", value_name = "DIR")]
+    pub project: Option<PathBuf>,
+    /// The options given on the command line or in the environment, by id (filled by
+    /// `commands::parse`): a path given there is relative to the working directory, a default one
+    /// to the project's folder.
+    #[arg(skip)]
+    pub given: Vec<String>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -459,6 +467,14 @@ pub struct BuildArgs {
     /// Directory holding gpu-selftest-cu11, -cu12 and -cu13 (from selftest/build.sh).
     #[arg(long, default_value = "target/selftest")]
     pub selftest_dir: PathBuf,
+    /// The host-side wheel cache (content-addressed by sha256, shared by every image and run;
+    /// keep it between CI jobs). Default: $XDG_CACHE_HOME/imagegen/wheels, else
+    /// ~/.cache/imagegen/wheels, else .imagegen/wheels.
+    #[arg(long, env = "IMAGEGEN_WHEEL_CACHE", value_name = "DIR")]
+    pub wheel_cache: Option<PathBuf>,
+    /// How many wheels are fetched at once.
+    #[arg(long, env = "IMAGEGEN_WHEEL_JOBS", default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub wheel_jobs: u64,
     /// The manifest file.
     #[arg(long, default_value = DEFAULT_MANIFEST)]
     pub manifest: PathBuf,

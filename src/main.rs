@@ -5,10 +5,8 @@
 
 use std::io::Write;
 
-use clap::Parser;
-
 fn main() {
-    let code = match imagegen::cli::Cli::try_parse() {
+    let code = match imagegen::commands::parse() {
         Err(usage) => {
             // --help and --version land here too, with exit code 0.
             let _ = usage.print();

@@ -41,6 +41,9 @@ pub struct Project {
     pub knowledge_path: Option<PathBuf>,
     /// Where the rendered images and their locks are (`images/`, or a command's `--out`).
     pub images_dir: PathBuf,
+    /// The manifest (`imagegen-manifest.json`, or a command's `--manifest`): resolution reads
+    /// the fingerprints it records for `{revision}` and `{date}`.
+    pub manifest_path: PathBuf,
     definition: OnceCell<Definition>,
 }
 
@@ -96,12 +99,44 @@ impl Project {
 
     /// A project whose matrix is `matrix_path`, with an optional knowledge file over the embedded one.
     pub fn open(matrix_path: &Path, knowledge_path: Option<&Path>) -> Project {
+        // The project's own files are in the matrix's folder, wherever imagegen runs.
+        let root = matrix_path.parent().unwrap_or(Path::new(""));
         Project {
             matrix_path: matrix_path.to_path_buf(),
             knowledge_path: knowledge_path.map(Path::to_path_buf),
-            images_dir: PathBuf::from("images"),
+            images_dir: root.join("images"),
+            manifest_path: root.join("imagegen-manifest.json"),
             definition: OnceCell::new(),
         }
+    }
+
+    /// The matrix's folder, which the project's own paths are relative to (`images/`, the
+    /// manifest, `.imagegen/`, `ca_bundle`, `templates`, step fragments): empty for a matrix in
+    /// the working directory.
+    pub fn root(&self) -> &Path {
+        self.matrix_path.parent().unwrap_or(Path::new(""))
+    }
+
+    /// The same project with its manifest at `path`.
+    pub fn with_manifest(mut self, path: &Path) -> Project {
+        self.manifest_path = path.to_path_buf();
+        self
+    }
+
+    /// The fingerprint of every image the manifest records as built, by full tag (none without
+    /// a manifest).
+    pub fn recorded_fingerprints(&self) -> Result<BTreeMap<String, crate::model::digest::Digest>> {
+        use crate::history::manifest::RecordStatus;
+        Ok(load_manifest_if_present(&self.manifest_path)?
+            .map(|manifest| {
+                manifest
+                    .images
+                    .iter()
+                    .filter(|(_, record)| record.status == RecordStatus::Ok)
+                    .map(|(tag, record)| (tag.clone(), record.fingerprint.clone()))
+                    .collect()
+            })
+            .unwrap_or_default())
     }
 
     /// The same project with its rendered images (and locks) in `dir`.
@@ -123,9 +158,10 @@ impl Project {
 
     /// The matrix's CA bundle (`ca_bundle`), read as text.
     pub fn ca_bundle(&self) -> Result<Option<CaBundle>> {
-        let Some(path) = &self.matrix()?.ca_bundle else {
+        let Some(written) = &self.matrix()?.ca_bundle else {
             return Ok(None);
         };
+        let path = &self.root().join(written);
         let bytes = std::fs::read(path).with_context(|| {
             format!(
                 "cannot read the CA bundle {} (ca_bundle in {})",
@@ -140,7 +176,7 @@ impl Project {
             )
         })?;
         Ok(Some(CaBundle {
-            path: path.display().to_string(),
+            path: written.display().to_string(),
             text,
         }))
     }
@@ -162,7 +198,7 @@ impl Project {
         // A value no release has is a typo, not an impossible cell: refuse it before resolving.
         check_known(&matrix, &knowledge)?;
         let templates = match &matrix.templates {
-            Some(dir) => Templates::with_overrides(read_templates(dir)?),
+            Some(dir) => Templates::with_overrides(read_templates(&self.root().join(dir))?),
             None => Templates::embedded(),
         }
         .with_fragments(read_fragments(&self.matrix_path, &matrix)?);
@@ -943,12 +979,9 @@ pub fn check(rendered: &[RenderedImage], out: &Path) -> Result<Drift> {
             let current = std::fs::read_to_string(&path).unwrap_or_default();
             if current != *text {
                 let label = format!("{}/{}/{}", out.display(), image.name, file);
-                let diff = similar::TextDiff::from_lines(&current, text)
-                    .unified_diff()
-                    .context_radius(3)
-                    .header(&format!("a/{label}"), &format!("b/{label}"))
-                    .to_string();
-                drift.diffs.push(diff);
+                drift
+                    .diffs
+                    .push(crate::render::file_change(&label, file, &current, text));
             }
         }
     }

@@ -65,13 +65,20 @@ pub fn provenance(record: &ImageRecord, context: &BuildContext) -> Value {
     let mut external = Map::new();
     let mut cell = BTreeMap::new();
     cell.insert("variant", record.variant.to_string());
-    cell.insert("torch", record.torch.clone());
-    cell.insert("torchvision", record.torchvision.clone());
-    cell.insert("torchaudio", record.torchaudio.clone().unwrap_or_default());
-    cell.insert("cuda", record.cuda.clone());
-    cell.insert("cudnn", record.cudnn.clone());
-    cell.insert("python", record.python.clone());
-    cell.insert("os", record.os.clone());
+    cell.insert("torch", record.torch.to_string());
+    cell.insert("torchvision", record.torchvision.to_string());
+    cell.insert(
+        "torchaudio",
+        record
+            .torchaudio
+            .as_ref()
+            .map(ToString::to_string)
+            .unwrap_or_default(),
+    );
+    cell.insert("cuda", record.cuda.to_string());
+    cell.insert("cudnn", record.cudnn.to_string());
+    cell.insert("python", record.python.to_string());
+    cell.insert("os", record.os.to_string());
     if let Some(platform) = input("platform") {
         cell.insert("platform", platform.to_string());
     }

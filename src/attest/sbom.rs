@@ -221,8 +221,8 @@ pub fn sbom(
         .find(|(name, _)| name.starts_with("nvidia-nccl"))
         .map(|(_, (version, _))| version.clone());
     let toolkit = [
-        ("cuda", Some(record.cuda_full.clone())),
-        ("cudnn", Some(record.cudnn.clone())),
+        ("cuda", Some(record.cuda_full.to_string())),
+        ("cudnn", Some(record.cudnn.to_string())),
         ("nccl", nccl),
     ];
     for (name, version) in toolkit {

@@ -21,11 +21,13 @@ use crate::commands::outcome::Outcome;
 use crate::commands::output::{count, emit, note, table};
 use crate::commands::signals::{Signal, Signals};
 use crate::commands::stages::{lock_problems, no_images, render_project};
+use crate::commands::wheels;
 use crate::docker::pypi_index::team_context_files;
 use crate::docker::{ContextFile, Engine, Registries, RetryPolicy};
 use crate::history::alias_transaction::settle_one;
 use crate::history::manifest::{now_rfc3339, Manifest};
 use crate::model::digest::Digest;
+use crate::model::matrix::WheelSource;
 use crate::pipeline::alias_move::{AliasLedger, AliasRegistry};
 use crate::pipeline::docker_builder::{
     Contexts, EngineBuilder, EngineBuilderSettings, RegistryAliases, RUN_LABEL,
@@ -108,8 +110,13 @@ pub fn run(project: &Project, args: &BuildArgs) -> Result<Outcome> {
         None => None,
     };
     let baseline_digest = baseline.as_deref().map(|text| Digest::of(text.as_bytes()));
-    let team_wheels = team_wheels(&selected, &project.locks()?)?;
-    let contexts =
+    let wheel_source = project.matrix()?.wheels;
+    let team_wheels = match wheel_source {
+        // The team's wheels come through the host-side cache with every other file of the lock.
+        WheelSource::Cache => BTreeMap::new(),
+        WheelSource::Index => team_wheels(&selected, &project.locks()?)?,
+    };
+    let mut contexts =
         Contexts::assemble_with(&selected, &args.images, &args.selftest_dir, &team_wheels)?;
     let manifest_file =
         ManifestFile::new(&args.manifest, Duration::from_secs(args.lock.lock_timeout));
@@ -158,6 +165,14 @@ pub fn run(project: &Project, args: &BuildArgs) -> Result<Outcome> {
             Format::Json => emit(format!("{}\n", serde_json::to_string_pretty(&plan)?))?,
         }
         return Ok(Outcome::Success);
+    }
+    if wheel_source == WheelSource::Cache {
+        contexts.wheels = wheels::fetch_for_images(
+            &selected,
+            &project.locks()?,
+            &wheels::cache_root(args.wheel_cache.as_deref()),
+            args.wheel_jobs as usize,
+        )?;
     }
 
     let runtime = tokio::runtime::Builder::new_multi_thread()

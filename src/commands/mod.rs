@@ -27,17 +27,106 @@ pub mod stages;
 pub mod test;
 pub mod verify;
 pub mod waiting;
+pub mod wheels;
 
 use anyhow::Result;
 
-use crate::cli::{Cli, Command, ManifestAction};
+use crate::cli::{AttestAction, Cli, Command, ManifestAction, TestAction};
 use crate::project::Project;
 
 pub use outcome::{describe, Outcome};
 pub use signals::Signal;
 
+/// The command line, parsed, with the ids of the options it (or the environment) gave.
+pub fn parse() -> std::result::Result<Cli, clap::Error> {
+    use clap::parser::ValueSource;
+    use clap::{CommandFactory, FromArgMatches};
+    let matches = Cli::command().try_get_matches()?;
+    let mut cli = Cli::from_arg_matches(&matches)?;
+    let mut level = Some(&matches);
+    while let Some(current) = level {
+        for id in current.ids() {
+            let given = matches!(
+                current
+                    .try_get_raw(id.as_str())
+                    .ok()
+                    .flatten()
+                    .and(current.value_source(id.as_str())),
+                Some(ValueSource::CommandLine | ValueSource::EnvVariable)
+            );
+            if given {
+                cli.given.push(id.to_string());
+            }
+        }
+        level = current.subcommand().map(|(_, sub)| sub);
+    }
+    Ok(cli)
+}
+
+/// Places the project's paths: with `--project DIR` a relative matrix is in DIR; a path option
+/// left at its default (images/, the manifest, .imagegen/logs) is taken in the matrix's folder,
+/// so `--matrix ../x/matrix.yaml` uses ../x/images, not a second images/ here. A path given on
+/// the command line stays relative to the working directory, as paths typed in a shell are.
+fn place_project_paths(cli: &mut Cli) {
+    if let Some(dir) = &cli.project {
+        if cli.matrix.is_relative() {
+            cli.matrix = dir.join(&cli.matrix);
+        }
+    }
+    let root = cli
+        .matrix
+        .parent()
+        .map(std::path::Path::to_path_buf)
+        .unwrap_or_default();
+    if root.as_os_str().is_empty() {
+        return;
+    }
+    let given = cli.given.clone();
+    let place = |path: &mut std::path::PathBuf, id: &str| {
+        if !given.iter().any(|g| g == id) && path.is_relative() {
+            *path = root.join(&*path);
+        }
+    };
+    match &mut cli.command {
+        Command::Render(args) => place(&mut args.out, "out"),
+        Command::Lock(args) => place(&mut args.out, "out"),
+        Command::Build(args) => {
+            place(&mut args.images, "images");
+            place(&mut args.manifest, "manifest");
+            place(&mut args.log_dir, "log_dir");
+        }
+        Command::Plan(args) => place(&mut args.manifest, "manifest"),
+        Command::Rollback(args) => place(&mut args.manifest, "manifest"),
+        Command::Release(args) => place(&mut args.manifest, "manifest"),
+        Command::Restore(args) => place(&mut args.manifest, "manifest"),
+        Command::Publish(args) => place(&mut args.manifest, "manifest"),
+        Command::Diff(args) => place(&mut args.manifest, "manifest"),
+        Command::K8s(args) => place(&mut args.manifest, "manifest"),
+        Command::Verify(args) => place(&mut args.manifest, "manifest"),
+        Command::Test(args) => {
+            place(&mut args.manifest, "manifest");
+            match &mut args.action {
+                Some(TestAction::Import(import)) => place(&mut import.manifest, "manifest"),
+                Some(TestAction::Settle(settle)) => place(&mut settle.manifest, "manifest"),
+                None => {}
+            }
+        }
+        Command::Attest(args) => match &mut args.action {
+            AttestAction::Sign(sign) => place(&mut sign.manifest, "manifest"),
+            AttestAction::Show(show) => place(&mut show.manifest, "manifest"),
+            AttestAction::Sbom(sbom) => place(&mut sbom.manifest, "manifest"),
+        },
+        Command::Manifest(args) => match &mut args.action {
+            ManifestAction::Prune(prune) => place(&mut prune.manifest, "manifest"),
+            ManifestAction::Merge(_) => {}
+        },
+        Command::Resolve(_) | Command::Bake(_) | Command::Ci(_) | Command::Knowledge(_) => {}
+    }
+}
+
 /// Runs the command `cli` names.
-pub fn run(cli: Cli) -> Result<Outcome> {
+pub fn run(mut cli: Cli) -> Result<Outcome> {
+    place_project_paths(&mut cli);
     // Rendered images and their locks live in `images/` unless the command names another folder.
     let images_dir = match &cli.command {
         Command::Render(args) => Some(&args.out),
@@ -45,9 +134,20 @@ pub fn run(cli: Cli) -> Result<Outcome> {
         Command::Build(args) => Some(&args.images),
         _ => None,
     };
+    let manifest = match &cli.command {
+        Command::Build(args) => Some(&args.manifest),
+        Command::Plan(args) => Some(&args.manifest),
+        Command::K8s(args) => Some(&args.manifest),
+        Command::Publish(args) => Some(&args.manifest),
+        Command::Test(args) => Some(&args.manifest),
+        _ => None,
+    };
     let mut project = Project::open(&cli.matrix, cli.knowledge.as_deref());
     if let Some(dir) = images_dir {
         project = project.with_images_dir(dir);
+    }
+    if let Some(path) = manifest {
+        project = project.with_manifest(path);
     }
     match &cli.command {
         Command::Resolve(args) => resolve::run(&project, args),

@@ -55,8 +55,8 @@ pub(crate) fn resolution_table(resolution: &Resolution) -> String {
     for image in &resolution.images {
         rows.push(vec![
             image.tag.clone(),
-            image.python.clone(),
-            image.cudnn.clone(),
+            image.python.to_string(),
+            image.cudnn.to_string(),
             image.driver_min.to_string(),
             image.driver_min_compat.to_string(),
             if image.aliases.is_empty() {

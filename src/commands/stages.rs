@@ -50,6 +50,7 @@ pub fn resolve_with_locks(
         .ca_bundle()?
         .map(|bundle| Digest::of(bundle.text.as_bytes()));
     options.today = Some(today()?);
+    options.recorded = project.recorded_fingerprints()?;
     options.base_pins = project
         .base_pins()?
         .map(|pins| pins.bases)

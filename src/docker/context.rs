@@ -88,6 +88,112 @@ pub fn context_tar(dir: &Path, extra_files: &[ContextFile]) -> Result<Vec<u8>, D
     })
 }
 
+/// A file of the build context read from disk when the context is sent (a cached wheel): the
+/// tar of [`context_tar`] stays small, and the file's bytes are read only for the build.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DiskFile {
+    /// Where it appears inside the context (`wheels/torch-2.13.0-....whl`).
+    pub path: String,
+    pub source: PathBuf,
+}
+
+/// The `wheels/` folder of one image's context: files of the host's wheel cache, and small files.
+#[derive(Debug, Clone, Default)]
+pub struct ContextWheels {
+    pub files: Vec<DiskFile>,
+    pub small_files: Vec<ContextFile>,
+}
+
+/// `tar` (made by [`context_tar`]) with `files` (read from disk now) and `small_files` appended
+/// under `folder/`, in the order of their paths, with the same fixed owners, modes and mtimes. A
+/// path the tar already holds is an error naming it.
+pub fn append_to_context(
+    tar: &[u8],
+    folder: &str,
+    files: &[DiskFile],
+    small_files: &[ContextFile],
+) -> Result<Vec<u8>, DockerError> {
+    let context_error = |path: &Path, reason: String| DockerError::Context {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let mut existing = tar::Archive::new(tar);
+    let entries = existing
+        .entries()
+        .map_err(|error| context_error(Path::new(folder), error.to_string()))?;
+    for entry in entries {
+        let entry = entry.map_err(|error| context_error(Path::new(folder), error.to_string()))?;
+        let path = entry
+            .path()
+            .map_err(|error| context_error(Path::new(folder), error.to_string()))?
+            .to_string_lossy()
+            .trim_end_matches('/')
+            .to_string();
+        if path == folder || path.starts_with(&format!("{folder}/")) {
+            return Err(context_error(
+                Path::new(&path),
+                format!("the context directory already holds `{path}`, where imagegen places its own `{folder}/`"),
+            ));
+        }
+    }
+    // A tar ends in two zero blocks; the appended entries go before them.
+    let mut bytes = tar.to_vec();
+    let end = bytes.len().saturating_sub(1024);
+    if bytes.len() < 1024 || bytes[end..].iter().any(|byte| *byte != 0) {
+        return Err(context_error(
+            Path::new(folder),
+            "the context tar does not end in two zero blocks".into(),
+        ));
+    }
+    bytes.truncate(end);
+    let mut builder = tar::Builder::new(bytes);
+    builder.mode(tar::HeaderMode::Deterministic);
+    let write_error = |error: std::io::Error| context_error(Path::new(folder), error.to_string());
+    let mut header = fixed_header(tar::EntryType::Directory, 0o755, 0);
+    builder
+        .append_data(&mut header, format!("{folder}/"), std::io::empty())
+        .map_err(write_error)?;
+    let mut sorted: Vec<(String, Option<&DiskFile>, Option<&ContextFile>)> = files
+        .iter()
+        .map(|file| (file.path.clone(), Some(file), None))
+        .chain(
+            small_files
+                .iter()
+                .map(|file| (file.path.clone(), None, Some(file))),
+        )
+        .collect();
+    sorted.sort_by(|a, b| a.0.cmp(&b.0));
+    for (name, disk, small) in sorted {
+        let path = format!("{folder}/{name}");
+        if normalize_context_path(&path).as_deref() != Some(path.as_str()) || name.contains('/') {
+            return Err(context_error(
+                Path::new(&path),
+                "a file's name must be one plain path component".into(),
+            ));
+        }
+        if let Some(disk) = disk {
+            let file = fs::File::open(&disk.source)
+                .map_err(|error| context_error(&disk.source, error.to_string()))?;
+            let size = file
+                .metadata()
+                .map_err(|error| context_error(&disk.source, error.to_string()))?
+                .len();
+            let mut header = fixed_header(tar::EntryType::Regular, 0o644, size);
+            builder
+                .append_data(&mut header, &path, file)
+                .map_err(|error| context_error(&disk.source, error.to_string()))?;
+        } else if let Some(small) = small {
+            let mode = if small.executable { 0o755 } else { 0o644 };
+            let mut header =
+                fixed_header(tar::EntryType::Regular, mode, small.contents.len() as u64);
+            builder
+                .append_data(&mut header, &path, small.contents.as_slice())
+                .map_err(write_error)?;
+        }
+    }
+    builder.into_inner().map_err(write_error)
+}
+
 fn normalize_context_path(path: &str) -> Option<String> {
     let mut parts = Vec::new();
     for component in Path::new(path).components() {

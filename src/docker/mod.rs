@@ -55,8 +55,9 @@ pub mod pypi_index;
 mod registries;
 mod registry;
 mod retry;
+pub mod wheel_cache;
 
-pub use context::{context_tar, ContextFile};
+pub use context::{append_to_context, context_tar, ContextFile, ContextWheels, DiskFile};
 pub use credentials::{registry_host_of, repository_path_of, Credentials, DockerConfig};
 pub use engine::{
     build_step_progress, BuildRequest, Engine, LocalImage, RunOutput, RunRequest,

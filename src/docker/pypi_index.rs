@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use crate::docker::https_agent;
+use crate::docker::registry::https_agent;
 use crate::model::extensions::ExtraIndex;
 
 use crate::model::knowledge::derive::wheel_zip::{self, WheelZipError};
@@ -49,6 +49,8 @@ pub enum MetadataFrom {
 /// A client for one simple index, e.g. `https://pypi.org/simple`.
 pub struct IndexClient {
     agent: ureq::Agent,
+    /// For whole files: a deadline on connecting and on the answer's start, none on the body.
+    download_agent: ureq::Agent,
     index: String,
     /// `Basic ...` for a team's index, sent only to the index's own host.
     authorization: Option<String>,
@@ -56,8 +58,19 @@ pub struct IndexClient {
 
 impl IndexClient {
     pub fn new(index: &str, timeout: Duration) -> IndexClient {
+        let tls = ureq::tls::TlsConfig::builder()
+            .root_certs(ureq::tls::RootCerts::PlatformVerifier)
+            .build();
+        let download_config = ureq::Agent::config_builder()
+            .tls_config(tls)
+            .http_status_as_error(false)
+            .timeout_connect(Some(timeout))
+            .timeout_recv_response(Some(timeout))
+            .user_agent(concat!("imagegen/", env!("CARGO_PKG_VERSION")))
+            .build();
         IndexClient {
             agent: https_agent(timeout),
+            download_agent: ureq::Agent::new_with_config(download_config),
             index: index.trim_end_matches('/').to_string(),
             authorization: None,
         }
@@ -113,6 +126,48 @@ impl IndexClient {
                 url: url.to_string(),
                 reason: e.to_string(),
             })
+    }
+
+    /// Streams the file at `url` into `out` (with the credentials where they belong), calling
+    /// `on_bytes` with each chunk's length: for wheels of any size (torch's is over 500 MB), with
+    /// no deadline on the whole body, only on connecting and on the answer's start.
+    pub fn download_to(
+        &self,
+        url: &str,
+        out: &mut dyn std::io::Write,
+        on_bytes: &mut dyn FnMut(&[u8]),
+    ) -> Result<u64, IndexError> {
+        let mut request = self.download_agent.get(url);
+        if let Some(authorization) = self.authorization_for(url) {
+            request = request.header("Authorization", authorization);
+        }
+        let mut response = request.call().map_err(|error| IndexError::Unreachable {
+            url: url.to_string(),
+            reason: error.to_string(),
+        })?;
+        let status = response.status().as_u16();
+        if !(200..300).contains(&status) {
+            return Err(IndexError::Status {
+                url: url.to_string(),
+                status,
+            });
+        }
+        let body_error = |error: std::io::Error| IndexError::Body {
+            url: url.to_string(),
+            reason: error.to_string(),
+        };
+        let mut reader = response.body_mut().with_config().limit(u64::MAX).reader();
+        let mut buffer = vec![0u8; 1 << 20];
+        let mut total = 0u64;
+        loop {
+            let read = std::io::Read::read(&mut reader, &mut buffer).map_err(body_error)?;
+            if read == 0 {
+                return Ok(total);
+            }
+            out.write_all(&buffer[..read]).map_err(body_error)?;
+            on_bytes(&buffer[..read]);
+            total += read as u64;
+        }
     }
 
     /// The project page URL (`https://pypi.org/simple/torch/`).
@@ -384,6 +439,7 @@ impl IndexClient {
 }
 
 /// A user name and password for a team's index, read on the host; `Debug` shows neither.
+#[derive(Clone)]
 pub struct IndexCredentials {
     pub username: String,
     pub password: String,

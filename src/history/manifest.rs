@@ -23,7 +23,7 @@ use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 use crate::history::attestations::AttestationRecord;
-use crate::model::axes::Variant;
+use crate::model::axes::{OsName, Variant, VersionText};
 use crate::model::digest::Digest;
 use crate::model::version::DriverVersion;
 
@@ -189,7 +189,7 @@ pub struct IndexRecord {
     pub tag: String,
     pub digest: Digest,
     pub media_type: String,
-    pub torch: String,
+    pub torch: VersionText,
     pub driver_min: DriverVersion,
     /// Platform (`linux/arm64`) → the per-platform image's tag and digest.
     pub platforms: BTreeMap<String, PlatformImage>,
@@ -347,20 +347,20 @@ pub struct ImageRecord {
     pub digest: Option<Digest>,
     /// Local image id (`sha256:...`).
     #[serde(default)]
-    pub image_id: Option<String>,
+    pub image_id: Option<Digest>,
     pub fingerprint: Digest,
     /// sha256 of the exact build context plus the parent's build key.
     pub build_key: Digest,
     pub variant: Variant,
-    pub torch: String,
-    pub torchvision: String,
+    pub torch: VersionText,
+    pub torchvision: VersionText,
     #[serde(default)]
-    pub torchaudio: Option<String>,
-    pub cuda: String,
-    pub cuda_full: String,
-    pub cudnn: String,
-    pub python: String,
-    pub os: String,
+    pub torchaudio: Option<VersionText>,
+    pub cuda: VersionText,
+    pub cuda_full: VersionText,
+    pub cudnn: VersionText,
+    pub python: VersionText,
+    pub os: OsName,
     pub base_image: String,
     pub driver_min: DriverVersion,
     pub driver_min_compat: DriverVersion,

@@ -37,11 +37,11 @@ fn image_of(
     (
         record.repository.clone(),
         format!("{:?}", record.variant),
-        record.torch.clone(),
-        record.cuda.clone(),
-        record.cudnn.clone(),
-        record.python.clone(),
-        record.os.clone(),
+        record.torch.to_string(),
+        record.cuda.to_string(),
+        record.cudnn.to_string(),
+        record.python.to_string(),
+        record.os.to_string(),
         record.inputs.get("platform").cloned().unwrap_or_default(),
     )
 }

@@ -157,7 +157,7 @@ pub fn upgrade_plan(
                         tag: spec.tag.clone(),
                         digest: digest.clone(),
                         fix: format!(
-                            "{} already serves {} (pushed {}); full tags are immutable, so `build --push` would build it and then refuse to push: add a revision to tags.full (`{{torch}}-cuda{{cuda}}-cudnn{{cudnn_major}}-{{variant}}-{{os}}-r2`) for a new tag, or undo the change to keep the recorded build",
+                            "{} already serves {} (pushed {}); full tags are immutable, so `build --push` would build it and then refuse to push: add {{revision}} to tags.full (`{{torch}}-cuda{{cuda}}-cudnn{{cudnn_major}}-{{variant}}-{{os}}-r{{revision}}`), which takes the next revision the manifest has not used for new content, or undo the change to keep the recorded build",
                             spec.tag,
                             digest.short(),
                             record.built_at

@@ -7,7 +7,8 @@ use std::fmt;
 use serde::de::{self, Deserializer};
 use serde::{Deserialize, Serialize};
 
-use crate::model::version::{DottedVersion, VersionError};
+pub use crate::model::version::VersionText;
+use crate::model::version::{read_as_text, DottedVersion, VersionError};
 
 /// The image variants imagegen knows how to render.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -68,32 +69,49 @@ pub enum DevelToolkit {
     Pypi,
 }
 
-/// A version string checked at load time (digits and dots only), kept exactly as written.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(transparent)]
-pub struct VersionText(pub String);
-
-impl fmt::Display for VersionText {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl<'de> Deserialize<'de> for VersionText {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(deserializer)?;
-        DottedVersion::parse_kind(&text, "", 4)
-            .map_err(|e| de::Error::custom(format!("malformed version {:?}: {}", text, e.why)))?;
-        Ok(VersionText(text))
-    }
+/// Where an image's Python wheels are installed from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WheelSource {
+    /// `imagegen build` fetches the lock's files on the host into a content-addressed cache
+    /// (sha256-checked, shared by every image and run) and places them in the build context; a
+    /// build stage installs them with no index and no network, and the image copies the venv,
+    /// so the wheels never become a layer of it.
+    #[default]
+    Cache,
+    /// pip inside the build downloads them from the indexes (each build again): for a remote
+    /// daemon whose network reaches the indexes while the host running imagegen does not, or
+    /// where sending gigabytes of context to it is slower than its own download.
+    Index,
 }
 
 /// An OS name such as `ubuntu24.04` or `debian12`.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(transparent)]
-pub struct OsName(pub String);
+pub struct OsName(String);
 
 impl OsName {
+    /// An OS name as written, `ubuntuYY.MM` or `debianN`; anything else is refused with how to
+    /// write it.
+    pub fn parse(text: &str) -> Result<OsName, String> {
+        let ubuntu = text.strip_prefix("ubuntu").is_some_and(|rest| {
+            DottedVersion::parse_kind(rest, "", 2).is_ok_and(|v| v.parts().len() == 2)
+        });
+        let debian = text.strip_prefix("debian").is_some_and(|rest| {
+            !rest.is_empty() && rest.len() <= 3 && rest.chars().all(|c| c.is_ascii_digit())
+        });
+        if !(ubuntu || debian) {
+            return Err(format!(
+                "malformed OS {text:?}: write it as ubuntuYY.MM (ubuntu24.04) or debianN (debian12)"
+            ));
+        }
+        Ok(OsName(text.to_string()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
     /// The family and release of an OS name, for ordering: `ubuntu24.04` is (`ubuntu`, 24.04),
     /// `debian12` is (`debian`, 12). Refused for anything else, naming it.
     pub fn release_of(name: &str) -> Result<(String, DottedVersion), VersionError> {
@@ -126,29 +144,31 @@ impl fmt::Display for OsName {
 impl<'de> Deserialize<'de> for OsName {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let text = String::deserialize(deserializer)?;
-        let ubuntu = text.strip_prefix("ubuntu").is_some_and(|rest| {
-            DottedVersion::parse_kind(rest, "", 2).is_ok_and(|v| v.parts().len() == 2)
-        });
-        let debian = text.strip_prefix("debian").is_some_and(|rest| {
-            !rest.is_empty() && rest.len() <= 3 && rest.chars().all(|c| c.is_ascii_digit())
-        });
-        if !(ubuntu || debian) {
-            return Err(de::Error::custom(format!(
-                "malformed OS {text:?}: write it as ubuntuYY.MM (ubuntu24.04) or debianN (debian12)"
-            )));
-        }
-        Ok(OsName(text))
+        OsName::parse(&text).map_err(de::Error::custom)
     }
 }
 
 /// A target platform: `linux/amd64` or `linux/arm64` (SBSA: Grace Hopper, Grace Blackwell).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(transparent)]
-pub struct Platform(pub String);
+pub struct Platform(String);
 
 impl Platform {
     pub fn amd64() -> Platform {
         Platform("linux/amd64".into())
+    }
+
+    /// A platform as written; the aliases Docker accepts (`linux/aarch64`, `linux/arm64/v8`,
+    /// `linux/x86_64`) become the two names imagegen builds.
+    pub fn parse(text: &str) -> Result<Platform, String> {
+        match text {
+            "linux/amd64" | "linux/arm64" => Ok(Platform(text.to_string())),
+            "linux/aarch64" | "linux/arm64/v8" => Ok(Platform("linux/arm64".into())),
+            "linux/x86_64" => Ok(Platform("linux/amd64".into())),
+            _ => Err(format!(
+                "unknown platform {text:?}: imagegen builds linux/amd64 and linux/arm64"
+            )),
+        }
     }
 
     pub fn as_str(&self) -> &str {
@@ -161,24 +181,6 @@ impl Platform {
     }
 }
 
-impl PartialEq<str> for Platform {
-    fn eq(&self, other: &str) -> bool {
-        self.0 == other
-    }
-}
-
-impl PartialEq<String> for Platform {
-    fn eq(&self, other: &String) -> bool {
-        self.0 == *other
-    }
-}
-
-impl PartialEq<&str> for Platform {
-    fn eq(&self, other: &&str) -> bool {
-        self.0 == *other
-    }
-}
-
 impl fmt::Display for Platform {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
@@ -188,13 +190,27 @@ impl fmt::Display for Platform {
 impl<'de> Deserialize<'de> for Platform {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let text = String::deserialize(deserializer)?;
-        match text.as_str() {
-            "linux/amd64" | "linux/arm64" => Ok(Platform(text)),
-            "linux/aarch64" | "linux/arm64/v8" => Ok(Platform("linux/arm64".into())),
-            "linux/x86_64" => Ok(Platform("linux/amd64".into())),
-            _ => Err(de::Error::custom(format!(
-                "unknown platform {text:?}: imagegen builds linux/amd64 and linux/arm64"
-            ))),
+        Platform::parse(&text).map_err(de::Error::custom)
+    }
+}
+
+read_as_text!(OsName, Platform);
+
+/// Test values written as literals (`"2.7.0".into()`), parsed as the loader parses them: a
+/// malformed one fails the test that wrote it.
+#[cfg(test)]
+mod literals {
+    use super::{OsName, Platform};
+
+    impl From<&str> for OsName {
+        fn from(text: &str) -> OsName {
+            OsName::parse(text).expect("a test's OS literal")
+        }
+    }
+
+    impl From<&str> for Platform {
+        fn from(text: &str) -> Platform {
+            Platform::parse(text).expect("a test's platform literal")
         }
     }
 }

@@ -44,9 +44,43 @@ pub fn days_since_epoch(date: &str) -> Option<i64> {
     Some(era * 146_097 + day_of_era - 719_468)
 }
 
+/// The day `days` after 1970-01-01 as `YYYYMMDD` (the form a tag can carry).
+pub fn compact_date(days: i64) -> String {
+    // Howard Hinnant's civil_from_days.
+    let shifted = days + 719_468;
+    let era = shifted.div_euclid(146_097);
+    let day_of_era = shifted - era * 146_097;
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_from_march = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * month_from_march + 2) / 5 + 1;
+    let month = if month_from_march < 10 {
+        month_from_march + 3
+    } else {
+        month_from_march - 9
+    };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    format!("{year:04}{month:02}{day:02}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn compact_dates_are_the_days_counted_back() {
+        for day in [
+            "1970-01-01",
+            "2000-02-29",
+            "2024-12-31",
+            "2026-03-01",
+            "2100-03-01",
+        ] {
+            let days = days_since_epoch(day).unwrap();
+            assert_eq!(compact_date(days), day.replace('-', ""), "{day}");
+        }
+    }
 
     #[test]
     fn days_are_counted_from_the_epoch_across_leap_years() {

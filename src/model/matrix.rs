@@ -14,7 +14,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::model::axes::{DevelToolkit, OsName, Platform, TorchWheels, Variant, VersionText};
+pub use crate::model::axes::{
+    DevelToolkit, OsName, Platform, TorchWheels, Variant, VersionText, WheelSource,
+};
 use crate::model::extensions::{
     check_absolute_path, check_apt_package, check_env_key, check_extra_index, check_requirement,
     check_steps_path, check_user,
@@ -156,12 +158,12 @@ impl CellRule {
         platform: &str,
     ) -> bool {
         let series = |rule: &VersionText, value: &str| {
-            value == rule.0 || value.starts_with(&format!("{}.", rule.0))
+            value == rule.as_str() || value.starts_with(&format!("{}.", rule.as_str()))
         };
         self.torch.as_ref().is_none_or(|t| series(t, torch))
-            && self.cuda.as_ref().is_none_or(|c| c.0 == cuda)
+            && self.cuda.as_ref().is_none_or(|c| c.as_str() == cuda)
             && self.python.as_ref().is_none_or(|p| series(p, python))
-            && self.os.as_ref().is_none_or(|o| o.0 == os)
+            && self.os.as_ref().is_none_or(|o| o.as_str() == os)
             && self
                 .variants
                 .as_ref()
@@ -169,7 +171,7 @@ impl CellRule {
             && self
                 .platforms
                 .as_ref()
-                .is_none_or(|platforms| platforms.iter().any(|p| p.0 == platform))
+                .is_none_or(|platforms| platforms.iter().any(|p| p.as_str() == platform))
     }
 }
 
@@ -212,7 +214,9 @@ fn check_gpu_model(model: &str) -> Result<(), String> {
 #[serde(deny_unknown_fields)]
 pub struct TagSettings {
     /// The immutable full tag. Placeholders: {torch} {torch_series} {cuda} {cudnn_major} {cudnn}
-    /// {python} {variant} {os}.
+    /// {python} {variant} {os}, and two the manifest decides: {revision} (1, or the next number
+    /// when the content under the rest of the tag changed) and {date} (YYYYMMDD of the day the
+    /// content was first built).
     #[serde(default = "default_full_tag")]
     pub full: String,
     /// The OS that short aliases (without an OS suffix) and `latest` point at; the newest OS of
@@ -407,6 +411,10 @@ pub struct Matrix {
     /// Where devel images get nvcc: NVIDIA's apt repository (`apt`, default) or PyPI (`pypi`).
     #[serde(default)]
     pub devel_toolkit: DevelToolkit,
+    /// Where images install their wheels from: the host-side cache (`cache`, default) or the
+    /// indexes, by pip inside the build (`index`).
+    #[serde(default)]
+    pub wheels: WheelSource,
     /// A PEM file of CA certificates (a TLS-intercepting proxy's), relative to the matrix file:
     /// copied into each build context and installed into the image's system store, where it stays.
     #[serde(default)]
@@ -548,6 +556,7 @@ const TOP_LEVEL_KEYS: &[&str] = &[
     "base_images",
     "torch_wheels",
     "devel_toolkit",
+    "wheels",
     "ca_bundle",
     "lock",
     "tests",
@@ -707,8 +716,8 @@ impl Matrix {
             .iter()
             .chain(self.include.iter().filter_map(|r| r.torch.as_ref()))
         {
-            TorchVersion::parse(&torch.0)
-                .map_err(|e| invalid("torch", &torch.0, e.to_string(), None))?;
+            TorchVersion::parse(torch.as_str())
+                .map_err(|e| invalid("torch", torch.as_str(), e.to_string(), None))?;
         }
         check_reference_part("registry", &self.registry, true)
             .map_err(|m| invalid("registry", &self.registry, m, None))?;
@@ -1005,20 +1014,20 @@ impl Matrix {
 
     /// Each axis by its key, as text (empty when an optional axis is absent).
     pub fn axes(&self) -> Vec<(&'static str, Vec<String>)> {
-        let text = |values: &[VersionText]| values.iter().map(|v| v.0.clone()).collect();
+        let text = |values: &[VersionText]| values.iter().map(|v| v.to_string()).collect();
         vec![
             ("torch", text(&self.torch)),
             ("cuda", text(&self.cuda)),
             ("cudnn", text(&self.cudnn)),
             ("python", text(&self.python)),
-            ("os", self.os.iter().map(|o| o.0.clone()).collect()),
+            ("os", self.os.iter().map(|o| o.to_string()).collect()),
             (
                 "variants",
                 self.variants.iter().map(|v| v.to_string()).collect(),
             ),
             (
                 "platforms",
-                self.platforms.iter().map(|p| p.0.clone()).collect(),
+                self.platforms.iter().map(|p| p.to_string()).collect(),
             ),
         ]
     }
@@ -1272,6 +1281,8 @@ fn check_tag_template(template: &str) -> Result<(), String> {
         "python",
         "variant",
         "os",
+        "revision",
+        "date",
     ];
     let mut rest = template;
     let mut literal = String::new();
@@ -1289,6 +1300,16 @@ fn check_tag_template(template: &str) -> Result<(), String> {
             ));
         }
         rest = &rest[close + 1..];
+        if name == "revision" && rest.starts_with(|c: char| c.is_ascii_digit() || c == '{') {
+            return Err(format!(
+                "{template:?}: {{revision}} must be followed by the end of the tag or a character that is not a digit (e.g. `-r{{revision}}-{{os}}`), so the revision can be read back from a recorded tag"
+            ));
+        }
+    }
+    for name in ["revision", "date"] {
+        if template.matches(&format!("{{{name}}}")).count() > 1 {
+            return Err(format!("{template:?} uses {{{name}}} more than once"));
+        }
     }
     literal.push_str(rest);
     if let Some(bad) = literal
@@ -1358,7 +1379,7 @@ mod tests {
     fn unquoted_versions_stay_as_written() {
         let text = MINIMAL.replace("cuda: [\"12.6\"]", "cuda: [12.10, 12.6]");
         let matrix = Matrix::parse(&text, "matrix.yaml").unwrap();
-        assert_eq!(matrix.cuda[0].0, "12.10");
+        assert_eq!(matrix.cuda[0].as_str(), "12.10");
     }
 
     #[test]

@@ -12,6 +12,7 @@ pub mod knowledge;
 pub mod matrix;
 pub mod names;
 pub mod version;
+pub mod wheel_tags;
 
 /// Which gpu-selftest build serves an image: the rule gpu-selftest itself uses, from the one
 /// file both crates share, so the binary copied into an image and the one the self-test expects

@@ -9,6 +9,9 @@
 use std::cmp::Ordering;
 use std::fmt;
 
+use serde::de::{self, Deserializer};
+use serde::{Deserialize, Serialize};
+
 /// Why a version string was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("`{text}` is not a valid {kind} version: {why}")]
@@ -236,6 +239,114 @@ impl fmt::Display for TorchVersion {
         } else {
             write!(f, "{}", self.version)
         }
+    }
+}
+
+/// A version string checked at load time (digits and dots only), kept exactly as written.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct VersionText(String);
+
+impl VersionText {
+    /// A version as written (digits and dots, at most four parts), refused with the reason.
+    pub fn parse(text: &str) -> Result<VersionText, VersionError> {
+        DottedVersion::parse_kind(text, "", 4)?;
+        Ok(VersionText(text.to_string()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The text of a parsed version (a Python release, a padded torch series).
+    pub fn of(version: &DottedVersion) -> VersionText {
+        VersionText(version.to_string())
+    }
+
+    /// The version as a number, for ordering (it parsed when it was made).
+    pub fn dotted(&self) -> DottedVersion {
+        DottedVersion::parse_kind(&self.0, "", 4).expect("checked when made")
+    }
+}
+
+impl fmt::Display for VersionText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for VersionText {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        VersionText::parse(&text)
+            .map_err(|e| de::Error::custom(format!("malformed version {:?}: {}", text, e.why)))
+    }
+}
+
+/// Reading a value as the text it was written as (`&os`, `os.starts_with("ubuntu")`); the text
+/// cannot be changed, and a new value comes only through its parser.
+macro_rules! read_as_text {
+    ($($name:ident),*) => {$(
+        impl std::ops::Deref for $name {
+            type Target = str;
+            fn deref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl PartialEq<str> for $name {
+            fn eq(&self, other: &str) -> bool {
+                self.0 == other
+            }
+        }
+
+        impl PartialEq<&str> for $name {
+            fn eq(&self, other: &&str) -> bool {
+                self.0 == *other
+            }
+        }
+
+        impl PartialEq<String> for $name {
+            fn eq(&self, other: &String) -> bool {
+                self.0 == *other
+            }
+        }
+
+        impl PartialEq<$name> for str {
+            fn eq(&self, other: &$name) -> bool {
+                self == other.0
+            }
+        }
+
+        impl PartialEq<$name> for &str {
+            fn eq(&self, other: &$name) -> bool {
+                *self == other.0
+            }
+        }
+
+        impl PartialEq<$name> for String {
+            fn eq(&self, other: &$name) -> bool {
+                *self == other.0
+            }
+        }
+    )*};
+}
+
+pub(crate) use read_as_text;
+
+read_as_text!(VersionText);
+
+#[cfg(test)]
+impl From<&str> for VersionText {
+    /// A test's literal, parsed as the loader parses it: a malformed one fails its test.
+    fn from(text: &str) -> VersionText {
+        VersionText::parse(text).expect("a test's version literal")
     }
 }
 

@@ -15,8 +15,9 @@ use anyhow::{anyhow, Context, Result};
 use tokio::sync::{Mutex, OnceCell};
 
 use crate::docker::{
-    context_tar, repository_path_of, BuildRequest, ContextFile, Engine, Registries, RegistryClient,
-    RegistryManifest, RetryPolicy, RunRequest, DEFAULT_REGISTRY_TIMEOUT,
+    append_to_context, context_tar, repository_path_of, BuildRequest, ContextFile, ContextWheels,
+    Engine, Registries, RegistryClient, RegistryManifest, RetryPolicy, RunRequest,
+    DEFAULT_REGISTRY_TIMEOUT,
 };
 use crate::history::manifest::{BinaryRecord, Packages};
 use crate::model::digest::Digest;
@@ -46,6 +47,10 @@ pub struct Contexts {
     /// sha256 of each gpu-selftest binary the contexts hold, by its name (`gpu-selftest-cu12`),
     /// for the images' provenance.
     pub selftest_digests: BTreeMap<String, Digest>,
+    /// The cached wheels each image's context gets under `wheels/` when it is sent, read from
+    /// disk then (the tars above stay small; the lock in each names what these are), with the
+    /// small files beside them (`SOURCES`).
+    pub wheels: BTreeMap<String, ContextWheels>,
 }
 
 impl Contexts {
@@ -109,6 +114,7 @@ impl Contexts {
             tars,
             binaries: records,
             selftest_digests,
+            wheels: BTreeMap::new(),
         })
     }
 
@@ -315,7 +321,7 @@ impl Builder for EngineBuilder {
             .find_image_with_label(BUILD_KEY_LABEL, image.build_key.as_str())
             .await?
         {
-            return Ok(Some(Existing::Local(local.id)));
+            return Ok(Some(Existing::Local(daemon_image_id(&local.id)?)));
         }
         if let (true, Some(recorded)) = (self.settings.check_registry, &image.recorded_digest) {
             let client = self.registry(&image.spec.repository).await?;
@@ -335,7 +341,7 @@ impl Builder for EngineBuilder {
         Ok(None)
     }
 
-    async fn build(&self, image: &PlannedImage) -> Result<String> {
+    async fn build(&self, image: &PlannedImage) -> Result<Digest> {
         let name = &image.spec.name;
         let context = self
             .contexts
@@ -343,6 +349,13 @@ impl Builder for EngineBuilder {
             .get(name)
             .cloned()
             .ok_or_else(|| anyhow!("no build context assembled for {name}"))?;
+        let context = match self.contexts.wheels.get(name) {
+            Some(wheels) => {
+                append_to_context(&context, "wheels", &wheels.files, &wheels.small_files)
+                    .with_context(|| format!("the wheels of {name}'s build context"))?
+            }
+            None => context,
+        };
         let mut request = BuildRequest::new(image.reference.clone(), context);
         request.platform = Some(image.spec.platform.to_string());
         request.labels = self.settings.build_labels.clone();
@@ -378,7 +391,7 @@ impl Builder for EngineBuilder {
         match built {
             Ok(id) => {
                 self.progress.stage(name, &format!("built {id}"));
-                Ok(id)
+                daemon_image_id(&id)
             }
             Err(error) => {
                 // The log holds the error itself, not only that the build failed.
@@ -495,7 +508,7 @@ impl Builder for EngineBuilder {
                     .unwrap_or("none");
                 if theirs != build_key.as_str() {
                     anyhow::bail!(
-                        "refusing to push {repository}:{tag}: the registry already has this full tag with different content (build key {theirs}, this image {build_key}); full tags are immutable\nhint: to publish a rebuild under a new tag, add a revision to tags.full in the matrix (e.g. \"{{torch}}-cuda{{cuda}}-cudnn{{cudnn_major}}-{{variant}}-{{os}}-r2\"), or move aliases back with `imagegen rollback`"
+                        "refusing to push {repository}:{tag}: the registry already has this full tag with different content (build key {theirs}, this image {build_key}); full tags are immutable\nhint: to publish a rebuild under a new tag, add {{revision}} to tags.full in the matrix (e.g. \"{{torch}}-cuda{{cuda}}-cudnn{{cudnn_major}}-{{variant}}-{{os}}-r{{revision}}\": new content takes the next revision), or move aliases back with `imagegen rollback`"
                     );
                 }
                 // The same content is there already (pushed by an earlier or a concurrent run):
@@ -649,6 +662,12 @@ fn missing_base_text(base: &str, reason: &str) -> String {
 
 /// A digest as the registry or daemon reported it, checked: anything else is an error naming
 /// the repository, never a value that is carried on.
+/// An image ID the daemon gave (`sha256:<hex>`), parsed once where it enters.
+fn daemon_image_id(text: &str) -> Result<Digest> {
+    Digest::parse(text)
+        .with_context(|| format!("the Docker daemon gave a malformed image ID {text:?}"))
+}
+
 fn registry_digest(text: &str, repository: &str) -> Result<Digest> {
     Digest::parse(text)
         .with_context(|| format!("the registry answered for {repository} with a malformed digest"))

@@ -61,7 +61,7 @@ impl TestOutcome {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Existing {
     /// In the local daemon, with this image id.
-    Local(String),
+    Local(Digest),
     /// Already pushed to the registry, with this manifest digest (not present locally).
     Registry(Digest),
 }
@@ -83,7 +83,7 @@ pub enum Status {
 pub struct ImageResult {
     pub name: String,
     pub status: Status,
-    pub image_id: Option<String>,
+    pub image_id: Option<Digest>,
     pub digest: Option<Digest>,
     pub test: Option<TestOutcome>,
     /// The packages read from the image (not read again for an image reused with a passed test).

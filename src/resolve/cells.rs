@@ -36,13 +36,13 @@ pub(super) fn expand(matrix: &Matrix, resolution: &mut Resolution) -> Vec<Cell> 
                 .unwrap_or_else(|| matrix.platforms.clone())
             {
                 cells.push(Cell {
-                    torch: torch.0.clone(),
-                    cuda: cuda.0.clone(),
-                    cudnn: rule.cudnn.as_ref().map(|v| v.0.clone()),
-                    python: rule.python.as_ref().map(|v| v.0.clone()),
-                    os: os.0.clone(),
+                    torch: torch.clone(),
+                    cuda: cuda.clone(),
+                    cudnn: rule.cudnn.clone(),
+                    python: rule.python.clone(),
+                    os: os.clone(),
                     variant,
-                    platform: platform.0.clone(),
+                    platform: platform.clone(),
                     origin: origin.clone(),
                     location: matrix.include_locations.get(index).cloned(),
                 });
@@ -57,11 +57,11 @@ pub(super) fn expand(matrix: &Matrix, resolution: &mut Resolution) -> Vec<Cell> 
 ///
 /// [`MAX_CELLS`]: crate::model::matrix::MAX_CELLS
 pub(super) fn axis_cells(matrix: &Matrix) -> Vec<Cell> {
-    let optional = |values: &[VersionText]| -> Vec<Option<String>> {
+    let optional = |values: &[VersionText]| -> Vec<Option<VersionText>> {
         if values.is_empty() {
             vec![None]
         } else {
-            values.iter().map(|v| Some(v.0.clone())).collect()
+            values.iter().cloned().map(Some).collect()
         }
     };
     let mut cells = Vec::new();
@@ -73,13 +73,13 @@ pub(super) fn axis_cells(matrix: &Matrix) -> Vec<Cell> {
                         for variant in &matrix.variants {
                             for platform in &matrix.platforms {
                                 cells.push(Cell {
-                                    torch: torch.0.clone(),
-                                    cuda: cuda.0.clone(),
+                                    torch: torch.clone(),
+                                    cuda: cuda.clone(),
                                     cudnn: cudnn.clone(),
                                     python: python.clone(),
-                                    os: os.0.clone(),
+                                    os: os.clone(),
                                     variant: *variant,
-                                    platform: platform.0.clone(),
+                                    platform: platform.clone(),
                                     origin: "axes".into(),
                                     location: None,
                                 });
@@ -96,11 +96,11 @@ pub(super) fn axis_cells(matrix: &Matrix) -> Vec<Cell> {
 /// Whether an exclude rule covers a cell. Versions match by prefix (`2.7` covers `2.7.1`).
 pub(super) fn rule_matches(rule: &CellRule, cell: &Cell) -> bool {
     let version_matches =
-        |rule_value: &Option<VersionText>, value: &Option<String>| match (rule_value, value) {
+        |rule_value: &Option<VersionText>, value: &Option<VersionText>| match (rule_value, value) {
             (None, _) => true,
             (Some(_), None) => false,
             (Some(wanted), Some(value)) => match (
-                DottedVersion::parse_kind(&wanted.0, "", 4),
+                DottedVersion::parse_kind(wanted.as_str(), "", 4),
                 DottedVersion::parse_kind(value, "", 4),
             ) {
                 (Ok(wanted), Ok(value)) => value.starts_with(&wanted) || wanted.starts_with(&value),
@@ -111,7 +111,7 @@ pub(super) fn rule_matches(rule: &CellRule, cell: &Cell) -> bool {
         && version_matches(&rule.cuda, &Some(cell.cuda.clone()))
         && version_matches(&rule.cudnn, &cell.cudnn)
         && version_matches(&rule.python, &cell.python)
-        && rule.os.as_ref().is_none_or(|os| os.0 == cell.os)
+        && rule.os.as_ref().is_none_or(|os| os.as_str() == cell.os)
         && rule
             .variants
             .as_ref()
@@ -119,5 +119,5 @@ pub(super) fn rule_matches(rule: &CellRule, cell: &Cell) -> bool {
         && rule
             .platforms
             .as_ref()
-            .is_none_or(|platforms| platforms.iter().any(|p| p.0 == cell.platform))
+            .is_none_or(|platforms| platforms.iter().any(|p| p.as_str() == cell.platform))
 }

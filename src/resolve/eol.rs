@@ -78,7 +78,7 @@ pub(crate) fn eol_findings(
         });
     };
     if let Some(eol) = knowledge.os(&found.os).and_then(|os| os.eol.as_ref()) {
-        consider(found.os.clone(), eol);
+        consider(found.os.to_string(), eol);
     }
     // NVIDIA's image set matters where the cell builds on nvidia/cuda (no base of the team's own).
     if !matrix.base_images.covers_os(&found.os) {

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::model::axes::TorchWheels;
-use crate::model::axes::{Platform, Variant};
+use crate::model::axes::{OsName, Platform, Variant, VersionText};
 use crate::model::digest::Digest;
 use crate::model::extensions::{Extensions, ExtraIndex};
 use crate::model::flavours::Flavour;
@@ -31,28 +31,28 @@ pub struct ImageSpec {
     /// belongs to (`imagegen publish` assembles it); `tag` then carries an `-amd64`/`-arm64` suffix.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub index: Option<String>,
-    pub torch: String,
+    pub torch: VersionText,
     /// The torchvision released beside this torch, exact (`0.28.0`).
-    pub torchvision: String,
-    pub torchaudio: Option<String>,
+    pub torchvision: VersionText,
+    pub torchaudio: Option<VersionText>,
     /// CUDA of the torch wheel, major.minor.
-    pub cuda: String,
+    pub cuda: VersionText,
     /// The CUDA release line of the knowledge the cell resolved to (`12.6.3`): the nvidia/cuda
     /// base's tag, whatever base the image is built on.
-    pub cuda_full: String,
+    pub cuda_full: VersionText,
     /// The CUDA toolkit the base image holds (`/usr/local/cuda/version.json` of an nvidia/cuda
     /// base, `cuda_full`); `None` on a base the matrix names (`base_images`), whose contents
     /// imagegen does not know.
-    pub base_cuda_toolkit: Option<String>,
+    pub base_cuda_toolkit: Option<VersionText>,
     /// The CUDA runtime torch loads: the version of the lock's `nvidia-cuda-runtime` wheel.
     pub cuda_runtime: Option<String>,
     /// The nvcc a devel image holds from the toolkit wheels: the lock's `nvidia-cuda-nvcc`.
     pub cuda_nvcc: Option<String>,
     /// cuDNN bundled by the torch wheel.
-    pub cudnn: String,
+    pub cudnn: VersionText,
     pub nccl: Option<String>,
-    pub python: String,
-    pub os: String,
+    pub python: VersionText,
+    pub os: OsName,
     /// The image this one is built `FROM`: with a registry pin (`images/bases.lock`), the
     /// reference and its digest (`nvidia/cuda:13.0.0-base-ubuntu24.04@sha256:…`).
     pub base_image: String,
@@ -193,13 +193,13 @@ pub enum ToolkitSource {
 /// A cell that cannot be built, with the values it was given and why.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Rejection {
-    pub torch: String,
-    pub cuda: String,
-    pub cudnn: Option<String>,
-    pub python: Option<String>,
-    pub os: String,
+    pub torch: VersionText,
+    pub cuda: VersionText,
+    pub cudnn: Option<VersionText>,
+    pub python: Option<VersionText>,
+    pub os: OsName,
     pub variant: Variant,
-    pub platform: String,
+    pub platform: Platform,
     /// `axes` or `include[N]`.
     pub origin: String,
     /// `matrix.yaml:LINE` of the include rule that asked for the cell.
@@ -218,7 +218,7 @@ impl Rejection {
             python: Some(image.python.clone()),
             os: image.os.clone(),
             variant: image.variant,
-            platform: image.platform.to_string(),
+            platform: image.platform.clone(),
             origin: origin.into(),
             location: None,
             reason,
@@ -254,8 +254,12 @@ pub struct ResolveOptions {
     pub ca_bundle: Option<Digest>,
     /// The CUDA wheels each image's lock pins, by image name (read from the locks on disk).
     pub locked_cuda: BTreeMap<String, LockedCuda>,
-    /// Today, in days since 1970-01-01, to judge ends of life by; `None` judges none.
+    /// Today, in days since 1970-01-01, to judge ends of life by (`None` judges none), and the
+    /// day `{date}` gives new content (1970-01-01 when `None`).
     pub today: Option<i64>,
+    /// The fingerprint of every image the manifest records as built, by full tag: `{revision}`
+    /// and `{date}` keep the recorded ones for the same content and move on for new content.
+    pub recorded: BTreeMap<String, Digest>,
     /// The base images' pins (`images/bases.lock`), by base reference.
     pub base_pins: BTreeMap<String, crate::model::bases::BasePin>,
     /// sha256 of each step fragment (`steps:`), by its path as the matrix writes it: the
@@ -276,11 +280,11 @@ pub struct LockedCuda {
 #[derive(Debug, Clone, PartialEq)]
 pub struct TagFields {
     pub torch: semver::Version,
-    pub cuda: String,
-    pub cudnn: String,
+    pub cuda: VersionText,
+    pub cudnn: VersionText,
     pub python: DottedVersion,
     pub variant: Variant,
-    pub os: String,
+    pub os: OsName,
     /// `os` as (family, release), for choosing the newest.
     pub os_release: (String, DottedVersion),
     /// Whether `cuda` is the default CUDA of this torch series.
@@ -296,13 +300,13 @@ impl TagFields {
 /// One requested combination before it is checked.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct Cell {
-    pub(crate) torch: String,
-    pub(crate) cuda: String,
-    pub(crate) cudnn: Option<String>,
-    pub(crate) python: Option<String>,
-    pub(crate) os: String,
+    pub(crate) torch: VersionText,
+    pub(crate) cuda: VersionText,
+    pub(crate) cudnn: Option<VersionText>,
+    pub(crate) python: Option<VersionText>,
+    pub(crate) os: OsName,
     pub(crate) variant: Variant,
-    pub(crate) platform: String,
+    pub(crate) platform: Platform,
     pub(crate) origin: String,
     pub(crate) location: Option<String>,
 }
@@ -331,7 +335,7 @@ pub(crate) struct RuntimeFloor {
     /// library version (`nvidia-cuda-runtime-cu12==12.4.127`).
     pub(crate) runtime: String,
     /// The CUDA release whose Table 3 row gives `driver_min`.
-    pub(crate) release: String,
+    pub(crate) release: VersionText,
     pub(crate) driver_min: DriverVersion,
     /// `false` when the runtime's own release has no row in the knowledge and `release` is the
     /// newest older release of its line that has one: then `driver_min` is a lower bound.
@@ -344,14 +348,14 @@ pub(crate) struct Resolved {
     pub(crate) release: TorchRelease,
     pub(crate) variant: TorchCuda,
     pub(crate) cuda_release: CudaRelease,
-    pub(crate) os: String,
+    pub(crate) os: OsName,
     /// The OS's glibc, for the platform the lock is resolved for.
     pub(crate) glibc: String,
     pub(crate) python: DottedVersion,
     /// The versions the images are ordered by, parsed once when the cell was checked.
     pub(crate) order: ImageOrder,
     pub(crate) variant_kind: Variant,
-    pub(crate) platform: String,
+    pub(crate) platform: Platform,
     pub(crate) unverified: Vec<String>,
     /// The wheel's own CUDA runtime, when it needs a newer driver than the base's toolkit.
     pub(crate) runtime_floor: Option<RuntimeFloor>,
@@ -370,11 +374,11 @@ impl Resolved {
     /// Identity of the image apart from its variant.
     pub(crate) fn key(&self) -> (String, String, String, String, String) {
         (
-            self.release.torch.clone(),
-            self.cuda_release.version.clone(),
-            self.os.clone(),
+            self.release.torch.to_string(),
+            self.cuda_release.version.to_string(),
+            self.os.to_string(),
             self.python.to_string(),
-            self.platform.clone(),
+            self.platform.to_string(),
         )
     }
 }

@@ -109,11 +109,11 @@ fn check_excludes(matrix: &Matrix) -> Result<(), (Option<Position>, String)> {
 /// The version and OS values of a rule, by key.
 fn rule_values(rule: &CellRule) -> Vec<(&'static str, String)> {
     [
-        ("torch", rule.torch.as_ref().map(|v| v.0.clone())),
-        ("cuda", rule.cuda.as_ref().map(|v| v.0.clone())),
-        ("cudnn", rule.cudnn.as_ref().map(|v| v.0.clone())),
-        ("python", rule.python.as_ref().map(|v| v.0.clone())),
-        ("os", rule.os.as_ref().map(|o| o.0.clone())),
+        ("torch", rule.torch.as_ref().map(|v| v.to_string())),
+        ("cuda", rule.cuda.as_ref().map(|v| v.to_string())),
+        ("cudnn", rule.cudnn.as_ref().map(|v| v.to_string())),
+        ("python", rule.python.as_ref().map(|v| v.to_string())),
+        ("os", rule.os.as_ref().map(|o| o.to_string())),
     ]
     .into_iter()
     .filter_map(|(key, value)| value.map(|value| (key, value)))
@@ -138,19 +138,19 @@ impl<'k> KnownValues<'k> {
         let mut python: Vec<String> = Vec::new();
         for series in &knowledge.torch {
             torch.push(series.series.clone());
-            torch.extend(series.releases.iter().map(|r| r.torch.clone()));
+            torch.extend(series.releases.iter().map(|r| r.torch.to_string()));
             python.extend(series.python.iter().cloned());
             python.extend(series.python_experimental.iter().cloned());
             for variant in &series.cuda {
-                cuda.push(variant.cuda.clone());
-                cudnn.push(variant.cudnn.clone());
+                cuda.push(variant.cuda.to_string());
+                cudnn.push(variant.cudnn.to_string());
                 if let Ok(version) = DottedVersion::parse_kind(&variant.cudnn, "", 4) {
                     cudnn.push(version.part(0).to_string());
                 }
             }
         }
         for release in &knowledge.cuda {
-            cuda.push(release.version.clone());
+            cuda.push(release.version.to_string());
             if let Ok(version) = DottedVersion::parse_kind(&release.version, "", 3) {
                 cuda.push(version.major_minor());
             }

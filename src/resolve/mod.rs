@@ -193,7 +193,8 @@ pub fn resolve(matrix: &Matrix, knowledge: &Knowledge, options: &ResolveOptions)
             }
         }
     }
-    // Flavours build on the runtime images, each after its runtime image.
+    assign_recorded_fields(&mut images, options);
+    // Flavours build on the runtime images, each after its runtime image (on its filled tag).
     let mut images = flavour::with_flavours(images, matrix, options);
     apt_mirror_warnings(&images, matrix, &mut resolution);
 
@@ -224,6 +225,75 @@ pub fn resolve(matrix: &Matrix, knowledge: &Knowledge, options: &ResolveOptions)
     }
     resolution.images = images;
     resolution
+}
+
+/// Fills `{revision}` and `{date}` of every full tag from the manifest's records (see
+/// [`tags::read_back`]). The images published under one tag (one per platform) share them: a
+/// recorded date and revision is kept when those of them recorded there (a platform may not be
+/// built yet) all have their present fingerprint; otherwise the tag gets today's date and one more than the highest revision
+/// recorded (under today's date, when the tag has one). A devel image's `FROM` follows its
+/// runtime image's filled tag; its fingerprint covers the runtime's content, not its revision.
+fn assign_recorded_fields(images: &mut [ImageSpec], options: &ResolveOptions) {
+    let today = crate::model::date::compact_date(options.today.unwrap_or(0));
+    let published = |image: &ImageSpec| image.index.clone().unwrap_or_else(|| image.tag.clone());
+    let groups: BTreeSet<String> = images
+        .iter()
+        .filter(|image| tags::has_recorded_fields(&image.tag))
+        .map(published)
+        .collect();
+    let mut filled: BTreeMap<String, String> = BTreeMap::new();
+    for group in groups {
+        let members: Vec<usize> = (0..images.len())
+            .filter(|&i| published(&images[i]) == group)
+            .collect();
+        // What each (date, revision) holds: by member, whether its fingerprint is the present one.
+        let mut found: BTreeMap<(Option<String>, Option<u32>), BTreeMap<usize, bool>> =
+            BTreeMap::new();
+        for &member in &members {
+            for (tag, fingerprint) in &options.recorded {
+                if let Some(fields) = tags::read_back(&images[member].tag, tag) {
+                    found
+                        .entry(fields)
+                        .or_default()
+                        .insert(member, *fingerprint == images[member].fingerprint);
+                }
+            }
+        }
+        let kept = found
+            .iter()
+            .filter(|(_, by_member)| by_member.values().all(|same| *same))
+            .map(|(fields, _)| fields.clone())
+            .max_by_key(|(date, revision)| (date.clone(), *revision));
+        let (date, revision) = match kept {
+            Some((date, revision)) => {
+                (date.unwrap_or_else(|| today.clone()), revision.unwrap_or(1))
+            }
+            None => {
+                let highest = found
+                    .keys()
+                    .filter(|(date, _)| date.as_ref().is_none_or(|d| *d == today))
+                    .filter_map(|(_, revision)| *revision)
+                    .max()
+                    .unwrap_or(0);
+                (today.clone(), highest + 1)
+            }
+        };
+        for &member in &members {
+            let image = &mut images[member];
+            let tag = tags::fill_recorded(&image.tag, &date, revision);
+            filled.insert(image.name.clone(), format!("{}:{tag}", image.repository));
+            image.tag = tag;
+            image.index = image
+                .index
+                .as_ref()
+                .map(|index| tags::fill_recorded(index, &date, revision));
+        }
+    }
+    for image in images.iter_mut() {
+        if let Some(reference) = image.parent.as_ref().and_then(|p| filled.get(p)) {
+            image.base_image = reference.clone();
+        }
+    }
 }
 
 /// Tags Docker would refuse (over 128 characters, a first character that is not a letter, digit
@@ -318,7 +388,7 @@ fn sort_key(found: &Resolved) -> (ImageOrder, String, Variant, String) {
         found.order.clone(),
         found.python.to_string(),
         found.variant_kind,
-        found.platform.clone(),
+        found.platform.to_string(),
     )
 }
 
@@ -353,10 +423,7 @@ fn assign_aliases(images: &mut [ImageSpec], matrix: &Matrix) {
         .iter()
         .map(|image| image.tag_fields.clone())
         .collect();
-    let default_os = tags::default_os(
-        &fields,
-        matrix.tags.default_os.as_ref().map(|o| o.0.as_str()),
-    );
+    let default_os = tags::default_os(&fields, matrix.tags.default_os.as_ref().map(|o| o.as_str()));
     let by_published: BTreeMap<String, Vec<String>> =
         tags::aliases(&fields, default_os.as_deref(), matrix.tags.latest)
             .into_iter()

@@ -349,7 +349,7 @@ fn platform_available(
             if with_platform.is_empty() { "none".to_string() } else { with_platform.join(", ") }
         ));
     }
-    if !cuda_release.platforms.contains_key(&cell.platform) {
+    if !cuda_release.platforms.contains_key(cell.platform.as_str()) {
         return Err(format!(
             "nvidia/cuda {} has no {} images (it has {})",
             cuda_release.version,
@@ -581,7 +581,7 @@ fn python_version(
 ) -> Result<DottedVersion, String> {
     let python = match &cell.python {
         None => os.python.clone(),
-        Some(wanted) if *wanted == os.python => wanted.clone(),
+        Some(wanted) if *wanted == os.python => wanted.to_string(),
         Some(wanted) => {
             let range = python_range(series);
             let fitting: Vec<&str> = knowledge
@@ -594,9 +594,9 @@ fn python_version(
                 "{} ships Python {} and imagegen uses the OS Python",
                 cell.os, os.python
             );
-            if !series.python.contains(wanted) {
+            if !series.python.iter().any(|p| p == wanted) {
                 // Name torch's own range first: no OS would make this Python work.
-                let experimental = if series.python_experimental.contains(wanted) {
+                let experimental = if series.python_experimental.iter().any(|p| p == wanted) {
                     " (only experimental wheels)"
                 } else {
                     ""

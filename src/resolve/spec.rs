@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::model::axes::{OsName, Platform, Variant};
+use crate::model::axes::{OsName, Variant, VersionText};
 use crate::model::digest::Digest;
 use crate::model::extensions::Extensions;
 use crate::model::knowledge::{wheel_suffix, Knowledge, PLATFORM_AMD64};
@@ -134,12 +134,12 @@ pub(super) fn build_spec(
         &matrix.mirrors,
     );
     let mut spec = ImageSpec {
-        name: tag.clone(),
+        name: tags::folder_name(&tag),
         repository,
         tag,
         aliases: Vec::new(),
         variant: found.variant_kind,
-        platform: Platform(found.platform.clone()),
+        platform: found.platform.clone(),
         index,
         torch: found.release.torch.clone(),
         torchvision: found.release.torchvision.clone(),
@@ -151,7 +151,7 @@ pub(super) fn build_spec(
         cuda_nvcc: None,
         cudnn: found.variant.cudnn.clone(),
         nccl: found.variant.nccl.clone(),
-        python: found.python.to_string(),
+        python: VersionText::of(&found.python),
         os: found.os.clone(),
         base_image,
         base_image_id,
@@ -354,14 +354,20 @@ fn fingerprint_inputs(
     let mut inputs: BTreeMap<&str, String> = BTreeMap::new();
     inputs.insert("variant", spec.variant.to_string());
     inputs.insert("platform", spec.platform.to_string());
-    inputs.insert("torch", spec.torch.clone());
-    inputs.insert("torchvision", spec.torchvision.clone());
-    inputs.insert("torchaudio", spec.torchaudio.clone().unwrap_or_default());
-    inputs.insert("cuda", spec.cuda.clone());
-    inputs.insert("cuda_full", spec.cuda_full.clone());
-    inputs.insert("cudnn", spec.cudnn.clone());
-    inputs.insert("python", spec.python.clone());
-    inputs.insert("os", spec.os.clone());
+    inputs.insert("torch", spec.torch.to_string());
+    inputs.insert("torchvision", spec.torchvision.to_string());
+    inputs.insert(
+        "torchaudio",
+        spec.torchaudio
+            .as_ref()
+            .map(ToString::to_string)
+            .unwrap_or_default(),
+    );
+    inputs.insert("cuda", spec.cuda.to_string());
+    inputs.insert("cuda_full", spec.cuda_full.to_string());
+    inputs.insert("cudnn", spec.cudnn.to_string());
+    inputs.insert("python", spec.python.to_string());
+    inputs.insert("os", spec.os.to_string());
     inputs.insert("base_image", spec.base_image.clone());
     if let Some(image_id) = &spec.base_image_id {
         inputs.insert("base_image_id", image_id.to_string());

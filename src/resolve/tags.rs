@@ -3,6 +3,10 @@
 //! - The **full tag** is immutable and says exactly what is inside: by default
 //!   `{torch}-cuda{cuda}-cudnn{cudnn_major}-{variant}-{os}`, e.g.
 //!   `2.7.1-cuda12.6-cudnn9-runtime-ubuntu24.04`.
+//! - `{revision}` and `{date}` in the full tag are decided from the manifest, after the other
+//!   placeholders ([`read_back`], [`fill_recorded`]): content recorded under the rest of the tag
+//!   keeps its revision and date; new content gets today's date and the next revision. An image's
+//!   folder in `images/` ([`folder_name`]) leaves them out, so a new revision keeps its lock.
 //! - **Moving aliases** follow the newest patch of a torch series:
 //!   `2.7-cuda12.6-runtime-ubuntu24.04` for every OS, and `2.7-cuda12.6-runtime` for the default
 //!   OS (the newest OS in the matrix unless `tags.default_os` says otherwise).
@@ -11,7 +15,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::model::axes::Variant;
+use crate::model::axes::{OsName, Variant, VersionText};
 use crate::model::version::DottedVersion;
 pub use crate::resolve::image::TagFields;
 
@@ -29,6 +33,83 @@ pub fn full_tag(template: &str, fields: &TagFields) -> String {
         .replace("{os}", &fields.os)
 }
 
+/// The placeholder the next revision fills (1, 2, ...).
+pub const REVISION: &str = "{revision}";
+/// The placeholder the build day fills (`YYYYMMDD`).
+pub const DATE: &str = "{date}";
+
+/// Whether a tag still holds `{revision}` or `{date}`, which the manifest decides.
+pub fn has_recorded_fields(tag: &str) -> bool {
+    tag.contains(REVISION) || tag.contains(DATE)
+}
+
+/// `tag` with `{revision}` and `{date}` filled.
+pub fn fill_recorded(tag: &str, date: &str, revision: u32) -> String {
+    tag.replace(REVISION, &revision.to_string())
+        .replace(DATE, date)
+}
+
+/// The image's folder name: `tag` without its `{revision}` and `{date}` parts, each dropped with
+/// the separator (and up to 3 letters after it, `-r`, `-rev`) just before it: `…-ubuntu24.04-r{revision}` and
+/// `…-ubuntu24.04-{date}` both give `…-ubuntu24.04`.
+pub fn folder_name(tag: &str) -> String {
+    let mut name = tag.to_string();
+    for placeholder in [REVISION, DATE] {
+        while let Some(at) = name.find(placeholder) {
+            let before = &name[..at];
+            let letters = before
+                .chars()
+                .rev()
+                .take_while(char::is_ascii_alphabetic)
+                .count();
+            let cut = if letters <= 3 && before[..before.len() - letters].ends_with(['-', '.', '_'])
+            {
+                before.len() - letters - 1
+            } else if before.ends_with(['-', '.', '_']) {
+                before.len() - 1
+            } else {
+                before.len()
+            };
+            name = format!("{}{}", &name[..cut], &name[at + placeholder.len()..]);
+        }
+    }
+    name.trim_start_matches(['-', '.', '_']).to_string()
+}
+
+/// The date and revision a recorded tag carries where `pattern` (a tag with `{revision}` and/or
+/// `{date}` still in it) has them; `None` when `recorded` is not a filling of `pattern`.
+pub fn read_back(pattern: &str, recorded: &str) -> Option<(Option<String>, Option<u32>)> {
+    let mut date = None;
+    let mut revision = None;
+    let mut rest_pattern = pattern;
+    let mut rest = recorded;
+    loop {
+        let next = [REVISION, DATE]
+            .iter()
+            .filter_map(|p| rest_pattern.find(p).map(|at| (at, *p)))
+            .min();
+        let Some((at, placeholder)) = next else {
+            return (rest == rest_pattern).then_some((date, revision));
+        };
+        rest = rest.strip_prefix(&rest_pattern[..at])?;
+        rest_pattern = &rest_pattern[at + placeholder.len()..];
+        let digits = rest.chars().take_while(char::is_ascii_digit).count();
+        if placeholder == DATE {
+            if digits < 8 {
+                return None;
+            }
+            date = Some(rest[..8].to_string());
+            rest = &rest[8..];
+        } else {
+            if digits == 0 || rest.starts_with('0') {
+                return None;
+            }
+            revision = Some(rest[..digits].parse().ok()?);
+            rest = &rest[digits..];
+        }
+    }
+}
+
 /// The OS that short aliases point at: `preferred` when given, else the newest Ubuntu in `images`.
 pub fn default_os(images: &[TagFields], preferred: Option<&str>) -> Option<String> {
     if let Some(os) = preferred {
@@ -37,7 +118,7 @@ pub fn default_os(images: &[TagFields], preferred: Option<&str>) -> Option<Strin
     images
         .iter()
         .max_by_key(|image| &image.os_release)
-        .map(|image| image.os.clone())
+        .map(|image| image.os.to_string())
 }
 
 /// The aliases of every image, by index into `images`. `latest` is only given when
@@ -49,7 +130,8 @@ pub fn aliases(
 ) -> BTreeMap<usize, Vec<String>> {
     let mut result: BTreeMap<usize, Vec<String>> = BTreeMap::new();
     // Newest torch patch per (series, cuda, variant, os, python).
-    let mut newest: BTreeMap<(String, String, Variant, String, String), usize> = BTreeMap::new();
+    let mut newest: BTreeMap<(String, VersionText, Variant, OsName, String), usize> =
+        BTreeMap::new();
     for (index, image) in images.iter().enumerate() {
         let key = (
             image.series(),
@@ -66,8 +148,10 @@ pub fn aliases(
         }
     }
     // When one OS has several Pythons (a custom template), only the newest Python gets aliases.
-    let mut newest_python: BTreeMap<(String, String, Variant, String), (DottedVersion, usize)> =
-        BTreeMap::new();
+    let mut newest_python: BTreeMap<
+        (String, VersionText, Variant, OsName),
+        (DottedVersion, usize),
+    > = BTreeMap::new();
     for &index in newest.values() {
         let image = &images[index];
         let python = image.python.clone();
@@ -157,6 +241,45 @@ mod tests {
             full_tag("{torch_series}-{python}-{cudnn}-{variant}", &fields),
             "2.7-py3.12-9.5.1.17-runtime"
         );
+    }
+
+    #[test]
+    fn recorded_fields_are_read_back_and_left_out_of_folders() {
+        let pattern = "2.7.1-cuda12.6-runtime-{date}-r{revision}";
+        assert_eq!(
+            read_back(pattern, "2.7.1-cuda12.6-runtime-20261202-r12"),
+            Some((Some("20261202".into()), Some(12)))
+        );
+        assert_eq!(
+            fill_recorded(pattern, "20261202", 12),
+            "2.7.1-cuda12.6-runtime-20261202-r12"
+        );
+        assert_eq!(
+            read_back(pattern, "2.7.1-cuda12.6-runtime-2026120-r1"),
+            None
+        );
+        assert_eq!(
+            read_back(pattern, "2.7.1-cuda12.6-runtime-20261202-r"),
+            None
+        );
+        assert_eq!(
+            read_back(pattern, "2.7.1-cuda12.6-runtime-20261202-r01"),
+            None
+        );
+        assert_eq!(read_back(pattern, "2.7.1-cuda12.6-devel-20261202-r1"), None);
+        assert_eq!(
+            read_back("a-r{revision}-amd64", "a-r3-amd64"),
+            Some((None, Some(3)))
+        );
+        assert_eq!(read_back("a-r{revision}-amd64", "a-r3-arm64"), None);
+        assert_eq!(folder_name(pattern), "2.7.1-cuda12.6-runtime");
+        assert_eq!(folder_name("{date}-2.7.1-runtime"), "2.7.1-runtime");
+        assert_eq!(folder_name("2.7.1-runtime{revision}"), "2.7.1-runtime");
+        assert_eq!(
+            folder_name("2.7.1-runtime-rev{revision}-amd64"),
+            "2.7.1-runtime-amd64"
+        );
+        assert_eq!(folder_name("2.7.1-runtime"), "2.7.1-runtime");
     }
 
     #[test]

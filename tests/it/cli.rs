@@ -1607,3 +1607,118 @@ fn diff_shows_label_changes_one_per_line() {
         "{stdout}"
     );
 }
+
+/// The project's files are in the matrix's folder: `render --matrix ../x/matrix.yaml` writes
+/// ../x/images (no second images/ here) and reads its `ca_bundle` there, `--project DIR` finds
+/// DIR/matrix.yaml, `plan` says the manifest it looked for is missing (by its path in the
+/// project), and a path given on the command line stays relative to the working directory.
+#[test]
+fn project_paths_follow_the_matrix_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let project = dir.path().join("x");
+    let elsewhere = dir.path().join("y");
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let bundle = std::fs::read_to_string("/etc/ssl/certs/ca-certificates.crt").unwrap();
+    std::fs::write(project.join("host-ca.pem"), &bundle).unwrap();
+    let matrix = std::fs::read_to_string(fixture("basic.yaml")).unwrap();
+    write_matrix(&project, &format!("{matrix}ca_bundle: host-ca.pem\n"));
+    imagegen()
+        .current_dir(&elsewhere)
+        .args(["render", "--matrix", "../x/matrix.yaml"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("in ../x/images"));
+    let rendered: Vec<_> = std::fs::read_dir(project.join("images"))
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name())
+        .collect();
+    assert!(rendered.len() > 1, "{rendered:?}");
+    assert_eq!(
+        std::fs::read_dir(&elsewhere).unwrap().count(),
+        0,
+        "nothing is written where imagegen runs"
+    );
+    imagegen()
+        .current_dir(&elsewhere)
+        .args(["render", "--check", "--project", "../x"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("locks missing or stale"))
+        .stdout(predicate::str::contains("Dockerfile").not());
+    imagegen()
+        .current_dir(&elsewhere)
+        .args(["plan", "--project", "../x"])
+        .assert()
+        .success()
+        .stderr(predicate::str::contains(
+            "no manifest at ../x/imagegen-manifest.json",
+        ));
+    imagegen()
+        .current_dir(&elsewhere)
+        .args(["render", "--matrix", "../x/matrix.yaml", "--out", "mine"])
+        .assert()
+        .success();
+    assert!(
+        elsewhere.join("mine").is_dir(),
+        "--out is where imagegen runs"
+    );
+    // The CA bundle is read beside the matrix, not in the working directory.
+    std::fs::remove_file(project.join("host-ca.pem")).unwrap();
+    imagegen()
+        .current_dir(&elsewhere)
+        .args(["render", "--check", "--project", "../x"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("../x/host-ca.pem"));
+}
+
+/// Another registry re-renders no runtime image (the registry is in no rendered byte of it), and
+/// `render --check` says what changed in a CA bundle (certificates added and removed, by
+/// subject) instead of printing base64.
+#[test]
+fn registry_change_renders_nothing_and_a_ca_bundle_change_is_summarized() {
+    let dir = tempfile::tempdir().unwrap();
+    let system = std::fs::read_to_string("/etc/ssl/certs/ca-certificates.crt").unwrap();
+    let blocks: Vec<&str> = system
+        .split_inclusive("-----END CERTIFICATE-----\n")
+        .take(4)
+        .collect();
+    assert_eq!(blocks.len(), 4, "the system store has certificates");
+    std::fs::write(dir.path().join("ca.pem"), blocks[..3].concat()).unwrap();
+    let matrix = "registry: registry.example.com\nrepository: team/pytorch\ntorch: [\"2.8.0\"]\ncuda: [\"12.8\"]\nos: [ubuntu24.04]\nvariants: [runtime]\nca_bundle: ca.pem\n";
+    write_matrix(dir.path(), matrix);
+    let run = |args: &[&str]| {
+        let mut command = imagegen();
+        command.current_dir(dir.path()).args(args);
+        command
+    };
+    run(&["render"]).assert().success();
+    write_matrix(
+        dir.path(),
+        &matrix.replace("registry.example.com", "127.0.0.1:5000"),
+    );
+    let output = run(&["render", "--check"]).output().unwrap();
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(!stdout.contains("+++ b/"), "no file differs: {stdout}");
+    assert!(stderr.contains("0 files differ"), "{stderr}");
+    std::fs::write(dir.path().join("ca.pem"), blocks[1..].concat()).unwrap();
+    let output = run(&["render", "--check"]).output().unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    assert!(
+        stdout.contains("CA bundle: 3 certificates -> 3 (1 added, 1 removed)\n+ CN="),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("BEGIN CERTIFICATE"), "{stdout}");
+    let bundle_lines = stdout
+        .lines()
+        .skip_while(|line| !line.ends_with("ca-bundle.crt"))
+        .take_while(|line| !line.starts_with("lock:"))
+        .count();
+    assert_eq!(
+        bundle_lines, 5,
+        "two headers, the count, one added, one removed: {stdout}"
+    );
+}

@@ -100,14 +100,17 @@ fn additions_render_after_the_lock_install_and_pass_hadolint() {
             format!("{runtime}\n=== devel ===\n{devel}")
         );
     });
-    // The order the README documents: the team's wheels before the lock install, the rest after
-    // it and the loader cache, the user last.
+    // The order the README documents: the team's wheels (with every file of the lock, fetched on
+    // the host into wheels/) in the venv's stage, the rest after it and the loader cache, the
+    // user last.
     let at = |needle: &str| {
         runtime
             .find(needle)
             .unwrap_or_else(|| panic!("{needle:?} not in\n{runtime}"))
     };
-    assert!(at("COPY extension-wheels/") < at("COPY requirements.lock"));
+    assert!(at("COPY wheels/") < at("COPY requirements.lock"));
+    assert!(!runtime.contains("extension-wheels"), "{runtime}");
+    assert!(at("COPY --from=venv /opt/venv /opt/venv") < at("&& ldconfig"));
     assert!(at("&& ldconfig") < at("      htop \\\n"));
     assert!(at("      git \\\n") < at("RUN groupadd --gid 1000 dev"));
     assert!(at("RUN groupadd") < at("torch = \"2.13.0\""));

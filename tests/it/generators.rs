@@ -677,7 +677,10 @@ fn plan_predicts_a_push_that_would_be_refused_and_names_the_fix() {
     assert_eq!(refused[0]["tag"], tag);
     assert_eq!(refused[0]["digest"], digest);
     let fix = refused[0]["fix"].as_str().unwrap();
-    assert!(fix.contains("tags.full") && fix.contains("-r2"), "{fix}");
+    assert!(
+        fix.contains("tags.full") && fix.contains("-r{revision}"),
+        "{fix}"
+    );
     let table = stdout_of(&["plan", "--manifest", manifest_arg]);
     assert!(
         table.contains("pushes build --push would refuse"),
@@ -692,6 +695,151 @@ fn plan_predicts_a_push_that_would_be_refused_and_names_the_fix() {
         markdown.contains("Pushes `build --push` would refuse"),
         "{markdown}"
     );
+}
+
+/// `{revision}` and `{date}` in tags.full: new content under the rest of the tag gets today's
+/// date (IMAGEGEN_TODAY) and the next revision, recorded content keeps its own, the folder in
+/// images/ leaves them out, a devel image's FROM follows its runtime's revision, and `plan` shows
+/// the new tag instead of a refused push.
+#[test]
+fn revision_and_date_come_from_the_manifest() {
+    let dir = tempfile::tempdir().unwrap();
+    let matrix = std::fs::read_to_string(fixture())
+        .unwrap()
+        .replace(
+            "tags:\n",
+            "tags:\n  full: \"{torch}-cuda{cuda}-{variant}-{os}-{date}-r{revision}\"\n",
+        )
+        .replace("torch: [\"2.7\", \"2.8.0\"]", "torch: [\"2.8.0\"]")
+        .replace("cuda: [\"11.8\", \"12.6\", \"12.8\"]", "cuda: [\"12.8\"]")
+        .replace("os: [ubuntu22.04, ubuntu24.04]", "os: [ubuntu24.04]");
+    std::fs::write(dir.path().join("matrix.yaml"), &matrix).unwrap();
+    let run = |arguments: &[&str]| -> serde_json::Value {
+        let output = imagegen()
+            .current_dir(dir.path())
+            .env("IMAGEGEN_TODAY", "2026-12-02")
+            .args(arguments)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "imagegen {arguments:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        serde_json::from_slice(&output.stdout).unwrap()
+    };
+    let resolution = run(&["resolve", "--format", "json"]);
+    let images = resolution["images"].as_array().unwrap();
+    let runtime = images.iter().find(|i| i["variant"] == "runtime").unwrap();
+    let devel = images.iter().find(|i| i["variant"] == "devel").unwrap();
+    assert_eq!(
+        devel["base_image"],
+        format!(
+            "registry.example.com/team/pytorch:{}",
+            runtime["tag"].as_str().unwrap()
+        )
+    );
+    assert_eq!(
+        runtime["tag"], "2.8.0-cuda12.8-runtime-ubuntu24.04-20261202-r1",
+        "no manifest: today and revision 1"
+    );
+    assert_eq!(runtime["name"], "2.8.0-cuda12.8-runtime-ubuntu24.04");
+    let record = |tag: &str, fingerprint: &str| {
+        serde_json::json!({
+            "repository": "registry.example.com/team/pytorch", "tag": tag,
+            "digest": format!("sha256:{}", "0f".repeat(32)),
+            "fingerprint": fingerprint, "build_key": format!("sha256:{}", "6b".repeat(32)),
+            "variant": "runtime", "torch": "2.8.0", "torchvision": "0.23.0",
+            "cuda": "12.8", "cuda_full": "12.8.1", "cudnn": "9", "python": "3.12",
+            "os": "ubuntu24.04", "base_image": "b", "driver_min": "570.124.06",
+            "driver_min_compat": "525.60.13", "require_cuda": "cuda>=12.8",
+            "built_at": "2026-11-30T10:00:00Z", "status": "ok"})
+    };
+    let write_manifest = |records: &[(&str, &str)]| {
+        let images: serde_json::Map<String, serde_json::Value> = records
+            .iter()
+            .map(|(tag, fingerprint)| (tag.to_string(), record(tag, fingerprint)))
+            .collect();
+        std::fs::write(
+            dir.path().join("imagegen-manifest.json"),
+            serde_json::json!({"schema_version": 1, "images": images}).to_string(),
+        )
+        .unwrap();
+    };
+    let fingerprint = runtime["fingerprint"].as_str().unwrap();
+    let other = format!("sha256:{}", "0e".repeat(32));
+    // Recorded with this content on another day: the recorded tag is kept.
+    write_manifest(&[(
+        "2.8.0-cuda12.8-runtime-ubuntu24.04-20261130-r1",
+        fingerprint,
+    )]);
+    let kept = run(&["resolve", "--format", "json"]);
+    let tag_of = |resolution: &serde_json::Value, variant: &str| {
+        resolution["images"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i["variant"] == variant)
+            .unwrap()["tag"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(
+        tag_of(&kept, "runtime"),
+        "2.8.0-cuda12.8-runtime-ubuntu24.04-20261130-r1"
+    );
+    // Other content pushed under today's r1 and r2: the next revision, and no refused push.
+    write_manifest(&[
+        ("2.8.0-cuda12.8-runtime-ubuntu24.04-20261202-r1", &other),
+        ("2.8.0-cuda12.8-runtime-ubuntu24.04-20261202-r2", &other),
+        ("2.8.0-cuda12.8-runtime-ubuntu24.04-20261130-r7", &other),
+    ]);
+    let next = run(&["resolve", "--format", "json"]);
+    let runtime_tag = tag_of(&next, "runtime");
+    assert_eq!(
+        runtime_tag,
+        "2.8.0-cuda12.8-runtime-ubuntu24.04-20261202-r3"
+    );
+    let devel = next["images"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["variant"] == "devel")
+        .unwrap();
+    assert_eq!(
+        devel["base_image"],
+        format!("registry.example.com/team/pytorch:{runtime_tag}"),
+        "the devel image builds on its runtime's new revision"
+    );
+    assert_eq!(
+        devel["tag"], "2.8.0-cuda12.8-devel-ubuntu24.04-20261202-r1",
+        "{devel:#}"
+    );
+    let plan = run(&["plan", "--format", "json"]);
+    assert!(plan.get("refused_pushes").is_none(), "{plan:#}");
+    assert!(
+        plan["new_images"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|image| image["tag"] == runtime_tag.as_str()),
+        "{plan:#}"
+    );
+    // A revision must be readable back from a tag.
+    std::fs::write(
+        dir.path().join("matrix.yaml"),
+        matrix.replace("-r{revision}", "-{revision}{torch}"),
+    )
+    .unwrap();
+    imagegen()
+        .current_dir(dir.path())
+        .args(["resolve"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "{revision} must be followed by the end of the tag or a character that is not a digit",
+        ));
 }
 
 /// Validates `yaml` against GitLab's CI schema (vendored in tests/fixtures/gitlab-ci) with

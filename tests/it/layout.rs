@@ -483,3 +483,71 @@ fn only_main_ends_the_process() {
         .collect();
     assert_eq!(enders, vec!["main.rs"]);
 }
+
+/// The value types of `model/` (versions, OS names, platforms, digests) whose inner value is
+/// visible: `struct Name(pub …)`. Such a field lets code past the loader build an unchecked value
+/// or read the `String` and parse it again, which the newtypes exist to prevent.
+fn public_newtype_fields(model: &Path) -> Vec<String> {
+    let mut files = Vec::new();
+    rust_files(model, &mut files);
+    files.sort();
+    let mut found = Vec::new();
+    for file in files {
+        let code = code_of(&std::fs::read_to_string(&file).unwrap());
+        for line in code.lines() {
+            let line = line.trim();
+            let Some(at) = line.find("struct ") else {
+                continue;
+            };
+            let rest = &line[at + "struct ".len()..];
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            let fields = rest[name.len()..].trim_start();
+            if fields.starts_with('(')
+                && fields[1..]
+                    .split(',')
+                    .any(|field| field.trim_start().starts_with("pub"))
+            {
+                let relative = file.strip_prefix(model).unwrap().display();
+                found.push(format!("{relative}: {name}"));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn the_model_value_types_keep_their_fields_private() {
+    let model = crate_src().join("model");
+    let found = public_newtype_fields(&model);
+    assert!(
+        found.is_empty(),
+        "newtypes of model/ with a public field (make it private, with a parsing constructor and an accessor): {found:?}"
+    );
+    // The scan sees the value types it guards ...
+    let axes = std::fs::read_to_string(model.join("axes.rs")).unwrap();
+    let version = std::fs::read_to_string(model.join("version.rs")).unwrap();
+    for (name, text) in [
+        ("VersionText", &version),
+        ("OsName", &axes),
+        ("Platform", &axes),
+    ] {
+        assert!(
+            text.contains(&format!("pub struct {name}(String);")),
+            "{name} not found as a private newtype in model/"
+        );
+    }
+    // ... and fails on one whose field is public.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("axes.rs"),
+        "pub struct OsName(pub String);\npub struct Ok(String);\npub(crate) struct Pair(u8, pub(crate) u8);\n",
+    )
+    .unwrap();
+    assert_eq!(
+        public_newtype_fields(dir.path()),
+        vec!["axes.rs: OsName".to_string(), "axes.rs: Pair".to_string()]
+    );
+}

@@ -21,6 +21,7 @@ mod multiarch;
 mod real_build;
 mod support;
 mod upgrade;
+mod wheel_cache;
 
 /// Every Rust file of the workspace is compiled into a target: a module whose `mod` line was
 /// removed (here, or a `mod tests;` in `src/` or `selftest/`) fails this test, named. It lives

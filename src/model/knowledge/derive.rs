@@ -148,6 +148,8 @@ pub struct IndexFile {
     /// Absolute URL, without the `#sha256=` fragment.
     pub url: String,
     pub yanked: bool,
+    /// The sha256 the index gives for the file (PEP 691 `hashes`, PEP 503 `#sha256=`), if any.
+    pub sha256: Option<String>,
 }
 
 /// The files of a PEP 691 JSON project page; relative URLs resolve against `page_url`.
@@ -162,6 +164,8 @@ pub fn parse_simple_json(text: &str, page_url: &str) -> Result<Vec<IndexFile>, D
         url: String,
         #[serde(default)]
         yanked: serde_json::Value,
+        #[serde(default)]
+        hashes: BTreeMap<String, String>,
     }
     let page: Page = serde_json::from_str(text).map_err(|e| DeriveError::Index {
         what: page_url.to_string(),
@@ -171,6 +175,7 @@ pub fn parse_simple_json(text: &str, page_url: &str) -> Result<Vec<IndexFile>, D
         .files
         .into_iter()
         .map(|file| IndexFile {
+            sha256: file.hashes.get("sha256").cloned(),
             url: resolve_url(page_url, &file.url),
             filename: file.filename,
             // `yanked` is false or a reason string (PEP 592 in JSON).
@@ -195,8 +200,12 @@ pub fn parse_simple_html(text: &str, page_url: &str) -> Vec<IndexFile> {
         };
         let filename = html_unescape(rest[tag_end + 1..tag_end + close].trim());
         if let Some(href) = attribute(tag, "href") {
+            let href = html_unescape(&href);
             files.push(IndexFile {
-                url: resolve_url(page_url, &html_unescape(&href)),
+                sha256: href
+                    .split_once("#sha256=")
+                    .map(|(_, hash)| hash.split('&').next().unwrap_or_default().to_string()),
+                url: resolve_url(page_url, &href),
                 filename,
                 yanked: attribute(tag, "data-yanked").is_some() || tag.contains(" data-yanked"),
             });

@@ -17,6 +17,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use crate::model::version::VersionText;
 use crate::model::version::{DottedVersion, DriverVersion, TorchVersion, VersionError};
 use crate::model::yaml::{self, Problem, LIMITS};
 
@@ -201,8 +202,8 @@ impl TorchSeries {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TorchCuda {
-    pub cuda: String,
-    pub cudnn: String,
+    pub cuda: VersionText,
+    pub cudnn: VersionText,
     #[serde(default)]
     pub nccl: Option<String>,
     #[serde(default)]
@@ -278,12 +279,12 @@ pub struct Aarch64Wheels {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TorchRelease {
-    pub torch: String,
+    pub torch: VersionText,
     /// The exact torchvision release that pins this torch.
-    pub torchvision: String,
+    pub torchvision: VersionText,
     /// The exact torchaudio release for this torch, where one is known.
     #[serde(default)]
-    pub torchaudio: Option<String>,
+    pub torchaudio: Option<VersionText>,
     /// Where the companion versions come from.
     pub source: Vec<String>,
     pub pypi: PypiRelease,
@@ -330,7 +331,7 @@ pub struct PypiWheel {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CudaRelease {
-    pub version: String,
+    pub version: VersionText,
     /// The toolkit driver minimum (full feature set); absent where NVIDIA's table has no row.
     #[serde(default)]
     pub driver_min: Option<DriverVersion>,
@@ -570,7 +571,7 @@ impl Knowledge {
             self.wheel_index_source = other.wheel_index_source;
         }
         merge_by(&mut self.torch, other.torch, |t| t.series.clone());
-        merge_by(&mut self.cuda, other.cuda, |c| c.version.clone());
+        merge_by(&mut self.cuda, other.cuda, |c| c.version.to_string());
         merge_by(&mut self.cuda_families, other.cuda_families, |f| {
             f.major.to_string()
         });

@@ -39,7 +39,7 @@ pub trait Builder: AliasRegistry + Send + Sync + 'static {
         image: &PlannedImage,
     ) -> impl Future<Output = anyhow::Result<Option<Existing>>> + Send;
     /// Builds and tags the full reference; returns the image id.
-    fn build(&self, image: &PlannedImage) -> impl Future<Output = anyhow::Result<String>> + Send;
+    fn build(&self, image: &PlannedImage) -> impl Future<Output = anyhow::Result<Digest>> + Send;
     /// Runs the self-test in a container from the image.
     fn test(&self, image: &PlannedImage) -> impl Future<Output = TestOutcome> + Send;
     /// Reads the packages inside the built image (pip and OS); `None` when the image cannot run
@@ -261,7 +261,7 @@ async fn run_one<B: Builder, J: Journal>(
             result.status = Status::Reused;
             // Make sure the full tag points at the reused image (it may only carry another tag).
             if let Err(error) = builder
-                .tag(&id, &image.spec.repository, &image.spec.tag)
+                .tag(id.as_str(), &image.spec.repository, &image.spec.tag)
                 .await
             {
                 return fail(result, "build", format!("{error:#}"));

@@ -44,9 +44,9 @@ impl Builder for FakeBuilder {
         Ok(self
             .existing
             .contains(&image.spec.name)
-            .then(|| Existing::Local(format!("sha256:old-{}", image.spec.name))))
+            .then(|| Existing::Local(Digest::of(format!("old-{}", image.spec.name).as_bytes()))))
     }
-    async fn build(&self, image: &PlannedImage) -> anyhow::Result<String> {
+    async fn build(&self, image: &PlannedImage) -> anyhow::Result<Digest> {
         let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
         self.max_running.fetch_max(now, Ordering::SeqCst);
         self.record(format!("build {}", image.spec.name));
@@ -58,7 +58,7 @@ impl Builder for FakeBuilder {
                 "Step 4/9 : RUN pip install torch\nERROR: No matching distribution found"
             );
         }
-        Ok(format!("sha256:id-{}", image.spec.name))
+        Ok(Digest::of(format!("id-{}", image.spec.name).as_bytes()))
     }
     async fn test(&self, image: &PlannedImage) -> TestOutcome {
         self.record(format!("test {}", image.spec.name));
@@ -741,7 +741,7 @@ fn recording_an_image_again_keeps_its_build_and_test_times() {
     let plan = test_plan();
     let image = &plan.images[0];
     let mut result = ImageResult::new(&image.spec.name, Status::Built);
-    result.image_id = Some(format!("sha256:{}", "1".repeat(64)));
+    result.image_id = Some(Digest::parse(&format!("sha256:{}", "1".repeat(64))).unwrap());
     result.digest = Some(Digest::of(b"pushed"));
     result.test = Some(TestOutcome::Skipped {
         summary: "no GPU".into(),
@@ -756,7 +756,7 @@ fn recording_an_image_again_keeps_its_build_and_test_times() {
         "2026-12-02T10:00:00Z"
     );
     // Another build of the same tag (another image id) is recorded at its own time.
-    result.image_id = Some(format!("sha256:{}", "2".repeat(64)));
+    result.image_id = Some(Digest::parse(&format!("sha256:{}", "2".repeat(64))).unwrap());
     record(&mut manifest, image, &result, None, "2026-12-02T11:00:00Z");
     let recorded = &manifest.images[&image.spec.tag];
     assert_eq!(recorded.built_at, "2026-12-02T11:00:00Z");
