@@ -12,6 +12,8 @@
 #                      the workflows' `run:` scripts with it
 #   python3-venv     - Debian's python3 refuses `pip install` (externally managed), and without this
 #                      package its `python3 -m venv` cannot create a venv
+#   openssh-client   - ssh and ssh-keygen: the real-build test logs into the ssh flavour
+#                      (tests/it/flavour_services.rs)
 #   debootstrap      - the real-build test (tests/it/real_build.rs) makes its Debian bookworm base
 #                      image from a debootstrapped folder, since no image can be pulled
 #   debian-archive-keyring - the keys debootstrap checks bookworm's Release file with (Debian has
@@ -27,7 +29,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(docker-registry busybox-static apache2-utils openssl shellcheck python3-venv debootstrap debian-archive-keyring)
+packages=(docker-registry busybox-static apache2-utils openssl shellcheck python3-venv debootstrap debian-archive-keyring openssh-client)
 
 missing=()
 for package in "${packages[@]}"; do

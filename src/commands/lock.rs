@@ -265,21 +265,7 @@ impl Uv {
                         indent(&together)
                     ));
                 }
-                let parent_pins = spec
-                    .parent
-                    .as_ref()
-                    .map(|parent| {
-                        format!(
-                            " and every package of ../{}/{LOCK_FILE} stays as that lock pins it",
-                            parent.image
-                        )
-                    })
-                    .unwrap_or_default();
-                bail!(
-                    "the pip extras would change the pins of the torch stack ({}), which stay as those requirements alone resolve them{parent_pins}:\n{}\nhint: loosen or drop the extra in `pip:` of the matrix or of the flavour (an extra must fit the torch stack's versions, never move them)",
-                    spec.requirements.join(" "),
-                    culprits.join("\n")
-                )
+                bail!("{}", conflict_message(spec, &culprits))
             }
         }
     }
@@ -547,6 +533,27 @@ fn split_tag(reference: &str) -> (&str, &str) {
     }
 }
 
+/// What `imagegen lock` says when extras (the matrix's `pip:`, a flavour's packages) would move a
+/// pin of the torch stack (or of the runtime lock a devel or flavour lock is resolved against):
+/// each culprit with uv's reason (`culprits`: `- `extra`:` and the reason indented).
+fn conflict_message(spec: &LockSpec, culprits: &[String]) -> String {
+    let parent_pins = spec
+        .parent
+        .as_ref()
+        .map(|parent| {
+            format!(
+                " and every package of ../{}/{LOCK_FILE} stays as that lock pins it",
+                parent.image
+            )
+        })
+        .unwrap_or_default();
+    format!(
+        "the pip extras would change the pins of the torch stack ({}), which stay as those requirements alone resolve them{parent_pins}:\n{}\nhint: loosen or drop the extra in `pip:` of the matrix or of the flavour (an extra must fit the torch stack's versions, never move them)",
+        spec.requirements.join(" "),
+        culprits.join("\n")
+    )
+}
+
 /// Whether uv's message is a resolution that has no solution (not a network or index failure).
 fn is_conflict(reason: &str) -> bool {
     reason.contains("No solution found")
@@ -559,4 +566,57 @@ fn indent(text: &str) -> String {
         .collect::<String>()
         .trim_end()
         .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resolve::image::PipIndexes;
+
+    /// uv's reason as `imagegen lock` got it in the real build (`tests/it/real_build.rs`, the
+    /// team-conflict wheel of `tests/fixtures/real-build/team_index.py`).
+    const UV_REASON: &str = "error: No solution found when resolving dependencies\n  cause: Because all versions of team-conflict depend on sympy<1.0 and torch==2.13.0 depends on sympy==1.14.0, we can conclude that all versions of team-conflict and torch==2.13.0 are incompatible.\n         And because you require torch==2.13.0 and team-conflict==0.1.0, we can conclude that your requirements are unsatisfiable.";
+
+    /// The message a user sees when an extra would move torch's pins: snapshot, and the README
+    /// ("Your own images") quotes it as it is.
+    #[test]
+    fn the_conflict_message_names_the_extra_and_uvs_reason_as_the_readme_shows() {
+        let spec = LockSpec::new(
+            vec![
+                "torch==2.13.0".into(),
+                "torchvision==0.28.0".into(),
+                "torchaudio==2.11.0".into(),
+            ],
+            Vec::new(),
+            PipIndexes {
+                index_url: "https://pypi.org/simple".into(),
+                extra_index_url: None,
+            },
+            "3.11",
+            "x86_64-manylinux_2_36".into(),
+            None,
+        );
+        let culprits = vec![format!("- `team-conflict==0.1.0`:\n{}", indent(UV_REASON))];
+        let message = conflict_message(&spec, &culprits);
+        insta::assert_snapshot!("extras_conflict_message", message);
+        let readme = include_str!("../../README.md");
+        for line in message.lines() {
+            assert!(readme.contains(line), "README lacks {line:?}");
+        }
+        // A flavour's lock (resolved against its runtime lock) says that lock stays too.
+        let flavour = LockSpec::new(
+            spec.requirements.clone(),
+            Vec::new(),
+            spec.indexes.clone(),
+            "3.11",
+            "x86_64-manylinux_2_36".into(),
+            Some(crate::resolve::lock::ParentLock {
+                image: "2.13.0-cuda13.0-cudnn9-runtime-debian12".into(),
+                digest: None,
+            }),
+        );
+        assert!(conflict_message(&flavour, &culprits).contains(
+            "and every package of ../2.13.0-cuda13.0-cudnn9-runtime-debian12/requirements.lock stays as that lock pins it:"
+        ));
+    }
 }
