@@ -8,9 +8,11 @@
 use crate::baseline::{self, Baseline};
 use crate::cli::{self, Cli, Format};
 use crate::expected;
-use crate::framework::{self, Claims, Probe};
-use crate::gpu::{self, bandwidth, inventory, matmul, nccl, overlap};
-use crate::loader::{self, Prepared};
+use crate::expected::Precision;
+use crate::framework::{self, Claims, Findings, Probe};
+use crate::gpu::inventory::GpuFacts;
+use crate::gpu::{self, bandwidth, inventory, matmul, nccl, overlap, Gpu};
+use crate::loader::{self, LoadedLibrary, Prepared};
 use crate::nvml::Nvml;
 use crate::report::{self, Check, Overall, Report, Status};
 use crate::rules::{self, GpuLinks, References};
@@ -18,6 +20,7 @@ use crate::{plot, shm};
 use std::panic::AssertUnwindSafe;
 use std::path::Path;
 use std::sync::Mutex;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// The last panic message, captured by the hook so a panicking check can report it.
@@ -148,19 +151,459 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), String> {
         .map_err(|error| format!("cannot write {}: {error}", path.display()))
 }
 
-/// Runs the selected checks into `report`. `Err` means the run could not start (exit 2): bad
-/// flags, no driver, no GPU, or a library a selected check needs; a check that runs and breaks
-/// is that check's failure instead.
+/// What the flags ask for, validated before anything touches a GPU.
+struct Plan<'a> {
+    cli: &'a Cli,
+    prepared: &'a Prepared,
+    selected: Vec<&'static str>,
+    bandwidth_sizes: Vec<u64>,
+    nccl_sizes: Vec<u64>,
+    overlap_bytes: u64,
+    precisions: Vec<Precision>,
+}
+
+impl Plan<'_> {
+    fn wants(&self, name: &str) -> bool {
+        self.selected.contains(&name)
+    }
+}
+
+/// One run's state: what the setup read (GPUs, their properties, the references to judge by),
+/// the work started ahead of its turn, and the figures each runner keeps for its judge, the
+/// plot and the baseline.
+struct Session<'a> {
+    plan: &'a Plan<'a>,
+    /// When `run_checks` began: the framework check's duration is measured from here.
+    started_checks: Instant,
+    gpus: Vec<Gpu>,
+    facts: Vec<GpuFacts>,
+    driver: Option<inventory::DriverFacts>,
+    references: References<'a>,
+    /// Seconds the setup took to read the GPUs' properties: the inventory's duration.
+    inventory_seconds: f64,
+    versions: inventory::LibraryVersions,
+    loaded: Vec<LoadedLibrary>,
+    framework_probe: Option<Result<framework::Running, String>>,
+    framework_outcome: Option<Result<Findings, String>>,
+    communicators: Option<JoinHandle<anyhow::Result<nccl::Communicators>>>,
+    communicator_seconds: f64,
+    bandwidth_points: Vec<bandwidth::BandwidthPoint>,
+    overlap_results: Vec<overlap::OverlapResult>,
+    matmul_results: Vec<matmul::MatmulResult>,
+    nccl_points: Vec<nccl::NcclPoint>,
+    shm_bytes: Option<u64>,
+}
+
+impl Session<'_> {
+    /// Whether a selected check that needs `library` runs with the GPUs visible.
+    fn needs_library(&self, library: &str) -> bool {
+        CHECKS.iter().any(|entry| {
+            self.plan.wants(entry.name)
+                && entry.runs_with(self.gpus.len())
+                && entry.libraries.contains(&library)
+        })
+    }
+}
+
+/// When a check's turn comes and what its duration measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Turn {
+    /// In table order, one after another, never side by side: each one's figures are meant to
+    /// show what the hardware does alone. The duration is its own run's.
+    InOrder,
+    /// In table order too, but its work began before the GPUs were opened (see `HeadStart`):
+    /// the duration is measured from the start of the checks.
+    InOrderSinceTheStart,
+    /// After every other check, though printed at its place in the table: only then are all
+    /// the libraries the checks used mapped into the process. The duration is the setup's
+    /// reading of the GPUs' properties.
+    LastPrintedInPlace,
+}
+
+/// Where work that belongs to a check begins ahead of its turn.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum At {
+    /// Right after the flags are validated, before the driver is loaded.
+    BeforeTheGpus,
+    /// On a helper thread just before the named check runs (whether or not it is selected),
+    /// so that it overlaps that check and the ones after it until its own turn.
+    Before(&'static str),
+}
+
+/// Work a check starts ahead of its turn; its runner collects it.
+struct HeadStart {
+    at: At,
+    begin: fn(&mut Session),
+}
+
+/// A check that needs more GPUs than are visible is skipped with this summary and rule.
+struct TooFewGpus {
+    needs: usize,
+    summary: &'static str,
+    rule: &'static str,
+}
+
+/// One registered check.
+struct Registered {
+    /// As `--checks` and `--skip` spell it, and as the report names it.
+    name: &'static str,
+    /// Libraries (loader keys) the check needs: a missing one stops the run with exit 2 before
+    /// any check runs.
+    libraries: &'static [&'static str],
+    too_few_gpus: Option<TooFewGpus>,
+    head_start: Option<HeadStart>,
+    turn: Turn,
+    /// Measures, keeping its figures in the session; an error or a panic fails the check.
+    runner: fn(&mut Session) -> anyhow::Result<()>,
+    /// Judges the runner's figures (against the GPU models' expected figures and the baseline
+    /// where the check has speed rules) into the reported check.
+    judge: fn(&Session) -> Check,
+}
+
+impl Registered {
+    fn runs_with(&self, gpus: usize) -> bool {
+        self.too_few_gpus
+            .as_ref()
+            .is_none_or(|too_few| gpus >= too_few.needs)
+    }
+}
+
+/// Every check, in the order they print (`cli::CHECK_NAMES`, which a test compares).
+const CHECKS: [Registered; 7] = [
+    Registered {
+        name: "inventory",
+        libraries: &[],
+        too_few_gpus: None,
+        head_start: None,
+        turn: Turn::LastPrintedInPlace,
+        runner: run_inventory,
+        judge: judge_inventory,
+    },
+    Registered {
+        name: "bandwidth",
+        libraries: &[],
+        too_few_gpus: None,
+        head_start: None,
+        turn: Turn::InOrder,
+        runner: run_bandwidth,
+        judge: judge_bandwidth,
+    },
+    // Overlap uses its own pinned buffer and two fresh streams per GPU.
+    Registered {
+        name: "overlap",
+        libraries: &["cublas"],
+        too_few_gpus: None,
+        head_start: None,
+        turn: Turn::InOrder,
+        runner: run_overlap,
+        judge: judge_overlap,
+    },
+    // 256 sampled entries per product are checked against float64; see gpu/matmul.rs.
+    Registered {
+        name: "matmul",
+        libraries: &["cublas"],
+        too_few_gpus: None,
+        head_start: None,
+        turn: Turn::InOrder,
+        runner: run_matmul,
+        judge: judge_matmul,
+    },
+    // The NCCL communicators are created while the matmul check runs: creating them is host
+    // work (topology search, buffers, connecting the peers: 0.7–1.0 s on 2×H200) that the
+    // products, timed on the GPUs by events, do not feel. Not earlier: the overlap check's
+    // figures are meant to show the hardware alone.
+    Registered {
+        name: "nccl",
+        libraries: &["nccl"],
+        too_few_gpus: Some(TooFewGpus {
+            needs: 2,
+            summary: "one GPU visible: nothing to all-reduce across",
+            rule: "needs two or more GPUs",
+        }),
+        head_start: Some(HeadStart {
+            at: At::Before("matmul"),
+            begin: start_communicators,
+        }),
+        turn: Turn::InOrder,
+        runner: run_nccl,
+        judge: judge_nccl,
+    },
+    Registered {
+        name: "shm",
+        libraries: &[],
+        too_few_gpus: None,
+        head_start: None,
+        turn: Turn::InOrder,
+        runner: run_shm,
+        judge: judge_shm,
+    },
+    // The framework probe works (mostly on the CPU) while the GPU checks run; it is killed if
+    // the run stops early (dropping `Running` kills the child).
+    Registered {
+        name: "framework",
+        libraries: &[],
+        too_few_gpus: None,
+        head_start: Some(HeadStart {
+            at: At::BeforeTheGpus,
+            begin: start_framework_probe,
+        }),
+        turn: Turn::InOrderSinceTheStart,
+        runner: run_framework,
+        judge: judge_framework,
+    },
+];
+
+/// The inventory's last step: which libraries the checks mapped, and their versions.
+fn run_inventory(session: &mut Session) -> anyhow::Result<()> {
+    if session.needs_library("cublas") {
+        session.versions.cublas = std::panic::catch_unwind(inventory::cublas_version)
+            .ok()
+            .flatten();
+    }
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    session.loaded = loader::loaded_libraries(&maps);
+    Ok(())
+}
+
+fn judge_inventory(session: &Session) -> Check {
+    let unknown = inventory::DriverFacts {
+        driver_version: None,
+        driver_cuda_version: "unknown".to_string(),
+    };
+    inventory::check(
+        &session.facts,
+        session.driver.as_ref().unwrap_or(&unknown),
+        &session.plan.prepared.discovery,
+        &session.loaded,
+        &session.versions,
+        &session.plan.prepared.note,
+        loader::cuda_build_major(),
+    )
+}
+
+fn bandwidth_settings(plan: &Plan) -> bandwidth::BandwidthSettings {
+    bandwidth::BandwidthSettings {
+        sizes: plan.bandwidth_sizes.clone(),
+        warm_up: 1,
+        repetitions: plan.cli.bandwidth_repeats.max(1),
+    }
+}
+
+fn run_bandwidth(session: &mut Session) -> anyhow::Result<()> {
+    let settings = bandwidth_settings(session.plan);
+    let mut buffers = bandwidth::HostBuffers::new(&session.gpus[0], &settings)?;
+    for device in &session.gpus {
+        // Kept as each GPU finishes, so that the plot has what was measured before an error.
+        session
+            .bandwidth_points
+            .extend(bandwidth::measure(device, &settings, &mut buffers)?);
+    }
+    Ok(())
+}
+
+fn judge_bandwidth(session: &Session) -> Check {
+    bandwidth::check(
+        &session.bandwidth_points,
+        &session.facts,
+        &session.plan.bandwidth_sizes,
+        &session.references,
+    )
+}
+
+fn run_overlap(session: &mut Session) -> anyhow::Result<()> {
+    let settings = overlap::OverlapSettings {
+        copy_bytes: session.plan.overlap_bytes,
+        matmul_size: session.plan.cli.matmul_size,
+        repetitions: 5,
+    };
+    let inputs = overlap::OverlapInputs::new(&session.gpus[0], &settings)?;
+    session.overlap_results = session
+        .gpus
+        .iter()
+        .map(|device| overlap::measure(device, &settings, &inputs))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    Ok(())
+}
+
+fn judge_overlap(session: &Session) -> Check {
+    overlap::check(&session.overlap_results)
+}
+
+fn run_matmul(session: &mut Session) -> anyhow::Result<()> {
+    let settings = matmul::MatmulSettings {
+        size: session.plan.cli.matmul_size,
+        precisions: session.plan.precisions.clone(),
+        warm_up: 3,
+        repetitions: session.plan.cli.matmul_repeats.max(1),
+        samples: 256,
+    };
+    session.matmul_results = matmul::measure(&session.gpus, &settings)?;
+    Ok(())
+}
+
+fn judge_matmul(session: &Session) -> Check {
+    matmul::check(&session.matmul_results, &session.references)
+}
+
+/// Creates the NCCL communicators on a helper thread; `run_nccl` joins it.
+fn start_communicators(session: &mut Session) {
+    let contexts: Vec<_> = session.gpus.iter().map(|gpu| gpu.context.clone()).collect();
+    session.communicators = Some(std::thread::spawn(move || {
+        std::panic::catch_unwind(AssertUnwindSafe(|| nccl::Communicators::create(&contexts)))
+            .unwrap_or_else(|_| {
+                Err(anyhow::anyhow!(
+                    "internal error (panic) while creating the NCCL communicators: {}",
+                    last_panic()
+                ))
+            })
+    }));
+}
+
+fn run_nccl(session: &mut Session) -> anyhow::Result<()> {
+    session.versions.nccl = std::panic::catch_unwind(inventory::nccl_version)
+        .ok()
+        .flatten();
+    let settings = nccl::NcclSettings {
+        sizes: session.plan.nccl_sizes.clone(),
+        warm_up: 5,
+        repetitions: session.plan.cli.nccl_repeats.max(1),
+        back_to_back_runs: session.plan.cli.nccl_runs.max(1),
+    };
+    let communicators = session
+        .communicators
+        .take()
+        .expect("started whenever the NCCL check runs")
+        .join()
+        .map_err(|_| anyhow::anyhow!("the NCCL set-up thread stopped"))??;
+    session.nccl_points = nccl::measure(&session.gpus, &communicators, &settings)?;
+    session.communicator_seconds = communicators.seconds;
+    Ok(())
+}
+
+fn judge_nccl(session: &Session) -> Check {
+    let links: Vec<GpuLinks> = session
+        .facts
+        .iter()
+        .map(|gpu| GpuLinks {
+            index: gpu.index,
+            device_name: &gpu.name,
+            model: session.references.model(gpu.index),
+            pcie: gpu.pcie_max_generation.zip(gpu.pcie_max_width),
+            nvlink_peers: gpu.nvlink_peer_indices(),
+        })
+        .collect();
+    let path = rules::collective_path(&links);
+    nccl::check(
+        &session.nccl_points,
+        session.versions.nccl.as_deref(),
+        &path,
+        &session.references,
+    )
+    .figure("communicator_seconds", session.communicator_seconds)
+}
+
+const SHM_PATH: &str = "/dev/shm";
+
+fn run_shm(session: &mut Session) -> anyhow::Result<()> {
+    session.shm_bytes = shm::filesystem_bytes(Path::new(SHM_PATH));
+    Ok(())
+}
+
+fn judge_shm(session: &Session) -> Check {
+    shm::check(Path::new(SHM_PATH), session.shm_bytes)
+}
+
+fn start_framework_probe(session: &mut Session) {
+    let cli = session.plan.cli;
+    session.framework_probe = Some(framework::start(
+        &cli.python,
+        if cli.framework_torch_compile {
+            Probe::TorchCompile
+        } else {
+            Probe::Triton
+        },
+        Duration::from_secs(cli.framework_timeout),
+        session.plan.prepared.original_library_path.as_deref(),
+    ));
+}
+
+fn run_framework(session: &mut Session) -> anyhow::Result<()> {
+    let probe = session
+        .framework_probe
+        .take()
+        .expect("started whenever the framework check runs");
+    session.framework_outcome = Some(probe.and_then(framework::finish));
+    Ok(())
+}
+
+fn judge_framework(session: &Session) -> Check {
+    let cli = session.plan.cli;
+    let claims = Claims {
+        torch: cli.expect_torch.clone().filter(|v| !v.is_empty()),
+        cuda: cli.expect_cuda.clone().filter(|v| !v.is_empty()),
+        cudnn: cli.expect_cudnn.clone().filter(|v| !v.is_empty()),
+        nccl: cli.expect_nccl.clone().filter(|v| !v.is_empty()),
+    };
+    match session
+        .framework_outcome
+        .as_ref()
+        .expect("the runner ran before the judge")
+    {
+        Ok(findings) => framework::judge(findings, &claims, session.gpus.len()),
+        Err(reason) if reason.starts_with("cannot run") => {
+            Check::new("framework", Status::Skip, format!("no Python: {reason}"))
+                .with_rule("skipped when no Python interpreter is present")
+        }
+        Err(reason) => Check::new("framework", Status::Fail, reason.clone())
+            .with_rule("the torch probe must finish and print its result"),
+    }
+}
+
+/// Begins the head starts due `at`, of the selected checks that run with the GPUs visible.
+fn begin_head_starts(session: &mut Session, at: At) {
+    for entry in &CHECKS {
+        if let Some(head_start) = &entry.head_start {
+            let runs = session.plan.wants(entry.name)
+                && (at == At::BeforeTheGpus || entry.runs_with(session.gpus.len()));
+            if head_start.at == at && runs {
+                (head_start.begin)(session);
+            }
+        }
+    }
+}
+
+/// Runs one registered check: its runner then its judge, guarded.
+fn run_registered(entry: &Registered, session: &mut Session) -> Check {
+    let mut check = guarded(entry.name, || {
+        (entry.runner)(session)?;
+        Ok((entry.judge)(session))
+    });
+    match entry.turn {
+        Turn::InOrder => {}
+        Turn::InOrderSinceTheStart => {
+            check.duration_seconds = session.started_checks.elapsed().as_secs_f64();
+        }
+        Turn::LastPrintedInPlace => check.duration_seconds = session.inventory_seconds,
+    }
+    check
+}
+
+/// Runs the selected checks into `report`, walking `CHECKS`. `Err` means the run could not
+/// start (exit 2): bad flags, no driver, no GPU, or a library a selected check needs; a check
+/// that runs and breaks is that check's failure instead.
 fn run_checks(cli: &Cli, prepared: &Prepared, report: &mut Report) -> Result<(), CannotRun> {
     let started_checks = Instant::now();
     // Flags are validated before anything touches a GPU.
-    let selected = cli::selected_checks(cli.checks.as_deref(), &cli.skip, cli.no_framework)
-        .map_err(CannotRun)?;
-    let wants = |name: &str| selected.contains(&name);
-    let bandwidth_sizes = cli::parse_sizes(&cli.bandwidth_sizes).map_err(CannotRun)?;
-    let nccl_sizes = cli::parse_sizes(&cli.nccl_sizes).map_err(CannotRun)?;
-    let overlap_bytes = cli::parse_size(&cli.overlap_bytes).map_err(CannotRun)?;
-    let precisions = cli::parse_precisions(&cli.matmul_precisions).map_err(CannotRun)?;
+    let plan = Plan {
+        cli,
+        prepared,
+        selected: cli::selected_checks(cli.checks.as_deref(), &cli.skip, cli.no_framework)
+            .map_err(CannotRun)?,
+        bandwidth_sizes: cli::parse_sizes(&cli.bandwidth_sizes).map_err(CannotRun)?,
+        nccl_sizes: cli::parse_sizes(&cli.nccl_sizes).map_err(CannotRun)?,
+        overlap_bytes: cli::parse_size(&cli.overlap_bytes).map_err(CannotRun)?,
+        precisions: cli::parse_precisions(&cli.matmul_precisions).map_err(CannotRun)?,
+    };
     // A baseline that cannot be read stops the run before any GPU work: the caller asked for a
     // comparison this run could not make.
     let loaded_baseline: Option<(Baseline, String)> = cli
@@ -178,21 +621,30 @@ fn run_checks(cli: &Cli, prepared: &Prepared, report: &mut Report) -> Result<(),
             .cloned()
             .expect("every key used here has a spec")
     };
-
-    // The framework probe works (mostly on the CPU) while the GPU checks run; it is
-    // killed if the run stops early (dropping `Running` kills the child).
-    let framework_probe = wants("framework").then(|| {
-        framework::start(
-            &cli.python,
-            if cli.framework_torch_compile {
-                Probe::TorchCompile
-            } else {
-                Probe::Triton
-            },
-            Duration::from_secs(cli.framework_timeout),
-            prepared.original_library_path.as_deref(),
-        )
-    });
+    let mut session = Session {
+        plan: &plan,
+        started_checks,
+        gpus: Vec::new(),
+        facts: Vec::new(),
+        driver: None,
+        references: References {
+            gpus: Vec::new(),
+            baseline: None,
+        },
+        inventory_seconds: 0.0,
+        versions: inventory::LibraryVersions::default(),
+        loaded: Vec::new(),
+        framework_probe: None,
+        framework_outcome: None,
+        communicators: None,
+        communicator_seconds: 0.0,
+        bandwidth_points: Vec::new(),
+        overlap_results: Vec::new(),
+        matmul_results: Vec::new(),
+        nccl_points: Vec::new(),
+        shm_bytes: None,
+    };
+    begin_head_starts(&mut session, At::BeforeTheGpus);
 
     // cudarc panics on a missing library, so each one a selected check needs is probed first
     // and a missing one stops the run with exit 2, naming it and every place searched.
@@ -202,7 +654,7 @@ fn run_checks(cli: &Cli, prepared: &Prepared, report: &mut Report) -> Result<(),
             loader::missing_library_message(&spec("cuda"), &prepared.discovery)
         )));
     }
-    let gpus = std::panic::catch_unwind(gpu::open_all)
+    session.gpus = std::panic::catch_unwind(gpu::open_all)
         .map_err(|_| {
             CannotRun(format!(
                 "the driver library broke while opening the GPUs: {}",
@@ -210,7 +662,7 @@ fn run_checks(cli: &Cli, prepared: &Prepared, report: &mut Report) -> Result<(),
             ))
         })?
         .map_err(|error| CannotRun(format!("no usable GPU: {error:#}")))?;
-    if gpus.is_empty() {
+    if session.gpus.is_empty() {
         return Err(CannotRun(
             "no GPU visible (cuDeviceGetCount returned 0; check CUDA_VISIBLE_DEVICES and --gpus)"
                 .to_string(),
@@ -218,19 +670,13 @@ fn run_checks(cli: &Cli, prepared: &Prepared, report: &mut Report) -> Result<(),
     }
     // Only the libraries the selected checks use are required: `--checks bandwidth` runs with
     // the driver alone, and NCCL is needed only where there are two GPUs to reduce across.
-    let needs_cublas = wants("matmul") || wants("overlap");
-    if needs_cublas && !loader::library_loads("cublas") {
-        return Err(CannotRun(loader::missing_library_message(
-            &spec("cublas"),
-            &prepared.discovery,
-        )));
-    }
-    let runs_nccl = wants("nccl") && gpus.len() >= 2;
-    if runs_nccl && !loader::library_loads("nccl") {
-        return Err(CannotRun(loader::missing_library_message(
-            &spec("nccl"),
-            &prepared.discovery,
-        )));
+    for library in ["cublas", "nccl"] {
+        if session.needs_library(library) && !loader::library_loads(library) {
+            return Err(CannotRun(loader::missing_library_message(
+                &spec(library),
+                &prepared.discovery,
+            )));
+        }
     }
 
     // NVML is optional: without it the PCIe link comes from sysfs and NVLink is "unknown".
@@ -241,20 +687,20 @@ fn run_checks(cli: &Cli, prepared: &Prepared, report: &mut Report) -> Result<(),
         .unwrap_or_else(|| "libnvidia-ml.so.1".into());
     let inventory_started = Instant::now();
     let nvml = Nvml::open(&nvml_path);
-    let facts = inventory::gather(&gpus, nvml.as_ref())
+    session.facts = inventory::gather(&session.gpus, nvml.as_ref())
         .map_err(|error| CannotRun(format!("cannot read the GPUs' properties: {error:#}")))?;
-    let driver = inventory::DriverFacts {
+    session.driver = Some(inventory::DriverFacts {
         driver_version: nvml.as_ref().and_then(Nvml::driver_version),
         driver_cuda_version: gpu::driver_cuda_version().unwrap_or_else(|_| "unknown".to_string()),
-    };
+    });
 
-    let gpu_names: Vec<String> = facts.iter().map(|gpu| gpu.name.clone()).collect();
+    let gpu_names: Vec<String> = session.facts.iter().map(|gpu| gpu.name.clone()).collect();
     if let Some((baseline, origin)) = &loaded_baseline {
         baseline
             .check_models(&gpu_names)
             .map_err(|message| CannotRun(format!("{origin}: {message}")))?;
     }
-    let references = References {
+    session.references = References {
         gpus: gpu_names
             .iter()
             .map(|name| (name.clone(), expected::find(name)))
@@ -263,187 +709,58 @@ fn run_checks(cli: &Cli, prepared: &Prepared, report: &mut Report) -> Result<(),
             .as_ref()
             .map(|(baseline, origin)| (baseline, origin.clone())),
     };
-    let inventory_elapsed = inventory_started.elapsed().as_secs_f64();
+    session.inventory_seconds = inventory_started.elapsed().as_secs_f64();
     report.setup_seconds = started_checks.elapsed().as_secs_f64();
+
+    // Each check's place in the report: its table position among the selected ones.
     let mut checks: Vec<Check> = Vec::new();
-    let mut bandwidth_points = Vec::new();
-    // The checks run one after another, never side by side: each one's figures are meant to
-    // show what the hardware does alone (the framework probe is mostly CPU work, see above).
-    if wants("bandwidth") {
-        let settings = bandwidth::BandwidthSettings {
-            sizes: bandwidth_sizes.clone(),
-            warm_up: 1,
-            repetitions: cli.bandwidth_repeats.max(1),
-        };
-        checks.push(guarded("bandwidth", || {
-            let mut buffers = bandwidth::HostBuffers::new(&gpus[0], &settings)?;
-            for device in &gpus {
-                bandwidth_points.extend(bandwidth::measure(device, &settings, &mut buffers)?);
-            }
-            Ok(bandwidth::check(
-                &bandwidth_points,
-                &facts,
-                &bandwidth_sizes,
-                &references,
-            ))
-        }));
-    }
-    // Overlap uses its own pinned buffer and two fresh streams per GPU.
-    if wants("overlap") {
-        let settings = overlap::OverlapSettings {
-            copy_bytes: overlap_bytes,
-            matmul_size: cli.matmul_size,
-            repetitions: 5,
-        };
-        checks.push(guarded("overlap", || {
-            let inputs = overlap::OverlapInputs::new(&gpus[0], &settings)?;
-            let results = gpus
-                .iter()
-                .map(|device| overlap::measure(device, &settings, &inputs))
-                .collect::<anyhow::Result<Vec<_>>>()?;
-            Ok(overlap::check(&results))
-        }));
-    }
-    // The NCCL communicators are created while the matmul check runs: creating them is host
-    // work (topology search, buffers, connecting the peers: 0.7–1.0 s on 2×H200) that the
-    // products, timed on the GPUs by events, do not feel.
-    let communicators = runs_nccl.then(|| {
-        let contexts: Vec<_> = gpus.iter().map(|gpu| gpu.context.clone()).collect();
-        std::thread::spawn(move || {
-            std::panic::catch_unwind(AssertUnwindSafe(|| nccl::Communicators::create(&contexts)))
-                .unwrap_or_else(|_| {
-                    Err(anyhow::anyhow!(
-                        "internal error (panic) while creating the NCCL communicators: {}",
-                        last_panic()
-                    ))
-                })
-        })
-    });
-    // 256 sampled entries per product are checked against float64; see gpu/matmul.rs.
-    let mut matmul_results = Vec::new();
-    if wants("matmul") {
-        let settings = matmul::MatmulSettings {
-            size: cli.matmul_size,
-            precisions: precisions.clone(),
-            warm_up: 3,
-            repetitions: cli.matmul_repeats.max(1),
-            samples: 256,
-        };
-        checks.push(guarded("matmul", || {
-            matmul_results = matmul::measure(&gpus, &settings)?;
-            Ok(matmul::check(&matmul_results, &references))
-        }));
-    }
-    let mut versions = inventory::LibraryVersions::default();
-    if needs_cublas {
-        versions.cublas = std::panic::catch_unwind(inventory::cublas_version)
-            .ok()
-            .flatten();
-    }
-    let mut nccl_points = Vec::new();
-    if wants("nccl") {
-        if runs_nccl {
-            versions.nccl = std::panic::catch_unwind(inventory::nccl_version)
-                .ok()
-                .flatten();
-            let settings = nccl::NcclSettings {
-                sizes: nccl_sizes.clone(),
-                warm_up: 5,
-                repetitions: cli.nccl_repeats.max(1),
-                back_to_back_runs: cli.nccl_runs.max(1),
-            };
-            let version = versions.nccl.clone();
-            let links: Vec<GpuLinks> = facts
-                .iter()
-                .map(|gpu| GpuLinks {
-                    index: gpu.index,
-                    device_name: &gpu.name,
-                    model: references.model(gpu.index),
-                    pcie: gpu.pcie_max_generation.zip(gpu.pcie_max_width),
-                    nvlink_peers: gpu.nvlink_peer_indices(),
-                })
-                .collect();
-            let path = rules::collective_path(&links);
-            checks.push(guarded("nccl", || {
-                let communicators = communicators
-                    .expect("started whenever the NCCL check runs")
-                    .join()
-                    .map_err(|_| anyhow::anyhow!("the NCCL set-up thread stopped"))??;
-                nccl_points = nccl::measure(&gpus, &communicators, &settings)?;
-                Ok(
-                    nccl::check(&nccl_points, version.as_deref(), &path, &references)
-                        .figure("communicator_seconds", communicators.seconds),
-                )
-            }));
-        } else {
+    let mut last: Vec<(usize, &Registered)> = Vec::new();
+    for entry in &CHECKS {
+        begin_head_starts(&mut session, At::Before(entry.name));
+        if !plan.wants(entry.name) {
+            continue;
+        }
+        if let (false, Some(too_few)) = (
+            entry.runs_with(session.gpus.len()),
+            entry.too_few_gpus.as_ref(),
+        ) {
             checks.push(
-                Check::new(
-                    "nccl",
-                    Status::Skip,
-                    "one GPU visible: nothing to all-reduce across",
-                )
-                .with_rule("needs two or more GPUs"),
+                Check::new(entry.name, Status::Skip, too_few.summary).with_rule(too_few.rule),
             );
+            continue;
+        }
+        match entry.turn {
+            Turn::LastPrintedInPlace => last.push((checks.len() + last.len(), entry)),
+            Turn::InOrder | Turn::InOrderSinceTheStart => {
+                checks.push(run_registered(entry, &mut session));
+            }
         }
     }
-    if wants("shm") {
-        let path = Path::new("/dev/shm");
-        checks.push(guarded("shm", || {
-            Ok(shm::check(path, shm::filesystem_bytes(path)))
-        }));
-    }
-    if let Some(probe) = framework_probe {
-        let claims = Claims {
-            torch: cli.expect_torch.clone().filter(|v| !v.is_empty()),
-            cuda: cli.expect_cuda.clone().filter(|v| !v.is_empty()),
-            cudnn: cli.expect_cudnn.clone().filter(|v| !v.is_empty()),
-            nccl: cli.expect_nccl.clone().filter(|v| !v.is_empty()),
-        };
-        let mut check = match probe.and_then(framework::finish) {
-            Ok(findings) => framework::judge(&findings, &claims, gpus.len()),
-            Err(reason) if reason.starts_with("cannot run") => {
-                Check::new("framework", Status::Skip, format!("no Python: {reason}"))
-                    .with_rule("skipped when no Python interpreter is present")
-            }
-            Err(reason) => Check::new("framework", Status::Fail, reason)
-                .with_rule("the torch probe must finish and print its result"),
-        };
-        check.duration_seconds = started_checks.elapsed().as_secs_f64();
-        checks.push(check);
+    for (place, entry) in last {
+        let check = run_registered(entry, &mut session);
+        checks.insert(place, check);
     }
 
-    // The inventory is built last, though printed first: only now are all the libraries the
-    // checks used mapped into the process, with the paths and versions it reports.
-    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
-    let loaded = loader::loaded_libraries(&maps);
-    checks.insert(
-        0,
-        inventory::check(
-            &facts,
-            &driver,
-            &prepared.discovery,
-            &loaded,
-            &versions,
-            &prepared.note,
-            loader::cuda_build_major(),
-        ),
-    );
-    checks[0].duration_seconds = inventory_elapsed;
     if let Some(path) = &cli.plot {
         let title = format!(
             "Host-device bandwidth, {}",
-            facts.first().map(|f| f.name.as_str()).unwrap_or("GPU")
+            session
+                .facts
+                .first()
+                .map(|f| f.name.as_str())
+                .unwrap_or("GPU")
         );
-        let svg = plot::render_bandwidth_svg(&title, &bandwidth::plot_series(&bandwidth_points));
+        let svg =
+            plot::render_bandwidth_svg(&title, &bandwidth::plot_series(&session.bandwidth_points));
         if let Err(message) = write_atomically(path, svg.as_bytes()) {
             checks.push(Check::new("plot", Status::Warn, message));
         }
     }
     if let Some(path) = &cli.save_baseline {
         let figures = [
-            bandwidth::baseline_figures(&bandwidth_points),
-            matmul::baseline_figures(&matmul_results),
-            nccl::baseline_figures(&nccl_points),
+            bandwidth::baseline_figures(&session.bandwidth_points),
+            matmul::baseline_figures(&session.matmul_results),
+            nccl::baseline_figures(&session.nccl_points),
         ]
         .concat();
         checks.push(save_baseline(path, &checks, gpu_names.clone(), figures));
@@ -513,5 +830,72 @@ fn save_baseline(
         .figure("path", path.display().to_string())
         .figure("figures", count),
         Err(message) => Check::new("baseline", Status::Fail, message).with_rule(rule),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table_names() -> Vec<&'static str> {
+        CHECKS.iter().map(|entry| entry.name).collect()
+    }
+
+    #[test]
+    fn every_check_is_registered_once_in_the_order_the_flags_name_them() {
+        let names = table_names();
+        for name in &names {
+            let count = names.iter().filter(|other| *other == name).count();
+            assert_eq!(count, 1, "`{name}` is registered {count} times in CHECKS");
+        }
+        // A check the flags accept but the table lacks (or the reverse) would never run, or
+        // could never be selected.
+        assert_eq!(names, cli::CHECK_NAMES.to_vec());
+        assert_eq!(
+            cli::selected_checks(None, &[], false).unwrap(),
+            names,
+            "every check the flags select by default is in the table, in its order"
+        );
+        for name in &names {
+            let only = cli::selected_checks(Some(&[name.to_string()]), &[], false).unwrap();
+            assert!(only.iter().all(|selected| names.contains(selected)));
+            assert!(only.contains(name));
+        }
+    }
+
+    #[test]
+    fn head_starts_name_a_registered_check_before_their_own() {
+        let names = table_names();
+        for (position, entry) in CHECKS.iter().enumerate() {
+            if let Some(HeadStart {
+                at: At::Before(other),
+                ..
+            }) = &entry.head_start
+            {
+                let place = names.iter().position(|name| name == other);
+                assert!(
+                    place.is_some_and(|place| place < position),
+                    "`{}` starts before `{other}`, which is not a check registered before it",
+                    entry.name
+                );
+            }
+        }
+        // The communicators overlap only the matmul check, never overlap's figures.
+        let nccl = CHECKS.iter().find(|entry| entry.name == "nccl").unwrap();
+        assert_eq!(
+            nccl.head_start.as_ref().map(|head_start| head_start.at),
+            Some(At::Before("matmul"))
+        );
+    }
+
+    #[test]
+    fn only_the_inventory_is_run_last_and_it_prints_first() {
+        let last: Vec<&str> = CHECKS
+            .iter()
+            .filter(|entry| entry.turn == Turn::LastPrintedInPlace)
+            .map(|entry| entry.name)
+            .collect();
+        assert_eq!(last, ["inventory"]);
+        assert_eq!(CHECKS[0].name, "inventory");
     }
 }
