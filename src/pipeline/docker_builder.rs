@@ -138,7 +138,8 @@ impl Contexts {
 pub struct EngineBuilderSettings {
     /// Labels added at build time (created, revision): they are not part of the Dockerfile.
     pub build_labels: BTreeMap<String, String>,
-    /// Check the registry for an image with the same build key (when pushing).
+    /// This run pushes: check the registry for an image with the same build key, and keep each
+    /// normalized image in memory until it is pushed.
     pub check_registry: bool,
     /// `/dev/shm` size of the self-test container.
     pub selftest_shm_bytes: i64,
@@ -420,10 +421,15 @@ impl Builder for EngineBuilder {
                     .with_context(|| format!("normalizing {}", image.reference))?;
                 self.load(name, &image.reference, &normalized).await?;
                 let normalized_id = normalized.config_digest.clone();
-                self.normalized
-                    .lock()
-                    .expect("normalized lock")
-                    .insert(normalized_id.to_string(), normalized);
+                // Its compressed layers are kept for the push only when this run pushes: a torch
+                // image's are gigabytes, and a run that only builds holds none of them (a later
+                // push normalizes the loaded image again, to the same bytes).
+                if self.settings.check_registry {
+                    self.normalized
+                        .lock()
+                        .expect("normalized lock")
+                        .insert(normalized_id.to_string(), normalized);
+                }
                 Ok(normalized_id)
             }
             Err(error) => {
