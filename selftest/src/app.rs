@@ -3,7 +3,9 @@
 //! naming the missing one and where it looked otherwise), runs the checks in order, each guarded
 //! so that an error or a panic inside becomes that check's failure, judges their speed against
 //! the GPU models' expected figures and the baseline if one is given, saves a baseline if asked,
-//! and renders the report.
+//! and renders the report. Every check is registered once in `CHECKS` (its name, the libraries
+//! it needs, work it starts ahead of its turn, when its turn comes, its runner and its judge);
+//! `run_checks` walks that table and names no check itself.
 
 use crate::baseline::{self, Baseline};
 use crate::cli::{self, Cli, Format};
@@ -670,7 +672,16 @@ fn run_checks(cli: &Cli, prepared: &Prepared, report: &mut Report) -> Result<(),
     }
     // Only the libraries the selected checks use are required: `--checks bandwidth` runs with
     // the driver alone, and NCCL is needed only where there are two GPUs to reduce across.
-    for library in ["cublas", "nccl"] {
+    // Probed in table order, each library once.
+    let mut libraries: Vec<&str> = Vec::new();
+    for library in CHECKS
+        .iter()
+        .flat_map(|entry| entry.libraries.iter().copied())
+    {
+        if libraries.contains(&library) {
+            continue;
+        }
+        libraries.push(library);
         if session.needs_library(library) && !loader::library_loads(library) {
             return Err(CannotRun(loader::missing_library_message(
                 &spec(library),

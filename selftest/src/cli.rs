@@ -5,7 +5,8 @@ use crate::expected::Precision;
 use clap::{Parser, ValueEnum};
 use std::path::PathBuf;
 
-/// The checks, in the order they run and print.
+/// The checks, in the order they print; `app::CHECKS` registers each one (a test there keeps
+/// the two equal).
 pub const CHECK_NAMES: [&str; 7] = [
     "inventory",
     "bandwidth",
