@@ -93,9 +93,12 @@ fn flavours_render_from_their_runtime_image_and_pass_hadolint() {
     });
     for dockerfile in [&jupyter, &ssh, &tools] {
         assert!(
-            dockerfile.contains(&format!(
-                "FROM registry.example.com/team/pytorch:{RUNTIME}\n"
-            )),
+            [
+                format!("FROM registry.example.com/team/pytorch:{RUNTIME}\n"),
+                format!("FROM registry.example.com/team/pytorch:{RUNTIME} AS system\n"),
+            ]
+            .iter()
+            .any(|from| dockerfile.contains(from.as_str())),
             "{dockerfile}"
         );
         assert!(dockerfile.trim_end().ends_with('"'), "labels last");
