@@ -91,8 +91,11 @@ impl Phases {
 }
 
 /// What the test built, removed on drop (also when an assertion fails): the tags it made, then
-/// every image the daemon gained while it ran whose parent chain reaches the base image (the
-/// classic builder's intermediate images, the tampered build's layers).
+/// every image the daemon gained while it ran that is one of those tags' images or whose parent
+/// chain reaches one of them or the base image: the classic builder's intermediate images, the
+/// tampered build's layers, and the builds replaced by their normalized images (those have no
+/// parent: the devel image and the flavours are built on the normalized runtime image, so their
+/// steps reach it, not the base).
 struct Built {
     tags: Vec<String>,
     images_before: BTreeSet<String>,
@@ -101,33 +104,48 @@ struct Built {
 
 impl Drop for Built {
     fn drop(&mut self) {
+        let id_of = |reference: &str| -> Option<String> {
+            let output = docker(&["image", "inspect", "--format", "{{.Id}}", reference]);
+            let id = String::from_utf8_lossy(&output.stdout).trim().to_string();
+            (output.status.success() && !id.is_empty()).then_some(id)
+        };
+        let mut roots: BTreeSet<String> = self.tags.iter().filter_map(|tag| id_of(tag)).collect();
         for tag in &self.tags {
             let _ = docker(&["rmi", tag]);
         }
-        let listed = docker(&["images", "-a", "-q", "--no-trunc"]);
-        let now: Vec<String> = String::from_utf8_lossy(&listed.stdout)
-            .lines()
-            .map(str::to_string)
-            .collect();
+        roots.retain(|id| !self.images_before.contains(id));
         let parent_of = |id: &str| -> String {
             let output = docker(&["image", "inspect", "--format", "{{.Parent}}", id]);
             String::from_utf8_lossy(&output.stdout).trim().to_string()
         };
-        // Children before parents: newest first, as `docker images` lists them.
-        for id in now.iter().filter(|id| !self.images_before.contains(*id)) {
-            let mut cursor = parent_of(id);
-            let mut ours = false;
+        let ours = |id: &str| -> bool {
+            let mut cursor = id.to_string();
             for _ in 0..64 {
                 if cursor.is_empty() {
-                    break;
+                    return false;
                 }
-                if cursor == self.base_id {
-                    ours = true;
-                    break;
+                if cursor == self.base_id || roots.contains(&cursor) {
+                    return true;
                 }
                 cursor = parent_of(&cursor);
             }
-            if ours {
+            false
+        };
+        // Children before parents: newest first, as `docker images` lists them; a normalized
+        // image carries its base's time, so it comes late, and a second pass takes what a child
+        // still held in the first.
+        for _pass in 0..3 {
+            let listed = docker(&["images", "-a", "-q", "--no-trunc"]);
+            let mine: Vec<String> = String::from_utf8_lossy(&listed.stdout)
+                .lines()
+                .filter(|id| !self.images_before.contains(*id) && *id != self.base_id)
+                .filter(|id| ours(id))
+                .map(str::to_string)
+                .collect();
+            if mine.is_empty() {
+                break;
+            }
+            for id in &mine {
                 let _ = docker(&["rmi", id]);
             }
         }
