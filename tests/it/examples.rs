@@ -4,7 +4,8 @@
 //! team's private index, so every real build proves the example builds; and the quick start's
 //! commands (between `<!-- quickstart -->` markers in README.md) that build nothing run on a copy
 //! of the example and say what the README says they do. A line of the quick start this test does
-//! not know fails it, so the README cannot drift from what is checked here.
+//! not know fails it, so the README cannot drift from what is checked here. (No test name here
+//! contains `real_build`: `--skip real_build` must not skip these cheap tests.)
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -82,7 +83,8 @@ fn rust_literal(text: &str) -> String {
 }
 
 #[test]
-fn the_offline_example_is_the_real_build_matrix_but_for_its_placeholders_and_the_team_index() {
+fn the_offline_example_is_the_fixture_of_the_real_image_build_but_for_placeholders_and_team_index()
+{
     let example = read_yaml(&example_dir().join("matrix.yaml"));
     let mut expected = read_yaml(&repository_root().join("tests/fixtures/real-build/matrix.yaml"));
 
