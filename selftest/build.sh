@@ -8,7 +8,11 @@
 # Usage: bash selftest/build.sh [BUILD...]   BUILD: cu11 cu12 cu13 cu11-arm64 cu12-arm64 cu13-arm64
 #        bash selftest/build.sh --help       prints this text
 # Without arguments it builds only what the repository's matrix needs: the distinct `selftest`
-# values of the images `imagegen resolve --format json` prints.
+# values of the images `imagegen resolve --format json` prints (IMAGEGEN_PROJECT=DIR or
+# IMAGEGEN_MATRIX=FILE: another project's matrix). imagegen's release build answers when there is
+# one, else its debug build (cargo brings either up to date first); with neither, a debug build of
+# imagegen comes first, a few minutes on 2 cores (BENCHMARKS.md: its release build took 3 min 20 s
+# cold); naming the builds skips it.
 #
 # Needs a Rust toolchain (cargo, rustc), python3 with its venv module, and readelf (binutils).
 # It installs the rest under target/tools/ when missing, never into the system:
@@ -57,8 +61,17 @@ command -v readelf >/dev/null ||
 # 1. What to build: the arguments, else what the matrix's images name.
 builds=("$@")
 if [ "${#builds[@]}" -eq 0 ]; then
-  echo "== [${SECONDS} s] which self-test builds the matrix needs: cargo run --release -q -- resolve --format json"
-  resolution="$(cargo run --release -q -- resolve --format json)" ||
+  # Never a release build of imagegen only to ask it this: the release binary when there is one,
+  # else the debug one, else a debug build (said first, with its cost).
+  imagegen_target="${CARGO_TARGET_DIR:-$repository_root/target}"
+  profile=()
+  if [ -x "$imagegen_target/release/imagegen" ]; then
+    profile=(--release)
+  elif [ ! -x "$imagegen_target/debug/imagegen" ]; then
+    echo "== [${SECONDS} s] no imagegen build in $imagegen_target yet: a debug build comes first (a few minutes on 2 cores cold; name the builds to skip it, e.g. bash selftest/build.sh cu13)"
+  fi
+  echo "== [${SECONDS} s] which self-test builds the matrix needs: cargo run ${profile[*]} -q -- resolve --format json"
+  resolution="$(cargo run "${profile[@]}" -q -- resolve --format json)" ||
     fail "imagegen resolve failed; name the builds instead, e.g. bash selftest/build.sh cu12 cu13"
   mapfile -t builds < <(python3 -c '
 import json, sys

@@ -161,7 +161,10 @@ impl Project {
         let Some(written) = &self.matrix()?.ca_bundle else {
             return Ok(None);
         };
-        let path = &self.root().join(written);
+        // The loader already took a relative `ca_bundle` relative to the matrix's folder
+        // (`Matrix::from_bytes`); joining `root()` again would double a relative folder
+        // (`--project examples/offline` read examples/offline/examples/offline/...).
+        let path = written;
         let bytes = std::fs::read(path).with_context(|| {
             format!(
                 "cannot read the CA bundle {} (ca_bundle in {})",
@@ -198,7 +201,8 @@ impl Project {
         // A value no release has is a typo, not an impossible cell: refuse it before resolving.
         check_known(&matrix, &knowledge)?;
         let templates = match &matrix.templates {
-            Some(dir) => Templates::with_overrides(read_templates(&self.root().join(dir))?),
+            // Already relative to the matrix's folder (`Matrix::from_bytes`).
+            Some(dir) => Templates::with_overrides(read_templates(dir)?),
             None => Templates::embedded(),
         }
         .with_fragments(read_fragments(&self.matrix_path, &matrix)?);

@@ -153,7 +153,7 @@ pub fn run(project: &Project, args: &DoctorArgs) -> Result<Outcome> {
                         let fix = if text.contains("401") || text.contains("403") || text.contains("unauthorized") {
                             "`docker login` to it (imagegen reads the Docker config and its credential helpers)"
                         } else {
-                            "start it (a local one: `docker run -d -p 127.0.0.1:5000:5000 registry:2`, or Debian's docker-registry package) or set --registry/IMAGEGEN_REGISTRY; only build --push needs it"
+                            "start it (a local one without Docker Hub: Debian's docker-registry package, `docker-registry serve CONFIG &` with a config such as imagegen's examples/offline/registry.yml (127.0.0.1:5000); or `docker run -d -p 127.0.0.1:5000:5000 registry:2`) or set --registry/IMAGEGEN_REGISTRY; only build --push needs it"
                         };
                         checks.push(check("registry", Verdict::Missing, format!("{text} ({with})"), fix));
                     }

@@ -1610,7 +1610,7 @@ fn diff_shows_label_changes_one_per_line() {
 
 /// The project's files are in the matrix's folder: `render --matrix ../x/matrix.yaml` writes
 /// ../x/images (no second images/ here) and reads its `ca_bundle` there, `--project DIR` finds
-/// DIR/matrix.yaml, `plan` says the manifest it looked for is missing (by its path in the
+/// DIR/matrix.yaml (also a DIR below the working directory), `plan` says the manifest it looked for is missing (by its path in the
 /// project), and a path given on the command line stays relative to the working directory.
 #[test]
 fn project_paths_follow_the_matrix_folder() {
@@ -1663,6 +1663,14 @@ fn project_paths_follow_the_matrix_folder() {
         elsewhere.join("mine").is_dir(),
         "--out is where imagegen runs"
     );
+    // A project folder below the working directory: its CA bundle is x/host-ca.pem, taken
+    // relative to the matrix's folder once (never x/x/host-ca.pem).
+    imagegen()
+        .current_dir(dir.path())
+        .args(["render", "--check", "--project", "x"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("locks missing or stale"));
     // The CA bundle is read beside the matrix, not in the working directory.
     std::fs::remove_file(project.join("host-ca.pem")).unwrap();
     imagegen()
