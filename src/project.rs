@@ -48,7 +48,7 @@ pub struct Project {
 }
 
 /// What the matrix, the knowledge and the templates say.
-pub struct Definition {
+pub(crate) struct Definition {
     pub matrix: Matrix,
     pub knowledge: Knowledge,
     pub templates: Templates,
@@ -57,7 +57,7 @@ pub struct Definition {
 impl Project {
     /// Where the build ran from, for provenance: the CI's repository, else git's `origin` of
     /// the matrix's repository (none when its URL carries a user or credentials).
-    pub fn source_repository(&self) -> Option<String> {
+    pub(crate) fn source_repository(&self) -> Option<String> {
         if let (Ok(server), Ok(repository)) = (
             std::env::var("GITHUB_SERVER_URL"),
             std::env::var("GITHUB_REPOSITORY"),
@@ -118,14 +118,16 @@ impl Project {
     }
 
     /// The same project with its manifest at `path`.
-    pub fn with_manifest(mut self, path: &Path) -> Project {
+    pub(crate) fn with_manifest(mut self, path: &Path) -> Project {
         self.manifest_path = path.to_path_buf();
         self
     }
 
     /// The fingerprint of every image the manifest records as built, by full tag (none without
     /// a manifest).
-    pub fn recorded_fingerprints(&self) -> Result<BTreeMap<String, crate::model::digest::Digest>> {
+    pub(crate) fn recorded_fingerprints(
+        &self,
+    ) -> Result<BTreeMap<String, crate::model::digest::Digest>> {
         use crate::history::manifest::RecordStatus;
         Ok(load_manifest_if_present(&self.manifest_path)?
             .map(|manifest| {
@@ -140,7 +142,7 @@ impl Project {
     }
 
     /// The same project with its rendered images (and locks) in `dir`.
-    pub fn with_images_dir(mut self, dir: &Path) -> Project {
+    pub(crate) fn with_images_dir(mut self, dir: &Path) -> Project {
         self.images_dir = dir.to_path_buf();
         self
     }
@@ -152,7 +154,7 @@ impl Project {
     }
 
     /// The base images' pins (`images/bases.lock`), or `None` where nothing is pinned yet.
-    pub fn base_pins(&self) -> Result<Option<BasePins>> {
+    pub(crate) fn base_pins(&self) -> Result<Option<BasePins>> {
         read_base_pins(&self.images_dir)
     }
 
@@ -192,7 +194,7 @@ impl Project {
     }
 
     /// The matrix, the knowledge and the templates, read on first use.
-    pub fn definition(&self) -> Result<&Definition> {
+    pub(crate) fn definition(&self) -> Result<&Definition> {
         if let Some(definition) = self.definition.get() {
             return Ok(definition);
         }
@@ -297,14 +299,14 @@ fn read_yaml_input(path: &Path) -> std::io::Result<Vec<u8>> {
 }
 
 /// The manifest at `path`, or `None` when there is no file there.
-pub fn load_manifest_if_present(path: &Path) -> Result<Option<Manifest>> {
+pub(crate) fn load_manifest_if_present(path: &Path) -> Result<Option<Manifest>> {
     read_manifest_text(path)?
         .map(|text| Manifest::from_json(&text, &path.display().to_string()))
         .transpose()
 }
 
 /// Reads the manifest at `path`; a missing file is an empty manifest (the first build).
-pub fn load_manifest(path: &Path) -> Result<Manifest> {
+pub(crate) fn load_manifest(path: &Path) -> Result<Manifest> {
     match read_manifest_text(path)? {
         Some(text) => Manifest::from_json(&text, &path.display().to_string()),
         None => Ok(Manifest::new()),
@@ -315,7 +317,7 @@ pub fn load_manifest(path: &Path) -> Result<Manifest> {
 const BASELINE_MAX_BYTES: u64 = 1 << 20;
 
 /// Reads a gpu-selftest baseline file (`build --selftest-baseline`), at most 1 MiB.
-pub fn read_selftest_baseline(path: &Path) -> Result<String> {
+pub(crate) fn read_selftest_baseline(path: &Path) -> Result<String> {
     let size = std::fs::metadata(path)
         .with_context(|| format!("cannot read the self-test baseline {}", path.display()))?
         .len();
@@ -333,7 +335,7 @@ pub fn read_selftest_baseline(path: &Path) -> Result<String> {
 const REPORT_MAX_BYTES: u64 = 8 << 20;
 
 /// Reads a gpu-selftest JSON report (`imagegen test import`), at most 8 MiB.
-pub fn read_selftest_report(path: &Path) -> Result<String> {
+pub(crate) fn read_selftest_report(path: &Path) -> Result<String> {
     let size = std::fs::metadata(path)
         .with_context(|| format!("cannot read the self-test report {}", path.display()))?
         .len();
@@ -349,7 +351,7 @@ pub fn read_selftest_report(path: &Path) -> Result<String> {
 
 /// The first 12 hex digits of this boot's id (`/proc/sys/kernel/random/boot_id`), or zeros
 /// where the kernel does not say.
-pub fn boot_id() -> String {
+pub(crate) fn boot_id() -> String {
     std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
         .map(|text| {
             text.chars()
@@ -362,7 +364,7 @@ pub fn boot_id() -> String {
 
 /// A process's start time in clock ticks since boot (`/proc/<pid>/stat`, field 22), or `None`
 /// when there is no such process.
-pub fn process_start(pid: u32) -> Option<u64> {
+pub(crate) fn process_start(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) is in parentheses and may hold spaces; fields after it are plain.
     let after_name = &stat[stat.rfind(')')? + 1..];
@@ -370,7 +372,7 @@ pub fn process_start(pid: u32) -> Option<u64> {
 }
 
 /// A private key file's PEM text and its permission bits, for the caller to judge.
-pub fn read_private_key(path: &Path) -> Result<(String, u32)> {
+pub(crate) fn read_private_key(path: &Path) -> Result<(String, u32)> {
     use std::os::unix::fs::MetadataExt as _;
     let metadata = std::fs::metadata(path)
         .with_context(|| format!("cannot read the signing key {}", path.display()))?;
@@ -380,20 +382,20 @@ pub fn read_private_key(path: &Path) -> Result<(String, u32)> {
 }
 
 /// A text file the user named (a public key), with `what` it is in the error.
-pub fn read_text(path: &Path, what: &str) -> Result<String> {
+pub(crate) fn read_text(path: &Path, what: &str) -> Result<String> {
     std::fs::read_to_string(path).with_context(|| format!("cannot read {what} {}", path.display()))
 }
 
 /// A file the user named or built (a gpu-selftest binary); the error is the I/O error alone, for
 /// the caller to add what to do.
-pub fn read_bytes(path: &Path) -> std::io::Result<Vec<u8>> {
+pub(crate) fn read_bytes(path: &Path) -> std::io::Result<Vec<u8>> {
     std::fs::read(path)
 }
 
 /// Stages a build context at `context`: whatever an earlier staging left there is removed (a CA
 /// bundle the matrix dropped must not ride along), then `files` are written, and `executable`
 /// with mode 0755.
-pub fn stage_context(
+pub(crate) fn stage_context(
     context: &Path,
     files: BTreeMap<String, Vec<u8>>,
     executable: (&str, &[u8]),
@@ -414,7 +416,7 @@ pub fn stage_context(
 
 /// Places the files of `source` (a cache's) at `context/<path>` for a staged build context: a
 /// hard link where the two share a file system, else a copy.
-pub fn stage_linked(context: &Path, path: &str, source: &Path) -> Result<()> {
+pub(crate) fn stage_linked(context: &Path, path: &str, source: &Path) -> Result<()> {
     let target = context.join(path);
     if let Some(parent) = target.parent() {
         std::fs::create_dir_all(parent)
@@ -429,7 +431,7 @@ pub fn stage_linked(context: &Path, path: &str, source: &Path) -> Result<()> {
 }
 
 /// A temporary folder a tool works in (uv's `pip compile`), removed when dropped.
-pub struct ScratchDir {
+pub(crate) struct ScratchDir {
     dir: tempfile::TempDir,
 }
 
@@ -464,7 +466,7 @@ pub fn host_name() -> Option<String> {
 
 /// Reads the manifest at `path`, which must exist: an input named on the command line (a CI
 /// shard's artefact) that is missing is an error, never an empty manifest.
-pub fn load_existing_manifest(path: &Path) -> Result<Manifest> {
+pub(crate) fn load_existing_manifest(path: &Path) -> Result<Manifest> {
     match read_manifest_text(path)? {
         Some(text) => Manifest::from_json(&text, &path.display().to_string()),
         None => bail!(
@@ -487,7 +489,7 @@ fn read_manifest_text(path: &Path) -> Result<Option<String>> {
 /// Writes the manifest atomically: temporary file, fsync, rename. Callers that share the
 /// manifest with other runs use [`ManifestFile::update`], which does this under its lock.
 /// Writes `manifest` to `path` atomically, its `updated_at` set to now: every write says when.
-pub fn save_manifest(path: &Path, manifest: &Manifest) -> Result<()> {
+pub(crate) fn save_manifest(path: &Path, manifest: &Manifest) -> Result<()> {
     let mut written = manifest.clone();
     written.updated_at = now_rfc3339();
     write_atomically(path, written.to_json().as_bytes())
@@ -560,7 +562,7 @@ impl ManifestFile {
     /// Locks the manifest, reads it as it is now, applies `change`, writes it back when it
     /// changed (atomically, through a symbolic link to its target), and unlocks. Another run's
     /// records, written since this run started, are kept: they are in what is read here.
-    pub fn update<T>(&self, change: impl FnOnce(&mut Manifest) -> T) -> Result<T> {
+    pub(crate) fn update<T>(&self, change: impl FnOnce(&mut Manifest) -> T) -> Result<T> {
         let _lock = self.lock()?;
         let mut manifest = self.read()?;
         let before = manifest.clone();
@@ -582,13 +584,13 @@ impl ManifestFile {
 
     /// The lock file held while an alias of this manifest is being moved (see
     /// `pipeline::alias_move`): two runs never move one alias at the same time.
-    pub fn alias_lock_path(&self, alias: &str) -> Result<PathBuf> {
+    pub(crate) fn alias_lock_path(&self, alias: &str) -> Result<PathBuf> {
         Ok(self
             .lock_dir()?
             .join(format!("alias-{}.lock", lock_name(alias))))
     }
 
-    pub fn lock_timeout(&self) -> Duration {
+    pub(crate) fn lock_timeout(&self) -> Duration {
         self.lock_timeout
     }
 }
@@ -608,7 +610,7 @@ fn lock_name(name: &str) -> String {
 
 /// Who holds a lock, as its lock file says.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct LockHolder {
+pub(crate) struct LockHolder {
     pub pid: Option<u32>,
     pub command: String,
     pub since: String,
@@ -632,7 +634,7 @@ impl std::fmt::Display for LockHolder {
 
 impl LockHolder {
     /// This process: its pid, its command line (the program as `imagegen`) and now.
-    pub fn this_process() -> LockHolder {
+    pub(crate) fn this_process() -> LockHolder {
         let mut command: String = std::env::args()
             .map(|arg| {
                 let name = Path::new(&arg)
@@ -654,7 +656,7 @@ impl LockHolder {
     }
 
     /// This run as pending alias moves name it: `pid 1234 (`imagegen build --push`)`.
-    pub fn this_run() -> String {
+    pub(crate) fn this_run() -> String {
         let holder = LockHolder::this_process();
         format!(
             "pid {} (`{}`)",
@@ -698,7 +700,9 @@ pub struct ProjectLock {
 
 impl ProjectLock {
     /// Takes the lock at `lock_path` if it is free; otherwise says who holds it.
-    pub fn try_acquire(lock_path: &Path) -> Result<std::result::Result<ProjectLock, LockHolder>> {
+    pub(crate) fn try_acquire(
+        lock_path: &Path,
+    ) -> Result<std::result::Result<ProjectLock, LockHolder>> {
         if let Some(dir) = lock_path.parent() {
             std::fs::create_dir_all(dir)
                 .with_context(|| format!("cannot create the lock directory {}", dir.display()))?;
@@ -763,15 +767,19 @@ impl ProjectLock {
 }
 
 /// How often a waiting writer tries the lock again.
-pub const LOCK_POLL: Duration = Duration::from_millis(50);
+pub(crate) const LOCK_POLL: Duration = Duration::from_millis(50);
 
 /// The line a waiting writer prints.
-pub fn waiting_line(what: &str, holder: &LockHolder) -> String {
+pub(crate) fn waiting_line(what: &str, holder: &LockHolder) -> String {
     format!("waiting for {what} ({holder})")
 }
 
 /// The error of a writer that waited in vain.
-pub fn lock_timeout_error(what: &str, holder: &LockHolder, timeout: Duration) -> anyhow::Error {
+pub(crate) fn lock_timeout_error(
+    what: &str,
+    holder: &LockHolder,
+    timeout: Duration,
+) -> anyhow::Error {
     anyhow!(
         "gave up waiting for {what} after {} s: it is {holder}\nhint: let that run finish, or stop it if it hangs (a stopped or hung process keeps the lock until it ends); --lock-timeout (IMAGEGEN_LOCK_TIMEOUT) sets how long to wait",
         timeout.as_secs()
@@ -894,7 +902,7 @@ pub(crate) fn read_locks(dir: &Path) -> Result<BTreeMap<String, String>> {
 
 /// The files of a rendered image directory (`<dir>/<image>/`: Dockerfile, lock, CA bundle, ...),
 /// by name, for a build context assembled elsewhere (`imagegen bake`'s staging).
-pub fn image_files(dir: &Path, image: &str) -> Result<BTreeMap<String, Vec<u8>>> {
+pub(crate) fn image_files(dir: &Path, image: &str) -> Result<BTreeMap<String, Vec<u8>>> {
     let folder = dir.join(image);
     if !folder.join("Dockerfile").exists() {
         anyhow::bail!(
@@ -938,7 +946,7 @@ pub(crate) fn read_base_pins(dir: &Path) -> Result<Option<BasePins>> {
 }
 
 /// Writes `<dir>/bases.lock` atomically.
-pub fn write_base_pins(dir: &Path, pins: &BasePins) -> Result<()> {
+pub(crate) fn write_base_pins(dir: &Path, pins: &BasePins) -> Result<()> {
     let path = dir.join(BASES_FILE);
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     confine(dir, &path)?;
@@ -946,7 +954,7 @@ pub fn write_base_pins(dir: &Path, pins: &BasePins) -> Result<()> {
 }
 
 /// Writes an image's lock (`<dir>/<image>/requirements.lock`) atomically.
-pub fn write_lock(dir: &Path, image: &str, text: &str) -> Result<()> {
+pub(crate) fn write_lock(dir: &Path, image: &str, text: &str) -> Result<()> {
     let path = dir.join(image).join(LOCK_FILE);
     confine(dir, &dir.join(image))?;
     confine(dir, &path)?;
@@ -965,7 +973,7 @@ pub struct Drift {
 }
 
 impl Drift {
-    pub fn is_clean(&self) -> bool {
+    pub(crate) fn is_clean(&self) -> bool {
         self.diffs.is_empty() && self.stale.is_empty() && self.stale_files.is_empty()
     }
 }
@@ -1165,7 +1173,7 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
 }
 
 /// The names of `names` that are not files in `dir` (`doctor`: the self-test binaries).
-pub fn missing_files(dir: &Path, names: &[String]) -> Vec<String> {
+pub(crate) fn missing_files(dir: &Path, names: &[String]) -> Vec<String> {
     names
         .iter()
         .filter(|name| !std::fs::metadata(dir.join(name)).is_ok_and(|m| m.is_file()))
@@ -1174,7 +1182,7 @@ pub fn missing_files(dir: &Path, names: &[String]) -> Vec<String> {
 }
 
 /// Free bytes on the file system holding `path` (`df -Pk`), or `None` when df cannot say.
-pub fn free_bytes(path: &Path) -> Option<u64> {
+pub(crate) fn free_bytes(path: &Path) -> Option<u64> {
     let path = if path.as_os_str().is_empty() {
         Path::new(".")
     } else {

@@ -16,14 +16,14 @@ use crate::model::digest::Digest;
 
 /// A layer with its bytes, as fetched.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Fetched {
+pub(crate) struct Fetched {
     pub layer: LayerRef,
     pub bytes: Vec<u8>,
 }
 
 /// The verdict on one image.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct ImageCheck {
+pub(crate) struct ImageCheck {
     /// The statements that verified, by kind.
     pub statements: BTreeMap<PredicateKind, Statement>,
     /// What is missing or bad, each naming what; empty when the image is whole.
@@ -32,7 +32,7 @@ pub struct ImageCheck {
 
 /// Checks the attestation layers (`None`: no `.att` tag) and signature layers (`None`: no
 /// `.sig` tag) served for the image whose digest the registry serves as `served`.
-pub fn check_image(
+pub(crate) fn check_image(
     served: &Digest,
     attestations: Option<&[Fetched]>,
     signatures: Option<&[Fetched]>,

@@ -12,10 +12,10 @@ use serde_json::{json, Value};
 
 use crate::model::digest::Digest;
 
-pub const DSSE_MEDIA_TYPE: &str = "application/vnd.dsse.envelope.v1+json";
+pub(crate) const DSSE_MEDIA_TYPE: &str = "application/vnd.dsse.envelope.v1+json";
 pub(crate) const SIMPLE_SIGNING_MEDIA_TYPE: &str =
     "application/vnd.dev.cosign.simplesigning.v1+json";
-pub const SIGNATURE_ANNOTATION: &str = "dev.cosignproject.cosign/signature";
+pub(crate) const SIGNATURE_ANNOTATION: &str = "dev.cosignproject.cosign/signature";
 pub(crate) const PREDICATE_TYPE_ANNOTATION: &str = "predicateType";
 pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 pub(crate) const OCI_CONFIG: &str = "application/vnd.oci.image.config.v1+json";
@@ -26,7 +26,7 @@ pub fn attestation_tag(digest: &Digest) -> String {
 }
 
 /// The tag holding the signature of `digest`.
-pub fn signature_tag(digest: &Digest) -> String {
+pub(crate) fn signature_tag(digest: &Digest) -> String {
     format!("sha256-{}.sig", digest.hex())
 }
 
@@ -59,7 +59,7 @@ impl Artifact {
 }
 
 /// A DSSE envelope as an attestation layer.
-pub fn attestation_layer(envelope: Vec<u8>, predicate_type: &str) -> Layer {
+pub(crate) fn attestation_layer(envelope: Vec<u8>, predicate_type: &str) -> Layer {
     let mut annotations = BTreeMap::new();
     annotations.insert(SIGNATURE_ANNOTATION.to_string(), String::new());
     annotations.insert(
@@ -74,7 +74,7 @@ pub fn attestation_layer(envelope: Vec<u8>, predicate_type: &str) -> Layer {
 }
 
 /// cosign's simple-signing payload for `repository@digest`.
-pub fn simple_signing_payload(repository: &str, digest: &Digest) -> Vec<u8> {
+pub(crate) fn simple_signing_payload(repository: &str, digest: &Digest) -> Vec<u8> {
     serde_json::to_vec(&json!({
         "critical": {
             "identity": { "docker-reference": repository },
@@ -87,7 +87,7 @@ pub fn simple_signing_payload(repository: &str, digest: &Digest) -> Vec<u8> {
 }
 
 /// The signature layer: the payload, its base64 DER signature as the annotation.
-pub fn signature_layer(payload: Vec<u8>, signature_base64: String) -> Layer {
+pub(crate) fn signature_layer(payload: Vec<u8>, signature_base64: String) -> Layer {
     let mut annotations = BTreeMap::new();
     annotations.insert(SIGNATURE_ANNOTATION.to_string(), signature_base64);
     Layer {
@@ -140,14 +140,14 @@ pub fn artifact(layers: Vec<Layer>) -> Artifact {
 
 /// A layer as a manifest describes it, before its bytes are fetched.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LayerRef {
+pub(crate) struct LayerRef {
     pub media_type: String,
     pub digest: Digest,
     pub annotations: BTreeMap<String, String>,
 }
 
 /// The layers a manifest lists.
-pub fn layer_refs(manifest: &[u8]) -> Result<Vec<LayerRef>, String> {
+pub(crate) fn layer_refs(manifest: &[u8]) -> Result<Vec<LayerRef>, String> {
     let value: Value =
         serde_json::from_slice(manifest).map_err(|error| format!("not JSON: {error}"))?;
     let layers = value["layers"]

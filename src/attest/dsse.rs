@@ -18,7 +18,7 @@ pub(crate) const PAYLOAD_TYPE: &str = "application/vnd.in-toto+json";
 
 /// A DSSE envelope as stored in the registry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Envelope {
+pub(crate) struct Envelope {
     #[serde(rename = "payloadType")]
     pub payload_type: String,
     /// Base64 (standard, padded) of the payload bytes.
@@ -27,7 +27,7 @@ pub struct Envelope {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct EnvelopeSignature {
+pub(crate) struct EnvelopeSignature {
     #[serde(default)]
     pub keyid: String,
     /// Base64 of the DER signature over the PAE.
@@ -36,7 +36,7 @@ pub struct EnvelopeSignature {
 
 /// Why a key cannot be used. Never holds the key's text.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum KeyError {
+pub(crate) enum KeyError {
     #[error("the private key is encrypted; imagegen reads unencrypted PKCS#8 or SEC1 keys (see README, \"Attestations\")")]
     Encrypted,
     #[error("the private key is not an ECDSA P-256 key in PEM (`BEGIN PRIVATE KEY` or `BEGIN EC PRIVATE KEY`): {0}")]
@@ -47,7 +47,7 @@ pub enum KeyError {
 
 /// Why an envelope does not verify.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum EnvelopeError {
+pub(crate) enum EnvelopeError {
     #[error("the envelope is not DSSE JSON: {0}")]
     NotJson(String),
     #[error("the payload type is {0:?}, not {PAYLOAD_TYPE:?}")]
@@ -61,7 +61,7 @@ pub enum EnvelopeError {
 }
 
 /// A signing key and its key id.
-pub struct Signer {
+pub(crate) struct Signer {
     key: SigningKey,
     key_id: String,
 }
@@ -74,7 +74,7 @@ impl std::fmt::Debug for Signer {
 
 impl Signer {
     /// Reads a PEM private key.
-    pub fn from_pem(text: &str) -> Result<Signer, KeyError> {
+    pub(crate) fn from_pem(text: &str) -> Result<Signer, KeyError> {
         let text = text.trim();
         if text.contains("ENCRYPTED") {
             return Err(KeyError::Encrypted);
@@ -95,7 +95,7 @@ impl Signer {
         Ok(Signer { key, key_id })
     }
 
-    pub fn key_id(&self) -> &str {
+    pub(crate) fn key_id(&self) -> &str {
         &self.key_id
     }
 
@@ -108,7 +108,7 @@ impl Signer {
     }
 
     /// The DER signature over `message`.
-    pub fn sign_bytes(&self, message: &[u8]) -> Vec<u8> {
+    pub(crate) fn sign_bytes(&self, message: &[u8]) -> Vec<u8> {
         let signature: Signature = self.key.sign(message);
         signature.to_der().as_bytes().to_vec()
     }
@@ -129,33 +129,33 @@ impl Signer {
 
 /// A public key and its key id.
 #[derive(Debug, Clone)]
-pub struct Verifier {
+pub(crate) struct Verifier {
     key: VerifyingKey,
     key_id: String,
 }
 
 impl Verifier {
     /// Reads a PEM public key (`BEGIN PUBLIC KEY`, as `openssl ec -pubout` writes it).
-    pub fn from_pem(text: &str) -> Result<Verifier, KeyError> {
+    pub(crate) fn from_pem(text: &str) -> Result<Verifier, KeyError> {
         let key = VerifyingKey::from_public_key_pem(text.trim())
             .map_err(|error| KeyError::NotPublicKey(error.to_string()))?;
         let key_id = key_id(&key);
         Ok(Verifier { key, key_id })
     }
 
-    pub fn key_id(&self) -> &str {
+    pub(crate) fn key_id(&self) -> &str {
         &self.key_id
     }
 
     /// The public key as PEM.
-    pub fn to_pem(&self) -> String {
+    pub(crate) fn to_pem(&self) -> String {
         self.key
             .to_public_key_pem(LineEnding::LF)
             .expect("a P-256 public key always encodes")
     }
 
     /// Whether `signature` (DER) is this key's over `message`.
-    pub fn verify_bytes(&self, message: &[u8], signature: &[u8]) -> bool {
+    pub(crate) fn verify_bytes(&self, message: &[u8], signature: &[u8]) -> bool {
         Signature::from_der(signature)
             .map(|signature| self.key.verify(message, &signature).is_ok())
             .unwrap_or(false)
@@ -190,12 +190,12 @@ impl Verifier {
 }
 
 /// Reads an envelope's JSON.
-pub fn parse_envelope(bytes: &[u8]) -> Result<Envelope, EnvelopeError> {
+pub(crate) fn parse_envelope(bytes: &[u8]) -> Result<Envelope, EnvelopeError> {
     serde_json::from_slice(bytes).map_err(|error| EnvelopeError::NotJson(error.to_string()))
 }
 
 /// The envelope's JSON bytes, as pushed.
-pub fn envelope_bytes(envelope: &Envelope) -> Vec<u8> {
+pub(crate) fn envelope_bytes(envelope: &Envelope) -> Vec<u8> {
     serde_json::to_vec(envelope).expect("an envelope always serializes")
 }
 

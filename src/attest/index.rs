@@ -26,7 +26,7 @@ pub(crate) const INDEX_BUILD_TYPE: &str = "urn:imagegen:build-type:oci-index:v1"
 
 /// One platform image of an index with the predicates of its own statements.
 #[derive(Debug, Clone, PartialEq)]
-pub struct PlatformPredicates {
+pub(crate) struct PlatformPredicates {
     /// `linux/amd64`.
     pub platform: String,
     pub digest: Digest,
@@ -35,7 +35,7 @@ pub struct PlatformPredicates {
 }
 
 /// The provenance predicate of `index`.
-pub fn index_provenance(index: &IndexRecord, imagegen_version: &str) -> Value {
+pub(crate) fn index_provenance(index: &IndexRecord, imagegen_version: &str) -> Value {
     let dependencies: Vec<Value> = index
         .platforms
         .iter()
@@ -81,7 +81,7 @@ fn prefixed(component: &Value, prefix: &str) -> Value {
 }
 
 /// The SBOM predicate of `index`.
-pub fn index_sbom(
+pub(crate) fn index_sbom(
     index: &IndexRecord,
     digest: &Digest,
     platforms: &[PlatformPredicates],
@@ -146,7 +146,7 @@ fn badness(result: &str) -> u8 {
 }
 
 /// The gpu-selftest predicate of `index`: its verdict is `pass` only when every platform's is.
-pub fn index_selftest(index: &IndexRecord, platforms: &[PlatformPredicates]) -> Value {
+pub(crate) fn index_selftest(index: &IndexRecord, platforms: &[PlatformPredicates]) -> Value {
     let results: Vec<(&str, &str)> = platforms
         .iter()
         .map(|p| {
@@ -222,7 +222,7 @@ pub fn index_selftest(index: &IndexRecord, platforms: &[PlatformPredicates]) -> 
 }
 
 /// Which platform images of `index` a caller must find predicates for, by platform.
-pub fn platform_digests(index: &IndexRecord) -> BTreeMap<String, Digest> {
+pub(crate) fn platform_digests(index: &IndexRecord) -> BTreeMap<String, Digest> {
     index
         .platforms
         .iter()

@@ -22,7 +22,7 @@ pub mod statement;
 
 /// The predicate types imagegen attaches, one statement each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum PredicateKind {
+pub(crate) enum PredicateKind {
     Provenance,
     Sbom,
     GpuSelftest,
@@ -36,7 +36,7 @@ impl PredicateKind {
     ];
 
     /// The `predicateType` URI.
-    pub fn uri(self) -> &'static str {
+    pub(crate) fn uri(self) -> &'static str {
         match self {
             PredicateKind::Provenance => provenance::PREDICATE_TYPE,
             PredicateKind::Sbom => sbom::PREDICATE_TYPE,
@@ -53,7 +53,7 @@ impl PredicateKind {
         }
     }
 
-    pub fn from_uri(uri: &str) -> Option<PredicateKind> {
+    pub(crate) fn from_uri(uri: &str) -> Option<PredicateKind> {
         PredicateKind::ALL
             .into_iter()
             .find(|kind| kind.uri() == uri)

@@ -11,7 +11,7 @@ use crate::attest::selftest::PREDICATE_TYPE;
 
 /// The policy named `name` for the images of `repositories` (each `registry/path`), signed by
 /// the PEM public key `public_key`.
-pub fn cluster_image_policy(name: &str, repositories: &[String], public_key: &str) -> Value {
+pub(crate) fn cluster_image_policy(name: &str, repositories: &[String], public_key: &str) -> Value {
     let globs: Vec<Value> = repositories
         .iter()
         .map(|repository| json!({ "glob": format!("{repository}**") }))

@@ -11,7 +11,7 @@ use serde_json::{json, Map, Value};
 use crate::history::manifest::{parse_rfc3339, rfc3339, ImageRecord};
 use crate::model::digest::Digest;
 
-pub const PREDICATE_TYPE: &str = "https://slsa.dev/provenance/v1";
+pub(crate) const PREDICATE_TYPE: &str = "https://slsa.dev/provenance/v1";
 
 /// What an imagegen build is, as SLSA's `buildType`; documented in README.md ("Attestations").
 pub(crate) const BUILD_TYPE: &str = "urn:imagegen:build-type:docker-build:v1";

@@ -12,25 +12,25 @@ use super::cosign::Artifact;
 use crate::model::digest::Digest;
 
 /// The `artifactType` of the in-toto attestations (DSSE envelopes, one layer per statement).
-pub const ATTESTATION_ARTIFACT_TYPE: &str = "application/vnd.in-toto+json";
+pub(crate) const ATTESTATION_ARTIFACT_TYPE: &str = "application/vnd.in-toto+json";
 /// The `artifactType` of cosign's simple-signing signature.
-pub const SIGNATURE_ARTIFACT_TYPE: &str = "application/vnd.dev.cosign.simplesigning.v1+json";
+pub(crate) const SIGNATURE_ARTIFACT_TYPE: &str = "application/vnd.dev.cosign.simplesigning.v1+json";
 /// The OCI empty descriptor's media type and content (`{}`), the config of an artifact manifest.
 pub(crate) const EMPTY_MEDIA_TYPE: &str = "application/vnd.oci.empty.v1+json";
-pub const EMPTY_CONFIG: &[u8] = b"{}";
+pub(crate) const EMPTY_CONFIG: &[u8] = b"{}";
 const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
-pub const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
+pub(crate) const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
 
 /// The subject of a referrer: the image manifest it is about.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SubjectManifest {
+pub(crate) struct SubjectManifest {
     pub media_type: String,
     pub digest: Digest,
     pub size: u64,
 }
 
 /// The referrer manifest of `artifact` (whose blobs are pushed already) about `subject`.
-pub fn referrer_manifest(
+pub(crate) fn referrer_manifest(
     artifact: &Artifact,
     artifact_type: &str,
     subject: &SubjectManifest,
@@ -67,7 +67,7 @@ pub fn referrer_manifest(
 }
 
 /// The fallback tag of the referrers of `subject`: `sha256-<hex>`.
-pub fn fallback_tag(subject: &Digest) -> String {
+pub(crate) fn fallback_tag(subject: &Digest) -> String {
     format!("sha256-{}", subject.hex())
 }
 
@@ -75,7 +75,7 @@ pub fn fallback_tag(subject: &Digest) -> String {
 /// same artifact type is replaced (signing again supersedes, as cosign's `.att` tag is replaced);
 /// entries of other types (another tool's referrers) are kept. `existing`: the index the tag
 /// serves now, if any; one that is not an index is an error.
-pub fn updated_fallback_index(
+pub(crate) fn updated_fallback_index(
     existing: Option<&[u8]>,
     manifest: &[u8],
     artifact_type: &str,

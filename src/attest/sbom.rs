@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 use crate::history::manifest::{BinaryRecord, ImageRecord};
 use crate::model::digest::Digest;
 
-pub const PREDICATE_TYPE: &str = "https://cyclonedx.org/bom";
+pub(crate) const PREDICATE_TYPE: &str = "https://cyclonedx.org/bom";
 
 /// One package pinned by a lock: name, version and the sha256 of every file it may install.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,7 +27,7 @@ pub struct LockedPackage {
 
 /// The packages of a uv/pip-compile lock (`name==version \` lines, each followed by
 /// `--hash=sha256:...` lines). Comment lines and options are skipped.
-pub fn parse_lock(text: &str) -> Vec<LockedPackage> {
+pub(crate) fn parse_lock(text: &str) -> Vec<LockedPackage> {
     let mut packages: Vec<LockedPackage> = Vec::new();
     for line in text.lines() {
         let line = line.trim().trim_end_matches('\\').trim();
@@ -96,7 +96,7 @@ fn distro(os: &str) -> (String, String) {
 
 /// A CycloneDX serial number derived from the image digest (a UUID with version 5 bits), so the
 /// same image gives the same SBOM.
-pub fn serial_number(digest: &Digest) -> String {
+pub(crate) fn serial_number(digest: &Digest) -> String {
     let hex = digest.hex();
     let mut bytes: Vec<u8> = (0..16)
         .map(|i| u8::from_str_radix(&hex[i * 2..i * 2 + 2], 16).unwrap_or(0))

@@ -17,7 +17,7 @@ use serde_json::{json, Map, Value};
 use crate::history::manifest::{GpuTestResult, ImageRecord, TestStatus};
 use crate::history::test_results::results_of;
 
-pub const PREDICATE_TYPE: &str = "urn:imagegen:predicate:gpu-selftest-result:v1";
+pub(crate) const PREDICATE_TYPE: &str = "urn:imagegen:predicate:gpu-selftest-result:v1";
 
 /// The JSON schema (draft 2020-12) the predicate follows (checked against by the tests).
 #[cfg(test)]
@@ -51,7 +51,7 @@ fn node_result(result: &GpuTestResult) -> Value {
 }
 
 /// The predicate of `record`'s self-test; `node` is the host the test ran on, when known.
-pub fn selftest_result(record: &ImageRecord, node: Option<&str>) -> Value {
+pub(crate) fn selftest_result(record: &ImageRecord, node: Option<&str>) -> Value {
     let mut predicate = build_result(record, node);
     let nodes: Vec<Value> = results_of(record)
         .into_iter()

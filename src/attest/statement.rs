@@ -18,7 +18,7 @@ pub struct Subject {
 
 /// A statement read back from an envelope's payload.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Statement {
+pub(crate) struct Statement {
     pub subjects: Vec<Subject>,
     pub predicate_type: String,
     pub predicate: Value,
@@ -26,7 +26,7 @@ pub struct Statement {
 
 /// Why a payload is not an in-toto statement v1 imagegen can check.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum StatementError {
+pub(crate) enum StatementError {
     #[error("the payload is not JSON: {0}")]
     NotJson(String),
     #[error("`_type` is {found:?}, not {STATEMENT_TYPE:?}")]
@@ -53,13 +53,17 @@ pub fn statement(subject: &Subject, predicate_type: &str, predicate: Value) -> V
 }
 
 /// The statement's bytes, as signed: compact JSON with sorted keys.
-pub fn statement_bytes(subject: &Subject, predicate_type: &str, predicate: Value) -> Vec<u8> {
+pub(crate) fn statement_bytes(
+    subject: &Subject,
+    predicate_type: &str,
+    predicate: Value,
+) -> Vec<u8> {
     serde_json::to_vec(&statement(subject, predicate_type, predicate))
         .expect("a JSON value always serializes")
 }
 
 /// Reads a statement back, checking its type and that every subject names a sha256 digest.
-pub fn parse_statement(bytes: &[u8]) -> Result<Statement, StatementError> {
+pub(crate) fn parse_statement(bytes: &[u8]) -> Result<Statement, StatementError> {
     let value: Value = serde_json::from_slice(bytes)
         .map_err(|error| StatementError::NotJson(error.to_string()))?;
     let found = value["_type"].as_str().unwrap_or_default();

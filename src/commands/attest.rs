@@ -66,7 +66,7 @@ pub(crate) fn key_mode_problem(mode: u32) -> Option<String> {
 
 /// The signing key: `--signing-key`/`IMAGEGEN_SIGNING_KEY_FILE`, else `IMAGEGEN_SIGNING_KEY`
 /// (PEM text); `None` when neither is set.
-pub fn load_signer(signing: &SigningArgs) -> Result<Option<Signer>> {
+pub(crate) fn load_signer(signing: &SigningArgs) -> Result<Option<Signer>> {
     if let Some(path) = &signing.signing_key {
         return read_key_file(path).map(Some);
     }
@@ -88,7 +88,7 @@ fn read_key_file(path: &Path) -> Result<Signer> {
 }
 
 /// The key to verify with: `--key PUB`, else the public half of the configured signing key.
-pub fn load_verifier(key: Option<&Path>, signing: &SigningArgs) -> Result<Verifier> {
+pub(crate) fn load_verifier(key: Option<&Path>, signing: &SigningArgs) -> Result<Verifier> {
     if let Some(path) = key {
         let text = read_text(path, "the public key")?;
         return Verifier::from_pem(&text)
@@ -117,7 +117,7 @@ fn lock_of(locks: &BTreeMap<String, String>, record: &ImageRecord) -> Vec<Locked
 }
 
 /// What signing one image needs besides the record.
-pub struct SignContext {
+pub(crate) struct SignContext {
     pub build: BuildContext,
     pub node: Option<String>,
     pub locks: BTreeMap<String, String>,
@@ -163,7 +163,7 @@ async fn push_artifact(
 
 /// Builds, signs and pushes the attestations and signature of the image `record` describes,
 /// as pushed at `digest`; returns what the manifest records.
-pub async fn attest_image(
+pub(crate) async fn attest_image(
     registries: &Registries,
     signer: &Signer,
     record: &ImageRecord,
@@ -196,7 +196,7 @@ pub async fn attest_image(
 /// Builds, signs and pushes the attestations and signature of the OCI image index `index` (see
 /// `attest::index`), from the predicates of its platform images as `manifest` records them;
 /// refuses when a platform image is not recorded under the digest the index names.
-pub async fn attest_index(
+pub(crate) async fn attest_index(
     registries: &Registries,
     signer: &Signer,
     manifest: &Manifest,
@@ -618,7 +618,7 @@ fn run_show(args: &AttestShowArgs) -> Result<Outcome> {
 
 /// One image as `verify --attestations` found it.
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct ImageVerdict {
+pub(crate) struct ImageVerdict {
     pub image: String,
     /// The digest the registry serves for the tag, if it serves one.
     pub served: Option<Digest>,
@@ -630,7 +630,7 @@ pub struct ImageVerdict {
 
 /// `verify --attestations`: every recorded pushed image, its statements and signature as the
 /// registry serves them.
-pub async fn verify_attestations(
+pub(crate) async fn verify_attestations(
     manifest: &Manifest,
     verifier: &Verifier,
     registries: &Registries,
@@ -670,12 +670,12 @@ pub async fn verify_attestations(
 }
 
 /// Whether every image verified (and there was at least one).
-pub fn all_whole(verdicts: &[ImageVerdict]) -> bool {
+pub(crate) fn all_whole(verdicts: &[ImageVerdict]) -> bool {
     !verdicts.is_empty() && verdicts.iter().all(|v| v.problems.is_empty())
 }
 
 /// The verdicts as a table, each problem named after it, and a last line.
-pub fn verdict_table(verdicts: &[ImageVerdict], key_id: &str) -> String {
+pub(crate) fn verdict_table(verdicts: &[ImageVerdict], key_id: &str) -> String {
     let mut rows = vec![vec![
         "image".to_string(),
         "digest".to_string(),

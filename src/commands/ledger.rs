@@ -21,7 +21,7 @@ use crate::project::{
 /// digits of the kernel's boot id and `start` the process start time in clock ticks since boot.
 /// Unique for as long as the machine runs, unlike a pid.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RunId {
+pub(crate) struct RunId {
     pub boot: String,
     pub pid: u32,
     pub start: u64,
@@ -29,7 +29,7 @@ pub struct RunId {
 
 /// Whether a run is still going, as far as this machine can tell.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Liveness {
+pub(crate) enum Liveness {
     Alive,
     Gone,
     /// Another machine (or boot), or a run id of another form: nothing can be said.
@@ -44,7 +44,7 @@ impl std::fmt::Display for RunId {
 
 impl RunId {
     /// This process.
-    pub fn this_process() -> RunId {
+    pub(crate) fn this_process() -> RunId {
         let pid = std::process::id();
         RunId {
             boot: boot_id(),
@@ -69,7 +69,7 @@ impl RunId {
 
     /// Whether this run is still going: on this machine's boot, its pid is alive with the same
     /// start time.
-    pub fn liveness(&self) -> Liveness {
+    pub(crate) fn liveness(&self) -> Liveness {
         if self.boot != boot_id() || self.start == 0 {
             return Liveness::Unknown;
         }
@@ -81,7 +81,7 @@ impl RunId {
 }
 
 /// This run as the owner of the alias moves it makes.
-pub fn this_owner() -> Owner {
+pub(crate) fn this_owner() -> Owner {
     Owner {
         run: RunId::this_process().to_string(),
         by: LockHolder::this_run(),
@@ -91,7 +91,7 @@ pub fn this_owner() -> Owner {
 /// Takes the lock at `path` from async code, waiting (without blocking a worker) up to
 /// `timeout`; `on_wait` gets one "waiting for ..." line, and the deadline is an error naming the
 /// holder.
-pub async fn wait_for_lock(
+pub(crate) async fn wait_for_lock(
     path: &Path,
     what: &str,
     timeout: std::time::Duration,
@@ -118,7 +118,7 @@ pub async fn wait_for_lock(
 
 /// The manifest file as the ledger of alias moves: an alias's lock beside the manifest's, and
 /// every write a locked read-change-write.
-pub struct ManifestLedger {
+pub(crate) struct ManifestLedger {
     pub file: ManifestFile,
     /// Where the "waiting for alias ..." line goes.
     pub on_wait: Box<dyn Fn(&str) + Send + Sync>,

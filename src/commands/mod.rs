@@ -37,7 +37,6 @@ use crate::cli::{AttestAction, Cli, Command, ManifestAction, TestAction};
 use crate::project::Project;
 
 pub use outcome::{describe, Outcome};
-pub use signals::Signal;
 
 /// The command line, parsed, with the ids of the options it (or the environment) gave.
 pub fn parse() -> std::result::Result<Cli, clap::Error> {

@@ -38,7 +38,7 @@ pub fn note(text: impl AsRef<str>) {
 
 /// A cell's text on one line: a line break (a multi-line label value) is written `\n`, a tab
 /// `\t`, so one row stays one line.
-pub fn one_line_cell(cell: &str) -> String {
+pub(crate) fn one_line_cell(cell: &str) -> String {
     cell.replace('\r', "\\r")
         .replace('\n', "\\n")
         .replace('\t', "\\t")

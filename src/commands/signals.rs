@@ -28,13 +28,13 @@ impl Signal {
 /// ends the process by itself; [`Signals::recv`] reports them so the command stops cleanly,
 /// writes down what it finished and exits 130 or 143. Must be created inside a Tokio runtime;
 /// a handler that cannot be installed leaves that signal its default action.
-pub struct Signals {
+pub(crate) struct Signals {
     interrupt: Option<tokio::signal::unix::Signal>,
     terminate: Option<tokio::signal::unix::Signal>,
 }
 
 impl Signals {
-    pub fn listen() -> Signals {
+    pub(crate) fn listen() -> Signals {
         use tokio::signal::unix::{signal, SignalKind};
         Signals {
             interrupt: signal(SignalKind::interrupt()).ok(),
@@ -43,7 +43,7 @@ impl Signals {
     }
 
     /// Resolves when SIGINT or SIGTERM arrives (or arrived since `listen`), with the one that did.
-    pub async fn recv(&mut self) -> Signal {
+    pub(crate) async fn recv(&mut self) -> Signal {
         match (&mut self.interrupt, &mut self.terminate) {
             (Some(interrupt), Some(terminate)) => tokio::select! {
                 _ = interrupt.recv() => Signal::Interrupt,

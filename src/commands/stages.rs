@@ -18,14 +18,14 @@ use crate::resolve::resolve;
 
 /// Resolves the project's matrix; `options.template_digest`, the lock digests and the CA bundle's
 /// digest are filled in from the project, so a change to any of them changes the fingerprints.
-pub fn resolve_project(project: &Project, options: ResolveOptions) -> Result<Resolution> {
+pub(crate) fn resolve_project(project: &Project, options: ResolveOptions) -> Result<Resolution> {
     let locks = project.locks()?;
     resolve_with_locks(project, options, &locks)
 }
 
 /// Resolves with the locks given (by image name) instead of those on disk: `imagegen lock`
 /// resolves again after each lock it writes.
-pub fn resolve_with_locks(
+pub(crate) fn resolve_with_locks(
     project: &Project,
     mut options: ResolveOptions,
     locks: &BTreeMap<String, String>,
@@ -44,8 +44,12 @@ pub fn resolve_with_locks(
     };
     options.locked_cuda = locks
         .iter()
-        .map(|(name, text)| (name.clone(), locked_cuda(text)))
-        .collect();
+        .map(|(name, text)| {
+            let locked = locked_cuda(text)
+                .map_err(|why| anyhow::anyhow!("images/{name}/{LOCK_FILE}:{why}"))?;
+            Ok((name.clone(), locked))
+        })
+        .collect::<Result<_>>()?;
     options.ca_bundle = project
         .ca_bundle()?
         .map(|bundle| Digest::of(bundle.text.as_bytes()));
@@ -76,7 +80,7 @@ fn today() -> Result<i64> {
 
 /// Whether the project's images install from locks: `lock:` in the matrix, by default whenever
 /// an image the matrix asks for renders from an embedded template (which installs from one).
-pub fn locks_enabled(project: &Project) -> Result<bool> {
+pub(crate) fn locks_enabled(project: &Project) -> Result<bool> {
     let definition = project.definition()?;
     let matrix = &definition.matrix;
     let mut variants: Vec<Variant> = matrix
@@ -109,7 +113,7 @@ pub fn locks_enabled(project: &Project) -> Result<bool> {
 }
 
 /// Resolves and renders every image the project's matrix makes.
-pub fn render_project(project: &Project) -> Result<(Resolution, Vec<RenderedImage>)> {
+pub(crate) fn render_project(project: &Project) -> Result<(Resolution, Vec<RenderedImage>)> {
     let definition = project.definition()?;
     let resolution = resolve_project(project, ResolveOptions::default())?;
     let ca_bundle = project.ca_bundle()?;
@@ -124,7 +128,7 @@ pub fn render_project(project: &Project) -> Result<(Resolution, Vec<RenderedImag
 
 /// One problem with an image's lock, for `render --check` and `build`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LockProblem {
+pub(crate) struct LockProblem {
     pub image: String,
     pub status: LockStatus,
 }
@@ -154,7 +158,7 @@ impl LockProblem {
 }
 
 /// The images of `resolution` whose lock is missing or stale.
-pub fn lock_problems(
+pub(crate) fn lock_problems(
     resolution: &Resolution,
     locks: &BTreeMap<String, String>,
 ) -> Vec<LockProblem> {
@@ -175,7 +179,7 @@ pub fn lock_problems(
 /// The error of a command that needs images when the matrix makes none: every cell was rejected,
 /// and the first reason is shown (`imagegen resolve` lists them all). `consequence` says what the
 /// command would have done; `extra_hint` names the way to go on anyway, where there is one.
-pub fn no_images(
+pub(crate) fn no_images(
     project: &Project,
     resolution: &Resolution,
     consequence: &str,

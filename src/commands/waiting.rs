@@ -6,7 +6,7 @@ use crate::commands::output::{short, table};
 use crate::history::manifest::Waiting;
 
 /// The images whose aliases wait for self-test results, and for which GPU models; empty when none.
-pub fn waiting_text(waiting: &[Waiting]) -> String {
+pub(crate) fn waiting_text(waiting: &[Waiting]) -> String {
     if waiting.is_empty() {
         return String::new();
     }

@@ -21,7 +21,7 @@ use crate::resolve::image::ImageSpec;
 
 /// The cache folder: `--wheel-cache`/`$IMAGEGEN_WHEEL_CACHE`, else `$XDG_CACHE_HOME/imagegen/wheels`,
 /// else `~/.cache/imagegen/wheels`, else `.imagegen/wheels`.
-pub fn cache_root(given: Option<&Path>) -> PathBuf {
+pub(crate) fn cache_root(given: Option<&Path>) -> PathBuf {
     if let Some(given) = given {
         return given.to_path_buf();
     }
@@ -38,7 +38,7 @@ pub fn cache_root(given: Option<&Path>) -> PathBuf {
 /// One locked package an image's build installs from its context, and where it comes from (the
 /// index URLs only: credentials are attached by [`fetch_for_images`]).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Needed {
+pub(crate) struct Needed {
     pub name: String,
     pub version: String,
     pub hashes: Vec<String>,
@@ -51,7 +51,11 @@ pub struct Needed {
 /// devel image) those its runtime image's lock `parent_lock` pins at the same version, which pip
 /// finds installed. Each from the lock's `# from` index, else the image's indexes and the
 /// matrix's extra indexes, in that order.
-pub fn needed(image: &ImageSpec, lock: &str, parent_lock: Option<&str>) -> Result<Vec<Needed>> {
+pub(crate) fn needed(
+    image: &ImageSpec,
+    lock: &str,
+    parent_lock: Option<&str>,
+) -> Result<Vec<Needed>> {
     let Some(spec) = &image.lock else {
         return Ok(Vec::new());
     };
@@ -101,7 +105,7 @@ pub fn needed(image: &ImageSpec, lock: &str, parent_lock: Option<&str>) -> Resul
 
 /// The `wheels/` folder of every image's context: each needed wheel fetched once for all images
 /// (on `jobs` threads, into the cache at `root`), and a `SOURCES` file naming each with its sha256.
-pub fn fetch_for_images(
+pub(crate) fn fetch_for_images(
     images: &[ImageSpec],
     locks: &BTreeMap<String, String>,
     root: &Path,
@@ -236,7 +240,7 @@ fn report(progress: &FetchProgress, done: &AtomicBool, started: Instant) {
 }
 
 /// `wheels: 12/41 files, 1.42 GB fetched at 112 MB/s, 0.96 GB (9 files) from the cache`.
-pub fn progress_line(
+pub(crate) fn progress_line(
     progress: &FetchProgress,
     elapsed: Duration,
     last: bool,

@@ -91,7 +91,7 @@ pub fn context_tar(dir: &Path, extra_files: &[ContextFile]) -> Result<Vec<u8>, D
 /// A file of the build context read from disk when the context is sent (a cached wheel): the
 /// tar of [`context_tar`] stays small, and the file's bytes are read only for the build.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DiskFile {
+pub(crate) struct DiskFile {
     /// Where it appears inside the context (`wheels/torch-2.13.0-....whl`).
     pub path: String,
     pub source: PathBuf,
@@ -99,7 +99,7 @@ pub struct DiskFile {
 
 /// The `wheels/` folder of one image's context: files of the host's wheel cache, and small files.
 #[derive(Debug, Clone, Default)]
-pub struct ContextWheels {
+pub(crate) struct ContextWheels {
     pub files: Vec<DiskFile>,
     pub small_files: Vec<ContextFile>,
 }
@@ -107,7 +107,7 @@ pub struct ContextWheels {
 /// `tar` (made by [`context_tar`]) with `files` (read from disk now) and `small_files` appended
 /// under `folder/`, in the order of their paths, with the same fixed owners, modes and mtimes. A
 /// path the tar already holds is an error naming it.
-pub fn append_to_context(
+pub(crate) fn append_to_context(
     tar: &[u8],
     folder: &str,
     files: &[DiskFile],

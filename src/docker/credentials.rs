@@ -65,7 +65,7 @@ impl Credentials {
 
     /// Replaces every occurrence of the secret (and of its basic-auth encoding) in `text` with
     /// `<redacted>`; used on any text from a daemon or registry before it goes into an error.
-    pub fn redact(&self, text: &str) -> String {
+    pub(crate) fn redact(&self, text: &str) -> String {
         let mut redacted = text.to_string();
         let mut secrets = vec![self.secret().to_string()];
         if let Credentials::UsernamePassword { username, password } = self {
@@ -122,7 +122,7 @@ impl Credentials {
 
 /// The registry host of a repository reference: `127.0.0.1:5000/team/app` → `127.0.0.1:5000`,
 /// `ghcr.io/org/app` → `ghcr.io`, `library/ubuntu` or `ubuntu` → `docker.io`.
-pub fn registry_host_of(repository: &str) -> String {
+pub(crate) fn registry_host_of(repository: &str) -> String {
     match repository.split_once('/') {
         Some((first, _)) if first.contains('.') || first.contains(':') || first == "localhost" => {
             first.to_string()
@@ -213,7 +213,7 @@ impl DockerConfig {
 
     /// Loads the configuration from [`DockerConfig::default_dir`]; no directory or no file means
     /// an empty configuration (anonymous access everywhere).
-    pub fn load_default() -> Result<DockerConfig, DockerError> {
+    pub(crate) fn load_default() -> Result<DockerConfig, DockerError> {
         match Self::default_dir() {
             Some(dir) => Self::load(&dir),
             None => Ok(DockerConfig {

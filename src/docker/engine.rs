@@ -32,17 +32,17 @@ use super::error::DockerError;
 use super::retry::{is_transient_message, RetryPolicy};
 
 /// The address used when `DOCKER_HOST` is unset or empty.
-pub const DEFAULT_DOCKER_HOST: &str = "unix:///var/run/docker.sock";
+pub(crate) const DEFAULT_DOCKER_HOST: &str = "unix:///var/run/docker.sock";
 
 /// How long connecting, negotiating and pinging may take before the daemon counts as unreachable
 /// (or the request deadline, when that is shorter).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 /// The default deadline of each daemon request until its answer begins (a streamed answer, such
 /// as a build's output, is not cut off by it).
-pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
+pub(crate) const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
 /// The default longest silence of a push before it counts as hung: the daemon reports progress
 /// while layers upload, and nothing while the registry does not answer.
-pub const DEFAULT_PUSH_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const DEFAULT_PUSH_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Build output lines kept for a failure report.
 const FAILURE_TAIL_LINES: usize = 20;
 
@@ -248,7 +248,7 @@ impl LineSplitter {
 
 /// What [`Engine::remove_untagged_image`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Removal {
+pub(crate) enum Removal {
     Removed,
     /// No such image (removed already, or with a parent removed before it).
     Absent,
@@ -316,7 +316,9 @@ impl Engine {
     }
 
     /// [`Engine::connect`] with `request_timeout` as the deadline of every daemon request.
-    pub async fn connect_with_timeout(request_timeout: Duration) -> Result<Engine, DockerError> {
+    pub(crate) async fn connect_with_timeout(
+        request_timeout: Duration,
+    ) -> Result<Engine, DockerError> {
         let address = std::env::var("DOCKER_HOST")
             .ok()
             .filter(|host| !host.trim().is_empty())
@@ -563,7 +565,7 @@ impl Engine {
     }
 
     /// The newest local image carrying label `key=value` and every label in `present` (any value).
-    pub async fn find_image_with_labels(
+    pub(crate) async fn find_image_with_labels(
         &self,
         key: &str,
         value: &str,
@@ -633,7 +635,10 @@ impl Engine {
     /// was built on it and no container uses it (the daemon refuses those without `force`,
     /// which is never given here). Its parents stay (`noprune`): the caller names each image it
     /// means, newest first.
-    pub async fn remove_untagged_image(&self, reference: &str) -> Result<Removal, DockerError> {
+    pub(crate) async fn remove_untagged_image(
+        &self,
+        reference: &str,
+    ) -> Result<Removal, DockerError> {
         let Some(image) = self.image(reference).await? else {
             return Ok(Removal::Absent);
         };
@@ -712,7 +717,10 @@ impl Engine {
     /// The `docker save` archive of `reference` (Engine API image export), written to an
     /// unnamed temporary file (gone when closed) and rewound, so a multi-gigabyte image is never
     /// held in memory whole. Returns the file and its size.
-    pub async fn export_image(&self, reference: &str) -> Result<(std::fs::File, u64), DockerError> {
+    pub(crate) async fn export_image(
+        &self,
+        reference: &str,
+    ) -> Result<(std::fs::File, u64), DockerError> {
         use std::io::{Seek, Write};
         let failed = |reason: String| DockerError::Daemon {
             address: self.address.clone(),
@@ -817,7 +825,7 @@ impl Engine {
     /// Removes (forcibly) every container carrying label `key=value` and waits until none is
     /// left: the cleanup of a run that was stopped while its containers ran. Returns how many
     /// there were.
-    pub async fn remove_containers_with_label(
+    pub(crate) async fn remove_containers_with_label(
         &self,
         key: &str,
         value: &str,

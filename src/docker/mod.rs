@@ -58,17 +58,16 @@ mod retry;
 pub mod run_journal;
 pub mod wheel_cache;
 
-pub use context::{append_to_context, context_tar, ContextFile, ContextWheels, DiskFile};
-pub use credentials::{registry_host_of, repository_path_of, Credentials, DockerConfig};
-pub use engine::{
-    build_step_progress, BuildRequest, Engine, LocalImage, Removal, RunOutput, RunRequest,
-    DEFAULT_DOCKER_HOST, DEFAULT_PUSH_IDLE_TIMEOUT, DEFAULT_REQUEST_TIMEOUT,
-};
+pub(crate) use context::{append_to_context, ContextWheels, DiskFile};
+pub use context::{context_tar, ContextFile};
+pub(crate) use credentials::registry_host_of;
+pub use credentials::{repository_path_of, Credentials, DockerConfig};
+pub(crate) use engine::Removal;
+pub use engine::{build_step_progress, BuildRequest, Engine, LocalImage, RunOutput, RunRequest};
 pub use error::DockerError;
-pub use registries::Registries;
+pub(crate) use registries::Registries;
+pub(crate) use registry::DEFAULT_TIMEOUT as DEFAULT_REGISTRY_TIMEOUT;
 pub use registry::{
-    https_agent, RegistryClient, RegistryManifest, DEFAULT_TIMEOUT as DEFAULT_REGISTRY_TIMEOUT,
-    MEDIA_TYPE_DOCKER_MANIFEST, MEDIA_TYPE_DOCKER_MANIFEST_LIST, MEDIA_TYPE_OCI_INDEX,
-    MEDIA_TYPE_OCI_MANIFEST,
+    RegistryClient, RegistryManifest, MEDIA_TYPE_DOCKER_MANIFEST, MEDIA_TYPE_OCI_INDEX,
 };
 pub use retry::RetryPolicy;

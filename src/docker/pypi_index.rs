@@ -20,7 +20,7 @@ const MAX_BODY_BYTES: u64 = 64 * 1024 * 1024;
 const ATTEMPTS: u32 = 3;
 
 #[derive(Debug, thiserror::Error)]
-pub enum IndexError {
+pub(crate) enum IndexError {
     #[error("cannot reach {url}: {reason}")]
     Unreachable { url: String, reason: String },
     #[error("{url} answered HTTP {status}")]
@@ -39,7 +39,7 @@ pub enum IndexError {
 
 /// Where a wheel's METADATA came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MetadataFrom {
+pub(crate) enum MetadataFrom {
     /// The index's PEP 658 `.metadata` file.
     Index,
     /// The wheel itself, read by HTTP range requests.
@@ -47,7 +47,7 @@ pub enum MetadataFrom {
 }
 
 /// A client for one simple index, e.g. `https://pypi.org/simple`.
-pub struct IndexClient {
+pub(crate) struct IndexClient {
     agent: ureq::Agent,
     /// For whole files: a deadline on connecting and on the answer's start, none on the body.
     download_agent: ureq::Agent,
@@ -104,7 +104,7 @@ impl IndexClient {
     }
 
     /// The bytes of the file at `url` (with the credentials where they belong).
-    pub fn download(&self, url: &str) -> Result<Vec<u8>, IndexError> {
+    pub(crate) fn download(&self, url: &str) -> Result<Vec<u8>, IndexError> {
         let mut request = self.agent.get(url);
         if let Some(authorization) = self.authorization_for(url) {
             request = request.header("Authorization", authorization);
@@ -134,7 +134,7 @@ impl IndexClient {
     /// Streams the file at `url` into `out` (with the credentials where they belong), calling
     /// `on_bytes` with each chunk's length: for wheels of any size (torch's is over 500 MB), with
     /// no deadline on the whole body, only on connecting and on the answer's start.
-    pub fn download_to(
+    pub(crate) fn download_to(
         &self,
         url: &str,
         out: &mut dyn std::io::Write,
@@ -174,12 +174,12 @@ impl IndexClient {
     }
 
     /// The project page URL (`https://pypi.org/simple/torch/`).
-    pub fn page_url(&self, project: &str) -> String {
+    pub(crate) fn page_url(&self, project: &str) -> String {
         format!("{}/{}/", self.index, normalize_name(project))
     }
 
     /// The files of `project`'s page.
-    pub fn project_files(&self, project: &str) -> Result<Vec<IndexFile>, IndexError> {
+    pub(crate) fn project_files(&self, project: &str) -> Result<Vec<IndexFile>, IndexError> {
         let url = self.page_url(project);
         let (content_type, body) = self
             .get(&url, "application/vnd.pypi.simple.v1+json, text/html;q=0.1")?
@@ -205,7 +205,7 @@ impl IndexClient {
 
     /// The wheel's METADATA: the index's PEP 658 file, else the member inside the wheel read with
     /// byte ranges; `None` only when the index serves no `.metadata` and the wheel is gone (404).
-    pub fn metadata_or_ranges(
+    pub(crate) fn metadata_or_ranges(
         &self,
         file: &IndexFile,
     ) -> Result<Option<(String, MetadataFrom)>, IndexError> {
@@ -457,7 +457,7 @@ impl std::fmt::Debug for IndexCredentials {
 /// The credentials of `index` from the variables the matrix names (`username_env`,
 /// `password_env`); `None` when it names none (then netrc serves them). A named variable that is
 /// unset is an error naming it.
-pub fn env_credentials(index: &ExtraIndex) -> anyhow::Result<Option<IndexCredentials>> {
+pub(crate) fn env_credentials(index: &ExtraIndex) -> anyhow::Result<Option<IndexCredentials>> {
     let (Some(user_variable), Some(password_variable)) = (&index.username_env, &index.password_env)
     else {
         return Ok(None);
@@ -637,7 +637,7 @@ pub(crate) fn fetch_team_wheels(
 /// The `extension-wheels/` files of an image's build context (for `imagegen build` and `imagegen
 /// bake` alike): the team's wheels of its lock ([`fetch_team_wheels`]) and a `SOURCES` list
 /// (file, sha256), so the folder exists when nothing comes from the team's indexes.
-pub fn team_context_files(
+pub(crate) fn team_context_files(
     lock: &str,
     indexes: &[ExtraIndex],
     timeout: Duration,

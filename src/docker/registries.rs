@@ -14,7 +14,7 @@ use super::registry::{RegistryClient, DEFAULT_TIMEOUT};
 use super::retry::RetryPolicy;
 
 /// Registry clients by host, with the user's credentials, one deadline and one retry policy.
-pub struct Registries {
+pub(crate) struct Registries {
     timeout: Duration,
     retry: RetryPolicy,
     config: Mutex<Option<DockerConfig>>,
@@ -94,10 +94,5 @@ impl Registries {
             .expect("clients lock")
             .insert(host, client.clone());
         Ok(client)
-    }
-
-    /// The deadline of each request.
-    pub fn timeout(&self) -> Duration {
-        self.timeout
     }
 }

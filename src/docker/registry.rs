@@ -22,11 +22,9 @@ use super::credentials::Credentials;
 use super::error::DockerError;
 use super::retry::RetryPolicy;
 
-pub const MEDIA_TYPE_OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+pub(crate) const MEDIA_TYPE_OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 pub const MEDIA_TYPE_OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
 pub const MEDIA_TYPE_DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
-pub const MEDIA_TYPE_DOCKER_MANIFEST_LIST: &str =
-    "application/vnd.docker.distribution.manifest.list.v2+json";
 
 /// Every manifest kind this client understands, for `Accept`.
 const MANIFEST_ACCEPT: &str = "application/vnd.oci.image.index.v1+json, \
@@ -38,7 +36,7 @@ const MANIFEST_ACCEPT: &str = "application/vnd.oci.image.index.v1+json, \
 const DOCKER_HUB_API_HOST: &str = "registry-1.docker.io";
 
 /// The default deadline of one registry request.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Manifests and configs are small; anything above this is not what we asked for.
 pub(super) const MAX_BODY_BYTES: u64 = 64 << 20;
@@ -154,7 +152,7 @@ fn is_loopback_host(host: &str) -> bool {
 /// imagegen's HTTP(S) client: the platform's trust store, like dockerd (a registry or a package
 /// index behind a private CA works when the CA is installed system-wide), `timeout` for the
 /// whole of each call, and statuses as answers rather than errors.
-pub fn https_agent(timeout: Duration) -> ureq::Agent {
+pub(crate) fn https_agent(timeout: Duration) -> ureq::Agent {
     let tls = ureq::tls::TlsConfig::builder()
         .root_certs(ureq::tls::RootCerts::PlatformVerifier)
         .build();
@@ -311,7 +309,7 @@ impl RegistryClient {
 
     /// The same client with another deadline per request (at least one second): a registry
     /// that accepts the connection and does not answer within it fails the attempt.
-    pub fn with_timeout(self, timeout: Duration) -> Self {
+    pub(crate) fn with_timeout(self, timeout: Duration) -> Self {
         Self::build(
             &self.inner.host,
             self.inner.base_url.clone(),
@@ -462,7 +460,7 @@ impl RegistryClient {
     /// Stores an OCI 1.1 referrer (a manifest with a `subject`) by its digest; returns its digest
     /// and whether the registry answered `OCI-Subject` (it serves the referrers API, so no
     /// fallback tag is needed).
-    pub async fn put_referrer(
+    pub(crate) async fn put_referrer(
         &self,
         repository: &str,
         media_type: &str,

@@ -18,7 +18,7 @@ const SUFFIX: &str = ".images";
 
 /// This run's journal, open for appending.
 #[derive(Debug)]
-pub struct RunJournal {
+pub(crate) struct RunJournal {
     path: PathBuf,
     file: Mutex<std::fs::File>,
 }
@@ -114,14 +114,14 @@ fn is_image_id(text: &str) -> bool {
 /// step's arrow names the base image, which is not the build's own (a base pulled by digest has
 /// no tag and would look like a leftover): it is never given.
 #[derive(Debug, Default)]
-pub struct StepImages {
+pub(crate) struct StepImages {
     in_from: bool,
 }
 
 impl StepImages {
     /// The image of the step this line ends (` ---> 1a2b3c4d5e6f`); `None` for every other line
     /// (` ---> Running in …`, ` ---> Using cache`, output) and for a `FROM` step's.
-    pub fn see<'a>(&mut self, line: &'a str) -> Option<&'a str> {
+    pub(crate) fn see<'a>(&mut self, line: &'a str) -> Option<&'a str> {
         if let Some(step) = line.strip_prefix("Step ") {
             self.in_from = step.split_once(" : ").is_some_and(|(_, instruction)| {
                 instruction

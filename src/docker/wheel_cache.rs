@@ -20,12 +20,12 @@ use sha2::{Digest as _, Sha256};
 use crate::docker::pypi_index::{IndexClient, IndexCredentials};
 
 /// Which wheel file names an image can install (the caller's policy: its Python and platform).
-pub type Accepts = std::sync::Arc<dyn Fn(&str) -> bool + Send + Sync>;
+pub(crate) type Accepts = std::sync::Arc<dyn Fn(&str) -> bool + Send + Sync>;
 
 /// One locked package for one Python and platform: fetch a wheel of it the target accepts whose
 /// sha256 the lock allows.
 #[derive(Clone)]
-pub struct WheelNeed {
+pub(crate) struct WheelNeed {
     pub name: String,
     pub version: String,
     /// The sha256 hex digests the lock allows.
@@ -39,14 +39,14 @@ pub struct WheelNeed {
 
 /// An index and the credentials the host holds for it.
 #[derive(Debug, Clone)]
-pub struct IndexSource {
+pub(crate) struct IndexSource {
     pub url: String,
     pub credentials: Option<IndexCredentials>,
 }
 
 /// A wheel in the cache, its bytes checked against its sha256.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CachedWheel {
+pub(crate) struct CachedWheel {
     pub filename: String,
     pub sha256: String,
     pub path: PathBuf,
@@ -56,7 +56,7 @@ pub struct CachedWheel {
 /// What a fetch did so far, for a progress line: files and bytes taken from the cache, fetched
 /// from an index, and cached files refused because their bytes no longer match their sha256.
 #[derive(Debug, Default)]
-pub struct FetchProgress {
+pub(crate) struct FetchProgress {
     pub files_total: AtomicU64,
     pub files_done: AtomicU64,
     pub files_cached: AtomicU64,
@@ -68,17 +68,13 @@ pub struct FetchProgress {
 
 /// The cache at a folder (made on first use).
 #[derive(Debug, Clone)]
-pub struct WheelCache {
+pub(crate) struct WheelCache {
     root: PathBuf,
 }
 
 impl WheelCache {
     pub fn new(root: impl Into<PathBuf>) -> WheelCache {
         WheelCache { root: root.into() }
-    }
-
-    pub fn root(&self) -> &Path {
-        &self.root
     }
 
     fn entry_dir(&self, sha256: &str) -> PathBuf {
@@ -256,7 +252,7 @@ impl WheelCache {
 /// Every need's wheel, in the order of `needs`, fetched by at most `jobs` threads at once. The
 /// first failure (in the order of `needs`) is the error; the others are still fetched, so a
 /// second run has less to do.
-pub fn fetch_all(
+pub(crate) fn fetch_all(
     cache: &WheelCache,
     needs: &[WheelNeed],
     jobs: usize,
@@ -289,7 +285,7 @@ pub fn fetch_all(
 }
 
 /// The sha256 (hex) and size of the file at `path`, read in 1 MiB pieces.
-pub fn sha256_of_file(path: &Path) -> anyhow::Result<(String, u64)> {
+pub(crate) fn sha256_of_file(path: &Path) -> anyhow::Result<(String, u64)> {
     let mut file = std::fs::File::open(path)
         .map_err(|error| anyhow::anyhow!("{}: {error}", path.display()))?;
     let mut hasher = Sha256::new();

@@ -73,7 +73,7 @@ pub enum MatrixError {
 
 /// How the images are spread over jobs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FanOut {
+pub(crate) enum FanOut {
     /// At most this many jobs, families dealt round-robin.
     Shards(usize),
     /// One job per family (a runtime image and its devel images).
@@ -100,7 +100,7 @@ pub struct Job {
 
 /// The `strategy.matrix` value.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct GithubMatrix {
+pub(crate) struct GithubMatrix {
     pub include: Vec<Job>,
 }
 
@@ -125,7 +125,7 @@ pub fn runner_arch(architecture: &str) -> String {
 /// The GitHub matrix for `images` spread as `fan_out` says, within [`GITHUB_MATRIX_LIMIT`] jobs.
 /// With per-platform images (several platforms in the matrix), each platform is sharded on its
 /// own, as `imagegen build --platform P --shard I/N` selects, so a job never mixes architectures.
-pub fn github_matrix(images: &[ImageSpec], fan_out: FanOut) -> GithubMatrix {
+pub(crate) fn github_matrix(images: &[ImageSpec], fan_out: FanOut) -> GithubMatrix {
     let per_platform = images.iter().any(|image| image.index.is_some());
     let mut platforms: Vec<&str> = images.iter().map(|image| image.platform.as_str()).collect();
     platforms.sort();
@@ -272,7 +272,7 @@ pub fn test_matrix(images: &[ImageSpec], require: &[String]) -> TestMatrix {
 }
 
 /// The test matrix as one checked line, as [`output_line`] prints the build matrix.
-pub fn test_output_line(matrix: &TestMatrix) -> Result<String, MatrixError> {
+pub(crate) fn test_output_line(matrix: &TestMatrix) -> Result<String, MatrixError> {
     let line = serde_json::to_string(matrix).map_err(|error| MatrixError::NotJson {
         message: error.to_string(),
     })?;
@@ -282,7 +282,7 @@ pub fn test_output_line(matrix: &TestMatrix) -> Result<String, MatrixError> {
 
 /// The matrix as the one line `imagegen ci --github` prints, checked by
 /// [`check_strategy_matrix`].
-pub fn output_line(matrix: &GithubMatrix) -> Result<String, MatrixError> {
+pub(crate) fn output_line(matrix: &GithubMatrix) -> Result<String, MatrixError> {
     let line = serde_json::to_string(matrix).map_err(|error| MatrixError::NotJson {
         message: error.to_string(),
     })?;

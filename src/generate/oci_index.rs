@@ -14,7 +14,7 @@ use crate::resolve::image::ImageSpec;
 
 /// One platform image ready to go into an index.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ReadyPlatform {
+pub(crate) struct ReadyPlatform {
     pub platform: String,
     pub tag: String,
     pub digest: Digest,
@@ -27,7 +27,7 @@ pub struct ReadyPlatform {
 /// results (the build-time run and every `imagegen test` / `test import` result under its
 /// digest) satisfy the test policy `require` (empty: any one passing result), so an image built
 /// on a runner without GPUs and tested on a GPU node needs no `--allow-untested`.
-pub fn index_readiness(
+pub(crate) fn index_readiness(
     platform_images: &[&ImageSpec],
     manifest: &Manifest,
     require: &[String],
@@ -115,7 +115,7 @@ struct IndexDocument<'a> {
 
 /// One entry of an index; the fields are the OCI image index spec's descriptor fields.
 #[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct IndexEntry {
+pub(crate) struct IndexEntry {
     #[serde(rename = "mediaType")]
     pub media_type: String,
     pub digest: Digest,
@@ -124,14 +124,14 @@ pub struct IndexEntry {
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct IndexPlatform {
+pub(crate) struct IndexPlatform {
     pub architecture: String,
     pub os: String,
 }
 
 /// The index document's bytes: entries sorted by platform, compact JSON in a fixed field order,
 /// so the same per-platform digests always give the same index digest.
-pub fn index_document(mut entries: Vec<IndexEntry>) -> Vec<u8> {
+pub(crate) fn index_document(mut entries: Vec<IndexEntry>) -> Vec<u8> {
     entries.sort_by(|a, b| {
         (&a.platform.os, &a.platform.architecture).cmp(&(&b.platform.os, &b.platform.architecture))
     });
@@ -144,7 +144,7 @@ pub fn index_document(mut entries: Vec<IndexEntry>) -> Vec<u8> {
 }
 
 /// `linux/arm64` → (`linux`, `arm64`).
-pub fn split_platform(platform: &str) -> (String, String) {
+pub(crate) fn split_platform(platform: &str) -> (String, String) {
     match platform.split_once('/') {
         Some((os, arch)) => (os.to_string(), arch.to_string()),
         None => ("linux".to_string(), platform.to_string()),

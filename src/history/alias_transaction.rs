@@ -299,7 +299,7 @@ pub fn settle(pending: &PendingMove, served: &Option<Digest>) -> Settlement {
 /// Settles the pending move of `alias` (if any) by what the registry serves for it:
 /// `Some("moved")` or `Some("not moved")` when the manifest changed, `None` when there was
 /// nothing to settle or the registry serves a third digest (then it stays, for a person).
-pub fn settle_one(
+pub(crate) fn settle_one(
     manifest: &mut Manifest,
     alias: &str,
     served: &Option<Digest>,

@@ -12,7 +12,7 @@ pub type AliasTarget = (String, Option<String>);
 /// Whether `alias` may move from the image it points at now (`current`) to `candidate`: never
 /// backwards to an older torch release, and never when either release cannot be compared.
 /// `None` when it may; else the reason it may not.
-pub fn alias_guard(
+pub(crate) fn alias_guard(
     alias: &str,
     current: Option<AliasTarget>,
     candidate_torch: &str,

@@ -10,7 +10,7 @@ use crate::model::digest::Digest;
 
 /// What changed between two recorded images.
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
-pub struct ImageDiff {
+pub(crate) struct ImageDiff {
     pub fields: Vec<(String, String, String)>,
     pub pip: ListDiff,
     pub os: ListDiff,
@@ -21,7 +21,7 @@ pub struct ImageDiff {
 }
 
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
-pub struct ListDiff {
+pub(crate) struct ListDiff {
     pub added: Vec<String>,
     pub removed: Vec<String>,
     /// name, from version, to version
@@ -64,7 +64,7 @@ pub(crate) fn diff_lists(from: &[String], to: &[String]) -> ListDiff {
     diff
 }
 
-pub fn diff_records(from: &ImageRecord, to: &ImageRecord) -> ImageDiff {
+pub(crate) fn diff_records(from: &ImageRecord, to: &ImageRecord) -> ImageDiff {
     let fields = |r: &ImageRecord| -> Vec<(&'static str, String)> {
         vec![
             ("tag", r.tag.clone()),

@@ -30,7 +30,7 @@ use crate::model::version::DriverVersion;
 pub const SCHEMA_VERSION: u32 = 1;
 
 /// How many earlier records each image and alias keeps.
-pub const HISTORY_LIMIT: usize = 50;
+pub(crate) const HISTORY_LIMIT: usize = 50;
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -152,7 +152,7 @@ mod unique_keys {
 }
 
 /// Fields of a record this version of imagegen does not know, kept as they were.
-pub type Extra = BTreeMap<String, serde_json::Value>;
+pub(crate) type Extra = BTreeMap<String, serde_json::Value>;
 
 /// An alias move written down before the registry is asked to make it, and removed once the
 /// move is written down as done. One left behind (a crash, a SIGKILL, a registry that died
@@ -302,7 +302,7 @@ pub struct GpuTestResult {
 
 /// A gpu-selftest report's checks in one line: the failing ones with their summaries, or how
 /// many passed.
-pub fn checks_summary(checks: &[serde_json::Value]) -> String {
+pub(crate) fn checks_summary(checks: &[serde_json::Value]) -> String {
     let failed: Vec<String> = checks
         .iter()
         .filter(|c| c["status"] == "fail")
@@ -495,7 +495,7 @@ impl Manifest {
 
     /// What an alias points at now: (tag, the torch release its record gives, `None` when the
     /// manifest has no record of that tag).
-    pub fn alias_target(&self, alias: &str) -> Option<(String, Option<String>)> {
+    pub(crate) fn alias_target(&self, alias: &str) -> Option<(String, Option<String>)> {
         let record = self.aliases.get(alias)?;
         Some((
             record.tag.clone(),
@@ -504,7 +504,7 @@ impl Manifest {
     }
 
     /// Records a published index; an earlier, different one under the tag moves to its history.
-    pub fn record_index(&mut self, mut index: IndexRecord) {
+    pub(crate) fn record_index(&mut self, mut index: IndexRecord) {
         if let Some(mut previous) = self.indexes.remove(&index.tag) {
             keep_unknown_fields(&mut index.extra, &previous.extra);
             let mut history = std::mem::take(&mut previous.history);
@@ -521,7 +521,7 @@ impl Manifest {
     }
 
     /// Every record of an image the manifest knows, current and historical, with the full tag.
-    pub fn all_records(&self) -> impl Iterator<Item = &ImageRecord> {
+    pub(crate) fn all_records(&self) -> impl Iterator<Item = &ImageRecord> {
         self.images
             .values()
             .flat_map(|record| std::iter::once(record).chain(record.history.iter()))
@@ -613,7 +613,7 @@ impl Manifest {
     }
 
     /// Records a successful build of `record.tag`; an earlier, different record moves to history.
-    pub fn record_success(&mut self, mut record: ImageRecord) {
+    pub(crate) fn record_success(&mut self, mut record: ImageRecord) {
         if let Some(mut previous) = self.images.remove(&record.tag) {
             keep_unknown_fields(&mut record.extra, &previous.extra);
             // Results and waiting aliases belong to the digest: a record of the same digest
@@ -652,7 +652,7 @@ impl Manifest {
 
     /// Drops from each image's `awaiting_aliases` those the alias table points at it already
     /// (moved by another shard, or by hand with `rollback`).
-    pub fn drop_awaiting_moved(&mut self) {
+    pub(crate) fn drop_awaiting_moved(&mut self) {
         let aliases = &self.aliases;
         for record in self.images.values_mut() {
             record.awaiting_aliases.retain(|alias| {
@@ -664,7 +664,7 @@ impl Manifest {
     }
 
     /// Sets each image's and index's `aliases` list from the alias table.
-    pub fn relist_aliases(&mut self) {
+    pub(crate) fn relist_aliases(&mut self) {
         let lists: Vec<(String, Vec<String>)> = self
             .images
             .values()
@@ -703,7 +703,7 @@ impl Manifest {
 
     /// Records a failure of `record.tag`. An existing good record stays as it is, with the error
     /// noted beside it; only an image never built before gets a `failed` record.
-    pub fn record_failure(&mut self, mut record: ImageRecord, error: &str) {
+    pub(crate) fn record_failure(&mut self, mut record: ImageRecord, error: &str) {
         match self.images.get_mut(&record.tag) {
             Some(existing) => existing.last_error = Some(error.to_string()),
             None => {
@@ -716,7 +716,7 @@ impl Manifest {
 
     /// Points `alias` at `tag`/`digest`, keeping the earlier target in the alias's history, and
     /// keeps the image records' alias lists in step.
-    pub fn move_alias(&mut self, alias: &str, tag: &str, digest: Option<Digest>, at: &str) {
+    pub(crate) fn move_alias(&mut self, alias: &str, tag: &str, digest: Option<Digest>, at: &str) {
         let previous = self.aliases.remove(alias);
         let mut history = Vec::new();
         let mut extra = Extra::new();
@@ -791,7 +791,7 @@ impl Manifest {
 
     /// Why `alias` stays where it is, when a rollback holds it: the reason builds, tests and
     /// publishes print instead of moving it, naming the command that lets it move again.
-    pub fn alias_hold(&self, alias: &str) -> Option<String> {
+    pub(crate) fn alias_hold(&self, alias: &str) -> Option<String> {
         let record = self.aliases.get(alias)?;
         let hold = record.held.as_ref()?;
         let at = record
@@ -811,12 +811,12 @@ impl Manifest {
     }
 
     /// Clears the hold on `alias`; the hold it had, if any.
-    pub fn release_alias(&mut self, alias: &str) -> Option<AliasHold> {
+    pub(crate) fn release_alias(&mut self, alias: &str) -> Option<AliasHold> {
         self.aliases.get_mut(alias)?.held.take()
     }
 
     /// The repository a full tag, per-platform tag or index tag was recorded in.
-    pub fn repository_of(&self, tag: &str) -> Option<&str> {
+    pub(crate) fn repository_of(&self, tag: &str) -> Option<&str> {
         self.images
             .get(tag)
             .map(|r| r.repository.as_str())
@@ -828,7 +828,7 @@ impl Manifest {
 impl Manifest {
     /// A pending move of `alias` to `tag`/`to` from where the manifest says it points, as a run
     /// that then died would leave it (tests of settling and merging).
-    pub fn pending_move(&mut self, alias: &str, tag: &str, to: &Digest, at: &str, by: &str) {
+    pub(crate) fn pending_move(&mut self, alias: &str, tag: &str, to: &Digest, at: &str, by: &str) {
         let from = self.alias_digest(alias);
         self.pending_aliases.insert(
             alias.to_string(),
@@ -846,21 +846,21 @@ impl Manifest {
     }
 
     /// Records the pending move of `alias` as done, as its owner would.
-    pub fn finish_pending_move(&mut self, alias: &str, at: &str) {
+    pub(crate) fn finish_pending_move(&mut self, alias: &str, at: &str) {
         let pending = self.pending_aliases.remove(alias).expect("a pending move");
         self.move_alias(alias, &pending.tag, Some(pending.to), at);
     }
 }
 
 /// Keeps in `current` the fields of `previous` that this version of imagegen does not know.
-pub fn keep_unknown_fields(current: &mut Extra, previous: &Extra) {
+pub(crate) fn keep_unknown_fields(current: &mut Extra, previous: &Extra) {
     for (key, value) in previous {
         current.entry(key.clone()).or_insert_with(|| value.clone());
     }
 }
 
 /// Now as RFC 3339 UTC with seconds (`2026-11-30T10:25:21Z`), from the system clock.
-pub fn now_rfc3339() -> String {
+pub(crate) fn now_rfc3339() -> String {
     let seconds = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -870,7 +870,7 @@ pub fn now_rfc3339() -> String {
 
 /// RFC 3339 UTC with seconds, as [`rfc3339`] writes it (`2026-11-30T10:25:21Z`), as seconds
 /// since the Unix epoch; `None` for anything else.
-pub fn parse_rfc3339(text: &str) -> Option<u64> {
+pub(crate) fn parse_rfc3339(text: &str) -> Option<u64> {
     let (date, time) = text.strip_suffix('Z')?.split_once('T')?;
     let numbers = |text: &str, separator: char| -> Option<Vec<i64>> {
         text.split(separator)
@@ -900,7 +900,7 @@ pub fn parse_rfc3339(text: &str) -> Option<u64> {
 }
 
 /// Seconds since the Unix epoch as RFC 3339 UTC (civil-from-days, proleptic Gregorian).
-pub fn rfc3339(seconds: u64) -> String {
+pub(crate) fn rfc3339(seconds: u64) -> String {
     let days = (seconds / 86_400) as i64;
     let second_of_day = seconds % 86_400;
     let z = days + 719_468;

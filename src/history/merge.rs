@@ -258,7 +258,7 @@ pub(crate) const CLOCK_SKEW: std::time::Duration = std::time::Duration::from_sec
 
 /// Two manifests that disagree in a way no rule settles: a person decides.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Conflict {
+pub(crate) struct Conflict {
     /// `full tag` or `alias`.
     pub kind: &'static str,
     pub name: String,
@@ -283,7 +283,7 @@ impl std::fmt::Display for Conflict {
 /// side having seen the other's move, at times less than [`CLOCK_SKEW`] apart (or unreadable):
 /// their times come from different runners' clocks, so which move came last cannot be told from
 /// the records. Sorted, so the same for either order.
-pub fn conflicts(left: &Manifest, right: &Manifest) -> Vec<Conflict> {
+pub(crate) fn conflicts(left: &Manifest, right: &Manifest) -> Vec<Conflict> {
     let mut found = Vec::new();
     for (tag, ours) in &left.images {
         let Some(theirs) = right.images.get(tag) else {
@@ -357,7 +357,7 @@ pub fn conflicts(left: &Manifest, right: &Manifest) -> Vec<Conflict> {
 }
 
 /// Merges any number of manifests (see [`merge_all`]), or says on what they conflict.
-pub fn merge_checked(manifests: Vec<Manifest>) -> Result<Manifest, Vec<Conflict>> {
+pub(crate) fn merge_checked(manifests: Vec<Manifest>) -> Result<Manifest, Vec<Conflict>> {
     let mut found = Vec::new();
     for (index, left) in manifests.iter().enumerate() {
         for right in &manifests[index + 1..] {

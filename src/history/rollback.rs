@@ -9,7 +9,7 @@ use crate::model::digest::Digest;
 
 /// Where `rollback` moves an alias: a recorded image or index.
 #[derive(Debug, Clone, PartialEq)]
-pub struct RollbackTarget {
+pub(crate) struct RollbackTarget {
     pub repository: String,
     pub tag: String,
     pub digest: Digest,
@@ -19,7 +19,7 @@ pub struct RollbackTarget {
 /// image or a multi-platform index, current or historical), or `--previous` target of the alias.
 /// The digest the alias points at now is a valid target too: whether anything moves is
 /// the alias transaction's decision, with what the registry serves.
-pub fn rollback_target(
+pub(crate) fn rollback_target(
     manifest: &Manifest,
     alias: &str,
     to: Option<&Digest>,
@@ -78,7 +78,7 @@ pub fn rollback_target(
 /// the short form tables print) when exactly one digest the manifest records (an image or an
 /// index, current or historical) starts with it. Otherwise an error listing the candidates, or
 /// saying that none match.
-pub fn recorded_digest(manifest: &Manifest, text: &str) -> Result<Digest> {
+pub(crate) fn recorded_digest(manifest: &Manifest, text: &str) -> Result<Digest> {
     let full = Digest::parse(text);
     if let Ok(digest) = full {
         return Ok(digest);

@@ -18,7 +18,7 @@ use crate::model::digest::Digest;
 
 /// Why a gpu-selftest report cannot be read as a result.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ReportError {
+pub(crate) enum ReportError {
     #[error("it is not a gpu-selftest JSON report: {0}")]
     NotAReport(String),
     #[error("it has schema version {0}; this imagegen reads gpu-selftest reports of version 1")]
@@ -35,13 +35,13 @@ pub enum ReportError {
 
 /// A report, read: the digest it names and the result it gives.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ReadReport {
+pub(crate) struct ReadReport {
     pub digest: Digest,
     pub result: GpuTestResult,
 }
 
 /// Whether `name` can be a node name (a Kubernetes node name or a host name).
-pub fn valid_node_name(name: &str) -> bool {
+pub(crate) fn valid_node_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 253
         && name
@@ -51,7 +51,7 @@ pub fn valid_node_name(name: &str) -> bool {
 
 /// Reads gpu-selftest's JSON report (`--format json` with `--image-digest` and a node name) as a
 /// result for the digest it names. The verdict is the report's `overall`.
-pub fn read_report(text: &str, at: &str, via: &str) -> Result<ReadReport, ReportError> {
+pub(crate) fn read_report(text: &str, at: &str, via: &str) -> Result<ReadReport, ReportError> {
     let report: Value =
         serde_json::from_str(text).map_err(|error| ReportError::NotAReport(error.to_string()))?;
     if report["tool"] != "gpu-selftest" {
@@ -88,7 +88,7 @@ pub fn read_report(text: &str, at: &str, via: &str) -> Result<ReadReport, Report
 }
 
 /// A result from a report already judged (`verdict`), for `node`.
-pub fn result_from_report(
+pub(crate) fn result_from_report(
     report: &Value,
     node: &str,
     verdict: TestStatus,
@@ -139,7 +139,7 @@ fn summary_of(report: &Value) -> String {
 /// The headline figures of a report, the lowest over its GPUs: `matmul_<precision>_tflops`
 /// (back to back, the largest size), `h2d_pinned_gbps` and `d2h_pinned_gbps` (best pinned),
 /// `allreduce_bus_gbps` (back to back, the largest size), `duration_seconds`.
-pub fn figures_of(report: &Value) -> BTreeMap<String, f64> {
+pub(crate) fn figures_of(report: &Value) -> BTreeMap<String, f64> {
     let mut figures = BTreeMap::new();
     let mut lowest = |key: String, value: f64| {
         let entry = figures.entry(key).or_insert(value);
@@ -193,7 +193,7 @@ fn round1(value: f64) -> f64 {
 /// Whether a GPU named `gpu` (as CUDA reports it) is of the model `required` (a policy entry):
 /// every word of the entry is a word of the name, case aside (`H100` is a word of
 /// `NVIDIA H100 80GB HBM3`, `A100` of `NVIDIA A100-SXM4-80GB`).
-pub fn gpu_is(gpu: &str, required: &str) -> bool {
+pub(crate) fn gpu_is(gpu: &str, required: &str) -> bool {
     let words: Vec<String> = gpu
         .split(|c: char| !c.is_ascii_alphanumeric())
         .filter(|w| !w.is_empty())
@@ -219,7 +219,7 @@ pub struct PolicyState {
 }
 
 /// The words for "any one GPU" (the default policy) in [`PolicyState::missing`].
-pub const ANY_GPU: &str = "any GPU";
+pub(crate) const ANY_GPU: &str = "any GPU";
 
 /// Judges `results` against `require` (empty: any one passing result). A model counts as passed
 /// when some node with a GPU of that model passed; a failure on another node does not undo it,
@@ -267,7 +267,10 @@ pub(crate) fn add_result(results: &mut Vec<GpuTestResult>, result: GpuTestResult
 }
 
 /// Two lists of one digest's results, as shards recorded them: per node the later (`at`) wins.
-pub fn merge_results(left: Vec<GpuTestResult>, right: Vec<GpuTestResult>) -> Vec<GpuTestResult> {
+pub(crate) fn merge_results(
+    left: Vec<GpuTestResult>,
+    right: Vec<GpuTestResult>,
+) -> Vec<GpuTestResult> {
     let mut by_node: BTreeMap<String, GpuTestResult> = BTreeMap::new();
     for result in left.into_iter().chain(right) {
         match by_node.get(&result.node) {
@@ -317,7 +320,7 @@ fn for_records_with(
 /// Records `result` for `digest` on every record that carries it (the full tag's current record,
 /// or an earlier one in a history). Returns the full tags, or `None` when no record has the
 /// digest (a report for an unknown digest is refused by the caller).
-pub fn record_result(
+pub(crate) fn record_result(
     manifest: &mut Manifest,
     digest: &Digest,
     result: &GpuTestResult,
@@ -330,7 +333,7 @@ pub fn record_result(
 
 /// The results that count for a record: those recorded for its digest, and the self-test of the
 /// build that made it when that ran with a report (node `build`).
-pub fn results_of(record: &ImageRecord) -> Vec<GpuTestResult> {
+pub(crate) fn results_of(record: &ImageRecord) -> Vec<GpuTestResult> {
     let mut results = record.test_results.clone();
     if let Some(selftest) = &record.selftest {
         if let Some(report) = &selftest.report {

@@ -91,7 +91,7 @@ pub struct RemovedImage {
 /// Compares the images the matrix makes now with the manifest. `holds` are the aliases the
 /// never-backwards guard holds, with why: evaluated once, by the build plan
 /// (`pipeline::plan::plan`), whose part this review is.
-pub fn upgrade_plan(
+pub(crate) fn upgrade_plan(
     specs: &[ImageSpec],
     manifest: &Manifest,
     holds: &BTreeMap<String, String>,

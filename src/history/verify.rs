@@ -26,7 +26,7 @@ impl std::fmt::Display for Reference {
 }
 
 /// What the registry serves for each reference asked about: a digest, or `None` (no such tag).
-pub type Served = BTreeMap<Reference, Option<Digest>>;
+pub(crate) type Served = BTreeMap<Reference, Option<Digest>>;
 
 /// What a finding is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -101,7 +101,7 @@ pub struct Finding {
 }
 
 impl Finding {
-    pub fn is_drift(&self) -> bool {
+    pub(crate) fn is_drift(&self) -> bool {
         self.state != State::Ok
     }
 }

@@ -114,7 +114,7 @@ impl OsName {
 
     /// The family and release of an OS name, for ordering: `ubuntu24.04` is (`ubuntu`, 24.04),
     /// `debian12` is (`debian`, 12). Refused for anything else, naming it.
-    pub fn release_of(name: &str) -> Result<(String, DottedVersion), VersionError> {
+    pub(crate) fn release_of(name: &str) -> Result<(String, DottedVersion), VersionError> {
         let (family, release) = if let Some(rest) = name.strip_prefix("ubuntu") {
             ("ubuntu", DottedVersion::parse_kind(rest, "Ubuntu", 2))
         } else if let Some(rest) = name.strip_prefix("debian") {
@@ -130,7 +130,7 @@ impl OsName {
     }
 
     /// Whether this is a Debian release (`debian12`), whose images use Debian's archive.
-    pub fn is_debian(name: &str) -> bool {
+    pub(crate) fn is_debian(name: &str) -> bool {
         name.starts_with("debian")
     }
 }

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::digest::Digest;
 /// The file name of the pins, at the top of the images directory.
-pub const BASES_FILE: &str = "bases.lock";
+pub(crate) const BASES_FILE: &str = "bases.lock";
 
 /// The `format` the file declares.
 const FORMAT: &str = "imagegen-bases-v1";
@@ -52,7 +52,7 @@ impl BasePin {
 /// Every pin, by base reference as the matrix resolves it (`nvidia/cuda:13.0.0-base-ubuntu24.04`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct BasePins {
+pub(crate) struct BasePins {
     format: String,
     pub bases: BTreeMap<String, BasePin>,
 }
@@ -87,7 +87,7 @@ impl BasePins {
     }
 
     /// The file's text: pretty JSON with sorted keys and a final newline (same pins, same bytes).
-    pub fn to_text(&self) -> String {
+    pub(crate) fn to_text(&self) -> String {
         let mut text = serde_json::to_string_pretty(self).expect("pins serialize");
         text.push('\n');
         text
@@ -96,7 +96,7 @@ impl BasePins {
 
 /// The pin of a registry manifest `digest` whose bytes are `manifest`: for an index (OCI index or
 /// Docker manifest list), each platform's manifest digest; for a single manifest, none.
-pub fn registry_pin(digest: Digest, manifest: &[u8]) -> Result<BasePin, String> {
+pub(crate) fn registry_pin(digest: Digest, manifest: &[u8]) -> Result<BasePin, String> {
     let value: serde_json::Value = serde_json::from_slice(manifest)
         .map_err(|error| format!("the manifest is not JSON: {error}"))?;
     let mut platforms = BTreeMap::new();

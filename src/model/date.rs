@@ -3,7 +3,7 @@
 
 /// Days from 1970-01-01 to `date` (`YYYY-MM-DD`, a real day of the Gregorian calendar), or
 /// `None` when it is not one.
-pub fn days_since_epoch(date: &str) -> Option<i64> {
+pub(crate) fn days_since_epoch(date: &str) -> Option<i64> {
     let bytes = date.as_bytes();
     if bytes.len() != 10 || bytes[4] != b'-' || bytes[7] != b'-' {
         return None;
@@ -45,7 +45,7 @@ pub fn days_since_epoch(date: &str) -> Option<i64> {
 }
 
 /// The day `days` after 1970-01-01 as `YYYYMMDD` (the form a tag can carry).
-pub fn compact_date(days: i64) -> String {
+pub(crate) fn compact_date(days: i64) -> String {
     // Howard Hinnant's civil_from_days.
     let shifted = days + 719_468;
     let era = shifted.div_euclid(146_097);

@@ -50,7 +50,7 @@ impl Digest {
     }
 
     /// The digest whose 32 hash bytes are `hash`.
-    pub fn from_sha256(hash: &[u8]) -> Digest {
+    pub(crate) fn from_sha256(hash: &[u8]) -> Digest {
         let hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();
         debug_assert_eq!(hex.len(), 64);
         Digest(format!("sha256:{hex}"))

@@ -146,7 +146,7 @@ const RESERVED_ENV_PREFIXES: &[&str] = &["NVIDIA_", "IMAGEGEN_", "PIP_"];
 /// A PEP 508 requirement from an index: a name, optional `[extras]`, optional version
 /// specifiers, optional `; markers`. No URLs (`name @ https://...`), no pip options, nothing a
 /// requirements file reads as something else.
-pub fn check_requirement(text: &str) -> Result<(), String> {
+pub(crate) fn check_requirement(text: &str) -> Result<(), String> {
     let refuse = |why: &str| {
         Err(format!(
             "pip requirement {text:?} {why} (write `name`, `name>=1.2`, `name[extra]==1.*`, `name; python_version >= \"3.11\"`)"
@@ -222,7 +222,7 @@ pub fn check_requirement(text: &str) -> Result<(), String> {
 }
 
 /// A Debian package name, optionally `=version`, safe on an `apt-get install` line.
-pub fn check_apt_package(text: &str) -> Result<(), String> {
+pub(crate) fn check_apt_package(text: &str) -> Result<(), String> {
     let (name, version) = match text.split_once('=') {
         Some((name, version)) => (name, Some(version)),
         None => (text, None),
@@ -249,7 +249,7 @@ pub fn check_apt_package(text: &str) -> Result<(), String> {
 }
 
 /// An environment variable name an image may set.
-pub fn check_env_key(key: &str) -> Result<(), String> {
+pub(crate) fn check_env_key(key: &str) -> Result<(), String> {
     if key.is_empty()
         || !key.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
         || !key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
@@ -267,7 +267,7 @@ pub fn check_env_key(key: &str) -> Result<(), String> {
 }
 
 /// An absolute path safe on a Dockerfile line: letters, digits, `._-/`, no `..`.
-pub fn check_absolute_path(what: &str, path: &str) -> Result<(), String> {
+pub(crate) fn check_absolute_path(what: &str, path: &str) -> Result<(), String> {
     if !path.starts_with('/')
         || path.len() > 200
         || path.split('/').any(|part| part == "..")
@@ -283,7 +283,7 @@ pub fn check_absolute_path(what: &str, path: &str) -> Result<(), String> {
 }
 
 /// A non-root user with a fixed uid and gid and a home that is a plain absolute path.
-pub fn check_user(user: &ImageUser) -> Result<(), String> {
+pub(crate) fn check_user(user: &ImageUser) -> Result<(), String> {
     let name_ok = !user.name.is_empty()
         && user.name.len() <= 32
         && user
@@ -317,7 +317,7 @@ pub fn check_user(user: &ImageUser) -> Result<(), String> {
 }
 
 /// An extra index: an http(s) URL without credentials, and variable names for them.
-pub fn check_extra_index(
+pub(crate) fn check_extra_index(
     index: &ExtraIndex,
     check_url: impl Fn(&str) -> Result<(), String>,
 ) -> Result<(), String> {
@@ -356,7 +356,7 @@ pub fn check_extra_index(
 }
 
 /// A URL with any `user:password@` replaced by `***@`, for messages.
-pub fn redact(url: &str) -> String {
+pub(crate) fn redact(url: &str) -> String {
     match url.split_once("://") {
         Some((scheme, rest)) => {
             let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
@@ -370,7 +370,7 @@ pub fn redact(url: &str) -> String {
 }
 
 /// A step fragment's path: relative, under the project (no `..`, not absolute).
-pub fn check_steps_path(path: &Path) -> Result<(), String> {
+pub(crate) fn check_steps_path(path: &Path) -> Result<(), String> {
     let text = path.to_string_lossy();
     if path.as_os_str().is_empty()
         || path.is_absolute()
@@ -391,7 +391,7 @@ pub fn check_steps_path(path: &Path) -> Result<(), String> {
 /// A step fragment's text: Dockerfile instructions of the team's own, which must not start a new
 /// stage (everything above would be dropped) or leave the user root-less behind the templates'
 /// back; checked when the loader reads it. Returns the 1-based line of the problem.
-pub fn check_steps_text(text: &str) -> Result<(), (usize, String)> {
+pub(crate) fn check_steps_text(text: &str) -> Result<(), (usize, String)> {
     if text.len() > 64 * 1024 {
         return Err((1, "a step fragment is at most 64 KiB".into()));
     }

@@ -53,12 +53,12 @@ pub enum Builtin {
 }
 
 /// The port JupyterLab listens on.
-pub const JUPYTER_PORT: u16 = 8888;
+pub(crate) const JUPYTER_PORT: u16 = 8888;
 /// The port sshd listens on: above 1024, since it runs as the image's user, not root.
-pub const SSH_PORT: u16 = 2222;
+pub(crate) const SSH_PORT: u16 = 2222;
 
 impl Builtin {
-    pub fn from_name(name: &str) -> Option<Builtin> {
+    pub(crate) fn from_name(name: &str) -> Option<Builtin> {
         match name {
             "jupyter" => Some(Builtin::Jupyter),
             "ssh" => Some(Builtin::Ssh),
@@ -140,7 +140,7 @@ impl Flavour {
 
     /// The flavour's definition as its fingerprint covers it, one line per part, each present
     /// only when set (so `plan` names the part that changed).
-    pub fn fingerprint_inputs(&self) -> Vec<(String, String)> {
+    pub(crate) fn fingerprint_inputs(&self) -> Vec<(String, String)> {
         let mut inputs = vec![("flavour".to_string(), self.name.clone())];
         let mut add = |key: &str, value: String| {
             if !value.is_empty() {
@@ -172,7 +172,7 @@ impl Flavour {
 
 /// A flavour's name: it ends the image's tag (`…-runtime-jupyter`), so lowercase letters, digits
 /// and `-`, starting with a letter, at most 32 characters.
-pub fn check_flavour_name(name: &str) -> Result<(), String> {
+pub(crate) fn check_flavour_name(name: &str) -> Result<(), String> {
     let ok = !name.is_empty()
         && name.len() <= 32
         && name.starts_with(|c: char| c.is_ascii_lowercase())

@@ -30,7 +30,7 @@ use crate::model::yaml::{self, Locations, Problem, LIMITS};
 
 /// The most cells the axes and include rules may ask for: more is a mistake (an axis pasted
 /// many times), and resolving it would take memory in proportion.
-pub const MAX_CELLS: usize = 10_000;
+pub(crate) const MAX_CELLS: usize = 10_000;
 
 /// An error in a matrix file, with where it is and what to do about it.
 #[derive(Debug, thiserror::Error)]
@@ -298,7 +298,7 @@ pub enum BaseImageRule {
 
 /// The values a base image pattern can use.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BaseImageFields<'a> {
+pub(crate) struct BaseImageFields<'a> {
     pub cuda: &'a str,
     pub cuda_full: &'a str,
     pub os: &'a str,
@@ -346,7 +346,7 @@ pub struct BaseImages {
 
 impl BaseImages {
     /// Whether the matrix names the runtime base of cells of `os` (else they use nvidia/cuda).
-    pub fn covers_os(&self, os: &str) -> bool {
+    pub(crate) fn covers_os(&self, os: &str) -> bool {
         match &self.runtime {
             None => false,
             Some(BaseImageRule::Pattern(_)) => true,
@@ -355,7 +355,7 @@ impl BaseImages {
     }
 
     /// The runtime base image the matrix names for a cell, if any.
-    pub fn runtime_for(&self, fields: &BaseImageFields<'_>) -> Option<String> {
+    pub(crate) fn runtime_for(&self, fields: &BaseImageFields<'_>) -> Option<String> {
         self.runtime.as_ref()?.image_for(fields)
     }
 }
@@ -492,7 +492,7 @@ impl Matrix {
 
     /// The additions of one image: the matrix's, then each include rule's that matches it, in
     /// order.
-    pub fn extensions_for(
+    pub(crate) fn extensions_for(
         &self,
         torch: &str,
         cuda: &str,
@@ -510,7 +510,7 @@ impl Matrix {
     }
 
     /// Every step fragment the matrix names, as written (relative to the matrix file).
-    pub fn steps_paths(&self) -> Vec<String> {
+    pub(crate) fn steps_paths(&self) -> Vec<String> {
         let mut paths: Vec<String> = std::iter::once(&self.steps)
             .chain(self.include.iter().map(|rule| &rule.steps))
             .chain(self.flavours.values().map(|flavour| &flavour.steps))
@@ -523,7 +523,7 @@ impl Matrix {
     }
 
     /// Whether images are built per platform and published as indexes: any platform but amd64 alone.
-    pub fn multi_platform(&self) -> bool {
+    pub(crate) fn multi_platform(&self) -> bool {
         self.platforms
             .iter()
             .chain(
@@ -574,7 +574,7 @@ const TOP_LEVEL_KEYS: &[&str] = &[
 impl Matrix {
     /// Validates the matrix the loader read from `path` (at most one byte over the size
     /// limit); relative paths in it are taken relative to `path`'s directory.
-    pub fn from_bytes(path: &Path, bytes: &[u8]) -> Result<Matrix, MatrixError> {
+    pub(crate) fn from_bytes(path: &Path, bytes: &[u8]) -> Result<Matrix, MatrixError> {
         let name = path.display().to_string();
         let bytes = yaml::within_size(bytes, &LIMITS)
             .map_err(|problem| MatrixError::from_problem(&name, problem))?;
@@ -1169,7 +1169,7 @@ pub(crate) const MAX_NAME_LENGTH: usize = 255;
 pub(crate) const MAX_TAG_LENGTH: usize = 128;
 
 /// Why `tag` is not a tag Docker accepts (`[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}`), if it is not.
-pub fn tag_problem(tag: &str) -> Option<String> {
+pub(crate) fn tag_problem(tag: &str) -> Option<String> {
     if tag.len() > MAX_TAG_LENGTH {
         return Some(format!(
             "the tag {tag} is {} characters long; Docker allows at most {MAX_TAG_LENGTH}",
@@ -1213,7 +1213,7 @@ fn check_base_image_pattern(pattern: &str) -> Result<(), String> {
 }
 
 /// A full image reference `host/repo:tag` or `repo@sha256:...`.
-pub fn check_image_reference(value: &str) -> Result<(), String> {
+pub(crate) fn check_image_reference(value: &str) -> Result<(), String> {
     let allowed = |c: char| c.is_ascii_alphanumeric() || "._-/:@".contains(c);
     if value.is_empty() || value.chars().any(|c| !allowed(c)) || value.starts_with('-') {
         return Err(format!("{value:?} is not a valid image reference"));
@@ -1253,7 +1253,7 @@ fn check_label(key: &str, value: &str) -> Result<(), String> {
 }
 
 /// Free text that is quoted in a Dockerfile: no `"`, `\`, `$`, backtick or control characters.
-pub fn check_free_text(what: &str, value: &str) -> Result<(), String> {
+pub(crate) fn check_free_text(what: &str, value: &str) -> Result<(), String> {
     if let Some(bad) = value
         .chars()
         .find(|c| c.is_control() || "\"\\$`".contains(*c))

@@ -2,7 +2,7 @@
 //! known names to a wrong one (matrix keys, versions, tags, aliases). Pure.
 
 /// Levenshtein distance between two strings, counted in characters.
-pub fn edit_distance(left: &str, right: &str) -> usize {
+pub(crate) fn edit_distance(left: &str, right: &str) -> usize {
     let right: Vec<char> = right.chars().collect();
     let mut previous: Vec<usize> = (0..=right.len()).collect();
     for (i, left_char) in left.chars().enumerate() {

@@ -32,7 +32,7 @@ pub struct DottedVersion {
 
 impl DottedVersion {
     /// Parses `text` as a version of `kind` (used in the error) with at most `max_parts` parts.
-    pub fn parse_kind(
+    pub(crate) fn parse_kind(
         text: &str,
         kind: &'static str,
         max_parts: usize,
@@ -88,7 +88,7 @@ impl DottedVersion {
     }
 
     /// `major.minor` of this version (`12.6.3` → `12.6`).
-    pub fn major_minor(&self) -> String {
+    pub(crate) fn major_minor(&self) -> String {
         format!("{}.{}", self.part(0), self.part(1))
     }
 
@@ -200,7 +200,7 @@ impl<'de> serde::Deserialize<'de> for DriverVersion {
 /// A torch release (`2.7.1`) or series (`2.7`), ordered as semver. A series parses to `x.y.0` with
 /// `is_series` set, so the resolver can pick the newest known patch.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TorchVersion {
+pub(crate) struct TorchVersion {
     pub version: semver::Version,
     pub is_series: bool,
 }
@@ -263,8 +263,13 @@ impl VersionText {
         VersionText(version.to_string())
     }
 
+    /// `major.minor` of this version (`12.6.3` → `12.6`), numbers as parsed.
+    pub(crate) fn major_minor(&self) -> VersionText {
+        VersionText(self.dotted().major_minor())
+    }
+
     /// The version as a number, for ordering (it parsed when it was made).
-    pub fn dotted(&self) -> DottedVersion {
+    pub(crate) fn dotted(&self) -> DottedVersion {
         DottedVersion::parse_kind(&self.0, "", 4).expect("checked when made")
     }
 }

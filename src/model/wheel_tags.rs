@@ -31,7 +31,7 @@ impl Target {
 
     /// Whether pip on this target would install the wheel `filename`
     /// (`torch-2.13.0-cp312-cp312-manylinux_2_28_x86_64.whl`). Not a wheel: false.
-    pub fn accepts(&self, filename: &str) -> bool {
+    pub(crate) fn accepts(&self, filename: &str) -> bool {
         let Some(stem) = filename.strip_suffix(".whl") else {
             return false;
         };

@@ -16,7 +16,7 @@ use saphyr_parser::{Event, Parser, Span};
 
 /// How large a YAML input may be, and what it may expand to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
+pub(crate) struct Limits {
     /// Bytes of the file.
     pub bytes: usize,
     /// Characters of the document with every alias replaced by the node it names.
@@ -28,7 +28,7 @@ pub struct Limits {
 }
 
 /// The limits of the matrix and of knowledge files (documented in the README).
-pub const LIMITS: Limits = Limits {
+pub(crate) const LIMITS: Limits = Limits {
     bytes: 1 << 20,
     expanded: 1 << 20,
     depth: 32,
@@ -109,7 +109,7 @@ impl Locations {
     }
 
     /// Where the key of `path` starts (its value's position for list items).
-    pub fn key_at(&self, path: &str) -> Option<Position> {
+    pub(crate) fn key_at(&self, path: &str) -> Option<Position> {
         self.find(path)
             .map(|entry| entry.key_at.unwrap_or(entry.at))
     }
@@ -117,7 +117,7 @@ impl Locations {
     /// The first node whose path ends in the key `key` (list indexes aside: `cuda[1]` ends in
     /// `cuda`, `labels.org.example.team` in `org.example.team`) and whose scalar contains
     /// `needle`: the value's position, or the key's when `needle` is empty.
-    pub fn search(&self, key: &str, needle: &str) -> Option<Position> {
+    pub(crate) fn search(&self, key: &str, needle: &str) -> Option<Position> {
         for entry in &self.entries {
             let path = without_indexes(&entry.path);
             if path != key && !path.ends_with(&format!(".{key}")) {
@@ -134,7 +134,7 @@ impl Locations {
     }
 
     /// The `file:line` of the node at `path`, for messages that point at a whole rule.
-    pub fn line_of(&self, path: &str) -> Option<String> {
+    pub(crate) fn line_of(&self, path: &str) -> Option<String> {
         self.value_at(path)
             .map(|at| format!("{}:{}", self.file, at.line))
     }
@@ -151,7 +151,7 @@ fn without_indexes(path: &str) -> &str {
 
 /// `bytes` when they are within `limits.bytes` (the loader reads one byte more than the limit,
 /// never the whole of a larger file), else the problem saying so.
-pub fn within_size<'b>(bytes: &'b [u8], limits: &Limits) -> Result<&'b [u8], Problem> {
+pub(crate) fn within_size<'b>(bytes: &'b [u8], limits: &Limits) -> Result<&'b [u8], Problem> {
     if bytes.len() > limits.bytes {
         return Err(too_large(limits));
     }
@@ -206,7 +206,7 @@ struct Frame {
 
 /// Reads `text` within `limits`, returning where everything is. Syntax errors, duplicate keys and
 /// every limit are a [`Problem`] at the line and column where they happen.
-pub fn locate(text: &str, limits: &Limits, file: &str) -> Result<Locations, Problem> {
+pub(crate) fn locate(text: &str, limits: &Limits, file: &str) -> Result<Locations, Problem> {
     if text.len() > limits.bytes {
         return Err(too_large(limits));
     }

@@ -25,7 +25,7 @@ use crate::model::digest::Digest;
 
 /// Kept while something is held (an alias being moved, a tag being published); dropping it lets
 /// other runs in.
-pub type Claim = Box<dyn Send + Sync>;
+pub(crate) type Claim = Box<dyn Send + Sync>;
 
 /// The registry side of an alias move.
 pub trait AliasRegistry: Send + Sync {
@@ -56,7 +56,7 @@ pub trait AliasLedger: Send + Sync {
 
 /// One move to make.
 #[derive(Debug, Clone)]
-pub struct AliasRequest<'a> {
+pub(crate) struct AliasRequest<'a> {
     pub repository: &'a str,
     pub target: AliasTarget<'a>,
     pub owner: &'a Owner,
@@ -64,7 +64,7 @@ pub struct AliasRequest<'a> {
 
 /// What came of a move.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AliasOutcome {
+pub(crate) enum AliasOutcome {
     /// The registry moved it and the manifest records it.
     Moved { from: Option<Digest> },
     /// The registry already served the target; only the manifest was brought in line.
@@ -77,7 +77,7 @@ pub enum AliasOutcome {
 
 /// Moves one alias (see the module documentation). An error says what is left: a move written
 /// down as pending stays so, for `verify --adopt` or the next run to settle.
-pub async fn move_alias<R, L>(
+pub(crate) async fn move_alias<R, L>(
     registry: &R,
     ledger: &L,
     request: &AliasRequest<'_>,

@@ -47,7 +47,7 @@ const SELFTEST_SHM_BYTES: i64 = 8 << 30;
 const SELFTEST_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// The build context of every image, assembled before the first Docker call.
-pub struct Contexts {
+pub(crate) struct Contexts {
     pub tars: BTreeMap<String, Vec<u8>>,
     /// The gpu-selftest each context carries, by image name, as the package record lists it.
     pub binaries: BTreeMap<String, BinaryRecord>,
@@ -62,18 +62,9 @@ pub struct Contexts {
 
 impl Contexts {
     /// Tars `images_dir/<name>/` plus `selftest_dir/gpu-selftest-cuNN` (as `gpu-selftest`) for
-    /// every image. Fails naming the missing binary or directory.
-    pub fn assemble(
-        images: &[ImageSpec],
-        images_dir: &Path,
-        selftest_dir: &Path,
-    ) -> Result<Contexts> {
-        Self::assemble_with(images, images_dir, selftest_dir, &BTreeMap::new())
-    }
-
-    /// [`Contexts::assemble`] with more files for some images, by image name (the team's wheels
-    /// under `extension-wheels/`, fetched on the host).
-    pub fn assemble_with(
+    /// every image, with more files for some images, by image name (the team's wheels under
+    /// `extension-wheels/`, fetched on the host). Fails naming the missing binary or directory.
+    pub(crate) fn assemble_with(
         images: &[ImageSpec],
         images_dir: &Path,
         selftest_dir: &Path,
@@ -135,7 +126,7 @@ impl Contexts {
 }
 
 /// Settings of the Docker builder.
-pub struct EngineBuilderSettings {
+pub(crate) struct EngineBuilderSettings {
     /// Labels added at build time (created, revision): they are not part of the Dockerfile.
     pub build_labels: BTreeMap<String, String>,
     /// This run pushes: check the registry for an image with the same build key, and keep each
@@ -177,7 +168,7 @@ impl Default for EngineBuilderSettings {
 /// How long one image's build may take by default.
 pub(crate) const DEFAULT_BUILD_TIMEOUT: Duration = Duration::from_secs(6 * 3600);
 
-pub struct EngineBuilder {
+pub(crate) struct EngineBuilder {
     engine: Engine,
     contexts: Contexts,
     progress: Arc<Progress>,
@@ -620,7 +611,7 @@ impl AliasRegistry for EngineBuilder {
 
 /// The registries as the registry side of alias moves made outside a build (`publish`,
 /// `rollback`): the alias is stored as exactly the manifest its target digest names.
-pub struct RegistryAliases<'a>(pub &'a Registries);
+pub(crate) struct RegistryAliases<'a>(pub &'a Registries);
 
 impl AliasRegistry for RegistryAliases<'_> {
     async fn served(&self, repository: &str, alias: &str) -> Result<Option<Digest>> {
@@ -937,7 +928,7 @@ fn registry_digest(text: &str, repository: &str) -> Result<Digest> {
 /// The self-test of images already pushed (`imagegen test`): pulled by digest, never by tag, and
 /// run as `build` runs it (all GPUs, the baseline through the environment), with the digest and
 /// the node named to gpu-selftest so that its report says what it judged and where.
-pub struct DigestTester {
+pub(crate) struct DigestTester {
     pub engine: Engine,
     pub registries: Registries,
     /// The value of [`RUN_LABEL`] on its containers.

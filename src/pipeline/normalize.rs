@@ -101,7 +101,7 @@ pub(crate) struct NormalizedImage {
 
 impl NormalizedImage {
     /// Sum of the gzip blobs (what a registry stores for the image).
-    pub fn compressed_size(&self) -> u64 {
+    pub(crate) fn compressed_size(&self) -> u64 {
         self.layers
             .iter()
             .map(|layer| layer.gzip.len() as u64)
@@ -110,13 +110,13 @@ impl NormalizedImage {
     }
 
     /// Sum of the uncompressed layer tars.
-    pub fn unpacked_size(&self) -> u64 {
+    pub(crate) fn unpacked_size(&self) -> u64 {
         self.layers.iter().map(|layer| layer.unpacked_size).sum()
     }
 
     /// A `docker save` archive of this image tagged `reference`, for `docker load`: the daemon
     /// stores the config bytes as they are, so its image ID is [`NormalizedImage::config_digest`].
-    pub fn load_archive(&self, reference: &str) -> Result<Vec<u8>> {
+    pub(crate) fn load_archive(&self, reference: &str) -> Result<Vec<u8>> {
         let mut builder = tar::Builder::new(Vec::new());
         let config_name = format!("{}.json", self.config_digest.hex());
         let mut layer_names = Vec::new();

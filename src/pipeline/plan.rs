@@ -13,9 +13,8 @@ use crate::model::digest::Digest;
 pub use crate::pipeline::planned::{Plan, PlannedImage};
 use crate::resolve::fingerprint::fingerprint;
 use crate::resolve::image::ImageSpec;
-pub use crate::resolve::select::{
-    matches_filter, select, select_for_build, select_named, SelectError, Shard,
-};
+pub(crate) use crate::resolve::select::{matches_filter, select_for_build, select_named};
+pub use crate::resolve::select::{select, Shard};
 
 /// The one plan: for `selected` images (of the matrix's `all`), each one's build key (from its
 /// fingerprint, the sha256 of its build context and its parent's build key), what the manifest

@@ -17,7 +17,7 @@ const DEFAULT_QUIET_SECONDS: u64 = 15;
 type Shown = BTreeMap<String, (std::time::Instant, std::time::Instant, String)>;
 
 /// Where build output goes.
-pub struct Progress {
+pub(crate) struct Progress {
     /// Plain-line mode only: the images running, for the `still …` lines.
     shown: std::sync::Arc<Mutex<Shown>>,
     terminal: Option<MultiProgress>,
@@ -69,7 +69,7 @@ impl Progress {
 
     /// A note about the whole run (`note: …` on standard error, or above the bars), said the
     /// first time only.
-    pub fn note_once(&self, text: &str) {
+    pub(crate) fn note_once(&self, text: &str) {
         if !self
             .said
             .lock()
@@ -178,7 +178,7 @@ impl Progress {
     }
 
     /// A line for `name`'s log file only (an error the summary shows once, not per image).
-    pub fn log_only(&self, name: &str, text: &str) {
+    pub(crate) fn log_only(&self, name: &str, text: &str) {
         self.log(name, text.trim_end());
     }
 

@@ -111,7 +111,7 @@ pub fn record(
 }
 
 /// A manifest record for `spec` with the fields every build knows; the caller fills in the rest.
-pub fn image_record(spec: &ImageSpec, build_key: &Digest, at: &str) -> ImageRecord {
+pub(crate) fn image_record(spec: &ImageSpec, build_key: &Digest, at: &str) -> ImageRecord {
     ImageRecord {
         repository: spec.repository.clone(),
         tag: spec.tag.clone(),
@@ -157,7 +157,7 @@ pub mod test_support {
     use crate::resolve::image::ImageSpec;
 
     /// The runtime images of one torch × CUDA on ubuntu24.04, resolved on the test knowledge.
-    pub fn specs_for(torch: &str, cuda: &str) -> Vec<ImageSpec> {
+    pub(crate) fn specs_for(torch: &str, cuda: &str) -> Vec<ImageSpec> {
         crate::resolve::test_images(&format!(
             "registry: r.example\nrepository: t/p\ntorch: [\"{torch}\"]\ncuda: [\"{cuda}\"]\nos: [ubuntu24.04]\nvariants: [runtime]\n"
         ))
@@ -165,7 +165,7 @@ pub mod test_support {
 
     /// A manifest recording every spec as built (its digest made from its tag) and each
     /// `(alias, full tag)` as moved there.
-    pub fn manifest_with(specs: &[ImageSpec], alias_targets: &[(&str, &str)]) -> Manifest {
+    pub(crate) fn manifest_with(specs: &[ImageSpec], alias_targets: &[(&str, &str)]) -> Manifest {
         let mut manifest = Manifest::new();
         for spec in specs {
             let mut record = image_record(spec, &Digest::of(b"key"), "t0");

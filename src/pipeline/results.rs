@@ -121,7 +121,7 @@ impl ImageResult {
         }
     }
 
-    pub fn succeeded(&self) -> bool {
+    pub(crate) fn succeeded(&self) -> bool {
         matches!(self.status, Status::Built | Status::Reused)
     }
 }

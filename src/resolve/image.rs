@@ -45,12 +45,13 @@ pub struct ImageSpec {
     /// imagegen does not know.
     pub base_cuda_toolkit: Option<VersionText>,
     /// The CUDA runtime torch loads: the version of the lock's `nvidia-cuda-runtime` wheel.
-    pub cuda_runtime: Option<String>,
+    pub cuda_runtime: Option<VersionText>,
     /// The nvcc a devel image holds from the toolkit wheels: the lock's `nvidia-cuda-nvcc`.
-    pub cuda_nvcc: Option<String>,
+    pub cuda_nvcc: Option<VersionText>,
     /// cuDNN bundled by the torch wheel.
     pub cudnn: VersionText,
-    pub nccl: Option<String>,
+    /// NCCL pinned by the torch wheel, where the knowledge records it.
+    pub nccl: Option<VersionText>,
     pub python: VersionText,
     pub os: OsName,
     /// The image this one is built `FROM`: with a registry pin (`images/bases.lock`), the
@@ -271,9 +272,9 @@ pub struct ResolveOptions {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LockedCuda {
     /// `nvidia-cuda-runtime` (`-cu12` before CUDA 13): the runtime torch loads.
-    pub runtime: Option<String>,
+    pub runtime: Option<VersionText>,
     /// `nvidia-cuda-nvcc`: the compiler of the toolkit wheels (devel images, `devel_toolkit: pypi`).
-    pub nvcc: Option<String>,
+    pub nvcc: Option<VersionText>,
 }
 
 /// What the tag rules need to know about one image.
@@ -350,7 +351,7 @@ pub(crate) struct Resolved {
     pub(crate) cuda_release: CudaRelease,
     pub(crate) os: OsName,
     /// The OS's glibc, for the platform the lock is resolved for.
-    pub(crate) glibc: String,
+    pub(crate) glibc: VersionText,
     pub(crate) python: DottedVersion,
     /// The versions the images are ordered by, parsed once when the cell was checked.
     pub(crate) order: ImageOrder,

@@ -15,7 +15,7 @@ use crate::resolve::cells::{axis_cells, rule_matches};
 const SUGGESTIONS: usize = 4;
 
 /// The first mistake of the matrix against the knowledge, if any.
-pub fn check_known(matrix: &Matrix, knowledge: &Knowledge) -> Result<(), MatrixError> {
+pub(crate) fn check_known(matrix: &Matrix, knowledge: &Knowledge) -> Result<(), MatrixError> {
     let error = |at: Option<Position>, message: String, hint: String| MatrixError::Invalid {
         path: matrix.locations.file.clone(),
         line: at.map(|at| at.line),
@@ -137,10 +137,10 @@ impl<'k> KnownValues<'k> {
         let mut cudnn: Vec<String> = Vec::new();
         let mut python: Vec<String> = Vec::new();
         for series in &knowledge.torch {
-            torch.push(series.series.clone());
+            torch.push(series.series.to_string());
             torch.extend(series.releases.iter().map(|r| r.torch.to_string()));
-            python.extend(series.python.iter().cloned());
-            python.extend(series.python_experimental.iter().cloned());
+            python.extend(series.python.iter().map(ToString::to_string));
+            python.extend(series.python_experimental.iter().map(ToString::to_string));
             for variant in &series.cuda {
                 cuda.push(variant.cuda.to_string());
                 cudnn.push(variant.cudnn.to_string());
@@ -155,7 +155,7 @@ impl<'k> KnownValues<'k> {
                 cuda.push(version.major_minor());
             }
         }
-        python.extend(knowledge.os.iter().map(|o| o.python.clone()));
+        python.extend(knowledge.os.iter().map(|o| o.python.to_string()));
         let os = knowledge.os.iter().map(|o| o.name.clone()).collect();
         for list in [&mut torch, &mut cuda, &mut cudnn, &mut python] {
             list.sort();

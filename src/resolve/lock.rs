@@ -13,12 +13,13 @@ use std::collections::BTreeMap;
 
 use crate::model::digest::Digest;
 use crate::model::extensions::ExtraIndex;
+use crate::model::version::VersionText;
 use crate::resolve::fingerprint::fingerprint;
 pub use crate::resolve::image::{LockSpec, ParentLock};
 use crate::resolve::image::{LockedCuda, PipIndexes};
 
 /// The file name of a lock, beside the image's Dockerfile.
-pub const LOCK_FILE: &str = "requirements.lock";
+pub(crate) const LOCK_FILE: &str = "requirements.lock";
 
 /// The first line's prefix.
 pub(crate) const INPUTS_PREFIX: &str = "# imagegen-lock-inputs: ";
@@ -50,7 +51,11 @@ impl LockSpec {
 
     /// This spec with the matrix's extra requirements and indexes (inputs only when present, so
     /// a lock without any keeps its digest).
-    pub fn with_extras(mut self, extras: Vec<String>, extra_indexes: Vec<ExtraIndex>) -> LockSpec {
+    pub(crate) fn with_extras(
+        mut self,
+        extras: Vec<String>,
+        extra_indexes: Vec<ExtraIndex>,
+    ) -> LockSpec {
         self.extras = extras;
         self.extra_indexes = extra_indexes;
         self.inputs_digest = fingerprint(&self.inputs());
@@ -100,7 +105,7 @@ impl LockSpec {
     /// inputs line and the generator line).
     /// This lock's inputs with the runtime lock it is resolved against at `digest` (the runtime
     /// lock a rename carries, before it is on disk).
-    pub fn with_parent_digest(&self, digest: Digest) -> LockSpec {
+    pub(crate) fn with_parent_digest(&self, digest: Digest) -> LockSpec {
         let mut spec = self.clone();
         if let Some(parent) = &mut spec.parent {
             parent.digest = Some(digest);
@@ -154,7 +159,7 @@ impl LockSpec {
 
 /// How a lock on disk compares with what the matrix asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LockStatus {
+pub(crate) enum LockStatus {
     Fresh,
     Missing,
     /// The inputs changed: what the lock says it was made from, and what is asked for now.
@@ -170,7 +175,7 @@ pub enum LockStatus {
 /// when only that name differs and the runtime lock's digest is the same, the lock is carried
 /// with its header naming the new folder and the new inputs digest. `None` when anything else
 /// differs: then the image needs `imagegen lock`.
-pub fn carried_lock(spec: &LockSpec, text: &str) -> Option<String> {
+pub(crate) fn carried_lock(spec: &LockSpec, text: &str) -> Option<String> {
     let wanted_first = format!("{INPUTS_PREFIX}{}", spec.inputs_digest);
     if text.lines().next() == Some(wanted_first.as_str()) {
         return Some(text.to_string());
@@ -214,7 +219,7 @@ pub fn carried_lock(spec: &LockSpec, text: &str) -> Option<String> {
 }
 
 /// Compares `text` (the lock on disk, if any) with `spec`.
-pub fn lock_status(spec: &LockSpec, text: Option<&str>) -> LockStatus {
+pub(crate) fn lock_status(spec: &LockSpec, text: Option<&str>) -> LockStatus {
     let Some(text) = text else {
         return LockStatus::Missing;
     };
@@ -237,19 +242,20 @@ pub fn lock_status(spec: &LockSpec, text: Option<&str>) -> LockStatus {
 
 /// The CUDA wheels `text` (a lock) pins: `nvidia-cuda-runtime` and `nvidia-cuda-nvcc`, with or
 /// without the `-cuXY` suffix of CUDA 12 and older. Names are compared as PEP 503 normalizes them.
-pub fn locked_cuda(text: &str) -> LockedCuda {
+/// A pin whose version is not a plain version is refused as `line: why`, for the caller to
+/// prefix with the lock's path.
+pub(crate) fn locked_cuda(text: &str) -> Result<LockedCuda, String> {
     let mut locked = LockedCuda::default();
-    for line in text.lines().filter(|line| !line.starts_with([' ', '#'])) {
+    for (index, line) in text.lines().enumerate() {
+        if line.starts_with([' ', '#']) {
+            continue;
+        }
         let Some((name, version)) = line.split_once("==") else {
             continue;
         };
         let name = name.trim().to_lowercase().replace(['_', '.'], "-");
         // `13.0.96 \`, or `13.0.96 ; sys_platform == 'linux' \` where a lock keeps markers.
-        let version = version
-            .split([' ', ';', '\\'])
-            .next()
-            .unwrap_or_default()
-            .to_string();
+        let version = version.split([' ', ';', '\\']).next().unwrap_or_default();
         let is = |package: &str| {
             name == package
                 || name
@@ -257,18 +263,28 @@ pub fn locked_cuda(text: &str) -> LockedCuda {
                     .and_then(|rest| rest.strip_prefix("-cu"))
                     .is_some_and(|major| major.chars().all(|c| c.is_ascii_digit()))
         };
-        if is("nvidia-cuda-runtime") {
-            locked.runtime = Some(version);
+        let slot = if is("nvidia-cuda-runtime") {
+            &mut locked.runtime
         } else if is("nvidia-cuda-nvcc") {
-            locked.nvcc = Some(version);
-        }
+            &mut locked.nvcc
+        } else {
+            continue;
+        };
+        let parsed = VersionText::parse(version).map_err(|error| {
+            format!(
+                "{}: {name} pins {version:?}, not a plain version: {}",
+                index + 1,
+                error.why
+            )
+        })?;
+        *slot = Some(parsed);
     }
-    locked
+    Ok(locked)
 }
 
 /// uv's `--python-platform` for an architecture (`amd64`, `arm64`) and the OS's glibc (`2.39`):
 /// the newest manylinux level the OS runs. uv knows manylinux 2.17, 2.28 and 2.31 to 2.40.
-pub fn python_platform(arch: &str, glibc: &str) -> String {
+pub(crate) fn python_platform(arch: &str, glibc: &str) -> String {
     let machine = if arch == "arm64" { "aarch64" } else { "x86_64" };
     let minor: u64 = glibc
         .split('.')
@@ -288,7 +304,7 @@ pub fn python_platform(arch: &str, glibc: &str) -> String {
 /// does not pin them: nvJitLink comes in through cuSPARSE/cuSOLVER's `>=` requirement and would
 /// float to the newest 13.x (13.5 beside cudart 13.0, whose PTX an R580 driver cannot JIT), and
 /// cuda-bindings (torch's `>=` requirement) would too.
-pub fn cuda_line_constraints(cuda: &str) -> Vec<String> {
+pub(crate) fn cuda_line_constraints(cuda: &str) -> Vec<String> {
     let major = cuda.split('.').next().unwrap_or_default();
     if major.parse::<u64>().unwrap_or(0) >= 13 {
         vec![
@@ -305,19 +321,31 @@ mod tests {
     #[test]
     fn the_cuda_wheels_of_a_lock_are_read_with_or_without_their_suffix() {
         let lock = "# imagegen-lock-inputs: sha256:00\nnvidia-cuda-runtime==13.0.96 \\\n    --hash=sha256:aa\nnvidia-cuda-nvcc==13.0.88 \\\n    --hash=sha256:bb\nnvidia-cuda-runtime-dev==1.0 \\\n";
-        let locked = super::locked_cuda(lock);
+        let locked = super::locked_cuda(lock).unwrap();
         assert_eq!(locked.runtime.as_deref(), Some("13.0.96"));
         assert_eq!(locked.nvcc.as_deref(), Some("13.0.88"));
         let old =
-            super::locked_cuda("nvidia_cuda_runtime_cu12==12.6.77 \\\n    --hash=sha256:cc\n");
+            super::locked_cuda("nvidia_cuda_runtime_cu12==12.6.77 \\\n    --hash=sha256:cc\n")
+                .unwrap();
         assert_eq!(old.runtime.as_deref(), Some("12.6.77"));
         assert_eq!(old.nvcc, None);
         let marked =
-            super::locked_cuda("nvidia-cuda-runtime==13.0.96 ; sys_platform == 'linux' \\\n");
+            super::locked_cuda("nvidia-cuda-runtime==13.0.96 ; sys_platform == 'linux' \\\n")
+                .unwrap();
         assert_eq!(marked.runtime.as_deref(), Some("13.0.96"));
         assert_eq!(
-            super::locked_cuda("torch==2.13.0\n"),
+            super::locked_cuda("torch==2.13.0\n").unwrap(),
             super::LockedCuda::default()
+        );
+    }
+
+    #[test]
+    fn a_cuda_pin_that_is_not_a_version_is_refused_with_its_line() {
+        let lock = "# header\ntorch==2.13.0\nnvidia-cuda-nvcc==13.0.88rc1 \\\n";
+        let error = super::locked_cuda(lock).unwrap_err();
+        assert!(
+            error.starts_with("3: nvidia-cuda-nvcc pins \"13.0.88rc1\", not a plain version"),
+            "{error}"
         );
     }
 

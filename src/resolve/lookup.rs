@@ -8,7 +8,7 @@ use crate::resolve::image::ImageSpec;
 
 /// `wanted` without a leading `repository:` of one of the images (`ghcr.io/acme/pytorch:latest`
 /// → `latest`).
-pub fn without_repository<'w>(images: &[ImageSpec], wanted: &'w str) -> &'w str {
+pub(crate) fn without_repository<'w>(images: &[ImageSpec], wanted: &'w str) -> &'w str {
     images
         .iter()
         .find_map(|image| wanted.strip_prefix(&format!("{}:", image.repository)))
@@ -18,7 +18,7 @@ pub fn without_repository<'w>(images: &[ImageSpec], wanted: &'w str) -> &'w str 
 /// The images a full tag or alias names (with or without `repository:`): one image, or with
 /// several platforms, the per-platform images of the index a full tag or alias names (a
 /// per-platform tag names just its image). Empty when nothing has that name.
-pub fn named_images<'a>(images: &'a [ImageSpec], wanted: &str) -> Vec<&'a ImageSpec> {
+pub(crate) fn named_images<'a>(images: &'a [ImageSpec], wanted: &str) -> Vec<&'a ImageSpec> {
     let bare = without_repository(images, wanted);
     if let Some(image) = images.iter().find(|image| image.tag == bare) {
         return vec![image];
@@ -32,7 +32,7 @@ pub fn named_images<'a>(images: &'a [ImageSpec], wanted: &str) -> Vec<&'a ImageS
 }
 
 /// Up to five tags, index tags and aliases closest to `wanted`.
-pub fn closest_names<'a>(images: &'a [ImageSpec], wanted: &str) -> Vec<&'a str> {
+pub(crate) fn closest_names<'a>(images: &'a [ImageSpec], wanted: &str) -> Vec<&'a str> {
     closest(
         without_repository(images, wanted),
         images.iter().flat_map(|image| {
@@ -45,7 +45,7 @@ pub fn closest_names<'a>(images: &'a [ImageSpec], wanted: &str) -> Vec<&'a str> 
 }
 
 /// [`named_images`], where finding nothing is an error listing the closest tags and aliases.
-pub fn find_images<'a>(images: &'a [ImageSpec], wanted: &str) -> Result<Vec<&'a ImageSpec>> {
+pub(crate) fn find_images<'a>(images: &'a [ImageSpec], wanted: &str) -> Result<Vec<&'a ImageSpec>> {
     let named = named_images(images, wanted);
     if !named.is_empty() {
         return Ok(named);

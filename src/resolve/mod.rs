@@ -44,7 +44,7 @@ pub use image::{ImageSpec, Rejection, Resolution, ResolveOptions};
 /// The images `matrix_yaml` resolves to on the small knowledge fixture of the tests
 /// ([`Knowledge::test_fixture`]): for the tests of the stages after resolve.
 #[cfg(test)]
-pub fn test_images(matrix_yaml: &str) -> Vec<ImageSpec> {
+pub(crate) fn test_images(matrix_yaml: &str) -> Vec<ImageSpec> {
     let matrix = Matrix::parse(matrix_yaml, "m.yaml").expect("a test matrix");
     resolve(
         &matrix,

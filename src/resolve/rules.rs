@@ -8,7 +8,7 @@ use crate::model::knowledge::{
 };
 use crate::model::matrix::{DevelToolkit, Matrix, TorchWheels};
 use crate::model::selftest_binary::{binary_for, OLDEST_CUDA};
-use crate::model::version::{DottedVersion, TorchVersion};
+use crate::model::version::{DottedVersion, TorchVersion, VersionText};
 use crate::resolve::driver::runtime_floor;
 use crate::resolve::image::{Cell, ImageOrder, Resolved, RuntimeFloor};
 
@@ -581,7 +581,7 @@ fn python_version(
 ) -> Result<DottedVersion, String> {
     let python = match &cell.python {
         None => os.python.clone(),
-        Some(wanted) if *wanted == os.python => wanted.to_string(),
+        Some(wanted) if *wanted == os.python => wanted.clone(),
         Some(wanted) => {
             let range = python_range(series);
             let fitting: Vec<&str> = knowledge
@@ -648,8 +648,12 @@ fn python_version(
 fn python_range(series: &TorchSeries) -> String {
     format!(
         "{}–{}",
-        series.python.first().map(String::as_str).unwrap_or("?"),
-        series.python.last().map(String::as_str).unwrap_or("?")
+        series
+            .python
+            .first()
+            .map(VersionText::as_str)
+            .unwrap_or("?"),
+        series.python.last().map(VersionText::as_str).unwrap_or("?")
     )
 }
 

@@ -80,7 +80,7 @@ fn only_matches(specs: &[ImageSpec], pattern: &str, spec: &ImageSpec) -> bool {
 
 /// Why a build selected nothing.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SelectError {
+pub(crate) enum SelectError {
     #[error("--platform {platform}: the matrix makes no image for it (it makes {available})")]
     NoImageForPlatform { platform: String, available: String },
     #[error("--only {only:?} names no image of the matrix\nhint: closest tags and aliases: {}; `--only` takes a full tag, an alias, or part of a tag (`*` matches anything); `imagegen resolve` lists them all", closest.join(", "))]
@@ -99,7 +99,7 @@ pub enum SelectError {
 
 /// The images one `imagegen build` builds: those of `platform` (all when `None`), then
 /// [`select`]ed by `only` and `shard`. Selecting nothing is an error, never an empty build.
-pub fn select_for_build(
+pub(crate) fn select_for_build(
     specs: &[ImageSpec],
     only: Option<&str>,
     shard: Option<Shard>,
@@ -159,7 +159,7 @@ pub fn select_for_build(
 /// The images `only` names, alone: the matching of [`select`] and the error of
 /// [`select_for_build`], without the runtime parents (for `lock`, which acts on each image by
 /// itself and says when a devel image's runtime lock is missing).
-pub fn select_named<'a>(
+pub(crate) fn select_named<'a>(
     specs: &'a [ImageSpec],
     only: Option<&str>,
 ) -> Result<Vec<&'a ImageSpec>, SelectError> {
@@ -187,7 +187,7 @@ fn no_match(specs: &[ImageSpec], pattern: &str) -> SelectError {
 }
 
 /// `*` matches any run of characters; without `*` the pattern matches as a substring.
-pub fn matches_filter(pattern: &str, name: &str) -> bool {
+pub(crate) fn matches_filter(pattern: &str, name: &str) -> bool {
     if !pattern.contains('*') {
         return name.contains(pattern);
     }

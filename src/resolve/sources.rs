@@ -92,7 +92,7 @@ fn mirror_of<'m>(mirrors: &'m Mirrors, key: &str) -> Option<&'m String> {
 
 /// The rewrites an image's build runs over its apt sources: one per host it reaches that has a
 /// mirror. `nvidia_repository`: the base configures NVIDIA's repository (nvidia/cuda).
-pub fn apt_rewrites(
+pub(crate) fn apt_rewrites(
     os: &str,
     arch: &str,
     nvidia_repository: bool,
@@ -120,7 +120,7 @@ pub fn apt_rewrites(
 }
 
 /// The `mirrors.*` keys of apt hosts an image's build reaches that no mirror covers.
-pub fn uncovered_apt_hosts(
+pub(crate) fn uncovered_apt_hosts(
     os: &str,
     arch: &str,
     nvidia_repository: bool,
@@ -134,7 +134,7 @@ pub fn uncovered_apt_hosts(
 }
 
 /// Whether the matrix names any apt mirror: then every apt host should have one.
-pub fn any_apt_mirror(mirrors: &Mirrors) -> bool {
+pub(crate) fn any_apt_mirror(mirrors: &Mirrors) -> bool {
     [
         "apt",
         "apt_ports",
@@ -148,7 +148,11 @@ pub fn any_apt_mirror(mirrors: &Mirrors) -> bool {
 
 /// The indexes of an image whose torch wheels come from `wheel_index` (PyTorch's index of its
 /// CUDA, or the plain index with `torch_wheels: pypi`).
-pub fn pip_indexes(torch_wheels: TorchWheels, wheel_index: &str, mirrors: &Mirrors) -> PipIndexes {
+pub(crate) fn pip_indexes(
+    torch_wheels: TorchWheels,
+    wheel_index: &str,
+    mirrors: &Mirrors,
+) -> PipIndexes {
     match torch_wheels {
         TorchWheels::Pypi => PipIndexes {
             index_url: wheel_index.to_string(),
@@ -164,7 +168,7 @@ pub fn pip_indexes(torch_wheels: TorchWheels, wheel_index: &str, mirrors: &Mirro
 }
 
 /// The plain index: `mirrors.pip_index`, else PyPI.
-pub fn plain_index(mirrors: &Mirrors) -> String {
+pub(crate) fn plain_index(mirrors: &Mirrors) -> String {
     mirrors
         .pip_index
         .clone()

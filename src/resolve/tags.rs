@@ -20,7 +20,7 @@ use crate::model::version::DottedVersion;
 pub use crate::resolve::image::TagFields;
 
 /// Fills the full-tag template (validated by the matrix loader) with `fields`.
-pub fn full_tag(template: &str, fields: &TagFields) -> String {
+pub(crate) fn full_tag(template: &str, fields: &TagFields) -> String {
     let cudnn_major = fields.cudnn.split('.').next().unwrap_or_default();
     template
         .replace("{torch_series}", &fields.series())
@@ -39,12 +39,12 @@ pub(crate) const REVISION: &str = "{revision}";
 pub const DATE: &str = "{date}";
 
 /// Whether a tag still holds `{revision}` or `{date}`, which the manifest decides.
-pub fn has_recorded_fields(tag: &str) -> bool {
+pub(crate) fn has_recorded_fields(tag: &str) -> bool {
     tag.contains(REVISION) || tag.contains(DATE)
 }
 
 /// `tag` with `{revision}` and `{date}` filled.
-pub fn fill_recorded(tag: &str, date: &str, revision: u32) -> String {
+pub(crate) fn fill_recorded(tag: &str, date: &str, revision: u32) -> String {
     tag.replace(REVISION, &revision.to_string())
         .replace(DATE, date)
 }
@@ -52,7 +52,7 @@ pub fn fill_recorded(tag: &str, date: &str, revision: u32) -> String {
 /// The image's folder name: `tag` without its `{revision}` and `{date}` parts, each dropped with
 /// the separator (and up to 3 letters after it, `-r`, `-rev`) just before it: `…-ubuntu24.04-r{revision}` and
 /// `…-ubuntu24.04-{date}` both give `…-ubuntu24.04`.
-pub fn folder_name(tag: &str) -> String {
+pub(crate) fn folder_name(tag: &str) -> String {
     let mut name = tag.to_string();
     for placeholder in [REVISION, DATE] {
         while let Some(at) = name.find(placeholder) {

@@ -4,8 +4,9 @@
 //! `pipeline/`); `docker/` imports nothing but the model's parsers for the PyPI index; `cli.rs`
 //! imports nothing of the crate; files are read and written only at the edges
 //! ([`FILE_IO_ALLOWED`]: `project.rs` the loader, `docker/`, the build logs); and only `main.rs`
-//! ends the process. Each checker is also run on a small tree that breaks its rule, so a checker
-//! that sees nothing fails.
+//! ends the process; a `pub` item is one another file uses or a `pub` signature shows (else it is
+//! `pub(crate)` or private, where the dead-code lint sees it). Each checker is also run on a small
+//! tree that breaks its rule, so a checker that sees nothing fails.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -549,5 +550,137 @@ fn the_model_value_types_keep_their_fields_private() {
     assert_eq!(
         public_newtype_fields(dir.path()),
         vec!["axes.rs: OsName".to_string(), "axes.rs: Pair".to_string()]
+    );
+}
+
+/// The kind and name a line declares as `pub` (not `pub(crate)`), with whether its declaration
+/// runs to a `{` or `;` (a function, type or constant) rather than ending with its line (a
+/// field or variant).
+fn pub_declaration(line: &str) -> Option<(&str, &str)> {
+    let mut words = line
+        .trim_start()
+        .strip_prefix("pub ")?
+        .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .filter(|word| !word.is_empty())
+        .skip_while(|word| matches!(*word, "const" | "async" | "unsafe"));
+    let kind = words.next()?;
+    let kind = match kind {
+        // `pub const fn name` skipped `const`; a bare `pub const NAME` lands here as the name.
+        "fn" | "struct" | "enum" | "trait" | "type" | "static" => kind,
+        _ if line.trim_start().starts_with("pub const ") => {
+            return Some(("const", kind));
+        }
+        _ => return None,
+    };
+    Some((kind, words.next()?))
+}
+
+/// Whether `name` occurs in `text` as a whole word.
+fn names(text: &str, name: &str) -> bool {
+    text.match_indices(name).any(|(at, _)| {
+        let word = |c: char| c.is_alphanumeric() || c == '_';
+        !text[..at].ends_with(word) && !text[at + name.len()..].starts_with(word)
+    })
+}
+
+/// What a file shows through its `pub` declarations other than line `skip`: each `pub` item's
+/// signature (to its `{` or `;`), each `pub` field, and the variants of each `pub enum`.
+fn public_surface(lines: &[&str], skip: usize) -> String {
+    let mut surface = String::new();
+    for (index, line) in lines.iter().enumerate() {
+        if index == skip || !line.trim_start().starts_with("pub ") {
+            continue;
+        }
+        let indent = line.len() - line.trim_start().len();
+        let is_enum = line.trim_start().starts_with("pub enum ");
+        let runs_on = pub_declaration(line).is_some();
+        for (offset, next) in lines[index..].iter().enumerate() {
+            surface.push_str(next);
+            surface.push('\n');
+            let closes_enum = next.trim() == "}" && next.len() - next.trim_start().len() == indent;
+            let ends = if is_enum {
+                closes_enum
+            } else {
+                next.contains('{') || next.contains(';') || (offset == 0 && !runs_on)
+            };
+            if ends {
+                break;
+            }
+        }
+    }
+    surface
+}
+
+/// `pub` items of the library (`src/` but `main.rs`) that no other file of `roots` names and
+/// that no `pub` signature, field or variant of their own file shows: they can be `pub(crate)`
+/// or private, so the dead-code lint sees them. Comments are left out.
+fn needlessly_public(src: &Path, roots: &[PathBuf]) -> Vec<String> {
+    let mut files = Vec::new();
+    for root in roots {
+        if root.exists() {
+            rust_files(root, &mut files);
+        }
+    }
+    let code: BTreeMap<PathBuf, String> = files
+        .iter()
+        .map(|file| {
+            let text = std::fs::read_to_string(file).unwrap();
+            let code: Vec<&str> = text
+                .lines()
+                .map(|line| line.split("//").next().unwrap_or_default())
+                .collect();
+            (file.clone(), code.join("\n"))
+        })
+        .collect();
+    let mut found = Vec::new();
+    for (file, text) in &code {
+        if !file.starts_with(src) || file.ends_with("main.rs") {
+            continue;
+        }
+        let lines: Vec<&str> = text.lines().collect();
+        for (index, line) in lines.iter().enumerate() {
+            let Some((_, name)) = pub_declaration(line) else {
+                continue;
+            };
+            let elsewhere = code
+                .iter()
+                .any(|(other, text)| other != file && names(text, name));
+            if !elsewhere && !names(&public_surface(&lines, index), name) {
+                let relative = file.strip_prefix(src).unwrap().display();
+                found.push(format!("{relative}:{}: {name}", index + 1));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn pub_is_kept_for_what_other_files_use() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let roots = ["src", "tests", "bench"].map(|dir| root.join(dir));
+    let found = needlessly_public(&crate_src(), &roots);
+    assert!(
+        found.is_empty(),
+        "`pub` items nothing outside their file uses (make them pub(crate) or private): {found:?}"
+    );
+    // The scan fails on a tree that breaks the rule, and passes what another file calls and
+    // what a multi-line signature or an enum variant shows.
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(
+        src.join("a.rs"),
+        "pub fn lonely() {}\npub(crate) fn narrowed() {}\npub struct Shown;\npub enum Choice {\n    One(Carried),\n}\npub struct Carried;\npub fn show(\n    x: u8,\n) -> Shown {\n    Shown\n}\npub const LIMIT: usize = 1;\n// pub fn commented() {}\npub fn used() {}\n",
+    )
+    .unwrap();
+    std::fs::write(src.join("b.rs"), "fn f() { crate::a::used(); }\n").unwrap();
+    assert_eq!(
+        needlessly_public(&src, std::slice::from_ref(&src)),
+        vec![
+            "a.rs:1: lonely".to_string(),
+            "a.rs:4: Choice".to_string(),
+            "a.rs:8: show".to_string(),
+            "a.rs:13: LIMIT".to_string()
+        ]
     );
 }

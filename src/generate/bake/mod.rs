@@ -36,7 +36,7 @@ use crate::resolve::image::ImageSpec;
 pub(crate) const STAGING_DIR: &str = ".imagegen/bake";
 
 #[derive(Debug, thiserror::Error, PartialEq)]
-pub enum BakeError {
+pub(crate) enum BakeError {
     #[error("images {first} and {second} map to the same bake target name {target} (bake target names allow only letters, digits, '_' and '-')\nhint: make the full tags differ in more than '.' versus '_'")]
     TargetCollision {
         first: String,
@@ -60,7 +60,7 @@ pub(crate) fn target_name(image_name: &str) -> String {
 }
 
 /// The staging directory (bake context) of the image `image_name`.
-pub fn staging_context(image_name: &str) -> String {
+pub(crate) fn staging_context(image_name: &str) -> String {
     format!("{STAGING_DIR}/{image_name}")
 }
 
@@ -79,7 +79,7 @@ pub(crate) fn familiar_reference(reference: &str) -> String {
 
 /// The `docker-bake.json` for `images` (in resolver order; devel images name their runtime in
 /// `parent`).
-pub fn bake_file(images: &[ImageSpec]) -> Result<BakeFile, BakeError> {
+pub(crate) fn bake_file(images: &[ImageSpec]) -> Result<BakeFile, BakeError> {
     let mut target_of: BTreeMap<String, String> = BTreeMap::new();
     let mut image_of_target: BTreeMap<String, String> = BTreeMap::new();
     for image in images {

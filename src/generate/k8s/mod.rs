@@ -204,7 +204,7 @@ pub(crate) fn node_matches(terms: &[NodeSelectorTerm], labels: &BTreeMap<String,
 
 /// A DNS-1123 label from free text: lowercase letters, digits and `-`, starting with a letter,
 /// at most `max` characters.
-pub fn dns_label(text: &str, max: usize) -> String {
+pub(crate) fn dns_label(text: &str, max: usize) -> String {
     let mut label = String::new();
     for character in text.chars() {
         let character = character.to_ascii_lowercase();
@@ -222,7 +222,7 @@ pub fn dns_label(text: &str, max: usize) -> String {
 }
 
 /// A Job name as given, or why it is not one: never rewritten, so the Job is named as asked.
-pub fn checked_job_name(name: &str) -> Result<String, K8sError> {
+pub(crate) fn checked_job_name(name: &str) -> Result<String, K8sError> {
     if validation::is_dns_label(name) && name.len() <= JOB_NAME_MAX {
         return Ok(name.to_string());
     }
@@ -235,7 +235,7 @@ pub fn checked_job_name(name: &str) -> Result<String, K8sError> {
 
 /// The default Job name: the repository's last component and the tag
 /// (`pytorch-2-7-1-cuda12-6-cudnn9-runtime-ubuntu24-04`).
-pub fn default_job_name(repository: &str, tag: &str) -> String {
+pub(crate) fn default_job_name(repository: &str, tag: &str) -> String {
     let repository = repository.rsplit('/').next().unwrap_or("image");
     dns_label(&format!("{repository}-{tag}"), JOB_NAME_MAX)
 }

@@ -30,7 +30,7 @@ const JOB_NAME_MAX: usize = 52;
 pub(crate) const TEST_COMMAND: &str = "gpu-selftest --format json --output /tmp/gpu-selftest-report.json 2>/tmp/gpu-selftest-stderr.txt; code=$?; cat /tmp/gpu-selftest-report.json; exit $code";
 
 /// The `nvidia.com/gpu.product` value assumed for a policy model: `NVIDIA-` and its words.
-pub fn default_gpu_product(model: &str) -> String {
+pub(crate) fn default_gpu_product(model: &str) -> String {
     let words: Vec<&str> = model
         .split(|c: char| !c.is_ascii_alphanumeric())
         .filter(|w| !w.is_empty())
@@ -40,7 +40,7 @@ pub fn default_gpu_product(model: &str) -> String {
 
 /// One Job per entry of `models` (a model and the `nvidia.com/gpu.product` values of its nodes;
 /// no values: any GPU node) that tests `image` at `digest`.
-pub fn test_jobs(
+pub(crate) fn test_jobs(
     image: &ImageSpec,
     digest: &Digest,
     models: &[(String, Vec<String>)],

@@ -13,10 +13,10 @@ use std::fmt::Write as _;
 use serde::Deserialize;
 
 use crate::model::knowledge::{Knowledge, PypiWheel, PLATFORM_AMD64, PLATFORM_ARM64};
-use crate::model::version::DottedVersion;
+use crate::model::version::{DottedVersion, VersionText};
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum DeriveError {
+pub(crate) enum DeriveError {
     #[error("`{name}` is not a wheel filename: {why}")]
     Filename { name: String, why: String },
     #[error("{what}: {why}")]
@@ -39,7 +39,7 @@ pub enum DeriveError {
 
 /// A wheel filename, split (PEP 427): `{name}-{version}(-{build})?-{python}-{abi}-{platform}.whl`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WheelName {
+pub(crate) struct WheelName {
     pub distribution: String,
     pub version: String,
     /// The build tag's number (`torch-2.10.0-3-cp310-…` re-uploads as build 3).
@@ -85,7 +85,7 @@ impl WheelName {
 
     /// The container platform (`linux/amd64`, `linux/arm64`) of a manylinux/musllinux-free Linux
     /// wheel; `None` for other operating systems and architectures.
-    pub fn linux_platform(&self) -> Option<&'static str> {
+    pub(crate) fn linux_platform(&self) -> Option<&'static str> {
         let tag = self
             .platform_tags
             .iter()
@@ -100,7 +100,7 @@ impl WheelName {
     }
 
     /// The lowest glibc any of the manylinux tags asks for (PEP 600; legacy aliases PEP 513/571/599).
-    pub fn glibc_floor(&self) -> Option<DottedVersion> {
+    pub(crate) fn glibc_floor(&self) -> Option<DottedVersion> {
         self.platform_tags
             .iter()
             .filter_map(|tag| manylinux_glibc(tag))
@@ -108,7 +108,7 @@ impl WheelName {
     }
 
     /// CPython versions of the tags (`cp312` → `3.12`), and whether the ABI is free-threaded.
-    pub fn cpython(&self) -> Vec<(String, bool)> {
+    pub(crate) fn cpython(&self) -> Vec<(String, bool)> {
         let free_threaded = self.abi_tags.iter().any(|abi| abi.ends_with('t'));
         self.python_tags
             .iter()
@@ -143,7 +143,7 @@ fn manylinux_glibc(tag: &str) -> Option<DottedVersion> {
 
 /// One file of a simple index page.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IndexFile {
+pub(crate) struct IndexFile {
     pub filename: String,
     /// Absolute URL, without the `#sha256=` fragment.
     pub url: String,
@@ -153,7 +153,7 @@ pub struct IndexFile {
 }
 
 /// The files of a PEP 691 JSON project page; relative URLs resolve against `page_url`.
-pub fn parse_simple_json(text: &str, page_url: &str) -> Result<Vec<IndexFile>, DeriveError> {
+pub(crate) fn parse_simple_json(text: &str, page_url: &str) -> Result<Vec<IndexFile>, DeriveError> {
     #[derive(Deserialize)]
     struct Page {
         files: Vec<File>,
@@ -188,7 +188,7 @@ pub fn parse_simple_json(text: &str, page_url: &str) -> Result<Vec<IndexFile>, D
 }
 
 /// The files of a PEP 503 HTML project page: every `<a href=…>filename</a>`.
-pub fn parse_simple_html(text: &str, page_url: &str) -> Vec<IndexFile> {
+pub(crate) fn parse_simple_html(text: &str, page_url: &str) -> Vec<IndexFile> {
     let mut files = Vec::new();
     let mut rest = text;
     while let Some(start) = rest.find("<a ") {
@@ -243,7 +243,7 @@ fn html_unescape(text: &str) -> String {
 }
 
 /// `reference` resolved against `base` (RFC 3986 for the forms indexes use), fragment dropped.
-pub fn resolve_url(base: &str, reference: &str) -> String {
+pub(crate) fn resolve_url(base: &str, reference: &str) -> String {
     let reference = reference.split('#').next().unwrap_or_default();
     if reference.contains("://") {
         return reference.to_string();
@@ -292,7 +292,7 @@ pub fn resolve_url(base: &str, reference: &str) -> String {
 
 /// The fields of a METADATA file this module reads.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Metadata {
+pub(crate) struct Metadata {
     pub name: String,
     pub version: String,
     pub requires_dist: Vec<String>,
@@ -300,7 +300,7 @@ pub struct Metadata {
 
 /// Parses the header of a core metadata file (RFC 822 style; the body after the first empty line
 /// is the description and is ignored).
-pub fn parse_metadata(text: &str, file: &str) -> Result<Metadata, DeriveError> {
+pub(crate) fn parse_metadata(text: &str, file: &str) -> Result<Metadata, DeriveError> {
     let mut metadata = Metadata::default();
     for line in text.lines() {
         if line.trim().is_empty() {
@@ -331,7 +331,7 @@ pub fn parse_metadata(text: &str, file: &str) -> Result<Metadata, DeriveError> {
 
 /// A `Requires-Dist` line, split (PEP 508).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Requirement {
+pub(crate) struct Requirement {
     /// Normalized (PEP 503): lower case, runs of `-_.` as `-`.
     pub name: String,
     pub extras: Vec<String>,
@@ -381,7 +381,7 @@ impl Requirement {
     }
 }
 
-pub fn normalize_name(name: &str) -> String {
+pub(crate) fn normalize_name(name: &str) -> String {
     let mut normalized = String::new();
     for c in name.chars() {
         if "-_.".contains(c) {
@@ -397,7 +397,7 @@ pub fn normalize_name(name: &str) -> String {
 
 /// The environment a marker is evaluated in: a CPython on Linux.
 #[derive(Debug, Clone)]
-pub struct MarkerEnvironment {
+pub(crate) struct MarkerEnvironment {
     pub platform_machine: String,
     pub python_version: String,
 }
@@ -421,7 +421,10 @@ impl MarkerEnvironment {
 }
 
 /// Evaluates a PEP 508 marker; an unknown variable or malformed marker is an error.
-pub fn evaluate_marker(marker: &str, environment: &MarkerEnvironment) -> Result<bool, String> {
+pub(crate) fn evaluate_marker(
+    marker: &str,
+    environment: &MarkerEnvironment,
+) -> Result<bool, String> {
     let tokens = tokenize(marker)?;
     let mut parser = MarkerParser {
         tokens: &tokens,
@@ -592,7 +595,7 @@ fn compare_marker_values(left: &str, op: &str, right: &str) -> Result<bool, Stri
 }
 
 /// What one wheel's METADATA pins for its own platform and Python.
-pub fn cuda_pins(
+pub(crate) fn cuda_pins(
     metadata: &Metadata,
     environment: &MarkerEnvironment,
     file: &str,
@@ -628,24 +631,25 @@ pub fn cuda_pins(
             name.strip_prefix(prefix)
                 .is_some_and(|rest| rest.is_empty() || rest.starts_with("-cu"))
         };
-        if family("nvidia-cudnn") {
-            wheel.cudnn = Some(version.to_string());
+        let slot = if family("nvidia-cudnn") {
+            &mut wheel.cudnn
         } else if family("nvidia-nccl") {
-            wheel.nccl = Some(version.to_string());
+            &mut wheel.nccl
         } else if family("nvidia-cuda-runtime")
             || (name == "cuda-toolkit" && requirement.extras.iter().any(|e| e == "cudart"))
         {
-            wheel.cuda_runtime = Some(version.to_string());
-        }
+            &mut wheel.cuda_runtime
+        } else {
+            continue;
+        };
+        let parsed = VersionText::parse(version).map_err(|e| DeriveError::Metadata {
+            file: file.to_string(),
+            why: format!("{name}: {e}"),
+        })?;
+        *slot = Some(parsed);
     }
     if let Some(runtime) = &wheel.cuda_runtime {
-        let parsed = DottedVersion::parse_kind(runtime, "CUDA runtime", 4).map_err(|e| {
-            DeriveError::Metadata {
-                file: file.to_string(),
-                why: e.to_string(),
-            }
-        })?;
-        wheel.cuda = Some(parsed.major_minor());
+        wheel.cuda = Some(runtime.major_minor());
     }
     Ok(wheel)
 }
@@ -655,7 +659,7 @@ pub(crate) type LinuxWheels = BTreeMap<&'static str, Vec<(WheelName, IndexFile)>
 
 /// The Linux wheels of `version` on an index page, per platform; of wheels that differ only in
 /// their build tag, the highest (what pip installs). Yanked files are left out.
-pub fn linux_wheels(
+pub(crate) fn linux_wheels(
     files: &[IndexFile],
     project: &str,
     version: &str,
@@ -732,7 +736,7 @@ pub struct DerivedRelease {
 /// Derives the release from its Linux wheels and the METADATA texts fetched for them (keyed by
 /// filename; a wheel without an entry had no metadata served); `from_wheels` names the wheels
 /// whose text was read from the wheel itself rather than the index's `.metadata` file.
-pub fn derive_release(
+pub(crate) fn derive_release(
     project: &str,
     version: &str,
     page_url: &str,
@@ -866,7 +870,7 @@ impl PartialOrd for SortedVersion {
 }
 
 /// A PyPI wheel in the knowledge file's flow style.
-pub fn wheel_flow(wheel: &PypiWheel) -> String {
+pub(crate) fn wheel_flow(wheel: &PypiWheel) -> String {
     let mut text = format!("{{platform: {}", wheel.platform);
     for (key, value) in [
         ("cuda", &wheel.cuda),
@@ -1039,7 +1043,8 @@ pub fn compare(derived: &DerivedRelease, knowledge: &Knowledge) -> Comparison {
         }
         let differences_before = comparison.differences.len();
         for python in &platform.python {
-            if !series.python.contains(python) && !series.python_experimental.contains(python) {
+            let listed = |list: &[VersionText]| list.iter().any(|known| known == python);
+            if !listed(&series.python) && !listed(&series.python_experimental) {
                 comparison.differences.push(format!(
                     "{} wheels exist for Python {python}, which the knowledge does not list for torch {}",
                     platform.platform, series.series
@@ -1047,7 +1052,7 @@ pub fn compare(derived: &DerivedRelease, knowledge: &Knowledge) -> Comparison {
             }
         }
         for python in &series.python {
-            if !platform.python.contains(python) {
+            if !platform.python.iter().any(|found| found == python) {
                 comparison.differences.push(format!(
                     "the knowledge lists Python {python} for torch {}, but PyPI has no {} wheel for it",
                     series.series, platform.platform

@@ -23,16 +23,17 @@ use crate::model::yaml::{self, Problem, LIMITS};
 
 /// The frozen subset of the knowledge that logic tests run on (see [`Knowledge::test_fixture`]).
 #[cfg(test)]
-pub const TEST_FIXTURE: &str = include_str!("../../../tests/fixtures/knowledge/frozen-subset.yaml");
+pub(crate) const TEST_FIXTURE: &str =
+    include_str!("../../../tests/fixtures/knowledge/frozen-subset.yaml");
 
 /// The embedded knowledge file.
-pub const EMBEDDED: &str = include_str!("knowledge.yaml");
+pub(crate) const EMBEDDED: &str = include_str!("knowledge.yaml");
 
 /// The schema this module reads.
 pub const SCHEMA_VERSION: u32 = 2;
 
-pub const PLATFORM_AMD64: &str = "linux/amd64";
-pub const PLATFORM_ARM64: &str = "linux/arm64";
+pub(crate) const PLATFORM_AMD64: &str = "linux/amd64";
+pub(crate) const PLATFORM_ARM64: &str = "linux/arm64";
 
 #[derive(Debug, thiserror::Error)]
 pub enum KnowledgeError {
@@ -88,7 +89,7 @@ pub struct Source {
 
 impl Source {
     /// `owner/name path @commit`, or the URL.
-    pub fn locator(&self) -> String {
+    pub(crate) fn locator(&self) -> String {
         match (&self.repo, &self.path, &self.commit, &self.url) {
             (Some(repo), Some(path), Some(commit), None) => format!("{repo} {path} @{commit}"),
             (None, None, None, Some(url)) => url.clone(),
@@ -151,15 +152,15 @@ impl Field {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TorchSeries {
-    pub series: String,
-    pub python: Vec<String>,
+    pub series: VersionText,
+    pub python: Vec<VersionText>,
     #[serde(default)]
-    pub python_experimental: Vec<String>,
-    pub glibc_min: String,
+    pub python_experimental: Vec<VersionText>,
+    pub glibc_min: VersionText,
     /// Platforms whose every wheel needs a newer glibc than `glibc_min` (torch 2.6's aarch64
     /// wheels are `manylinux_2_28` while its x86_64 ones are `manylinux2014`).
     #[serde(default)]
-    pub platform_glibc_min: BTreeMap<String, String>,
+    pub platform_glibc_min: BTreeMap<String, VersionText>,
     pub cuda: Vec<TorchCuda>,
     pub releases: Vec<TorchRelease>,
     #[serde(default)]
@@ -171,30 +172,20 @@ impl TorchSeries {
     /// The glibc the wheels of `platform` need: the highest floor among the series', the
     /// platform's, and (for a CUDA wheel) the variant's and its aarch64 wheels'. Unparsable values
     /// cannot reach here: the loader checks each.
-    pub fn glibc_min_for(&self, variant: Option<&TorchCuda>, platform: &str) -> String {
-        let mut floors = vec![self.glibc_min.as_str()];
-        floors.extend(self.platform_glibc_min.get(platform).map(String::as_str));
+    pub(crate) fn glibc_min_for(&self, variant: Option<&TorchCuda>, platform: &str) -> VersionText {
+        let mut floors = vec![&self.glibc_min];
+        floors.extend(self.platform_glibc_min.get(platform));
         if let Some(variant) = variant {
-            floors.extend(variant.glibc_min.as_deref());
+            floors.extend(variant.glibc_min.as_ref());
             if platform == PLATFORM_ARM64 {
-                floors.extend(
-                    variant
-                        .aarch64
-                        .as_ref()
-                        .and_then(|a| a.glibc_min.as_deref()),
-                );
+                floors.extend(variant.aarch64.as_ref().and_then(|a| a.glibc_min.as_ref()));
             }
         }
         floors
             .into_iter()
-            .filter_map(|f| {
-                DottedVersion::parse_kind(f, "glibc", 2)
-                    .ok()
-                    .map(|v| (v, f))
-            })
-            .max_by(|a, b| a.0.cmp(&b.0))
-            .map(|(_, f)| f.to_string())
-            .unwrap_or_else(|| self.glibc_min.clone())
+            .max_by_key(|floor| floor.dotted())
+            .unwrap_or(&self.glibc_min)
+            .clone()
     }
 }
 
@@ -205,9 +196,9 @@ pub struct TorchCuda {
     pub cuda: VersionText,
     pub cudnn: VersionText,
     #[serde(default)]
-    pub nccl: Option<String>,
+    pub nccl: Option<VersionText>,
     #[serde(default)]
-    pub glibc_min: Option<String>,
+    pub glibc_min: Option<VersionText>,
     /// Compute capabilities compiled into the x86_64 wheel.
     #[serde(default)]
     pub archs: Vec<String>,
@@ -234,7 +225,7 @@ impl TorchCuda {
     }
 
     /// The compute capabilities compiled into the wheel of `platform`.
-    pub fn archs_for(&self, platform: &str) -> Vec<String> {
+    pub(crate) fn archs_for(&self, platform: &str) -> Vec<String> {
         match (&self.aarch64, platform) {
             (Some(aarch64), PLATFORM_ARM64) => aarch64.archs.clone(),
             _ => self.archs.clone(),
@@ -242,7 +233,7 @@ impl TorchCuda {
     }
 
     /// The fields of the wheel of `platform` that no primary source confirmed, with the note.
-    pub fn unconfirmed_for(&self, platform: &str) -> (Vec<Field>, Option<&str>) {
+    pub(crate) fn unconfirmed_for(&self, platform: &str) -> (Vec<Field>, Option<&str>) {
         match (&self.aarch64, platform) {
             (Some(aarch64), PLATFORM_ARM64) => {
                 let mut fields: Vec<Field> = self
@@ -267,7 +258,7 @@ pub struct Aarch64Wheels {
     pub archs: Vec<String>,
     /// The glibc floor of these wheels where it is above the series' and the platform's.
     #[serde(default)]
-    pub glibc_min: Option<String>,
+    pub glibc_min: Option<VersionText>,
     #[serde(default)]
     pub unconfirmed: Vec<Field>,
     #[serde(default)]
@@ -292,7 +283,7 @@ pub struct TorchRelease {
 
 impl TorchRelease {
     /// The CUDA variant plain PyPI serves for `platform`; `None` for a CPU-only wheel or none.
-    pub fn pypi_cuda(&self, platform: &str) -> Option<&str> {
+    pub(crate) fn pypi_cuda(&self, platform: &str) -> Option<&str> {
         self.pypi
             .wheels
             .iter()
@@ -317,14 +308,14 @@ pub struct PypiWheel {
     pub platform: String,
     /// The CUDA variant (`13.0`), from the CUDA runtime pin.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cuda: Option<String>,
+    pub cuda: Option<VersionText>,
     /// The pinned CUDA runtime (`nvidia-cuda-runtime-cu12==…` or `cuda-toolkit[…]==…`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cuda_runtime: Option<String>,
+    pub cuda_runtime: Option<VersionText>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cudnn: Option<String>,
+    pub cudnn: Option<VersionText>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub nccl: Option<String>,
+    pub nccl: Option<VersionText>,
 }
 
 /// One CUDA toolkit release: its driver minimum and the nvidia/cuda images of it.
@@ -337,16 +328,16 @@ pub struct CudaRelease {
     pub driver_min: Option<DriverVersion>,
     /// The CUDA runtime library version the release ships (`12.4.127` for 12.4.1).
     #[serde(default)]
-    pub cudart: Option<String>,
+    pub cudart: Option<VersionText>,
     /// Ubuntu releases nvidia/cuda publishes images of this release for; empty when none are known.
     #[serde(default)]
-    pub ubuntu: Vec<String>,
+    pub ubuntu: Vec<VersionText>,
     /// The cuDNN flavour in nvidia/cuda tags (`cudnn8`, `cudnn9`, `cudnn`).
     #[serde(default)]
     pub cudnn_tag: Option<String>,
     /// The Ubuntu releases the cuDNN tags exist for, when fewer than `ubuntu`.
     #[serde(default)]
-    pub cudnn_ubuntu: Option<Vec<String>>,
+    pub cudnn_ubuntu: Option<Vec<VersionText>>,
     /// The brand list (under `brands`) NVIDIA_REQUIRE_CUDA repeats per forward-compat branch.
     #[serde(default)]
     pub brands: Option<String>,
@@ -387,15 +378,17 @@ impl CudaRelease {
     }
 
     /// The forward-compatibility branches of the images of `platform`.
-    pub fn forward_compat_branches(&self, platform: &str) -> &[u64] {
+    pub(crate) fn forward_compat_branches(&self, platform: &str) -> &[u64] {
         self.platforms
             .get(platform)
             .map(Vec::as_slice)
             .unwrap_or_default()
     }
 
+    /// Read by tests of the data; nothing in imagegen asks it.
+    #[cfg(test)]
     /// Ubuntu releases with `cudnn_tag` images.
-    pub fn cudnn_ubuntu(&self) -> &[String] {
+    pub(crate) fn cudnn_ubuntu(&self) -> &[VersionText] {
         match (&self.cudnn_tag, &self.cudnn_ubuntu) {
             (None, _) => &[],
             (Some(_), Some(list)) => list,
@@ -429,7 +422,7 @@ pub struct CudaFamily {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CudaArchChange {
-    pub cuda: String,
+    pub cuda: VersionText,
     #[serde(default)]
     pub adds: Vec<String>,
     #[serde(default)]
@@ -445,8 +438,8 @@ pub struct OsRelease {
     pub name: String,
     pub base: String,
     pub codename: String,
-    pub glibc: String,
-    pub python: String,
+    pub glibc: VersionText,
+    pub python: VersionText,
     pub source: Vec<String>,
     /// When the release's standard security support ends.
     #[serde(default)]
@@ -495,14 +488,14 @@ impl Knowledge {
     /// the resolver, renderer, planner and generators run on it, so adding a release to the
     /// shipped file never breaks them.
     #[cfg(test)]
-    pub fn test_fixture() -> Knowledge {
+    pub(crate) fn test_fixture() -> Knowledge {
         Self::parse(TEST_FIXTURE, "tests/fixtures/knowledge/frozen-subset.yaml")
             .expect("the test fixture knowledge is valid")
     }
 
     /// The embedded knowledge with the file the loader read from `path` merged over it, held
     /// to [`yaml::LIMITS`] like the matrix.
-    pub fn with_override(path: &Path, bytes: &[u8]) -> Result<Knowledge, KnowledgeError> {
+    pub(crate) fn with_override(path: &Path, bytes: &[u8]) -> Result<Knowledge, KnowledgeError> {
         let origin = path.display().to_string();
         let bytes = yaml::within_size(bytes, &LIMITS)
             .map_err(|problem| KnowledgeError::located(&origin, problem))?;
@@ -570,12 +563,14 @@ impl Knowledge {
             self.wheel_index = other.wheel_index;
             self.wheel_index_source = other.wheel_index_source;
         }
-        merge_by(&mut self.torch, other.torch, |t| t.series.clone());
+        merge_by(&mut self.torch, other.torch, |t| t.series.to_string());
         merge_by(&mut self.cuda, other.cuda, |c| c.version.to_string());
         merge_by(&mut self.cuda_families, other.cuda_families, |f| {
             f.major.to_string()
         });
-        merge_by(&mut self.cuda_archs, other.cuda_archs, |a| a.cuda.clone());
+        merge_by(&mut self.cuda_archs, other.cuda_archs, |a| {
+            a.cuda.to_string()
+        });
         merge_by(&mut self.os, other.os, |o| o.name.clone());
     }
 
@@ -634,7 +629,7 @@ impl Knowledge {
     }
 
     /// The sources `keys` name, as locators.
-    pub fn locate(&self, keys: &[String]) -> Vec<String> {
+    pub(crate) fn locate(&self, keys: &[String]) -> Vec<String> {
         keys.iter()
             .filter_map(|key| self.sources.get(key))
             .map(Source::locator)
@@ -700,7 +695,7 @@ impl Knowledge {
                 )));
             }
         }
-        let versions = |list: &[String], kind: &'static str, parts: usize| {
+        let versions = |list: &[VersionText], kind: &'static str, parts: usize| {
             list.iter()
                 .try_for_each(|v| version(v, kind, parts).map(drop))
         };
@@ -931,19 +926,21 @@ impl Knowledge {
     }
 
     /// The torch series `series` (`2.7`).
-    pub fn torch_series(&self, series: &str) -> Option<&TorchSeries> {
+    pub(crate) fn torch_series(&self, series: &str) -> Option<&TorchSeries> {
         self.torch.iter().find(|t| t.series == series)
     }
 
+    /// Read by tests of the data; nothing in imagegen asks it.
+    #[cfg(test)]
     /// The newest torch series in the data.
-    pub fn newest_series(&self) -> Option<&TorchSeries> {
+    pub(crate) fn newest_series(&self) -> Option<&TorchSeries> {
         self.torch
             .iter()
             .max_by_key(|t| TorchVersion::parse(&t.series).map(|v| v.version).ok())
     }
 
     /// The torch release `torch` (`2.7.1`) with its series.
-    pub fn torch_release(&self, torch: &str) -> Option<(&TorchSeries, &TorchRelease)> {
+    pub(crate) fn torch_release(&self, torch: &str) -> Option<(&TorchSeries, &TorchRelease)> {
         let parsed = TorchVersion::parse(torch).ok()?;
         let series = self.torch_series(&parsed.series())?;
         let release = series.releases.iter().find(|r| r.torch == torch)?;
@@ -953,7 +950,7 @@ impl Knowledge {
     /// The CUDA release to build on for `cuda`: the exact release when `cuda` has three parts,
     /// else the newest release of the `major.minor` line that has nvidia/cuda images (`12.6` →
     /// `12.6.3`), or the newest of the line when none has.
-    pub fn cuda_release_for(&self, cuda: &str) -> Option<&CudaRelease> {
+    pub(crate) fn cuda_release_for(&self, cuda: &str) -> Option<&CudaRelease> {
         let wanted = DottedVersion::parse_kind(cuda, "CUDA", 3).ok()?;
         let exact = wanted.parts().len() == 3;
         self.cuda
@@ -985,12 +982,14 @@ impl Knowledge {
     }
 
     /// The brand names of the list `name`.
-    pub fn brand_names(&self, name: &str) -> Option<&[String]> {
+    pub(crate) fn brand_names(&self, name: &str) -> Option<&[String]> {
         self.brands.get(name).map(|list| list.names.as_slice())
     }
 
+    /// Read by tests of the data; nothing in imagegen asks it.
+    #[cfg(test)]
     /// The newest CUDA toolkit (major.minor) whose toolkit driver minimum `driver` meets.
-    pub fn newest_cuda_for_driver(&self, driver: &DriverVersion) -> Option<String> {
+    pub(crate) fn newest_cuda_for_driver(&self, driver: &DriverVersion) -> Option<String> {
         self.cuda
             .iter()
             .filter(|c| c.verified)
@@ -1017,7 +1016,7 @@ impl Knowledge {
     /// branch `R535`, which means the lowest release of that branch the knowledge names (the
     /// release a fleet on that branch runs at least). A bare branch number (`535`) is refused: it
     /// reads as `535.0.0`, older than every release of the branch.
-    pub fn driver_argument(&self, text: &str) -> Result<DriverVersion, String> {
+    pub(crate) fn driver_argument(&self, text: &str) -> Result<DriverVersion, String> {
         let text = text.trim();
         if let Some(branch) = text.strip_prefix(['R', 'r']) {
             let Ok(branch) = branch.parse::<u64>() else {
@@ -1050,14 +1049,16 @@ impl Knowledge {
         DriverVersion::parse(text).map_err(|e| e.to_string())
     }
 
+    /// Read by tests of the data; nothing in imagegen asks it.
+    #[cfg(test)]
     /// The pip wheel index URL for CUDA `cuda` (`12.6` → `.../whl/cu126`).
-    pub fn wheel_index_url(&self, cuda: &str) -> String {
+    pub(crate) fn wheel_index_url(&self, cuda: &str) -> String {
         self.wheel_index.replace("{suffix}", &wheel_suffix(cuda))
     }
 }
 
 /// The wheel index suffix of a CUDA version: `cu` + major.minor without the dot.
-pub fn wheel_suffix(cuda: &str) -> String {
+pub(crate) fn wheel_suffix(cuda: &str) -> String {
     let parts: Vec<&str> = cuda.split('.').take(2).collect();
     format!("cu{}", parts.concat())
 }

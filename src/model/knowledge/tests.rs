@@ -440,3 +440,57 @@ fn platform_glibc_floors_name_known_platforms() {
         "{error}"
     );
 }
+
+/// Versions are parsed when the file is read, into types: a malformed one is refused at its line
+/// and column, whichever list or field holds it (no value is kept as text to fail later).
+#[test]
+fn malformed_versions_are_refused_at_their_line() {
+    let line_of = |needle: &str| {
+        EMBEDDED
+            .lines()
+            .position(|line| line.contains(needle))
+            .expect("the edited line is in knowledge.yaml")
+            + 1
+    };
+    for (from, to) in [
+        (
+            "platform_glibc_min: {linux/arm64: \"2.28\"}",
+            "platform_glibc_min: {linux/arm64: \"2.28b\"}",
+        ),
+        (
+            "{platform: linux/amd64, cuda: \"13.0\", cuda_runtime: \"13.0.2\", cudnn: \"9.19.0.56\", nccl: \"2.28.9\"}",
+            "{platform: linux/amd64, cuda: \"13.0\", cuda_runtime: \"13.0.2\", cudnn: \"9.19.0.56\", nccl: \"2.28.9-1\"}",
+        ),
+        (
+            "cudart: \"11.0.221\", ubuntu: [\"16.04\"",
+            "cudart: \"11.0.221\", ubuntu: [\"16.04 LTS\"",
+        ),
+        (
+            "{name: \"debian12\", base: \"debian:12\", codename: bookworm, glibc: \"2.36\", python: \"3.11\"",
+            "{name: \"debian12\", base: \"debian:12\", codename: bookworm, glibc: \"2.36\", python: \"3.11.x\"",
+        ),
+        (
+            "{cuda: \"12.9\", adds: [\"10.3\", \"12.1\"]",
+            "{cuda: \"12.9.\", adds: [\"10.3\", \"12.1\"]",
+        ),
+    ] {
+        let line = line_of(from);
+        let error = error_of(&edited(from, to));
+        assert!(
+            error.starts_with(&format!("k.yaml:{line}:")),
+            "{to}: {error}"
+        );
+    }
+    // A Python list and a series, in block style.
+    let series =
+        "  - series: \"2.12\"\n    python: [\"3.10\", \"3.11\", \"3.12\", \"3.13\", \"3.14\"]";
+    let line = line_of("series: \"2.12\"");
+    let error = error_of(&edited(series, &series.replace("\"3.14\"", "\"3.14t\"")));
+    assert!(
+        error.starts_with(&format!("k.yaml:{}:", line + 1)),
+        "{error}"
+    );
+    assert!(error.contains("malformed version \"3.14t\""), "{error}");
+    let error = error_of(&edited(series, &series.replace("\"2.12\"", "\"2.12-rc\"")));
+    assert!(error.starts_with(&format!("k.yaml:{line}:")), "{error}");
+}

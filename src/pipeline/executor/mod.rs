@@ -22,7 +22,7 @@ use crate::history::alias_transaction::{AliasTarget, Owner};
 use crate::history::manifest::Packages;
 use crate::history::test_results::{gpu_is, ANY_GPU};
 use crate::model::digest::Digest;
-pub use crate::pipeline::alias_move::Claim;
+pub(crate) use crate::pipeline::alias_move::Claim;
 use crate::pipeline::alias_move::{
     move_alias, AliasLedger, AliasOutcome, AliasRegistry, AliasRequest,
 };

@@ -8,7 +8,7 @@
 /// How many bytes of a wheel's tail to ask for first: the end of central directory record (22
 /// bytes plus a comment of at most 64 kB), the ZIP64 locator and record, and in practice the end
 /// of the central directory, where `bdist_wheel` writes the `.dist-info` members.
-pub const TAIL_BYTES: u64 = 256 * 1024;
+pub(crate) const TAIL_BYTES: u64 = 256 * 1024;
 
 /// The largest METADATA member inflated (torch's is a few kB).
 const MAX_METADATA_BYTES: usize = 4 * 1024 * 1024;
@@ -19,7 +19,7 @@ const ZIP64_END_OF_CENTRAL_DIRECTORY: u32 = 0x0606_4b50;
 const CENTRAL_HEADER: u32 = 0x0201_4b50;
 const LOCAL_HEADER: u32 = 0x0403_4b50;
 /// A local file header's fixed part.
-pub const LOCAL_HEADER_BYTES: u64 = 30;
+pub(crate) const LOCAL_HEADER_BYTES: u64 = 30;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum WheelZipError {
@@ -37,7 +37,7 @@ pub enum WheelZipError {
 
 /// Where the central directory lies in the file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CentralDirectory {
+pub(crate) struct CentralDirectory {
     pub offset: u64,
     pub size: u64,
 }
@@ -70,7 +70,10 @@ fn format_error(why: &str) -> WheelZipError {
 
 /// The central directory's place, from the file's last bytes (`tail`, which starts at
 /// `tail_start` in the file).
-pub fn central_directory(tail: &[u8], tail_start: u64) -> Result<CentralDirectory, WheelZipError> {
+pub(crate) fn central_directory(
+    tail: &[u8],
+    tail_start: u64,
+) -> Result<CentralDirectory, WheelZipError> {
     // The record is 22 bytes plus a comment; search backwards for its signature.
     let end = (0..tail.len().saturating_sub(21))
         .rev()
@@ -177,7 +180,7 @@ pub(crate) fn is_metadata(name: &str) -> bool {
 
 /// The METADATA entry found in a part of the central directory (such as the part the tail
 /// holds) by its signature; the caller confirms it against the local header's name.
-pub fn metadata_in_part(part: &[u8]) -> Option<Member> {
+pub(crate) fn metadata_in_part(part: &[u8]) -> Option<Member> {
     (0..part.len().saturating_sub(3))
         .filter(|&at| u32_at(part, at) == Some(CENTRAL_HEADER))
         .filter_map(|at| entry_at(part, at).map(|(member, _)| member))
@@ -185,7 +188,7 @@ pub fn metadata_in_part(part: &[u8]) -> Option<Member> {
 }
 
 /// The METADATA entry of a whole central directory.
-pub fn metadata_member(directory: &[u8]) -> Result<Member, WheelZipError> {
+pub(crate) fn metadata_member(directory: &[u8]) -> Result<Member, WheelZipError> {
     members(directory)?
         .into_iter()
         .find(|member| is_metadata(&member.name))
@@ -194,7 +197,7 @@ pub fn metadata_member(directory: &[u8]) -> Result<Member, WheelZipError> {
 
 /// Where the member's data starts, from its local header (the fixed part and at least the name):
 /// the header's own name and extra lengths count, not the central directory's.
-pub fn data_offset(member: &Member, header: &[u8]) -> Result<u64, WheelZipError> {
+pub(crate) fn data_offset(member: &Member, header: &[u8]) -> Result<u64, WheelZipError> {
     if u32_at(header, 0) != Some(LOCAL_HEADER) {
         return Err(format_error(&format!(
             "no local header at byte {} for {}",
@@ -219,7 +222,7 @@ pub fn data_offset(member: &Member, header: &[u8]) -> Result<u64, WheelZipError>
 }
 
 /// The member's text from its (compressed) data.
-pub fn inflate(member: &Member, data: &[u8]) -> Result<String, WheelZipError> {
+pub(crate) fn inflate(member: &Member, data: &[u8]) -> Result<String, WheelZipError> {
     let bytes = match member.method {
         0 => data.to_vec(),
         8 => miniz_oxide::inflate::decompress_to_vec_with_limit(data, MAX_METADATA_BYTES)
