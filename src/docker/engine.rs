@@ -49,8 +49,11 @@ const FAILURE_TAIL_LINES: usize = 20;
 /// An image build: the context tar (see [`super::context_tar`]) and what to stamp on the image.
 #[derive(Clone)]
 pub struct BuildRequest {
-    /// Full reference to tag the result with, e.g. `127.0.0.1:5000/team/torch:2.7.0-cu128`.
+    /// Full reference of the result, e.g. `127.0.0.1:5000/team/torch:2.7.0-cu128`: the daemon
+    /// tags it so unless `untagged`; errors name it either way.
     pub tag: String,
+    /// Leave the result untagged (its ID is returned): the caller tags what it makes of it.
+    pub untagged: bool,
     /// Uncompressed tar of the build context.
     pub context: Vec<u8>,
     /// Path of the Dockerfile inside the context.
@@ -73,6 +76,7 @@ impl BuildRequest {
     pub fn new(tag: impl Into<String>, context: Vec<u8>) -> Self {
         BuildRequest {
             tag: tag.into(),
+            untagged: false,
             context,
             dockerfile_path: "Dockerfile".into(),
             labels: BTreeMap::new(),
@@ -446,12 +450,14 @@ impl Engine {
             .collect();
         let mut options = BuildImageOptionsBuilder::default()
             .dockerfile(&request.dockerfile_path)
-            .t(&request.tag)
             .labels(&labels)
             .buildargs(&build_args)
             .nocache(request.no_cache)
             .rm(true)
             .forcerm(true);
+        if !request.untagged {
+            options = options.t(&request.tag);
+        }
         if request.pull {
             options = options.pull("true");
         }
@@ -517,6 +523,11 @@ impl Engine {
 
         match image_id {
             Some(id) => Ok(id),
+            None if request.untagged => Err(DockerError::Daemon {
+                address: self.address.clone(),
+                action: format!("building image {}", request.tag),
+                reason: "the daemon did not report the built image's ID".into(),
+            }),
             // Old daemons send no aux id; the tag was applied, so ask for it.
             None => match self.image(&request.tag).await? {
                 Some(image) => Ok(image.id),

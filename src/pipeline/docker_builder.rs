@@ -358,6 +358,9 @@ impl Builder for EngineBuilder {
             None => context,
         };
         let mut request = BuildRequest::new(image.reference.clone(), context);
+        // The daemon's build stays untagged: only its normalized image is ever tagged with the
+        // reference (a concurrent run pushing the tag must never find an unnormalized build there).
+        request.untagged = true;
         request.platform = Some(image.spec.platform.to_string());
         request.labels = self.settings.build_labels.clone();
         request
