@@ -203,3 +203,110 @@ fn ci_and_bake_build_each_flavour_after_its_runtime_image() {
         .collect();
     assert_eq!(default.len(), 5, "{default:?}");
 }
+
+/// A manifest record of the matrix's images, as `build --push` writes one (the fields `plan` and
+/// `diff` read), with `extra` on top.
+fn record(tag: &str, digest: &str, extra: serde_json::Value) -> serde_json::Value {
+    let mut record = serde_json::json!({
+        "repository": "registry.example.com/team/pytorch", "tag": tag,
+        "digest": digest, "fingerprint": format!("sha256:{}", "f".repeat(64)),
+        "build_key": format!("sha256:{}", "b".repeat(64)), "variant": "runtime",
+        "torch": "2.13.0", "torchvision": "0.28.0", "cuda": "13.0", "cuda_full": "13.0.2",
+        "cudnn": "9", "python": "3.12", "os": "ubuntu24.04", "base_image": "b",
+        "driver_min": "580.65.06", "driver_min_compat": "580.65.06",
+        "require_cuda": "cuda>=13.0", "built_at": "2026-12-01T07:00:00Z", "status": "ok"
+    });
+    for (key, value) in extra.as_object().unwrap() {
+        record[key] = value.clone();
+    }
+    record
+}
+
+#[test]
+fn plan_and_diff_say_which_flavour_and_which_parent_an_image_was_built_from() {
+    let project = project();
+    let dir = project.path();
+    let digest = |c: char| format!("sha256:{}", c.to_string().repeat(64));
+    let tools = format!("{RUNTIME}-tools");
+    let manifest = serde_json::json!({
+        "schema_version": 1,
+        "images": {
+            RUNTIME: record(RUNTIME, &digest('1'), serde_json::json!({})),
+            tools.clone(): record(&tools, &digest('2'), serde_json::json!({
+                "flavour": {"name": "tools", "parent": RUNTIME, "parent_digest": digest('1')},
+                "history": [record(&tools, &digest('3'), serde_json::json!({
+                    "built_at": "2026-11-01T07:00:00Z",
+                    "flavour": {"name": "tools", "parent": RUNTIME, "parent_digest": digest('9')}
+                }))]
+            })),
+            // Written before flavours were recorded: it loads, and says nothing of its parent.
+            format!("{RUNTIME}-ssh"): record(&format!("{RUNTIME}-ssh"), &digest('4'), serde_json::json!({})),
+        }
+    });
+    std::fs::write(
+        dir.join("imagegen-manifest.json"),
+        serde_json::to_string_pretty(&manifest).unwrap(),
+    )
+    .unwrap();
+
+    let plan = imagegen(dir, &["plan"]);
+    assert_code(&plan, 0);
+    let said = text(&plan);
+    let section: Vec<String> = said
+        .lines()
+        .skip_while(|line| !line.starts_with("flavour images"))
+        .skip(2)
+        .take_while(|line| !line.trim().is_empty())
+        .map(|line| line.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect();
+    assert_eq!(
+        section,
+        [
+            format!("{RUNTIME}-jupyter jupyter {RUNTIME} -"),
+            format!("{RUNTIME}-ssh ssh {RUNTIME} -"),
+            format!(
+                "{tools} tools {RUNTIME} tools FROM {RUNTIME}@{}",
+                digest('1')
+            ),
+        ],
+        "{said}"
+    );
+    let json = imagegen(dir, &["plan", "--format", "json"]);
+    assert_code(&json, 0);
+    let json: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(json["flavours"].as_array().unwrap().len(), 3, "{json:#}");
+    assert_eq!(json["flavours"][2]["from"], RUNTIME);
+    let markdown = imagegen(dir, &["plan", "--format", "markdown"]);
+    assert!(
+        text(&markdown).contains(&format!(
+            "| `{tools}` | tools | `{RUNTIME}` | `tools FROM {RUNTIME}@{}` |",
+            digest('1')
+        )),
+        "{}",
+        text(&markdown)
+    );
+
+    // `diff` of the runtime image and its flavour, and of two builds of the flavour on two builds
+    // of its runtime image (the earlier one by its digest, from the record's history).
+    let diff = imagegen(dir, &["diff", RUNTIME, &tools]);
+    assert_code(&diff, 0);
+    assert!(
+        text(&diff).contains(&format!(
+            "flavour: (none) -> tools FROM {RUNTIME}@{}\n",
+            digest('1')
+        )),
+        "{}",
+        text(&diff)
+    );
+    let diff = imagegen(dir, &["diff", &digest('3'), &tools]);
+    assert_code(&diff, 0);
+    assert!(
+        text(&diff).contains(&format!(
+            "flavour: tools FROM {RUNTIME}@{} -> tools FROM {RUNTIME}@{}\n",
+            digest('9'),
+            digest('1')
+        )),
+        "{}",
+        text(&diff)
+    );
+}
