@@ -153,6 +153,93 @@ fn flavours_render_from_their_runtime_image_and_pass_hadolint() {
     assert_eq!(changed, [format!("{RUNTIME}-tools")], "{}", text(&check));
 }
 
+const DEVEL: &str = "2.13.0-cuda13.0-cudnn9-devel-ubuntu24.04";
+
+/// A flavour of the team's own built FROM each devel image (`from: devel`).
+const DEVEL_FLAVOUR: &str =
+    "  build:\n    from: devel\n    pip: [ninja]\n    apt: [make]\n    env:\n      BUILD_HOME: /opt/build\n";
+
+#[test]
+fn a_flavour_from_devel_renders_from_the_devel_image_and_runtime_flavours_stay_byte_identical() {
+    let project = project();
+    let dir = project.path();
+    assert_code(&imagegen(dir, &["render"]), 0);
+    let runtime_flavours = ["jupyter", "ssh", "tools"].map(|flavour| {
+        let name = format!("{RUNTIME}-{flavour}");
+        (name.clone(), read(dir, &name, "Dockerfile"))
+    });
+    std::fs::write(dir.join("matrix.yaml"), format!("{MATRIX}{DEVEL_FLAVOUR}")).unwrap();
+    let resolve = imagegen(dir, &["resolve"]);
+    assert_code(&resolve, 0);
+    assert!(
+        text(&resolve).contains(&format!("{DEVEL}-build")),
+        "{}",
+        text(&resolve)
+    );
+    assert_code(&imagegen(dir, &["render"]), 0);
+    // The runtime flavours are rendered byte for byte as they were (fingerprints included).
+    for (name, before) in &runtime_flavours {
+        assert_eq!(&read(dir, name, "Dockerfile"), before, "{name}");
+    }
+    assert!(
+        !dir.join("images").join(format!("{RUNTIME}-build")).exists(),
+        "a devel flavour is not built on the runtime image"
+    );
+    let build = read(dir, &format!("{DEVEL}-build"), "Dockerfile");
+    let mut settings = insta::Settings::clone_current();
+    settings.add_filter(r"sha256:[0-9a-f]{64}", "sha256:[digest]");
+    settings.bind(|| insta::assert_snapshot!("devel_flavour_dockerfile", build));
+    assert!(
+        build.contains(&format!(
+            "FROM registry.example.com/team/pytorch:{DEVEL} AS system\n"
+        )),
+        "{build}"
+    );
+    assert!(build.contains("imagegen.variant=\"devel\""), "{build}");
+    assert!(build.contains("imagegen.flavour=\"build\""), "{build}");
+    assert!(build.contains("of the devel image's lock"), "{build}");
+    assert!(!build.contains("runtime image"), "{build}");
+    assert!(build.contains("\nUSER 1000:1000\n"), "{build}");
+    let hadolint = repository_root().join(".ci/venv/bin/hadolint");
+    let lint = Command::new(&hadolint)
+        .arg("--config")
+        .arg(repository_root().join(".hadolint.yaml"))
+        .arg(
+            dir.join("images")
+                .join(format!("{DEVEL}-build"))
+                .join("Dockerfile"),
+        )
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e} (run .ci/install-deps.sh)", hadolint.display()));
+    assert!(lint.status.success(), "hadolint:\n{}", text(&lint));
+
+    // CI builds it in its family's job after its devel image; bake gives it the devel target as
+    // its parent's context.
+    let ci = imagegen(dir, &["ci", "--format", "github"]);
+    assert_code(&ci, 0);
+    let matrix: serde_json::Value = serde_json::from_slice(&ci.stdout).unwrap();
+    let images: Vec<&str> = matrix["include"][0]["images"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|name| name.as_str().unwrap())
+        .collect();
+    let position = |name: &str| images.iter().position(|image| *image == name).unwrap();
+    assert!(
+        position(DEVEL) < position(&format!("{DEVEL}-build")),
+        "{images:?}"
+    );
+    let bake = imagegen(dir, &["bake", "--out", "-", "--no-stage"]);
+    assert_code(&bake, 0);
+    let bake: serde_json::Value = serde_json::from_slice(&bake.stdout).unwrap();
+    let target = |name: &str| name.replace('.', "_");
+    assert_eq!(
+        bake["target"][target(&format!("{DEVEL}-build"))]["contexts"]
+            [format!("registry.example.com/team/pytorch:{DEVEL}")],
+        format!("target:{}", target(DEVEL))
+    );
+}
+
 #[test]
 fn ci_and_bake_build_each_flavour_after_its_runtime_image() {
     let project = project();
