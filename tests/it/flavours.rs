@@ -2,15 +2,20 @@
 //! the Dockerfiles of the built-in jupyter and ssh flavours and of one of the team's own (one
 //! snapshot, linted by the real hadolint with the repository's settings), the files their build
 //! contexts carry, how the CI fan-out and the bake file treat them (after their runtime image, in
-//! its job or with it as a named context), and `render --check` after a flavour changed. The
-//! flavours built and started for real are in `real_build.rs` and `flavour_services.rs`.
+//! its job or with it as a named context), `render --check` after a flavour changed, a flavour
+//! `from: devel`, and what `plan` and `diff` say of a flavour's parent. One test builds flavour
+//! images for real on the build fixture's busybox stand-ins (with `tests/fixtures/flavour`'s
+//! stand-in template): pushed, recorded with their parent's digest, run by `k8s`, rolled back.
+//! The built-in flavours built and started for real are in `real_build.rs` and
+//! `flavour_services.rs`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use assert_cmd::Command as CargoCommand;
 
-use crate::support::project::{assert_code, text};
+use crate::support::project::{assert_code, prepare, text, Project, SELFTEST_PASS};
+use crate::support::Registry;
 
 fn repository_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -396,4 +401,207 @@ fn plan_and_diff_say_which_flavour_and_which_parent_an_image_was_built_from() {
         "{}",
         text(&diff)
     );
+}
+
+/// The build fixture (tests/fixtures/build: busybox stand-ins) with the flavour stand-in template
+/// and two flavours: `tools` FROM the runtime images, `build` FROM the devel images.
+fn build_project(registry: &str) -> Project {
+    let project = Project::new(registry, SELFTEST_PASS);
+    let template = std::fs::read_to_string(
+        repository_root().join("tests/fixtures/flavour/flavour.Dockerfile.j2"),
+    )
+    .unwrap()
+    .replace("TEST_CASE", project.case())
+    .replace("TEST_RUN", &crate::support::run_id());
+    std::fs::write(
+        project.path().join("templates/flavour.Dockerfile.j2"),
+        template,
+    )
+    .unwrap();
+    let matrix = project.path().join("matrix.yaml");
+    let text = std::fs::read_to_string(&matrix).unwrap();
+    std::fs::write(
+        &matrix,
+        format!(
+            "{text}flavours:\n  tools: {{apt: [git]}}\n  build: {{from: devel, apt: [make]}}\n"
+        ),
+    )
+    .unwrap();
+    project.imagegen(&["render"]).assert().success();
+    project
+}
+
+/// The alias of the 2.7 runtime image's `tools` flavour (the runtime image's, with `-tools`).
+const ALIAS: &str = "2.7-cuda12.6-runtime-tools";
+
+/// What a container of `reference` prints for `command` (busybox's sh).
+fn run_in(reference: &str, command: &str) -> String {
+    let output = Command::new("docker")
+        .args([
+            "run",
+            "--rm",
+            "--entrypoint",
+            "sh",
+            reference,
+            "-c",
+            command,
+        ])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{reference}: {}", text(&output));
+    String::from_utf8_lossy(&output.stdout).trim().to_string()
+}
+
+/// Flavour images built, pushed and recorded like any image: FROM their parent (runtime or devel),
+/// each record naming its flavour and the parent's digest; `k8s` runs a flavour alias pinned to
+/// its digest; a new torch release moves the flavour's alias to the new flavour image (the other
+/// images reused), and `rollback` moves it back to the digest it had, which `k8s` then runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn flavour_images_build_push_record_run_in_k8s_and_roll_back_like_any_image() {
+    prepare().await;
+    let registry = Registry::start();
+    let project = build_project(registry.host());
+    let runtime = project.tag("2.8.0", "runtime");
+    let devel = project.tag("2.8.0", "devel");
+    let (tools, build) = (format!("{runtime}-tools"), format!("{devel}-build"));
+    let output = project.build(&["--push"]);
+    assert_code(&output, 0);
+    let manifest = project.manifest();
+    let digest = |manifest: &serde_json::Value, tag: &str| {
+        manifest["images"][tag]["digest"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no digest for {tag} in {manifest:#}"))
+            .to_string()
+    };
+    // Recorded with their flavour and the digest (and id) of the image they were built FROM.
+    for (flavour, parent, name) in [(&tools, &runtime, "tools"), (&build, &devel, "build")] {
+        let record = &manifest["images"][flavour];
+        assert_eq!(record["flavour"]["name"], name, "{record:#}");
+        assert_eq!(record["flavour"]["parent"], parent.as_str(), "{record:#}");
+        assert_eq!(
+            record["flavour"]["parent_digest"],
+            digest(&manifest, parent).as_str()
+        );
+        assert_eq!(
+            record["flavour"]["parent_image_id"],
+            manifest["images"][parent]["image_id"]
+        );
+        assert!(record["selftest"]["status"] == "pass", "{record:#}");
+    }
+    assert!(manifest["images"][&runtime].get("flavour").is_none());
+    // Built FROM the parent: its content and its layers are there, with the flavour's on top.
+    let reference = |tag: &str| format!("{}/{}:{tag}", project.registry, project.repository);
+    assert_eq!(
+        run_in(
+            &reference(&build),
+            "cat /etc/imagegen-devel /etc/imagegen-flavour"
+        ),
+        "nvcc for CUDA 12.6\nflavour build from devel apt make"
+    );
+    assert_eq!(
+        run_in(&reference(&tools), "cat /etc/imagegen-flavour"),
+        "flavour tools from runtime apt git"
+    );
+    let layers = |tag: &str| -> Vec<String> {
+        let output = Command::new("docker")
+            .args([
+                "image",
+                "inspect",
+                "--format",
+                "{{json .RootFS.Layers}}",
+                &reference(tag),
+            ])
+            .output()
+            .unwrap();
+        serde_json::from_slice(&output.stdout).unwrap()
+    };
+    let (parent_layers, flavour_layers) = (layers(&devel), layers(&build));
+    assert_eq!(
+        flavour_layers[..parent_layers.len()],
+        parent_layers[..],
+        "the devel flavour's first layers are the devel image's"
+    );
+    // Aliases: the parent's with -<flavour>, moved in the registry; `k8s` of the alias runs the
+    // flavour image pinned to its digest.
+    let old_tools = format!("{}-tools", project.tag("2.7.0", "runtime"));
+    let aliases: Vec<String> = manifest["images"][&old_tools]["aliases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|alias| alias.as_str().unwrap().to_string())
+        .collect();
+    assert!(aliases.contains(&ALIAS.to_string()), "{aliases:?}");
+    let client = project.client(None);
+    let path = imagegen::docker::repository_path_of(&project.repository);
+    let first = digest(&manifest, &old_tools);
+    assert_eq!(
+        client.manifest_digest(path, ALIAS).await.unwrap(),
+        Some(first.clone())
+    );
+    let k8s = |project: &Project| {
+        let output = project.imagegen(&["k8s", ALIAS]).output().unwrap();
+        assert_code(&output, 0);
+        text(&output)
+    };
+    let job = k8s(&project);
+    assert!(
+        job.contains(&format!("image: {}@{first}\n", reference(&old_tools))),
+        "{job}"
+    );
+
+    // A new torch release: its runtime image and its flavour are new, the flavour's alias moves
+    // to the new flavour image, and the 2.8.0 images are reused as they were.
+    project.edit_matrix(
+        "torch: [\"2.7.0\", \"2.8.0\"]",
+        "torch: [\"2.7.1\", \"2.8.0\"]",
+    );
+    let (new_runtime, new_tools) = (
+        project.tag("2.7.1", "runtime"),
+        format!("{}-tools", project.tag("2.7.1", "runtime")),
+    );
+    let plan = project.imagegen(&["plan"]).output().unwrap();
+    assert!(
+        text(&plan).lines().any(|line| {
+            line.split_whitespace().collect::<Vec<_>>() == [&new_tools, "tools", &new_runtime, "-"]
+        }),
+        "{}",
+        text(&plan)
+    );
+    let before = manifest;
+    let output = project.build(&["--push"]);
+    assert_code(&output, 0);
+    let manifest = project.manifest();
+    let second = digest(&manifest, &new_tools);
+    assert_ne!(first, second);
+    assert_eq!(
+        manifest["images"][&new_tools]["flavour"]["parent_digest"],
+        digest(&manifest, &new_runtime).as_str()
+    );
+    for unchanged in [&runtime, &devel, &tools, &build] {
+        assert_eq!(
+            manifest["images"][unchanged]["digest"], before["images"][unchanged]["digest"],
+            "{unchanged}"
+        );
+    }
+    assert_eq!(
+        client.manifest_digest(path, ALIAS).await.unwrap(),
+        Some(second.clone())
+    );
+    // Rolled back: the registry serves the first flavour image again, the manifest says so, and
+    // `k8s` runs it.
+    let rollback = project
+        .imagegen(&["rollback", ALIAS, "--previous"])
+        .output()
+        .unwrap();
+    assert_code(&rollback, 0);
+    assert_eq!(
+        client.manifest_digest(path, ALIAS).await.unwrap(),
+        Some(first.clone())
+    );
+    assert_eq!(
+        project.manifest()["aliases"][ALIAS]["digest"],
+        first.as_str()
+    );
+    let job = k8s(&project);
+    assert!(job.contains(&format!("@{first}\n")), "{job}");
 }
