@@ -605,3 +605,42 @@ async fn flavour_images_build_push_record_run_in_k8s_and_roll_back_like_any_imag
     let job = k8s(&project);
     assert!(job.contains(&format!("@{first}\n")), "{job}");
 }
+
+/// `imagegen lock` of a matrix with a flavour FROM devel: each lock is resolved once its parent's
+/// is on disk (runtime, then devel and the runtime flavours, then the devel flavour), so the
+/// devel flavour's lock names the devel lock it was resolved against and `render --check` finds
+/// nothing stale.
+#[test]
+fn lock_resolves_a_devel_flavour_after_its_devel_image() {
+    let project = project();
+    let dir = project.path();
+    std::fs::write(dir.join("matrix.yaml"), format!("{MATRIX}{DEVEL_FLAVOUR}")).unwrap();
+    let uv = crate::support::uv::fake_uv(dir);
+    let lock = CargoCommand::cargo_bin("imagegen")
+        .unwrap()
+        .current_dir(dir)
+        .env_remove("IMAGEGEN_MATRIX")
+        .env("FAKE_UV_LOG", dir.join("uv.log"))
+        .args(["lock", "--no-bases", "--uv", uv.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_code(&lock, 0);
+    let flavour_lock = read(dir, &format!("{DEVEL}-build"), "requirements.lock");
+    let devel_lock = read(dir, DEVEL, "requirements.lock");
+    let devel_digest = format!("sha256:{}", sha256_hex(devel_lock.as_bytes()));
+    assert!(
+        flavour_lock.contains(&format!("../{DEVEL}/requirements.lock ({devel_digest})")),
+        "{flavour_lock}"
+    );
+    assert!(flavour_lock.contains("ninja=="), "{flavour_lock}");
+    let check = imagegen(dir, &["render", "--check"]);
+    assert_code(&check, 0);
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
