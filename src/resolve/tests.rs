@@ -1479,3 +1479,34 @@ fn a_flavour_from_a_variant_the_matrix_does_not_make_is_an_error_at_its_line() {
         "{error}"
     );
 }
+
+#[test]
+fn a_devel_flavour_is_selected_and_sharded_with_its_whole_family_parents_first() {
+    use crate::resolve::select::{select, Shard};
+    let images = run(&format!(
+        "{FLAVOURED}  build:\n    from: devel\n    apt: [make]\n"
+    ))
+    .images;
+    assert_eq!(images.len(), 5);
+    let devel = "2.13.0-cuda13.0-cudnn9-devel-ubuntu24.04";
+    let names = |selected: &[ImageSpec]| -> Vec<String> {
+        selected.iter().map(|image| image.name.clone()).collect()
+    };
+    // --only the devel flavour: its devel image and that one's runtime image come first.
+    let only = select(&images, Some(&format!("{devel}-build")), None);
+    assert_eq!(
+        names(&only),
+        [
+            "2.13.0-cuda13.0-cudnn9-runtime-ubuntu24.04".to_string(),
+            devel.to_string(),
+            format!("{devel}-build")
+        ]
+    );
+    // One family (one runtime image and all built on it, the devel flavour too): two shards put
+    // it whole in one, parents first, and nothing in the other.
+    let shards: Vec<Vec<String>> = (1..=2)
+        .map(|index| names(&select(&images, None, Some(Shard { index, count: 2 }))))
+        .collect();
+    assert_eq!(shards[0], names(&images), "{shards:?}");
+    assert!(shards[1].is_empty(), "{shards:?}");
+}
