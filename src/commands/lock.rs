@@ -2,7 +2,8 @@
 //! uv (`uv pip compile --generate-hashes` for the image's Python and platform, against its
 //! indexes) and writes `images/<name>/requirements.lock`, then renders again (each image's
 //! fingerprint covers its lock). Runtime images are locked first: a devel image's lock is
-//! resolved against its runtime image's. Missing and stale locks are made; fresh ones are kept
+//! resolved against its runtime image's, a flavour's against its parent's (a devel flavour's
+//! after its devel image's). Missing and stale locks are made; fresh ones are kept
 //! unless `--upgrade`; a stale lock keeps the versions it had where they still fit.
 //!
 //! This is the one command that needs the network (the package indexes). uv runs in a temporary
@@ -74,18 +75,15 @@ pub fn run(project: &Project, args: &LockImagesArgs) -> Result<Outcome> {
         count(selected.len(), "image")
     );
     let (mut written, mut kept) = (0, 0);
-    // Runtime images first: devel and flavour locks are resolved against their runtime lock, so
-    // their specs are computed again once the runtime locks are on disk.
-    let passes: [fn(&ImageSpec) -> bool; 2] = [
-        |image| image.parent.is_none(),
-        |image| image.parent.is_some(),
-    ];
-    for in_pass in passes {
+    // Parents first: runtime images, then what builds on them (devel images, runtime flavours),
+    // then what builds on those (devel flavours). Each lock is resolved against its parent's, so
+    // the specs of a pass are computed again once the locks of the pass before are on disk.
+    for depth in 0..=2 {
         let resolution = resolve_with_locks(project, ResolveOptions::default(), &locks)?;
-        for image in resolution
-            .images
+        let images = &resolution.images;
+        for image in images
             .iter()
-            .filter(|image| in_pass(image) && selected.contains(&image.name))
+            .filter(|image| parent_depth(image, images) == depth && selected.contains(&image.name))
         {
             let Some(spec) = &image.lock else { continue };
             let current = locks.get(&image.name).map(String::as_str);
@@ -566,6 +564,18 @@ fn indent(text: &str) -> String {
         .collect::<String>()
         .trim_end()
         .to_string()
+}
+
+/// How many parents `image` builds on: 0 for a runtime image, 1 for a devel image or a runtime
+/// flavour, 2 for a devel flavour.
+fn parent_depth(image: &ImageSpec, images: &[ImageSpec]) -> usize {
+    match &image.parent {
+        None => 0,
+        Some(parent) => images
+            .iter()
+            .find(|candidate| &candidate.name == parent)
+            .map_or(1, |parent| 1 + parent_depth(parent, images)),
+    }
 }
 
 #[cfg(test)]

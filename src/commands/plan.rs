@@ -78,6 +78,25 @@ pub fn plan_text(plan: &UpgradePlan) -> String {
             .map(|c| vec![c.tag.clone(), change_summary(&c.changes)]),
     );
     section(&mut out, "rebuilt images", rows);
+    let mut rows = vec![vec![
+        "IMAGE".to_string(),
+        "FLAVOUR".into(),
+        "FROM".into(),
+        "RECORDED FROM".into(),
+    ]];
+    rows.extend(plan.flavours.iter().map(|f| {
+        vec![
+            f.tag.clone(),
+            f.flavour.clone(),
+            f.from.clone(),
+            f.recorded.clone().unwrap_or_else(|| "-".into()),
+        ]
+    }));
+    section(
+        &mut out,
+        "flavour images (built FROM their runtime image)",
+        rows,
+    );
     let mut rows = vec![vec!["IMAGE".to_string(), "FIX".into()]];
     rows.extend(
         plan.refused_pushes
@@ -223,6 +242,25 @@ pub(crate) fn plan_markdown(plan: &UpgradePlan) -> String {
         plan.rebuilt
             .iter()
             .map(|c| vec![code(&c.tag), change_summary(&c.changes)])
+            .collect(),
+    );
+    table(
+        &mut out,
+        "Flavour images (built FROM their runtime image)",
+        &["image", "flavour", "from", "recorded from"],
+        plan.flavours
+            .iter()
+            .map(|f| {
+                vec![
+                    code(&f.tag),
+                    f.flavour.clone(),
+                    code(&f.from),
+                    f.recorded
+                        .as_deref()
+                        .map(code)
+                        .unwrap_or_else(|| "-".into()),
+                ]
+            })
             .collect(),
     );
     table(

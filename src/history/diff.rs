@@ -80,6 +80,13 @@ pub(crate) fn diff_records(from: &ImageRecord, to: &ImageRecord) -> ImageDiff {
             ("os", r.os.to_string()),
             ("driver_min", r.driver_min.to_string()),
             ("built_at", r.built_at.clone()),
+            (
+                "flavour",
+                r.flavour
+                    .as_ref()
+                    .map(|flavour| flavour.describe())
+                    .unwrap_or_else(|| "(none)".into()),
+            ),
         ]
     };
     let mut diff = ImageDiff::default();
@@ -248,6 +255,40 @@ mod tests {
                 "gpu-selftest/cudarc".to_string(),
                 "0.19.10".to_string(),
                 "0.19.11".to_string()
+            )]
+        );
+        // Records of images that are no flavour say nothing of flavours.
+        assert!(diff_of_records
+            .fields
+            .iter()
+            .all(|(name, ..)| name != "flavour"));
+        // A flavour image built FROM another build of its runtime image: the field names both.
+        let flavoured = |parent_digest: &[u8]| {
+            let mut record = record(a.clone());
+            record.flavour = Some(crate::history::manifest::FlavourRecord {
+                name: "jupyter".into(),
+                parent: "t".into(),
+                parent_digest: Some(Digest::of(parent_digest)),
+                parent_image_id: None,
+            });
+            record
+        };
+        let diff = diff_records(&flavoured(b"one"), &flavoured(b"two"));
+        assert_eq!(
+            diff.fields,
+            [(
+                "flavour".to_string(),
+                format!("jupyter FROM t@{}", Digest::of(b"one")),
+                format!("jupyter FROM t@{}", Digest::of(b"two"))
+            )]
+        );
+        let diff = diff_records(&record(a.clone()), &flavoured(b"one"));
+        assert_eq!(
+            diff.fields,
+            [(
+                "flavour".to_string(),
+                "(none)".to_string(),
+                format!("jupyter FROM t@{}", Digest::of(b"one"))
             )]
         );
     }

@@ -381,6 +381,11 @@ pub struct ImageRecord {
     /// The packages inside the image, read from it after the build.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub packages: Option<Packages>,
+    /// A flavour image's flavour and the image it was built FROM. Absent from other images and
+    /// from records written before flavours (which still load: the field is optional, so the
+    /// schema version stays 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flavour: Option<FlavourRecord>,
     pub built_at: String,
     #[serde(default)]
     pub build_seconds: f64,
@@ -395,6 +400,37 @@ pub struct ImageRecord {
     pub history: Vec<ImageRecord>,
     #[serde(flatten)]
     pub extra: Extra,
+}
+
+/// Which flavour a flavour image is (`jupyter`) and the image it was built FROM: the parent's
+/// full tag and, as the manifest recorded that parent when the flavour was recorded, its registry
+/// digest and local image id. Those two are `None` when the parent's record was not the one the
+/// flavour was built on (its fingerprint differs from the flavour's `parent_fingerprint` input),
+/// so a digest is written only where it is the parent's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FlavourRecord {
+    pub name: String,
+    /// The parent's full tag (`2.8.0-cuda12.8-cudnn9-runtime-ubuntu24.04`).
+    pub parent: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_digest: Option<Digest>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_image_id: Option<Digest>,
+}
+
+impl FlavourRecord {
+    /// `jupyter FROM <parent tag>@<digest>` (the image id without a registry digest; the tag alone
+    /// without either), as `plan` and `diff` print it.
+    pub fn describe(&self) -> String {
+        match self
+            .parent_digest
+            .as_ref()
+            .or(self.parent_image_id.as_ref())
+        {
+            Some(digest) => format!("{} FROM {}@{digest}", self.name, self.parent),
+            None => format!("{} FROM {}", self.name, self.parent),
+        }
+    }
 }
 
 /// The packages of an image: `pip freeze` of its Python environment and the OS packages
@@ -960,6 +996,7 @@ mod tests {
             awaiting_aliases: Vec::new(),
             inputs: BTreeMap::new(),
             packages: None,
+            flavour: None,
             built_at: "2026-11-30T00:00:00Z".into(),
             build_seconds: 1.0,
             source_commit: None,
@@ -1033,6 +1070,60 @@ mod tests {
             .to_string();
         assert!(
             error.starts_with("manifest m.json:1:") && error.contains("unknown field `imagez`"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn a_flavour_record_round_trips_and_records_without_one_still_load() {
+        let mut manifest = Manifest::new();
+        let mut flavoured = record("t-jupyter", "sha256:2", "k2");
+        flavoured.flavour = Some(FlavourRecord {
+            name: "jupyter".into(),
+            parent: "t".into(),
+            parent_digest: Some(d("sha256:1")),
+            parent_image_id: None,
+        });
+        manifest.record_success(record("t", "sha256:1", "k1"));
+        manifest.record_success(flavoured);
+        let json = manifest.to_json();
+        let value: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(
+            value["images"]["t-jupyter"]["flavour"],
+            serde_json::json!({"name": "jupyter", "parent": "t", "parent_digest": d("sha256:1")})
+        );
+        // Images that are not flavours write no `flavour` key: a manifest without flavours is
+        // byte for byte what it was before the field existed.
+        assert!(value["images"]["t"].get("flavour").is_none(), "{json}");
+        let read = Manifest::from_json(&json, "m.json").unwrap();
+        assert_eq!(read, manifest);
+        assert_eq!(
+            read.images["t-jupyter"]
+                .flavour
+                .as_ref()
+                .unwrap()
+                .describe(),
+            format!("jupyter FROM t@{}", d("sha256:1"))
+        );
+        // A record written before flavours were recorded (a flavour image without the key)
+        // loads, with no flavour, under the same schema version.
+        let mut old = value.clone();
+        old["images"]["t-jupyter"]
+            .as_object_mut()
+            .unwrap()
+            .remove("flavour");
+        let read = Manifest::from_json(&old.to_string(), "m.json").unwrap();
+        assert_eq!(read.schema_version, 1);
+        assert_eq!(read.images["t-jupyter"].flavour, None);
+        assert!(read.images["t-jupyter"].extra.is_empty());
+        // A malformed one is refused at its position, not dropped into the unknown fields.
+        let mut bad = value;
+        bad["images"]["t-jupyter"]["flavour"]["parent_digest"] = serde_json::json!("latest");
+        let error = Manifest::from_json(&serde_json::to_string_pretty(&bad).unwrap(), "m.json")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.starts_with("manifest m.json:") && error.contains("is not a digest"),
             "{error}"
         );
     }

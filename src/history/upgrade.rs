@@ -31,6 +31,22 @@ pub struct UpgradePlan {
     /// Images pushed with aliases that wait for self-test results (matrix.yaml `tests`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub waiting_for_tests: Vec<Waiting>,
+    /// The new and rebuilt flavour images: which flavour, the image each is built FROM now, and
+    /// what the manifest records it was built FROM before.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flavours: Vec<PlannedFlavour>,
+}
+
+/// A new or rebuilt flavour image and its parent.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PlannedFlavour {
+    pub tag: String,
+    pub flavour: String,
+    /// The full tag of the image it is built FROM.
+    pub from: String,
+    /// What the manifest's record says it was built FROM (`FlavourRecord::describe`); `None` for
+    /// a new image or a record written before flavours were recorded.
+    pub recorded: Option<String>,
 }
 
 /// A new or rebuilt image; `changes` says which inputs differ from the manifest's record.
@@ -239,6 +255,28 @@ pub(crate) fn upgrade_plan(
             });
         }
     }
+    let planned: BTreeSet<&str> = plan
+        .new_images
+        .iter()
+        .chain(&plan.rebuilt)
+        .map(|change| change.tag.as_str())
+        .collect();
+    plan.flavours = specs
+        .iter()
+        .filter(|spec| planned.contains(spec.tag.as_str()))
+        .filter_map(|spec| {
+            Some(PlannedFlavour {
+                tag: spec.tag.clone(),
+                flavour: spec.flavour.as_ref()?.name.clone(),
+                from: spec.parent.clone()?,
+                recorded: manifest
+                    .images
+                    .get(&spec.tag)
+                    .and_then(|record| record.flavour.as_ref())
+                    .map(|flavour| flavour.describe()),
+            })
+        })
+        .collect();
     let produced: BTreeSet<&str> = specs
         .iter()
         .flat_map(|s| std::iter::once(s.tag.as_str()).chain(s.index.as_deref()))
@@ -377,6 +415,30 @@ mod tests {
                 to: "git\nmake".into()
             }]
         );
+        // Each rebuilt flavour image says what it is built FROM, and what its record says it was
+        // built FROM (the parent's digest as the manifest recorded it).
+        let runtime = "2.7.1-cuda12.6-cudnn9-runtime-ubuntu22.04";
+        assert_eq!(plan.flavours.len(), 2, "{plan:#?}");
+        assert_eq!(
+            plan.flavours[0],
+            PlannedFlavour {
+                tag: format!("{runtime}-tools"),
+                flavour: "tools".into(),
+                from: runtime.into(),
+                recorded: Some(format!(
+                    "tools FROM {runtime}@{}",
+                    manifest.images[runtime].digest.clone().unwrap()
+                )),
+            }
+        );
+        // New flavour images (no record) say where they come from, and nothing recorded.
+        let plan = upgrade_plan(&old, &Manifest::new(), &BTreeMap::new());
+        assert_eq!(plan.flavours.len(), 4);
+        assert!(plan.flavours.iter().all(|f| f.recorded.is_none()));
+        assert!(plan
+            .flavours
+            .iter()
+            .all(|f| f.tag == format!("{}-{}", f.from, f.flavour)));
     }
 
     #[test]

@@ -12,10 +12,14 @@
 //!     pip: [rich]
 //!     apt: [git]
 //!     steps: steps/tools.Dockerfile
+//!   build:                      # built FROM each devel image instead (`…-devel-build`)
+//!     from: devel
+//!     apt: [make]
 //! ```
 //!
-//! A flavour's Python packages are resolved into its own lock with its runtime image's lock as
-//! constraints, so nothing the runtime image holds changes version; its apt packages are
+//! A flavour is built FROM the runtime images unless it says `from: devel`. Its Python packages
+//! are resolved into its own lock with its parent image's lock as
+//! constraints, so nothing the parent image holds changes version; its apt packages are
 //! installed on top (their versions are recorded like the runtime image's).
 
 use std::collections::BTreeMap;
@@ -27,6 +31,9 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FlavourDefinition {
+    /// The variant whose images the flavour is built FROM; runtime when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<FlavourFrom>,
     /// Extra requirements (PEP 508), locked within the runtime image's lock.
     #[serde(default)]
     pub pip: Vec<String>,
@@ -40,6 +47,26 @@ pub struct FlavourDefinition {
     pub env: BTreeMap<String, String>,
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+}
+
+/// The variant whose images a flavour is built FROM (`from:`): the names of `model::axes::Variant`,
+/// kept apart so this module imports no other (`Matrix` checks the matrix makes it).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FlavourFrom {
+    #[default]
+    Runtime,
+    Devel,
+}
+
+impl FlavourFrom {
+    /// The variant's name, as `variants:` and the templates (`flavour.from`) spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FlavourFrom::Runtime => "runtime",
+            FlavourFrom::Devel => "devel",
+        }
+    }
 }
 
 /// The flavours imagegen knows how to start as a service.
@@ -96,6 +123,8 @@ impl Builtin {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Flavour {
     pub name: String,
+    /// The variant of the images it is built FROM.
+    pub from: FlavourFrom,
     /// Serialized as `null` when absent: templates test it under strict undefined.
     pub builtin: Option<Builtin>,
     /// The port the built-in service listens on (for `EXPOSE`).
@@ -125,6 +154,7 @@ impl Flavour {
         }
         Flavour {
             name: name.to_string(),
+            from: definition.from.unwrap_or_default(),
             builtin,
             port: builtin.map(Builtin::port),
             pip,
@@ -147,6 +177,10 @@ impl Flavour {
                 inputs.push((format!("flavour.{key}"), value));
             }
         };
+        // Said only of flavours FROM devel, so a runtime flavour's fingerprint is what it was.
+        if self.from != FlavourFrom::Runtime {
+            add("from", self.from.as_str().to_string());
+        }
         add(
             "builtin",
             self.builtin

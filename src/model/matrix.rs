@@ -962,16 +962,23 @@ impl Matrix {
                 hint: hint.map(str::to_string),
             }
         };
-        if !self.flavours.is_empty() && !self.variants.contains(&Variant::Runtime) {
-            return Err(error_at(
-                locations.key_at("flavours"),
-                "flavours are built FROM the runtime images, and `variants` makes none".into(),
-                Some("add runtime to variants"),
-            ));
-        }
         for (name, definition) in &self.flavours {
             let key = format!("flavours.{name}");
             check_flavour_name(name).map_err(|m| error_at(locations.key_at(&key), m, None))?;
+            let from = definition.from.unwrap_or_default().as_str();
+            if !self.variants.iter().any(|variant| variant.as_str() == from) {
+                let at = match definition.from {
+                    Some(_) => locations.value_at(&format!("{key}.from")),
+                    None => locations.key_at(&key),
+                };
+                return Err(error_at(
+                    at,
+                    format!(
+                        "the {name} flavour is built FROM the {from} images, and `variants` makes none"
+                    ),
+                    Some(&format!("add {from} to variants")),
+                ));
+            }
             for (index, requirement) in definition.pip.iter().enumerate() {
                 check_requirement(requirement).map_err(|m| {
                     error_at(locations.value_at(&format!("{key}.pip[{index}]")), m, None)
@@ -1460,7 +1467,9 @@ mod tests {
             MINIMAL
         ));
         assert!(
-            error.contains("flavours are built FROM the runtime images"),
+            error.contains(
+                "the ssh flavour is built FROM the runtime images, and `variants` makes none"
+            ),
             "{error}"
         );
     }

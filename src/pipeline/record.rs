@@ -4,7 +4,7 @@
 //! once its full tag is pushed, and again at the end; each alias move before and after), so an
 //! interruption keeps what finished.
 
-use crate::history::manifest::{ImageRecord, Manifest, RecordStatus, TestRecord};
+use crate::history::manifest::{FlavourRecord, ImageRecord, Manifest, RecordStatus, TestRecord};
 use crate::model::digest::Digest;
 use crate::pipeline::planned::PlannedImage;
 use crate::pipeline::results::{ImageResult, Status, TestOutcome};
@@ -25,6 +25,7 @@ pub fn record(
     record.image_id = result.image_id.clone();
     record.build_seconds = (result.seconds * 10.0).round() / 10.0;
     record.source_commit = source_commit.map(String::from);
+    record.flavour = flavour_record(&planned.spec, manifest);
     let previous = manifest
         .images
         .get(&planned.spec.tag)
@@ -110,6 +111,28 @@ pub fn record(
     }
 }
 
+/// What a flavour image's record says of its flavour and parent: the parent's full tag always,
+/// and its digest and image id as the manifest records them, when that record is the build the
+/// flavour was made FROM (its fingerprint is the flavour's `parent_fingerprint` input). The
+/// parent is built and recorded before its flavours, so in a build that holds.
+fn flavour_record(spec: &ImageSpec, manifest: &Manifest) -> Option<FlavourRecord> {
+    let flavour = spec.flavour.as_ref()?;
+    let parent = spec.parent.as_ref()?;
+    let built_on = manifest
+        .images
+        .get(parent)
+        .filter(|record| record.status == RecordStatus::Ok)
+        .filter(|record| {
+            spec.inputs.get("parent_fingerprint") == Some(&record.fingerprint.to_string())
+        });
+    Some(FlavourRecord {
+        name: flavour.name.clone(),
+        parent: parent.clone(),
+        parent_digest: built_on.and_then(|record| record.digest.clone()),
+        parent_image_id: built_on.and_then(|record| record.image_id.clone()),
+    })
+}
+
 /// A manifest record for `spec` with the fields every build knows; the caller fills in the rest.
 pub(crate) fn image_record(spec: &ImageSpec, build_key: &Digest, at: &str) -> ImageRecord {
     ImageRecord {
@@ -138,6 +161,7 @@ pub(crate) fn image_record(spec: &ImageSpec, build_key: &Digest, at: &str) -> Im
         awaiting_aliases: Vec::new(),
         inputs: spec.inputs.clone(),
         packages: None,
+        flavour: None,
         built_at: at.to_string(),
         build_seconds: 0.0,
         source_commit: None,
@@ -170,6 +194,7 @@ pub mod test_support {
         for spec in specs {
             let mut record = image_record(spec, &Digest::of(b"key"), "t0");
             record.digest = Some(Digest::of(spec.tag.as_bytes()));
+            record.flavour = super::flavour_record(spec, &manifest);
             manifest.record_success(record);
         }
         for (alias, tag) in alias_targets {

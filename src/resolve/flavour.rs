@@ -1,6 +1,7 @@
-//! Flavour images: for each runtime image and each flavour the matrix names, an image built FROM
-//! it (`…-runtime-jupyter`), with its own tag (and index tag), lock, fingerprint and, once the
-//! runtime image's aliases are known, aliases of its own (`latest-jupyter`). Pure.
+//! Flavour images: for each runtime image (or devel image, for a flavour `from: devel`) and each
+//! flavour the matrix names FROM that variant, an image built FROM it (`…-runtime-jupyter`,
+//! `…-devel-build`), with its own tag (and index tag), lock, fingerprint and, once the parent's
+//! aliases are known, aliases of its own (`latest-jupyter`). Pure.
 //!
 //! A flavour's lock is resolved like a devel image's: the runtime image's requirements, with the
 //! runtime image's lock as constraints (so no package of it changes version), and the flavour's
@@ -10,7 +11,6 @@
 
 use std::collections::BTreeMap;
 
-use crate::model::axes::Variant;
 use crate::model::digest::Digest;
 use crate::model::flavours::Flavour;
 use crate::model::matrix::Matrix;
@@ -19,7 +19,8 @@ use crate::resolve::image::{ImageSpec, LockSpec, ParentLock, ResolveOptions};
 use crate::resolve::lock::cuda_line_constraints;
 use crate::resolve::spec::extension_inputs;
 
-/// `images` with, right after each runtime image, one image per flavour of the matrix.
+/// `images` with, right after each runtime or devel image, one image per flavour of the matrix
+/// built FROM that variant.
 pub(super) fn with_flavours(
     images: Vec<ImageSpec>,
     matrix: &Matrix,
@@ -31,15 +32,17 @@ pub(super) fn with_flavours(
     }
     let mut all = Vec::with_capacity(images.len() * (1 + flavours.len()));
     for image in images {
-        let children: Vec<ImageSpec> =
-            if image.variant == Variant::Runtime && image.parent.is_none() {
-                flavours
-                    .iter()
-                    .map(|flavour| flavour_image(&image, flavour, matrix, options))
-                    .collect()
-            } else {
-                Vec::new()
-            };
+        // The matrix's own runtime and devel images (a devel image's parent is its runtime image;
+        // a flavour image is never a parent).
+        let children: Vec<ImageSpec> = if image.flavour.is_none() {
+            flavours
+                .iter()
+                .filter(|flavour| flavour.from.as_str() == image.variant.as_str())
+                .map(|flavour| flavour_image(&image, flavour, matrix, options))
+                .collect()
+        } else {
+            Vec::new()
+        };
         all.push(image);
         all.extend(children);
     }

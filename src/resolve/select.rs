@@ -3,7 +3,7 @@
 //! images need, parents first. Pure, over image specs: `build`, `lock` and the CI generators
 //! select the same way.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::resolve::image::ImageSpec;
 use crate::resolve::lookup::{closest_names, named_images, without_repository};
@@ -37,7 +37,24 @@ impl std::str::FromStr for Shard {
 /// families sorted by name, so every shard's work is self-contained and the split is the same on
 /// every runner.
 pub fn select(specs: &[ImageSpec], only: Option<&str>, shard: Option<Shard>) -> Vec<ImageSpec> {
-    let family_of = |spec: &ImageSpec| spec.parent.clone().unwrap_or_else(|| spec.name.clone());
+    // A family is a root image and everything built on it, however deep (a devel image, a
+    // flavour, a flavour FROM devel): one shard builds it all, parents first.
+    let parent_of: BTreeMap<&str, &str> = specs
+        .iter()
+        .filter_map(|spec| Some((spec.name.as_str(), spec.parent.as_deref()?)))
+        .collect();
+    let root_of = |name: &str| -> String {
+        let mut name = name;
+        // Bounded: a parent chain is at most as long as the list of images.
+        for _ in 0..specs.len() {
+            match parent_of.get(name) {
+                Some(parent) => name = parent,
+                None => break,
+            }
+        }
+        name.to_string()
+    };
+    let family_of = |spec: &ImageSpec| root_of(&spec.name);
     let families: BTreeSet<String> = specs.iter().map(family_of).collect();
     let in_shard: BTreeSet<String> = match shard {
         None => families,
@@ -54,19 +71,39 @@ pub fn select(specs: &[ImageSpec], only: Option<&str>, shard: Option<Shard>) -> 
         .filter(|spec| only.is_none_or(|pattern| only_matches(specs, pattern, spec)))
         .map(|spec| spec.name.clone())
         .collect();
-    let parents: Vec<String> = specs
-        .iter()
-        .filter(|s| wanted.contains(&s.name))
-        .filter_map(|s| s.parent.clone())
-        .collect();
-    wanted.extend(parents);
-    // Parents first; otherwise keep the resolver's order.
+    // Every parent of a wanted image, up to its root (a devel flavour needs its devel image and
+    // that one's runtime image).
+    let mut ancestors: Vec<String> = Vec::new();
+    for name in &wanted {
+        let mut name = name.as_str();
+        while let Some(parent) = parent_of.get(name) {
+            if ancestors.iter().any(|known| known == parent) {
+                break;
+            }
+            ancestors.push(parent.to_string());
+            name = parent;
+        }
+    }
+    wanted.extend(ancestors);
+    // Parents first (by depth); otherwise keep the resolver's order.
+    let depth = |spec: &ImageSpec| {
+        let mut depth = 0;
+        let mut name = spec.name.as_str();
+        while let Some(parent) = parent_of.get(name) {
+            depth += 1;
+            name = parent;
+            if depth > specs.len() {
+                break;
+            }
+        }
+        depth
+    };
     let mut selected: Vec<ImageSpec> = specs
         .iter()
         .filter(|s| wanted.contains(&s.name))
         .cloned()
         .collect();
-    selected.sort_by_key(|s| s.parent.is_some());
+    selected.sort_by_key(depth);
     selected
 }
 

@@ -1374,3 +1374,139 @@ fn flavours_of_per_platform_images_publish_an_index_of_their_own() {
         ]
     );
 }
+
+#[test]
+fn a_flavour_from_devel_builds_on_each_devel_image_and_leaves_runtime_flavours_as_they_were() {
+    let with_devel = format!("{FLAVOURED}  build:\n    from: devel\n    apt: [make]\n");
+    let before = run(FLAVOURED).images;
+    let resolution = run(&with_devel);
+    let names: Vec<&str> = resolution.images.iter().map(|i| i.name.as_str()).collect();
+    let runtime = "2.13.0-cuda13.0-cudnn9-runtime-ubuntu24.04";
+    let devel = "2.13.0-cuda13.0-cudnn9-devel-ubuntu24.04";
+    assert_eq!(
+        names,
+        [
+            runtime.to_string(),
+            format!("{runtime}-jupyter"),
+            format!("{runtime}-tools"),
+            devel.to_string(),
+            format!("{devel}-build"),
+        ]
+    );
+    // The runtime images and their flavours are exactly what they were without it.
+    for image in &before {
+        let same = resolution
+            .images
+            .iter()
+            .find(|i| i.name == image.name)
+            .unwrap();
+        assert_eq!(same.fingerprint, image.fingerprint, "{}", image.name);
+        assert_eq!(same.inputs, image.inputs, "{}", image.name);
+    }
+    let devel_image = &resolution.images[3];
+    let build = &resolution.images[4];
+    let flavour = build.flavour.as_ref().unwrap();
+    assert_eq!(flavour.from, crate::model::flavours::FlavourFrom::Devel);
+    assert_eq!(build.parent.as_deref(), Some(devel));
+    assert_eq!(build.variant, Variant::Devel);
+    assert_eq!(
+        build.base_image,
+        format!("{}:{devel}", devel_image.repository)
+    );
+    assert_eq!(build.inputs["flavour.from"], "devel");
+    assert_eq!(build.inputs["variant"], "devel flavour");
+    assert_eq!(
+        build.inputs["parent_fingerprint"],
+        devel_image.fingerprint.to_string()
+    );
+    // Its lock is resolved within the devel image's lock.
+    let lock = build.lock.as_ref().unwrap();
+    assert_eq!(lock.parent.as_ref().unwrap().image, devel);
+    assert_eq!(
+        lock.requirements,
+        devel_image.lock.as_ref().unwrap().requirements
+    );
+    // Its aliases follow the devel image's.
+    assert!(!devel_image.aliases.is_empty());
+    assert_eq!(
+        build.aliases,
+        devel_image
+            .aliases
+            .iter()
+            .map(|alias| format!("{alias}-build"))
+            .collect::<Vec<_>>()
+    );
+    // A change to the devel image (a new devel lock) rebuilds the devel flavour, not the others.
+    let mut locks = BTreeMap::new();
+    locks.insert(devel.to_string(), Digest::of(b"devel lock"));
+    let relocked = run_with(
+        &with_devel,
+        ResolveOptions {
+            locks,
+            ..Default::default()
+        },
+    )
+    .images;
+    let changed: Vec<&str> = resolution
+        .images
+        .iter()
+        .zip(&relocked)
+        .filter(|(b, a)| b.fingerprint != a.fingerprint)
+        .map(|(b, _)| b.name.as_str())
+        .collect();
+    assert_eq!(changed, [devel.to_string(), format!("{devel}-build")]);
+}
+
+#[test]
+fn a_flavour_from_a_variant_the_matrix_does_not_make_is_an_error_at_its_line() {
+    let text = "registry: r\nrepository: t/p\ntorch: [\"2.13\"]\ncuda: [\"13.0\"]\nos: [ubuntu24.04]\nvariants: [runtime]\nflavours:\n  build:\n    from: devel\n";
+    let error = Matrix::parse(text, "m.yaml").unwrap_err().to_string();
+    assert!(
+        error.starts_with("m.yaml:9:11:")
+            && error.contains(
+                "the build flavour is built FROM the devel images, and `variants` makes none"
+            )
+            && error.contains("add devel to variants"),
+        "{error}"
+    );
+    let text = text
+        .replace("variants: [runtime]", "variants: [devel]")
+        .replace("    from: devel\n", "    apt: [git]\n");
+    let error = Matrix::parse(&text, "m.yaml").unwrap_err().to_string();
+    assert!(
+        error.starts_with("m.yaml:8:3:")
+            && error.contains("the build flavour is built FROM the runtime images"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_devel_flavour_is_selected_and_sharded_with_its_whole_family_parents_first() {
+    use crate::resolve::select::{select, Shard};
+    let images = run(&format!(
+        "{FLAVOURED}  build:\n    from: devel\n    apt: [make]\n"
+    ))
+    .images;
+    assert_eq!(images.len(), 5);
+    let devel = "2.13.0-cuda13.0-cudnn9-devel-ubuntu24.04";
+    let names = |selected: &[ImageSpec]| -> Vec<String> {
+        selected.iter().map(|image| image.name.clone()).collect()
+    };
+    // --only the devel flavour: its devel image and that one's runtime image come first.
+    let only = select(&images, Some(&format!("{devel}-build")), None);
+    assert_eq!(
+        names(&only),
+        [
+            "2.13.0-cuda13.0-cudnn9-runtime-ubuntu24.04".to_string(),
+            devel.to_string(),
+            format!("{devel}-build")
+        ]
+    );
+    // One family (one runtime image and all built on it, the devel flavour too): two shards put
+    // it whole in one, parents first, and nothing in the other.
+    let shards: Vec<Vec<String>> = (1..=2)
+        .map(|index| names(&select(&images, None, Some(Shard { index, count: 2 }))))
+        .collect();
+    assert_eq!(shards[0], names(&images), "{shards:?}");
+    assert!(shards[1].is_empty(), "{shards:?}");
+}

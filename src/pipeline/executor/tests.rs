@@ -765,3 +765,75 @@ fn recording_an_image_again_keeps_its_build_and_test_times() {
         "2026-12-02T11:00:00Z"
     );
 }
+
+/// A flavour image is built after its runtime image, and its record names its flavour and the
+/// runtime image it was built FROM, with the digest the run pushed that image under; a record of
+/// the parent that is not the one the flavour was built on gives the tag but no digest.
+#[tokio::test]
+async fn a_flavour_is_recorded_with_its_flavour_and_the_digest_of_its_parent() {
+    let specs = crate::resolve::test_images("registry: r.example\nrepository: t/p\ntorch: [\"2.7\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\nvariants: [runtime]\nflavours:\n  tools: {apt: [git]}\n");
+    let plan = plan(
+        &specs,
+        &select(&specs, None, None),
+        &BTreeMap::new(),
+        &Manifest::new(),
+        None,
+        &[],
+    );
+    let flavour_tag = format!("{RUNTIME_126}-tools");
+    let builder = Arc::new(FakeBuilder::default());
+    let journal = Arc::new(MemoryJournal::default());
+    let results = execute(
+        &plan,
+        Arc::clone(&builder),
+        Arc::clone(&journal),
+        &options(2),
+        std::future::pending(),
+        |_| {},
+    )
+    .await;
+    assert!(
+        results.iter().all(|r| r.status == Status::Built),
+        "{results:#?}"
+    );
+    let calls = builder.calls();
+    let position = |call: &str| calls.iter().position(|c| c == call).unwrap();
+    assert!(position(&format!("built {RUNTIME_126}")) < position(&format!("build {flavour_tag}")));
+    let manifest = journal.manifest();
+    let parent = &manifest.images[RUNTIME_126];
+    assert_eq!(parent.flavour, None);
+    let flavour = manifest.images[&flavour_tag].flavour.clone().unwrap();
+    assert_eq!(flavour.name, "tools");
+    assert_eq!(flavour.parent, RUNTIME_126);
+    assert_eq!(
+        flavour.parent_digest,
+        Some(Digest::of(format!("digest-{RUNTIME_126}").as_bytes()))
+    );
+    assert_eq!(flavour.parent_digest, parent.digest);
+    assert_eq!(flavour.parent_image_id, parent.image_id);
+    assert!(flavour.parent_image_id.is_some());
+    assert_eq!(
+        flavour.describe(),
+        format!(
+            "tools FROM {RUNTIME_126}@{}",
+            parent.digest.clone().unwrap()
+        )
+    );
+
+    // The parent's record is of another build (another fingerprint): no digest is claimed.
+    let mut stale = manifest.clone();
+    stale.images.get_mut(RUNTIME_126).unwrap().fingerprint = Digest::of(b"another build");
+    let flavour_planned = plan
+        .images
+        .iter()
+        .find(|i| i.spec.tag == flavour_tag)
+        .unwrap();
+    let result = results.iter().find(|r| r.name == flavour_tag).unwrap();
+    record(&mut stale, flavour_planned, result, None, "t2");
+    let flavour = stale.images[&flavour_tag].flavour.clone().unwrap();
+    assert_eq!(flavour.describe(), format!("tools FROM {RUNTIME_126}"));
+    assert_eq!(
+        (flavour.parent_digest, flavour.parent_image_id),
+        (None, None)
+    );
+}
