@@ -206,10 +206,13 @@ pub fn start(
     timeout: Duration,
     original_library_path: Option<&str>,
 ) -> Result<Running, String> {
-    // A file of our own in the temporary folder: the process id keeps runs apart, and
+    // A file of our own in the temporary folder: the process id keeps runs apart, a count
+    // keeps this process's probes apart (two at once must not remove each other's file), and
     // `create_new` refuses a file someone placed there first.
+    static STARTED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let count = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let script = std::env::temp_dir().join(format!(
-        "gpu-selftest-probe-{}-{}.py",
+        "gpu-selftest-probe-{}-{count}-{}.py",
         std::process::id(),
         probe.name()
     ));
