@@ -65,7 +65,7 @@ pub use credentials::{repository_path_of, Credentials, DockerConfig};
 pub(crate) use engine::Removal;
 pub use engine::{build_step_progress, BuildRequest, Engine, LocalImage, RunOutput, RunRequest};
 pub use error::DockerError;
-pub(crate) use registries::Registries;
+pub use registries::Registries;
 pub(crate) use registry::DEFAULT_TIMEOUT as DEFAULT_REGISTRY_TIMEOUT;
 pub use registry::{
     RegistryClient, RegistryManifest, MEDIA_TYPE_DOCKER_MANIFEST, MEDIA_TYPE_OCI_INDEX,

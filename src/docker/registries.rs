@@ -14,7 +14,7 @@ use super::registry::{RegistryClient, DEFAULT_TIMEOUT};
 use super::retry::RetryPolicy;
 
 /// Registry clients by host, with the user's credentials, one deadline and one retry policy.
-pub(crate) struct Registries {
+pub struct Registries {
     timeout: Duration,
     retry: RetryPolicy,
     config: Mutex<Option<DockerConfig>>,
