@@ -318,7 +318,9 @@ impl Builder for EngineBuilder {
             .find_image_with_labels(
                 BUILD_KEY_LABEL,
                 image.build_key.as_str(),
-                &[NORMALIZED_LABEL],
+                // The normalized image, not a raw build FROM a normalized parent (a devel image
+                // on its runtime image inherits the parent's label, never its epoch `created`).
+                Some(NORMALIZED_LABEL),
             )
             .await?
         {
