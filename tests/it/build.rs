@@ -879,3 +879,122 @@ async fn doctor_checks_each_piece_and_says_what_to_do() {
     assert!(log.contains("docker daemon       missing"), "{log}");
     assert!(log.contains("docker daemon: start Docker"), "{log}");
 }
+
+/// The README quick start's order on a machine without GPUs, with a relative `--project` (run
+/// from a folder inside the project, `--project ..`): a plain `build` builds, tests (skipped) and
+/// records; then `build --push` of the unchanged images builds nothing and pushes every one as it
+/// is, its aliases moved in the registry; then `verify` finds the registry serving what the
+/// manifest records. Nothing lands in the folder imagegen runs in. (The real build,
+/// `real_build.rs`, runs the same sequence on the torch images with the same checks.)
+///
+/// Ignored until fixed: the devel images fail at push. Their raw (unnormalized) build stays in the
+/// daemon untagged with the build-key label and, inherited from the normalized runtime image it is
+/// built FROM, the normalized-epoch label; `find_existing` takes the newest image with both, which
+/// is that raw build, tags it and cannot push it ("normalizing … again gave another image").
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "fails until find_existing stops taking a devel image's raw build (see its doc)"]
+async fn a_plain_build_then_build_push_with_a_relative_project_pushes_without_rebuilding() {
+    prepare().await;
+    let registry = Registry::start();
+    let project = Project::new(registry.host(), SELFTEST_NO_GPU);
+    let elsewhere = project.path().join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let imagegen = |args: &[&str]| {
+        let mut all = vec!["--project", ".."];
+        all.extend_from_slice(args);
+        project
+            .imagegen(&all)
+            .current_dir(&elsewhere)
+            .output()
+            .unwrap()
+    };
+    let names: std::collections::BTreeSet<String> = ["2.7.0", "2.8.0"]
+        .iter()
+        .flat_map(|torch| ["runtime", "devel"].map(|variant| project.tag(torch, variant)))
+        .collect();
+
+    let built = imagegen(&["build", "--selftest-dir", "../selftest", "--jobs", "2"]);
+    assert_code(&built, 0);
+    let first = project.manifest();
+    for name in &names {
+        let record = &first["images"][name];
+        assert_eq!(record["status"], "ok", "{name}: {record:#}");
+        assert_eq!(record["selftest"]["status"], "skipped", "{record:#}");
+        assert!(record["digest"].is_null(), "not pushed yet: {record:#}");
+    }
+
+    let push = imagegen(&[
+        "build",
+        "--selftest-dir",
+        "../selftest",
+        "--jobs",
+        "2",
+        "--push",
+        "--format",
+        "json",
+    ]);
+    assert_code(&push, 0);
+    let log = String::from_utf8_lossy(&push.stderr).into_owned();
+    assert!(!log.contains("Step 1/"), "nothing is built again:\n{log}");
+    let report: serde_json::Value = serde_json::from_slice(&push.stdout)
+        .unwrap_or_else(|error| panic!("{error}:\n{}", text(&push)));
+    let results = report["images"].as_array().unwrap();
+    assert_eq!(results.len(), names.len(), "{report:#}");
+    let manifest = project.manifest();
+    let client = project.client(None);
+    for result in results {
+        let name = result["name"].as_str().unwrap();
+        assert!(names.contains(name), "{report:#}");
+        assert_eq!(result["status"], "reused", "{report:#}");
+        let digest = result["digest"].as_str().unwrap();
+        assert!(
+            log.contains(&format!(
+                "[{name}] == pushed {}/{}:{name} {digest}: ",
+                project.registry, project.repository
+            )),
+            "{name} pushed as {digest}:\n{log}"
+        );
+        let record = &manifest["images"][name];
+        assert_eq!(record["digest"], digest, "{record:#}");
+        assert_eq!(record["build_key"], first["images"][name]["build_key"]);
+        let served = client
+            .manifest_digest(&project.repository, name)
+            .await
+            .unwrap();
+        assert_eq!(served.as_deref(), Some(digest), "{name}");
+    }
+    // No GPU: the aliases wait on their images for a passing self-test; none moved.
+    for name in &names {
+        assert_eq!(
+            manifest["images"][name]["awaiting_aliases"]
+                .as_array()
+                .map(Vec::len),
+            Some(2),
+            "{name}: {manifest:#}"
+        );
+    }
+    assert!(
+        manifest["aliases"]
+            .as_object()
+            .is_none_or(|aliases| aliases.is_empty()),
+        "{manifest:#}"
+    );
+
+    let verify = imagegen(&["verify", "--format", "json"]);
+    assert_code(&verify, 0);
+    let verified: serde_json::Value = serde_json::from_slice(&verify.stdout).unwrap();
+    assert_eq!(verified["checked"], names.len(), "{verified:#}");
+    assert_eq!(
+        verified["waiting_for_tests"].as_array().map(Vec::len),
+        Some(names.len()),
+        "{verified:#}"
+    );
+    let left: Vec<_> = std::fs::read_dir(&elsewhere)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name())
+        .collect();
+    assert!(
+        left.is_empty(),
+        "imagegen wrote into its working folder: {left:?}"
+    );
+}
