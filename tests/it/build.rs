@@ -887,12 +887,11 @@ async fn doctor_checks_each_piece_and_says_what_to_do() {
 /// manifest records. Nothing lands in the folder imagegen runs in. (The real build,
 /// `real_build.rs`, runs the same sequence on the torch images with the same checks.)
 ///
-/// Ignored until fixed: the devel images fail at push. Their raw (unnormalized) build stays in the
-/// daemon untagged with the build-key label and, inherited from the normalized runtime image it is
-/// built FROM, the normalized-epoch label; `find_existing` takes the newest image with both, which
-/// is that raw build, tags it and cannot push it ("normalizing … again gave another image").
+/// It guards `find_existing`: a devel image's raw (unnormalized) build stays in the daemon
+/// untagged with the build-key label and, inherited from the normalized runtime image it is built
+/// FROM, the normalized-epoch label; taking that newer image (as it once did) tagged it and failed
+/// the push ("normalizing … again gave another image").
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "fails until find_existing stops taking a devel image's raw build (see its doc)"]
 async fn a_plain_build_then_build_push_with_a_relative_project_pushes_without_rebuilding() {
     prepare().await;
     let registry = Registry::start();
