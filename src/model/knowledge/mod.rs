@@ -17,6 +17,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use crate::model::date::Day;
 use crate::model::version::VersionText;
 use crate::model::version::{DottedVersion, DriverVersion, TorchVersion, VersionError};
 use crate::model::yaml::{self, Problem, LIMITS};
@@ -361,7 +362,7 @@ pub struct CudaRelease {
 #[serde(deny_unknown_fields)]
 pub struct EndOfLife {
     /// `YYYY-MM-DD`, checked when the knowledge loads.
-    pub date: String,
+    pub date: Day,
     /// Why this date (a source that gives only the month, say).
     #[serde(default)]
     pub note: Option<String>,
@@ -675,23 +676,6 @@ impl Knowledge {
             if let Some(key) = sources.iter().find(|key| !self.sources.contains_key(*key)) {
                 return Err(invalid(format!(
                     "{what} cites unknown source `{key}` (define it under `sources` with repo, path and commit, or a url)"
-                )));
-            }
-        }
-        let eol_dates = self
-            .os
-            .iter()
-            .filter_map(|os| os.eol.as_ref().map(|eol| (format!("OS {}", os.name), eol)))
-            .chain(self.cuda.iter().filter_map(|cuda| {
-                cuda.images_eol
-                    .as_ref()
-                    .map(|eol| (format!("CUDA {} images_eol", cuda.version), eol))
-            }));
-        for (what, eol) in eol_dates {
-            if crate::model::date::days_since_epoch(&eol.date).is_none() {
-                return Err(invalid(format!(
-                    "{what}: end-of-life date {:?} is not a day (YYYY-MM-DD)",
-                    eol.date
                 )));
             }
         }

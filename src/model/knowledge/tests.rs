@@ -146,8 +146,14 @@ fn sources_must_locate_something() {
         "eol: {date: \"2029-04-30\"",
         "eol: {date: \"Apr 2029\"",
     ));
+    let line = EMBEDDED
+        .lines()
+        .position(|line| line.contains("eol: {date: \"2029-04-30\""))
+        .expect("the edited line is in knowledge.yaml")
+        + 1;
     assert!(
-        error.contains("OS ubuntu24.04: end-of-life date \"Apr 2029\" is not a day (YYYY-MM-DD)"),
+        error.starts_with(&format!("k.yaml:{line}:"))
+            && error.contains("date \"Apr 2029\" is not a day (YYYY-MM-DD)"),
         "{error}"
     );
 }
