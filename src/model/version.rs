@@ -400,7 +400,50 @@ macro_rules! read_as_text {
 
 pub(crate) use read_as_text;
 
-read_as_text!(VersionText);
+read_as_text!(VersionText, ComputeCapability);
+
+/// A GPU compute capability compiled into a wheel, as torch lists it: `major.minor` (`8.6`),
+/// with `+PTX` where PTX for it is compiled in too (`12.0+PTX`). Checked when the knowledge loads.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct ComputeCapability(String);
+
+impl ComputeCapability {
+    /// `major.minor`, optionally `+PTX`; anything else is refused with the reason.
+    pub fn parse(text: &str) -> Result<ComputeCapability, VersionError> {
+        let number = text.strip_suffix("+PTX").unwrap_or(text);
+        let parsed = DottedVersion::parse_kind(number, "compute capability", 2).map_err(|e| {
+            VersionError {
+                text: text.to_string(),
+                ..e
+            }
+        })?;
+        if parsed.parts().len() != 2 {
+            return Err(VersionError {
+                text: text.to_string(),
+                kind: "compute capability",
+                why: "it must be major.minor (`8.6`), optionally with `+PTX`".to_string(),
+            });
+        }
+        Ok(ComputeCapability(text.to_string()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de> Deserialize<'de> for ComputeCapability {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        ComputeCapability::parse(&text).map_err(|e| {
+            de::Error::custom(format!(
+                "malformed compute capability {:?}: {}",
+                text, e.why
+            ))
+        })
+    }
+}
 
 #[cfg(test)]
 impl From<&str> for VersionText {
@@ -416,6 +459,16 @@ mod tests {
 
     fn driver(text: &str) -> DriverVersion {
         DriverVersion::parse(text).unwrap()
+    }
+
+    #[test]
+    fn compute_capabilities_are_major_minor_with_an_optional_ptx() {
+        for good in ["8.6", "12.0+PTX", "10.0"] {
+            assert_eq!(ComputeCapability::parse(good).unwrap(), good);
+        }
+        for bad in ["8", "8.6.1", "sm_86", "8.6+ptx", "12.0+PTX\nRUN x", ""] {
+            assert!(ComputeCapability::parse(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

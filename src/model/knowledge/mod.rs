@@ -19,7 +19,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::date::Day;
 use crate::model::version::VersionText;
-use crate::model::version::{DottedVersion, DriverVersion, TorchVersion, VersionError};
+use crate::model::version::{
+    ComputeCapability, DottedVersion, DriverVersion, TorchVersion, VersionError,
+};
 use crate::model::yaml::{self, Problem, LIMITS};
 
 /// The frozen subset of the knowledge that logic tests run on (see [`Knowledge::test_fixture`]).
@@ -202,7 +204,7 @@ pub struct TorchCuda {
     pub glibc_min: Option<VersionText>,
     /// Compute capabilities compiled into the x86_64 wheel.
     #[serde(default)]
-    pub archs: Vec<String>,
+    pub archs: Vec<ComputeCapability>,
     /// Linux aarch64 (SBSA) CUDA wheels of this variant, when PyTorch publishes them.
     #[serde(default)]
     pub aarch64: Option<Aarch64Wheels>,
@@ -226,7 +228,7 @@ impl TorchCuda {
     }
 
     /// The compute capabilities compiled into the wheel of `platform`.
-    pub(crate) fn archs_for(&self, platform: &str) -> Vec<String> {
+    pub(crate) fn archs_for(&self, platform: &str) -> Vec<ComputeCapability> {
         match (&self.aarch64, platform) {
             (Some(aarch64), PLATFORM_ARM64) => aarch64.archs.clone(),
             _ => self.archs.clone(),
@@ -256,7 +258,7 @@ impl TorchCuda {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Aarch64Wheels {
-    pub archs: Vec<String>,
+    pub archs: Vec<ComputeCapability>,
     /// The glibc floor of these wheels where it is above the series' and the platform's.
     #[serde(default)]
     pub glibc_min: Option<VersionText>,

@@ -479,6 +479,10 @@ fn malformed_versions_are_refused_at_their_line() {
             "{cuda: \"12.9\", adds: [\"10.3\", \"12.1\"]",
             "{cuda: \"12.9.\", adds: [\"10.3\", \"12.1\"]",
         ),
+        (
+            "archs: [\"7.0\", \"7.5\", \"8.0\", \"8.6\", \"9.0\", \"10.0\", \"12.0+PTX\"]",
+            "archs: [\"7.0\", \"7.5\", \"8.0\", \"sm_86\", \"9.0\", \"10.0\", \"12.0+PTX\"]",
+        ),
     ] {
         let line = line_of(from);
         let error = error_of(&edited(from, to));
