@@ -263,9 +263,11 @@ impl<'k> KnownValues<'k> {
         let Ok(wanted) = DottedVersion::parse_kind(value, "cuDNN", 4) else {
             return false;
         };
-        self.cudnn.iter().any(|known| {
-            DottedVersion::parse_kind(known, "", 4).is_ok_and(|known| known.starts_with(&wanted))
-        })
+        self.knowledge
+            .torch
+            .iter()
+            .flat_map(|series| &series.cuda)
+            .any(|variant| variant.cudnn.dotted().starts_with(&wanted))
     }
 }
 

@@ -103,7 +103,7 @@ fn torch_release<'k>(
         series
             .releases
             .iter()
-            .max_by_key(|r| TorchVersion::parse(&r.torch).map(|t| t.version).ok())
+            .max_by_key(|r| r.torch.dotted())
             .ok_or_else(|| format!("torch {} has no releases in the knowledge", series.series))?
     } else {
         series
