@@ -300,11 +300,21 @@ fn journal_dir(log_dir: &Path) -> PathBuf {
         .join("runs")
 }
 
+/// How long a run waits, before its builds, for the daemon to let go of the images of a run killed
+/// mid-build: it stops and removes the killed step's container on its own time, and refuses to
+/// remove that container's image ("being used by running container") for a moment even after
+/// the container has left its list.
+const DEAD_RUN_IMAGES_PATIENCE: Duration = Duration::from_secs(15);
+
 /// Removes the images that builds of runs killed mid-build left (the classic builder's images of
 /// the steps finished before the kill), from those runs' journals: only runs of this machine's
 /// boot whose process is gone, and only images with no tag that no image is built on and no
 /// container uses (the daemon judges that; nothing is forced). A live run's journal, and one of
 /// a run this machine cannot judge, stay.
+///
+/// It runs before this run's builds and waits (within [`DEAD_RUN_IMAGES_PATIENCE`]) while a
+/// container still holds one: a build started meanwhile would take the killed run's step images
+/// as its cache and build on them, and an image built on is no longer a leftover to remove.
 async fn remove_images_of_dead_runs(engine: &Engine, dir: &Path) {
     let found = match run_journal::journals(dir) {
         Ok(found) => found,
@@ -316,37 +326,57 @@ async fn remove_images_of_dead_runs(engine: &Engine, dir: &Path) {
             return;
         }
     };
+    let deadline = std::time::Instant::now() + DEAD_RUN_IMAGES_PATIENCE;
     for entry in found {
         let gone = RunId::parse(&entry.run).is_some_and(|id| id.liveness() == Liveness::Gone);
         if !gone {
             continue;
         }
         let mut removed = 0;
-        // Kept for a later run to try again when the daemon failed or held an image (the killed
-        // step's container, which the daemon stops on its own time, may still use it).
-        let mut failed = false;
-        // Newest first: each step's image is the parent of the next.
-        for image in entry.images.iter().rev() {
-            match engine.remove_untagged_image(image).await {
-                Ok(Removal::Removed) => removed += 1,
-                Ok(Removal::Absent | Removal::Tagged) => {}
-                Ok(Removal::Held(_)) => failed = true,
-                Err(error) => {
-                    failed = true;
-                    eprintln!(
-                        "warning: could not remove image {image} left behind by run {}, which is gone: {error}",
-                        entry.run
-                    );
+        let (in_use, failed) = loop {
+            // Kept for a later run to try again when the daemon failed or a container still
+            // holds an image past the patience.
+            let mut failed = false;
+            let mut in_use = None;
+            // Newest first: each step's image is the parent of the next. One built on by an
+            // image that is not the run's (a later build took it as cache) is that image's
+            // layer now, and stays, like a tagged one.
+            for image in entry.images.iter().rev() {
+                match engine.remove_untagged_image(image).await {
+                    Ok(Removal::Removed) => removed += 1,
+                    Ok(Removal::Absent | Removal::Tagged | Removal::HasChildren(_)) => {}
+                    Ok(Removal::InUse(reason)) => {
+                        in_use = Some(format!("{image}: {reason}"));
+                        // Its parents are held by it: they are tried with it next time.
+                        break;
+                    }
+                    Err(error) => {
+                        failed = true;
+                        eprintln!(
+                            "warning: could not remove image {image} left behind by run {}, which is gone: {error}",
+                            entry.run
+                        );
+                    }
                 }
             }
-        }
+            if in_use.is_none() || std::time::Instant::now() >= deadline {
+                break (in_use, failed);
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        };
         if removed > 0 {
             eprintln!(
                 "removed {removed} image(s) left behind by run {}, which is gone",
                 entry.run
             );
         }
-        if !failed {
+        if let Some(reason) = &in_use {
+            eprintln!(
+                "note: a container still uses an image left behind by run {}, which is gone ({reason}); a later run removes its images",
+                entry.run
+            );
+        }
+        if in_use.is_none() && !failed {
             if let Err(error) = run_journal::remove(&entry.path) {
                 eprintln!(
                     "warning: could not remove {}: {error}",

@@ -258,8 +258,12 @@ pub(crate) enum Removal {
     Absent,
     /// It has a tag: someone's image, kept.
     Tagged,
-    /// The daemon refused (an image built on it, a container using it), with its reason.
-    Held(String),
+    /// The daemon refused because a container uses it, with its reason. For a moment after a
+    /// container goes from the daemon's list, its image still counts as in use by it.
+    InUse(String),
+    /// The daemon refused because an image is built on it (a later step's, or one whose build
+    /// took it as cache), with its reason.
+    HasChildren(String),
 }
 
 /// The classic builder's progress marker: `Step 3/8 : RUN ...` → `Some((3, 8))`. Lets a caller
@@ -681,7 +685,17 @@ impl Engine {
             Err(BollardError::DockerResponseServerError {
                 status_code: 409,
                 message,
-            }) => Ok(Removal::Held(message.trim().to_string())),
+            }) => {
+                // A 409 is the only answer for both; the daemon's message tells them apart
+                // ("image has dependent child images" against "image is being used by running
+                // container …").
+                let reason = message.trim().to_string();
+                Ok(if reason.contains("dependent child images") {
+                    Removal::HasChildren(reason)
+                } else {
+                    Removal::InUse(reason)
+                })
+            }
             Err(error) => Err(self.daemon_error(format!("removing image {reference}"), error)),
         }
     }

@@ -1,6 +1,51 @@
 //! Calendar dates as the knowledge writes them (`2027-05-31`): checked, and counted in days, so
 //! the resolver can say how far a date is from today. Pure; today is handed in by the commands.
 
+use std::fmt;
+
+use serde::de::{self, Deserializer};
+use serde::{Deserialize, Serialize, Serializer};
+
+/// A day as the knowledge writes it (`2027-05-31`), checked and counted when it is read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Day(String, i64);
+
+impl Day {
+    /// `YYYY-MM-DD`, a real day of the Gregorian calendar, or `None` when it is not one.
+    pub(crate) fn parse(text: &str) -> Option<Day> {
+        days_since_epoch(text).map(|days| Day(text.to_string(), days))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Days from 1970-01-01 to this day.
+    pub(crate) fn days_since_epoch(&self) -> i64 {
+        self.1
+    }
+}
+
+impl fmt::Display for Day {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Serialize for Day {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Day {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        Day::parse(&text)
+            .ok_or_else(|| de::Error::custom(format!("date {text:?} is not a day (YYYY-MM-DD)")))
+    }
+}
+
 /// Days from 1970-01-01 to `date` (`YYYY-MM-DD`, a real day of the Gregorian calendar), or
 /// `None` when it is not one.
 pub(crate) fn days_since_epoch(date: &str) -> Option<i64> {

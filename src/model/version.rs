@@ -242,16 +242,17 @@ impl fmt::Display for TorchVersion {
     }
 }
 
-/// A version string checked at load time (digits and dots only), kept exactly as written.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(transparent)]
-pub struct VersionText(String);
+/// A version string checked at load time (digits and dots only), kept exactly as written, with
+/// its numbers parsed once. Equality and ordering are those of the text (as written); compare
+/// `dotted()` for numeric order.
+#[derive(Debug, Clone)]
+pub struct VersionText(String, DottedVersion);
 
 impl VersionText {
     /// A version as written (digits and dots, at most four parts), refused with the reason.
     pub fn parse(text: &str) -> Result<VersionText, VersionError> {
-        DottedVersion::parse_kind(text, "", 4)?;
-        Ok(VersionText(text.to_string()))
+        let parsed = DottedVersion::parse_kind(text, "", 4)?;
+        Ok(VersionText(text.to_string(), parsed))
     }
 
     pub fn as_str(&self) -> &str {
@@ -260,17 +261,71 @@ impl VersionText {
 
     /// The text of a parsed version (a Python release, a padded torch series).
     pub fn of(version: &DottedVersion) -> VersionText {
-        VersionText(version.to_string())
+        VersionText(version.to_string(), version.clone())
     }
 
     /// `major.minor` of this version (`12.6.3` → `12.6`), numbers as parsed.
     pub(crate) fn major_minor(&self) -> VersionText {
-        VersionText(self.dotted().major_minor())
+        let text = self.1.major_minor();
+        let parsed = DottedVersion {
+            parts: vec![self.1.part(0), self.1.part(1)],
+            text: text.clone(),
+        };
+        VersionText(text, parsed)
     }
 
-    /// The version as a number, for ordering (it parsed when it was made).
-    pub(crate) fn dotted(&self) -> DottedVersion {
-        DottedVersion::parse_kind(&self.0, "", 4).expect("checked when made")
+    /// The version as numbers, parsed when it was made.
+    pub(crate) fn dotted(&self) -> &DottedVersion {
+        &self.1
+    }
+
+    /// The parsed version as a `kind` of at most `max_parts` parts (CUDA `12.6.3`), refused as
+    /// the parser refuses one with more.
+    pub(crate) fn within(
+        &self,
+        kind: &'static str,
+        max_parts: usize,
+    ) -> Result<&DottedVersion, VersionError> {
+        if self.1.parts().len() > max_parts {
+            return Err(VersionError {
+                text: self.0.clone(),
+                kind,
+                why: format!("it has more than {max_parts} components"),
+            });
+        }
+        Ok(&self.1)
+    }
+
+    /// The first number (`9` of cuDNN `9.5.1.17`).
+    pub(crate) fn major(&self) -> u64 {
+        self.1.part(0)
+    }
+}
+
+impl PartialEq for VersionText {
+    fn eq(&self, other: &Self) -> bool {
+        self.0 == other.0
+    }
+}
+impl Eq for VersionText {}
+impl PartialOrd for VersionText {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for VersionText {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.0.cmp(&other.0)
+    }
+}
+impl std::hash::Hash for VersionText {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.hash(state);
+    }
+}
+impl Serialize for VersionText {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.0)
     }
 }
 
@@ -345,7 +400,50 @@ macro_rules! read_as_text {
 
 pub(crate) use read_as_text;
 
-read_as_text!(VersionText);
+read_as_text!(VersionText, ComputeCapability);
+
+/// A GPU compute capability compiled into a wheel, as torch lists it: `major.minor` (`8.6`),
+/// with `+PTX` where PTX for it is compiled in too (`12.0+PTX`). Checked when the knowledge loads.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct ComputeCapability(String);
+
+impl ComputeCapability {
+    /// `major.minor`, optionally `+PTX`; anything else is refused with the reason.
+    pub fn parse(text: &str) -> Result<ComputeCapability, VersionError> {
+        let number = text.strip_suffix("+PTX").unwrap_or(text);
+        let parsed = DottedVersion::parse_kind(number, "compute capability", 2).map_err(|e| {
+            VersionError {
+                text: text.to_string(),
+                ..e
+            }
+        })?;
+        if parsed.parts().len() != 2 {
+            return Err(VersionError {
+                text: text.to_string(),
+                kind: "compute capability",
+                why: "it must be major.minor (`8.6`), optionally with `+PTX`".to_string(),
+            });
+        }
+        Ok(ComputeCapability(text.to_string()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de> Deserialize<'de> for ComputeCapability {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        ComputeCapability::parse(&text).map_err(|e| {
+            de::Error::custom(format!(
+                "malformed compute capability {:?}: {}",
+                text, e.why
+            ))
+        })
+    }
+}
 
 #[cfg(test)]
 impl From<&str> for VersionText {
@@ -361,6 +459,16 @@ mod tests {
 
     fn driver(text: &str) -> DriverVersion {
         DriverVersion::parse(text).unwrap()
+    }
+
+    #[test]
+    fn compute_capabilities_are_major_minor_with_an_optional_ptx() {
+        for good in ["8.6", "12.0+PTX", "10.0"] {
+            assert_eq!(ComputeCapability::parse(good).unwrap(), good);
+        }
+        for bad in ["8", "8.6.1", "sm_86", "8.6+ptx", "12.0+PTX\nRUN x", ""] {
+            assert!(ComputeCapability::parse(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

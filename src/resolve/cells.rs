@@ -4,7 +4,6 @@
 
 use crate::model::axes::VersionText;
 use crate::model::matrix::{CellRule, Matrix};
-use crate::model::version::DottedVersion;
 use crate::resolve::image::{Cell, Resolution};
 
 /// The cells the matrix asks for: axes minus excludes, plus includes.
@@ -99,13 +98,10 @@ pub(super) fn rule_matches(rule: &CellRule, cell: &Cell) -> bool {
         |rule_value: &Option<VersionText>, value: &Option<VersionText>| match (rule_value, value) {
             (None, _) => true,
             (Some(_), None) => false,
-            (Some(wanted), Some(value)) => match (
-                DottedVersion::parse_kind(wanted.as_str(), "", 4),
-                DottedVersion::parse_kind(value, "", 4),
-            ) {
-                (Ok(wanted), Ok(value)) => value.starts_with(&wanted) || wanted.starts_with(&value),
-                _ => false,
-            },
+            (Some(wanted), Some(value)) => {
+                let (wanted, value) = (wanted.dotted(), value.dotted());
+                value.starts_with(wanted) || wanted.starts_with(value)
+            }
         };
     version_matches(&rule.torch, &Some(cell.torch.clone()))
         && version_matches(&rule.cuda, &Some(cell.cuda.clone()))

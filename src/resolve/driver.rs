@@ -3,7 +3,7 @@
 //! driver does run when it does not. Pure.
 
 use crate::model::knowledge::{wheel_suffix, CudaRelease, Knowledge};
-use crate::model::version::{DottedVersion, DriverVersion};
+use crate::model::version::{DottedVersion, DriverVersion, VersionText};
 use crate::resolve::image::{ImageSpec, RuntimeFloor};
 
 /// The `NVIDIA_REQUIRE_CUDA` value: the CUDA floor, OR a whitelisted forward-compatibility branch
@@ -94,9 +94,7 @@ pub(super) fn driver_verdict(
     let lines: Vec<DottedVersion> = knowledge
         .cuda
         .iter()
-        .filter_map(|c| DottedVersion::parse_kind(&c.version, "CUDA", 3).ok())
-        .map(|v| v.major_minor())
-        .filter_map(|line| DottedVersion::parse_kind(&line, "CUDA", 2).ok())
+        .map(|c| c.version.major_minor().dotted().clone())
         .collect();
     let newest_line = lines
         .into_iter()
@@ -126,8 +124,8 @@ pub(super) fn driver_verdict(
                             forward_compat,
                         )
                 })
-                .filter_map(|c| Some((DottedVersion::parse_kind(&c.cuda, "", 2).ok()?, c)))
-                .max_by(|a, b| a.0.cmp(&b.0))
+                .map(|c| (c.cuda.dotted(), c))
+                .max_by(|a, b| a.0.cmp(b.0))
                 .map(|(_, c)| format!("{}+{}", t.series, wheel_suffix(&c.cuda)))
         })
         .collect();
@@ -175,8 +173,8 @@ pub(super) fn driver_verdict(
 /// toolkit runs with its full feature set on that toolkit's Table 3 driver or newer, and with a
 /// limited one on the family's minimum; the runtime torch loads is the wheel's, so its release's
 /// Table 3 driver is what the image needs in full, whatever toolkit the base image carries.
-pub(crate) fn runtime_floor(runtime: &str, knowledge: &Knowledge) -> Option<RuntimeFloor> {
-    let wanted = DottedVersion::parse_kind(runtime, "CUDA runtime", 3).ok()?;
+pub(crate) fn runtime_floor(runtime: &VersionText, knowledge: &Knowledge) -> Option<RuntimeFloor> {
+    let wanted = runtime.dotted();
     let with_minimum = |release: &CudaRelease| {
         release
             .driver_min
@@ -187,7 +185,7 @@ pub(crate) fn runtime_floor(runtime: &str, knowledge: &Knowledge) -> Option<Runt
     if let Some((release, driver_min)) = knowledge
         .cuda
         .iter()
-        .find(|c| c.version == runtime || c.cudart.as_deref() == Some(runtime))
+        .find(|c| c.version == *runtime || c.cudart.as_ref() == Some(runtime))
         .and_then(with_minimum)
     {
         return Some(RuntimeFloor {
@@ -206,10 +204,10 @@ pub(crate) fn runtime_floor(runtime: &str, knowledge: &Knowledge) -> Option<Runt
     knowledge
         .cuda
         .iter()
-        .filter_map(|c| Some((DottedVersion::parse_kind(&c.version, "CUDA", 3).ok()?, c)))
+        .map(|c| (c.version.dotted(), c))
         .filter(|(version, _)| version.major_minor() == line && *version < wanted)
         .filter_map(|(version, c)| Some((version, with_minimum(c)?)))
-        .max_by(|a, b| a.0.cmp(&b.0))
+        .max_by(|a, b| a.0.cmp(b.0))
         .map(|(_, (release, driver_min))| RuntimeFloor {
             runtime: runtime.to_string(),
             release,

@@ -3,7 +3,6 @@
 //! of the options (the commands read the clock, or `IMAGEGEN_TODAY`); without one nothing is
 //! judged. The matrix's `end_of_life: refuse` turns the warning into a rejection of the cell.
 
-use crate::model::date::days_since_epoch;
 use crate::model::knowledge::{EndOfLife, Knowledge};
 use crate::model::matrix::Matrix;
 use crate::resolve::image::Resolved;
@@ -50,10 +49,7 @@ pub(crate) fn eol_findings(
 ) -> Vec<EolFinding> {
     let mut findings = Vec::new();
     let mut consider = |subject: String, eol: &EndOfLife| {
-        let Some(date) = days_since_epoch(&eol.date) else {
-            return;
-        };
-        let days_left = date - today;
+        let days_left = eol.date.days_since_epoch() - today;
         if days_left > WARN_DAYS {
             return;
         }
@@ -72,7 +68,7 @@ pub(crate) fn eol_findings(
         }
         findings.push(EolFinding {
             subject,
-            date: eol.date.clone(),
+            date: eol.date.to_string(),
             days_left,
             cited,
         });

@@ -11,7 +11,7 @@ use crate::model::digest::Digest;
 use crate::model::extensions::{Extensions, ExtraIndex};
 use crate::model::flavours::Flavour;
 use crate::model::knowledge::{CudaRelease, TorchCuda, TorchRelease};
-use crate::model::version::{DottedVersion, DriverVersion};
+use crate::model::version::{ComputeCapability, DottedVersion, DriverVersion};
 
 /// One image imagegen will render and build.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -75,7 +75,7 @@ pub struct ImageSpec {
     /// The `NVIDIA_REQUIRE_CUDA` value.
     pub require_cuda: String,
     /// GPU compute capabilities compiled into the torch wheel.
-    pub archs: Vec<String>,
+    pub archs: Vec<ComputeCapability>,
     /// The pip index the torch wheels come from.
     pub wheel_index: String,
     /// Where torch comes from: PyTorch's index (`torch==X+cuXYZ`) or a plain one (`torch==X`).

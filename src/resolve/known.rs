@@ -144,16 +144,12 @@ impl<'k> KnownValues<'k> {
             for variant in &series.cuda {
                 cuda.push(variant.cuda.to_string());
                 cudnn.push(variant.cudnn.to_string());
-                if let Ok(version) = DottedVersion::parse_kind(&variant.cudnn, "", 4) {
-                    cudnn.push(version.part(0).to_string());
-                }
+                cudnn.push(variant.cudnn.major().to_string());
             }
         }
         for release in &knowledge.cuda {
             cuda.push(release.version.to_string());
-            if let Ok(version) = DottedVersion::parse_kind(&release.version, "", 3) {
-                cuda.push(version.major_minor());
-            }
+            cuda.push(release.version.dotted().major_minor());
         }
         python.extend(knowledge.os.iter().map(|o| o.python.to_string()));
         let os = knowledge.os.iter().map(|o| o.name.clone()).collect();
@@ -267,9 +263,11 @@ impl<'k> KnownValues<'k> {
         let Ok(wanted) = DottedVersion::parse_kind(value, "cuDNN", 4) else {
             return false;
         };
-        self.cudnn.iter().any(|known| {
-            DottedVersion::parse_kind(known, "", 4).is_ok_and(|known| known.starts_with(&wanted))
-        })
+        self.knowledge
+            .torch
+            .iter()
+            .flat_map(|series| &series.cuda)
+            .any(|variant| variant.cudnn.dotted().starts_with(&wanted))
     }
 }
 

@@ -284,13 +284,10 @@ pub(crate) fn locked_cuda(text: &str) -> Result<LockedCuda, String> {
 
 /// uv's `--python-platform` for an architecture (`amd64`, `arm64`) and the OS's glibc (`2.39`):
 /// the newest manylinux level the OS runs. uv knows manylinux 2.17, 2.28 and 2.31 to 2.40.
-pub(crate) fn python_platform(arch: &str, glibc: &str) -> String {
+pub(crate) fn python_platform(arch: &str, glibc: &VersionText) -> String {
     let machine = if arch == "arm64" { "aarch64" } else { "x86_64" };
-    let minor: u64 = glibc
-        .split('.')
-        .nth(1)
-        .and_then(|minor| minor.parse().ok())
-        .unwrap_or(17);
+    // A glibc without a minor (`2`) is below every manylinux level: the oldest, 2.17.
+    let minor = glibc.dotted().part(1);
     let level = match minor {
         0..=27 => 17,
         28..=30 => 28,
@@ -304,9 +301,9 @@ pub(crate) fn python_platform(arch: &str, glibc: &str) -> String {
 /// does not pin them: nvJitLink comes in through cuSPARSE/cuSOLVER's `>=` requirement and would
 /// float to the newest 13.x (13.5 beside cudart 13.0, whose PTX an R580 driver cannot JIT), and
 /// cuda-bindings (torch's `>=` requirement) would too.
-pub(crate) fn cuda_line_constraints(cuda: &str) -> Vec<String> {
-    let major = cuda.split('.').next().unwrap_or_default();
-    if major.parse::<u64>().unwrap_or(0) >= 13 {
+pub(crate) fn cuda_line_constraints(cuda: &VersionText) -> Vec<String> {
+    let major = cuda.major();
+    if major >= 13 {
         vec![
             format!("cuda-bindings=={cuda}.*"),
             format!("nvidia-nvjitlink=={cuda}.*"),
@@ -354,34 +351,49 @@ mod tests {
     fn spec(requirements: &[&str]) -> LockSpec {
         LockSpec::new(
             requirements.iter().map(|r| r.to_string()).collect(),
-            cuda_line_constraints("13.0"),
+            cuda_line_constraints(&"13.0".into()),
             PipIndexes {
                 index_url: "https://pypi.org/simple".into(),
                 extra_index_url: None,
             },
             "3.12",
-            python_platform("amd64", "2.39"),
+            python_platform("amd64", &"2.39".into()),
             None,
         )
     }
 
     #[test]
     fn platforms_follow_the_os_glibc() {
-        assert_eq!(python_platform("amd64", "2.39"), "x86_64-manylinux_2_39");
-        assert_eq!(python_platform("arm64", "2.35"), "aarch64-manylinux_2_35");
-        assert_eq!(python_platform("amd64", "2.36"), "x86_64-manylinux_2_36");
-        assert_eq!(python_platform("amd64", "2.29"), "x86_64-manylinux_2_28");
-        assert_eq!(python_platform("amd64", "2.27"), "x86_64-manylinux_2_17");
+        assert_eq!(
+            python_platform("amd64", &"2.39".into()),
+            "x86_64-manylinux_2_39"
+        );
+        assert_eq!(
+            python_platform("arm64", &"2.35".into()),
+            "aarch64-manylinux_2_35"
+        );
+        assert_eq!(
+            python_platform("amd64", &"2.36".into()),
+            "x86_64-manylinux_2_36"
+        );
+        assert_eq!(
+            python_platform("amd64", &"2.29".into()),
+            "x86_64-manylinux_2_28"
+        );
+        assert_eq!(
+            python_platform("amd64", &"2.27".into()),
+            "x86_64-manylinux_2_17"
+        );
     }
 
     #[test]
     fn constraints_keep_the_cuda_line() {
         assert_eq!(
-            cuda_line_constraints("13.0"),
+            cuda_line_constraints(&"13.0".into()),
             ["cuda-bindings==13.0.*", "nvidia-nvjitlink==13.0.*"]
         );
         assert_eq!(
-            cuda_line_constraints("12.6"),
+            cuda_line_constraints(&"12.6".into()),
             ["nvidia-nvjitlink-cu12==12.6.*"]
         );
     }

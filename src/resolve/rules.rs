@@ -59,8 +59,11 @@ pub(super) fn check_cell(
         torch: TorchVersion::parse(&release.torch)
             .map_err(|e| e.to_string())?
             .version,
-        cuda: DottedVersion::parse_kind(&cuda_release.version, "CUDA", 3)
-            .map_err(|e| e.to_string())?,
+        cuda: cuda_release
+            .version
+            .within("CUDA", 3)
+            .map_err(|e| e.to_string())?
+            .clone(),
         os: OsName::release_of(&cell.os).map_err(|e| e.to_string())?,
     };
     cudnn_bundled(cell, release, variant, knowledge)?;
@@ -100,7 +103,7 @@ fn torch_release<'k>(
         series
             .releases
             .iter()
-            .max_by_key(|r| TorchVersion::parse(&r.torch).map(|t| t.version).ok())
+            .max_by_key(|r| r.torch.dotted())
             .ok_or_else(|| format!("torch {} has no releases in the knowledge", series.series))?
     } else {
         series
@@ -130,8 +133,7 @@ fn wheel_variant<'k>(
     allow_unverified: bool,
     unverified: &mut Vec<String>,
 ) -> Result<&'k TorchCuda, String> {
-    let wanted_cuda =
-        DottedVersion::parse_kind(&cell.cuda, "CUDA", 3).map_err(|e| e.to_string())?;
+    let wanted_cuda = cell.cuda.within("CUDA", 3).map_err(|e| e.to_string())?;
     let published: Vec<String> = series
         .cuda
         .iter()
@@ -227,7 +229,9 @@ fn devel_toolkit(
     toolkit: DevelToolkit,
     knowledge: &Knowledge,
 ) -> Result<(), String> {
-    let major = DottedVersion::parse_kind(&variant.cuda, "CUDA", 3)
+    let major = variant
+        .cuda
+        .within("CUDA", 3)
         .map(|v| v.part(0))
         .map_err(|e| e.to_string())?;
     match toolkit {
@@ -265,8 +269,7 @@ fn cuda_base_release<'k>(
     base_override: bool,
     unverified: &mut Vec<String>,
 ) -> Result<&'k CudaRelease, String> {
-    let wanted_cuda =
-        DottedVersion::parse_kind(&cell.cuda, "CUDA", 3).map_err(|e| e.to_string())?;
+    let wanted_cuda = cell.cuda.within("CUDA", 3).map_err(|e| e.to_string())?;
     let cuda_release = knowledge.cuda_release_for(&cell.cuda).ok_or_else(|| {
         let known: Vec<&str> = knowledge
             .cuda
@@ -299,9 +302,7 @@ fn cuda_base_release<'k>(
         unverified.push(format!("CUDA {}: {note}", cuda_release.version));
     }
     if cuda_release.ubuntu.is_empty() && !base_override {
-        let line = DottedVersion::parse_kind(&cuda_release.version, "CUDA", 3)
-            .map(|v| v.major_minor())
-            .unwrap_or_default();
+        let line = cuda_release.version.dotted().major_minor();
         let with_images: Vec<&str> = knowledge
             .cuda
             .iter()
@@ -445,7 +446,7 @@ fn wheel_runtime_floor(
         .iter()
         .find(|w| w.platform == cell.platform && w.cuda.as_deref() == Some(variant.cuda.as_str()))?
         .cuda_runtime
-        .as_deref()?;
+        .as_ref()?;
     let Some(floor) = runtime_floor(runtime, knowledge) else {
         unverified.push(format!(
             "torch {} {} {} pins CUDA runtime {runtime}, which no CUDA release in the knowledge ships: imagegen.driver.min is the base's",
@@ -510,11 +511,7 @@ fn base_image_for_os(
                         .iter()
                         .any(|v| v.verified && c.version.starts_with(&format!("{}.", v.cuda)))
             })
-            .map(|c| {
-                DottedVersion::parse_kind(&c.version, "", 3)
-                    .map(|v| v.major_minor())
-                    .unwrap_or_default()
-            })
+            .map(|c| c.version.dotted().major_minor())
             .collect();
         // Several patch releases of a line can have images: name the line once.
         others.dedup();
@@ -558,7 +555,7 @@ fn glibc_floor(
 ) -> Result<(), String> {
     let glibc_min = series.glibc_min_for(Some(variant), &cell.platform);
     let glibc_ok = matches!(
-        (DottedVersion::parse_kind(&os.glibc, "", 2), DottedVersion::parse_kind(&glibc_min, "", 2)),
+        (os.glibc.within("", 2), glibc_min.within("", 2)),
         (Ok(have), Ok(need)) if have >= need
     );
     if !glibc_ok {
@@ -641,7 +638,10 @@ fn python_version(
             cell.os
         ));
     }
-    DottedVersion::parse_kind(&python, "Python", 2).map_err(|error| error.to_string())
+    python
+        .within("Python", 2)
+        .cloned()
+        .map_err(|error| error.to_string())
 }
 
 /// Torch's Python range as people write it: `3.10–3.14`.
@@ -665,19 +665,14 @@ fn cudnn_bundled(
     knowledge: &Knowledge,
 ) -> Result<(), String> {
     if let Some(wanted) = &cell.cudnn {
-        let wanted_version =
-            DottedVersion::parse_kind(wanted, "cuDNN", 4).map_err(|e| e.to_string())?;
-        let bundled =
-            DottedVersion::parse_kind(&variant.cudnn, "cuDNN", 4).map_err(|e| e.to_string())?;
-        if !bundled.starts_with(&wanted_version) {
+        let wanted_version = wanted.dotted();
+        let bundled = variant.cudnn.dotted();
+        if !bundled.starts_with(wanted_version) {
             let matching: Vec<String> = knowledge
                 .torch
                 .iter()
                 .flat_map(|t| t.cuda.iter().filter(|c| c.verified).map(move |c| (t, c)))
-                .filter(|(_, c)| {
-                    DottedVersion::parse_kind(&c.cudnn, "", 4)
-                        .is_ok_and(|v| v.starts_with(&wanted_version))
-                })
+                .filter(|(_, c)| c.cudnn.dotted().starts_with(wanted_version))
                 .map(|(t, c)| format!("{}+{}", t.series, wheel_suffix(&c.cuda)))
                 .collect();
             let hint = if matching.is_empty() {

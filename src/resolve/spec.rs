@@ -10,7 +10,6 @@ use crate::model::extensions::Extensions;
 use crate::model::knowledge::{wheel_suffix, Knowledge, PLATFORM_AMD64};
 use crate::model::matrix::{BaseImageFields, DevelToolkit, Matrix, TorchWheels};
 use crate::model::selftest_binary::binary_for;
-use crate::model::version::DottedVersion;
 use crate::resolve::bases::{pinned_from, BasePin};
 use crate::resolve::driver::require_cuda;
 use crate::resolve::fingerprint::fingerprint;
@@ -41,9 +40,7 @@ pub(super) fn build_spec(
     knowledge: &Knowledge,
     options: &ResolveOptions,
 ) -> ImageSpec {
-    let cuda_version = DottedVersion::parse_kind(&found.cuda_release.version, "CUDA", 3)
-        .expect("checked knowledge");
-    let major = cuda_version.part(0);
+    let major = found.cuda_release.version.major();
     // The base toolkit's Table 3 driver, or the wheel's own runtime's when that is newer.
     let driver_min = found
         .runtime_floor

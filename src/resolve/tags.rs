@@ -21,12 +21,12 @@ pub use crate::resolve::image::TagFields;
 
 /// Fills the full-tag template (validated by the matrix loader) with `fields`.
 pub(crate) fn full_tag(template: &str, fields: &TagFields) -> String {
-    let cudnn_major = fields.cudnn.split('.').next().unwrap_or_default();
+    let cudnn_major = fields.cudnn.major().to_string();
     template
         .replace("{torch_series}", &fields.series())
         .replace("{torch}", &fields.torch.to_string())
         .replace("{cuda}", &fields.cuda)
-        .replace("{cudnn_major}", cudnn_major)
+        .replace("{cudnn_major}", &cudnn_major)
         .replace("{cudnn}", &fields.cudnn)
         .replace("{python}", &format!("py{}", fields.python))
         .replace("{variant}", fields.variant.as_str())

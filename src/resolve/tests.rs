@@ -1111,7 +1111,7 @@ fn the_wheels_own_cuda_runtime_sets_the_driver_minimum_when_newer_than_the_base(
 #[test]
 fn pinned_runtimes_map_to_their_toolkit_release() {
     let knowledge = Knowledge::embedded();
-    let floor = |runtime: &str| crate::resolve::driver::runtime_floor(runtime, &knowledge);
+    let floor = |runtime: &str| crate::resolve::driver::runtime_floor(&runtime.into(), &knowledge);
     let exact = floor("12.6.77").unwrap();
     assert_eq!((exact.release.as_str(), exact.exact), ("12.6.2", true));
     assert_eq!(exact.driver_min.to_string(), "560.35.03");

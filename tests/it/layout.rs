@@ -536,7 +536,8 @@ fn the_model_value_types_keep_their_fields_private() {
         ("Platform", &axes),
     ] {
         assert!(
-            text.contains(&format!("pub struct {name}(String);")),
+            text.contains(&format!("pub struct {name}(String"))
+                && !text.contains(&format!("pub struct {name}(pub")),
             "{name} not found as a private newtype in model/"
         );
     }

@@ -17,8 +17,11 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use crate::model::date::Day;
 use crate::model::version::VersionText;
-use crate::model::version::{DottedVersion, DriverVersion, TorchVersion, VersionError};
+use crate::model::version::{
+    ComputeCapability, DottedVersion, DriverVersion, TorchVersion, VersionError,
+};
 use crate::model::yaml::{self, Problem, LIMITS};
 
 /// The frozen subset of the knowledge that logic tests run on (see [`Knowledge::test_fixture`]).
@@ -201,7 +204,7 @@ pub struct TorchCuda {
     pub glibc_min: Option<VersionText>,
     /// Compute capabilities compiled into the x86_64 wheel.
     #[serde(default)]
-    pub archs: Vec<String>,
+    pub archs: Vec<ComputeCapability>,
     /// Linux aarch64 (SBSA) CUDA wheels of this variant, when PyTorch publishes them.
     #[serde(default)]
     pub aarch64: Option<Aarch64Wheels>,
@@ -225,7 +228,7 @@ impl TorchCuda {
     }
 
     /// The compute capabilities compiled into the wheel of `platform`.
-    pub(crate) fn archs_for(&self, platform: &str) -> Vec<String> {
+    pub(crate) fn archs_for(&self, platform: &str) -> Vec<ComputeCapability> {
         match (&self.aarch64, platform) {
             (Some(aarch64), PLATFORM_ARM64) => aarch64.archs.clone(),
             _ => self.archs.clone(),
@@ -255,7 +258,7 @@ impl TorchCuda {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Aarch64Wheels {
-    pub archs: Vec<String>,
+    pub archs: Vec<ComputeCapability>,
     /// The glibc floor of these wheels where it is above the series' and the platform's.
     #[serde(default)]
     pub glibc_min: Option<VersionText>,
@@ -361,7 +364,7 @@ pub struct CudaRelease {
 #[serde(deny_unknown_fields)]
 pub struct EndOfLife {
     /// `YYYY-MM-DD`, checked when the knowledge loads.
-    pub date: String,
+    pub date: Day,
     /// Why this date (a source that gives only the month, say).
     #[serde(default)]
     pub note: Option<String>,
@@ -675,23 +678,6 @@ impl Knowledge {
             if let Some(key) = sources.iter().find(|key| !self.sources.contains_key(*key)) {
                 return Err(invalid(format!(
                     "{what} cites unknown source `{key}` (define it under `sources` with repo, path and commit, or a url)"
-                )));
-            }
-        }
-        let eol_dates = self
-            .os
-            .iter()
-            .filter_map(|os| os.eol.as_ref().map(|eol| (format!("OS {}", os.name), eol)))
-            .chain(self.cuda.iter().filter_map(|cuda| {
-                cuda.images_eol
-                    .as_ref()
-                    .map(|eol| (format!("CUDA {} images_eol", cuda.version), eol))
-            }));
-        for (what, eol) in eol_dates {
-            if crate::model::date::days_since_epoch(&eol.date).is_none() {
-                return Err(invalid(format!(
-                    "{what}: end-of-life date {:?} is not a day (YYYY-MM-DD)",
-                    eol.date
                 )));
             }
         }

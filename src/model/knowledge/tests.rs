@@ -146,8 +146,14 @@ fn sources_must_locate_something() {
         "eol: {date: \"2029-04-30\"",
         "eol: {date: \"Apr 2029\"",
     ));
+    let line = EMBEDDED
+        .lines()
+        .position(|line| line.contains("eol: {date: \"2029-04-30\""))
+        .expect("the edited line is in knowledge.yaml")
+        + 1;
     assert!(
-        error.contains("OS ubuntu24.04: end-of-life date \"Apr 2029\" is not a day (YYYY-MM-DD)"),
+        error.starts_with(&format!("k.yaml:{line}:"))
+            && error.contains("date \"Apr 2029\" is not a day (YYYY-MM-DD)"),
         "{error}"
     );
 }
@@ -472,6 +478,10 @@ fn malformed_versions_are_refused_at_their_line() {
         (
             "{cuda: \"12.9\", adds: [\"10.3\", \"12.1\"]",
             "{cuda: \"12.9.\", adds: [\"10.3\", \"12.1\"]",
+        ),
+        (
+            "archs: [\"7.0\", \"7.5\", \"8.0\", \"8.6\", \"9.0\", \"10.0\", \"12.0+PTX\"]",
+            "archs: [\"7.0\", \"7.5\", \"8.0\", \"sm_86\", \"9.0\", \"10.0\", \"12.0+PTX\"]",
         ),
     ] {
         let line = line_of(from);
