@@ -784,9 +784,11 @@ fn alias_cell(moved: &[String], held: &[(String, String)]) -> String {
 }
 
 fn summary_table(results: &[ImageResult]) -> String {
-    let mut rows = vec![["IMAGE", "RESULT", "TEST", "DIGEST", "SECONDS", "ALIASES"]
-        .map(String::from)
-        .to_vec()];
+    let mut rows = vec![[
+        "IMAGE", "RESULT", "TEST", "DIGEST", "SIZE", "SECONDS", "ALIASES",
+    ]
+    .map(String::from)
+    .to_vec()];
     for result in results {
         let moved = if result.aliases_moved.is_empty() {
             String::new()
@@ -811,6 +813,10 @@ fn summary_table(results: &[ImageResult]) -> String {
                 .digest
                 .as_ref()
                 .map(|d| d.short().to_string())
+                .unwrap_or_else(|| "-".into()),
+            result
+                .size
+                .map(|size| size.to_string())
                 .unwrap_or_else(|| "-".into()),
             format!("{:.1}", result.seconds),
             aliases,

@@ -572,20 +572,22 @@ impl Engine {
         key: &str,
         value: &str,
     ) -> Result<Option<LocalImage>, DockerError> {
-        self.find_image_with_labels(key, value, &[]).await
+        self.find_image_with_labels(key, value, None).await
     }
 
-    /// The newest local image carrying label `key=value` and every label in `present` (any value).
+    /// The newest local image carrying label `key=value` and, with `created_label`, whose
+    /// `created` time (seconds since 1970) is that label's value: an image built `FROM` such an
+    /// image inherits the label but not the time, so only the image that set it matches.
     pub(crate) async fn find_image_with_labels(
         &self,
         key: &str,
         value: &str,
-        present: &[&str],
+        created_label: Option<&str>,
     ) -> Result<Option<LocalImage>, DockerError> {
         let filter = format!("{key}={value}");
         let mut filters: HashMap<&str, Vec<&str>> = HashMap::new();
         let mut labels = vec![filter.as_str()];
-        labels.extend_from_slice(present);
+        labels.extend(created_label);
         filters.insert("label", labels);
         let options = ListImagesOptionsBuilder::default()
             .filters(&filters)
@@ -599,6 +601,15 @@ impl Engine {
             })?;
         Ok(images
             .into_iter()
+            .filter(|summary| {
+                created_label.is_none_or(|label| {
+                    summary
+                        .labels
+                        .get(label)
+                        .and_then(|value| value.parse::<i64>().ok())
+                        == Some(summary.created)
+                })
+            })
             .max_by(|a, b| a.created.cmp(&b.created).then_with(|| a.id.cmp(&b.id)))
             .map(|summary| LocalImage {
                 id: summary.id,

@@ -81,6 +81,12 @@ pub(crate) fn diff_records(from: &ImageRecord, to: &ImageRecord) -> ImageDiff {
             ("driver_min", r.driver_min.to_string()),
             ("built_at", r.built_at.clone()),
             (
+                "size",
+                r.size
+                    .map(|size| size.to_string())
+                    .unwrap_or_else(|| "(unknown)".into()),
+            ),
+            (
                 "flavour",
                 r.flavour
                     .as_ref()
@@ -289,6 +295,25 @@ mod tests {
                 "flavour".to_string(),
                 "(none)".to_string(),
                 format!("jupyter FROM t@{}", Digest::of(b"one"))
+            )]
+        );
+        // Sizes: said when they differ, `(unknown)` for a record written before sizes.
+        let sized = |compressed_bytes: u64| {
+            let mut record = record(a.clone());
+            record.size = Some(crate::history::manifest::ImageSize {
+                compressed_bytes,
+                unpacked_bytes: 5_216_000_000,
+                layers: 9,
+            });
+            record
+        };
+        assert!(diff_records(&sized(1), &sized(1)).fields.is_empty());
+        assert_eq!(
+            diff_records(&record(a.clone()), &sized(1_934_000_000)).fields,
+            [(
+                "size".to_string(),
+                "(unknown)".to_string(),
+                "1.93 GB compressed, 5.22 GB unpacked".to_string()
             )]
         );
     }

@@ -3,7 +3,8 @@
 //! digest. Schema (version 1), documented in README.md:
 //!
 //! - `images`: by full tag, the current record (digest, fingerprint, versions, driver minimums,
-//!   self-test summary, build time, source commit, status) and `history`, the records it replaced.
+//!   self-test summary, size compressed and unpacked, build time, source commit, status) and
+//!   `history`, the records it replaced.
 //! - `aliases`: by alias, the full tag and digest it points at now, and every earlier target.
 //! - `pending_aliases`: alias moves written down before they were made (intent) and not yet
 //!   written down as done; `verify --adopt`, `rollback` and the next `build --push` settle them
@@ -381,6 +382,11 @@ pub struct ImageRecord {
     /// The packages inside the image, read from it after the build.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub packages: Option<Packages>,
+    /// Its size as pushed (compressed and unpacked); absent from records written before sizes
+    /// were recorded (they still load, schema version 1) and from images only reused, never
+    /// normalized, by every run since.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<ImageSize>,
     /// A flavour image's flavour and the image it was built FROM. Absent from other images and
     /// from records written before flavours (which still load: the field is optional, so the
     /// schema version stays 1).
@@ -400,6 +406,43 @@ pub struct ImageRecord {
     pub history: Vec<ImageRecord>,
     #[serde(flatten)]
     pub extra: Extra,
+}
+
+/// An image's size as pushed, from its normalized layers: `compressed_bytes` is the sum of the
+/// layers' gzip blobs, the `size` of each layer in the registry manifest (what a pull downloads;
+/// the config blob, a few kB, is not counted); `unpacked_bytes` is the sum of the layers'
+/// uncompressed tars (their diff_ids' content: file data plus tar headers, whiteouts and files a
+/// later layer replaces counted in the layer that holds them), about what Docker reports as the
+/// image's size once pulled; `layers` is how many there are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageSize {
+    pub compressed_bytes: u64,
+    pub unpacked_bytes: u64,
+    pub layers: u32,
+}
+
+impl std::fmt::Display for ImageSize {
+    /// `1.9 GB compressed, 5.2 GB unpacked`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} compressed, {} unpacked",
+            human_bytes(self.compressed_bytes),
+            human_bytes(self.unpacked_bytes)
+        )
+    }
+}
+
+/// `12.3 MB` (decimal units, as registries and `docker images` count): whole bytes under 1 kB,
+/// one decimal up to MB, two in GB and above.
+pub(crate) fn human_bytes(bytes: u64) -> String {
+    let value = bytes as f64;
+    match bytes {
+        0..=999 => format!("{bytes} B"),
+        1_000..=999_999 => format!("{:.1} kB", value / 1e3),
+        1_000_000..=999_999_999 => format!("{:.1} MB", value / 1e6),
+        _ => format!("{:.2} GB", value / 1e9),
+    }
 }
 
 /// Which flavour a flavour image is (`jupyter`) and the image it was built FROM: the parent's
@@ -1000,6 +1043,7 @@ mod tests {
             awaiting_aliases: Vec::new(),
             inputs: BTreeMap::new(),
             packages: None,
+            size: None,
             flavour: None,
             built_at: "2026-11-30T00:00:00Z".into(),
             build_seconds: 1.0,
@@ -1076,6 +1120,60 @@ mod tests {
             error.starts_with("manifest m.json:1:") && error.contains("unknown field `imagez`"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn sizes_read_in_decimal_units() {
+        assert_eq!(human_bytes(0), "0 B");
+        assert_eq!(human_bytes(999), "999 B");
+        assert_eq!(human_bytes(1_000), "1.0 kB");
+        assert_eq!(human_bytes(999_949), "999.9 kB");
+        assert_eq!(human_bytes(1_000_000), "1.0 MB");
+        assert_eq!(human_bytes(712_345_678), "712.3 MB");
+        assert_eq!(human_bytes(1_934_000_000), "1.93 GB");
+        assert_eq!(human_bytes(12_500_000_000), "12.50 GB");
+        let size = ImageSize {
+            compressed_bytes: 1_934_000_000,
+            unpacked_bytes: 5_216_000_000,
+            layers: 9,
+        };
+        assert_eq!(size.to_string(), "1.93 GB compressed, 5.22 GB unpacked");
+    }
+
+    #[test]
+    fn a_size_round_trips_and_records_without_one_still_load() {
+        let mut manifest = Manifest::new();
+        let mut sized = record("t", "sha256:1", "k1");
+        sized.size = Some(ImageSize {
+            compressed_bytes: 1_934_000_123,
+            unpacked_bytes: 5_216_000_456,
+            layers: 9,
+        });
+        manifest.record_success(sized);
+        manifest.record_success(record("u", "sha256:2", "k2"));
+        let json = manifest.to_json();
+        let value: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(
+            value["images"]["t"]["size"],
+            serde_json::json!({"compressed_bytes": 1_934_000_123u64, "unpacked_bytes": 5_216_000_456u64, "layers": 9})
+        );
+        // A record without a size writes no key: such a manifest is what it was before sizes.
+        assert!(value["images"]["u"].get("size").is_none(), "{json}");
+        assert_eq!(Manifest::from_json(&json, "m.json").unwrap(), manifest);
+        // A manifest written before sizes were recorded loads under the same schema version.
+        let mut old = value.clone();
+        old["images"]["t"].as_object_mut().unwrap().remove("size");
+        let read = Manifest::from_json(&old.to_string(), "m.json").unwrap();
+        assert_eq!(read.schema_version, 1);
+        assert_eq!(read.images["t"].size, None);
+        assert!(read.images["t"].extra.is_empty());
+        // A malformed size is refused, not kept as an unknown field.
+        let mut bad = value;
+        bad["images"]["t"]["size"]["unpacked_bytes"] = serde_json::json!("5 GB");
+        let error = Manifest::from_json(&serde_json::to_string_pretty(&bad).unwrap(), "m.json")
+            .unwrap_err()
+            .to_string();
+        assert!(error.starts_with("manifest m.json:"), "{error}");
     }
 
     #[test]

@@ -73,6 +73,10 @@ fn merge_image(left: ImageRecord, right: ImageRecord) -> ImageRecord {
         if winner.last_error.is_none() {
             winner.last_error = loser.last_error.take();
         }
+        // The same build measured by one side only (the other run reused it unmeasured).
+        if winner.size.is_none() {
+            winner.size = loser.size;
+        }
         // Test shards add results to the same build: every node's latest counts.
         winner.test_results = merge_results(
             std::mem::take(&mut winner.test_results),

@@ -23,7 +23,7 @@ use crate::docker::{
 use crate::history::apt_lock::{
     installed_with_extras, APT_DEPENDS, APT_DEPENDS_MARKER, APT_LOCK_FILE,
 };
-use crate::history::manifest::{BinaryRecord, Packages};
+use crate::history::manifest::{human_bytes, BinaryRecord, ImageSize, Packages};
 use crate::model::digest::Digest;
 use crate::pipeline::alias_move::AliasRegistry;
 use crate::pipeline::executor::{Builder, Existing, TestOutcome};
@@ -188,6 +188,9 @@ pub(crate) struct EngineBuilder {
     pushed: std::sync::Mutex<BTreeMap<Digest, RegistryManifest>>,
     /// Normalized images this run made, by image ID (= config digest), until they are pushed.
     normalized: std::sync::Mutex<BTreeMap<String, Arc<NormalizedImage>>>,
+    /// The size of every image this run normalized, by image ID; kept after the push drops
+    /// the image's layers.
+    sizes: std::sync::Mutex<BTreeMap<String, ImageSize>>,
 }
 
 /// Whether a base image is in the daemon (present or pulled), or why it cannot be; set once.
@@ -213,6 +216,7 @@ impl EngineBuilder {
             bases: Mutex::new(BTreeMap::new()),
             pushed: std::sync::Mutex::new(BTreeMap::new()),
             normalized: std::sync::Mutex::new(BTreeMap::new()),
+            sizes: std::sync::Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -322,7 +326,9 @@ impl Builder for EngineBuilder {
             .find_image_with_labels(
                 BUILD_KEY_LABEL,
                 image.build_key.as_str(),
-                &[NORMALIZED_LABEL],
+                // The normalized image, not a raw build FROM a normalized parent (a devel image
+                // on its runtime image inherits the parent's label, never its epoch `created`).
+                Some(NORMALIZED_LABEL),
             )
             .await?
         {
@@ -600,6 +606,14 @@ impl Builder for EngineBuilder {
         Ok(digest)
     }
 
+    fn size(&self, image_id: &Digest) -> Option<ImageSize> {
+        self.sizes
+            .lock()
+            .expect("sizes lock")
+            .get(image_id.as_str())
+            .copied()
+    }
+
     async fn tag(&self, source: &str, repository: &str, tag: &str) -> Result<()> {
         Ok(self.engine.tag(source, repository, tag).await?)
     }
@@ -745,11 +759,15 @@ impl EngineBuilder {
                 normalized.layers.len(),
                 epoch,
                 human_bytes(normalized.unpacked_size()),
-                human_bytes(normalized.compressed_size()),
+                human_bytes(normalized.size().compressed_bytes),
                 rate(normalized.unpacked_size(), started.elapsed()),
                 normalized.manifest_digest
             ),
         );
+        self.sizes
+            .lock()
+            .expect("sizes lock")
+            .insert(normalized.config_digest.to_string(), normalized.size());
         Ok(Arc::new(normalized))
     }
 
@@ -878,17 +896,6 @@ impl EngineBuilder {
 
 /// How often a long phase (normalizing, pushing) prints a line.
 const PROGRESS_EVERY: Duration = Duration::from_secs(3);
-
-/// `12.3 MB` (decimal units, as registries and `docker images` count).
-fn human_bytes(bytes: u64) -> String {
-    let value = bytes as f64;
-    match bytes {
-        0..=999 => format!("{bytes} B"),
-        1_000..=999_999 => format!("{:.1} kB", value / 1e3),
-        1_000_000..=999_999_999 => format!("{:.1} MB", value / 1e6),
-        _ => format!("{:.2} GB", value / 1e9),
-    }
-}
 
 /// `in 3.2 s (41.0 MB/s)`.
 fn rate(bytes: u64, elapsed: Duration) -> String {

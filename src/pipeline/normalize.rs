@@ -40,7 +40,7 @@ use std::io::Read;
 use anyhow::{anyhow, Context, Result};
 use serde_json::Value;
 
-use crate::history::manifest::{parse_rfc3339, rfc3339};
+use crate::history::manifest::{parse_rfc3339, rfc3339, ImageSize};
 use crate::model::digest::Digest;
 
 /// The label a normalized image carries; its value is the epoch (seconds).
@@ -112,6 +112,20 @@ impl NormalizedImage {
     /// Sum of the uncompressed layer tars.
     pub(crate) fn unpacked_size(&self) -> u64 {
         self.layers.iter().map(|layer| layer.unpacked_size).sum()
+    }
+
+    /// What the manifest records of this image's size: its layers as the registry manifest
+    /// lists them (the config blob left out) and their uncompressed tars.
+    pub(crate) fn size(&self) -> ImageSize {
+        ImageSize {
+            compressed_bytes: self
+                .layers
+                .iter()
+                .map(|layer| layer.gzip.len() as u64)
+                .sum(),
+            unpacked_bytes: self.unpacked_size(),
+            layers: u32::try_from(self.layers.len()).unwrap_or(u32::MAX),
+        }
     }
 
     /// A `docker save` archive of this image tagged `reference`, for `docker load`: the daemon

@@ -4,6 +4,7 @@
 
 use serde::Serialize;
 
+use crate::history::manifest::ImageSize;
 use crate::history::upgrade::UpgradePlan;
 use crate::model::digest::Digest;
 use crate::resolve::image::ImageSpec;
@@ -28,6 +29,8 @@ pub struct PlannedImage {
     pub selftest_baseline: Option<Digest>,
     /// The digest the manifest records for this build key, if it was pushed before.
     pub recorded_digest: Option<Digest>,
+    /// The size the manifest records for this build key, if any.
+    pub recorded_size: Option<ImageSize>,
     /// Aliases this image earns but may not take (they would move backwards), with why.
     pub aliases_blocked: Vec<(String, String)>,
     /// What the test policy (`tests.require`) still wants before this image's aliases move,

@@ -60,6 +60,9 @@ pub fn record(
         .packages
         .clone()
         .or_else(|| previous.as_ref().and_then(|p| p.packages.clone()));
+    record.size = result
+        .size
+        .or_else(|| previous.as_ref().and_then(|p| p.size));
     match result.status {
         Status::Built | Status::Reused => {
             record.digest = result
@@ -161,6 +164,7 @@ pub(crate) fn image_record(spec: &ImageSpec, build_key: &Digest, at: &str) -> Im
         awaiting_aliases: Vec::new(),
         inputs: spec.inputs.clone(),
         packages: None,
+        size: None,
         flavour: None,
         built_at: at.to_string(),
         build_seconds: 0.0,

@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use crate::history::manifest::{Packages, TestStatus};
+use crate::history::manifest::{ImageSize, Packages, TestStatus};
 use crate::model::digest::Digest;
 
 /// What the self-test said.
@@ -88,6 +88,9 @@ pub struct ImageResult {
     pub test: Option<TestOutcome>,
     /// The packages read from the image (not read again for an image reused with a passed test).
     pub packages: Option<Packages>,
+    /// Its size as pushed (see [`ImageSize`]): measured by this run, or as the manifest records
+    /// it for this build key; `None` when neither knows.
+    pub size: Option<ImageSize>,
     pub aliases_moved: Vec<String>,
     /// Things worth knowing that did not fail the image (packages not readable, ...).
     pub notes: Vec<String>,
@@ -111,6 +114,7 @@ impl ImageResult {
             digest: None,
             test: None,
             packages: None,
+            size: None,
             aliases_moved: Vec::new(),
             notes: Vec::new(),
             aliases_held: Vec::new(),

@@ -115,6 +115,12 @@ async fn build_push_skip_unchanged_and_rebuild_only_what_changed() {
             again["images"][tag]["selftest"], record["selftest"],
             "the first test report is kept"
         );
+        // The size measured when it was built is kept for the reused image.
+        assert!(
+            record["size"]["compressed_bytes"].as_u64().unwrap() > 0,
+            "{record}"
+        );
+        assert_eq!(again["images"][tag]["size"], record["size"]);
     }
 
     // One version changes: only its images build; the alias moves forward, keeping history.

@@ -39,10 +39,18 @@ async fn two_clean_builds_of_the_same_inputs_push_one_digest() {
     assert_code(&output, 0);
     let first_log = text(&output);
     let first = built_digests(&project, &first_log);
+    // The summary gives each image's size (its figures are checked against the registry below).
+    assert!(first_log.contains("SIZE"), "{first_log}");
+    assert_eq!(
+        first_log.matches(" compressed, ").count(),
+        4,
+        "a size per image in the summary:\n{first_log}"
+    );
 
     // Every local image of the first build is checked against what the registry serves.
     let engine = crate::support::engine().await;
     let client = project.client(None);
+    let recorded = project.manifest();
     for (tag, digest) in &first {
         let served = client
             .get_manifest(&project.repository, tag)
@@ -71,6 +79,14 @@ async fn two_clean_builds_of_the_same_inputs_push_one_digest() {
             "{tag}: {:?}",
             local.labels
         );
+        check_recorded_size(
+            &client,
+            &project,
+            tag,
+            &manifest,
+            &recorded["images"][tag]["size"],
+        )
+        .await;
     }
 
     // A clean daemon, an empty registry, no manifest, a later time.
@@ -89,6 +105,78 @@ async fn two_clean_builds_of_the_same_inputs_push_one_digest() {
     assert_eq!(
         first, second,
         "two clean builds of the same inputs pushed other digests\nfirst build:\n{first_log}\nsecond build:\n{second_log}"
+    );
+}
+
+/// The size the manifest records for `tag` is what the registry and the daemon hold:
+/// `compressed_bytes` the sum of the pushed manifest's layer sizes; `unpacked_bytes` the sum of
+/// the layers' uncompressed tars (each blob fetched and inflated here); and the daemon's own
+/// `.Size` (what `docker images` shows) lies between the file data those tars carry and the tars
+/// themselves: it counts file content only (the storage driver may add symlink targets), never the
+/// tar framing (a 512-byte header per entry, padding to 512 bytes, the end-of-archive blocks).
+async fn check_recorded_size(
+    client: &imagegen::docker::RegistryClient,
+    project: &Project,
+    tag: &str,
+    pushed: &serde_json::Value,
+    size: &serde_json::Value,
+) {
+    let layers = pushed["layers"]
+        .as_array()
+        .expect("the pushed manifest's layers");
+    let compressed: u64 = layers
+        .iter()
+        .map(|layer| layer["size"].as_u64().unwrap())
+        .sum();
+    let (mut unpacked, mut file_data) = (0u64, 0u64);
+    for layer in layers {
+        let blob = client
+            .get_blob(&project.repository, layer["digest"].as_str().unwrap())
+            .await
+            .unwrap()
+            .expect("the layer blob is in the registry");
+        // imagegen's gzip: a 10-byte header without optional fields, an 8-byte trailer.
+        assert_eq!(blob[..4], [0x1f, 0x8b, 8, 0], "{tag}: a plain gzip header");
+        let tar = miniz_oxide::inflate::decompress_to_vec(&blob[10..blob.len() - 8]).unwrap();
+        unpacked += tar.len() as u64;
+        for entry in tar::Archive::new(tar.as_slice()).entries().unwrap() {
+            let entry = entry.unwrap();
+            if entry.header().entry_type().is_file() {
+                file_data += entry.size();
+            }
+        }
+    }
+    let docker_size: u64 = {
+        let output = std::process::Command::new("docker")
+            .args(["image", "inspect", "--format", "{{.Size}}"])
+            .arg(format!("{}/{}:{tag}", project.registry, project.repository))
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "docker image inspect: {}",
+            text(&output)
+        );
+        String::from_utf8_lossy(&output.stdout)
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    println!(
+        "{tag}: recorded {size}; pushed layers {compressed} B, tars {unpacked} B, file data {file_data} B, docker .Size {docker_size} B"
+    );
+    assert_eq!(
+        size,
+        &serde_json::json!({
+            "compressed_bytes": compressed,
+            "unpacked_bytes": unpacked,
+            "layers": layers.len(),
+        }),
+        "{tag}: the recorded size"
+    );
+    assert!(
+        file_data <= docker_size && docker_size <= unpacked,
+        "{tag}: docker's .Size {docker_size} is not between the file data {file_data} and the tars {unpacked}"
     );
 }
 

@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use crate::history::alias_transaction::{AliasTarget, Owner};
-use crate::history::manifest::Packages;
+use crate::history::manifest::{ImageSize, Packages};
 use crate::history::test_results::{gpu_is, ANY_GPU};
 use crate::model::digest::Digest;
 pub(crate) use crate::pipeline::alias_move::Claim;
@@ -58,6 +58,9 @@ pub trait Builder: AliasRegistry + Send + Sync + 'static {
         tag: &str,
         build_key: Option<&Digest>,
     ) -> impl Future<Output = anyhow::Result<Digest>> + Send;
+    /// The size of the image this run made (built or normalized for a push) with image id
+    /// `image_id`; `None` for one it did not (a reused image, not pushed again).
+    fn size(&self, image_id: &Digest) -> Option<ImageSize>;
     /// Tags local `source` as `repository:tag`.
     fn tag(
         &self,
@@ -276,6 +279,13 @@ async fn run_one<B: Builder, J: Journal>(
             }
         }
     }
+    // What this run measured of the image, else what the manifest records for its build key
+    // (the same content: a reused image is not normalized again unless it is pushed).
+    result.size = result
+        .image_id
+        .as_ref()
+        .and_then(|id| builder.size(id))
+        .or(image.recorded_size);
 
     let known_good = result.status == Status::Reused && image.passed_before;
     if !known_good && !in_registry_only {
@@ -352,6 +362,10 @@ async fn run_one<B: Builder, J: Journal>(
             {
                 Ok(digest) => result.digest = Some(digest),
                 Err(error) => return fail(result, "push", format!("{error:#}")),
+            }
+            // A reused image is normalized for its push: measured now.
+            if let Some(size) = result.image_id.as_ref().and_then(|id| builder.size(id)) {
+                result.size = Some(size);
             }
             // The full tag is in the registry: written down now, so that nothing that fails
             // later (an alias, an interruption) loses its digest.

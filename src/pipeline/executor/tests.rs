@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use super::*;
-use crate::history::manifest::{Manifest, Packages};
+use crate::history::manifest::{ImageSize, Manifest, Packages};
 use crate::pipeline::plan::{plan, select};
 use crate::pipeline::record::record;
 
@@ -99,9 +99,27 @@ impl Builder for FakeBuilder {
         self.record(format!("push {repository}:{tag}"));
         Ok(Digest::of(format!("digest-{tag}").as_bytes()))
     }
+    fn size(&self, image_id: &Digest) -> Option<ImageSize> {
+        // Sizes of the images this builder made: a reused one (`old-…`) is not measured.
+        let built = self.calls().iter().any(|call| {
+            call.strip_prefix("built ")
+                .is_some_and(|name| Digest::of(format!("id-{name}").as_bytes()) == *image_id)
+        });
+        built.then(|| fake_size(image_id))
+    }
     async fn tag(&self, source: &str, _repository: &str, tag: &str) -> anyhow::Result<()> {
         self.record(format!("tag {source} {tag}"));
         Ok(())
+    }
+}
+
+/// The size the fake builder reports for an image it built, different for each image id.
+fn fake_size(image_id: &Digest) -> ImageSize {
+    let seed = u64::from(image_id.hex().as_bytes()[0]);
+    ImageSize {
+        compressed_bytes: 1_000_000 * seed,
+        unpacked_bytes: 2_600_000 * seed,
+        layers: 4,
     }
 }
 
@@ -836,4 +854,73 @@ async fn a_flavour_is_recorded_with_its_flavour_and_the_digest_of_its_parent() {
         (flavour.parent_digest, flavour.parent_image_id),
         (None, None)
     );
+}
+
+/// A built image carries the size its builder measured, into its result and its record; a
+/// reused image, which the builder does not measure again, carries the size the manifest records
+/// for its build key, and none when the manifest records none.
+#[tokio::test]
+async fn sizes_are_measured_for_built_images_and_kept_for_reused_ones() {
+    let builder = Arc::new(FakeBuilder {
+        existing: [RUNTIME_126.to_string()].into(),
+        ..Default::default()
+    });
+    let journal = Arc::new(MemoryJournal::default());
+    let results = run_with(&builder, &journal, &options(2)).await;
+    let result = |results: &[ImageResult], name: &str| {
+        results.iter().find(|r| r.name == name).unwrap().clone()
+    };
+    let devel = result(&results, DEVEL_126);
+    assert_eq!(devel.status, Status::Built);
+    let measured = fake_size(devel.image_id.as_ref().unwrap());
+    assert_eq!(devel.size, Some(measured));
+    let manifest = journal.manifest();
+    assert_eq!(manifest.images[DEVEL_126].size, Some(measured));
+    assert_eq!(result(&results, RUNTIME_126).status, Status::Reused);
+    assert_eq!(result(&results, RUNTIME_126).size, None);
+    assert_eq!(manifest.images[RUNTIME_126].size, None);
+
+    // The manifest knows the reused image's size (an earlier run measured it): kept.
+    let mut manifest = manifest;
+    let recorded = ImageSize {
+        compressed_bytes: 7,
+        unpacked_bytes: 9,
+        layers: 2,
+    };
+    manifest.images.get_mut(RUNTIME_126).unwrap().size = Some(recorded);
+    let specs = crate::resolve::test_images("registry: r.example\nrepository: t/p\ntorch: [\"2.7\"]\ncuda: [\"12.6\", \"12.8\"]\nos: [ubuntu24.04]\n");
+    let again = plan(
+        &specs,
+        &select(&specs, None, None),
+        &BTreeMap::new(),
+        &manifest,
+        None,
+        &[],
+    );
+    let planned = again
+        .images
+        .iter()
+        .find(|i| i.spec.tag == RUNTIME_126)
+        .unwrap();
+    assert_eq!(planned.recorded_size, Some(recorded));
+    let builder = Arc::new(FakeBuilder {
+        existing: [RUNTIME_126.to_string()].into(),
+        ..Default::default()
+    });
+    let journal = Arc::new(MemoryJournal {
+        manifest: Mutex::new(manifest),
+        ..Default::default()
+    });
+    let results = execute(
+        &again,
+        Arc::clone(&builder),
+        Arc::clone(&journal),
+        &options(2),
+        std::future::pending(),
+        |_| {},
+    )
+    .await;
+    assert_eq!(result(&results, RUNTIME_126).status, Status::Reused);
+    assert_eq!(result(&results, RUNTIME_126).size, Some(recorded));
+    assert_eq!(journal.manifest().images[RUNTIME_126].size, Some(recorded));
 }

@@ -396,6 +396,23 @@ fn an_export_becomes_a_manifest_over_normalized_layers_and_a_loadable_archive() 
     );
     let unpacked = gunzip(&first.layers[0].gzip).unwrap();
     assert_eq!(Digest::of(&unpacked), first.layers[0].diff_id);
+    // The recorded size: the manifest's layer sizes (not the config) and the unpacked tars.
+    let size = first.size();
+    assert_eq!(
+        size.compressed_bytes,
+        manifest["layers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|layer| layer["size"].as_u64().unwrap())
+            .sum::<u64>()
+    );
+    assert_eq!(
+        size.compressed_bytes + first.config.len() as u64,
+        first.compressed_size()
+    );
+    assert_eq!(size.unpacked_bytes, unpacked.len() as u64);
+    assert_eq!(size.layers, 1);
     let archive = first.load_archive("x:1").unwrap();
     let mut names = Vec::new();
     for entry in tar::Archive::new(archive.as_slice()).entries().unwrap() {
