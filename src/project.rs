@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 
+use crate::history::apt_lock::{AptLock, APT_LOCK_FILE};
 use crate::history::manifest::{now_rfc3339, Manifest};
 use crate::model::bases::{BasePins, BASES_FILE};
 use crate::model::knowledge::{Knowledge, KnowledgeError};
@@ -917,7 +918,8 @@ pub(crate) fn image_files(dir: &Path, image: &str) -> Result<BTreeMap<String, Ve
         let entry = entry?;
         if entry.file_type()?.is_file() {
             let name = entry.file_name().to_string_lossy().to_string();
-            if name.starts_with('.') {
+            // apt.lock is what the last build installed, not an input of the next one.
+            if name.starts_with('.') || name == APT_LOCK_FILE {
                 continue;
             }
             let bytes = std::fs::read(entry.path())
@@ -959,6 +961,28 @@ pub(crate) fn write_lock(dir: &Path, image: &str, text: &str) -> Result<()> {
     confine(dir, &dir.join(image))?;
     confine(dir, &path)?;
     write_atomically(&path, text.as_bytes())
+}
+
+/// The `apt.lock` of an image (`<dir>/<image>/apt.lock`), or `None` when there is none; a file
+/// that does not parse is an error naming it and its line.
+pub(crate) fn read_apt_lock(dir: &Path, image: &str) -> Result<Option<AptLock>> {
+    let path = dir.join(image).join(APT_LOCK_FILE);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(error) => return Err(error).with_context(|| format!("cannot read {}", path.display())),
+    };
+    AptLock::parse(&text)
+        .map(Some)
+        .map_err(|why| anyhow!("{}:{why}", path.display()))
+}
+
+/// Writes an image's `apt.lock` atomically (its folder must exist: the image was rendered).
+pub(crate) fn write_apt_lock(dir: &Path, image: &str, lock: &AptLock) -> Result<()> {
+    let path = dir.join(image).join(APT_LOCK_FILE);
+    confine(dir, &dir.join(image))?;
+    confine(dir, &path)?;
+    write_atomically(&path, lock.to_text().as_bytes())
 }
 
 /// How the rendered images differ from what is on disk.
@@ -1018,7 +1042,8 @@ pub fn check(rendered: &[RenderedImage], out: &Path) -> Result<Drift> {
         .filter(|name| !wanted.contains(name))
         .collect();
     // A file an image no longer needs (a CA bundle the matrix dropped) would still be sent with
-    // its build context; the lock is `imagegen lock`'s, not rendering's.
+    // its build context; the lock is `imagegen lock`'s and apt.lock `imagegen build`'s, not
+    // rendering's.
     for image in rendered {
         let Ok(entries) = std::fs::read_dir(out.join(&image.name)) else {
             continue;
@@ -1027,7 +1052,10 @@ pub fn check(rendered: &[RenderedImage], out: &Path) -> Result<Drift> {
             .filter_map(|entry| entry.ok())
             .map(|entry| entry.file_name().to_string_lossy().to_string())
             .filter(|file| {
-                !image.files.contains_key(file) && file != LOCK_FILE && !file.starts_with('.')
+                !image.files.contains_key(file)
+                    && file != LOCK_FILE
+                    && file != APT_LOCK_FILE
+                    && !file.starts_with('.')
             })
             .map(|file| format!("{}/{file}", image.name))
             .collect();

@@ -27,6 +27,7 @@ use crate::docker::pypi_index::team_context_files;
 use crate::docker::run_journal::{self, RunJournal};
 use crate::docker::{ContextFile, Engine, Registries, Removal, RetryPolicy};
 use crate::history::alias_transaction::settle_one;
+use crate::history::apt_lock::{apt_moves, AptLock, APT_LOCK_FILE};
 use crate::history::manifest::{now_rfc3339, Manifest};
 use crate::model::digest::Digest;
 use crate::model::matrix::WheelSource;
@@ -491,10 +492,25 @@ async fn build_and_record(
         ));
         *signal.lock().expect("signal lock") = Some(received);
     };
-    let results = execute(&plan, builder, journal, &options, cancel, |result| {
+    // What each image's apt extras came to, against its apt.lock: logged, shown, written, and
+    // the moves added to the image's notes in the summary.
+    let mut apt_notes: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut results = execute(&plan, builder, journal, &options, cancel, |result| {
+        let (said, moved) = record_apt_lock(&settings.images, result);
+        for line in &said {
+            progress.line(&result.name, &format!("== {line}"));
+        }
+        if !moved.is_empty() {
+            apt_notes.insert(result.name.clone(), moved);
+        }
         progress.finish(&result.name, &one_line(result));
     })
     .await;
+    for result in &mut results {
+        result
+            .notes
+            .extend(apt_notes.remove(&result.name).unwrap_or_default());
+    }
     let manifest = manifest_file.read().unwrap_or_default();
     let undone = left_undone(&plan, &results, &manifest, &by, settings.push);
     match settings.format {
@@ -523,6 +539,53 @@ async fn build_and_record(
     } else {
         Outcome::Failed
     })
+}
+
+/// Compares the versions the apt extras of a built image came to with its `apt.lock` (the last
+/// build's), and writes the file again when they differ. Returns the lines for its log and
+/// output, and of those the ones the summary repeats (what moved, what could not be done).
+fn record_apt_lock(images_dir: &Path, result: &ImageResult) -> (Vec<String>, Vec<String>) {
+    let Some(packages) = result.packages.as_ref().filter(|_| result.succeeded()) else {
+        return (Vec::new(), Vec::new());
+    };
+    if packages.apt_extras.is_empty() {
+        return (Vec::new(), Vec::new());
+    }
+    let now = AptLock {
+        packages: packages.apt_extras.clone(),
+    };
+    let path = images_dir.join(&result.name).join(APT_LOCK_FILE);
+    let mut notes = Vec::new();
+    let mut said = Vec::new();
+    let before = match project::read_apt_lock(images_dir, &result.name) {
+        Ok(before) => before,
+        Err(error) => {
+            notes.push(format!("apt: {error:#}; written again"));
+            None
+        }
+    };
+    match &before {
+        Some(before) if *before == now => said.push(format!(
+            "apt: {} as {} records them",
+            count(now.packages.len(), "package"),
+            path.display()
+        )),
+        Some(before) => notes.extend(apt_moves(before, &now).iter().map(ToString::to_string)),
+        None => {}
+    }
+    if before.as_ref() != Some(&now) {
+        match project::write_apt_lock(images_dir, &result.name, &now) {
+            Ok(()) => said.push(format!(
+                "apt: wrote {} ({})",
+                path.display(),
+                count(now.packages.len(), "package")
+            )),
+            Err(error) => notes.push(format!("apt: {error:#}")),
+        }
+    }
+    let mut lines = notes.clone();
+    lines.extend(said);
+    (lines, notes)
 }
 
 /// Settles the alias moves an earlier run of these images' repositories began and did not

@@ -50,8 +50,21 @@ enum Entry {
 /// An extra file whose path is already present in `dir` is an error naming that path, so nothing
 /// is silently replaced.
 pub fn context_tar(dir: &Path, extra_files: &[ContextFile]) -> Result<Vec<u8>, DockerError> {
+    context_tar_leaving_out(dir, extra_files, &[])
+}
+
+/// [`context_tar`] without the files of `dir` named in `left_out` (paths inside the context):
+/// files the caller keeps beside a context that are no input of the build.
+pub(crate) fn context_tar_leaving_out(
+    dir: &Path,
+    extra_files: &[ContextFile],
+    left_out: &[&str],
+) -> Result<Vec<u8>, DockerError> {
     let mut entries: BTreeMap<String, Entry> = BTreeMap::new();
     collect_directory(dir, dir, &mut entries)?;
+    entries.retain(|path, entry| {
+        !(matches!(entry, Entry::File { .. }) && left_out.contains(&path.as_str()))
+    });
 
     for extra in extra_files {
         let path = normalize_context_path(&extra.path).ok_or_else(|| DockerError::Context {
@@ -378,6 +391,18 @@ mod tests {
         let before = context_tar(dir.path(), &[]).unwrap();
         fs::write(dir.path().join("b/nested/z.txt"), "y").unwrap();
         assert_ne!(before, context_tar(dir.path(), &[]).unwrap());
+    }
+
+    #[test]
+    fn files_left_out_are_not_in_the_context() {
+        let dir = sample_dir();
+        let before = context_tar(dir.path(), &[]).unwrap();
+        fs::write(dir.path().join("apt.lock"), "htop=3.2.2-2\n").unwrap();
+        assert_ne!(before, context_tar(dir.path(), &[]).unwrap());
+        assert_eq!(
+            before,
+            context_tar_leaving_out(dir.path(), &[], &["apt.lock"]).unwrap()
+        );
     }
 
     #[test]

@@ -58,7 +58,7 @@ mod retry;
 pub mod run_journal;
 pub mod wheel_cache;
 
-pub(crate) use context::{append_to_context, ContextWheels, DiskFile};
+pub(crate) use context::{append_to_context, context_tar_leaving_out, ContextWheels, DiskFile};
 pub use context::{context_tar, ContextFile};
 pub(crate) use credentials::registry_host_of;
 pub use credentials::{repository_path_of, Credentials, DockerConfig};

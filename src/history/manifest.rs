@@ -492,6 +492,10 @@ pub struct Packages {
     /// packages vendor (setuptools' `_vendor`), which `pip freeze` does not list.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub python_metadata: Vec<PythonDistribution>,
+    /// The matrix's apt extras and the packages apt installed with them, name to version, as
+    /// `images/<image>/apt.lock` records them (see `history::apt_lock`); empty without extras.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub apt_extras: BTreeMap<String, String>,
 }
 
 /// A Python distribution found by its metadata file in an image.

@@ -5,11 +5,13 @@
 //! (`rollback`); the attestations pushed per digest (`attestations`); what changed between two
 //! images (`diff`); the manifest against what the registry serves, with alias moves left in
 //! between settled (`verify`); self-test results per digest and the test policy that gates alias
-//! moves (`test_results`); what `manifest prune` drops (`prune`). Pure: values in,
+//! moves (`test_results`); what `manifest prune` drops (`prune`); the apt extras' versions a
+//! build recorded beside the image (`apt_lock`). Pure: values in,
 //! values out.
 
 pub mod alias_transaction;
 pub mod aliases;
+pub mod apt_lock;
 pub mod attestations;
 pub mod diff;
 pub mod manifest;

@@ -16,9 +16,12 @@ use tokio::sync::{Mutex, OnceCell};
 
 use crate::docker::run_journal::{RunJournal, StepImages};
 use crate::docker::{
-    append_to_context, context_tar, repository_path_of, BuildRequest, ContextFile, ContextWheels,
-    Engine, Registries, RegistryClient, RegistryManifest, RetryPolicy, RunRequest,
+    append_to_context, context_tar_leaving_out, repository_path_of, BuildRequest, ContextFile,
+    ContextWheels, Engine, Registries, RegistryClient, RegistryManifest, RetryPolicy, RunRequest,
     DEFAULT_REGISTRY_TIMEOUT,
+};
+use crate::history::apt_lock::{
+    installed_with_extras, APT_DEPENDS, APT_DEPENDS_MARKER, APT_LOCK_FILE,
 };
 use crate::history::manifest::{human_bytes, BinaryRecord, ImageSize, Packages};
 use crate::model::digest::Digest;
@@ -99,7 +102,8 @@ impl Contexts {
             };
             let mut files = vec![binary];
             files.extend(more_files.get(&image.name).cloned().unwrap_or_default());
-            let tar = context_tar(&dir, &files)
+            // apt.lock records the last build; it is not an input (nor in the build key).
+            let tar = context_tar_leaving_out(&dir, &files, &[APT_LOCK_FILE])
                 .with_context(|| format!("build context of {}", image.name))?;
             tars.insert(image.name.clone(), tar);
             records.insert(image.name.clone(), record);
@@ -505,9 +509,17 @@ impl Builder for EngineBuilder {
         if !self.runs_here(image).await {
             return Ok(None);
         }
+        // An image with apt extras also lists dpkg's dependencies and apt's automatic marks, to
+        // find what apt installed with the extras (its apt.lock).
+        let extras = &image.spec.extensions.apt;
+        let script = if extras.is_empty() {
+            LIST_PACKAGES.to_string()
+        } else {
+            format!("{LIST_PACKAGES}; {APT_DEPENDS}")
+        };
         let request = RunRequest {
             image: image.reference.clone(),
-            cmd: vec!["sh".into(), "-c".into(), LIST_PACKAGES.into()],
+            cmd: vec!["sh".into(), "-c".into(), script],
             entrypoint: Some(vec![]),
             timeout: Some(Duration::from_secs(120)),
             labels: self.container_labels("imagegen.contents", &image.spec.name),
@@ -521,7 +533,14 @@ impl Builder for EngineBuilder {
                 output.stderr.trim()
             );
         }
-        let mut packages = parse_packages(&output.stdout);
+        let (listing, apt) = output
+            .stdout
+            .split_once(APT_DEPENDS_MARKER)
+            .unwrap_or((&output.stdout, ""));
+        let mut packages = parse_packages(listing);
+        if !extras.is_empty() {
+            packages.apt_extras = installed_with_extras(extras, apt).packages;
+        }
         packages.binaries = self
             .contexts
             .binaries

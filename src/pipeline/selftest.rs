@@ -47,6 +47,7 @@ pub(crate) fn parse_packages(output: &str) -> Packages {
         os: lines(os),
         binaries: Vec::new(),
         python_metadata,
+        apt_extras: std::collections::BTreeMap::new(),
     }
 }
 

@@ -405,6 +405,25 @@ fn render_is_deterministic_and_check_finds_drift() {
         .stdout(predicate::str::contains("-# fingerprint: sha256:"));
     std::fs::write(&lock_path, &lock).unwrap();
 
+    // apt.lock, which `imagegen build` writes beside the lock, is no input: neither stale nor in
+    // the fingerprint, and rendering the folder again keeps it.
+    let apt_lock = out.join("2.8.0-cuda12.6-cudnn9-runtime-ubuntu22.04/apt.lock");
+    std::fs::write(&apt_lock, "htop=3.2.2-2\n").unwrap();
+    imagegen()
+        .current_dir(dir.path())
+        .args(["render", "--check"])
+        .assert()
+        .success();
+    imagegen()
+        .current_dir(dir.path())
+        .arg("render")
+        .assert()
+        .success();
+    assert_eq!(
+        std::fs::read_to_string(&apt_lock).unwrap(),
+        "htop=3.2.2-2\n"
+    );
+
     // A matrix change that resolves differently makes the locks stale, saying what changed.
     let text = std::fs::read_to_string(dir.path().join("matrix.yaml")).unwrap();
     write_matrix(

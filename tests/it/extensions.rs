@@ -2,15 +2,17 @@
 //! `workdir`) as a user writes them in `matrix.yaml`, without Docker or the network: the
 //! Dockerfile they render (one snapshot, linted by the real hadolint with the repository's
 //! settings), the file:line of each bad value, a step fragment that is refused, and the
-//! fingerprints: changing an addition changes exactly the images that have it. The real build of
-//! an image with additions is in `real_build.rs`.
+//! fingerprints: changing an addition changes exactly the images that have it; and, against the
+//! Docker daemon, the apt.lock a build writes for an apt extra. The real build of an image with
+//! additions is in `real_build.rs`.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use assert_cmd::Command as CargoCommand;
 
-use crate::support::project::{assert_code, text};
+use crate::support::project::{assert_code, text, Project, SELFTEST_NO_GPU};
 
 fn repository_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -258,5 +260,91 @@ fn bad_additions_are_refused_at_their_line() {
             .contains("steps steps/team.Dockerfile for 2.13.0-cuda13.0-cudnn9-runtime-ubuntu22.04"),
         "{}",
         text(&render)
+    );
+}
+
+/// The apt extra of an image built on a real Debian base: `images/<image>/apt.lock` holds the
+/// version dpkg in the image reports, with what apt pulled in for it and not what the base had;
+/// the file is no input (the next build reuses the image, same build key); an apt.lock that
+/// records another version makes the next build say what moved (in its summary, and in the
+/// image's log when it builds), and it is written again. Cost: two builds with
+/// `apt-get install htop` on the kept bookworm base and one reuse (about 40 s in all), and the
+/// base's debootstrap (about 1 to 2 min) when it is not kept.
+#[test]
+fn apt_lock_records_the_extras_installed_versions_and_says_what_moved() {
+    crate::support::debian::bookworm_base();
+    let project = Project::from_fixture("apt-lock", "registry.invalid", SELFTEST_NO_GPU);
+    let tag = "2.7.0-cuda12.6-cudnn9-runtime-ubuntu24.04";
+    let build = project.build(&[]);
+    assert_code(&build, 0);
+    let apt_lock = project.path().join("images").join(tag).join("apt.lock");
+    let written = std::fs::read_to_string(&apt_lock).unwrap();
+    assert!(written.starts_with("# apt.lock of this image: written by `imagegen build`"));
+    let locked: BTreeMap<&str, &str> = written
+        .lines()
+        .filter(|line| !line.starts_with('#'))
+        .map(|line| line.split_once('=').unwrap())
+        .collect();
+    let reference = format!("{}/{}:{tag}", project.registry, project.repository);
+    let in_image = |package: &str| {
+        let output = Command::new("docker")
+            .args(["run", "--rm", "--entrypoint", "dpkg-query"])
+            .args(["--label", &format!("imagegen-test.case={}", project.case())])
+            .args([&reference, "-W", "-f=${Version}", package])
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", text(&output));
+        String::from_utf8_lossy(&output.stdout).trim().to_string()
+    };
+    assert_eq!(locked["htop"], in_image("htop"), "{written}");
+    // What apt installed for htop (libnl), not what the base had (libc6).
+    assert_eq!(locked["libnl-3-200"], in_image("libnl-3-200"), "{written}");
+    assert!(!locked.contains_key("libc6"), "{written}");
+    assert_eq!(
+        project.manifest()["images"][tag]["packages"]["apt_extras"]["htop"],
+        locked["htop"]
+    );
+    let stderr = String::from_utf8_lossy(&build.stderr);
+    assert!(stderr.contains("== apt: wrote "), "{stderr}");
+
+    // The last build's htop at an older version: the next build reuses the image (apt.lock is
+    // in no build key), says what moved, in its output and log, and writes the file again.
+    let older = written.replace(&format!("htop={}\n", locked["htop"]), "htop=0.0.1-0fake\n");
+    assert_ne!(older, written);
+    std::fs::write(&apt_lock, &older).unwrap();
+    let again = project.build(&[]);
+    assert_code(&again, 0);
+    let moved = format!(
+        "apt: htop 0.0.1-0fake -> {} (the archive moved since the last build)",
+        locked["htop"]
+    );
+    let output = text(&again);
+    assert!(output.contains("reused"), "{output}");
+    assert!(
+        String::from_utf8_lossy(&again.stdout).contains(&moved),
+        "the summary says it:\n{output}"
+    );
+    assert_eq!(std::fs::read_to_string(&apt_lock).unwrap(), written);
+
+    // A build that builds (another self-test binary changes the build key; apt installs again)
+    // says it in the image's log too.
+    std::fs::write(&apt_lock, &older).unwrap();
+    project.set_selftest(&format!("{SELFTEST_NO_GPU}# another binary\n"));
+    let rebuild = project.build(&[]);
+    assert_code(&rebuild, 0);
+    let log = std::fs::read_to_string(
+        project
+            .path()
+            .join(".imagegen/logs")
+            .join(format!("{tag}.log")),
+    )
+    .unwrap();
+    assert!(log.contains("== built"), "{log}");
+    assert!(log.contains(&moved), "the log says it:\n{log}");
+    assert_eq!(std::fs::read_to_string(&apt_lock).unwrap(), written);
+    // Rendering keeps it and does not call it stale.
+    assert_code(
+        &project.imagegen(&["render", "--check"]).output().unwrap(),
+        0,
     );
 }

@@ -22,6 +22,7 @@
 //! apache2-utils, openssl). Not every test binary uses every helper.
 #![allow(dead_code)]
 
+pub mod debian;
 pub mod project;
 pub mod uv;
 
