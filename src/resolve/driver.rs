@@ -56,7 +56,7 @@ fn runs(
 /// release's).
 fn runs_line(
     knowledge: &Knowledge,
-    cuda: &str,
+    cuda: &VersionText,
     platform: &str,
     driver: &DriverVersion,
     forward_compat: bool,
@@ -101,7 +101,7 @@ pub(super) fn driver_verdict(
         .filter(|line| {
             runs_line(
                 knowledge,
-                line.as_str(),
+                &VersionText::of(line),
                 image.platform.as_str(),
                 driver,
                 forward_compat,

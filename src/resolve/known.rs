@@ -7,7 +7,7 @@
 use crate::model::knowledge::Knowledge;
 use crate::model::matrix::{CellRule, Matrix, MatrixError};
 use crate::model::names::closest;
-use crate::model::version::{DottedVersion, TorchVersion};
+use crate::model::version::{DottedVersion, TorchVersion, VersionText};
 use crate::model::yaml::Position;
 use crate::resolve::cells::{axis_cells, rule_matches};
 
@@ -252,11 +252,12 @@ impl<'k> KnownValues<'k> {
     }
 
     fn knows_cuda(&self, value: &str) -> bool {
-        let Ok(wanted) = DottedVersion::parse_kind(value, "CUDA", 3) else {
+        // `value` is what the user wrote, read here for the first time.
+        let Ok(wanted) = VersionText::parse(value) else {
             return false;
         };
-        self.knowledge.cuda_release_for(value).is_some()
-            || (wanted.parts().len() == 2 && self.cuda.iter().any(|c| c == value))
+        self.knowledge.cuda_release_for(&wanted).is_some()
+            || (wanted.dotted().parts().len() == 2 && self.cuda.iter().any(|c| c == value))
     }
 
     fn knows_cudnn(&self, value: &str) -> bool {

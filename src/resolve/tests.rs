@@ -92,7 +92,7 @@ fn a_good_cell_resolves_every_field() {
 fn require_cuda_matches_nvidia_strings_exactly() {
     let knowledge = Knowledge::test_fixture();
     let check = |cuda: &str, expected: &str| {
-        let release = knowledge.cuda_release_for(cuda).unwrap();
+        let release = knowledge.cuda_release_for(&cuda.into()).unwrap();
         let mm = crate::model::version::DottedVersion::parse_kind(cuda, "", 3)
             .unwrap()
             .major_minor();
@@ -120,7 +120,7 @@ fn require_cuda_matches_nvidia_strings_exactly() {
     assert_eq!(
         require_cuda(
             "11.8",
-            knowledge.cuda_release_for("11.8.0").unwrap(),
+            knowledge.cuda_release_for(&"11.8.0".into()).unwrap(),
             crate::model::knowledge::PLATFORM_ARM64,
             true,
             &knowledge
@@ -131,7 +131,7 @@ fn require_cuda_matches_nvidia_strings_exactly() {
     assert_eq!(
         require_cuda(
             "13.0",
-            knowledge.cuda_release_for("13.0.0").unwrap(),
+            knowledge.cuda_release_for(&"13.0.0".into()).unwrap(),
             crate::model::knowledge::PLATFORM_AMD64,
             false,
             &knowledge

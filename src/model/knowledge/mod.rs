@@ -936,22 +936,19 @@ impl Knowledge {
     /// The CUDA release to build on for `cuda`: the exact release when `cuda` has three parts,
     /// else the newest release of the `major.minor` line that has nvidia/cuda images (`12.6` →
     /// `12.6.3`), or the newest of the line when none has.
-    pub(crate) fn cuda_release_for(&self, cuda: &str) -> Option<&CudaRelease> {
-        let wanted = DottedVersion::parse_kind(cuda, "CUDA", 3).ok()?;
+    /// Both sides are numbers parsed when they were read (the knowledge's CUDA versions have at
+    /// most three parts, checked at load); `cuda` with more than three parts names no release.
+    pub(crate) fn cuda_release_for(&self, cuda: &VersionText) -> Option<&CudaRelease> {
+        let wanted = cuda.within("CUDA", 3).ok()?;
         let exact = wanted.parts().len() == 3;
         self.cuda
             .iter()
-            .filter_map(|release| {
-                Some((
-                    DottedVersion::parse_kind(&release.version, "CUDA", 3).ok()?,
-                    release,
-                ))
-            })
+            .map(|release| (release.version.dotted(), release))
             .filter(|(version, _)| {
                 if exact {
                     *version == wanted
                 } else {
-                    version.starts_with(&wanted)
+                    version.starts_with(wanted)
                 }
             })
             .max_by(|a, b| (!a.1.ubuntu.is_empty(), &a.0).cmp(&(!b.1.ubuntu.is_empty(), &b.0)))
@@ -980,7 +977,7 @@ impl Knowledge {
             .iter()
             .filter(|c| c.verified)
             .filter(|c| c.driver_min.as_ref().is_some_and(|min| driver >= min))
-            .filter_map(|c| DottedVersion::parse_kind(&c.version, "CUDA", 3).ok())
+            .map(|c| c.version.dotted())
             .max()
             .map(|v| v.major_minor())
     }

@@ -238,7 +238,7 @@ fn unconfirmed_fields_need_a_note() {
 #[test]
 fn images_are_per_platform_with_their_own_forward_compat() {
     let knowledge = Knowledge::embedded();
-    let release = |v: &str| knowledge.cuda_release_for(v).unwrap();
+    let release = |v: &str| knowledge.cuda_release_for(&v.into()).unwrap();
     assert_eq!(
         release("11.8.0").forward_compat_branches(PLATFORM_AMD64),
         [470]
@@ -277,37 +277,40 @@ fn images_are_per_platform_with_their_own_forward_compat() {
 fn cuda_lines_resolve_to_the_newest_patch() {
     let knowledge = Knowledge::embedded();
     assert_eq!(
-        knowledge.cuda_release_for("12.6").unwrap().version,
+        knowledge.cuda_release_for(&"12.6".into()).unwrap().version,
         "12.6.3"
     );
     assert_eq!(
-        knowledge.cuda_release_for("12.6.3").unwrap().version,
+        knowledge
+            .cuda_release_for(&"12.6.3".into())
+            .unwrap()
+            .version,
         "12.6.3"
     );
     assert!(
         knowledge
-            .cuda_release_for("11.4.0")
+            .cuda_release_for(&"11.4.0".into())
             .unwrap()
             .ubuntu
             .is_empty(),
         "11.4.0 has a driver minimum but no nvidia/cuda images"
     );
     assert_eq!(
-        knowledge.cuda_release_for("13.0").unwrap().version,
+        knowledge.cuda_release_for(&"13.0".into()).unwrap().version,
         "13.0.0",
         "the newest 13.0 with images, not 13.0.2"
     );
     assert_eq!(
-        knowledge.cuda_release_for("11.0").unwrap().version,
+        knowledge.cuda_release_for(&"11.0".into()).unwrap().version,
         "11.0.3"
     );
     assert!(
-        knowledge.cuda_release_for("12.7").is_none(),
+        knowledge.cuda_release_for(&"12.7".into()).is_none(),
         "there was no CUDA 12.7"
     );
     assert_eq!(
         knowledge
-            .cuda_release_for("13.0")
+            .cuda_release_for(&"13.0".into())
             .unwrap()
             .driver_min
             .as_ref()
