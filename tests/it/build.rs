@@ -885,7 +885,8 @@ async fn doctor_checks_each_piece_and_says_what_to_do() {
 /// records; then `build --push` of the unchanged images builds nothing and pushes every one as it
 /// is, its aliases moved in the registry; then `verify` finds the registry serving what the
 /// manifest records. Nothing lands in the folder imagegen runs in. (The real build,
-/// `real_build.rs`, runs the same sequence on the torch images with the same checks.)
+/// `real_build.rs`, builds the same matrix as the quick start but pushes nowhere: a push of its
+/// four torch images after a plain build exports and compresses each again, about 15 minutes.)
 ///
 /// It guards `find_existing`: a devel image's raw (unnormalized) build stays in the daemon
 /// untagged with the build-key label and, inherited from the normalized runtime image it is built

@@ -14,12 +14,9 @@
 //! certificate once the image's CA variables are unset (so the proxy really intercepts). A build from a tampered lock fails on the hash. In the devel image (CUDA toolkit from
 //! PyPI) a CPU and a CUDA `torch.utils.cpp_extension` compile, with the NCCL and cuDNN headers of
 //! the wheels, and `-lcuda` links against the stub. The jupyter and ssh flavours are built on the
-//! runtime image and started (`flavour_services.rs`). Then the README quick start's last two
-//! steps: `imagegen build --push` to a registry on 127.0.0.1 (nothing is built again: the four
-//! images are pushed as they are, and the manifest records each pushed digest, with the aliases
-//! waiting for a self-test on a GPU), and `imagegen verify` (exit 0).
+//! runtime image and started (`flavour_services.rs`).
 //!
-//! It needs the daemon, debootstrap, docker-registry, uv and syft (`.ci/install-deps.sh`: `.ci/venv/bin/uv` and
+//! It needs the daemon, debootstrap, uv and syft (`.ci/install-deps.sh`: `.ci/venv/bin/uv` and
 //! `.ci/venv/bin/syft`, or `IMAGEGEN_UV`/`IMAGEGEN_SYFT`, or PATH), cargo-auditable
 //! (`target/tools/bin`, which `.ci/install-deps.sh` and `selftest/build.sh` install), cargo and the
 //! network (deb.debian.org, PyPI), and fails, never skips, without them.
@@ -33,7 +30,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::Instant;
 
 use crate::support::project::{assert_code, text};
-use crate::support::{unique_name, Registry};
+use crate::support::unique_name;
 
 /// The base image this test makes (removed at the end of the run unless
 /// `IMAGEGEN_TEST_KEEP_BASES=1`), or finds from an earlier run.
@@ -101,9 +98,6 @@ impl Phases {
 /// steps reach it, not the base).
 struct Built {
     tags: Vec<String>,
-    /// `HOST/REPOSITORY` of the images: every tag of it is removed too (the aliases the plain
-    /// build tags in the daemon); empty until known.
-    repository: String,
     images_before: BTreeSet<String>,
     base_id: String,
 }
@@ -115,23 +109,8 @@ impl Drop for Built {
             let id = String::from_utf8_lossy(&output.stdout).trim().to_string();
             (output.status.success() && !id.is_empty()).then_some(id)
         };
-        let mut tags: BTreeSet<String> = self.tags.iter().cloned().collect();
-        if !self.repository.is_empty() {
-            let listed = docker(&[
-                "images",
-                "--format",
-                "{{.Repository}}:{{.Tag}}",
-                &self.repository,
-            ]);
-            tags.extend(
-                String::from_utf8_lossy(&listed.stdout)
-                    .lines()
-                    .filter(|tag| !tag.ends_with(":<none>"))
-                    .map(str::to_string),
-            );
-        }
-        let mut roots: BTreeSet<String> = tags.iter().filter_map(|tag| id_of(tag)).collect();
-        for tag in &tags {
+        let mut roots: BTreeSet<String> = self.tags.iter().filter_map(|tag| id_of(tag)).collect();
+        for tag in &self.tags {
             let _ = docker(&["rmi", tag]);
         }
         roots.retain(|id| !self.images_before.contains(id));
@@ -778,23 +757,17 @@ fn a_runtime_and_a_devel_image_built_for_real_from_pypi_on_a_debootstrapped_base
             .lines()
             .map(str::to_string)
             .collect(),
-        repository: String::new(),
         base_id,
     };
 
-    // The project: the fixture matrix, pointing at this base and at a registry on 127.0.0.1,
-    // with the host's CA bundle.
+    // The project: the fixture matrix, pointing at this base, with the host's CA bundle.
     let project = tempfile::tempdir().unwrap();
     let dir = project.path();
     let repository = unique_name("imagegen-test/real");
-    let registry = Registry::start();
-    let registry_host = registry.host().to_string();
-    built.repository = format!("{registry_host}/{repository}");
     let team_index = TeamIndex::start(dir);
     let matrix =
         std::fs::read_to_string(repository_root().join("tests/fixtures/real-build/matrix.yaml"))
             .unwrap()
-            .replace("REGISTRY", &registry_host)
             .replace("REPOSITORY", &repository)
             .replace("BASE_IMAGE", BASE_IMAGE)
             .replace("PORT", &team_index.port.to_string());
@@ -816,8 +789,8 @@ fn a_runtime_and_a_devel_image_built_for_real_from_pypi_on_a_debootstrapped_base
     phases.mark("imagegen lock (uv, PyPI, the team's index): 4 locks (2 flavours)");
     let runtime_name = format!("{TORCH}-cuda13.0-cudnn9-runtime-debian12");
     let devel_name = format!("{TORCH}-cuda13.0-cudnn9-devel-debian12");
-    let runtime_tag = format!("{registry_host}/{repository}:{runtime_name}");
-    let devel_tag = format!("{registry_host}/{repository}:{devel_name}");
+    let runtime_tag = format!("registry.invalid/{repository}:{runtime_name}");
+    let devel_tag = format!("registry.invalid/{repository}:{devel_name}");
     built.tags.extend([devel_tag.clone(), runtime_tag.clone()]);
     // The flavours on the runtime image (tests/it/flavour_services.rs checks them).
     built
@@ -1083,7 +1056,7 @@ fn a_runtime_and_a_devel_image_built_for_real_from_pypi_on_a_debootstrapped_base
     phases.mark("additions checked in the image (user, packages, step, apt)");
     for line in crate::flavour_services::check_real_build_flavours(
         dir,
-        &format!("{registry_host}/{repository}"),
+        &format!("registry.invalid/{repository}"),
         &runtime_name,
         "dev",
         1000,
@@ -1418,164 +1391,6 @@ fn a_runtime_and_a_devel_image_built_for_real_from_pypi_on_a_debootstrapped_base
             eprintln!("  {:>10.1} MB  {created_by}", bytes as f64 / 1e6);
         }
     }
-
-    // The README quick start's last two steps, against the registry on 127.0.0.1. `build --push`
-    // finds the four images built, tested and recorded above: it builds nothing and pushes each as
-    // it is (normalized again from the daemon's image: the plain build keeps no compressed
-    // layers).
-    let flavour_names = ["jupyter", "ssh"].map(|flavour| format!("{runtime_name}-{flavour}"));
-    let image_names: Vec<&String> = [&runtime_name, &devel_name]
-        .into_iter()
-        .chain(&flavour_names)
-        .collect();
-    let push = imagegen(
-        dir,
-        &[
-            "build",
-            "--selftest-dir",
-            "selftest",
-            "--jobs",
-            "1",
-            "--push",
-            "--format",
-            "json",
-        ],
-    );
-    outputs.push_str(&text(&push));
-    assert_code(&push, 0);
-    let push_log = String::from_utf8_lossy(&push.stderr).into_owned();
-    let push_report: serde_json::Value = serde_json::from_slice(&push.stdout)
-        .unwrap_or_else(|error| panic!("build --push printed no JSON ({error}):\n{}", text(&push)));
-    assert!(
-        !push_log.contains("Step 1/"),
-        "build --push of unchanged images must build nothing:\n{push_log}"
-    );
-    let pushed: BTreeMap<String, (String, String)> = push_report["images"]
-        .as_array()
-        .unwrap_or_else(|| panic!("{push_report:#}"))
-        .iter()
-        .map(|result| {
-            (
-                result["name"].as_str().unwrap_or_default().to_string(),
-                (
-                    result["status"].as_str().unwrap_or_default().to_string(),
-                    result["digest"].as_str().unwrap_or_default().to_string(),
-                ),
-            )
-        })
-        .collect();
-    assert_eq!(
-        pushed.keys().collect::<BTreeSet<_>>(),
-        image_names.iter().copied().collect::<BTreeSet<_>>(),
-        "{push_report:#}"
-    );
-    for (name, (status, digest)) in &pushed {
-        assert_eq!(status, "reused", "{name} was not rebuilt:\n{push_report:#}");
-        assert!(digest.starts_with("sha256:"), "{name}: {push_report:#}");
-        // Pushed by this run (the registry was empty), with the digest the result reports.
-        assert!(
-            push_log.contains(&format!(
-                "[{name}] == pushed {registry_host}/{repository}:{name} {digest}: "
-            )),
-            "{name} was not pushed as {digest}:\n{push_log}"
-        );
-    }
-    // What pushing cost: each image exported, normalized again, and sent (shared layers once).
-    for line in push_log.lines().filter(|line| {
-        line.contains("] == exported ")
-            || line.contains("] == normalized ")
-            || line.contains("] == pushed ")
-    }) {
-        eprintln!("{line}");
-    }
-    phases.mark(&format!(
-        "imagegen build --push: nothing built, {} images pushed to {registry_host}",
-        pushed.len()
-    ));
-    // The manifest records each pushed digest beside the record the first build made. The aliases
-    // (the runtime, devel and flavour images', with and without the OS) wait, recorded on their
-    // image, for a passing self-test on a GPU (`tests` policy: any GPU; none here): none moved.
-    let pushed_manifest: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("imagegen-manifest.json")).unwrap())
-            .unwrap();
-    let minor = TORCH.rsplit_once('.').unwrap().0;
-    let mut expected_aliases: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for (variant, suffix, image) in [
-        ("runtime", "", &runtime_name),
-        ("runtime", "-jupyter", &flavour_names[0]),
-        ("runtime", "-ssh", &flavour_names[1]),
-        ("devel", "", &devel_name),
-    ] {
-        for os in ["", "-debian12"] {
-            expected_aliases
-                .entry(image.clone())
-                .or_default()
-                .insert(format!("{minor}-cuda13.0-{variant}{os}{suffix}"));
-        }
-    }
-    for name in &image_names {
-        let record = &pushed_manifest["images"][name.as_str()];
-        assert_eq!(record["status"], "ok", "{name}: {record:#}");
-        assert_eq!(
-            record["repository"],
-            format!("{registry_host}/{repository}"),
-            "{name}: {record:#}"
-        );
-        assert_eq!(
-            record["digest"].as_str(),
-            Some(pushed[name.as_str()].1.as_str()),
-            "{name}: {record:#}"
-        );
-        assert_eq!(
-            record["build_key"],
-            manifest["images"][name.as_str()]["build_key"],
-            "{name}: the pushed image is the one built above"
-        );
-        let awaiting: BTreeSet<String> = record["awaiting_aliases"]
-            .as_array()
-            .unwrap_or_else(|| panic!("{name}: no awaiting aliases: {record:#}"))
-            .iter()
-            .map(|alias| alias.as_str().unwrap_or_default().to_string())
-            .collect();
-        assert_eq!(awaiting, expected_aliases[name.as_str()], "{record:#}");
-    }
-    assert!(
-        pushed_manifest["aliases"]
-            .as_object()
-            .is_none_or(|aliases| aliases.is_empty()),
-        "no alias moves without a passing self-test: {pushed_manifest:#}"
-    );
-    // `imagegen verify`: the registry serves every recorded full tag as recorded; the aliases are
-    // listed as waiting for tests.
-    let verify = imagegen(dir, &["verify", "--format", "json"]);
-    outputs.push_str(&text(&verify));
-    let verified: serde_json::Value = serde_json::from_slice(&verify.stdout)
-        .unwrap_or_else(|error| panic!("verify printed no JSON ({error}):\n{}", text(&verify)));
-    assert_code(&verify, 0);
-    assert_eq!(verified["checked"], image_names.len(), "{verified:#}");
-    assert_eq!(verified["drift"], 0, "{verified:#}");
-    let waiting: BTreeMap<String, BTreeSet<String>> = verified["waiting_for_tests"]
-        .as_array()
-        .unwrap_or_else(|| panic!("{verified:#}"))
-        .iter()
-        .map(|entry| {
-            (
-                entry["tag"].as_str().unwrap_or_default().to_string(),
-                entry["aliases"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .map(|alias| alias.as_str().unwrap_or_default().to_string())
-                    .collect(),
-            )
-        })
-        .collect();
-    assert_eq!(waiting, expected_aliases, "{verified:#}");
-    phases.mark(&format!(
-        "imagegen verify: {} full tags served as recorded, {} aliases waiting for a GPU test",
-        image_names.len(),
-        expected_aliases.values().map(BTreeSet::len).sum::<usize>()
-    ));
 
     // A lock whose hashes do not match what the index serves: pip refuses to install it.
     let lock_path = images.join(&runtime_name).join("requirements.lock");
