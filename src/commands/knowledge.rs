@@ -32,7 +32,7 @@ pub fn run(project: &Project, args: &KnowledgeArgs) -> Result<Outcome> {
 /// Runs the derivation and prints it, against the project's knowledge (the embedded one, or
 /// with the `--knowledge` override).
 fn derive_torch(project: &Project, version: &str, index: &str, check: bool) -> Result<Outcome> {
-    TorchVersion::parse(version)
+    let torch = TorchVersion::parse(version)
         .ok()
         .filter(|v| !v.is_series)
         .with_context(|| format!("`{version}` is not a torch release such as 2.13.0"))?;
@@ -44,7 +44,7 @@ fn derive_torch(project: &Project, version: &str, index: &str, check: bool) -> R
     if !check {
         return Ok(Outcome::Success);
     }
-    let comparison = derive::compare(&derived, &knowledge);
+    let comparison = derive::compare(&derived, &torch, &knowledge);
     let against = project
         .knowledge_path
         .as_ref()

@@ -242,6 +242,61 @@ impl fmt::Display for TorchVersion {
     }
 }
 
+/// A torch version as the knowledge writes it (a series `2.7`, a release `2.7.1`), with its
+/// [`TorchVersion`] parsed once when it was read: lookups compare the parsed value, never the text
+/// parsed again. Equality is that of the text, as for [`VersionText`].
+#[derive(Debug, Clone)]
+pub struct TorchText(VersionText, TorchVersion);
+
+impl TorchText {
+    /// A torch series or release, refused with the reason as [`TorchVersion::parse`] refuses it.
+    pub(crate) fn parse(text: &str) -> Result<TorchText, VersionError> {
+        let torch = TorchVersion::parse(text)?;
+        let written = VersionText::parse(text)?;
+        Ok(TorchText(written, torch))
+    }
+
+    pub fn as_str(&self) -> &str {
+        self.0.as_str()
+    }
+
+    /// The text as written, as a checked version.
+    pub(crate) fn text(&self) -> &VersionText {
+        &self.0
+    }
+
+    /// The torch version, parsed when it was read.
+    pub(crate) fn torch(&self) -> &TorchVersion {
+        &self.1
+    }
+}
+
+impl PartialEq for TorchText {
+    fn eq(&self, other: &Self) -> bool {
+        self.0 == other.0
+    }
+}
+impl Eq for TorchText {}
+
+impl fmt::Display for TorchText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl Serialize for TorchText {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for TorchText {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        TorchText::parse(&text).map_err(|e| de::Error::custom(e.to_string()))
+    }
+}
+
 /// A version string checked at load time (digits and dots only), kept exactly as written, with
 /// its numbers parsed once. Equality and ordering are those of the text (as written); compare
 /// `dotted()` for numeric order.

@@ -240,15 +240,11 @@ impl<'k> KnownValues<'k> {
         let Ok(torch) = TorchVersion::parse(value) else {
             return false;
         };
-        self.knowledge
-            .torch_series(&torch.series())
-            .is_some_and(|series| {
-                torch.is_series
-                    || series
-                        .releases
-                        .iter()
-                        .any(|r| r.torch == torch.version.to_string())
-            })
+        if torch.is_series {
+            self.knowledge.torch_series(&torch).is_some()
+        } else {
+            self.knowledge.torch_release(&torch).is_some()
+        }
     }
 
     fn knows_cuda(&self, value: &str) -> bool {

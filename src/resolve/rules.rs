@@ -56,9 +56,7 @@ pub(super) fn check_cell(
     glibc_floor(cell, series, release, variant, os)?;
     let python = python_version(cell, series, release, os, knowledge)?;
     let order = ImageOrder {
-        torch: TorchVersion::parse(&release.torch)
-            .map_err(|e| e.to_string())?
-            .version,
+        torch: release.torch.torch().version.clone(),
         cuda: cuda_release
             .version
             .within("CUDA", 3)
@@ -91,7 +89,7 @@ fn torch_release<'k>(
     knowledge: &'k Knowledge,
 ) -> Result<(&'k TorchSeries, &'k TorchRelease), String> {
     let torch = TorchVersion::parse(&cell.torch).map_err(|e| e.to_string())?;
-    let series = knowledge.torch_series(&torch.series()).ok_or_else(|| {
+    let series = knowledge.torch_series(&torch).ok_or_else(|| {
         let known: Vec<&str> = knowledge.torch.iter().map(|t| t.series.as_str()).collect();
         format!(
             "torch {} is not in the compatibility knowledge (it knows {}); add it to a --knowledge file with its source",
@@ -103,13 +101,12 @@ fn torch_release<'k>(
         series
             .releases
             .iter()
-            .max_by_key(|r| r.torch.dotted())
+            .max_by_key(|r| &r.torch.torch().version)
             .ok_or_else(|| format!("torch {} has no releases in the knowledge", series.series))?
     } else {
-        series
-            .releases
-            .iter()
-            .find(|r| r.torch == torch.version.to_string())
+        knowledge
+            .torch_release(&torch)
+            .map(|(_, release)| release)
             .ok_or_else(|| {
                 let known: Vec<&str> = series.releases.iter().map(|r| r.torch.as_str()).collect();
                 format!(

@@ -138,7 +138,7 @@ pub(super) fn build_spec(
         variant: found.variant_kind,
         platform: found.platform.clone(),
         index,
-        torch: found.release.torch.clone(),
+        torch: found.release.torch.text().clone(),
         torchvision: found.release.torchvision.clone(),
         torchaudio: found.release.torchaudio.clone(),
         cuda: found.variant.cuda.clone(),
@@ -190,7 +190,7 @@ pub(super) fn build_spec(
             .expect("rules::selftest_build checked the cell"),
         unverified: found.unverified.clone(),
         extensions: matrix.extensions_for(
-            &found.release.torch,
+            found.release.torch.as_str(),
             &found.variant.cuda,
             found.python.as_str(),
             &found.os,

@@ -13,7 +13,7 @@ use std::fmt::Write as _;
 use serde::Deserialize;
 
 use crate::model::knowledge::{Knowledge, PypiWheel, PLATFORM_AMD64, PLATFORM_ARM64};
-use crate::model::version::{DottedVersion, VersionText};
+use crate::model::version::{DottedVersion, TorchVersion, VersionText};
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub(crate) enum DeriveError {
@@ -996,17 +996,22 @@ pub fn to_yaml(derived: &DerivedRelease, read_on: &str) -> String {
 /// served, by the index or the wheel). `notes` say more without deciding anything (the knowledge
 /// may be stricter than a wheel tag).
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Comparison {
+pub(crate) struct Comparison {
     pub checked: Vec<String>,
     pub unchecked: Vec<String>,
     pub differences: Vec<String>,
     pub notes: Vec<String>,
 }
 
-/// Compares a derived torch release with the knowledge's entry for it.
-pub fn compare(derived: &DerivedRelease, knowledge: &Knowledge) -> Comparison {
+/// Compares a derived torch release with the knowledge's entry for it; `torch` is the release
+/// derived, as parsed from the command line.
+pub(crate) fn compare(
+    derived: &DerivedRelease,
+    torch: &TorchVersion,
+    knowledge: &Knowledge,
+) -> Comparison {
     let mut comparison = Comparison::default();
-    let Some((series, release)) = knowledge.torch_release(&derived.version) else {
+    let Some((series, release)) = knowledge.torch_release(torch) else {
         comparison
             .differences
             .push(format!("torch {} is not in the knowledge", derived.version));

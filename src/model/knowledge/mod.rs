@@ -18,10 +18,10 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::model::date::Day;
-use crate::model::version::VersionText;
 use crate::model::version::{
     ComputeCapability, DottedVersion, DriverVersion, TorchVersion, VersionError,
 };
+use crate::model::version::{TorchText, VersionText};
 use crate::model::yaml::{self, Problem, LIMITS};
 
 /// The frozen subset of the knowledge that logic tests run on (see [`Knowledge::test_fixture`]).
@@ -155,7 +155,8 @@ impl Field {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TorchSeries {
-    pub series: VersionText,
+    /// The series (`2.7`), parsed when the knowledge loads.
+    pub series: TorchText,
     pub python: Vec<VersionText>,
     #[serde(default)]
     pub python_experimental: Vec<VersionText>,
@@ -273,7 +274,8 @@ pub struct Aarch64Wheels {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TorchRelease {
-    pub torch: VersionText,
+    /// The release (`2.7.1`), parsed when the knowledge loads.
+    pub torch: TorchText,
     /// The exact torchvision release that pins this torch.
     pub torchvision: VersionText,
     /// The exact torchaudio release for this torch, where one is known.
@@ -703,10 +705,6 @@ impl Knowledge {
         };
         for series in &self.torch {
             let what = format!("torch {}", series.series);
-            TorchVersion::parse(&series.series).map_err(|source| KnowledgeError::Version {
-                origin: origin.into(),
-                source,
-            })?;
             version(&series.glibc_min, "glibc", 2)?;
             for (platform, glibc) in &series.platform_glibc_min {
                 if platform != PLATFORM_AMD64 && platform != PLATFORM_ARM64 {
@@ -757,13 +755,8 @@ impl Knowledge {
                 return Err(invalid(format!("{what} has no releases")));
             }
             for release in &series.releases {
-                let parsed = TorchVersion::parse(&release.torch).map_err(|source| {
-                    KnowledgeError::Version {
-                        origin: origin.into(),
-                        source,
-                    }
-                })?;
-                if parsed.series() != series.series || parsed.is_series {
+                let parsed = release.torch.torch();
+                if parsed.series() != series.series.torch().series() || parsed.is_series {
                     return Err(invalid(format!(
                         "{what}: release {} does not belong to the series",
                         release.torch
@@ -911,25 +904,35 @@ impl Knowledge {
         Ok(())
     }
 
-    /// The torch series `series` (`2.7`).
-    pub(crate) fn torch_series(&self, series: &str) -> Option<&TorchSeries> {
-        self.torch.iter().find(|t| t.series == series)
+    /// The torch series `torch` belongs to (`2.7` for `2.7.1` or `2.7`), compared as parsed.
+    pub(crate) fn torch_series(&self, torch: &TorchVersion) -> Option<&TorchSeries> {
+        let wanted = (torch.version.major, torch.version.minor);
+        self.torch.iter().find(|t| {
+            let series = &t.series.torch().version;
+            (series.major, series.minor) == wanted
+        })
     }
 
     /// Read by tests of the data; nothing in imagegen asks it.
     #[cfg(test)]
     /// The newest torch series in the data.
     pub(crate) fn newest_series(&self) -> Option<&TorchSeries> {
-        self.torch
-            .iter()
-            .max_by_key(|t| TorchVersion::parse(&t.series).map(|v| v.version).ok())
+        self.torch.iter().max_by_key(|t| &t.series.torch().version)
     }
 
-    /// The torch release `torch` (`2.7.1`) with its series.
-    pub(crate) fn torch_release(&self, torch: &str) -> Option<(&TorchSeries, &TorchRelease)> {
-        let parsed = TorchVersion::parse(torch).ok()?;
-        let series = self.torch_series(&parsed.series())?;
-        let release = series.releases.iter().find(|r| r.torch == torch)?;
+    /// The torch release `torch` (`2.7.1`) with its series; a series (`2.7`) names no release.
+    pub(crate) fn torch_release(
+        &self,
+        torch: &TorchVersion,
+    ) -> Option<(&TorchSeries, &TorchRelease)> {
+        if torch.is_series {
+            return None;
+        }
+        let series = self.torch_series(torch)?;
+        let release = series
+            .releases
+            .iter()
+            .find(|r| r.torch.torch().version == torch.version)?;
         Some((series, release))
     }
 

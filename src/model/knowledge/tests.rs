@@ -2,6 +2,11 @@
 
 use super::*;
 
+/// A test's torch literal, parsed as the loader parses one.
+fn torch(text: &str) -> TorchVersion {
+    TorchVersion::parse(text).expect("a test's torch literal")
+}
+
 fn error_of(text: &str) -> String {
     Knowledge::parse(text, "k.yaml").unwrap_err().to_string()
 }
@@ -24,11 +29,11 @@ fn embedded_knowledge_is_valid_and_covers_torch_2_0_to_2_13() {
         "2.12", "2.13",
     ] {
         assert!(
-            knowledge.torch_series(series).is_some(),
+            knowledge.torch_series(&torch(series)).is_some(),
             "torch {series} missing"
         );
     }
-    assert_eq!(knowledge.newest_series().unwrap().series, "2.13");
+    assert_eq!(knowledge.newest_series().unwrap().series.as_str(), "2.13");
     for family in [11, 12, 13] {
         assert!(knowledge.family(family).is_some());
     }
@@ -170,9 +175,9 @@ fn an_older_schema_is_named_not_misread() {
 #[test]
 fn pypi_serves_one_cuda_variant_per_release_and_platform() {
     let knowledge = Knowledge::embedded();
-    let pypi = |torch: &str, platform: &str| {
+    let pypi = |release: &str, platform: &str| {
         knowledge
-            .torch_release(torch)
+            .torch_release(&torch(release))
             .unwrap()
             .1
             .pypi_cuda(platform)
@@ -370,8 +375,8 @@ torch:
     )
     .unwrap();
     let knowledge = Knowledge::with_override(&path, &std::fs::read(&path).unwrap()).unwrap();
-    assert_eq!(knowledge.newest_series().unwrap().series, "2.14");
-    assert!(knowledge.torch_series("2.7").is_some());
+    assert_eq!(knowledge.newest_series().unwrap().series.as_str(), "2.14");
+    assert!(knowledge.torch_series(&torch("2.7")).is_some());
 
     std::fs::write(
         &path,
@@ -383,6 +388,50 @@ torch:
         .to_string();
     assert!(error.contains("extra.yaml:4:5"), "{error}");
     assert!(error.contains("pythn"), "{error}");
+}
+
+#[test]
+fn torch_versions_are_parsed_at_their_line_and_compared_as_numbers() {
+    // A torch value the parser refuses is reported at its line, before any lookup could skip it.
+    for (text, line) in [
+        ("schema_version: 2\ntorch:\n  - series: \"2.x\"\n", "knowledge.yaml:3:"),
+        (
+            "schema_version: 2\ntorch:\n  - series: \"2.7\"\n    releases:\n      - torch: \"2.7.1rc1\"\n",
+            "knowledge.yaml:5:",
+        ),
+    ] {
+        let error = Knowledge::parse(text, "knowledge.yaml")
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains(line), "{error}");
+        assert!(error.contains("is not a valid torch version"), "{error}");
+    }
+    // Lookups compare numbers: 2.10 is newer than 2.9 and is not 2.1.
+    let knowledge = Knowledge::embedded();
+    assert_eq!(
+        knowledge
+            .torch_series(&torch("2.10"))
+            .unwrap()
+            .series
+            .as_str(),
+        "2.10"
+    );
+    assert_eq!(
+        knowledge
+            .torch_series(&torch("2.1"))
+            .unwrap()
+            .series
+            .as_str(),
+        "2.1"
+    );
+    let (series, release) = knowledge.torch_release(&torch("2.10.0")).unwrap();
+    assert_eq!(
+        (series.series.as_str(), release.torch.as_str()),
+        ("2.10", "2.10.0")
+    );
+    // A series names no release; a release the knowledge lacks names none either.
+    assert!(knowledge.torch_release(&torch("2.10")).is_none());
+    assert!(knowledge.torch_release(&torch("2.10.99")).is_none());
 }
 
 #[test]
@@ -422,14 +471,14 @@ fn third_audit_data_corrections_issue_25() {
         [] as [u64; 0]
     );
     // torch 2.6's aarch64 wheels are manylinux_2_28; its x86_64 CPU and cu124 ones manylinux2014.
-    let series = knowledge.torch_series("2.6").unwrap();
+    let series = knowledge.torch_series(&torch("2.6")).unwrap();
     assert_eq!(series.glibc_min_for(None, PLATFORM_ARM64), "2.28");
     assert_eq!(series.glibc_min_for(None, PLATFORM_AMD64), "2.17");
     let cu126 = series.cuda.iter().find(|v| v.cuda == "12.6").unwrap();
     assert_eq!(series.glibc_min_for(Some(cu126), PLATFORM_AMD64), "2.28");
     // 2.11's release channel and release branch build 12.6, 12.8 and 13.0 only.
     let variants: Vec<&str> = knowledge
-        .torch_series("2.11")
+        .torch_series(&torch("2.11"))
         .unwrap()
         .cuda
         .iter()

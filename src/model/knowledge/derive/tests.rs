@@ -244,7 +244,11 @@ fn torch_2_12_1_derived_from_saved_files_matches_the_knowledge() {
     assert_eq!(amd64.metadata_read.len(), 1);
     assert_eq!(amd64.metadata_missing.len(), 5);
 
-    let comparison = compare(&derived, &Knowledge::embedded());
+    let comparison = compare(
+        &derived,
+        &TorchVersion::parse(&derived.version).unwrap(),
+        &Knowledge::embedded(),
+    );
     assert!(comparison.differences.is_empty(), "{comparison:?}");
 
     let yaml = to_yaml(&derived, "2026-11-30");
@@ -297,7 +301,11 @@ fn a_wrong_knowledge_entry_is_reported() {
     )
     .unwrap();
     let knowledge = Knowledge::embedded();
-    let comparison = compare(&derived, &knowledge);
+    let comparison = compare(
+        &derived,
+        &TorchVersion::parse(&derived.version).unwrap(),
+        &knowledge,
+    );
     assert!(comparison.differences.is_empty(), "{comparison:?}");
     assert_eq!(
         comparison.unchecked,
@@ -313,7 +321,11 @@ fn a_wrong_knowledge_entry_is_reported() {
     );
     assert_ne!(text, super::super::EMBEDDED);
     let wrong = Knowledge::parse(&text, "k.yaml").unwrap();
-    let comparison = compare(&derived, &wrong);
+    let comparison = compare(
+        &derived,
+        &TorchVersion::parse(&derived.version).unwrap(),
+        &wrong,
+    );
     assert_eq!(
         comparison.differences,
         ["linux/arm64 PyPI wheel: the metadata says {platform: linux/arm64}, the knowledge says {platform: linux/arm64, cuda: \"12.8\", cuda_runtime: \"12.8.90\", cudnn: \"9.10.2.21\", nccl: \"2.27.5\"}"]
