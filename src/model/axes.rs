@@ -7,8 +7,8 @@ use std::fmt;
 use serde::de::{self, Deserializer};
 use serde::{Deserialize, Serialize};
 
-pub use crate::model::version::VersionText;
-use crate::model::version::{read_as_text, DottedVersion, VersionError};
+use crate::model::version::read_as_text;
+pub use crate::model::version::{OsName, VersionText};
 
 /// The image variants imagegen knows how to render.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -85,69 +85,6 @@ pub enum WheelSource {
     Index,
 }
 
-/// An OS name such as `ubuntu24.04` or `debian12`.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(transparent)]
-pub struct OsName(String);
-
-impl OsName {
-    /// An OS name as written, `ubuntuYY.MM` or `debianN`; anything else is refused with how to
-    /// write it.
-    pub fn parse(text: &str) -> Result<OsName, String> {
-        let ubuntu = text.strip_prefix("ubuntu").is_some_and(|rest| {
-            DottedVersion::parse_kind(rest, "", 2).is_ok_and(|v| v.parts().len() == 2)
-        });
-        let debian = text.strip_prefix("debian").is_some_and(|rest| {
-            !rest.is_empty() && rest.len() <= 3 && rest.chars().all(|c| c.is_ascii_digit())
-        });
-        if !(ubuntu || debian) {
-            return Err(format!(
-                "malformed OS {text:?}: write it as ubuntuYY.MM (ubuntu24.04) or debianN (debian12)"
-            ));
-        }
-        Ok(OsName(text.to_string()))
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-
-    /// The family and release of an OS name, for ordering: `ubuntu24.04` is (`ubuntu`, 24.04),
-    /// `debian12` is (`debian`, 12). Refused for anything else, naming it.
-    pub(crate) fn release_of(name: &str) -> Result<(String, DottedVersion), VersionError> {
-        let (family, release) = if let Some(rest) = name.strip_prefix("ubuntu") {
-            ("ubuntu", DottedVersion::parse_kind(rest, "Ubuntu", 2))
-        } else if let Some(rest) = name.strip_prefix("debian") {
-            ("debian", DottedVersion::parse_kind(rest, "Debian", 1))
-        } else {
-            return Err(VersionError {
-                text: name.to_string(),
-                kind: "OS",
-                why: "write it as ubuntuYY.MM (ubuntu24.04) or debianN (debian12)".into(),
-            });
-        };
-        Ok((family.to_string(), release?))
-    }
-
-    /// Whether this is a Debian release (`debian12`), whose images use Debian's archive.
-    pub(crate) fn is_debian(name: &str) -> bool {
-        name.starts_with("debian")
-    }
-}
-
-impl fmt::Display for OsName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl<'de> Deserialize<'de> for OsName {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(deserializer)?;
-        OsName::parse(&text).map_err(de::Error::custom)
-    }
-}
-
 /// A target platform: `linux/amd64` or `linux/arm64` (SBSA: Grace Hopper, Grace Blackwell).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(transparent)]
@@ -194,7 +131,7 @@ impl<'de> Deserialize<'de> for Platform {
     }
 }
 
-read_as_text!(OsName, Platform);
+read_as_text!(Platform);
 
 /// Test values written as literals (`"2.7.0".into()`), parsed as the loader parses them: a
 /// malformed one fails the test that wrote it.
@@ -212,27 +149,5 @@ mod literals {
         fn from(text: &str) -> Platform {
             Platform::parse(text).expect("a test's platform literal")
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn os_releases_order_by_family_then_number_and_refuse_other_names() {
-        let release = |name: &str| OsName::release_of(name).unwrap();
-        assert!(release("ubuntu24.04") > release("ubuntu22.04"));
-        assert!(release("ubuntu24.10") > release("ubuntu24.04"));
-        assert!(release("debian13") > release("debian12"));
-        assert_eq!(release("debian12").0, "debian");
-        for bad in ["fedora40", "ubuntu", "debian", "debian12.1"] {
-            assert!(OsName::release_of(bad).is_err(), "{bad}");
-        }
-        let error = OsName::release_of("fedora40").unwrap_err().to_string();
-        assert!(
-            error.contains("`fedora40` is not a valid OS version"),
-            "{error}"
-        );
     }
 }

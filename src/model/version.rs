@@ -3,8 +3,9 @@
 //! and NVIDIA driver versions (`535.104.05`, `570.26`), which are not semver: `05` is a legal
 //! component and the third part is often missing.
 //!
-//! Every parser here accepts only digits and dots, so a parsed version is also safe to place in a
-//! Dockerfile. This module does no I/O.
+//! OS names (`ubuntu24.04`, `debian12`) live here too: a family and a release number, parsed
+//! once. Every version parser here accepts only digits and dots, so a parsed version is also safe
+//! to place in a Dockerfile. This module does no I/O.
 
 use std::cmp::Ordering;
 use std::fmt;
@@ -398,6 +399,109 @@ impl<'de> Deserialize<'de> for VersionText {
     }
 }
 
+/// An OS name such as `ubuntu24.04` or `debian12`, with its family and release number parsed
+/// when it was read. Equality, ordering and hashing are those of the text, as written.
+#[derive(Debug, Clone)]
+pub struct OsName(String, OsFamily, DottedVersion);
+
+/// The distributions imagegen builds on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OsFamily {
+    Ubuntu,
+    Debian,
+}
+
+impl OsFamily {
+    fn as_str(self) -> &'static str {
+        match self {
+            OsFamily::Ubuntu => "ubuntu",
+            OsFamily::Debian => "debian",
+        }
+    }
+}
+
+impl OsName {
+    /// An OS name as written, `ubuntuYY.MM` or `debianN`; anything else is refused with how to
+    /// write it.
+    pub fn parse(text: &str) -> Result<OsName, String> {
+        let ubuntu = text.strip_prefix("ubuntu").and_then(|rest| {
+            DottedVersion::parse_kind(rest, "Ubuntu", 2)
+                .ok()
+                .filter(|v| v.parts().len() == 2)
+        });
+        let debian = text.strip_prefix("debian").and_then(|rest| {
+            if !rest.is_empty() && rest.len() <= 3 && rest.chars().all(|c| c.is_ascii_digit()) {
+                DottedVersion::parse_kind(rest, "Debian", 1).ok()
+            } else {
+                None
+            }
+        });
+        match (ubuntu, debian) {
+            (Some(release), _) => Ok(OsName(text.to_string(), OsFamily::Ubuntu, release)),
+            (None, Some(release)) => Ok(OsName(text.to_string(), OsFamily::Debian, release)),
+            (None, None) => Err(format!(
+                "malformed OS {text:?}: write it as ubuntuYY.MM (ubuntu24.04) or debianN (debian12)"
+            )),
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The family and release of this OS, for ordering: `ubuntu24.04` is (`ubuntu`, 24.04),
+    /// `debian12` is (`debian`, 12), as parsed when the name was read.
+    pub(crate) fn release(&self) -> (String, DottedVersion) {
+        (self.1.as_str().to_string(), self.2.clone())
+    }
+
+    /// Whether this is a Debian release (`debian12`), whose images use Debian's archive.
+    pub(crate) fn is_debian(&self) -> bool {
+        self.1 == OsFamily::Debian
+    }
+}
+
+impl PartialEq for OsName {
+    fn eq(&self, other: &Self) -> bool {
+        self.0 == other.0
+    }
+}
+impl Eq for OsName {}
+impl PartialOrd for OsName {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for OsName {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.cmp(&other.0)
+    }
+}
+impl std::hash::Hash for OsName {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.hash(state);
+    }
+}
+
+impl Serialize for OsName {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.0)
+    }
+}
+
+impl fmt::Display for OsName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for OsName {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        OsName::parse(&text).map_err(de::Error::custom)
+    }
+}
+
 /// Reading a value as the text it was written as (`&os`, `os.starts_with("ubuntu")`); the text
 /// cannot be changed, and a new value comes only through its parser.
 macro_rules! read_as_text {
@@ -455,7 +559,7 @@ macro_rules! read_as_text {
 
 pub(crate) use read_as_text;
 
-read_as_text!(VersionText, ComputeCapability);
+read_as_text!(VersionText, ComputeCapability, OsName);
 
 /// A GPU compute capability compiled into a wheel, as torch lists it: `major.minor` (`8.6`),
 /// with `+PTX` where PTX for it is compiled in too (`12.0+PTX`). Checked when the knowledge loads.
@@ -596,5 +700,41 @@ mod tests {
         );
         assert!(TorchVersion::parse("2").is_err());
         assert!(TorchVersion::parse("2.7.1rc1").is_err());
+    }
+
+    #[test]
+    fn os_releases_order_by_family_then_number_and_refuse_other_names() {
+        let release = |name: &str| OsName::parse(name).unwrap().release();
+        assert!(release("ubuntu24.04") > release("ubuntu22.04"));
+        assert!(release("ubuntu24.10") > release("ubuntu24.04"));
+        assert!(release("debian13") > release("debian12"));
+        assert_eq!(release("debian12").0, "debian");
+        for bad in [
+            "fedora40",
+            "ubuntu",
+            "debian",
+            "debian12.1",
+            "ubuntu24",
+            "ubuntu24.04.1",
+        ] {
+            assert!(OsName::parse(bad).is_err(), "{bad}");
+        }
+        let error = OsName::parse("fedora40").unwrap_err();
+        assert!(error.contains("malformed OS \"fedora40\""), "{error}");
+    }
+
+    #[test]
+    fn debian_is_told_apart_from_ubuntu() {
+        assert!(OsName::parse("debian12").unwrap().is_debian());
+        assert!(!OsName::parse("ubuntu24.04").unwrap().is_debian());
+    }
+
+    #[test]
+    fn os_names_compare_as_written() {
+        let name = OsName::parse("ubuntu24.04").unwrap();
+        assert_eq!(name, OsName::parse("ubuntu24.04").unwrap());
+        assert_ne!(name, OsName::parse("ubuntu22.04").unwrap());
+        assert_eq!(name, "ubuntu24.04");
+        assert_eq!(serde_json::to_string(&name).unwrap(), "\"ubuntu24.04\"");
     }
 }

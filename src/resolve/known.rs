@@ -152,7 +152,7 @@ impl<'k> KnownValues<'k> {
             cuda.push(release.version.dotted().major_minor());
         }
         python.extend(knowledge.os.iter().map(|o| o.python.to_string()));
-        let os = knowledge.os.iter().map(|o| o.name.clone()).collect();
+        let os = knowledge.os.iter().map(|o| o.name.to_string()).collect();
         for list in [&mut torch, &mut cuda, &mut cudnn, &mut python] {
             list.sort();
             list.dedup();

@@ -25,7 +25,7 @@ pub mod tags;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::model::axes::{EndOfLifePolicy, OsName, Variant};
+use crate::model::axes::{EndOfLifePolicy, Variant};
 use crate::model::digest::Digest;
 use crate::model::extensions::Extensions;
 use crate::model::knowledge::Knowledge;
@@ -366,7 +366,7 @@ fn apt_mirror_warnings(images: &[ImageSpec], matrix: &Matrix, resolution: &mut R
         let hosts = sources::uncovered_apt_hosts(
             &image.os,
             image.platform.arch(),
-            !OsName::is_debian(&image.os),
+            !image.os.is_debian(),
             &matrix.mirrors,
         );
         for host in hosts {

@@ -2,7 +2,7 @@
 //! returns the reason a person can act on when the cell fails it: what is wrong, and what would
 //! work instead. Pure: the cell and the knowledge in, a verdict out.
 
-use crate::model::axes::{OsName, Variant};
+use crate::model::axes::Variant;
 use crate::model::knowledge::{
     wheel_suffix, CudaRelease, Knowledge, OsRelease, TorchCuda, TorchRelease, TorchSeries,
 };
@@ -62,7 +62,7 @@ pub(super) fn check_cell(
             .within("CUDA", 3)
             .map_err(|e| e.to_string())?
             .clone(),
-        os: OsName::release_of(&cell.os).map_err(|e| e.to_string())?,
+        os: cell.os.release(),
     };
     cudnn_bundled(cell, release, variant, knowledge)?;
     if cell.variant == Variant::Devel {
@@ -232,7 +232,7 @@ fn devel_toolkit(
         .map(|v| v.part(0))
         .map_err(|e| e.to_string())?;
     match toolkit {
-        DevelToolkit::Apt if OsName::is_debian(&cell.os) => Err(format!(
+        DevelToolkit::Apt if cell.os.is_debian() => Err(format!(
             "a devel image on {} cannot install nvcc from NVIDIA's apt repository, which only nvidia/cuda (Ubuntu) bases configure; set `devel_toolkit: pypi` to install the CUDA {} toolkit from the Python index",
             cell.os, variant.cuda
         )),

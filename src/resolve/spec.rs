@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::model::axes::{OsName, Variant, VersionText};
+use crate::model::axes::{Variant, VersionText};
 use crate::model::digest::Digest;
 use crate::model::extensions::Extensions;
 use crate::model::knowledge::{wheel_suffix, Knowledge, PLATFORM_AMD64};
@@ -124,12 +124,7 @@ pub(super) fn build_spec(
     });
     // Debian has no nvidia/cuda images, so no NVIDIA repository in its sources; Ubuntu bases
     // (nvidia/cuda or a copy of it) have one.
-    let apt_rewrites = apt_rewrites(
-        &found.os,
-        &arch,
-        !OsName::is_debian(&found.os),
-        &matrix.mirrors,
-    );
+    let apt_rewrites = apt_rewrites(&found.os, &arch, !found.os.is_debian(), &matrix.mirrors);
     let mut spec = ImageSpec {
         name: tags::folder_name(&tag),
         repository,

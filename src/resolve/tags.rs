@@ -222,7 +222,7 @@ mod tests {
             .unwrap(),
             variant,
             os: os.into(),
-            os_release: crate::model::axes::OsName::release_of(os).unwrap(),
+            os_release: crate::model::axes::OsName::parse(os).unwrap().release(),
             is_default_cuda: default_cuda,
         }
     }

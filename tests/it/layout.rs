@@ -532,7 +532,7 @@ fn the_model_value_types_keep_their_fields_private() {
     let version = std::fs::read_to_string(model.join("version.rs")).unwrap();
     for (name, text) in [
         ("VersionText", &version),
-        ("OsName", &axes),
+        ("OsName", &version),
         ("Platform", &axes),
     ] {
         assert!(

@@ -21,7 +21,7 @@ use crate::model::date::Day;
 use crate::model::version::{
     ComputeCapability, DottedVersion, DriverVersion, TorchVersion, VersionError,
 };
-use crate::model::version::{TorchText, VersionText};
+use crate::model::version::{OsName, TorchText, VersionText};
 use crate::model::yaml::{self, Problem, LIMITS};
 
 /// The frozen subset of the knowledge that logic tests run on (see [`Knowledge::test_fixture`]).
@@ -440,7 +440,8 @@ pub struct CudaArchChange {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OsRelease {
-    pub name: String,
+    /// `ubuntu24.04`, `debian12`: parsed when the knowledge loads.
+    pub name: OsName,
     pub base: String,
     pub codename: String,
     pub glibc: VersionText,
@@ -576,7 +577,7 @@ impl Knowledge {
         merge_by(&mut self.cuda_archs, other.cuda_archs, |a| {
             a.cuda.to_string()
         });
-        merge_by(&mut self.os, other.os, |o| o.name.clone());
+        merge_by(&mut self.os, other.os, |o| o.name.to_string());
     }
 
     /// Every entry that states facts, named, with the source keys it cites.
@@ -963,8 +964,9 @@ impl Knowledge {
         self.cuda_families.iter().find(|f| f.major == major)
     }
 
-    pub fn os(&self, name: &str) -> Option<&OsRelease> {
-        self.os.iter().find(|o| o.name == name)
+    /// The release `name` names (`ubuntu24.04`).
+    pub fn os(&self, name: &OsName) -> Option<&OsRelease> {
+        self.os.iter().find(|o| o.name == *name)
     }
 
     /// The brand names of the list `name`.

@@ -435,9 +435,27 @@ fn torch_versions_are_parsed_at_their_line_and_compared_as_numbers() {
 }
 
 #[test]
+fn os_names_are_parsed_at_their_knowledge_line() {
+    let error = Knowledge::parse(
+        "schema_version: 2\nos:\n  - name: fedora40\n",
+        "knowledge.yaml",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(error.contains("knowledge.yaml:3:"), "{error}");
+    assert!(error.contains("malformed OS \"fedora40\""), "{error}");
+    // The lookup takes the parsed name; Ubuntu and Debian releases are told apart by family.
+    let knowledge = Knowledge::embedded();
+    let noble = knowledge.os(&"ubuntu24.04".into()).unwrap();
+    assert!(!noble.name.is_debian());
+    assert!(knowledge.os(&"debian12".into()).unwrap().name.is_debian());
+    assert!(knowledge.os(&"ubuntu10.04".into()).is_none());
+}
+
+#[test]
 fn debian_12_and_the_pypi_toolkit_tree_are_known() {
     let knowledge = Knowledge::embedded();
-    let debian = knowledge.os("debian12").unwrap();
+    let debian = knowledge.os(&"debian12".into()).unwrap();
     assert_eq!(
         (debian.glibc.as_str(), debian.python.as_str()),
         ("2.36", "3.11")
