@@ -404,6 +404,31 @@ mod tests {
     }
 
     #[test]
+    fn a_record_whose_torch_cannot_be_compared_refuses_the_move_naming_it() {
+        // `2` is a version the manifest reads, but not a torch release the guard can compare.
+        let mut manifest = Manifest::new();
+        manifest.record_success(image("odd", "2"));
+        manifest.record_success(image("new", "2.7.1"));
+        manifest.move_alias("a", "odd", Some(d("odd")), "t0");
+        let before = manifest.clone();
+        let Begun::Held(reason) = begin(&mut manifest, &to_new(true), &owner("r1"), "t1") else {
+            panic!("a move from a record the guard cannot compare must be held")
+        };
+        assert!(
+            reason.contains("a cannot be judged: the record of odd names a torch release that cannot be compared")
+                && reason.contains("`2` is not a valid torch version")
+                && reason.contains("imagegen rollback a --to DIGEST"),
+            "{reason}"
+        );
+        assert_eq!(manifest, before, "nothing is written for a held move");
+        // A move on purpose (a rollback) is not guarded, and goes through.
+        assert!(matches!(
+            begin(&mut manifest, &to_new(false), &owner("r1"), "t2"),
+            Begun::Move(_)
+        ));
+    }
+
+    #[test]
     fn a_rollback_settled_after_a_crash_holds_the_alias_too() {
         let mut manifest = manifest();
         let Begun::Move(_) = begin(&mut manifest, &to_new(false), &owner("dead"), "t1") else {

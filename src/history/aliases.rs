@@ -3,31 +3,62 @@
 //! record without one, or one that is not a version) holds the move: the guard never lets a
 //! move through because it could not judge it. Pure.
 
-use crate::model::version::TorchVersion;
+use crate::model::version::{TorchVersion, VersionError};
 
-/// Where an alias points now, as the guard reads it: the tag, and the torch release its record
-/// gives (`None` when the manifest has no record of that tag).
-pub type AliasTarget = (String, Option<String>);
+/// Where an alias points now, as the guard reads it from the manifest: the tag, and the torch
+/// release its record gives, read once into a value the guard can only compare or refuse.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct CurrentTarget {
+    pub(crate) tag: String,
+    pub(crate) torch: RecordedTorch,
+}
+
+/// The torch release of the image an alias points at now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum RecordedTorch {
+    /// The record's torch release, parsed.
+    Release(TorchVersion),
+    /// The record names a torch release that is not one (`2`, `2.7.1.1`): it cannot be compared,
+    /// and the guard holds the move.
+    Uncomparable(VersionError),
+    /// The manifest has no record of the tag.
+    NoRecord,
+}
+
+impl RecordedTorch {
+    /// The torch release a record gives (`None`: there is no record), parsed where the manifest
+    /// is read for the guard.
+    pub(crate) fn of(recorded: Option<&str>) -> RecordedTorch {
+        match recorded.map(TorchVersion::parse) {
+            None => RecordedTorch::NoRecord,
+            Some(Ok(torch)) => RecordedTorch::Release(torch),
+            Some(Err(error)) => RecordedTorch::Uncomparable(error),
+        }
+    }
+}
 
 /// Whether `alias` may move from the image it points at now (`current`) to `candidate`: never
 /// backwards to an older torch release, and never when either release cannot be compared.
 /// `None` when it may; else the reason it may not.
 pub(crate) fn alias_guard(
     alias: &str,
-    current: Option<AliasTarget>,
+    current: Option<CurrentTarget>,
     candidate_torch: &str,
     candidate_tag: &str,
 ) -> Option<String> {
-    let (current_tag, current_torch) = current?;
+    let CurrentTarget {
+        tag: current_tag,
+        torch: current_torch,
+    } = current?;
     let on_purpose = format!("use `imagegen rollback {alias} --to DIGEST` to move it on purpose");
-    let Some(current_torch) = current_torch else {
-        return Some(format!(
-            "{alias} points at {current_tag}, which the manifest has no record of: its torch release cannot be compared with {candidate_torch} ({candidate_tag}); {on_purpose}"
-        ));
-    };
-    let now = match TorchVersion::parse(&current_torch) {
-        Ok(version) => version.version,
-        Err(error) => {
+    let now = match current_torch {
+        RecordedTorch::Release(torch) => torch,
+        RecordedTorch::NoRecord => {
+            return Some(format!(
+                "{alias} points at {current_tag}, which the manifest has no record of: its torch release cannot be compared with {candidate_torch} ({candidate_tag}); {on_purpose}"
+            ))
+        }
+        RecordedTorch::Uncomparable(error) => {
             return Some(format!(
                 "{alias} cannot be judged: the record of {current_tag} names a torch release that cannot be compared ({error}); {on_purpose}"
             ))
@@ -41,8 +72,8 @@ pub(crate) fn alias_guard(
             ))
         }
     };
-    (next < now).then(|| format!(
-        "{alias} would move backwards from torch {current_torch} ({current_tag}) to {candidate_torch} ({candidate_tag}); use `imagegen rollback {alias}` to go back on purpose"
+    (next < now.version).then(|| format!(
+        "{alias} would move backwards from torch {now} ({current_tag}) to {candidate_torch} ({candidate_tag}); use `imagegen rollback {alias}` to go back on purpose"
     ))
 }
 
@@ -50,8 +81,11 @@ pub(crate) fn alias_guard(
 mod tests {
     use super::*;
 
-    fn target(tag: &str, torch: Option<&str>) -> Option<AliasTarget> {
-        Some((tag.to_string(), torch.map(String::from)))
+    fn target(tag: &str, torch: Option<&str>) -> Option<CurrentTarget> {
+        Some(CurrentTarget {
+            tag: tag.to_string(),
+            torch: RecordedTorch::of(torch),
+        })
     }
 
     #[test]
