@@ -23,30 +23,30 @@ pub struct Cli {
         env = "IMAGEGEN_MATRIX",
         default_value = "matrix.yaml"
     )]
-    pub matrix: PathBuf,
+    pub(crate) matrix: PathBuf,
     /// A compatibility knowledge file merged over the embedded one (same schema).
     #[arg(long, global = true, env = "IMAGEGEN_KNOWLEDGE")]
-    pub knowledge: Option<PathBuf>,
+    pub(crate) knowledge: Option<PathBuf>,
     /// The project's folder: the matrix is DIR/matrix.yaml (a relative --matrix is taken in DIR). Without it the matrix's own folder is the project's: images/, the manifest and .imagegen/ (their defaults), ca_bundle, templates and steps are relative to it, wherever imagegen runs.
     #[arg(long, global = true, env = "IMAGEGEN_PROJECT", value_name = "DIR")]
-    pub project: Option<PathBuf>,
+    pub(crate) project: Option<PathBuf>,
     /// The options given on the command line or in the environment, by id (filled by
     /// `commands::parse`): a path given there is relative to the working directory, a default one
     /// to the project's folder.
     #[arg(skip)]
-    pub given: Vec<String>,
+    pub(crate) given: Vec<String>,
     #[command(subcommand)]
-    pub command: Command,
+    pub(crate) command: Command,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Format {
+pub(crate) enum Format {
     Table,
     Json,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum PlanFormat {
+pub(crate) enum PlanFormat {
     Table,
     Json,
     /// For a pull-request comment or $GITHUB_STEP_SUMMARY.
@@ -54,7 +54,7 @@ pub enum PlanFormat {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Show which images the matrix makes, on which drivers they run, and which cells are impossible and why.
     Resolve(ResolveArgs),
     /// Render one Dockerfile per image into the output directory (or check that it and the images' locks are up to date).
@@ -99,40 +99,40 @@ pub enum Command {
 
 #[derive(Debug, Args)]
 #[command(args_conflicts_with_subcommands = true)]
-pub struct TestArgs {
+pub(crate) struct TestArgs {
     #[command(subcommand)]
-    pub action: Option<TestAction>,
+    pub(crate) action: Option<TestAction>,
     /// Test only the recorded images whose full tag matches (`*` wildcards, else a substring).
     #[arg(long)]
-    pub only: Option<String>,
+    pub(crate) only: Option<String>,
     /// Test the recorded image with this digest (repeatable), whatever its tag.
     #[arg(long = "digest", value_name = "DIGEST")]
-    pub digests: Vec<String>,
+    pub(crate) digests: Vec<String>,
     /// The node name recorded with each result (default: this machine's host name).
     #[arg(long, env = "IMAGEGEN_NODE_NAME", value_name = "NAME")]
-    pub node: Option<String>,
+    pub(crate) node: Option<String>,
     /// Record the results only; leave aliases waiting even where the policy now holds (CI test jobs: the record job moves them after merging every shard).
     #[arg(long)]
-    pub no_move: bool,
+    pub(crate) no_move: bool,
     /// Judge every figure also against this gpu-selftest baseline (as `build --selftest-baseline`).
     #[arg(long, env = "IMAGEGEN_SELFTEST_BASELINE", value_name = "FILE")]
-    pub selftest_baseline: Option<PathBuf>,
+    pub(crate) selftest_baseline: Option<PathBuf>,
     /// The manifest file.
     #[arg(long, default_value = DEFAULT_MANIFEST)]
-    pub manifest: PathBuf,
+    pub(crate) manifest: PathBuf,
     /// `table` for people, `json` for machines.
     #[arg(long, value_enum, default_value_t = Format::Table)]
-    pub format: Format,
+    pub(crate) format: Format,
     #[command(flatten)]
-    pub signing: SigningArgs,
+    pub(crate) signing: SigningArgs,
     #[command(flatten)]
-    pub deadlines: DeadlineArgs,
+    pub(crate) deadlines: DeadlineArgs,
     #[command(flatten)]
-    pub lock: LockArgs,
+    pub(crate) lock: LockArgs,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum TestAction {
+pub(crate) enum TestAction {
     /// Record gpu-selftest JSON reports made elsewhere (a Kubernetes Job, a GPU runner); each must name a digest the manifest records (`image_digest`) and its node (`node_name`).
     Import(TestImportArgs),
     /// Move the aliases waiting on images whose recorded results now satisfy the test policy (after `manifest merge` of test shards); runs no test.
@@ -140,55 +140,55 @@ pub enum TestAction {
 }
 
 #[derive(Debug, Args)]
-pub struct TestSettleArgs {
+pub(crate) struct TestSettleArgs {
     /// The manifest file.
     #[arg(long, default_value = DEFAULT_MANIFEST)]
-    pub manifest: PathBuf,
+    pub(crate) manifest: PathBuf,
     /// `table` for people, `json` for machines.
     #[arg(long, value_enum, default_value_t = Format::Table)]
-    pub format: Format,
+    pub(crate) format: Format,
     #[command(flatten)]
-    pub deadlines: DeadlineArgs,
+    pub(crate) deadlines: DeadlineArgs,
     #[command(flatten)]
-    pub lock: LockArgs,
+    pub(crate) lock: LockArgs,
 }
 
 #[derive(Debug, Args)]
-pub struct TestImportArgs {
+pub(crate) struct TestImportArgs {
     /// gpu-selftest JSON reports (`gpu-selftest --format json --image-digest D --node-name N`).
     #[arg(required = true, value_name = "REPORT")]
-    pub reports: Vec<PathBuf>,
+    pub(crate) reports: Vec<PathBuf>,
     /// The manifest file.
     #[arg(long, default_value = DEFAULT_MANIFEST)]
-    pub manifest: PathBuf,
+    pub(crate) manifest: PathBuf,
     /// Record the results only; leave aliases waiting even where the policy now holds.
     #[arg(long)]
-    pub no_move: bool,
+    pub(crate) no_move: bool,
     /// `table` for people, `json` for machines.
     #[arg(long, value_enum, default_value_t = Format::Table)]
-    pub format: Format,
+    pub(crate) format: Format,
     #[command(flatten)]
-    pub signing: SigningArgs,
+    pub(crate) signing: SigningArgs,
     #[command(flatten)]
-    pub deadlines: DeadlineArgs,
+    pub(crate) deadlines: DeadlineArgs,
     #[command(flatten)]
-    pub lock: LockArgs,
+    pub(crate) lock: LockArgs,
 }
 
 /// Deadlines of the calls a command makes to registries and the Docker daemon.
 #[derive(Debug, Clone, Args)]
-pub struct DeadlineArgs {
+pub(crate) struct DeadlineArgs {
     /// Seconds each registry request may take; also the longest a push may go without progress. A registry that accepts connections and never answers fails each attempt within it.
     #[arg(long, env = "IMAGEGEN_REGISTRY_TIMEOUT", default_value_t = 60, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
-    pub registry_timeout: u64,
+    pub(crate) registry_timeout: u64,
     /// Seconds each Docker daemon request may take until its answer begins (a build's or push's streamed output is not cut off by it).
     #[arg(long, env = "IMAGEGEN_DAEMON_TIMEOUT", default_value_t = 300, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
-    pub daemon_timeout: u64,
+    pub(crate) daemon_timeout: u64,
 }
 
 /// How long a command that writes the manifest waits for another run's lock on it.
 #[derive(Debug, Clone, Args)]
-pub struct LockArgs {
+pub(crate) struct LockArgs {
     /// Seconds to wait for another run that holds the manifest's lock (or publishes the same tag) before giving up, naming it; 0 gives up at once.
     #[arg(
         long,
@@ -196,57 +196,57 @@ pub struct LockArgs {
         default_value_t = 600,
         value_name = "SECONDS"
     )]
-    pub lock_timeout: u64,
+    pub(crate) lock_timeout: u64,
 }
 
 #[derive(Debug, Args)]
-pub struct VerifyArgs {
+pub(crate) struct VerifyArgs {
     /// The manifest file.
     #[arg(long, default_value = DEFAULT_MANIFEST)]
-    pub manifest: PathBuf,
+    pub(crate) manifest: PathBuf,
     /// `table` for people, `json` for machines.
     #[arg(long, value_enum, default_value_t = Format::Table)]
-    pub format: Format,
+    pub(crate) format: Format,
     /// Ask this registry (`host[:port]`) instead of the one each record names, e.g. a mirror in CI; by default the matrix's `registry` where it differs from the recorded one.
     #[arg(long, env = "IMAGEGEN_REGISTRY", value_name = "HOST")]
-    pub registry: Option<String>,
+    pub(crate) registry: Option<String>,
     /// Settle alias moves left in between (begun, not written down as done) by what the registry serves, and write that down; nothing else is changed.
     #[arg(long)]
-    pub adopt: bool,
+    pub(crate) adopt: bool,
     /// How many registry requests at once (each a HEAD of one tag).
     #[arg(long, env = "IMAGEGEN_VERIFY_CONCURRENCY", default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=256))]
-    pub concurrency: u16,
+    pub(crate) concurrency: u16,
     #[command(flatten)]
-    pub deadlines: DeadlineArgs,
+    pub(crate) deadlines: DeadlineArgs,
     #[command(flatten)]
-    pub lock: LockArgs,
+    pub(crate) lock: LockArgs,
     /// Check the signed attestations instead of the tags: every pushed image has its provenance, SBOM and gpu-selftest statements and its signature, each verifies with the key, and each statement's subject is the digest the registry serves.
     #[arg(long, conflicts_with = "adopt")]
-    pub attestations: bool,
+    pub(crate) attestations: bool,
     /// The public key (PEM) to verify with; without it, the public half of the signing key.
     #[arg(long, requires = "attestations", value_name = "PUB")]
-    pub key: Option<PathBuf>,
+    pub(crate) key: Option<PathBuf>,
     #[command(flatten)]
-    pub signing: SigningArgs,
+    pub(crate) signing: SigningArgs,
 }
 
 /// The key attestations are signed with: a PEM file (unencrypted PKCS#8 or SEC1, ECDSA P-256)
 /// only its owner may read, or the PEM text itself in `IMAGEGEN_SIGNING_KEY`.
 #[derive(Debug, Clone, Default, Args)]
-pub struct SigningArgs {
+pub(crate) struct SigningArgs {
     /// The signing key, a PEM file (ECDSA P-256) readable by its owner only; `IMAGEGEN_SIGNING_KEY` may hold the PEM text instead. With `build --push`, every pushed image is signed and its attestations attached.
     #[arg(long, env = "IMAGEGEN_SIGNING_KEY_FILE", value_name = "KEY")]
-    pub signing_key: Option<PathBuf>,
+    pub(crate) signing_key: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
-pub struct AttestArgs {
+pub(crate) struct AttestArgs {
     #[command(subcommand)]
-    pub action: AttestAction,
+    pub(crate) action: AttestAction,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum AttestAction {
+pub(crate) enum AttestAction {
     /// Build, sign and push the three statements and the signature of recorded images (all pushed ones, or those named), and record them in the manifest.
     Sign(AttestSignArgs),
     /// Print the statements of IMAGE that verify with the key, and what is missing or bad (exit 1).
@@ -256,330 +256,330 @@ pub enum AttestAction {
 }
 
 #[derive(Debug, Args)]
-pub struct AttestSbomArgs {
+pub(crate) struct AttestSbomArgs {
     /// A full tag the manifest records (with or without `registry/repository:`).
-    pub image: String,
+    pub(crate) image: String,
     /// The manifest file.
     #[arg(long, default_value = DEFAULT_MANIFEST)]
-    pub manifest: PathBuf,
+    pub(crate) manifest: PathBuf,
 }
 
 #[derive(Debug, Args)]
-pub struct AttestSignArgs {
+pub(crate) struct AttestSignArgs {
     /// Full tags (with or without `registry/repository:`); none: every pushed image.
-    pub images: Vec<String>,
+    pub(crate) images: Vec<String>,
     /// The manifest file.
     #[arg(long, default_value = DEFAULT_MANIFEST)]
-    pub manifest: PathBuf,
+    pub(crate) manifest: PathBuf,
     #[command(flatten)]
-    pub signing: SigningArgs,
+    pub(crate) signing: SigningArgs,
     #[command(flatten)]
-    pub deadlines: DeadlineArgs,
+    pub(crate) deadlines: DeadlineArgs,
     #[command(flatten)]
-    pub lock: LockArgs,
+    pub(crate) lock: LockArgs,
 }
 
 #[derive(Debug, Args)]
-pub struct AttestShowArgs {
+pub(crate) struct AttestShowArgs {
     /// A full tag the manifest records (with or without `registry/repository:`).
-    pub image: String,
+    pub(crate) image: String,
     /// The public key (PEM) to verify with; without it, the public half of the signing key.
     #[arg(long, value_name = "PUB")]
-    pub key: Option<PathBuf>,
+    pub(crate) key: Option<PathBuf>,
     /// The manifest file.
     #[arg(long, default_value = DEFAULT_MANIFEST)]
-    pub manifest: PathBuf,
+    pub(crate) manifest: PathBuf,
     #[command(flatten)]
-    pub signing: SigningArgs,
+    pub(crate) signing: SigningArgs,
     #[command(flatten)]
-    pub deadlines: DeadlineArgs,
+    pub(crate) deadlines: DeadlineArgs,
 }
 
 #[derive(Debug, Args)]
-pub struct PlanArgs {
+pub(crate) struct PlanArgs {
     /// The manifest file.
     #[arg(long, default_value = DEFAULT_MANIFEST)]
-    pub manifest: PathBuf,
+    pub(crate) manifest: PathBuf,
     /// How to print the plan: a table for a terminal, JSON, or markdown for a pull request.
     #[arg(long, value_enum, default_value_t = PlanFormat::Table)]
-    pub format: PlanFormat,
+    pub(crate) format: PlanFormat,
 }
 
 #[derive(Debug, Args)]
 #[command(group(ArgGroup::new("target").required(true).args(["to", "previous"])))]
-pub struct RollbackArgs {
+pub(crate) struct RollbackArgs {
     /// The alias to move, e.g. 2.7-cuda12.6-runtime or latest.
-    pub alias: String,
+    pub(crate) alias: String,
     /// The digest to point it at (it must be recorded in the manifest), or a prefix of exactly one recorded digest (sha256:1ac1a03ff572).
     #[arg(long)]
-    pub to: Option<String>,
+    pub(crate) to: Option<String>,
     /// Point it where it pointed before its last move.
     #[arg(long)]
-    pub previous: bool,
+    pub(crate) previous: bool,
     /// The manifest file.
     #[arg(long, default_value = DEFAULT_MANIFEST)]
-    pub manifest: PathBuf,
+    pub(crate) manifest: PathBuf,
     #[command(flatten)]
-    pub deadlines: DeadlineArgs,
+    pub(crate) deadlines: DeadlineArgs,
     #[command(flatten)]
-    pub lock: LockArgs,
+    pub(crate) lock: LockArgs,
 }
 
 #[derive(Debug, Args)]
-pub struct ReleaseArgs {
+pub(crate) struct ReleaseArgs {
     /// The aliases to release (each held by a rollback).
     #[arg(required = true, value_name = "ALIAS")]
-    pub aliases: Vec<String>,
+    pub(crate) aliases: Vec<String>,
     /// The manifest file.
     #[arg(long, default_value = DEFAULT_MANIFEST)]
-    pub manifest: PathBuf,
+    pub(crate) manifest: PathBuf,
     #[command(flatten)]
-    pub lock: LockArgs,
+    pub(crate) lock: LockArgs,
 }
 
 #[derive(Debug, Args)]
-pub struct RestoreArgs {
+pub(crate) struct RestoreArgs {
     /// The full tag (or index tag) to restore, e.g. 2.7.1-cuda12.6-cudnn9-runtime-ubuntu24.04.
-    pub tag: String,
+    pub(crate) tag: String,
     /// The manifest file.
     #[arg(long, default_value = DEFAULT_MANIFEST)]
-    pub manifest: PathBuf,
+    pub(crate) manifest: PathBuf,
     #[command(flatten)]
-    pub deadlines: DeadlineArgs,
+    pub(crate) deadlines: DeadlineArgs,
     #[command(flatten)]
-    pub lock: LockArgs,
+    pub(crate) lock: LockArgs,
 }
 
 #[derive(Debug, Args)]
-pub struct PublishArgs {
+pub(crate) struct PublishArgs {
     /// The manifest file.
     #[arg(long, default_value = DEFAULT_MANIFEST)]
-    pub manifest: PathBuf,
+    pub(crate) manifest: PathBuf,
     /// Publish indexes whose platform images' self-test was skipped (no GPU, foreign platform); aliases still wait for a pass.
     #[arg(long)]
-    pub allow_untested: bool,
+    pub(crate) allow_untested: bool,
     /// Check readiness and print what would be published; push nothing.
     #[arg(long)]
-    pub dry_run: bool,
+    pub(crate) dry_run: bool,
     #[command(flatten)]
-    pub deadlines: DeadlineArgs,
+    pub(crate) deadlines: DeadlineArgs,
     /// With a signing key, each index is signed (provenance, SBOM and gpu-selftest statements made from its platform images') before its aliases move.
     #[command(flatten)]
-    pub signing: SigningArgs,
+    pub(crate) signing: SigningArgs,
     #[command(flatten)]
-    pub lock: LockArgs,
+    pub(crate) lock: LockArgs,
 }
 
 #[derive(Debug, Args)]
-pub struct DiffArgs {
+pub(crate) struct DiffArgs {
     /// The earlier image: a full tag, an alias or a digest the manifest recorded.
-    pub from: String,
+    pub(crate) from: String,
     /// The later image: a full tag, an alias or a digest the manifest recorded.
-    pub to: String,
+    pub(crate) to: String,
     /// The manifest file.
     #[arg(long, default_value = DEFAULT_MANIFEST)]
-    pub manifest: PathBuf,
+    pub(crate) manifest: PathBuf,
 }
 
 #[derive(Debug, Args)]
-pub struct DiffBuildArgs {
+pub(crate) struct DiffBuildArgs {
     /// The first build: a tag, `name@sha256:…` or image ID.
-    pub first: String,
+    pub(crate) first: String,
     /// The second build.
-    pub second: String,
+    pub(crate) second: String,
     #[command(flatten)]
-    pub deadlines: DeadlineArgs,
+    pub(crate) deadlines: DeadlineArgs,
 }
 
 #[derive(Debug, Args)]
-pub struct ResolveArgs {
+pub(crate) struct ResolveArgs {
     /// Only keep images that this NVIDIA driver runs: a full version (535.104.05), or a branch R535 meaning the lowest release of it the knowledge names.
     #[arg(long)]
-    pub driver: Option<String>,
+    pub(crate) driver: Option<String>,
     /// With --driver: accept older driver branches that CUDA forward compatibility serves (data-center GPUs only).
     #[arg(long, requires = "driver")]
-    pub forward_compat: bool,
+    pub(crate) forward_compat: bool,
     /// A table for people, or JSON (`{"images": [...], "rejected": [...]}`) for programs.
     #[arg(long, value_enum, default_value_t = Format::Table)]
-    pub format: Format,
+    pub(crate) format: Format,
     /// Exit 1 when any cell is rejected.
     #[arg(long)]
-    pub strict: bool,
+    pub(crate) strict: bool,
 }
 
 #[derive(Debug, Args)]
-pub struct RenderArgs {
+pub(crate) struct RenderArgs {
     /// Output directory.
     #[arg(long, default_value = "images")]
-    pub out: PathBuf,
+    pub(crate) out: PathBuf,
     /// Write nothing; print a diff and exit 1 if the output directory is stale.
     #[arg(long)]
-    pub check: bool,
+    pub(crate) check: bool,
     /// Accept a matrix that makes no image: render then removes every generated image directory (without it, that is an error).
     #[arg(long)]
-    pub allow_empty: bool,
+    pub(crate) allow_empty: bool,
 }
 
 #[derive(Debug, Args)]
-pub struct LockImagesArgs {
+pub(crate) struct LockImagesArgs {
     /// Directory of rendered images (each lock is written beside its Dockerfile).
     #[arg(long, default_value = "images")]
-    pub out: PathBuf,
+    pub(crate) out: PathBuf,
     /// Only the images this names: a full tag or an alias (`latest`, `2.13-cuda13.0-runtime`, with or without `registry/repository:`), or text their full tag contains (`*` matches anything); a selected devel image's runtime lock is used as it is.
     #[arg(long)]
-    pub only: Option<String>,
+    pub(crate) only: Option<String>,
     /// Resolve every selected lock again to the newest versions the inputs allow, not only missing and stale ones (which keep the versions they had where they still fit).
     #[arg(long)]
-    pub upgrade: bool,
+    pub(crate) upgrade: bool,
     /// The uv executable (default: `uv` on PATH).
     #[arg(long, env = "IMAGEGEN_UV")]
-    pub uv: Option<PathBuf>,
+    pub(crate) uv: Option<PathBuf>,
     /// Only the base images: look every base the images are built on up again (registry API, or the daemon for a base only it holds), write images/bases.lock and print what moved; no package is locked.
     #[arg(long, conflicts_with_all = ["no_bases", "upgrade"])]
-    pub bases: bool,
+    pub(crate) bases: bool,
     /// Lock the Python packages only: leave the base images' pins (images/bases.lock) as they are.
     #[arg(long)]
-    pub no_bases: bool,
+    pub(crate) no_bases: bool,
     /// Seconds each registry request may take while the bases are looked up.
     #[arg(long, env = "IMAGEGEN_REGISTRY_TIMEOUT", default_value_t = 60, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
-    pub registry_timeout: u64,
+    pub(crate) registry_timeout: u64,
 }
 
 #[derive(Debug, Args)]
-pub struct BuildArgs {
+pub(crate) struct BuildArgs {
     /// Only the images this names: a full tag or an alias (`latest`, `2.13-cuda13.0-runtime`, with or without `registry/repository:`), or text their full tag contains (`*` matches anything); runtime images that selected devel images build on come along.
     #[arg(long)]
-    pub only: Option<String>,
+    pub(crate) only: Option<String>,
     /// How many images to build at once (at least 1).
     #[arg(long, default_value_t = 2, value_parser = at_least_one)]
-    pub jobs: usize,
+    pub(crate) jobs: usize,
     /// Build the I-th of N deterministic parts of the matrix (e.g. 2/4), one per CI runner.
     #[arg(long)]
-    pub shard: Option<String>,
+    pub(crate) shard: Option<String>,
     /// Only images of this platform (linux/amd64 or linux/arm64): run one build per platform, each on a runner of that platform.
     #[arg(long)]
-    pub platform: Option<String>,
+    pub(crate) platform: Option<String>,
     /// Push full tags (and moved aliases) to the matrix's registry.
     #[arg(long)]
-    pub push: bool,
+    pub(crate) push: bool,
     /// Do not run gpu-selftest (aliases then do not move).
     #[arg(long)]
-    pub no_test: bool,
+    pub(crate) no_test: bool,
     /// Fail every image whose self-test could not run on GPUs (no GPU on this host).
     #[arg(long)]
-    pub require_gpu: bool,
+    pub(crate) require_gpu: bool,
     /// A gpu-selftest baseline saved on a node known to be good (`gpu-selftest --save-baseline
     /// FILE`): each image's self-test also fails below its stated share of these figures.
     #[arg(long, env = "IMAGEGEN_SELFTEST_BASELINE", value_name = "FILE")]
-    pub selftest_baseline: Option<PathBuf>,
+    pub(crate) selftest_baseline: Option<PathBuf>,
     /// Move aliases of images whose self-test was skipped for lack of GPUs (never of failed ones).
     #[arg(long)]
-    pub move_untested_aliases: bool,
+    pub(crate) move_untested_aliases: bool,
     /// Directory of rendered images.
     #[arg(long, default_value = "images")]
-    pub images: PathBuf,
+    pub(crate) images: PathBuf,
     /// Directory holding gpu-selftest-cu11, -cu12 and -cu13 (from selftest/build.sh).
     #[arg(long, default_value = "target/selftest")]
-    pub selftest_dir: PathBuf,
+    pub(crate) selftest_dir: PathBuf,
     /// The host-side wheel cache (content-addressed by sha256, shared by every image and run;
     /// keep it between CI jobs). Default: $XDG_CACHE_HOME/imagegen/wheels, else
     /// ~/.cache/imagegen/wheels, else .imagegen/wheels.
     #[arg(long, env = "IMAGEGEN_WHEEL_CACHE", value_name = "DIR")]
-    pub wheel_cache: Option<PathBuf>,
+    pub(crate) wheel_cache: Option<PathBuf>,
     /// How many wheels are fetched at once.
     #[arg(long, env = "IMAGEGEN_WHEEL_JOBS", default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=64))]
-    pub wheel_jobs: u64,
+    pub(crate) wheel_jobs: u64,
     /// The manifest file.
     #[arg(long, default_value = DEFAULT_MANIFEST)]
-    pub manifest: PathBuf,
+    pub(crate) manifest: PathBuf,
     /// Where each image's full build log goes.
     #[arg(long, default_value = ".imagegen/logs")]
-    pub log_dir: PathBuf,
+    pub(crate) log_dir: PathBuf,
     /// Attempts per push before a transient registry failure counts (backoff 1 s, 2 s, 4 s, ...).
     #[arg(long, default_value_t = 5)]
-    pub push_attempts: u32,
+    pub(crate) push_attempts: u32,
     /// Print the plan (images, build keys, order, aliases) and build nothing.
     #[arg(long)]
-    pub dry_run: bool,
+    pub(crate) dry_run: bool,
     /// Release the holds rollbacks put on the aliases of the images to build, so this build may move them (as `imagegen release ALIAS`).
     #[arg(long)]
-    pub release_holds: bool,
+    pub(crate) release_holds: bool,
     /// `table` for people; `json` prints one JSON object on stdout at the end (`images`: each image's result; `left_undone`; `manifest`), the table going to stderr; with --dry-run, the plan as JSON.
     #[arg(long, value_enum, default_value_t = Format::Table)]
-    pub format: Format,
+    pub(crate) format: Format,
     /// Seconds one image's build may take before it is stopped.
     #[arg(long, env = "IMAGEGEN_BUILD_TIMEOUT", default_value_t = 21600, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
-    pub build_timeout: u64,
+    pub(crate) build_timeout: u64,
     #[command(flatten)]
-    pub deadlines: DeadlineArgs,
+    pub(crate) deadlines: DeadlineArgs,
     #[command(flatten)]
-    pub lock: LockArgs,
+    pub(crate) lock: LockArgs,
     #[command(flatten)]
-    pub signing: SigningArgs,
+    pub(crate) signing: SigningArgs,
 }
 
 #[derive(Debug, Args)]
-pub struct BakeArgs {
+pub(crate) struct BakeArgs {
     /// The bake file to write (`-` prints it); .imagegen/ is ignored by git. Each image's build context (images/<name>/ and its self-test binary) is staged under .imagegen/bake/<name>/ of the working directory, where `docker buildx bake -f .imagegen/docker-bake.json` runs.
     #[arg(long, default_value = ".imagegen/docker-bake.json")]
-    pub out: PathBuf,
+    pub(crate) out: PathBuf,
     /// Directory holding gpu-selftest-cu11, -cu12 and -cu13 (from selftest/build.sh).
     #[arg(long, default_value = "target/selftest")]
-    pub selftest_dir: PathBuf,
+    pub(crate) selftest_dir: PathBuf,
     /// Write only the bake file; do not stage the build contexts.
     #[arg(long)]
-    pub no_stage: bool,
+    pub(crate) no_stage: bool,
     /// The host-side wheel cache (as `imagegen build --wheel-cache`): the staged contexts'
     /// wheels/ are hard links into it (copies across file systems).
     #[arg(long, env = "IMAGEGEN_WHEEL_CACHE", value_name = "DIR")]
-    pub wheel_cache: Option<PathBuf>,
+    pub(crate) wheel_cache: Option<PathBuf>,
     /// How many wheels are fetched at once.
     #[arg(long, env = "IMAGEGEN_WHEEL_JOBS", default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=64))]
-    pub wheel_jobs: u64,
+    pub(crate) wheel_jobs: u64,
 }
 
 #[derive(Debug, Args)]
-pub struct K8sArgs {
+pub(crate) struct K8sArgs {
     /// A full tag or alias the matrix makes (with or without the repository).
     #[arg(required_unless_present = "policy")]
-    pub image: Option<String>,
+    pub(crate) image: Option<String>,
     /// Instead of a Job: a Sigstore policy-controller ClusterImagePolicy admitting the manifest's repositories' images only when signed by --key and their gpu-selftest attestation passed.
     #[arg(long, conflicts_with_all = ["image", "test"], requires = "key")]
-    pub policy: bool,
+    pub(crate) policy: bool,
     /// With --policy: the team's PEM public key (`openssl ec -in KEY -pubout`).
     #[arg(long)]
-    pub key: Option<PathBuf>,
+    pub(crate) key: Option<PathBuf>,
     /// GPUs per node; more than one runs the command under torchrun.
     #[arg(long, default_value_t = 1)]
-    pub gpus: u32,
+    pub(crate) gpus: u32,
     /// Nodes; more than one makes an Indexed Job with a headless Service and a static torchrun rendezvous.
     #[arg(long, default_value_t = 1)]
-    pub nodes: u32,
+    pub(crate) nodes: u32,
     /// The namespace of the Job (and Service).
     #[arg(long, default_value = "default")]
-    pub namespace: String,
+    pub(crate) namespace: String,
     /// The Job name, a DNS label of at most 52 characters (default: the repository's last component and the tag).
     #[arg(long)]
-    pub name: Option<String>,
+    pub(crate) name: Option<String>,
     /// Leave out the node affinity on NVIDIA GPU feature discovery's driver labels.
     #[arg(long)]
-    pub no_driver_affinity: bool,
+    pub(crate) no_driver_affinity: bool,
     /// The manifest whose recorded digest pins the image (`repository:tag@sha256:...`); a missing file pins nothing.
     #[arg(long, default_value = DEFAULT_MANIFEST)]
-    pub manifest: PathBuf,
+    pub(crate) manifest: PathBuf,
     /// The program to run, last on the line (default: the image's gpu-selftest), e.g. --command python train.py --epochs 3.
     #[arg(long, num_args = 1.., allow_hyphen_values = true)]
-    pub command: Vec<String>,
+    pub(crate) command: Vec<String>,
     /// Print one Job per GPU model of matrix.yaml's `tests.require` (one for any GPU without it) that runs gpu-selftest against the image's recorded digest on a node of that model (`nvidia.com/gpu.product`) and logs the JSON report `imagegen test import` reads.
     #[arg(long, conflicts_with_all = ["command", "nodes"])]
-    pub test: bool,
+    pub(crate) test: bool,
     /// With --test: the `nvidia.com/gpu.product` value(s) of a model's nodes, MODEL=VALUE (repeatable; default NVIDIA- and the model's words joined by -, e.g. NVIDIA-H200).
     #[arg(long = "gpu-product", value_name = "MODEL=VALUE", requires = "test")]
-    pub gpu_products: Vec<String>,
+    pub(crate) gpu_products: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum CiFormat {
+pub(crate) enum CiFormat {
     /// The GitHub Actions `strategy.matrix` (`{"include": [...]}`) on one line.
     Github,
     /// A GitLab CI child pipeline (YAML): a build job per shard and a record job merging their manifests.
@@ -587,64 +587,64 @@ pub enum CiFormat {
 }
 
 #[derive(Debug, Args)]
-pub struct CiArgs {
+pub(crate) struct CiArgs {
     /// The CI system's format: a GitHub Actions matrix, or a GitLab CI child pipeline.
     #[arg(long, value_enum, default_value_t = CiFormat::Github)]
-    pub format: CiFormat,
+    pub(crate) format: CiFormat,
     /// The same as --format github (kept for existing workflows).
     #[arg(long, hide = true)]
-    pub github: bool,
+    pub(crate) github: bool,
     /// At most N jobs (1 to 256, GitHub's limit), image families dealt round-robin (`imagegen build --shard I/N`).
     #[arg(long, conflicts_with = "per_image", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=256))]
-    pub shards: Option<usize>,
+    pub(crate) shards: Option<usize>,
     /// One job per image family (a runtime image and the devel images on it); the default.
     #[arg(long)]
-    pub per_image: bool,
+    pub(crate) per_image: bool,
     /// Print the test fan-out instead: one job per GPU model of matrix.yaml's `tests.require` (one `any` job without it), each for a self-hosted runner labelled `gpu-<model>` (or `gpu`) that tests the pushed digests.
     #[arg(long, conflicts_with_all = ["shards", "per_image"])]
-    pub tests: bool,
+    pub(crate) tests: bool,
 }
 
 #[derive(Debug, Args)]
-pub struct ManifestArgs {
+pub(crate) struct ManifestArgs {
     /// What to do with manifests.
     #[command(subcommand)]
-    pub action: ManifestAction,
+    pub(crate) action: ManifestAction,
 }
 
 #[derive(Debug, Args)]
-pub struct KnowledgeArgs {
+pub(crate) struct KnowledgeArgs {
     #[command(subcommand)]
-    pub action: KnowledgeAction,
+    pub(crate) action: KnowledgeAction,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum KnowledgeAction {
+pub(crate) enum KnowledgeAction {
     /// Print the knowledge entry of a release as its wheels' own metadata gives it (Python and manylinux tags, platforms, the CUDA runtime, cuDNN and NCCL pins), read from a PyPI-style index.
     Derive(DeriveArgs),
 }
 
 #[derive(Debug, Args)]
-pub struct DeriveArgs {
+pub(crate) struct DeriveArgs {
     /// The package (only torch so far).
-    pub package: DerivePackage,
+    pub(crate) package: DerivePackage,
     /// The release, e.g. 2.13.0.
-    pub version: String,
+    pub(crate) version: String,
     /// The simple index to read (PEP 691 JSON or PEP 503 HTML, with PEP 658 .metadata files).
     #[arg(long, default_value = DEFAULT_PACKAGE_INDEX)]
-    pub index: String,
+    pub(crate) index: String,
     /// Compare with the knowledge in use; exit 1 when they differ.
     #[arg(long)]
-    pub check: bool,
+    pub(crate) check: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum DerivePackage {
+pub(crate) enum DerivePackage {
     Torch,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum ManifestAction {
+pub(crate) enum ManifestAction {
     /// Merge manifests (e.g. one per CI shard): newest record per tag wins, histories are unioned, aliases take their newest move.
     Merge(MergeArgs),
     /// Drop records the manifest no longer needs: failed records older than a newer build of the same image, and with --keep N each image's earlier records beyond N; never one an alias points to. Says what it removes; writes only with --apply.
@@ -652,30 +652,30 @@ pub enum ManifestAction {
 }
 
 #[derive(Debug, Args)]
-pub struct PruneArgs {
+pub(crate) struct PruneArgs {
     /// Also keep only the newest N earlier records of each image (records an alias points to stay).
     #[arg(long, value_name = "N")]
-    pub keep: Option<usize>,
+    pub(crate) keep: Option<usize>,
     /// Write the pruned manifest (without it, only say what would be removed).
     #[arg(long)]
-    pub apply: bool,
+    pub(crate) apply: bool,
     /// The manifest file.
     #[arg(long, default_value = DEFAULT_MANIFEST)]
-    pub manifest: PathBuf,
+    pub(crate) manifest: PathBuf,
     #[command(flatten)]
-    pub lock: LockArgs,
+    pub(crate) lock: LockArgs,
 }
 
 #[derive(Debug, Args)]
-pub struct MergeArgs {
+pub(crate) struct MergeArgs {
     /// The manifests to merge; each must exist (a missing one is an error, not an empty manifest).
     #[arg(required = true)]
-    pub inputs: Vec<PathBuf>,
+    pub(crate) inputs: Vec<PathBuf>,
     /// Where to write the result (default: print it); written under its lock, with inputs read under it.
     #[arg(long)]
-    pub out: Option<PathBuf>,
+    pub(crate) out: Option<PathBuf>,
     #[command(flatten)]
-    pub lock: LockArgs,
+    pub(crate) lock: LockArgs,
 }
 
 /// `--jobs`: a count of at least 1 (0 would build nothing and wait forever).
@@ -688,20 +688,20 @@ fn at_least_one(text: &str) -> Result<usize, String> {
 }
 
 #[derive(Debug, Args)]
-pub struct DoctorArgs {
+pub(crate) struct DoctorArgs {
     /// The registry to check (default: the matrix's).
     #[arg(long, env = "IMAGEGEN_REGISTRY", value_name = "HOST")]
-    pub registry: Option<String>,
+    pub(crate) registry: Option<String>,
     /// Directory holding gpu-selftest-cu11, -cu12 and -cu13 (from selftest/build.sh).
     #[arg(long, default_value = "target/selftest")]
-    pub selftest_dir: PathBuf,
+    pub(crate) selftest_dir: PathBuf,
     /// The uv executable (default: `uv` on PATH).
     #[arg(long, env = "IMAGEGEN_UV")]
-    pub uv: Option<PathBuf>,
+    pub(crate) uv: Option<PathBuf>,
     /// Free disk (GiB) below which the project's file system is reported (a torch image takes about 10).
     #[arg(long, default_value_t = 20)]
-    pub min_free_gib: u64,
+    pub(crate) min_free_gib: u64,
     /// Seconds each registry or daemon request may take.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
-    pub timeout: u64,
+    pub(crate) timeout: u64,
 }

@@ -9,14 +9,18 @@
 //! `resolve` → `model` (matrix, versions, knowledge). `docker` is the edge that talks to the
 //! Docker daemon and registries; it imports no domain module.
 
+// `pub` is for what other crates use (the binary, `tests/it`, `bench/`, the doc examples);
+// everything else is `pub(crate)` or private, so the dead-code lint sees what nothing calls.
+#![warn(unreachable_pub)]
+
 pub mod attest;
 pub mod cli;
 pub mod commands;
 pub mod docker;
 pub mod generate;
-pub mod history;
+pub(crate) mod history;
 pub mod model;
-pub mod pipeline;
+pub(crate) mod pipeline;
 pub mod project;
 pub mod render;
 pub mod resolve;

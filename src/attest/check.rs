@@ -17,17 +17,17 @@ use crate::model::digest::Digest;
 /// A layer with its bytes, as fetched.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Fetched {
-    pub layer: LayerRef,
-    pub bytes: Vec<u8>,
+    pub(crate) layer: LayerRef,
+    pub(crate) bytes: Vec<u8>,
 }
 
 /// The verdict on one image.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct ImageCheck {
     /// The statements that verified, by kind.
-    pub statements: BTreeMap<PredicateKind, Statement>,
+    pub(crate) statements: BTreeMap<PredicateKind, Statement>,
     /// What is missing or bad, each naming what; empty when the image is whole.
-    pub problems: Vec<String>,
+    pub(crate) problems: Vec<String>,
 }
 
 /// Checks the attestation layers (`None`: no `.att` tag) and signature layers (`None`: no

@@ -32,30 +32,24 @@ pub(crate) fn signature_tag(digest: &Digest) -> String {
 
 /// One layer: its bytes and how the manifest describes them.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Layer {
-    pub media_type: String,
-    pub annotations: BTreeMap<String, String>,
-    pub bytes: Vec<u8>,
+pub(crate) struct Layer {
+    pub(crate) media_type: String,
+    pub(crate) annotations: BTreeMap<String, String>,
+    pub(crate) bytes: Vec<u8>,
 }
 
 impl Layer {
-    pub fn digest(&self) -> Digest {
+    pub(crate) fn digest(&self) -> Digest {
         Digest::of(&self.bytes)
     }
 }
 
 /// An OCI artifact to push: blobs first (config, layers), then the manifest.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Artifact {
-    pub config: Vec<u8>,
-    pub layers: Vec<Layer>,
-    pub manifest: Vec<u8>,
-}
-
-impl Artifact {
-    pub fn manifest_digest(&self) -> Digest {
-        Digest::of(&self.manifest)
-    }
+pub(crate) struct Artifact {
+    pub(crate) config: Vec<u8>,
+    pub(crate) layers: Vec<Layer>,
+    pub(crate) manifest: Vec<u8>,
 }
 
 /// A DSSE envelope as an attestation layer.
@@ -98,7 +92,7 @@ pub(crate) fn signature_layer(payload: Vec<u8>, signature_base64: String) -> Lay
 }
 
 /// The manifest and config (as go-containerregistry writes cosign's) around `layers`.
-pub fn artifact(layers: Vec<Layer>) -> Artifact {
+pub(crate) fn artifact(layers: Vec<Layer>) -> Artifact {
     let diff_ids: Vec<String> = layers.iter().map(|l| l.digest().to_string()).collect();
     let config = serde_json::to_vec(&json!({
         "architecture": "",
@@ -141,9 +135,9 @@ pub fn artifact(layers: Vec<Layer>) -> Artifact {
 /// A layer as a manifest describes it, before its bytes are fetched.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct LayerRef {
-    pub media_type: String,
-    pub digest: Digest,
-    pub annotations: BTreeMap<String, String>,
+    pub(crate) media_type: String,
+    pub(crate) digest: Digest,
+    pub(crate) annotations: BTreeMap<String, String>,
 }
 
 /// The layers a manifest lists.

@@ -20,18 +20,18 @@ pub(crate) const PAYLOAD_TYPE: &str = "application/vnd.in-toto+json";
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Envelope {
     #[serde(rename = "payloadType")]
-    pub payload_type: String,
+    pub(crate) payload_type: String,
     /// Base64 (standard, padded) of the payload bytes.
-    pub payload: String,
-    pub signatures: Vec<EnvelopeSignature>,
+    pub(crate) payload: String,
+    pub(crate) signatures: Vec<EnvelopeSignature>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct EnvelopeSignature {
     #[serde(default)]
-    pub keyid: String,
+    pub(crate) keyid: String,
     /// Base64 of the DER signature over the PAE.
-    pub sig: String,
+    pub(crate) sig: String,
 }
 
 /// Why a key cannot be used. Never holds the key's text.
@@ -100,7 +100,7 @@ impl Signer {
     }
 
     /// The public half, as verification needs it.
-    pub fn verifier(&self) -> Verifier {
+    pub(crate) fn verifier(&self) -> Verifier {
         Verifier {
             key: *self.key.verifying_key(),
             key_id: self.key_id.clone(),
@@ -114,7 +114,7 @@ impl Signer {
     }
 
     /// Signs `payload` (an in-toto statement) as a DSSE envelope.
-    pub fn sign(&self, payload: &[u8]) -> Envelope {
+    pub(crate) fn sign(&self, payload: &[u8]) -> Envelope {
         let signature = self.sign_bytes(&pae(PAYLOAD_TYPE, payload));
         Envelope {
             payload_type: PAYLOAD_TYPE.to_string(),
@@ -162,7 +162,7 @@ impl Verifier {
     }
 
     /// The payload of `envelope` if one of its signatures is this key's over its PAE.
-    pub fn open(&self, envelope: &Envelope) -> Result<Vec<u8>, EnvelopeError> {
+    pub(crate) fn open(&self, envelope: &Envelope) -> Result<Vec<u8>, EnvelopeError> {
         if envelope.payload_type != PAYLOAD_TYPE {
             return Err(EnvelopeError::PayloadType(envelope.payload_type.clone()));
         }

@@ -28,10 +28,10 @@ pub(crate) const INDEX_BUILD_TYPE: &str = "urn:imagegen:build-type:oci-index:v1"
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct PlatformPredicates {
     /// `linux/amd64`.
-    pub platform: String,
-    pub digest: Digest,
-    pub sbom: Value,
-    pub selftest: Value,
+    pub(crate) platform: String,
+    pub(crate) digest: Digest,
+    pub(crate) sbom: Value,
+    pub(crate) selftest: Value,
 }
 
 /// The provenance predicate of `index`.

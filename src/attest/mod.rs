@@ -9,16 +9,16 @@
 //! simple-signing payload out as OCI manifests; [`check`] decides, from what the registry
 //! served, whether an image's attestations are whole.
 
-pub mod check;
+pub(crate) mod check;
 pub mod cosign;
-pub mod dsse;
-pub mod index;
-pub mod policy;
-pub mod provenance;
-pub mod referrers;
+pub(crate) mod dsse;
+pub(crate) mod index;
+pub(crate) mod policy;
+pub(crate) mod provenance;
+pub(crate) mod referrers;
 pub mod sbom;
-pub mod selftest;
-pub mod statement;
+pub(crate) mod selftest;
+pub(crate) mod statement;
 
 /// The predicate types imagegen attaches, one statement each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -29,7 +29,7 @@ pub(crate) enum PredicateKind {
 }
 
 impl PredicateKind {
-    pub const ALL: [PredicateKind; 3] = [
+    pub(crate) const ALL: [PredicateKind; 3] = [
         PredicateKind::Provenance,
         PredicateKind::Sbom,
         PredicateKind::GpuSelftest,
@@ -45,7 +45,7 @@ impl PredicateKind {
     }
 
     /// The short name used in the manifest and in messages.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             PredicateKind::Provenance => "provenance",
             PredicateKind::Sbom => "sbom",

@@ -21,16 +21,16 @@ pub(crate) const BUILDER_ID: &str = "urn:imagegen:builder";
 
 /// Facts about the run that the image record does not hold.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BuildContext {
+pub(crate) struct BuildContext {
     /// `CARGO_PKG_VERSION` of the imagegen that built the image.
-    pub imagegen_version: String,
+    pub(crate) imagegen_version: String,
     /// The source repository (a git remote URL), when known.
-    pub source_repository: Option<String>,
+    pub(crate) source_repository: Option<String>,
     /// Who ran the build: a CI run URL or a user@host, when known.
-    pub invocation_id: Option<String>,
+    pub(crate) invocation_id: Option<String>,
     /// sha256 of the gpu-selftest binaries this run put into build contexts, by name; empty
     /// when signing after the fact (`attest sign`), when the bytes are no longer at hand.
-    pub selftest_binaries: BTreeMap<String, Digest>,
+    pub(crate) selftest_binaries: BTreeMap<String, Digest>,
 }
 
 /// A resolved dependency as an in-toto ResourceDescriptor.
@@ -60,7 +60,7 @@ fn digest_hex(text: &str) -> Option<String> {
 }
 
 /// The provenance predicate of `record`.
-pub fn provenance(record: &ImageRecord, context: &BuildContext) -> Value {
+pub(crate) fn provenance(record: &ImageRecord, context: &BuildContext) -> Value {
     let input = |name: &str| record.inputs.get(name).map(String::as_str);
     let mut external = Map::new();
     let mut cell = BTreeMap::new();

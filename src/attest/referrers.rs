@@ -24,9 +24,9 @@ pub(crate) const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
 /// The subject of a referrer: the image manifest it is about.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct SubjectManifest {
-    pub media_type: String,
-    pub digest: Digest,
-    pub size: u64,
+    pub(crate) media_type: String,
+    pub(crate) digest: Digest,
+    pub(crate) size: u64,
 }
 
 /// The referrer manifest of `artifact` (whose blobs are pushed already) about `subject`.

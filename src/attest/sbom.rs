@@ -19,10 +19,10 @@ pub(crate) const PREDICATE_TYPE: &str = "https://cyclonedx.org/bom";
 
 /// One package pinned by a lock: name, version and the sha256 of every file it may install.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LockedPackage {
-    pub name: String,
-    pub version: String,
-    pub sha256: Vec<String>,
+pub(crate) struct LockedPackage {
+    pub(crate) name: String,
+    pub(crate) version: String,
+    pub(crate) sha256: Vec<String>,
 }
 
 /// The packages of a uv/pip-compile lock (`name==version \` lines, each followed by
@@ -115,7 +115,7 @@ pub(crate) fn serial_number(digest: &Digest) -> String {
 }
 
 /// The SBOM of the image `record` describes, pushed as `digest`, built with `lock`'s packages.
-pub fn sbom(
+pub(crate) fn sbom(
     record: &ImageRecord,
     digest: &Digest,
     lock: &[LockedPackage],

@@ -10,18 +10,18 @@ pub(crate) const STATEMENT_TYPE: &str = "https://in-toto.io/Statement/v1";
 
 /// What a statement is about: an image repository and its manifest digest.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Subject {
+pub(crate) struct Subject {
     /// The repository, e.g. `127.0.0.1:5000/team/pytorch` (cosign uses the repository name).
-    pub name: String,
-    pub digest: Digest,
+    pub(crate) name: String,
+    pub(crate) digest: Digest,
 }
 
 /// A statement read back from an envelope's payload.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Statement {
-    pub subjects: Vec<Subject>,
-    pub predicate_type: String,
-    pub predicate: Value,
+    pub(crate) subjects: Vec<Subject>,
+    pub(crate) predicate_type: String,
+    pub(crate) predicate: Value,
 }
 
 /// Why a payload is not an in-toto statement v1 imagegen can check.
@@ -40,7 +40,7 @@ pub(crate) enum StatementError {
 }
 
 /// The statement's JSON.
-pub fn statement(subject: &Subject, predicate_type: &str, predicate: Value) -> Value {
+pub(crate) fn statement(subject: &Subject, predicate_type: &str, predicate: Value) -> Value {
     json!({
         "_type": STATEMENT_TYPE,
         "subject": [{

@@ -46,7 +46,7 @@ use crate::project::{
 /// The environment variable that may hold the signing key's PEM text itself (a CI secret).
 pub(crate) const KEY_ENV: &str = "IMAGEGEN_SIGNING_KEY";
 
-pub fn run(project: &Project, args: &AttestArgs) -> Result<Outcome> {
+pub(crate) fn run(project: &Project, args: &AttestArgs) -> Result<Outcome> {
     match &args.action {
         AttestAction::Sign(sign) => run_sign(project, sign),
         AttestAction::Show(show) => run_show(show),
@@ -118,13 +118,13 @@ fn lock_of(locks: &BTreeMap<String, String>, record: &ImageRecord) -> Vec<Locked
 
 /// What signing one image needs besides the record.
 pub(crate) struct SignContext {
-    pub build: BuildContext,
-    pub node: Option<String>,
-    pub locks: BTreeMap<String, String>,
+    pub(crate) build: BuildContext,
+    pub(crate) node: Option<String>,
+    pub(crate) locks: BTreeMap<String, String>,
 }
 
 impl SignContext {
-    pub fn of(project: &Project) -> SignContext {
+    pub(crate) fn of(project: &Project) -> SignContext {
         SignContext {
             build: BuildContext {
                 imagegen_version: env!("CARGO_PKG_VERSION").to_string(),
@@ -619,13 +619,13 @@ fn run_show(args: &AttestShowArgs) -> Result<Outcome> {
 /// One image as `verify --attestations` found it.
 #[derive(Debug, Clone, serde::Serialize)]
 pub(crate) struct ImageVerdict {
-    pub image: String,
+    pub(crate) image: String,
     /// The digest the registry serves for the tag, if it serves one.
-    pub served: Option<Digest>,
+    pub(crate) served: Option<Digest>,
     /// The kinds of statement that verified.
-    pub statements: Vec<String>,
+    pub(crate) statements: Vec<String>,
     /// What is missing or bad; empty when the image is whole.
-    pub problems: Vec<String>,
+    pub(crate) problems: Vec<String>,
 }
 
 /// `verify --attestations`: every recorded pushed image, its statements and signature as the

@@ -24,7 +24,7 @@ use crate::resolve::image::ResolveOptions;
 /// prints it) and stages, under the working directory, each image's context as
 /// `.imagegen/bake/<name>/`: the files of `images/<name>/` and
 /// `<selftest_dir>/gpu-selftest-cuNN` as `gpu-selftest`.
-pub fn run(project: &Project, args: &BakeArgs) -> Result<Outcome> {
+pub(crate) fn run(project: &Project, args: &BakeArgs) -> Result<Outcome> {
     let (out, selftest_dir, stage) = (
         args.out.as_path(),
         args.selftest_dir.as_path(),

@@ -44,7 +44,7 @@ use crate::project::{self, read_selftest_baseline, ManifestFile, Project, Projec
 use crate::resolve::bases::{pin_problems, BASES_FILE};
 use crate::resolve::image::ImageSpec;
 
-pub fn run(project: &Project, args: &BuildArgs) -> Result<Outcome> {
+pub(crate) fn run(project: &Project, args: &BuildArgs) -> Result<Outcome> {
     let shard = args
         .shard
         .as_deref()

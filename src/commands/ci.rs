@@ -16,7 +16,7 @@ use crate::project::Project;
 use crate::resolve::image::ResolveOptions;
 
 /// `imagegen ci --format github`: prints the matrix on one line (what `$GITHUB_OUTPUT` takes).
-pub fn run(project: &Project, args: &CiArgs) -> Result<Outcome> {
+pub(crate) fn run(project: &Project, args: &CiArgs) -> Result<Outcome> {
     let fan_out = args.shards.map_or(FanOut::PerImage, FanOut::Shards);
     let resolution = resolve_project(project, ResolveOptions::default())?;
     if resolution.images.is_empty() {

@@ -11,7 +11,7 @@ use crate::commands::output::{emit, one_line_cell};
 use crate::history::diff::diff_records;
 use crate::project::{load_manifest, Project};
 
-pub fn run(_project: &Project, args: &DiffArgs) -> Result<Outcome> {
+pub(crate) fn run(_project: &Project, args: &DiffArgs) -> Result<Outcome> {
     let (from, to, manifest_path) = (
         args.from.as_str(),
         args.to.as_str(),

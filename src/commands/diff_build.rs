@@ -14,7 +14,7 @@ use crate::docker::{Engine, Registries, RetryPolicy};
 use crate::pipeline::image_diff::{diff_images, read_export, ImageListing};
 use crate::project::Project;
 
-pub fn run(_project: &Project, args: &DiffBuildArgs) -> Result<Outcome> {
+pub(crate) fn run(_project: &Project, args: &DiffBuildArgs) -> Result<Outcome> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

@@ -43,7 +43,7 @@ fn check(name: &'static str, verdict: Verdict, detail: String, fix: &str) -> Che
     }
 }
 
-pub fn run(project: &Project, args: &DoctorArgs) -> Result<Outcome> {
+pub(crate) fn run(project: &Project, args: &DoctorArgs) -> Result<Outcome> {
     let mut checks = Vec::new();
     let resolution = resolve_project(project, ResolveOptions::default());
     let images = match &resolution {

@@ -23,7 +23,7 @@ use crate::resolve::lookup::find_images;
 
 /// `imagegen k8s IMAGE`: prints the Job (and Service) YAML, pinned to the digest `manifest`
 /// recorded for the image's current good build, if any.
-pub fn run(project: &Project, args: &K8sArgs) -> Result<Outcome> {
+pub(crate) fn run(project: &Project, args: &K8sArgs) -> Result<Outcome> {
     let Some(image) = &args.image else {
         return policy(args);
     };

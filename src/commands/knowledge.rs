@@ -19,7 +19,7 @@ use crate::model::knowledge::derive::{self, DerivedRelease};
 use crate::model::version::TorchVersion;
 use crate::project::Project;
 
-pub fn run(project: &Project, args: &KnowledgeArgs) -> Result<Outcome> {
+pub(crate) fn run(project: &Project, args: &KnowledgeArgs) -> Result<Outcome> {
     match &args.action {
         KnowledgeAction::Derive(derive) => match derive.package {
             DerivePackage::Torch => {

@@ -22,9 +22,9 @@ use crate::project::{
 /// Unique for as long as the machine runs, unlike a pid.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct RunId {
-    pub boot: String,
-    pub pid: u32,
-    pub start: u64,
+    pub(crate) boot: String,
+    pub(crate) pid: u32,
+    pub(crate) start: u64,
 }
 
 /// Whether a run is still going, as far as this machine can tell.
@@ -55,7 +55,7 @@ impl RunId {
 
     /// A run id as [`Display`](std::fmt::Display) writes it; `None` for anything else (an
     /// older imagegen's `pid-nanos`).
-    pub fn parse(text: &str) -> Option<RunId> {
+    pub(crate) fn parse(text: &str) -> Option<RunId> {
         let mut parts = text.splitn(3, '-');
         let boot = parts.next()?;
         let pid = parts.next()?.parse().ok()?;
@@ -119,14 +119,14 @@ pub(crate) async fn wait_for_lock(
 /// The manifest file as the ledger of alias moves: an alias's lock beside the manifest's, and
 /// every write a locked read-change-write.
 pub(crate) struct ManifestLedger {
-    pub file: ManifestFile,
+    pub(crate) file: ManifestFile,
     /// Where the "waiting for alias ..." line goes.
-    pub on_wait: Box<dyn Fn(&str) + Send + Sync>,
+    pub(crate) on_wait: Box<dyn Fn(&str) + Send + Sync>,
 }
 
 impl ManifestLedger {
     /// A ledger that prints its waiting line on stderr.
-    pub fn new(file: ManifestFile) -> ManifestLedger {
+    pub(crate) fn new(file: ManifestFile) -> ManifestLedger {
         ManifestLedger {
             file,
             on_wait: Box::new(|line| eprintln!("{line}")),

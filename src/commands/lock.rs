@@ -43,7 +43,7 @@ const UV_ENV_KEPT: &[&str] = &[
     "UV_INSECURE_HOST",
 ];
 
-pub fn run(project: &Project, args: &LockImagesArgs) -> Result<Outcome> {
+pub(crate) fn run(project: &Project, args: &LockImagesArgs) -> Result<Outcome> {
     if args.bases {
         let outcome = pin_bases(project, args, true)?;
         let (_, rendered) = render_project(project)?;

@@ -20,7 +20,7 @@ use crate::history::prune::{prune as pruned, Removed};
 use crate::project::{load_existing_manifest, save_manifest, ManifestFile, Project};
 
 /// `imagegen manifest merge A B ... [--out FILE]`.
-pub fn merge(_project: &Project, args: &MergeArgs) -> Result<Outcome> {
+pub(crate) fn merge(_project: &Project, args: &MergeArgs) -> Result<Outcome> {
     let (inputs, out) = (&args.inputs, args.out.as_deref());
     let read_all = || -> Result<Result<Manifest, Vec<Conflict>>> {
         let manifests = inputs
@@ -66,7 +66,7 @@ pub fn merge(_project: &Project, args: &MergeArgs) -> Result<Outcome> {
 }
 
 /// `imagegen manifest prune [--keep N] [--apply]`.
-pub fn prune(args: &PruneArgs) -> Result<Outcome> {
+pub(crate) fn prune(args: &PruneArgs) -> Result<Outcome> {
     let file = ManifestFile::new(&args.manifest, Duration::from_secs(args.lock.lock_timeout));
     // The existing manifest: pruning a missing file is a mistake in the path.
     load_existing_manifest(&args.manifest)?;

@@ -3,33 +3,33 @@
 //! file work at the edges, and prints for people (tables) or machines (JSON). Policy lives in the
 //! stages, not here.
 
-pub mod attest;
-pub mod bake;
-pub mod build;
-pub mod ci;
-pub mod diff;
-pub mod diff_build;
-pub mod doctor;
-pub mod k8s;
-pub mod knowledge;
-pub mod ledger;
-pub mod lock;
-pub mod manifest;
-pub mod outcome;
-pub mod output;
-pub mod plan;
-pub mod publish;
-pub mod release;
-pub mod render;
-pub mod resolve;
-pub mod restore;
-pub mod rollback;
-pub mod signals;
-pub mod stages;
-pub mod test;
-pub mod verify;
-pub mod waiting;
-pub mod wheels;
+pub(crate) mod attest;
+pub(crate) mod bake;
+pub(crate) mod build;
+pub(crate) mod ci;
+pub(crate) mod diff;
+pub(crate) mod diff_build;
+pub(crate) mod doctor;
+pub(crate) mod k8s;
+pub(crate) mod knowledge;
+pub(crate) mod ledger;
+pub(crate) mod lock;
+pub(crate) mod manifest;
+pub(crate) mod outcome;
+pub(crate) mod output;
+pub(crate) mod plan;
+pub(crate) mod publish;
+pub(crate) mod release;
+pub(crate) mod render;
+pub(crate) mod resolve;
+pub(crate) mod restore;
+pub(crate) mod rollback;
+pub(crate) mod signals;
+pub(crate) mod stages;
+pub(crate) mod test;
+pub(crate) mod verify;
+pub(crate) mod waiting;
+pub(crate) mod wheels;
 
 use anyhow::Result;
 

@@ -13,7 +13,7 @@ static STDOUT_CLOSED: AtomicBool = AtomicBool::new(false);
 /// Writes `text` to standard output. A reader that went away (`imagegen resolve | head -1`) is not
 /// an error: as with `ls | head`, the rest of the output is dropped, and the command still
 /// finishes its work and exits with its own code. Other write errors (a full disk) are errors.
-pub fn emit(text: impl AsRef<str>) -> std::io::Result<()> {
+pub(crate) fn emit(text: impl AsRef<str>) -> std::io::Result<()> {
     if STDOUT_CLOSED.load(Ordering::Relaxed) {
         return Ok(());
     }
@@ -32,7 +32,7 @@ pub fn emit(text: impl AsRef<str>) -> std::io::Result<()> {
 
 /// Writes a line to standard error for people (progress, notes); a closed standard error is
 /// ignored, as there is nowhere left to report it.
-pub fn note(text: impl AsRef<str>) {
+pub(crate) fn note(text: impl AsRef<str>) {
     let _ = writeln!(std::io::stderr().lock(), "{}", text.as_ref());
 }
 
@@ -46,7 +46,7 @@ pub(crate) fn one_line_cell(cell: &str) -> String {
 
 /// Left-aligned columns separated by two spaces; the last column is not padded. Line breaks in
 /// cells are escaped ([`one_line_cell`]).
-pub fn table(rows: &[Vec<String>]) -> String {
+pub(crate) fn table(rows: &[Vec<String>]) -> String {
     let escaped: Vec<Vec<String>> = rows
         .iter()
         .map(|row| row.iter().map(|cell| one_line_cell(cell)).collect())
@@ -79,7 +79,7 @@ pub fn table(rows: &[Vec<String>]) -> String {
 }
 
 /// The first 19 characters of a digest (`sha256:` and 12 hex digits), or `(new build)`.
-pub fn short(digest: &Option<Digest>) -> String {
+pub(crate) fn short(digest: &Option<Digest>) -> String {
     digest
         .as_ref()
         .map(|d| d.short().to_string())
@@ -87,7 +87,7 @@ pub fn short(digest: &Option<Digest>) -> String {
 }
 
 /// `1 image`, `2 images`, `0 images`, `3 aliases`: a count with its noun.
-pub fn count(number: usize, noun: &str) -> String {
+pub(crate) fn count(number: usize, noun: &str) -> String {
     match (number, noun.ends_with('s')) {
         (1, _) => format!("1 {noun}"),
         (_, true) => format!("{number} {noun}es"),

@@ -20,7 +20,7 @@ use crate::pipeline::plan::plan;
 use crate::project::{load_manifest_if_present, Project};
 use crate::resolve::image::ResolveOptions;
 
-pub fn run(project: &Project, args: &PlanArgs) -> Result<Outcome> {
+pub(crate) fn run(project: &Project, args: &PlanArgs) -> Result<Outcome> {
     // A missing manifest is said, not taken silently for an empty one (a wrong directory or
     // --manifest makes every image look new).
     let manifest = match load_manifest_if_present(&args.manifest)? {
@@ -53,7 +53,7 @@ pub fn run(project: &Project, args: &PlanArgs) -> Result<Outcome> {
 }
 
 /// The plan as text for a terminal.
-pub fn plan_text(plan: &UpgradePlan) -> String {
+pub(crate) fn plan_text(plan: &UpgradePlan) -> String {
     let mut out = String::new();
     let section = |out: &mut String, title: &str, rows: Vec<Vec<String>>| {
         if rows.len() > 1 {

@@ -34,7 +34,7 @@ use crate::pipeline::docker_builder::RegistryAliases;
 use crate::project::{ManifestFile, Project};
 use crate::resolve::image::{ImageSpec, ResolveOptions};
 
-pub fn run(project: &Project, args: &PublishArgs) -> Result<Outcome> {
+pub(crate) fn run(project: &Project, args: &PublishArgs) -> Result<Outcome> {
     let (manifest_path, allow_untested, dry_run) =
         (args.manifest.as_path(), args.allow_untested, args.dry_run);
     let resolution = resolve_project(project, ResolveOptions::default())?;

@@ -11,7 +11,7 @@ use crate::commands::outcome::Outcome;
 use crate::commands::output::emit;
 use crate::project::{ManifestFile, Project};
 
-pub fn run(_project: &Project, args: &ReleaseArgs) -> Result<Outcome> {
+pub(crate) fn run(_project: &Project, args: &ReleaseArgs) -> Result<Outcome> {
     let file = ManifestFile::new(&args.manifest, Duration::from_secs(args.lock.lock_timeout));
     // Every alias is checked before anything is written: a typo releases nothing.
     let released = file.update(|manifest| {

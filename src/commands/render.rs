@@ -18,7 +18,7 @@ use crate::resolve::bases::{pin_problems, BASES_FILE};
 use crate::resolve::image::ImageSpec;
 use crate::resolve::lock::{carried_lock, LockStatus, LOCK_FILE};
 
-pub fn run(project: &Project, args: &RenderArgs) -> Result<Outcome> {
+pub(crate) fn run(project: &Project, args: &RenderArgs) -> Result<Outcome> {
     let (resolution, rendered) = render_project(project)?;
     let out = &args.out;
     if rendered.is_empty() && !args.allow_empty {

@@ -12,7 +12,7 @@ use crate::commands::stages::{no_images, resolve_project};
 use crate::project::Project;
 use crate::resolve::image::{Resolution, ResolveOptions};
 
-pub fn run(project: &Project, args: &ResolveArgs) -> Result<Outcome> {
+pub(crate) fn run(project: &Project, args: &ResolveArgs) -> Result<Outcome> {
     let driver = match args.driver.as_deref() {
         Some(text) => Some(
             project

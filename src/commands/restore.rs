@@ -18,7 +18,7 @@ use crate::docker::{registry_host_of, repository_path_of, Registries, RetryPolic
 use crate::model::digest::Digest;
 use crate::project::{load_existing_manifest, ManifestFile, Project};
 
-pub fn run(_project: &Project, args: &RestoreArgs) -> Result<Outcome> {
+pub(crate) fn run(_project: &Project, args: &RestoreArgs) -> Result<Outcome> {
     let tag = args.tag.as_str();
     let manifest = load_existing_manifest(&args.manifest)?;
     let (repository, digest) = match (manifest.images.get(tag), manifest.indexes.get(tag)) {

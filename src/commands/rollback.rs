@@ -25,7 +25,7 @@ use crate::pipeline::alias_move::{move_alias, AliasOutcome, AliasRegistry, Alias
 use crate::pipeline::docker_builder::RegistryAliases;
 use crate::project::{ManifestFile, Project};
 
-pub fn run(_project: &Project, args: &RollbackArgs) -> Result<Outcome> {
+pub(crate) fn run(_project: &Project, args: &RollbackArgs) -> Result<Outcome> {
     let alias = args.alias.as_str();
     // A value that is not a digest never reaches the registry: it would become a URL path.
     // A prefix (`sha256:1ac1a03ff572`, as tables print it) names the one recorded digest it starts.

@@ -9,14 +9,14 @@ pub enum Signal {
 }
 
 impl Signal {
-    pub fn exit_code(self) -> i32 {
+    pub(crate) fn exit_code(self) -> i32 {
         match self {
             Signal::Interrupt => 130,
             Signal::Terminate => 143,
         }
     }
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Signal::Interrupt => "SIGINT",
             Signal::Terminate => "SIGTERM",
@@ -60,10 +60,4 @@ impl Signals {
             (None, None) => std::future::pending().await,
         }
     }
-}
-
-/// Resolves when SIGINT or SIGTERM arrives, with the one that did. The handlers are installed on
-/// first poll; a command that must not be killed before then uses [`Signals::listen`].
-pub async fn interrupted() -> Signal {
-    Signals::listen().recv().await
 }

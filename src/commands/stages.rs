@@ -129,13 +129,13 @@ pub(crate) fn render_project(project: &Project) -> Result<(Resolution, Vec<Rende
 /// One problem with an image's lock, for `render --check` and `build`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct LockProblem {
-    pub image: String,
-    pub status: LockStatus,
+    pub(crate) image: String,
+    pub(crate) status: LockStatus,
 }
 
 impl LockProblem {
     /// What to tell a person, with the lock's path under `images_dir`.
-    pub fn describe(&self, images_dir: &std::path::Path) -> String {
+    pub(crate) fn describe(&self, images_dir: &std::path::Path) -> String {
         let path = images_dir.join(&self.image).join(LOCK_FILE);
         match &self.status {
             LockStatus::Fresh => format!("{} is up to date", path.display()),

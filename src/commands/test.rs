@@ -45,7 +45,7 @@ use crate::project::{
     host_name, read_selftest_baseline, read_selftest_report, ManifestFile, Project,
 };
 
-pub fn run(project: &Project, args: &TestArgs) -> Result<Outcome> {
+pub(crate) fn run(project: &Project, args: &TestArgs) -> Result<Outcome> {
     match &args.action {
         Some(TestAction::Import(import)) => run_import(project, import),
         Some(TestAction::Settle(settle)) => run_settle(project, settle),

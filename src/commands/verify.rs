@@ -22,7 +22,7 @@ use crate::history::verify::{adopt, compare, references, Adopted, Finding, Refer
 use crate::model::digest::Digest;
 use crate::project::{load_existing_manifest, ManifestFile, Project, ProjectLock};
 
-pub fn run(project: &Project, args: &VerifyArgs) -> Result<Outcome> {
+pub(crate) fn run(project: &Project, args: &VerifyArgs) -> Result<Outcome> {
     // The test policy says what waiting aliases wait for; a matrix that cannot be read (verify
     // needs only the manifest) leaves that unsaid.
     let require = project.matrix().ok().map(|m| m.tests.require.clone());

@@ -39,12 +39,12 @@ pub(crate) fn cache_root(given: Option<&Path>) -> PathBuf {
 /// index URLs only: credentials are attached by [`fetch_for_images`]).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct Needed {
-    pub name: String,
-    pub version: String,
-    pub hashes: Vec<String>,
-    pub python: String,
-    pub python_platform: String,
-    pub indexes: Vec<String>,
+    pub(crate) name: String,
+    pub(crate) version: String,
+    pub(crate) hashes: Vec<String>,
+    pub(crate) python: String,
+    pub(crate) python_platform: String,
+    pub(crate) indexes: Vec<String>,
 }
 
 /// The packages of `image`'s `lock` its build installs from the context: all of them, less (for a

@@ -23,7 +23,10 @@ pub struct ContextFile {
 
 impl ContextFile {
     /// Reads `source` from disk; the executable bit is taken from the file's mode.
-    pub fn read(path_in_context: impl Into<String>, source: &Path) -> Result<Self, DockerError> {
+    pub(crate) fn read(
+        path_in_context: impl Into<String>,
+        source: &Path,
+    ) -> Result<Self, DockerError> {
         let contents = fs::read(source).map_err(|error| DockerError::Context {
             path: source.to_path_buf(),
             reason: error.to_string(),
@@ -106,15 +109,15 @@ pub(crate) fn context_tar_leaving_out(
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct DiskFile {
     /// Where it appears inside the context (`wheels/torch-2.13.0-....whl`).
-    pub path: String,
-    pub source: PathBuf,
+    pub(crate) path: String,
+    pub(crate) source: PathBuf,
 }
 
 /// The `wheels/` folder of one image's context: files of the host's wheel cache, and small files.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct ContextWheels {
-    pub files: Vec<DiskFile>,
-    pub small_files: Vec<ContextFile>,
+    pub(crate) files: Vec<DiskFile>,
+    pub(crate) small_files: Vec<ContextFile>,
 }
 
 /// `tar` (made by [`context_tar`]) with `files` (read from disk now) and `small_files` appended

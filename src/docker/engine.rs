@@ -51,24 +51,24 @@ const FAILURE_TAIL_LINES: usize = 20;
 pub struct BuildRequest {
     /// Full reference of the result, e.g. `127.0.0.1:5000/team/torch:2.7.0-cu128`: the daemon
     /// tags it so unless `untagged`; errors name it either way.
-    pub tag: String,
+    pub(crate) tag: String,
     /// Leave the result untagged (its ID is returned): the caller tags what it makes of it.
-    pub untagged: bool,
+    pub(crate) untagged: bool,
     /// Uncompressed tar of the build context.
-    pub context: Vec<u8>,
+    pub(crate) context: Vec<u8>,
     /// Path of the Dockerfile inside the context.
-    pub dockerfile_path: String,
+    pub(crate) dockerfile_path: String,
     pub labels: BTreeMap<String, String>,
     pub build_args: BTreeMap<String, String>,
     /// Ignore the daemon's layer cache.
-    pub no_cache: bool,
+    pub(crate) no_cache: bool,
     /// Ask the daemon to pull a newer base image (off: base images are local or pinned).
-    pub pull: bool,
+    pub(crate) pull: bool,
     /// Stage of a multi-stage Dockerfile to stop at; `None` builds the last stage.
     pub target: Option<String>,
     /// Target platform (`linux/arm64`); `None` builds for the daemon's own platform. Steps that
     /// run commands need a daemon of that platform (or emulation); `FROM` + `COPY` do not.
-    pub platform: Option<String>,
+    pub(crate) platform: Option<String>,
 }
 
 impl BuildRequest {
@@ -147,7 +147,7 @@ pub struct LocalImage {
     pub repo_digests: Vec<String>,
     pub labels: BTreeMap<String, String>,
     /// The config's `created` time (RFC 3339), when the daemon reports one.
-    pub created: Option<String>,
+    pub(crate) created: Option<String>,
 }
 
 /// A container to run to completion.
@@ -394,7 +394,7 @@ impl Engine {
     }
 
     /// The daemon address this engine talks to.
-    pub fn address(&self) -> &str {
+    pub(crate) fn address(&self) -> &str {
         &self.address
     }
 
@@ -703,7 +703,7 @@ impl Engine {
     /// Pulls `reference` (for `platform`, when given) with `credentials`; progress lines go to
     /// `on_line`. A failure is [`DockerError::PullFailed`] with the daemon's reason (credentials
     /// redacted), or [`DockerError::DaemonUnreachable`].
-    pub async fn pull(
+    pub(crate) async fn pull(
         &self,
         reference: &str,
         platform: Option<&str>,
@@ -809,7 +809,7 @@ impl Engine {
     }
 
     /// The ids of every container (running or not) carrying label `key=value`.
-    pub async fn containers_with_label(
+    pub(crate) async fn containers_with_label(
         &self,
         key: &str,
         value: &str,
@@ -832,7 +832,7 @@ impl Engine {
     }
 
     /// Every container (running or not) carrying label `key`, whatever its value: (id, value).
-    pub async fn containers_labelled(
+    pub(crate) async fn containers_labelled(
         &self,
         key: &str,
     ) -> Result<Vec<(String, String)>, DockerError> {
@@ -1030,7 +1030,7 @@ impl Engine {
 
     /// The daemon's own platform as `os/arch` (`linux/amd64`, `linux/arm64`): the images it can run
     /// without emulation.
-    pub async fn platform(&self) -> Result<String, DockerError> {
+    pub(crate) async fn platform(&self) -> Result<String, DockerError> {
         let info = self
             .docker
             .info()

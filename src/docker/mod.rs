@@ -51,12 +51,12 @@ mod context;
 mod credentials;
 mod engine;
 mod error;
-pub mod pypi_index;
+pub(crate) mod pypi_index;
 mod registries;
 mod registry;
 mod retry;
-pub mod run_journal;
-pub mod wheel_cache;
+pub(crate) mod run_journal;
+pub(crate) mod wheel_cache;
 
 pub(crate) use context::{append_to_context, context_tar_leaving_out, ContextWheels, DiskFile};
 pub use context::{context_tar, ContextFile};

@@ -57,7 +57,7 @@ pub(crate) struct IndexClient {
 }
 
 impl IndexClient {
-    pub fn new(index: &str, timeout: Duration) -> IndexClient {
+    pub(crate) fn new(index: &str, timeout: Duration) -> IndexClient {
         let tls = ureq::tls::TlsConfig::builder()
             .root_certs(ureq::tls::RootCerts::PlatformVerifier)
             .build();
@@ -198,7 +198,7 @@ impl IndexClient {
     }
 
     /// The PEP 658 metadata of `file`, or `None` when the index serves none for it.
-    pub fn metadata(&self, file: &IndexFile) -> Result<Option<String>, IndexError> {
+    pub(crate) fn metadata(&self, file: &IndexFile) -> Result<Option<String>, IndexError> {
         let url = format!("{}.metadata", file.url);
         Ok(self.get(&url, "*/*")?.map(|(_, body)| body))
     }
@@ -443,9 +443,9 @@ impl IndexClient {
 
 /// A user name and password for a team's index, read on the host; `Debug` shows neither.
 #[derive(Clone)]
-pub struct IndexCredentials {
-    pub username: String,
-    pub password: String,
+pub(crate) struct IndexCredentials {
+    pub(crate) username: String,
+    pub(crate) password: String,
 }
 
 impl std::fmt::Debug for IndexCredentials {
@@ -542,18 +542,18 @@ pub(crate) fn netrc_lookup(text: &str, host: &str) -> Option<IndexCredentials> {
 }
 
 /// The credentials of a team's index: its variables, else netrc, else none.
-pub fn credentials(index: &ExtraIndex) -> anyhow::Result<Option<IndexCredentials>> {
+pub(crate) fn credentials(index: &ExtraIndex) -> anyhow::Result<Option<IndexCredentials>> {
     Ok(env_credentials(index)?.or_else(|| netrc_credentials(&index.url)))
 }
 
 /// One package of a lock: name, version, the sha256 hashes it allows, and the index uv took it
 /// from (`# from URL`, which `imagegen lock` asks uv for when the matrix has extra indexes).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LockedPackage {
-    pub name: String,
-    pub version: String,
-    pub hashes: Vec<String>,
-    pub from: Option<String>,
+pub(crate) struct LockedPackage {
+    pub(crate) name: String,
+    pub(crate) version: String,
+    pub(crate) hashes: Vec<String>,
+    pub(crate) from: Option<String>,
 }
 
 /// The packages of a lock's text.

@@ -40,7 +40,7 @@ impl Default for Registries {
 impl Registries {
     /// Clients whose requests each have `timeout` (`--registry-timeout`) and are retried by
     /// `retry`.
-    pub fn new(timeout: Duration, retry: RetryPolicy) -> Registries {
+    pub(crate) fn new(timeout: Duration, retry: RetryPolicy) -> Registries {
         Registries {
             timeout,
             retry,

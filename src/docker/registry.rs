@@ -320,7 +320,7 @@ impl RegistryClient {
     }
 
     /// The deadline of each request.
-    pub fn timeout(&self) -> Duration {
+    pub(crate) fn timeout(&self) -> Duration {
         self.inner
             .agent
             .config()
@@ -330,7 +330,7 @@ impl RegistryClient {
     }
 
     /// The host this client talks to.
-    pub fn host(&self) -> &str {
+    pub(crate) fn host(&self) -> &str {
         &self.inner.host
     }
 

@@ -26,15 +26,15 @@ pub(crate) struct RunJournal {
 /// A journal found on disk: the run it belongs to and the images it recorded, in the order they
 /// were made.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct JournalEntry {
-    pub run: String,
-    pub images: Vec<String>,
-    pub path: PathBuf,
+pub(crate) struct JournalEntry {
+    pub(crate) run: String,
+    pub(crate) images: Vec<String>,
+    pub(crate) path: PathBuf,
 }
 
 impl RunJournal {
     /// Creates `<dir>/<run>.images` (and `dir`), before any image of the run exists.
-    pub fn create(dir: &Path, run: &str) -> std::io::Result<RunJournal> {
+    pub(crate) fn create(dir: &Path, run: &str) -> std::io::Result<RunJournal> {
         std::fs::create_dir_all(dir)?;
         let path = dir.join(format!("{run}{SUFFIX}"));
         let file = std::fs::OpenOptions::new()
@@ -49,24 +49,24 @@ impl RunJournal {
 
     /// Appends one image ID. The line is written at once (no buffer), so a SIGKILL right after
     /// the step still finds it on disk.
-    pub fn record(&self, image_id: &str) -> std::io::Result<()> {
+    pub(crate) fn record(&self, image_id: &str) -> std::io::Result<()> {
         let mut file = self.file.lock().unwrap_or_else(|e| e.into_inner());
         file.write_all(format!("{image_id}\n").as_bytes())
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
     /// Removes the journal: the run ends normally, so its images are results or build cache,
     /// not leftovers.
-    pub fn finish(&self) -> std::io::Result<()> {
+    pub(crate) fn finish(&self) -> std::io::Result<()> {
         remove(&self.path)
     }
 }
 
 /// Every journal in `dir` (none when `dir` does not exist), sorted by run.
-pub fn journals(dir: &Path) -> std::io::Result<Vec<JournalEntry>> {
+pub(crate) fn journals(dir: &Path) -> std::io::Result<Vec<JournalEntry>> {
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -96,7 +96,7 @@ pub fn journals(dir: &Path) -> std::io::Result<Vec<JournalEntry>> {
 }
 
 /// Removes a journal that was handled; one already gone is fine.
-pub fn remove(path: &Path) -> std::io::Result<()> {
+pub(crate) fn remove(path: &Path) -> std::io::Result<()> {
     match std::fs::remove_file(path) {
         Err(error) if error.kind() != std::io::ErrorKind::NotFound => Err(error),
         _ => Ok(()),

@@ -26,44 +26,44 @@ pub(crate) type Accepts = std::sync::Arc<dyn Fn(&str) -> bool + Send + Sync>;
 /// sha256 the lock allows.
 #[derive(Clone)]
 pub(crate) struct WheelNeed {
-    pub name: String,
-    pub version: String,
+    pub(crate) name: String,
+    pub(crate) version: String,
     /// The sha256 hex digests the lock allows.
-    pub hashes: Vec<String>,
+    pub(crate) hashes: Vec<String>,
     /// The target, for messages (`Python 3.12 on x86_64-manylinux_2_39`).
-    pub target: String,
-    pub accepts: Accepts,
+    pub(crate) target: String,
+    pub(crate) accepts: Accepts,
     /// The indexes to ask, in order (the lock's `# from` index alone when it names one).
-    pub indexes: Vec<IndexSource>,
+    pub(crate) indexes: Vec<IndexSource>,
 }
 
 /// An index and the credentials the host holds for it.
 #[derive(Debug, Clone)]
 pub(crate) struct IndexSource {
-    pub url: String,
-    pub credentials: Option<IndexCredentials>,
+    pub(crate) url: String,
+    pub(crate) credentials: Option<IndexCredentials>,
 }
 
 /// A wheel in the cache, its bytes checked against its sha256.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct CachedWheel {
-    pub filename: String,
-    pub sha256: String,
-    pub path: PathBuf,
-    pub size: u64,
+    pub(crate) filename: String,
+    pub(crate) sha256: String,
+    pub(crate) path: PathBuf,
+    pub(crate) size: u64,
 }
 
 /// What a fetch did so far, for a progress line: files and bytes taken from the cache, fetched
 /// from an index, and cached files refused because their bytes no longer match their sha256.
 #[derive(Debug, Default)]
 pub(crate) struct FetchProgress {
-    pub files_total: AtomicU64,
-    pub files_done: AtomicU64,
-    pub files_cached: AtomicU64,
-    pub bytes_cached: AtomicU64,
-    pub files_fetched: AtomicU64,
-    pub bytes_fetched: AtomicU64,
-    pub refused: AtomicU64,
+    pub(crate) files_total: AtomicU64,
+    pub(crate) files_done: AtomicU64,
+    pub(crate) files_cached: AtomicU64,
+    pub(crate) bytes_cached: AtomicU64,
+    pub(crate) files_fetched: AtomicU64,
+    pub(crate) bytes_fetched: AtomicU64,
+    pub(crate) refused: AtomicU64,
 }
 
 /// The cache at a folder (made on first use).
@@ -73,7 +73,7 @@ pub(crate) struct WheelCache {
 }
 
 impl WheelCache {
-    pub fn new(root: impl Into<PathBuf>) -> WheelCache {
+    pub(crate) fn new(root: impl Into<PathBuf>) -> WheelCache {
         WheelCache { root: root.into() }
     }
 
@@ -124,7 +124,7 @@ impl WheelCache {
 
     /// The wheel of `need`: from the cache when a file there still has its sha256, else fetched
     /// from the first index that serves one, checked, and stored.
-    pub fn get(
+    pub(crate) fn get(
         &self,
         need: &WheelNeed,
         timeout: Duration,

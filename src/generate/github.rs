@@ -82,26 +82,26 @@ pub(crate) enum FanOut {
 
 /// One job of the GitHub matrix.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Job {
+pub(crate) struct Job {
     /// Shown as the job name: the shard and its first image.
-    pub name: String,
+    pub(crate) name: String,
     /// The `--shard` argument of `imagegen build`.
-    pub shard: String,
+    pub(crate) shard: String,
     /// The `--platform` argument of `imagegen build` (`linux/arm64`) when the matrix builds per
     /// platform, so each job builds one architecture on a runner of it; empty otherwise.
-    pub platform: String,
+    pub(crate) platform: String,
     /// The runner architecture label the job needs (`x64` or `arm64`, as GitHub labels runners).
-    pub runner_arch: String,
+    pub(crate) runner_arch: String,
     /// An artifact name for this shard's manifest (no `/`, which artifact names refuse).
-    pub artifact: String,
+    pub(crate) artifact: String,
     /// The images the job builds, runtime first.
-    pub images: Vec<String>,
+    pub(crate) images: Vec<String>,
 }
 
 /// The `strategy.matrix` value.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub(crate) struct GithubMatrix {
-    pub include: Vec<Job>,
+    pub(crate) include: Vec<Job>,
 }
 
 /// Number of families (runtime image plus its devel images) among `images`.
@@ -115,7 +115,7 @@ fn architecture(platform: &str) -> &str {
 }
 
 /// GitHub's runner architecture label for a platform architecture.
-pub fn runner_arch(architecture: &str) -> String {
+pub(crate) fn runner_arch(architecture: &str) -> String {
     match architecture {
         "amd64" => "x64".into(),
         other => other.into(),
@@ -200,25 +200,25 @@ pub(crate) fn github_matrix(images: &[ImageSpec], fan_out: FanOut) -> GithubMatr
 /// One test job of `imagegen ci --github --tests`: the self-test of the pushed digests on a
 /// self-hosted GPU runner of one GPU model of the test policy (`tests.require`), or of any GPU.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct TestJob {
+pub(crate) struct TestJob {
     /// Shown as the job name.
-    pub name: String,
+    pub(crate) name: String,
     /// The policy's GPU model (`H100`), or `any` under the default policy.
-    pub gpu_model: String,
+    pub(crate) gpu_model: String,
     /// The runner label that names a runner with this GPU model: `gpu-h100`; `gpu` for any.
-    pub runner_label: String,
+    pub(crate) runner_label: String,
     /// The runner architecture label (`x64`, `arm64`) of the images it tests.
-    pub runner_arch: String,
+    pub(crate) runner_arch: String,
     /// The `--platform` of the images it tests when the matrix builds per platform; else empty.
-    pub platform: String,
+    pub(crate) platform: String,
     /// An artifact name for the manifest with this job's results.
-    pub artifact: String,
+    pub(crate) artifact: String,
 }
 
 /// The `strategy.matrix` of the test jobs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct TestMatrix {
-    pub include: Vec<TestJob>,
+pub(crate) struct TestMatrix {
+    pub(crate) include: Vec<TestJob>,
 }
 
 /// The runner label for a GPU model: `gpu-` and the model in lowercase, other characters `-`.
@@ -233,7 +233,7 @@ pub(crate) fn gpu_runner_label(model: &str) -> String {
 
 /// One test job per GPU model of the policy (one `any` job when it names none) and per
 /// architecture of the images: each pulls every pushed digest of its architecture and tests it.
-pub fn test_matrix(images: &[ImageSpec], require: &[String]) -> TestMatrix {
+pub(crate) fn test_matrix(images: &[ImageSpec], require: &[String]) -> TestMatrix {
     let per_platform = images.iter().any(|image| image.index.is_some());
     let mut platforms: Vec<&str> = images.iter().map(|image| image.platform.as_str()).collect();
     platforms.sort();

@@ -17,39 +17,39 @@ use serde::Serialize;
 /// A `needs` entry: a job of an earlier stage whose artifacts this job downloads.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub(crate) struct Need {
-    pub job: String,
-    pub artifacts: bool,
+    pub(crate) job: String,
+    pub(crate) artifacts: bool,
 }
 
 /// The `artifacts` of a job.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub(crate) struct Artifacts {
-    pub name: String,
-    pub when: &'static str,
-    pub paths: Vec<String>,
+    pub(crate) name: String,
+    pub(crate) when: &'static str,
+    pub(crate) paths: Vec<String>,
 }
 
 /// One job of the child pipeline.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub(crate) struct GitlabJob {
-    pub stage: &'static str,
+    pub(crate) stage: &'static str,
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub tags: Vec<String>,
+    pub(crate) tags: Vec<String>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub variables: BTreeMap<String, String>,
+    pub(crate) variables: BTreeMap<String, String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub needs: Vec<Need>,
-    pub script: Vec<String>,
-    pub artifacts: Artifacts,
+    pub(crate) needs: Vec<Need>,
+    pub(crate) script: Vec<String>,
+    pub(crate) artifacts: Artifacts,
 }
 
 /// The child pipeline: stages, global variables and jobs by name.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub(crate) struct GitlabPipeline {
-    pub stages: Vec<&'static str>,
-    pub variables: BTreeMap<String, String>,
+    pub(crate) stages: Vec<&'static str>,
+    pub(crate) variables: BTreeMap<String, String>,
     #[serde(flatten)]
-    pub jobs: BTreeMap<String, GitlabJob>,
+    pub(crate) jobs: BTreeMap<String, GitlabJob>,
 }
 
 /// One shard of the build fan-out, as the GitHub matrix's jobs carry it
@@ -57,13 +57,13 @@ pub(crate) struct GitlabPipeline {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ShardJob {
     /// The `--shard` argument of `imagegen build`.
-    pub shard: String,
+    pub(crate) shard: String,
     /// The `--platform` argument, or empty.
-    pub platform: String,
+    pub(crate) platform: String,
     /// The runner architecture (`x64`, `arm64`).
-    pub runner_arch: String,
+    pub(crate) runner_arch: String,
     /// The shard's artifact name (`manifest-shard-1-of-4`).
-    pub artifact: String,
+    pub(crate) artifact: String,
 }
 
 /// The child pipeline that runs `shards`: a build job per shard, then the record job.

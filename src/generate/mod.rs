@@ -3,6 +3,6 @@
 
 pub mod bake;
 pub mod github;
-pub mod gitlab;
+pub(crate) mod gitlab;
 pub mod k8s;
-pub mod oci_index;
+pub(crate) mod oci_index;

@@ -6,7 +6,7 @@
 
 use serde::Serialize;
 
-pub use crate::docker::MEDIA_TYPE_OCI_INDEX;
+pub(crate) use crate::docker::MEDIA_TYPE_OCI_INDEX;
 use crate::history::manifest::{Manifest, RecordStatus, TestStatus};
 use crate::history::test_results::{judge, results_of};
 use crate::model::digest::Digest;
@@ -15,11 +15,11 @@ use crate::resolve::image::ImageSpec;
 /// One platform image ready to go into an index.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct ReadyPlatform {
-    pub platform: String,
-    pub tag: String,
-    pub digest: Digest,
+    pub(crate) platform: String,
+    pub(crate) tag: String,
+    pub(crate) digest: Digest,
     /// Whether its self-test passed (rather than being skipped and allowed).
-    pub passed: bool,
+    pub(crate) passed: bool,
 }
 
 /// Checks that every platform of one index is built, pushed, current and tested. Returns the
@@ -117,16 +117,16 @@ struct IndexDocument<'a> {
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub(crate) struct IndexEntry {
     #[serde(rename = "mediaType")]
-    pub media_type: String,
-    pub digest: Digest,
-    pub size: u64,
-    pub platform: IndexPlatform,
+    pub(crate) media_type: String,
+    pub(crate) digest: Digest,
+    pub(crate) size: u64,
+    pub(crate) platform: IndexPlatform,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub(crate) struct IndexPlatform {
-    pub architecture: String,
-    pub os: String,
+    pub(crate) architecture: String,
+    pub(crate) os: String,
 }
 
 /// The index document's bytes: entries sorted by platform, compact JSON in a fixed field order,

@@ -27,7 +27,7 @@ use crate::model::digest::Digest;
 /// Where a transaction is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum TxState {
+pub(crate) enum TxState {
     /// The intent is written down as pending; the registry was not asked yet (or did not answer).
     Intent,
     /// The registry serves the target under the alias; the manifest does not say so yet.
@@ -38,42 +38,42 @@ pub enum TxState {
 
 /// What a move is for: the alias, where it goes, and whose it is.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AliasTarget<'a> {
-    pub alias: &'a str,
+pub(crate) struct AliasTarget<'a> {
+    pub(crate) alias: &'a str,
     /// The full tag (or index tag) the alias moves to.
-    pub tag: &'a str,
-    pub digest: &'a Digest,
+    pub(crate) tag: &'a str,
+    pub(crate) digest: &'a Digest,
     /// The torch release of the target, for the never-backwards guard; `None` for a move made
     /// on purpose (`rollback`), which the guard does not hold and which, once recorded, holds
     /// the alias there (see [`Manifest::alias_hold`]) until `imagegen release`.
-    pub guard_torch: Option<&'a str>,
+    pub(crate) guard_torch: Option<&'a str>,
 }
 
 /// Who moves: a run id unique to one process (`pipeline::alias_move::RunOwner`), and the words
 /// people read (`pid 4242 (imagegen rollback ...)`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Owner {
-    pub run: String,
-    pub by: String,
+pub(crate) struct Owner {
+    pub(crate) run: String,
+    pub(crate) by: String,
 }
 
 /// One alias move under way.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AliasTransaction {
-    pub alias: String,
-    pub tag: String,
+pub(crate) struct AliasTransaction {
+    pub(crate) alias: String,
+    pub(crate) tag: String,
     /// Where the manifest said the alias pointed when the move began (`None`: a new alias).
-    pub from: Option<Digest>,
-    pub to: Digest,
-    pub owner: Owner,
-    pub state: TxState,
+    pub(crate) from: Option<Digest>,
+    pub(crate) to: Digest,
+    pub(crate) owner: Owner,
+    pub(crate) state: TxState,
     /// The manifest already recorded the alias at the target when the move began.
-    pub recorded_before: bool,
+    pub(crate) recorded_before: bool,
 }
 
 /// What [`begin`] decided.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Begun {
+pub(crate) enum Begun {
     /// The intent is written down: make the move in the registry, then
     /// [`AliasTransaction::pushed`] and [`AliasTransaction::record`].
     Move(AliasTransaction),
@@ -87,7 +87,7 @@ pub enum Begun {
 
 /// Why a transaction could not go on. Each names the alias and what is there instead.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum TxError {
+pub(crate) enum TxError {
     #[error("the registry serves {served} for {alias} after it was asked to store {to}: another run moved it at the same time; nothing was recorded (the move stays pending; `imagegen verify` shows it)")]
     NotServed {
         alias: String,
@@ -111,7 +111,12 @@ pub enum TxError {
 /// Begins the move of `target.alias` by `owner`: the never-backwards guard (when the caller
 /// asks for it), then the intent, written down as a pending move from where the manifest says
 /// the alias points. Nothing is asked of the registry before the intent is written.
-pub fn begin(manifest: &mut Manifest, target: &AliasTarget<'_>, owner: &Owner, now: &str) -> Begun {
+pub(crate) fn begin(
+    manifest: &mut Manifest,
+    target: &AliasTarget<'_>,
+    owner: &Owner,
+    now: &str,
+) -> Begun {
     if let Some(pending) = manifest.pending_aliases.get(target.alias) {
         if pending.run != owner.run || pending.run.is_empty() {
             return Begun::Leftover(pending.clone());
@@ -163,7 +168,7 @@ pub fn begin(manifest: &mut Manifest, target: &AliasTarget<'_>, owner: &Owner, n
 impl AliasTransaction {
     /// The registry was asked to store the alias, and read back it serves `served`: the move is
     /// made when that is the target.
-    pub fn pushed(mut self, served: &Option<Digest>) -> Result<AliasTransaction, TxError> {
+    pub(crate) fn pushed(mut self, served: &Option<Digest>) -> Result<AliasTransaction, TxError> {
         self.expect(TxState::Intent)?;
         if served.as_ref() != Some(&self.to) {
             return Err(TxError::NotServed {
@@ -183,7 +188,7 @@ impl AliasTransaction {
     /// under its lock) is still this transaction's. Someone else's pending move, or a record of
     /// the alias somewhere else with nothing pending, is refused and left as it is. A record
     /// that already says what this move did (a `verify --adopt` meanwhile) is fine.
-    pub fn record(
+    pub(crate) fn record(
         mut self,
         manifest: &mut Manifest,
         now: &str,
@@ -276,7 +281,7 @@ fn record_move(manifest: &mut Manifest, alias: &str, pending: &PendingMove, now:
 
 /// What became of an alias move left in between, by what the registry serves for the alias.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Settlement {
+pub(crate) enum Settlement {
     /// The registry serves the move's target.
     Moved,
     /// The registry serves the move's origin (or, for a new alias, nothing).
@@ -286,7 +291,7 @@ pub enum Settlement {
 }
 
 /// Settles one pending move by what the registry serves for its alias.
-pub fn settle(pending: &PendingMove, served: &Option<Digest>) -> Settlement {
+pub(crate) fn settle(pending: &PendingMove, served: &Option<Digest>) -> Settlement {
     if served.as_ref() == Some(&pending.to) {
         Settlement::Moved
     } else if *served == pending.from {

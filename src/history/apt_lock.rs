@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
 
 /// The file beside an image's Dockerfile.
-pub const APT_LOCK_FILE: &str = "apt.lock";
+pub(crate) const APT_LOCK_FILE: &str = "apt.lock";
 
 /// The marker before [`APT_DEPENDS`]'s output in a package listing.
 pub(crate) const APT_DEPENDS_MARKER: &str = "--- imagegen: apt dependencies ---";
@@ -31,14 +31,14 @@ const HEADER: &str = "# apt.lock of this image: written by `imagegen build` afte
 
 /// The packages of an `apt.lock`: name to version.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct AptLock {
-    pub packages: BTreeMap<String, String>,
+pub(crate) struct AptLock {
+    pub(crate) packages: BTreeMap<String, String>,
 }
 
 impl AptLock {
     /// Reads an `apt.lock`: `#` comments and blank lines, then `name=version` lines; an error
     /// names the line.
-    pub fn parse(text: &str) -> Result<AptLock, String> {
+    pub(crate) fn parse(text: &str) -> Result<AptLock, String> {
         let mut packages = BTreeMap::new();
         for (index, line) in text.lines().enumerate() {
             let line = line.trim();
@@ -60,22 +60,18 @@ impl AptLock {
     }
 
     /// The file's text: the header, then sorted `name=version` lines.
-    pub fn to_text(&self) -> String {
+    pub(crate) fn to_text(&self) -> String {
         let mut text = String::from(HEADER);
         for (name, version) in &self.packages {
             text.push_str(&format!("{name}={version}\n"));
         }
         text
     }
-
-    pub fn is_empty(&self) -> bool {
-        self.packages.is_empty()
-    }
 }
 
 /// How one package of an `apt.lock` differs from the image just built.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AptMove {
+pub(crate) enum AptMove {
     /// The same package at another version.
     Version {
         name: String,
@@ -107,7 +103,7 @@ impl fmt::Display for AptMove {
 }
 
 /// What moved from `before` (the last build's `apt.lock`) to `now`, by package name.
-pub fn apt_moves(before: &AptLock, now: &AptLock) -> Vec<AptMove> {
+pub(crate) fn apt_moves(before: &AptLock, now: &AptLock) -> Vec<AptMove> {
     let names: BTreeSet<&String> = before.packages.keys().chain(now.packages.keys()).collect();
     names
         .into_iter()

@@ -12,42 +12,42 @@ use crate::model::digest::Digest;
 
 /// The attestations of one image digest.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AttestationRecord {
+pub(crate) struct AttestationRecord {
     /// The repository the image and its attestations live in.
-    pub repository: String,
+    pub(crate) repository: String,
     /// The full tag the image was recorded under when it was signed.
-    pub tag: String,
+    pub(crate) tag: String,
     /// sha256 (hex) of the signing key's public DER.
-    pub key_id: String,
+    pub(crate) key_id: String,
     /// The `sha256-<hex>.att` manifest: tag and digest.
-    pub attestations: Artifact,
+    pub(crate) attestations: Artifact,
     /// The `sha256-<hex>.sig` manifest: tag and digest.
-    pub signature: Artifact,
+    pub(crate) signature: Artifact,
     /// Each statement's envelope (a layer of the `.att` manifest) by kind: `provenance`,
     /// `sbom`, `gpu-selftest`.
-    pub statements: BTreeMap<String, Digest>,
+    pub(crate) statements: BTreeMap<String, Digest>,
     /// The gpu-selftest result the statement carries (`pass`, `fail`, ...).
-    pub gpu_selftest: String,
-    pub signed_at: String,
+    pub(crate) gpu_selftest: String,
+    pub(crate) signed_at: String,
     /// The same attestations and signature as OCI 1.1 referrers (manifests whose `subject` is
     /// the image), by digest; see `attest::referrers`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub referrers: Vec<Digest>,
+    pub(crate) referrers: Vec<Digest>,
     /// The referrers fallback tag (`sha256-<hex>`) that lists them, where the registry has no
     /// referrers API; `None` where it indexed them itself.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub referrers_tag: Option<String>,
+    pub(crate) referrers_tag: Option<String>,
 }
 
 /// A tag and the manifest digest it was pushed as.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Artifact {
-    pub tag: String,
-    pub digest: Digest,
+pub(crate) struct Artifact {
+    pub(crate) tag: String,
+    pub(crate) digest: Digest,
 }
 
 /// `left` and `right`'s records, by digest; of two for one digest, the later signing.
-pub fn merge(
+pub(crate) fn merge(
     left: BTreeMap<Digest, AttestationRecord>,
     right: BTreeMap<Digest, AttestationRecord>,
 ) -> BTreeMap<Digest, AttestationRecord> {

@@ -11,21 +11,21 @@ use crate::model::digest::Digest;
 /// What changed between two recorded images.
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub(crate) struct ImageDiff {
-    pub fields: Vec<(String, String, String)>,
-    pub pip: ListDiff,
-    pub os: ListDiff,
+    pub(crate) fields: Vec<(String, String, String)>,
+    pub(crate) pip: ListDiff,
+    pub(crate) os: ListDiff,
     /// The crates of the recorded binaries, named `binary/crate` (`gpu-selftest/cudarc`).
-    pub crates: ListDiff,
+    pub(crate) crates: ListDiff,
     /// The matrix's `labels` each image was built with (from its recorded inputs), by key.
-    pub labels: ListDiff,
+    pub(crate) labels: ListDiff,
 }
 
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub(crate) struct ListDiff {
-    pub added: Vec<String>,
-    pub removed: Vec<String>,
+    pub(crate) added: Vec<String>,
+    pub(crate) removed: Vec<String>,
     /// name, from version, to version
-    pub changed: Vec<(String, String, String)>,
+    pub(crate) changed: Vec<(String, String, String)>,
 }
 
 /// Compares package lists of `name==version` (pip) or `name=version` (dpkg) lines.

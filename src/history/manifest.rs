@@ -29,35 +29,35 @@ use crate::model::axes::{OsName, Variant, VersionText};
 use crate::model::digest::Digest;
 use crate::model::version::DriverVersion;
 
-pub const SCHEMA_VERSION: u32 = 1;
+pub(crate) const SCHEMA_VERSION: u32 = 1;
 
 /// How many earlier records each image and alias keeps.
 pub(crate) const HISTORY_LIMIT: usize = 50;
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Manifest {
-    pub schema_version: u32,
+pub(crate) struct Manifest {
+    pub(crate) schema_version: u32,
     #[serde(default)]
-    pub updated_at: String,
+    pub(crate) updated_at: String,
     #[serde(default, deserialize_with = "unique_keys::images")]
-    pub images: BTreeMap<String, ImageRecord>,
+    pub(crate) images: BTreeMap<String, ImageRecord>,
     #[serde(default, deserialize_with = "unique_keys::aliases")]
-    pub aliases: BTreeMap<String, AliasRecord>,
+    pub(crate) aliases: BTreeMap<String, AliasRecord>,
     /// Multi-platform OCI image indexes published by `imagegen publish`, by full tag.
     #[serde(
         default,
         skip_serializing_if = "BTreeMap::is_empty",
         deserialize_with = "unique_keys::indexes"
     )]
-    pub indexes: BTreeMap<String, IndexRecord>,
+    pub(crate) indexes: BTreeMap<String, IndexRecord>,
     /// Alias moves begun and not yet recorded as done, by alias.
     #[serde(
         default,
         skip_serializing_if = "BTreeMap::is_empty",
         deserialize_with = "unique_keys::pending_aliases"
     )]
-    pub pending_aliases: BTreeMap<String, PendingMove>,
+    pub(crate) pending_aliases: BTreeMap<String, PendingMove>,
     /// Signed attestations pushed per image digest (`imagegen attest`, `build --push` with a
     /// signing key); see `history::attestations`.
     #[serde(
@@ -65,7 +65,7 @@ pub struct Manifest {
         skip_serializing_if = "BTreeMap::is_empty",
         deserialize_with = "unique_keys::attestations"
     )]
-    pub attestations: BTreeMap<Digest, AttestationRecord>,
+    pub(crate) attestations: BTreeMap<Digest, AttestationRecord>,
 }
 
 /// The record tables, read so that a key given twice (a git conflict resolved by keeping both
@@ -110,31 +110,31 @@ mod unique_keys {
         deserializer.deserialize_map(Unique(table, PhantomData))
     }
 
-    pub fn images<'de, D: Deserializer<'de>>(
+    pub(super) fn images<'de, D: Deserializer<'de>>(
         deserializer: D,
     ) -> Result<BTreeMap<String, super::ImageRecord>, D::Error> {
         unique(deserializer, "images")
     }
 
-    pub fn aliases<'de, D: Deserializer<'de>>(
+    pub(super) fn aliases<'de, D: Deserializer<'de>>(
         deserializer: D,
     ) -> Result<BTreeMap<String, super::AliasRecord>, D::Error> {
         unique(deserializer, "aliases")
     }
 
-    pub fn indexes<'de, D: Deserializer<'de>>(
+    pub(super) fn indexes<'de, D: Deserializer<'de>>(
         deserializer: D,
     ) -> Result<BTreeMap<String, super::IndexRecord>, D::Error> {
         unique(deserializer, "indexes")
     }
 
-    pub fn pending_aliases<'de, D: Deserializer<'de>>(
+    pub(super) fn pending_aliases<'de, D: Deserializer<'de>>(
         deserializer: D,
     ) -> Result<BTreeMap<String, super::PendingMove>, D::Error> {
         unique(deserializer, "pending_aliases")
     }
 
-    pub fn attestations<'de, D: Deserializer<'de>>(
+    pub(super) fn attestations<'de, D: Deserializer<'de>>(
         deserializer: D,
     ) -> Result<
         BTreeMap<crate::model::digest::Digest, crate::history::attestations::AttestationRecord>,
@@ -161,61 +161,61 @@ pub(crate) type Extra = BTreeMap<String, serde_json::Value>;
 /// mid-move) is settled against the registry: it serves `to` (the move happened) or `from`
 /// (it did not).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PendingMove {
+pub(crate) struct PendingMove {
     /// The full tag (or index tag) the alias is being moved to.
-    pub tag: String,
+    pub(crate) tag: String,
     /// The digest the alias pointed at when the move began; `None` for a new alias.
     #[serde(default)]
-    pub from: Option<Digest>,
-    pub to: Digest,
+    pub(crate) from: Option<Digest>,
+    pub(crate) to: Digest,
     /// When the move began.
-    pub since: String,
+    pub(crate) since: String,
     /// Which run began it (`pid 1234: imagegen build --push`).
     #[serde(default)]
-    pub by: String,
+    pub(crate) by: String,
     /// The id of the run that owns the move (see `history::alias_transaction`): only it records
     /// the move as done. Empty in moves written before run ids.
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub run: String,
+    pub(crate) run: String,
     /// A move made on purpose (`imagegen rollback`): once recorded, the alias is held there.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub hold: bool,
+    pub(crate) hold: bool,
     #[serde(flatten)]
-    pub extra: Extra,
+    pub(crate) extra: Extra,
 }
 
 /// An OCI image index: one full tag over per-platform images.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct IndexRecord {
-    pub repository: String,
-    pub tag: String,
-    pub digest: Digest,
-    pub media_type: String,
-    pub torch: VersionText,
-    pub driver_min: DriverVersion,
+pub(crate) struct IndexRecord {
+    pub(crate) repository: String,
+    pub(crate) tag: String,
+    pub(crate) digest: Digest,
+    pub(crate) media_type: String,
+    pub(crate) torch: VersionText,
+    pub(crate) driver_min: DriverVersion,
     /// Platform (`linux/arm64`) → the per-platform image's tag and digest.
-    pub platforms: BTreeMap<String, PlatformImage>,
+    pub(crate) platforms: BTreeMap<String, PlatformImage>,
     #[serde(default)]
-    pub aliases: Vec<String>,
-    pub published_at: String,
+    pub(crate) aliases: Vec<String>,
+    pub(crate) published_at: String,
     /// Earlier indexes under this tag, newest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub history: Vec<IndexRecord>,
+    pub(crate) history: Vec<IndexRecord>,
     #[serde(flatten)]
-    pub extra: Extra,
+    pub(crate) extra: Extra,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PlatformImage {
-    pub tag: String,
-    pub digest: Digest,
+pub(crate) struct PlatformImage {
+    pub(crate) tag: String,
+    pub(crate) digest: Digest,
 }
 
 /// Whether an image record holds a good build (`ok`) or only a failure (`failed`: the image was
 /// never built successfully; a failure of an image built before is noted beside its good record).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum RecordStatus {
+pub(crate) enum RecordStatus {
     Ok,
     Failed,
 }
@@ -224,7 +224,7 @@ pub enum RecordStatus {
 /// `--no-test`), or could not run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum TestStatus {
+pub(crate) enum TestStatus {
     Pass,
     Fail,
     Skipped,
@@ -232,7 +232,7 @@ pub enum TestStatus {
 }
 
 impl TestStatus {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             TestStatus::Pass => "pass",
             TestStatus::Fail => "fail",
@@ -262,44 +262,44 @@ impl std::fmt::Display for TestStatus {
 
 /// The self-test outcome stored with an image.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TestRecord {
-    pub status: TestStatus,
-    pub summary: String,
+pub(crate) struct TestRecord {
+    pub(crate) status: TestStatus,
+    pub(crate) summary: String,
     /// gpu-selftest's JSON report, when it ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub report: Option<serde_json::Value>,
-    pub at: String,
+    pub(crate) report: Option<serde_json::Value>,
+    pub(crate) at: String,
     /// sha256 of the gpu-selftest baseline the run was judged against (`build
     /// --selftest-baseline`); a pass against another baseline, or none, does not count for it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub baseline: Option<Digest>,
+    pub(crate) baseline: Option<Digest>,
 }
 
 /// One node's self-test of one digest.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct GpuTestResult {
+pub(crate) struct GpuTestResult {
     /// The node that ran it (gpu-selftest's `node_name`: `--node-name`, the Kubernetes node, or
     /// the host name).
-    pub node: String,
+    pub(crate) node: String,
     /// Each GPU's name as CUDA reports it, in index order (`NVIDIA H200`).
     #[serde(default)]
-    pub gpus: Vec<String>,
+    pub(crate) gpus: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub driver: Option<String>,
-    pub verdict: TestStatus,
-    pub summary: String,
+    pub(crate) driver: Option<String>,
+    pub(crate) verdict: TestStatus,
+    pub(crate) summary: String,
     /// Headline figures, by name (see `history::test_results::figures_of`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub figures: BTreeMap<String, f64>,
+    pub(crate) figures: BTreeMap<String, f64>,
     /// When it was recorded.
-    pub at: String,
+    pub(crate) at: String,
     /// How it came: `build`, `imagegen test`, `test import FILE`.
-    pub via: String,
+    pub(crate) via: String,
     /// sha256 of the baseline it was judged against, when one was given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub baseline: Option<Digest>,
+    pub(crate) baseline: Option<Digest>,
     #[serde(flatten)]
-    pub extra: Extra,
+    pub(crate) extra: Extra,
 }
 
 /// A gpu-selftest report's checks in one line: the failing ones with their summaries, or how
@@ -329,84 +329,84 @@ pub(crate) fn checks_summary(checks: &[serde_json::Value]) -> String {
 /// An image whose aliases wait for results: its full tag, digest, the aliases, and what is
 /// missing.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Waiting {
-    pub tag: String,
-    pub digest: Option<Digest>,
-    pub aliases: Vec<String>,
-    pub missing: Vec<String>,
-    pub failed: Vec<String>,
+pub(crate) struct Waiting {
+    pub(crate) tag: String,
+    pub(crate) digest: Option<Digest>,
+    pub(crate) aliases: Vec<String>,
+    pub(crate) missing: Vec<String>,
+    pub(crate) failed: Vec<String>,
 }
 
 /// One image as built (or as it failed to build).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ImageRecord {
-    pub repository: String,
-    pub tag: String,
+pub(crate) struct ImageRecord {
+    pub(crate) repository: String,
+    pub(crate) tag: String,
     #[serde(default)]
-    pub aliases: Vec<String>,
+    pub(crate) aliases: Vec<String>,
     /// Registry manifest digest (`sha256:...`), once pushed.
     #[serde(default)]
-    pub digest: Option<Digest>,
+    pub(crate) digest: Option<Digest>,
     /// Local image id (`sha256:...`).
     #[serde(default)]
-    pub image_id: Option<Digest>,
-    pub fingerprint: Digest,
+    pub(crate) image_id: Option<Digest>,
+    pub(crate) fingerprint: Digest,
     /// sha256 of the exact build context plus the parent's build key.
-    pub build_key: Digest,
-    pub variant: Variant,
-    pub torch: VersionText,
-    pub torchvision: VersionText,
+    pub(crate) build_key: Digest,
+    pub(crate) variant: Variant,
+    pub(crate) torch: VersionText,
+    pub(crate) torchvision: VersionText,
     #[serde(default)]
-    pub torchaudio: Option<VersionText>,
-    pub cuda: VersionText,
-    pub cuda_full: VersionText,
-    pub cudnn: VersionText,
-    pub python: VersionText,
-    pub os: OsName,
-    pub base_image: String,
-    pub driver_min: DriverVersion,
-    pub driver_min_compat: DriverVersion,
-    pub require_cuda: String,
+    pub(crate) torchaudio: Option<VersionText>,
+    pub(crate) cuda: VersionText,
+    pub(crate) cuda_full: VersionText,
+    pub(crate) cudnn: VersionText,
+    pub(crate) python: VersionText,
+    pub(crate) os: OsName,
+    pub(crate) base_image: String,
+    pub(crate) driver_min: DriverVersion,
+    pub(crate) driver_min_compat: DriverVersion,
+    pub(crate) require_cuda: String,
     #[serde(default)]
-    pub selftest: Option<TestRecord>,
+    pub(crate) selftest: Option<TestRecord>,
     /// Self-test results on this digest, one per node (`imagegen test`, `imagegen test import`;
     /// see `history::test_results`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub test_results: Vec<GpuTestResult>,
+    pub(crate) test_results: Vec<GpuTestResult>,
     /// Aliases the plan moves to this image that wait for the test policy (`tests.require`) to
     /// hold; `imagegen test` moves them once it does.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub awaiting_aliases: Vec<String>,
+    pub(crate) awaiting_aliases: Vec<String>,
     /// What the fingerprint covers, by name: `plan` compares it to say why an image rebuilds.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub inputs: BTreeMap<String, String>,
+    pub(crate) inputs: BTreeMap<String, String>,
     /// The packages inside the image, read from it after the build.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub packages: Option<Packages>,
+    pub(crate) packages: Option<Packages>,
     /// Its size as pushed (compressed and unpacked); absent from records written before sizes
     /// were recorded (they still load, schema version 1) and from images only reused, never
     /// normalized, by every run since.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub size: Option<ImageSize>,
+    pub(crate) size: Option<ImageSize>,
     /// A flavour image's flavour and the image it was built FROM. Absent from other images and
     /// from records written before flavours (which still load: the field is optional, so the
     /// schema version stays 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub flavour: Option<FlavourRecord>,
-    pub built_at: String,
+    pub(crate) flavour: Option<FlavourRecord>,
+    pub(crate) built_at: String,
     #[serde(default)]
-    pub build_seconds: f64,
+    pub(crate) build_seconds: f64,
     #[serde(default)]
-    pub source_commit: Option<String>,
-    pub status: RecordStatus,
+    pub(crate) source_commit: Option<String>,
+    pub(crate) status: RecordStatus,
     /// The last failure of this image, kept beside the last good record.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_error: Option<String>,
+    pub(crate) last_error: Option<String>,
     /// Earlier records of this full tag, newest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub history: Vec<ImageRecord>,
+    pub(crate) history: Vec<ImageRecord>,
     #[serde(flatten)]
-    pub extra: Extra,
+    pub(crate) extra: Extra,
 }
 
 /// An image's size as pushed, from its normalized layers: `compressed_bytes` is the sum of the
@@ -416,10 +416,10 @@ pub struct ImageRecord {
 /// later layer replaces counted in the layer that holds them), about what Docker reports as the
 /// image's size once pulled; `layers` is how many there are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ImageSize {
-    pub compressed_bytes: u64,
-    pub unpacked_bytes: u64,
-    pub layers: u32,
+pub(crate) struct ImageSize {
+    pub(crate) compressed_bytes: u64,
+    pub(crate) unpacked_bytes: u64,
+    pub(crate) layers: u32,
 }
 
 impl std::fmt::Display for ImageSize {
@@ -452,20 +452,20 @@ pub(crate) fn human_bytes(bytes: u64) -> String {
 /// flavour was built on (its fingerprint differs from the flavour's `parent_fingerprint` input),
 /// so a digest is written only where it is the parent's.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FlavourRecord {
-    pub name: String,
+pub(crate) struct FlavourRecord {
+    pub(crate) name: String,
     /// The parent's full tag (`2.8.0-cuda12.8-cudnn9-runtime-ubuntu24.04`).
-    pub parent: String,
+    pub(crate) parent: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub parent_digest: Option<Digest>,
+    pub(crate) parent_digest: Option<Digest>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub parent_image_id: Option<Digest>,
+    pub(crate) parent_image_id: Option<Digest>,
 }
 
 impl FlavourRecord {
     /// `jupyter FROM <parent tag>@<digest>` (the image id without a registry digest; the tag alone
     /// without either), as `plan` and `diff` print it.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self
             .parent_digest
             .as_ref()
@@ -481,91 +481,91 @@ impl FlavourRecord {
 /// (`dpkg-query`), each as sorted `name==version` / `name=version` lines, and the binaries imagegen
 /// puts into it (gpu-selftest) with the crates they are built from.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Packages {
+pub(crate) struct Packages {
     #[serde(default)]
-    pub pip: Vec<String>,
+    pub(crate) pip: Vec<String>,
     #[serde(default)]
-    pub os: Vec<String>,
+    pub(crate) os: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub binaries: Vec<BinaryRecord>,
+    pub(crate) binaries: Vec<BinaryRecord>,
     /// Every Python distribution whose metadata is in the image's environment (`*.dist-info`,
     /// `*.egg-info`), where it is: as scanners (syft) find them, including the copies other
     /// packages vendor (setuptools' `_vendor`), which `pip freeze` does not list.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub python_metadata: Vec<PythonDistribution>,
+    pub(crate) python_metadata: Vec<PythonDistribution>,
     /// The matrix's apt extras and the packages apt installed with them, name to version, as
     /// `images/<image>/apt.lock` records them (see `history::apt_lock`); empty without extras.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub apt_extras: BTreeMap<String, String>,
+    pub(crate) apt_extras: BTreeMap<String, String>,
 }
 
 /// A Python distribution found by its metadata file in an image.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct PythonDistribution {
-    pub name: String,
-    pub version: String,
+pub(crate) struct PythonDistribution {
+    pub(crate) name: String,
+    pub(crate) version: String,
     /// The metadata folder in the image (`…/setuptools/_vendor/wheel-0.46.3.dist-info`).
-    pub path: String,
+    pub(crate) path: String,
 }
 
 /// A binary imagegen copies into an image, as a scanner reads it: cargo-auditable's crate list
 /// (the `.dep-v0` section), which syft, trivy and grype read from the binary.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct BinaryRecord {
+pub(crate) struct BinaryRecord {
     /// Where it is in the image (`/usr/local/bin/gpu-selftest`).
-    pub path: String,
+    pub(crate) path: String,
     /// The root crate of its crate list (`gpu-selftest`), or the file name without one.
-    pub name: String,
+    pub(crate) name: String,
     /// The root crate's version; `None` without a crate list.
     #[serde(default)]
-    pub version: Option<String>,
-    pub sha256: Digest,
+    pub(crate) version: Option<String>,
+    pub(crate) sha256: Digest,
     /// Every crate linked into it, `name==version`, sorted (build-time-only crates left out).
     #[serde(default)]
-    pub crates: Vec<String>,
+    pub(crate) crates: Vec<String>,
     /// Why `crates` is empty: the binary carries no crate list (built without cargo-auditable).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub note: Option<String>,
+    pub(crate) note: Option<String>,
 }
 
 /// Where an alias points, and where it pointed before.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct AliasRecord {
-    pub tag: String,
+pub(crate) struct AliasRecord {
+    pub(crate) tag: String,
     #[serde(default)]
-    pub digest: Option<Digest>,
-    pub moved_at: String,
+    pub(crate) digest: Option<Digest>,
+    pub(crate) moved_at: String,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub history: Vec<AliasTarget>,
+    pub(crate) history: Vec<AliasTarget>,
     /// Set by `imagegen rollback`: builds, tests and publishes leave the alias where it is until
     /// `imagegen release ALIAS` (or `build --release-holds`) clears it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub held: Option<AliasHold>,
+    pub(crate) held: Option<AliasHold>,
     #[serde(flatten)]
-    pub extra: Extra,
+    pub(crate) extra: Extra,
 }
 
 /// Why an alias stays where a rollback put it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct AliasHold {
+pub(crate) struct AliasHold {
     /// When the rollback was recorded.
-    pub since: String,
+    pub(crate) since: String,
     /// The digest the alias was rolled back from.
     #[serde(default)]
-    pub from: Option<Digest>,
+    pub(crate) from: Option<Digest>,
     /// Which run rolled it back (`pid 1234 (imagegen rollback ...)`).
     #[serde(default)]
-    pub by: String,
+    pub(crate) by: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct AliasTarget {
-    pub tag: String,
+pub(crate) struct AliasTarget {
+    pub(crate) tag: String,
     #[serde(default)]
-    pub digest: Option<Digest>,
-    pub moved_at: String,
+    pub(crate) digest: Option<Digest>,
+    pub(crate) moved_at: String,
     #[serde(flatten)]
-    pub extra: Extra,
+    pub(crate) extra: Extra,
 }
 
 impl Manifest {
@@ -614,7 +614,7 @@ impl Manifest {
 
     /// The record an alias, full tag or digest (`sha256:...`) names: an alias resolves to its
     /// current target, a tag to its current record, a digest to whichever record carries it.
-    pub fn find(&self, reference: &str) -> Option<&ImageRecord> {
+    pub(crate) fn find(&self, reference: &str) -> Option<&ImageRecord> {
         if reference.starts_with("sha256:") {
             let digest = Digest::parse(reference).ok()?;
             return self
@@ -633,7 +633,7 @@ impl Manifest {
         self.images.get(reference)
     }
 
-    pub fn new() -> Manifest {
+    pub(crate) fn new() -> Manifest {
         Manifest {
             schema_version: SCHEMA_VERSION,
             ..Default::default()
@@ -642,7 +642,7 @@ impl Manifest {
 
     /// Parses a manifest; `origin` (its path) is named in errors. A manifest of another schema
     /// version is refused before its fields are read, naming both versions and what to do.
-    pub fn from_json(text: &str, origin: &str) -> Result<Manifest> {
+    pub(crate) fn from_json(text: &str, origin: &str) -> Result<Manifest> {
         /// Only the version, whatever else the document holds.
         #[derive(Deserialize)]
         struct Version {
@@ -691,7 +691,7 @@ impl Manifest {
     }
 
     /// The manifest as pretty JSON with a trailing newline, as it is written to disk.
-    pub fn to_json(&self) -> String {
+    pub(crate) fn to_json(&self) -> String {
         let mut text = serde_json::to_string_pretty(self).expect("a manifest always serializes");
         text.push('\n');
         text
@@ -864,7 +864,7 @@ impl Manifest {
 
     /// The digest `alias` points at per the manifest: its own, or (records from before alias
     /// digests) its target's.
-    pub fn alias_digest(&self, alias: &str) -> Option<Digest> {
+    pub(crate) fn alias_digest(&self, alias: &str) -> Option<Digest> {
         let record = self.aliases.get(alias)?;
         record.digest.clone().or_else(|| {
             self.images

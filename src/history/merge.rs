@@ -183,7 +183,7 @@ fn merge_index(left: IndexRecord, right: IndexRecord) -> IndexRecord {
 }
 
 /// Merges two manifests (see the module documentation for the rules).
-pub fn merge(left: Manifest, right: Manifest) -> Manifest {
+pub(crate) fn merge(left: Manifest, right: Manifest) -> Manifest {
     let mut images: BTreeMap<String, ImageRecord> = left.images;
     for (tag, record) in right.images {
         let merged = match images.remove(&tag) {
@@ -264,12 +264,12 @@ pub(crate) const CLOCK_SKEW: std::time::Duration = std::time::Duration::from_sec
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub(crate) struct Conflict {
     /// `full tag` or `alias`.
-    pub kind: &'static str,
-    pub name: String,
+    pub(crate) kind: &'static str,
+    pub(crate) name: String,
     /// What each side records.
-    pub left: String,
-    pub right: String,
-    pub why: String,
+    pub(crate) left: String,
+    pub(crate) right: String,
+    pub(crate) why: String,
 }
 
 impl std::fmt::Display for Conflict {

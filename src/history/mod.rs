@@ -9,15 +9,15 @@
 //! build recorded beside the image (`apt_lock`). Pure: values in,
 //! values out.
 
-pub mod alias_transaction;
-pub mod aliases;
-pub mod apt_lock;
-pub mod attestations;
-pub mod diff;
-pub mod manifest;
-pub mod merge;
-pub mod prune;
-pub mod rollback;
-pub mod test_results;
-pub mod upgrade;
-pub mod verify;
+pub(crate) mod alias_transaction;
+pub(crate) mod aliases;
+pub(crate) mod apt_lock;
+pub(crate) mod attestations;
+pub(crate) mod diff;
+pub(crate) mod manifest;
+pub(crate) mod merge;
+pub(crate) mod prune;
+pub(crate) mod rollback;
+pub(crate) mod test_results;
+pub(crate) mod upgrade;
+pub(crate) mod verify;

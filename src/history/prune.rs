@@ -14,11 +14,11 @@ use crate::history::manifest::{ImageRecord, Manifest, RecordStatus};
 
 /// One record `prune` removes.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Removed {
-    pub tag: String,
-    pub digest: Option<String>,
-    pub built_at: String,
-    pub why: String,
+pub(crate) struct Removed {
+    pub(crate) tag: String,
+    pub(crate) digest: Option<String>,
+    pub(crate) built_at: String,
+    pub(crate) why: String,
 }
 
 /// The image a record is of, whatever its tag.
@@ -60,7 +60,7 @@ fn pointed_at(manifest: &Manifest, record: &ImageRecord) -> bool {
 }
 
 /// The manifest without what can go, and what went (oldest rule first, by tag).
-pub fn prune(manifest: &Manifest, keep: Option<usize>) -> (Manifest, Vec<Removed>) {
+pub(crate) fn prune(manifest: &Manifest, keep: Option<usize>) -> (Manifest, Vec<Removed>) {
     let mut pruned = manifest.clone();
     let mut removed = Vec::new();
     // The newest good record of each image: its tag and when it was built.

@@ -10,9 +10,9 @@ use crate::model::digest::Digest;
 /// Where `rollback` moves an alias: a recorded image or index.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct RollbackTarget {
-    pub repository: String,
-    pub tag: String,
-    pub digest: Digest,
+    pub(crate) repository: String,
+    pub(crate) tag: String,
+    pub(crate) digest: Digest,
 }
 
 /// Which recorded digest `rollback` moves `alias` to: `--to` a digest the manifest recorded (an

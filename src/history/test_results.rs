@@ -36,8 +36,8 @@ pub(crate) enum ReportError {
 /// A report, read: the digest it names and the result it gives.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct ReadReport {
-    pub digest: Digest,
-    pub result: GpuTestResult,
+    pub(crate) digest: Digest,
+    pub(crate) result: GpuTestResult,
 }
 
 /// Whether `name` can be a node name (a Kubernetes node name or a host name).
@@ -209,13 +209,13 @@ pub(crate) fn gpu_is(gpu: &str, required: &str) -> bool {
 
 /// Where a digest stands against the policy.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct PolicyState {
+pub(crate) struct PolicyState {
     /// Whether its aliases may move.
-    pub holds: bool,
+    pub(crate) holds: bool,
     /// What is still wanted: the required models without a passing result, or `any GPU`.
-    pub missing: Vec<String>,
+    pub(crate) missing: Vec<String>,
     /// Models (or `any GPU`) whose latest result on some node failed, with the node.
-    pub failed: Vec<String>,
+    pub(crate) failed: Vec<String>,
 }
 
 /// The words for "any one GPU" (the default policy) in [`PolicyState::missing`].
@@ -224,7 +224,7 @@ pub(crate) const ANY_GPU: &str = "any GPU";
 /// Judges `results` against `require` (empty: any one passing result). A model counts as passed
 /// when some node with a GPU of that model passed; a failure on another node does not undo it,
 /// but is listed in `failed`.
-pub fn judge(require: &[String], results: &[GpuTestResult]) -> PolicyState {
+pub(crate) fn judge(require: &[String], results: &[GpuTestResult]) -> PolicyState {
     let passed = |model: Option<&str>| {
         results.iter().any(|r| {
             r.verdict == TestStatus::Pass
@@ -350,7 +350,7 @@ pub(crate) fn results_of(record: &ImageRecord) -> Vec<GpuTestResult> {
 }
 
 /// Every current image record with aliases awaiting results, judged against `require`.
-pub fn waiting(manifest: &Manifest, require: &[String]) -> Vec<Waiting> {
+pub(crate) fn waiting(manifest: &Manifest, require: &[String]) -> Vec<Waiting> {
     manifest
         .images
         .values()

@@ -16,92 +16,92 @@ use crate::resolve::image::ImageSpec;
 /// What `imagegen build` would do, compared with the manifest: the upgrade plan a person reviews
 /// before tags move.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct UpgradePlan {
-    pub new_images: Vec<PlannedChange>,
-    pub rebuilt: Vec<PlannedChange>,
-    pub unchanged: Vec<String>,
-    pub alias_moves: Vec<AliasMove>,
-    pub alias_holds: Vec<AliasHold>,
-    pub driver_rises: Vec<DriverRise>,
-    pub removed: Vec<RemovedImage>,
+pub(crate) struct UpgradePlan {
+    pub(crate) new_images: Vec<PlannedChange>,
+    pub(crate) rebuilt: Vec<PlannedChange>,
+    pub(crate) unchanged: Vec<String>,
+    pub(crate) alias_moves: Vec<AliasMove>,
+    pub(crate) alias_holds: Vec<AliasHold>,
+    pub(crate) driver_rises: Vec<DriverRise>,
+    pub(crate) removed: Vec<RemovedImage>,
     /// Rebuilt images whose full tag was pushed with other content: `build --push` would refuse
     /// them (full tags are immutable), after building. Each names the fix.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub refused_pushes: Vec<RefusedPush>,
+    pub(crate) refused_pushes: Vec<RefusedPush>,
     /// Images pushed with aliases that wait for self-test results (matrix.yaml `tests`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub waiting_for_tests: Vec<Waiting>,
+    pub(crate) waiting_for_tests: Vec<Waiting>,
     /// The new and rebuilt flavour images: which flavour, the image each is built FROM now, and
     /// what the manifest records it was built FROM before.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub flavours: Vec<PlannedFlavour>,
+    pub(crate) flavours: Vec<PlannedFlavour>,
 }
 
 /// A new or rebuilt flavour image and its parent.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct PlannedFlavour {
-    pub tag: String,
-    pub flavour: String,
+pub(crate) struct PlannedFlavour {
+    pub(crate) tag: String,
+    pub(crate) flavour: String,
     /// The full tag of the image it is built FROM.
-    pub from: String,
+    pub(crate) from: String,
     /// What the manifest's record says it was built FROM (`FlavourRecord::describe`); `None` for
     /// a new image or a record written before flavours were recorded.
-    pub recorded: Option<String>,
+    pub(crate) recorded: Option<String>,
 }
 
 /// A new or rebuilt image; `changes` says which inputs differ from the manifest's record.
 #[derive(Debug, Clone, Serialize)]
-pub struct PlannedChange {
-    pub tag: String,
-    pub driver_min: DriverVersion,
-    pub changes: Vec<InputChange>,
+pub(crate) struct PlannedChange {
+    pub(crate) tag: String,
+    pub(crate) driver_min: DriverVersion,
+    pub(crate) changes: Vec<InputChange>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct InputChange {
-    pub input: String,
-    pub from: String,
-    pub to: String,
+pub(crate) struct InputChange {
+    pub(crate) input: String,
+    pub(crate) from: String,
+    pub(crate) to: String,
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct AliasMove {
-    pub alias: String,
-    pub from_tag: Option<String>,
-    pub from_digest: Option<Digest>,
-    pub to_tag: String,
+pub(crate) struct AliasMove {
+    pub(crate) alias: String,
+    pub(crate) from_tag: Option<String>,
+    pub(crate) from_digest: Option<Digest>,
+    pub(crate) to_tag: String,
     /// Known when the target was already built with the same fingerprint.
-    pub to_digest: Option<Digest>,
+    pub(crate) to_digest: Option<Digest>,
 }
 
 /// A push `build --push` would refuse: new content under a full tag already pushed.
 #[derive(Debug, Clone, Serialize)]
-pub struct RefusedPush {
-    pub tag: String,
+pub(crate) struct RefusedPush {
+    pub(crate) tag: String,
     /// The digest the manifest records under the tag.
-    pub digest: Digest,
-    pub fix: String,
+    pub(crate) digest: Digest,
+    pub(crate) fix: String,
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct AliasHold {
-    pub alias: String,
-    pub reason: String,
+pub(crate) struct AliasHold {
+    pub(crate) alias: String,
+    pub(crate) reason: String,
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct DriverRise {
+pub(crate) struct DriverRise {
     /// An alias whose target needs a newer driver, or a full tag rebuilt with a newer minimum.
-    pub subject: String,
-    pub from: DriverVersion,
-    pub to: DriverVersion,
+    pub(crate) subject: String,
+    pub(crate) from: DriverVersion,
+    pub(crate) to: DriverVersion,
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct RemovedImage {
-    pub tag: String,
-    pub digest: Option<Digest>,
-    pub aliases: Vec<String>,
+pub(crate) struct RemovedImage {
+    pub(crate) tag: String,
+    pub(crate) digest: Option<Digest>,
+    pub(crate) aliases: Vec<String>,
 }
 
 /// Compares the images the matrix makes now with the manifest. `holds` are the aliases the

@@ -14,9 +14,9 @@ use crate::model::digest::Digest;
 
 /// A tag in a repository: what the registry is asked about.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-pub struct Reference {
-    pub repository: String,
-    pub tag: String,
+pub(crate) struct Reference {
+    pub(crate) repository: String,
+    pub(crate) tag: String,
 }
 
 impl std::fmt::Display for Reference {
@@ -31,7 +31,7 @@ pub(crate) type Served = BTreeMap<Reference, Option<Digest>>;
 /// What a finding is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Subject {
+pub(crate) enum Subject {
     /// A full tag (or a per-platform tag).
     Image,
     Alias,
@@ -40,7 +40,7 @@ pub enum Subject {
 }
 
 impl Subject {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Subject::Image => "image",
             Subject::Alias => "alias",
@@ -52,7 +52,7 @@ impl Subject {
 /// How a recorded reference compares with the registry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum State {
+pub(crate) enum State {
     /// The registry serves what the manifest records.
     Ok,
     /// The registry has no such tag.
@@ -70,7 +70,7 @@ pub enum State {
 }
 
 impl State {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             State::Ok => "ok",
             State::Missing => "missing",
@@ -84,20 +84,20 @@ impl State {
 
 /// One reference the manifest records, compared with the registry.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Finding {
-    pub subject: Subject,
+pub(crate) struct Finding {
+    pub(crate) subject: Subject,
     /// The full tag, alias or index tag.
-    pub name: String,
-    pub repository: Option<String>,
+    pub(crate) name: String,
+    pub(crate) repository: Option<String>,
     /// What the manifest says it is (for an alias in between: where the move goes).
-    pub recorded: Option<Digest>,
+    pub(crate) recorded: Option<Digest>,
     /// What the registry serves (`None`: no such tag, or not asked).
-    pub served: Option<Digest>,
-    pub state: State,
+    pub(crate) served: Option<Digest>,
+    pub(crate) state: State,
     /// What is wrong, in words (empty when ok).
-    pub problem: String,
+    pub(crate) problem: String,
     /// The command that fixes it.
-    pub fix: Option<String>,
+    pub(crate) fix: Option<String>,
 }
 
 impl Finding {
@@ -109,7 +109,7 @@ impl Finding {
 /// Every reference the manifest makes a claim about: each full tag it records as pushed (a good
 /// record with a digest), each alias and pending alias move it can locate, each index. Sorted,
 /// without repeats. Records never pushed (no digest) make no claim about the registry.
-pub fn references(manifest: &Manifest) -> Vec<Reference> {
+pub(crate) fn references(manifest: &Manifest) -> Vec<Reference> {
     let mut references = Vec::new();
     for (tag, record) in &manifest.images {
         if record.status == RecordStatus::Ok && record.digest.is_some() {
@@ -176,7 +176,7 @@ fn lookup(served: &Served, repository: &str, tag: &str) -> Option<Digest> {
 
 /// Compares every reference of the manifest with what the registry serves. `served` must hold
 /// an answer for each of [`references`]. Findings come images, indexes, aliases, each by name.
-pub fn compare(manifest: &Manifest, served: &Served) -> Vec<Finding> {
+pub(crate) fn compare(manifest: &Manifest, served: &Served) -> Vec<Finding> {
     let mut findings = Vec::new();
     for (tag, record) in &manifest.images {
         let Some(recorded) = record
@@ -363,19 +363,19 @@ fn describe_by(pending: &PendingMove) -> String {
 
 /// One pending move settled into the manifest.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Adopted {
-    pub alias: String,
+pub(crate) struct Adopted {
+    pub(crate) alias: String,
     /// The digest the alias points at afterwards (per the registry).
-    pub digest: Option<Digest>,
+    pub(crate) digest: Option<Digest>,
     /// `moved` (the move was recorded) or `not moved` (the intent was dropped).
-    pub outcome: &'static str,
+    pub(crate) outcome: &'static str,
 }
 
 /// Adopts the registry's state for alias moves left in between: a move the registry made is
 /// recorded as done (at `now`), a move it did not make is dropped. A pending move whose alias the
 /// registry serves at a third digest, or that was not asked about, is left as it is. Only
 /// pending moves change; every other record stays as the manifest has it.
-pub fn adopt(manifest: &mut Manifest, served: &Served, now: &str) -> Vec<Adopted> {
+pub(crate) fn adopt(manifest: &mut Manifest, served: &Served, now: &str) -> Vec<Adopted> {
     let mut adopted = Vec::new();
     let pending: Vec<(String, PendingMove)> = manifest
         .pending_aliases

@@ -21,7 +21,7 @@ pub enum Variant {
 }
 
 impl Variant {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Variant::Runtime => "runtime",
             Variant::Devel => "devel",
@@ -38,7 +38,7 @@ impl fmt::Display for Variant {
 /// What a cell past (or within 90 days of) an end of life gets: a warning, or a rejection.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum EndOfLifePolicy {
+pub(crate) enum EndOfLifePolicy {
     #[default]
     Warn,
     Refuse,
@@ -91,13 +91,13 @@ pub enum WheelSource {
 pub struct Platform(String);
 
 impl Platform {
-    pub fn amd64() -> Platform {
+    pub(crate) fn amd64() -> Platform {
         Platform("linux/amd64".into())
     }
 
     /// A platform as written; the aliases Docker accepts (`linux/aarch64`, `linux/arm64/v8`,
     /// `linux/x86_64`) become the two names imagegen builds.
-    pub fn parse(text: &str) -> Result<Platform, String> {
+    pub(crate) fn parse(text: &str) -> Result<Platform, String> {
         match text {
             "linux/amd64" | "linux/arm64" => Ok(Platform(text.to_string())),
             "linux/aarch64" | "linux/arm64/v8" => Ok(Platform("linux/arm64".into())),
@@ -108,12 +108,12 @@ impl Platform {
         }
     }
 
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
 
     /// `amd64` or `arm64`.
-    pub fn arch(&self) -> &str {
+    pub(crate) fn arch(&self) -> &str {
         self.0.rsplit('/').next().unwrap_or(&self.0)
     }
 }

@@ -33,7 +33,7 @@ pub enum BasePin {
 
 impl BasePin {
     /// The digest or image ID, for people.
-    pub fn id(&self) -> &Digest {
+    pub(crate) fn id(&self) -> &Digest {
         match self {
             BasePin::Registry { digest, .. } => digest,
             BasePin::Daemon { image_id } => image_id,
@@ -54,11 +54,11 @@ impl BasePin {
 #[serde(deny_unknown_fields)]
 pub(crate) struct BasePins {
     format: String,
-    pub bases: BTreeMap<String, BasePin>,
+    pub(crate) bases: BTreeMap<String, BasePin>,
 }
 
 impl BasePins {
-    pub fn new(bases: BTreeMap<String, BasePin>) -> BasePins {
+    pub(crate) fn new(bases: BTreeMap<String, BasePin>) -> BasePins {
         BasePins {
             format: FORMAT.to_string(),
             bases,
@@ -66,7 +66,7 @@ impl BasePins {
     }
 
     /// Reads the file's text; `Err` says what is wrong (the caller names the file).
-    pub fn parse(text: &str) -> Result<BasePins, String> {
+    pub(crate) fn parse(text: &str) -> Result<BasePins, String> {
         let pins: BasePins = serde_json::from_str(text).map_err(|error| {
             format!("{error} (line {}, column {})", error.line(), error.column())
         })?;

@@ -8,16 +8,12 @@ use serde::{Deserialize, Serialize, Serializer};
 
 /// A day as the knowledge writes it (`2027-05-31`), checked and counted when it is read.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Day(String, i64);
+pub(crate) struct Day(String, i64);
 
 impl Day {
     /// `YYYY-MM-DD`, a real day of the Gregorian calendar, or `None` when it is not one.
     pub(crate) fn parse(text: &str) -> Option<Day> {
         days_since_epoch(text).map(|days| Day(text.to_string(), days))
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
     }
 
     /// Days from 1970-01-01 to this day.

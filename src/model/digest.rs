@@ -16,8 +16,8 @@ pub struct Digest(String);
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{text:?} is not a digest: {why} (a digest is `sha256:` and 64 hex digits)")]
 pub struct DigestError {
-    pub text: String,
-    pub why: &'static str,
+    pub(crate) text: String,
+    pub(crate) why: &'static str,
 }
 
 impl Digest {
@@ -66,7 +66,7 @@ impl Digest {
     }
 
     /// `sha256:` and the first 12 hex digits, for tables.
-    pub fn short(&self) -> &str {
+    pub(crate) fn short(&self) -> &str {
         &self.0[..19]
     }
 }

@@ -18,32 +18,32 @@ use serde::{Deserialize, Serialize};
 /// A package index beside the image's own (a team's private index).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ExtraIndex {
+pub(crate) struct ExtraIndex {
     /// A PEP 503 simple index, without credentials: `https://pypi.team.example/simple`.
-    pub url: String,
+    pub(crate) url: String,
     /// The environment variable holding the user name (else a netrc file's `login`).
     #[serde(default)]
-    pub username_env: Option<String>,
+    pub(crate) username_env: Option<String>,
     /// The environment variable holding the password or token (else a netrc file's `password`).
     #[serde(default)]
-    pub password_env: Option<String>,
+    pub(crate) password_env: Option<String>,
 }
 
 /// The non-root user an image runs as.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ImageUser {
-    pub name: String,
-    pub uid: u32,
-    pub gid: u32,
+pub(crate) struct ImageUser {
+    pub(crate) name: String,
+    pub(crate) uid: u32,
+    pub(crate) gid: u32,
     /// Default `/home/<name>`.
     #[serde(default)]
-    pub home: Option<String>,
+    pub(crate) home: Option<String>,
 }
 
 impl ImageUser {
     /// The home folder: as written, or `/home/<name>`.
-    pub fn home(&self) -> String {
+    pub(crate) fn home(&self) -> String {
         self.home
             .clone()
             .unwrap_or_else(|| format!("/home/{}", self.name))
@@ -52,29 +52,29 @@ impl ImageUser {
 
 /// What one image adds, with the matrix's and its include rules' values added up.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct Extensions {
+pub(crate) struct Extensions {
     /// Extra requirements (PEP 508), resolved into the image's lock together with torch.
-    pub pip: Vec<String>,
-    pub extra_indexes: Vec<ExtraIndex>,
+    pub(crate) pip: Vec<String>,
+    pub(crate) extra_indexes: Vec<ExtraIndex>,
     /// Extra Debian/Ubuntu packages (`htop`, `git=1:2.39.5-0+deb12u2`).
-    pub apt: Vec<String>,
+    pub(crate) apt: Vec<String>,
     /// A Dockerfile fragment under the project, rendered with the image's values after the
     /// lock install; the path as the matrix writes it.
-    pub steps: Option<String>,
-    pub env: BTreeMap<String, String>,
-    pub labels: BTreeMap<String, String>,
-    pub user: Option<ImageUser>,
-    pub workdir: Option<String>,
+    pub(crate) steps: Option<String>,
+    pub(crate) env: BTreeMap<String, String>,
+    pub(crate) labels: BTreeMap<String, String>,
+    pub(crate) user: Option<ImageUser>,
+    pub(crate) workdir: Option<String>,
 }
 
 impl Extensions {
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         *self == Extensions::default()
     }
 
     /// `self` with `more` added: lists appended (without repeats), maps merged (`more` wins),
     /// single values replaced.
-    pub fn merged(mut self, more: &Extensions) -> Extensions {
+    pub(crate) fn merged(mut self, more: &Extensions) -> Extensions {
         for item in &more.pip {
             if !self.pip.contains(item) {
                 self.pip.push(item.clone());
@@ -107,7 +107,7 @@ impl Extensions {
     /// What a devel image adds on top of its runtime image (`parent`), which it is built FROM
     /// and which installed `parent`'s additions already: only what differs. The user stays (the
     /// devel image switches to root for its own steps and back to it at the end).
-    pub fn beyond(&self, parent: &Extensions) -> Extensions {
+    pub(crate) fn beyond(&self, parent: &Extensions) -> Extensions {
         Extensions {
             pip: self
                 .pip

@@ -33,27 +33,27 @@ use serde::{Deserialize, Serialize};
 pub struct FlavourDefinition {
     /// The variant whose images the flavour is built FROM; runtime when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub from: Option<FlavourFrom>,
+    pub(crate) from: Option<FlavourFrom>,
     /// Extra requirements (PEP 508), locked within the runtime image's lock.
     #[serde(default)]
-    pub pip: Vec<String>,
+    pub(crate) pip: Vec<String>,
     /// Extra Debian/Ubuntu packages.
     #[serde(default)]
-    pub apt: Vec<String>,
+    pub(crate) apt: Vec<String>,
     /// A Dockerfile fragment under the project, rendered with the image's values (as root).
     #[serde(default)]
-    pub steps: Option<PathBuf>,
+    pub(crate) steps: Option<PathBuf>,
     #[serde(default)]
-    pub env: BTreeMap<String, String>,
+    pub(crate) env: BTreeMap<String, String>,
     #[serde(default)]
-    pub labels: BTreeMap<String, String>,
+    pub(crate) labels: BTreeMap<String, String>,
 }
 
 /// The variant whose images a flavour is built FROM (`from:`): the names of `model::axes::Variant`,
 /// kept apart so this module imports no other (`Matrix` checks the matrix makes it).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum FlavourFrom {
+pub(crate) enum FlavourFrom {
     #[default]
     Runtime,
     Devel,
@@ -61,7 +61,7 @@ pub enum FlavourFrom {
 
 impl FlavourFrom {
     /// The variant's name, as `variants:` and the templates (`flavour.from`) spell it.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             FlavourFrom::Runtime => "runtime",
             FlavourFrom::Devel => "devel",
@@ -72,7 +72,7 @@ impl FlavourFrom {
 /// The flavours imagegen knows how to start as a service.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Builtin {
+pub(crate) enum Builtin {
     /// JupyterLab, listening on [`JUPYTER_PORT`] as the image's user.
     Jupyter,
     /// OpenSSH's server, listening on [`SSH_PORT`] as the image's user, key-only.
@@ -111,7 +111,7 @@ impl Builtin {
     }
 
     /// The port the service listens on.
-    pub fn port(self) -> u16 {
+    pub(crate) fn port(self) -> u16 {
         match self {
             Builtin::Jupyter => JUPYTER_PORT,
             Builtin::Ssh => SSH_PORT,
@@ -122,23 +122,23 @@ impl Builtin {
 /// One flavour as an image builds it: the built-in part (if any) with the matrix's additions.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Flavour {
-    pub name: String,
+    pub(crate) name: String,
     /// The variant of the images it is built FROM.
-    pub from: FlavourFrom,
+    pub(crate) from: FlavourFrom,
     /// Serialized as `null` when absent: templates test it under strict undefined.
-    pub builtin: Option<Builtin>,
+    pub(crate) builtin: Option<Builtin>,
     /// The port the built-in service listens on (for `EXPOSE`).
-    pub port: Option<u16>,
-    pub pip: Vec<String>,
-    pub apt: Vec<String>,
-    pub steps: Option<String>,
-    pub env: BTreeMap<String, String>,
-    pub labels: BTreeMap<String, String>,
+    pub(crate) port: Option<u16>,
+    pub(crate) pip: Vec<String>,
+    pub(crate) apt: Vec<String>,
+    pub(crate) steps: Option<String>,
+    pub(crate) env: BTreeMap<String, String>,
+    pub(crate) labels: BTreeMap<String, String>,
 }
 
 impl Flavour {
     /// The flavour `name` as `definition` asks: a built-in's packages first, then the matrix's.
-    pub fn new(name: &str, definition: &FlavourDefinition) -> Flavour {
+    pub(crate) fn new(name: &str, definition: &FlavourDefinition) -> Flavour {
         let builtin = Builtin::from_name(name);
         let mut pip = builtin.map(Builtin::pip).unwrap_or_default();
         let mut apt = builtin.map(Builtin::apt).unwrap_or_default();

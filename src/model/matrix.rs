@@ -21,7 +21,7 @@ use crate::model::extensions::{
     check_absolute_path, check_apt_package, check_env_key, check_extra_index, check_requirement,
     check_steps_path, check_user,
 };
-pub use crate::model::extensions::{Extensions, ExtraIndex, ImageUser};
+pub(crate) use crate::model::extensions::{Extensions, ExtraIndex, ImageUser};
 use crate::model::flavours::{check_flavour_name, Builtin};
 pub use crate::model::flavours::{Flavour, FlavourDefinition};
 use crate::model::names::edit_distance;
@@ -88,50 +88,50 @@ fn hint_suffix(hint: &Option<String>) -> String {
 /// An include or exclude rule: each present key narrows the cells it applies to.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct CellRule {
+pub(crate) struct CellRule {
     #[serde(default)]
-    pub torch: Option<VersionText>,
+    pub(crate) torch: Option<VersionText>,
     #[serde(default)]
-    pub cuda: Option<VersionText>,
+    pub(crate) cuda: Option<VersionText>,
     #[serde(default)]
-    pub cudnn: Option<VersionText>,
+    pub(crate) cudnn: Option<VersionText>,
     #[serde(default)]
-    pub python: Option<VersionText>,
+    pub(crate) python: Option<VersionText>,
     #[serde(default)]
-    pub os: Option<OsName>,
+    pub(crate) os: Option<OsName>,
     #[serde(default)]
-    pub variants: Option<Vec<Variant>>,
+    pub(crate) variants: Option<Vec<Variant>>,
     #[serde(default)]
-    pub platforms: Option<Vec<Platform>>,
+    pub(crate) platforms: Option<Vec<Platform>>,
     // The team's own additions for the images this rule matches (include rules only).
     /// Extra requirements (PEP 508) resolved into the image's lock with torch (see
     /// `model::extensions`).
     #[serde(default)]
-    pub pip: Vec<String>,
+    pub(crate) pip: Vec<String>,
     /// Package indexes of the team's own (URLs without credentials).
     #[serde(default)]
-    pub extra_indexes: Vec<ExtraIndex>,
+    pub(crate) extra_indexes: Vec<ExtraIndex>,
     /// Extra Debian/Ubuntu packages.
     #[serde(default)]
-    pub apt: Vec<String>,
+    pub(crate) apt: Vec<String>,
     /// A Dockerfile fragment under the project, placed after the lock install.
     #[serde(default)]
-    pub steps: Option<PathBuf>,
+    pub(crate) steps: Option<PathBuf>,
     #[serde(default)]
-    pub env: BTreeMap<String, String>,
+    pub(crate) env: BTreeMap<String, String>,
     /// The non-root user the image runs as.
     #[serde(default)]
-    pub user: Option<ImageUser>,
+    pub(crate) user: Option<ImageUser>,
     #[serde(default)]
-    pub workdir: Option<String>,
+    pub(crate) workdir: Option<String>,
     /// Extra OCI labels for the images this rule matches.
     #[serde(default)]
-    pub labels: BTreeMap<String, String>,
+    pub(crate) labels: BTreeMap<String, String>,
 }
 
 impl CellRule {
     /// The additions this rule carries.
-    pub fn extensions(&self) -> Extensions {
+    pub(crate) fn extensions(&self) -> Extensions {
         Extensions {
             pip: self.pip.clone(),
             extra_indexes: self.extra_indexes.clone(),
@@ -148,7 +148,7 @@ impl CellRule {
     }
 
     /// Whether this rule's keys match an image's values (a torch series matches its releases).
-    pub fn matches(
+    pub(crate) fn matches(
         &self,
         torch: &str,
         cuda: &str,
@@ -180,11 +180,11 @@ impl CellRule {
 /// first passing result moves them, as a build that tests on its own GPU always did.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct TestPolicy {
+pub(crate) struct TestPolicy {
     /// GPU models as words of the name CUDA reports (`H100` matches `NVIDIA H100 80GB HBM3`,
     /// `H100 NVL` needs both words, `A100` matches `NVIDIA A100-SXM4-80GB`); case does not matter.
     #[serde(default)]
-    pub require: Vec<String>,
+    pub(crate) require: Vec<String>,
 }
 
 /// The longest GPU model name a policy may hold.
@@ -212,23 +212,23 @@ fn check_gpu_model(model: &str) -> Result<(), String> {
 /// Tag settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct TagSettings {
+pub(crate) struct TagSettings {
     /// The immutable full tag. Placeholders: {torch} {torch_series} {cuda} {cudnn_major} {cudnn}
     /// {python} {variant} {os}, and two the manifest decides: {revision} (1, or the next number
     /// when the content under the rest of the tag changed) and {date} (YYYYMMDD of the day the
     /// content was first built).
     #[serde(default = "default_full_tag")]
-    pub full: String,
+    pub(crate) full: String,
     /// The OS that short aliases (without an OS suffix) and `latest` point at; the newest OS of
     /// the matrix when absent.
     #[serde(default)]
-    pub default_os: Option<OsName>,
+    pub(crate) default_os: Option<OsName>,
     /// The Python that aliases point at when the matrix has several; the newest when absent.
     #[serde(default)]
-    pub default_python: Option<VersionText>,
+    pub(crate) default_python: Option<VersionText>,
     /// Whether to give the newest stable torch with its default CUDA the `latest` alias.
     #[serde(default = "default_true")]
-    pub latest: bool,
+    pub(crate) latest: bool,
 }
 
 impl Default for TagSettings {
@@ -255,34 +255,34 @@ fn default_true() -> bool {
 /// NVIDIA's CUDA repository), the Python package indexes and the base image registry.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Mirrors {
+pub(crate) struct Mirrors {
     /// Base of the torch wheel indexes; `/cu126` etc. is appended. Default download.pytorch.org/whl.
     #[serde(default)]
-    pub torch_index: Option<String>,
+    pub(crate) torch_index: Option<String>,
     /// A plain PyPI-style index for everything else (and for torch with `torch_wheels: pypi`).
     /// Default: https://pypi.org/simple.
     #[serde(default)]
-    pub pip_index: Option<String>,
+    pub(crate) pip_index: Option<String>,
     /// An Ubuntu archive mirror replacing archive.ubuntu.com and security.ubuntu.com (amd64).
     #[serde(default)]
-    pub apt: Option<String>,
+    pub(crate) apt: Option<String>,
     /// An Ubuntu ports archive mirror replacing ports.ubuntu.com/ubuntu-ports (arm64).
     #[serde(default)]
-    pub apt_ports: Option<String>,
+    pub(crate) apt_ports: Option<String>,
     /// A Debian archive mirror replacing deb.debian.org/debian (Debian bases).
     #[serde(default)]
-    pub debian: Option<String>,
+    pub(crate) debian: Option<String>,
     /// A Debian security archive mirror replacing deb.debian.org/debian-security and
     /// security.debian.org/debian-security.
     #[serde(default)]
-    pub debian_security: Option<String>,
+    pub(crate) debian_security: Option<String>,
     /// A mirror of NVIDIA's CUDA apt repositories replacing
     /// https://developer.download.nvidia.com/compute/cuda/repos (nvidia/cuda bases configure it).
     #[serde(default)]
-    pub nvidia_apt: Option<String>,
+    pub(crate) nvidia_apt: Option<String>,
     /// A registry prefix for the base images (`nvidia/cuda`), e.g. `mirror.example.com/dockerhub`.
     #[serde(default)]
-    pub base_registry: Option<String>,
+    pub(crate) base_registry: Option<String>,
 }
 
 /// The base image of runtime images: one reference or pattern for every cell, or one per OS.
@@ -290,7 +290,7 @@ pub struct Mirrors {
 /// (amd64, arm64).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
-pub enum BaseImageRule {
+pub(crate) enum BaseImageRule {
     Pattern(String),
     /// OS name → reference or pattern; cells of other OSes build on nvidia/cuda.
     ByOs(BTreeMap<String, String>),
@@ -299,10 +299,10 @@ pub enum BaseImageRule {
 /// The values a base image pattern can use.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct BaseImageFields<'a> {
-    pub cuda: &'a str,
-    pub cuda_full: &'a str,
-    pub os: &'a str,
-    pub arch: &'a str,
+    pub(crate) cuda: &'a str,
+    pub(crate) cuda_full: &'a str,
+    pub(crate) os: &'a str,
+    pub(crate) arch: &'a str,
 }
 
 /// The placeholders of base image patterns.
@@ -339,9 +339,9 @@ impl BaseImageRule {
 /// Base image overrides: use these instead of nvidia/cuda (internal bases, a Debian base, tests).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct BaseImages {
+pub(crate) struct BaseImages {
     #[serde(default)]
-    pub runtime: Option<BaseImageRule>,
+    pub(crate) runtime: Option<BaseImageRule>,
 }
 
 impl BaseImages {
@@ -365,103 +365,103 @@ impl BaseImages {
 #[serde(deny_unknown_fields)]
 pub struct Matrix {
     /// Registry host, e.g. `ghcr.io` or `127.0.0.1:5000`.
-    pub registry: String,
+    pub(crate) registry: String,
     /// Repository within the registry, e.g. `acme/pytorch`.
-    pub repository: String,
-    pub torch: Vec<VersionText>,
-    pub cuda: Vec<VersionText>,
+    pub(crate) repository: String,
+    pub(crate) torch: Vec<VersionText>,
+    pub(crate) cuda: Vec<VersionText>,
     /// cuDNN versions or majors; absent means the one the torch wheel bundles.
     #[serde(default)]
-    pub cudnn: Vec<VersionText>,
+    pub(crate) cudnn: Vec<VersionText>,
     /// Python versions; absent means the Python the OS ships.
     #[serde(default)]
-    pub python: Vec<VersionText>,
-    pub os: Vec<OsName>,
+    pub(crate) python: Vec<VersionText>,
+    pub(crate) os: Vec<OsName>,
     #[serde(default = "default_variants")]
-    pub variants: Vec<Variant>,
+    pub(crate) variants: Vec<Variant>,
     /// Target platforms. With more than `linux/amd64`, each image is built per platform under a
     /// `-amd64`/`-arm64` suffixed tag and `imagegen publish` assembles the full tag and its aliases
     /// as OCI image indexes.
     #[serde(default = "default_platforms")]
-    pub platforms: Vec<Platform>,
+    pub(crate) platforms: Vec<Platform>,
     #[serde(default)]
-    pub include: Vec<CellRule>,
+    pub(crate) include: Vec<CellRule>,
     #[serde(default)]
-    pub exclude: Vec<CellRule>,
+    pub(crate) exclude: Vec<CellRule>,
     #[serde(default)]
-    pub tags: TagSettings,
+    pub(crate) tags: TagSettings,
     #[serde(default)]
-    pub mirrors: Mirrors,
+    pub(crate) mirrors: Mirrors,
     /// Extra OCI labels for every image (`org.opencontainers.image.vendor`, ...).
     #[serde(default)]
-    pub labels: BTreeMap<String, String>,
+    pub(crate) labels: BTreeMap<String, String>,
     /// Allow knowledge entries marked `verified: false` (e.g. CUDA 13.2 driver minimum).
     #[serde(default)]
-    pub allow_unverified: bool,
+    pub(crate) allow_unverified: bool,
     /// A directory whose templates replace the embedded ones (`runtime.Dockerfile.j2`, ...),
     /// relative to the matrix file.
     #[serde(default)]
-    pub templates: Option<PathBuf>,
+    pub(crate) templates: Option<PathBuf>,
     #[serde(default)]
-    pub base_images: BaseImages,
+    pub(crate) base_images: BaseImages,
     /// Where torch comes from: PyTorch's index (`pytorch`, default) or a plain PyPI-style index
     /// (`pypi`).
     #[serde(default)]
-    pub torch_wheels: TorchWheels,
+    pub(crate) torch_wheels: TorchWheels,
     /// Where devel images get nvcc: NVIDIA's apt repository (`apt`, default) or PyPI (`pypi`).
     #[serde(default)]
-    pub devel_toolkit: DevelToolkit,
+    pub(crate) devel_toolkit: DevelToolkit,
     /// Where images install their wheels from: the host-side cache (`cache`, default) or the
     /// indexes, by pip inside the build (`index`).
     #[serde(default)]
-    pub wheels: WheelSource,
+    pub(crate) wheels: WheelSource,
     /// A PEM file of CA certificates (a TLS-intercepting proxy's), relative to the matrix file:
     /// copied into each build context and installed into the image's system store, where it stays.
     #[serde(default)]
-    pub ca_bundle: Option<PathBuf>,
+    pub(crate) ca_bundle: Option<PathBuf>,
     /// Whether every image installs its Python packages from a lock (`images/<name>/requirements.lock`).
     /// Default: yes when an embedded runtime or devel template is in use (they install from it);
     /// with templates of your own, `lock: true` makes imagegen lock and check them too.
     #[serde(default)]
-    pub lock: Option<bool>,
+    pub(crate) lock: Option<bool>,
     /// A cell whose OS release or nvidia/cuda image set is past (or within 90 days of) its end
     /// of life: `warn` (default) or `refuse`.
     #[serde(default)]
-    pub end_of_life: crate::model::axes::EndOfLifePolicy,
+    pub(crate) end_of_life: crate::model::axes::EndOfLifePolicy,
     /// Which GPU models must pass the self-test before aliases move (`tests: {require: [H100]}`).
     #[serde(default)]
-    pub tests: TestPolicy,
+    pub(crate) tests: TestPolicy,
     // The team's own additions for every image (see `model::extensions`).
     /// Extra requirements (PEP 508) resolved into the image's lock with torch (see
     /// `model::extensions`).
     #[serde(default)]
-    pub pip: Vec<String>,
+    pub(crate) pip: Vec<String>,
     /// Package indexes of the team's own (URLs without credentials).
     #[serde(default)]
-    pub extra_indexes: Vec<ExtraIndex>,
+    pub(crate) extra_indexes: Vec<ExtraIndex>,
     /// Extra Debian/Ubuntu packages.
     #[serde(default)]
-    pub apt: Vec<String>,
+    pub(crate) apt: Vec<String>,
     /// A Dockerfile fragment under the project, placed after the lock install.
     #[serde(default)]
-    pub steps: Option<PathBuf>,
+    pub(crate) steps: Option<PathBuf>,
     #[serde(default)]
-    pub env: BTreeMap<String, String>,
+    pub(crate) env: BTreeMap<String, String>,
     /// The non-root user the image runs as.
     #[serde(default)]
-    pub user: Option<ImageUser>,
+    pub(crate) user: Option<ImageUser>,
     #[serde(default)]
-    pub workdir: Option<String>,
+    pub(crate) workdir: Option<String>,
     /// Images built FROM each runtime image, by name (`jupyter`, `ssh` built in; see
     /// `model::flavours`). None unless the matrix names them.
     #[serde(default)]
-    pub flavours: BTreeMap<String, FlavourDefinition>,
+    pub(crate) flavours: BTreeMap<String, FlavourDefinition>,
     /// `file:line` of each `include` entry, so rejections can point at the rule that made them.
     #[serde(skip)]
-    pub include_locations: Vec<String>,
+    pub(crate) include_locations: Vec<String>,
     /// Where each key and value is in the file (`torch[1]`, `include[0].cuda`).
     #[serde(skip)]
-    pub locations: Locations,
+    pub(crate) locations: Locations,
 }
 
 fn default_variants() -> Vec<Variant> {
@@ -474,7 +474,7 @@ fn default_platforms() -> Vec<Platform> {
 
 impl Matrix {
     /// The additions the matrix makes to every image (the labels apart: they are `labels`).
-    pub fn extensions(&self) -> Extensions {
+    pub(crate) fn extensions(&self) -> Extensions {
         Extensions {
             pip: self.pip.clone(),
             extra_indexes: self.extra_indexes.clone(),
@@ -942,7 +942,7 @@ impl Matrix {
 
 impl Matrix {
     /// The flavours the matrix names, in name order.
-    pub fn flavours(&self) -> Vec<Flavour> {
+    pub(crate) fn flavours(&self) -> Vec<Flavour> {
         self.flavours
             .iter()
             .map(|(name, definition)| Flavour::new(name, definition))
@@ -1020,7 +1020,7 @@ impl Matrix {
     }
 
     /// Each axis by its key, as text (empty when an optional axis is absent).
-    pub fn axes(&self) -> Vec<(&'static str, Vec<String>)> {
+    pub(crate) fn axes(&self) -> Vec<(&'static str, Vec<String>)> {
         let text = |values: &[VersionText]| values.iter().map(|v| v.to_string()).collect();
         vec![
             ("torch", text(&self.torch)),

@@ -17,7 +17,7 @@ pub(crate) fn edit_distance(left: &str, right: &str) -> usize {
 }
 
 /// Up to `limit` of `candidates`, closest to `wanted` first (ties by name), without repeats.
-pub fn closest<'a>(
+pub(crate) fn closest<'a>(
     wanted: &str,
     candidates: impl IntoIterator<Item = &'a str>,
     limit: usize,

@@ -17,16 +17,16 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("`{text}` is not a valid {kind} version: {why}")]
 pub struct VersionError {
-    pub text: String,
-    pub kind: &'static str,
-    pub why: String,
+    pub(crate) text: String,
+    pub(crate) kind: &'static str,
+    pub(crate) why: String,
 }
 
 /// A version made of 1 to `max_parts` numeric components separated by dots. Ordering compares the
 /// components numerically, padding the shorter one with zeros (`12.6` == `12.6.0`); the original
 /// text is kept for display, so `535.104.05` prints as written.
 #[derive(Debug, Clone)]
-pub struct DottedVersion {
+pub(crate) struct DottedVersion {
     parts: Vec<u64>,
     text: String,
 }
@@ -74,17 +74,17 @@ impl DottedVersion {
     }
 
     /// The numeric components as parsed.
-    pub fn parts(&self) -> &[u64] {
+    pub(crate) fn parts(&self) -> &[u64] {
         &self.parts
     }
 
     /// The component at `index`, 0 when absent.
-    pub fn part(&self, index: usize) -> u64 {
+    pub(crate) fn part(&self, index: usize) -> u64 {
         self.parts.get(index).copied().unwrap_or(0)
     }
 
     /// The text as the user or the data file wrote it.
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.text
     }
 
@@ -95,7 +95,7 @@ impl DottedVersion {
 
     /// True when every component of `prefix` equals the same component here
     /// (`9` and `9.5` are prefixes of `9.5.1.17`).
-    pub fn starts_with(&self, prefix: &DottedVersion) -> bool {
+    pub(crate) fn starts_with(&self, prefix: &DottedVersion) -> bool {
         prefix.parts.len() <= self.parts.len()
             && prefix.parts.iter().zip(&self.parts).all(|(a, b)| a == b)
     }
@@ -133,7 +133,7 @@ impl fmt::Display for DottedVersion {
 pub struct DriverVersion(DottedVersion);
 
 impl DriverVersion {
-    pub fn parse(text: &str) -> Result<Self, VersionError> {
+    pub(crate) fn parse(text: &str) -> Result<Self, VersionError> {
         let version = DottedVersion::parse_kind(text, "NVIDIA driver", 3)?;
         if version.part(0) < 100 {
             return Err(VersionError {
@@ -146,16 +146,16 @@ impl DriverVersion {
     }
 
     /// The driver branch (`535` for `535.104.05`).
-    pub fn branch(&self) -> u64 {
+    pub(crate) fn branch(&self) -> u64 {
         self.0.part(0)
     }
 
     /// Component `index` (branch, minor, revision), 0 when absent (`570.26` has revision 0).
-    pub fn part(&self, index: usize) -> u64 {
+    pub(crate) fn part(&self, index: usize) -> u64 {
         self.0.part(index)
     }
 
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         self.0.as_str()
     }
 }
@@ -202,12 +202,12 @@ impl<'de> serde::Deserialize<'de> for DriverVersion {
 /// `is_series` set, so the resolver can pick the newest known patch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct TorchVersion {
-    pub version: semver::Version,
-    pub is_series: bool,
+    pub(crate) version: semver::Version,
+    pub(crate) is_series: bool,
 }
 
 impl TorchVersion {
-    pub fn parse(text: &str) -> Result<Self, VersionError> {
+    pub(crate) fn parse(text: &str) -> Result<Self, VersionError> {
         let dotted = DottedVersion::parse_kind(text, "torch", 3)?;
         let error = |why: &str| VersionError {
             text: text.to_string(),
@@ -228,7 +228,7 @@ impl TorchVersion {
     }
 
     /// `major.minor`, the series this release belongs to.
-    pub fn series(&self) -> String {
+    pub(crate) fn series(&self) -> String {
         format!("{}.{}", self.version.major, self.version.minor)
     }
 }
@@ -257,7 +257,7 @@ impl TorchText {
         Ok(TorchText(written, torch))
     }
 
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         self.0.as_str()
     }
 
@@ -306,17 +306,17 @@ pub struct VersionText(String, DottedVersion);
 
 impl VersionText {
     /// A version as written (digits and dots, at most four parts), refused with the reason.
-    pub fn parse(text: &str) -> Result<VersionText, VersionError> {
+    pub(crate) fn parse(text: &str) -> Result<VersionText, VersionError> {
         let parsed = DottedVersion::parse_kind(text, "", 4)?;
         Ok(VersionText(text.to_string(), parsed))
     }
 
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
 
     /// The text of a parsed version (a Python release, a padded torch series).
-    pub fn of(version: &DottedVersion) -> VersionText {
+    pub(crate) fn of(version: &DottedVersion) -> VersionText {
         VersionText(version.to_string(), version.clone())
     }
 
@@ -423,7 +423,7 @@ impl OsFamily {
 impl OsName {
     /// An OS name as written, `ubuntuYY.MM` or `debianN`; anything else is refused with how to
     /// write it.
-    pub fn parse(text: &str) -> Result<OsName, String> {
+    pub(crate) fn parse(text: &str) -> Result<OsName, String> {
         let ubuntu = text.strip_prefix("ubuntu").and_then(|rest| {
             DottedVersion::parse_kind(rest, "Ubuntu", 2)
                 .ok()
@@ -445,7 +445,7 @@ impl OsName {
         }
     }
 
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
 
@@ -565,11 +565,11 @@ read_as_text!(VersionText, ComputeCapability, OsName);
 /// with `+PTX` where PTX for it is compiled in too (`12.0+PTX`). Checked when the knowledge loads.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(transparent)]
-pub struct ComputeCapability(String);
+pub(crate) struct ComputeCapability(String);
 
 impl ComputeCapability {
     /// `major.minor`, optionally `+PTX`; anything else is refused with the reason.
-    pub fn parse(text: &str) -> Result<ComputeCapability, VersionError> {
+    pub(crate) fn parse(text: &str) -> Result<ComputeCapability, VersionError> {
         let number = text.strip_suffix("+PTX").unwrap_or(text);
         let parsed = DottedVersion::parse_kind(number, "compute capability", 2).map_err(|e| {
             VersionError {
@@ -587,7 +587,7 @@ impl ComputeCapability {
         Ok(ComputeCapability(text.to_string()))
     }
 
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
 }

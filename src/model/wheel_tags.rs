@@ -6,19 +6,19 @@
 
 /// The Python and platform of one image's lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Target {
+pub(crate) struct Target {
     /// `3.12` as (3, 12).
-    pub python: (u32, u32),
+    pub(crate) python: (u32, u32),
     /// `x86_64` or `aarch64`.
-    pub machine: String,
+    pub(crate) machine: String,
     /// The glibc the platform allows, `manylinux_2_39` as (2, 39).
-    pub glibc: (u32, u32),
+    pub(crate) glibc: (u32, u32),
 }
 
 impl Target {
     /// The target of a lock's `python` (`3.12`) and `python_platform` (`x86_64-manylinux_2_39`);
     /// `None` when either is not in that form.
-    pub fn parse(python: &str, python_platform: &str) -> Option<Target> {
+    pub(crate) fn parse(python: &str, python_platform: &str) -> Option<Target> {
         let (major, minor) = python.split_once('.')?;
         let (machine, manylinux) = python_platform.split_once('-')?;
         let (glibc_major, glibc_minor) = manylinux.strip_prefix("manylinux_")?.split_once('_')?;

@@ -18,13 +18,13 @@ use saphyr_parser::{Event, Parser, Span};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Limits {
     /// Bytes of the file.
-    pub bytes: usize,
+    pub(crate) bytes: usize,
     /// Characters of the document with every alias replaced by the node it names.
-    pub expanded: usize,
+    pub(crate) expanded: usize,
     /// Lists and mappings inside each other.
-    pub depth: usize,
+    pub(crate) depth: usize,
     /// Entries of one list or mapping.
-    pub entries: usize,
+    pub(crate) entries: usize,
 }
 
 /// The limits of the matrix and of knowledge files (documented in the README).
@@ -37,9 +37,9 @@ pub(crate) const LIMITS: Limits = Limits {
 
 /// A position in the file: 1-based line and column (in characters).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Position {
-    pub line: usize,
-    pub column: usize,
+pub(crate) struct Position {
+    pub(crate) line: usize,
+    pub(crate) column: usize,
 }
 
 impl Position {
@@ -53,10 +53,10 @@ impl Position {
 
 /// Why a YAML input was refused, with where and (when the user can act) what to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Problem {
-    pub at: Option<Position>,
-    pub message: String,
-    pub hint: Option<String>,
+pub(crate) struct Problem {
+    pub(crate) at: Option<Position>,
+    pub(crate) message: String,
+    pub(crate) hint: Option<String>,
 }
 
 impl Problem {
@@ -72,27 +72,27 @@ impl Problem {
 /// One node of the document: its path (`torch[1]`, `include[0].cuda`), where its key and its
 /// value start, and its text when it is a scalar.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Entry {
-    pub path: String,
+pub(crate) struct Entry {
+    pub(crate) path: String,
     /// The key of a mapping value (`cuda:`), `None` for list items and the root.
-    pub key_at: Option<Position>,
-    pub at: Position,
-    pub scalar: Option<String>,
+    pub(crate) key_at: Option<Position>,
+    pub(crate) at: Position,
+    pub(crate) scalar: Option<String>,
 }
 
 /// Where everything in a file is, in document order (the first document only; nodes under an
 /// alias are found at the alias).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Locations {
+pub(crate) struct Locations {
     /// The file, as messages name it.
-    pub file: String,
-    pub entries: Vec<Entry>,
+    pub(crate) file: String,
+    pub(crate) entries: Vec<Entry>,
 }
 
 impl Locations {
     /// The node at `path`, or else the nearest enclosing node that exists (`torch[3]` under an
     /// alias is found at `torch`).
-    pub fn find(&self, path: &str) -> Option<&Entry> {
+    pub(crate) fn find(&self, path: &str) -> Option<&Entry> {
         let mut wanted = path;
         loop {
             if let Some(entry) = self.entries.iter().find(|e| e.path == wanted) {
@@ -104,7 +104,7 @@ impl Locations {
     }
 
     /// Where the value at `path` starts.
-    pub fn value_at(&self, path: &str) -> Option<Position> {
+    pub(crate) fn value_at(&self, path: &str) -> Option<Position> {
         self.find(path).map(|entry| entry.at)
     }
 
@@ -170,7 +170,7 @@ fn too_large(limits: &Limits) -> Problem {
 }
 
 /// The text of `bytes`, or where its first byte that is not UTF-8 is.
-pub fn decode(bytes: &[u8]) -> Result<&str, Problem> {
+pub(crate) fn decode(bytes: &[u8]) -> Result<&str, Problem> {
     std::str::from_utf8(bytes).map_err(|error| {
         let valid = &bytes[..error.valid_up_to()];
         let line = valid.iter().filter(|b| **b == b'\n').count() + 1;

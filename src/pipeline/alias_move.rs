@@ -28,7 +28,7 @@ use crate::model::digest::Digest;
 pub(crate) type Claim = Box<dyn Send + Sync>;
 
 /// The registry side of an alias move.
-pub trait AliasRegistry: Send + Sync {
+pub(crate) trait AliasRegistry: Send + Sync {
     /// What the registry serves for `repository:alias` now; `None` when there is no such tag.
     fn served(
         &self,
@@ -46,7 +46,7 @@ pub trait AliasRegistry: Send + Sync {
 }
 
 /// The record side of an alias move.
-pub trait AliasLedger: Send + Sync {
+pub(crate) trait AliasLedger: Send + Sync {
     /// Waits until no other run moves `alias` (in this manifest), and keeps others out until the
     /// claim is dropped.
     fn hold_alias(&self, alias: &str) -> impl Future<Output = Result<Claim>> + Send;
@@ -57,9 +57,9 @@ pub trait AliasLedger: Send + Sync {
 /// One move to make.
 #[derive(Debug, Clone)]
 pub(crate) struct AliasRequest<'a> {
-    pub repository: &'a str,
-    pub target: AliasTarget<'a>,
-    pub owner: &'a Owner,
+    pub(crate) repository: &'a str,
+    pub(crate) target: AliasTarget<'a>,
+    pub(crate) owner: &'a Owner,
 }
 
 /// What came of a move.
@@ -142,7 +142,7 @@ where
 }
 
 #[cfg(test)]
-pub mod test_support {
+pub(crate) mod test_support {
     //! An alias registry and ledger in memory, for the tests of the step and of the executor.
 
     use std::collections::{BTreeMap, BTreeSet};
@@ -153,9 +153,9 @@ pub mod test_support {
     /// A registry in memory: what each alias serves; aliases in `fail` cannot be stored.
     #[derive(Default)]
     pub(crate) struct MemoryRegistry {
-        pub served: Mutex<BTreeMap<String, Digest>>,
-        pub fail: BTreeSet<String>,
-        pub calls: Mutex<Vec<String>>,
+        pub(crate) served: Mutex<BTreeMap<String, Digest>>,
+        pub(crate) fail: BTreeSet<String>,
+        pub(crate) calls: Mutex<Vec<String>>,
     }
 
     impl AliasRegistry for MemoryRegistry {

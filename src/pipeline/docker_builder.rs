@@ -44,23 +44,23 @@ const SELFTEST_PATH: &str = "/usr/local/bin/gpu-selftest";
 pub(crate) const BUILD_KEY_LABEL: &str = "imagegen.build-key";
 /// The label on every container a run starts (self-test, package listing): its value names the
 /// run, so the run's cleanup finds exactly its own containers.
-pub const RUN_LABEL: &str = "imagegen.run";
+pub(crate) const RUN_LABEL: &str = "imagegen.run";
 /// `/dev/shm` for the self-test container: NCCL and DataLoader workers need more than Docker's 64 MiB.
 const SELFTEST_SHM_BYTES: i64 = 8 << 30;
 const SELFTEST_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// The build context of every image, assembled before the first Docker call.
 pub(crate) struct Contexts {
-    pub tars: BTreeMap<String, Vec<u8>>,
+    pub(crate) tars: BTreeMap<String, Vec<u8>>,
     /// The gpu-selftest each context carries, by image name, as the package record lists it.
-    pub binaries: BTreeMap<String, BinaryRecord>,
+    pub(crate) binaries: BTreeMap<String, BinaryRecord>,
     /// sha256 of each gpu-selftest binary the contexts hold, by its name (`gpu-selftest-cu12`),
     /// for the images' provenance.
-    pub selftest_digests: BTreeMap<String, Digest>,
+    pub(crate) selftest_digests: BTreeMap<String, Digest>,
     /// The cached wheels each image's context gets under `wheels/` when it is sent, read from
     /// disk then (the tars above stay small; the lock in each names what these are), with the
     /// small files beside them (`SOURCES`).
-    pub wheels: BTreeMap<String, ContextWheels>,
+    pub(crate) wheels: BTreeMap<String, ContextWheels>,
 }
 
 impl Contexts {
@@ -121,7 +121,7 @@ impl Contexts {
     }
 
     /// sha256 of each context, for build keys.
-    pub fn digests(&self) -> BTreeMap<String, Digest> {
+    pub(crate) fn digests(&self) -> BTreeMap<String, Digest> {
         self.tars
             .iter()
             .map(|(name, tar)| (name.clone(), Digest::of(tar)))
@@ -132,25 +132,25 @@ impl Contexts {
 /// Settings of the Docker builder.
 pub(crate) struct EngineBuilderSettings {
     /// Labels added at build time (created, revision): they are not part of the Dockerfile.
-    pub build_labels: BTreeMap<String, String>,
+    pub(crate) build_labels: BTreeMap<String, String>,
     /// This run pushes: check the registry for an image with the same build key, and keep each
     /// normalized image in memory until it is pushed.
-    pub check_registry: bool,
+    pub(crate) check_registry: bool,
     /// `/dev/shm` size of the self-test container.
-    pub selftest_shm_bytes: i64,
+    pub(crate) selftest_shm_bytes: i64,
     /// Retries of registry lookups (pushes use the engine's own policy).
-    pub registry_retry: RetryPolicy,
+    pub(crate) registry_retry: RetryPolicy,
     /// Deadline of each registry request.
-    pub registry_timeout: Duration,
+    pub(crate) registry_timeout: Duration,
     /// How long one image's build may take.
-    pub build_timeout: Duration,
+    pub(crate) build_timeout: Duration,
     /// The value of [`RUN_LABEL`] on this run's containers.
-    pub run_id: String,
+    pub(crate) run_id: String,
     /// A gpu-selftest baseline (its JSON), handed to every self-test as `GPU_SELFTEST_BASELINE`.
-    pub selftest_baseline: Option<String>,
+    pub(crate) selftest_baseline: Option<String>,
     /// Where each build step's image is written down as it is made, so that a later run can
     /// remove what this one leaves if it is killed mid-build.
-    pub journal: Option<Arc<RunJournal>>,
+    pub(crate) journal: Option<Arc<RunJournal>>,
 }
 
 impl Default for EngineBuilderSettings {
@@ -197,7 +197,7 @@ pub(crate) struct EngineBuilder {
 type BaseImage = OnceCell<Result<(), String>>;
 
 impl EngineBuilder {
-    pub fn new(
+    pub(crate) fn new(
         engine: Engine,
         contexts: Contexts,
         progress: Arc<Progress>,
@@ -958,26 +958,26 @@ fn registry_digest(text: &str, repository: &str) -> Result<Digest> {
 /// run as `build` runs it (all GPUs, the baseline through the environment), with the digest and
 /// the node named to gpu-selftest so that its report says what it judged and where.
 pub(crate) struct DigestTester {
-    pub engine: Engine,
-    pub registries: Registries,
+    pub(crate) engine: Engine,
+    pub(crate) registries: Registries,
     /// The value of [`RUN_LABEL`] on its containers.
-    pub run_id: String,
+    pub(crate) run_id: String,
     /// The node name handed to gpu-selftest (`GPU_SELFTEST_NODE_NAME`).
-    pub node: String,
+    pub(crate) node: String,
     /// A baseline (its JSON), handed as `GPU_SELFTEST_BASELINE`.
-    pub baseline: Option<String>,
+    pub(crate) baseline: Option<String>,
 }
 
 impl DigestTester {
     /// What the registry serves for `repository:tag` now.
-    pub async fn served(&self, repository: &str, tag: &str) -> Result<Option<Digest>> {
+    pub(crate) async fn served(&self, repository: &str, tag: &str) -> Result<Option<Digest>> {
         RegistryAliases(&self.registries)
             .served(repository, tag)
             .await
     }
 
     /// Pulls `repository@digest` with the user's credentials.
-    pub async fn pull(&self, repository: &str, digest: &Digest) -> Result<String> {
+    pub(crate) async fn pull(&self, repository: &str, digest: &Digest) -> Result<String> {
         let reference = format!("{repository}@{digest}");
         let credentials = self.registries.credentials(repository)?;
         self.engine
@@ -987,12 +987,12 @@ impl DigestTester {
     }
 
     /// Whether the daemon offers GPUs to containers.
-    pub async fn gpus(&self) -> bool {
+    pub(crate) async fn gpus(&self) -> bool {
         self.engine.gpu_runtime_available().await.unwrap_or(false)
     }
 
     /// Runs gpu-selftest in `reference` (pulled by digest); `name` labels the container.
-    pub async fn test(
+    pub(crate) async fn test(
         &self,
         reference: &str,
         digest: &Digest,

@@ -14,12 +14,12 @@ use crate::model::digest::Digest;
 /// What one file of a layer is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct FileFacts {
-    pub size: u64,
-    pub mode: u32,
+    pub(crate) size: u64,
+    pub(crate) mode: u32,
     /// `f` file, `d` directory, `l` symlink, `h` hard link, `o` other.
-    pub kind: char,
+    pub(crate) kind: char,
     /// sha256 of the content, or of the link target for links.
-    pub content: Digest,
+    pub(crate) content: Digest,
 }
 
 /// Every entry of a layer tar by path (leading `./` and `/` dropped).
@@ -64,16 +64,16 @@ pub(crate) fn layer_files(layer: &[u8]) -> Result<BTreeMap<String, FileFacts>> {
 
 /// One layer of an image as `diff-build` compares it.
 pub(crate) struct LayerListing {
-    pub diff_id: Digest,
+    pub(crate) diff_id: Digest,
     /// The history step that made it (`created_by`), when the config says.
-    pub step: Option<String>,
-    pub files: BTreeMap<String, FileFacts>,
+    pub(crate) step: Option<String>,
+    pub(crate) files: BTreeMap<String, FileFacts>,
 }
 
 /// An image as `diff-build` compares it: its config and its layers' files.
 pub(crate) struct ImageListing {
-    pub config: Value,
-    pub layers: Vec<LayerListing>,
+    pub(crate) config: Value,
+    pub(crate) layers: Vec<LayerListing>,
 }
 
 /// Reads a `docker save` archive into an [`ImageListing`], one layer in memory at a time.

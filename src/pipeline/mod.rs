@@ -2,14 +2,14 @@
 //! (`executor`), and the Docker adapter that implements it (`docker_builder`), with the build
 //! output for people (`progress`). Bollard types never leave the `docker` module.
 
-pub mod alias_move;
-pub mod docker_builder;
-pub mod executor;
-pub mod image_diff;
-pub mod normalize;
-pub mod plan;
-pub mod planned;
-pub mod progress;
-pub mod record;
-pub mod results;
-pub mod selftest;
+pub(crate) mod alias_move;
+pub(crate) mod docker_builder;
+pub(crate) mod executor;
+pub(crate) mod image_diff;
+pub(crate) mod normalize;
+pub(crate) mod plan;
+pub(crate) mod planned;
+pub(crate) mod progress;
+pub(crate) mod record;
+pub(crate) mod results;
+pub(crate) mod selftest;

@@ -83,20 +83,20 @@ pub(crate) fn epoch_of_created(created: Option<&str>) -> u64 {
 /// One layer as pushed: the gzip blob, its digest, the uncompressed digest (diff_id) and size.
 #[derive(Clone)]
 pub(crate) struct NormalizedLayer {
-    pub gzip: Vec<u8>,
-    pub digest: Digest,
-    pub diff_id: Digest,
-    pub unpacked_size: u64,
+    pub(crate) gzip: Vec<u8>,
+    pub(crate) digest: Digest,
+    pub(crate) diff_id: Digest,
+    pub(crate) unpacked_size: u64,
 }
 
 /// A normalized image: config, layers, and the registry manifest that names them.
 #[derive(Clone)]
 pub(crate) struct NormalizedImage {
-    pub config: Vec<u8>,
-    pub config_digest: Digest,
-    pub layers: Vec<NormalizedLayer>,
-    pub manifest: Vec<u8>,
-    pub manifest_digest: Digest,
+    pub(crate) config: Vec<u8>,
+    pub(crate) config_digest: Digest,
+    pub(crate) layers: Vec<NormalizedLayer>,
+    pub(crate) manifest: Vec<u8>,
+    pub(crate) manifest_digest: Digest,
 }
 
 impl NormalizedImage {

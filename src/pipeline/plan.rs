@@ -10,11 +10,11 @@ use crate::history::manifest::{Manifest, RecordStatus, TestStatus};
 use crate::history::test_results::{judge, results_of, waiting};
 use crate::history::upgrade::upgrade_plan;
 use crate::model::digest::Digest;
-pub use crate::pipeline::planned::{Plan, PlannedImage};
+pub(crate) use crate::pipeline::planned::{Plan, PlannedImage};
 use crate::resolve::fingerprint::fingerprint;
 use crate::resolve::image::ImageSpec;
+pub(crate) use crate::resolve::select::Shard;
 pub(crate) use crate::resolve::select::{matches_filter, select_for_build, select_named};
-pub use crate::resolve::select::{select, Shard};
 
 /// The one plan: for `selected` images (of the matrix's `all`), each one's build key (from its
 /// fingerprint, the sha256 of its build context and its parent's build key), what the manifest
@@ -23,7 +23,7 @@ pub use crate::resolve::select::{select, Shard};
 /// guard ([`alias_guard`]) is evaluated here once per alias, and both parts read that verdict.
 /// Everything a build decides before its first Docker call is here, and `imagegen plan` prints
 /// this same value.
-pub fn plan(
+pub(crate) fn plan(
     all: &[ImageSpec],
     selected: &[ImageSpec],
     context_digests: &BTreeMap<String, Digest>,
@@ -123,6 +123,7 @@ fn alias_holds<'a>(
 mod tests {
     use super::*;
     use crate::pipeline::record::test_support::{manifest_with, specs_for};
+    use crate::resolve::select::select;
 
     fn specs() -> Vec<ImageSpec> {
         crate::resolve::test_images("registry: r.example\nrepository: t/p\ntorch: [\"2.7\", \"2.8\"]\ncuda: [\"12.6\", \"12.8\"]\nos: [ubuntu22.04, ubuntu24.04]\n")

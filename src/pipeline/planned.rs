@@ -11,40 +11,40 @@ use crate::resolve::image::ImageSpec;
 
 /// One image of the plan.
 #[derive(Debug, Clone, Serialize)]
-pub struct PlannedImage {
-    pub spec: ImageSpec,
+pub(crate) struct PlannedImage {
+    pub(crate) spec: ImageSpec,
     /// `repository:tag`.
-    pub reference: String,
+    pub(crate) reference: String,
     /// sha256 over the fingerprint, the exact build context and the parent's build key: an image
     /// carrying this key as a label is reused instead of rebuilt.
-    pub build_key: Digest,
+    pub(crate) build_key: Digest,
     /// The image that must be built first (devel → its runtime).
-    pub depends_on: Option<String>,
+    pub(crate) depends_on: Option<String>,
     /// Aliases this image may move to itself once it passed its test.
-    pub aliases: Vec<String>,
+    pub(crate) aliases: Vec<String>,
     /// The manifest says an image with this build key passed its self-test: a reused local image
     /// is not tested again.
-    pub passed_before: bool,
+    pub(crate) passed_before: bool,
     /// sha256 of the gpu-selftest baseline the self-test is judged against, if any.
-    pub selftest_baseline: Option<Digest>,
+    pub(crate) selftest_baseline: Option<Digest>,
     /// The digest the manifest records for this build key, if it was pushed before.
-    pub recorded_digest: Option<Digest>,
+    pub(crate) recorded_digest: Option<Digest>,
     /// The size the manifest records for this build key, if any.
-    pub recorded_size: Option<ImageSize>,
+    pub(crate) recorded_size: Option<ImageSize>,
     /// Aliases this image earns but may not take (they would move backwards), with why.
-    pub aliases_blocked: Vec<(String, String)>,
+    pub(crate) aliases_blocked: Vec<(String, String)>,
     /// What the test policy (`tests.require`) still wants before this image's aliases move,
     /// judged on the results the manifest records for this build key: GPU models without a
     /// passing result, `any GPU`, or nothing.
-    pub tests_missing: Vec<String>,
+    pub(crate) tests_missing: Vec<String>,
 }
 
 /// The whole plan: the images to build, in build order, and what that changes compared with
 /// the manifest (the review `imagegen plan` prints), from one computation.
 #[derive(Debug, Clone, Serialize)]
-pub struct Plan {
-    pub images: Vec<PlannedImage>,
+pub(crate) struct Plan {
+    pub(crate) images: Vec<PlannedImage>,
     /// New and rebuilt images and why, alias moves and holds, rising driver minimums, images no
     /// longer produced: over every image of the matrix, not only those selected to build.
-    pub review: UpgradePlan,
+    pub(crate) review: UpgradePlan,
 }

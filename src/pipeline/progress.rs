@@ -30,7 +30,7 @@ pub(crate) struct Progress {
 
 impl Progress {
     /// Bars when `terminal` is true, plain lines otherwise; full logs under `log_dir`.
-    pub fn new(terminal: bool, log_dir: &Path) -> Progress {
+    pub(crate) fn new(terminal: bool, log_dir: &Path) -> Progress {
         let shown: std::sync::Arc<Mutex<Shown>> = Default::default();
         if !terminal {
             let quiet = std::env::var("IMAGEGEN_PROGRESS_SECONDS")
@@ -87,12 +87,12 @@ impl Progress {
     }
 
     /// The log file of `name`.
-    pub fn log_path(&self, name: &str) -> PathBuf {
+    pub(crate) fn log_path(&self, name: &str) -> PathBuf {
         self.log_dir.join(format!("{name}.log"))
     }
 
     /// An image starts (building, testing or pushing): opens its log and its bar.
-    pub fn start(&self, name: &str, what: &str) {
+    pub(crate) fn start(&self, name: &str, what: &str) {
         if std::fs::create_dir_all(&self.log_dir).is_ok() {
             // A fresh file, never through a link planted at its name (a write would follow it).
             let path = self.log_path(name);
@@ -151,7 +151,7 @@ impl Progress {
     }
 
     /// A line of output from `name`: always logged; shown when it is a step or a status line.
-    pub fn line(&self, name: &str, text: &str) {
+    pub(crate) fn line(&self, name: &str, text: &str) {
         let text = text.trim_end();
         if text.is_empty() {
             return;
@@ -183,12 +183,12 @@ impl Progress {
     }
 
     /// A stage of `name` begins (test, push, aliases).
-    pub fn stage(&self, name: &str, what: &str) {
+    pub(crate) fn stage(&self, name: &str, what: &str) {
         self.line(name, &format!("== {what}"));
     }
 
     /// `name` is done; `outcome` is a one-line summary.
-    pub fn finish(&self, name: &str, outcome: &str) {
+    pub(crate) fn finish(&self, name: &str, outcome: &str) {
         self.log(name, &format!("== {outcome}"));
         self.logs.lock().expect("log lock").remove(name);
         match &self.terminal {

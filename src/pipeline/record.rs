@@ -13,7 +13,7 @@ use crate::resolve::image::ImageSpec;
 /// Applies one result to the manifest: a built or reused image's record (keeping the test report
 /// and packages of the run that tested a reused build key), the aliases it moved, or a failure
 /// noted beside the last good record. An interrupted image changes nothing.
-pub fn record(
+pub(crate) fn record(
     manifest: &mut Manifest,
     planned: &PlannedImage,
     result: &ImageResult,
@@ -178,7 +178,7 @@ pub(crate) fn image_record(spec: &ImageSpec, build_key: &Digest, at: &str) -> Im
 
 /// What the tests of planning over a manifest (`pipeline::plan`, `history::upgrade`) start from.
 #[cfg(test)]
-pub mod test_support {
+pub(crate) mod test_support {
     use super::image_record;
     use crate::history::manifest::Manifest;
     use crate::model::digest::Digest;

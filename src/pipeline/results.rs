@@ -10,7 +10,7 @@ use crate::model::digest::Digest;
 /// What the self-test said.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "status", rename_all = "lowercase")]
-pub enum TestOutcome {
+pub(crate) enum TestOutcome {
     Pass {
         summary: String,
         report: Option<serde_json::Value>,
@@ -29,7 +29,7 @@ pub enum TestOutcome {
 }
 
 impl TestOutcome {
-    pub fn status(&self) -> TestStatus {
+    pub(crate) fn status(&self) -> TestStatus {
         match self {
             TestOutcome::Pass { .. } => TestStatus::Pass,
             TestOutcome::Fail { .. } => TestStatus::Fail,
@@ -38,7 +38,7 @@ impl TestOutcome {
         }
     }
 
-    pub fn summary(&self) -> &str {
+    pub(crate) fn summary(&self) -> &str {
         match self {
             TestOutcome::Pass { summary, .. }
             | TestOutcome::Fail { summary, .. }
@@ -47,7 +47,7 @@ impl TestOutcome {
         }
     }
 
-    pub fn report(&self) -> Option<&serde_json::Value> {
+    pub(crate) fn report(&self) -> Option<&serde_json::Value> {
         match self {
             TestOutcome::Pass { report, .. }
             | TestOutcome::Fail { report, .. }
@@ -59,7 +59,7 @@ impl TestOutcome {
 
 /// An image with the same build key that already exists.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Existing {
+pub(crate) enum Existing {
     /// In the local daemon, with this image id.
     Local(Digest),
     /// Already pushed to the registry, with this manifest digest (not present locally).
@@ -68,7 +68,7 @@ pub enum Existing {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Status {
+pub(crate) enum Status {
     Built,
     /// An image with the same build key already existed.
     Reused,
@@ -80,33 +80,33 @@ pub enum Status {
 
 /// What happened to one image.
 #[derive(Debug, Clone, Serialize)]
-pub struct ImageResult {
-    pub name: String,
-    pub status: Status,
-    pub image_id: Option<Digest>,
-    pub digest: Option<Digest>,
-    pub test: Option<TestOutcome>,
+pub(crate) struct ImageResult {
+    pub(crate) name: String,
+    pub(crate) status: Status,
+    pub(crate) image_id: Option<Digest>,
+    pub(crate) digest: Option<Digest>,
+    pub(crate) test: Option<TestOutcome>,
     /// The packages read from the image (not read again for an image reused with a passed test).
-    pub packages: Option<Packages>,
+    pub(crate) packages: Option<Packages>,
     /// Its size as pushed (see [`ImageSize`]): measured by this run, or as the manifest records
     /// it for this build key; `None` when neither knows.
-    pub size: Option<ImageSize>,
-    pub aliases_moved: Vec<String>,
+    pub(crate) size: Option<ImageSize>,
+    pub(crate) aliases_moved: Vec<String>,
     /// Things worth knowing that did not fail the image (packages not readable, ...).
-    pub notes: Vec<String>,
+    pub(crate) notes: Vec<String>,
     /// Aliases not moved, with why.
-    pub aliases_held: Vec<(String, String)>,
+    pub(crate) aliases_held: Vec<(String, String)>,
     /// Of those, the aliases that wait for the test policy (`tests.require`): recorded on the
     /// image so that `imagegen test` moves them once the results hold.
-    pub aliases_awaiting: Vec<String>,
+    pub(crate) aliases_awaiting: Vec<String>,
     /// Which stage failed: `lookup` (local or registry), `build`, `test`, `push`, `alias`.
-    pub failed_stage: Option<String>,
-    pub error: Option<String>,
-    pub seconds: f64,
+    pub(crate) failed_stage: Option<String>,
+    pub(crate) error: Option<String>,
+    pub(crate) seconds: f64,
 }
 
 impl ImageResult {
-    pub fn new(name: &str, status: Status) -> ImageResult {
+    pub(crate) fn new(name: &str, status: Status) -> ImageResult {
         ImageResult {
             name: name.to_string(),
             status,

@@ -235,7 +235,7 @@ impl Templates {
 /// One rendered image directory: file name → contents.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RenderedImage {
-    pub name: String,
+    pub(crate) name: String,
     pub files: BTreeMap<String, String>,
 }
 
@@ -243,8 +243,8 @@ pub struct RenderedImage {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CaBundle {
     /// Where it was read from, for messages.
-    pub path: String,
-    pub text: String,
+    pub(crate) path: String,
+    pub(crate) text: String,
 }
 
 /// Renders every image. Output is byte-identical for the same input.

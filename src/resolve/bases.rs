@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-pub use crate::model::bases::BasePin;
+pub(crate) use crate::model::bases::BasePin;
 pub(crate) use crate::model::bases::{BasePins, BASES_FILE};
 use crate::resolve::image::ImageSpec;
 
@@ -92,7 +92,7 @@ fn platform_matches(pinned: &str, wanted: &str) -> bool {
 
 /// What a fresh lookup found for one base.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Lookup {
+pub(crate) enum Lookup {
     Found(BasePin),
     /// The registry answers, and has no such tag (deleted, or never pushed).
     Vanished,
@@ -102,7 +102,7 @@ pub enum Lookup {
 
 /// How one base compares, after a lookup, with its pin.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum BaseChange {
+pub(crate) enum BaseChange {
     /// Pinned for the first time.
     Pinned(BasePin),
     Unchanged(BasePin),
@@ -116,7 +116,7 @@ pub enum BaseChange {
 
 impl BaseChange {
     /// The pin to keep after this change.
-    pub fn kept(&self) -> Option<&BasePin> {
+    pub(crate) fn kept(&self) -> Option<&BasePin> {
         match self {
             BaseChange::Pinned(pin) | BaseChange::Unchanged(pin) | BaseChange::Moved(_, pin) => {
                 Some(pin)
@@ -126,7 +126,7 @@ impl BaseChange {
     }
 
     /// One line for people, naming the base.
-    pub fn describe(&self, reference: &str) -> String {
+    pub(crate) fn describe(&self, reference: &str) -> String {
         match self {
             BaseChange::Pinned(pin) => format!("pinned {reference}: {}", pin.describe()),
             BaseChange::Unchanged(pin) => format!("unchanged {reference}: {}", pin.describe()),
@@ -152,7 +152,7 @@ impl BaseChange {
 }
 
 /// Compares a lookup with the pin it may replace.
-pub fn compare(pinned: Option<&BasePin>, lookup: Lookup) -> BaseChange {
+pub(crate) fn compare(pinned: Option<&BasePin>, lookup: Lookup) -> BaseChange {
     match (pinned, lookup) {
         (None, Lookup::Found(pin)) => BaseChange::Pinned(pin),
         (Some(old), Lookup::Found(new)) if old.id() == new.id() => BaseChange::Unchanged(new),

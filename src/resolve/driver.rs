@@ -11,7 +11,7 @@ use crate::resolve::image::{ImageSpec, RuntimeFloor};
 /// branches only with `compat_libraries`: they are true only where NVIDIA's cuda-compat libraries
 /// are in the image (nvidia/cuda bases install them); elsewhere an old driver would pass the check
 /// and fail at CUDA initialisation.
-pub fn require_cuda(
+pub(crate) fn require_cuda(
     cuda_major_minor: &str,
     release: &CudaRelease,
     platform: &str,

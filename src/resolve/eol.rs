@@ -14,17 +14,17 @@ pub(crate) const WARN_DAYS: i64 = 90;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct EolFinding {
     /// `ubuntu20.04` or `nvidia/cuda 12.6.0 images`.
-    pub subject: String,
-    pub date: String,
+    pub(crate) subject: String,
+    pub(crate) date: String,
     /// Days from today to the date: negative once past.
-    pub days_left: i64,
+    pub(crate) days_left: i64,
     /// Each source as key and locator, then the note and whether the date is unverified.
-    pub cited: String,
+    pub(crate) cited: String,
 }
 
 impl EolFinding {
     /// One sentence naming the subject, the date and the sources.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let when = if self.days_left < 0 {
             format!(
                 "reached end of life on {} ({} days ago)",

@@ -10,7 +10,7 @@ use sha2::{Digest as _, Sha256};
 use crate::model::digest::Digest;
 
 /// Lowercase hex of a sha256 digest.
-pub fn sha256_hex(bytes: &[u8]) -> String {
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
     Sha256::digest(bytes)
         .iter()
         .map(|b| format!("{b:02x}"))
@@ -19,7 +19,7 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 
 /// The fingerprint of `inputs` as `sha256:<hex>`. Keys are sorted (BTreeMap) and each entry is
 /// written as `len(key):key=len(value):value\n`, so no two different maps hash the same bytes.
-pub fn fingerprint<K: AsRef<str>>(inputs: &BTreeMap<K, String>) -> Digest {
+pub(crate) fn fingerprint<K: AsRef<str>>(inputs: &BTreeMap<K, String>) -> Digest {
     let mut hasher = Sha256::new();
     hasher.update(b"imagegen-fingerprint-v1\n");
     for (key, value) in inputs {

@@ -17,127 +17,127 @@ use crate::model::version::{ComputeCapability, DottedVersion, DriverVersion};
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ImageSpec {
     /// Directory name under `images/`; equal to the full tag.
-    pub name: String,
+    pub(crate) name: String,
     /// `registry/repository`, e.g. `ghcr.io/acme/pytorch`.
-    pub repository: String,
+    pub(crate) repository: String,
     /// The immutable full tag.
-    pub tag: String,
+    pub(crate) tag: String,
     /// Moving aliases this image currently earns.
-    pub aliases: Vec<String>,
-    pub variant: Variant,
+    pub(crate) aliases: Vec<String>,
+    pub(crate) variant: Variant,
     /// `linux/amd64` or `linux/arm64`.
-    pub platform: Platform,
+    pub(crate) platform: Platform,
     /// With several platforms: the full tag of the OCI image index this per-platform image
     /// belongs to (`imagegen publish` assembles it); `tag` then carries an `-amd64`/`-arm64` suffix.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub index: Option<String>,
-    pub torch: VersionText,
+    pub(crate) index: Option<String>,
+    pub(crate) torch: VersionText,
     /// The torchvision released beside this torch, exact (`0.28.0`).
-    pub torchvision: VersionText,
-    pub torchaudio: Option<VersionText>,
+    pub(crate) torchvision: VersionText,
+    pub(crate) torchaudio: Option<VersionText>,
     /// CUDA of the torch wheel, major.minor.
-    pub cuda: VersionText,
+    pub(crate) cuda: VersionText,
     /// The CUDA release line of the knowledge the cell resolved to (`12.6.3`): the nvidia/cuda
     /// base's tag, whatever base the image is built on.
-    pub cuda_full: VersionText,
+    pub(crate) cuda_full: VersionText,
     /// The CUDA toolkit the base image holds (`/usr/local/cuda/version.json` of an nvidia/cuda
     /// base, `cuda_full`); `None` on a base the matrix names (`base_images`), whose contents
     /// imagegen does not know.
-    pub base_cuda_toolkit: Option<VersionText>,
+    pub(crate) base_cuda_toolkit: Option<VersionText>,
     /// The CUDA runtime torch loads: the version of the lock's `nvidia-cuda-runtime` wheel.
-    pub cuda_runtime: Option<VersionText>,
+    pub(crate) cuda_runtime: Option<VersionText>,
     /// The nvcc a devel image holds from the toolkit wheels: the lock's `nvidia-cuda-nvcc`.
-    pub cuda_nvcc: Option<VersionText>,
+    pub(crate) cuda_nvcc: Option<VersionText>,
     /// cuDNN bundled by the torch wheel.
-    pub cudnn: VersionText,
+    pub(crate) cudnn: VersionText,
     /// NCCL pinned by the torch wheel, where the knowledge records it.
-    pub nccl: Option<VersionText>,
-    pub python: VersionText,
-    pub os: OsName,
+    pub(crate) nccl: Option<VersionText>,
+    pub(crate) python: VersionText,
+    pub(crate) os: OsName,
     /// The image this one is built `FROM`: with a registry pin (`images/bases.lock`), the
     /// reference and its digest (`nvidia/cuda:13.0.0-base-ubuntu24.04@sha256:…`).
-    pub base_image: String,
+    pub(crate) base_image: String,
     /// The image ID a base only the daemon holds is pinned to; `build` checks it first.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub base_image_id: Option<Digest>,
+    pub(crate) base_image_id: Option<Digest>,
     /// For devel images, the name of the runtime image it builds on.
-    pub parent: Option<String>,
+    pub(crate) parent: Option<String>,
     /// Toolkit driver minimum (full feature set) of `cuda_full`, or of the torch wheel's own CUDA
     /// runtime when that is a newer release (`driver_min_from`).
-    pub driver_min: DriverVersion,
+    pub(crate) driver_min: DriverVersion,
     /// What `driver_min` is the Table 3 driver of, for people: `CUDA 13.0.0 toolkit` or
     /// `torch wheel's CUDA 13.0.2 runtime`.
-    pub driver_min_from: String,
+    pub(crate) driver_min_from: String,
     /// Minor-version-compatibility driver minimum of the CUDA major (limited feature set).
-    pub driver_min_compat: DriverVersion,
+    pub(crate) driver_min_compat: DriverVersion,
     /// Driver branches that run the image through forward compatibility on data-center GPUs.
-    pub forward_compat_branches: Vec<u64>,
+    pub(crate) forward_compat_branches: Vec<u64>,
     /// The `NVIDIA_REQUIRE_CUDA` value.
-    pub require_cuda: String,
+    pub(crate) require_cuda: String,
     /// GPU compute capabilities compiled into the torch wheel.
-    pub archs: Vec<ComputeCapability>,
+    pub(crate) archs: Vec<ComputeCapability>,
     /// The pip index the torch wheels come from.
-    pub wheel_index: String,
+    pub(crate) wheel_index: String,
     /// Where torch comes from: PyTorch's index (`torch==X+cuXYZ`) or a plain one (`torch==X`).
-    pub torch_wheels: TorchWheels,
+    pub(crate) torch_wheels: TorchWheels,
     /// The Python package indexes pip installs from (and uv locks against).
-    pub pip: PipIndexes,
+    pub(crate) pip: PipIndexes,
     /// What this image adds from the Python index, before locking: torch and its companions for
     /// runtime images, the build tools (and with `devel_toolkit: pypi` the CUDA toolkit) for devel.
-    pub requirements: Vec<String>,
+    pub(crate) requirements: Vec<String>,
     /// What its lock is resolved from; `None` when the matrix's templates install without one.
-    pub lock: Option<LockSpec>,
+    pub(crate) lock: Option<LockSpec>,
     /// sha256 of the lock on disk (`images/<name>/requirements.lock`), covered by the fingerprint.
-    pub lock_digest: Option<Digest>,
+    pub(crate) lock_digest: Option<Digest>,
     /// The apt hosts its build reaches that are rewritten to mirrors.
-    pub apt_rewrites: Vec<AptRewrite>,
+    pub(crate) apt_rewrites: Vec<AptRewrite>,
     /// Devel images: where nvcc and the CUDA headers come from.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub toolkit: Option<ToolkitSource>,
+    pub(crate) toolkit: Option<ToolkitSource>,
     /// Which gpu-selftest build the image carries (one per CUDA major).
-    pub selftest: String,
+    pub(crate) selftest: String,
     /// Knowledge entries used that are marked unverified (allowed by `allow_unverified`).
-    pub unverified: Vec<String>,
+    pub(crate) unverified: Vec<String>,
     /// The team's own additions (`pip`, `apt`, `steps`, ...). A devel image holds only what it
     /// adds beyond its runtime image, which installed the rest.
     #[serde(skip_serializing_if = "Extensions::is_empty")]
-    pub extensions: Extensions,
+    pub(crate) extensions: Extensions,
     /// A flavour image (`…-runtime-jupyter`): what it adds to its runtime image (`parent`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub flavour: Option<Flavour>,
+    pub(crate) flavour: Option<Flavour>,
     /// sha256 over everything that determines the image's content.
-    pub fingerprint: Digest,
+    pub(crate) fingerprint: Digest,
     /// What the fingerprint covers, by name (kept in the manifest so `plan` can say what changed).
     #[serde(skip)]
-    pub inputs: BTreeMap<String, String>,
+    pub(crate) inputs: BTreeMap<String, String>,
     /// What the tag and alias rules read, kept so aliases are computed from the same values.
     #[serde(skip)]
-    pub tag_fields: TagFields,
+    pub(crate) tag_fields: TagFields,
 }
 
 /// One apt host rewritten to a mirror.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct AptRewrite {
+pub(crate) struct AptRewrite {
     /// The host as apt sources name it (`archive.ubuntu.com/ubuntu`), for the Dockerfile's comment.
-    pub host: String,
+    pub(crate) host: String,
     /// The `mirrors.*` key that names the mirror.
-    pub key: String,
+    pub(crate) key: String,
     /// A `sed -E` expression, `#`-delimited, that rewrites the host's URLs in apt's sources.
-    pub expression: String,
+    pub(crate) expression: String,
 }
 
 /// The Python package indexes of an image: the one pip and uv read first, and the second one.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct PipIndexes {
+pub(crate) struct PipIndexes {
     /// `--index-url`: PyTorch's index of the wheel's CUDA (`.../whl/cu130`), or the plain index.
-    pub index_url: String,
+    pub(crate) index_url: String,
     /// `--extra-index-url`: the plain index beside PyTorch's, when `mirrors.pip_index` is set.
-    pub extra_index_url: Option<String>,
+    pub(crate) extra_index_url: Option<String>,
 }
 
 impl PipIndexes {
     /// Every index, first the one torch comes from.
-    pub fn all(&self) -> Vec<&str> {
+    pub(crate) fn all(&self) -> Vec<&str> {
         let mut all = vec![self.index_url.as_str()];
         all.extend(self.extra_index_url.as_deref());
         all
@@ -146,45 +146,45 @@ impl PipIndexes {
 
 /// What an image's lock is resolved from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct LockSpec {
+pub(crate) struct LockSpec {
     /// What the image installs, one requirement each (`torch==2.13.0`, `ninja`).
-    pub requirements: Vec<String>,
+    pub(crate) requirements: Vec<String>,
     /// Versions the resolver must stay within (`nvidia-nvjitlink==13.0.*`).
-    pub constraints: Vec<String>,
+    pub(crate) constraints: Vec<String>,
     /// Where the packages come from, as the Dockerfile's pip reads them.
-    pub indexes: PipIndexes,
+    pub(crate) indexes: PipIndexes,
     /// The image's Python (`3.12`).
-    pub python: String,
+    pub(crate) python: String,
     /// uv's target platform: architecture and the OS's glibc (`x86_64-manylinux_2_39`).
-    pub python_platform: String,
+    pub(crate) python_platform: String,
     /// For devel images: the runtime image whose lock constrains this one (its packages are
     /// installed already, so the devel lock keeps every one of them as it is).
-    pub parent: Option<ParentLock>,
+    pub(crate) parent: Option<ParentLock>,
     /// The matrix's extra requirements (`pip:`), resolved together with `requirements` and
     /// within the pins the lock of `requirements` alone has, so they never move the torch stack.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub extras: Vec<String>,
+    pub(crate) extras: Vec<String>,
     /// The matrix's extra indexes (`extra_indexes:`): URLs without credentials, and the names
     /// of the variables that hold them.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub extra_indexes: Vec<ExtraIndex>,
+    pub(crate) extra_indexes: Vec<ExtraIndex>,
     /// sha256 over all of the above: the first line of the lock.
-    pub inputs_digest: Digest,
+    pub(crate) inputs_digest: Digest,
 }
 
 /// The runtime lock a devel lock is resolved against.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ParentLock {
+pub(crate) struct ParentLock {
     /// The runtime image's name (its directory under `images/`).
-    pub image: String,
+    pub(crate) image: String,
     /// sha256 of its lock file; `None` while it has none.
-    pub digest: Option<Digest>,
+    pub(crate) digest: Option<Digest>,
 }
 
 /// Where a devel image's CUDA compiler and headers come from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "source", rename_all = "lowercase")]
-pub enum ToolkitSource {
+pub(crate) enum ToolkitSource {
     /// NVIDIA's apt repository: `cuda-nvcc-13-0` and friends.
     Apt,
     /// NVIDIA's toolkit wheels, which lay out one CUDA tree in `site-packages/nvidia/<folder>`.
@@ -194,19 +194,19 @@ pub enum ToolkitSource {
 /// A cell that cannot be built, with the values it was given and why.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Rejection {
-    pub torch: VersionText,
-    pub cuda: VersionText,
-    pub cudnn: Option<VersionText>,
-    pub python: Option<VersionText>,
-    pub os: OsName,
-    pub variant: Variant,
-    pub platform: Platform,
+    pub(crate) torch: VersionText,
+    pub(crate) cuda: VersionText,
+    pub(crate) cudnn: Option<VersionText>,
+    pub(crate) python: Option<VersionText>,
+    pub(crate) os: OsName,
+    pub(crate) variant: Variant,
+    pub(crate) platform: Platform,
     /// `axes` or `include[N]`.
-    pub origin: String,
+    pub(crate) origin: String,
     /// `matrix.yaml:LINE` of the include rule that asked for the cell.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub location: Option<String>,
-    pub reason: String,
+    pub(crate) location: Option<String>,
+    pub(crate) reason: String,
 }
 
 impl Rejection {
@@ -233,7 +233,7 @@ pub struct Resolution {
     pub images: Vec<ImageSpec>,
     pub rejected: Vec<Rejection>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub warnings: Vec<String>,
+    pub(crate) warnings: Vec<String>,
 }
 
 /// Settings that are not part of the matrix.
@@ -272,28 +272,28 @@ pub struct ResolveOptions {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LockedCuda {
     /// `nvidia-cuda-runtime` (`-cu12` before CUDA 13): the runtime torch loads.
-    pub runtime: Option<VersionText>,
+    pub(crate) runtime: Option<VersionText>,
     /// `nvidia-cuda-nvcc`: the compiler of the toolkit wheels (devel images, `devel_toolkit: pypi`).
-    pub nvcc: Option<VersionText>,
+    pub(crate) nvcc: Option<VersionText>,
 }
 
 /// What the tag rules need to know about one image.
 #[derive(Debug, Clone, PartialEq)]
-pub struct TagFields {
-    pub torch: semver::Version,
-    pub cuda: VersionText,
-    pub cudnn: VersionText,
-    pub python: DottedVersion,
-    pub variant: Variant,
-    pub os: OsName,
+pub(crate) struct TagFields {
+    pub(crate) torch: semver::Version,
+    pub(crate) cuda: VersionText,
+    pub(crate) cudnn: VersionText,
+    pub(crate) python: DottedVersion,
+    pub(crate) variant: Variant,
+    pub(crate) os: OsName,
     /// `os` as (family, release), for choosing the newest.
-    pub os_release: (String, DottedVersion),
+    pub(crate) os_release: (String, DottedVersion),
     /// Whether `cuda` is the default CUDA of this torch series.
-    pub is_default_cuda: bool,
+    pub(crate) is_default_cuda: bool,
 }
 
 impl TagFields {
-    pub fn series(&self) -> String {
+    pub(crate) fn series(&self) -> String {
         format!("{}.{}", self.torch.major, self.torch.minor)
     }
 }

@@ -7,21 +7,21 @@
 //! NVIDIA publish a base image of that CUDA for that OS, is the glibc new enough, and (with
 //! `--driver`) does the fleet's driver run it.
 
-pub mod bases;
+pub(crate) mod bases;
 mod cells;
-pub mod driver;
-pub mod eol;
-pub mod fingerprint;
+pub(crate) mod driver;
+pub(crate) mod eol;
+pub(crate) mod fingerprint;
 mod flavour;
-pub mod image;
-pub mod known;
-pub mod lock;
-pub mod lookup;
+pub(crate) mod image;
+pub(crate) mod known;
+pub(crate) mod lock;
+pub(crate) mod lookup;
 mod rules;
-pub mod select;
-pub mod sources;
+pub(crate) mod select;
+pub(crate) mod sources;
 mod spec;
-pub mod tags;
+pub(crate) mod tags;
 
 use std::collections::{BTreeMap, BTreeSet};
 

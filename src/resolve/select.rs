@@ -10,9 +10,9 @@ use crate::resolve::lookup::{closest_names, named_images, without_repository};
 
 /// `--shard I/N`: this runner builds the I-th of N deterministic parts (1-based).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Shard {
-    pub index: usize,
-    pub count: usize,
+pub(crate) struct Shard {
+    pub(crate) index: usize,
+    pub(crate) count: usize,
 }
 
 impl std::str::FromStr for Shard {
@@ -36,7 +36,11 @@ impl std::str::FromStr for Shard {
 /// Shards split whole families (a runtime image and the devel images on it), round-robin over the
 /// families sorted by name, so every shard's work is self-contained and the split is the same on
 /// every runner.
-pub fn select(specs: &[ImageSpec], only: Option<&str>, shard: Option<Shard>) -> Vec<ImageSpec> {
+pub(crate) fn select(
+    specs: &[ImageSpec],
+    only: Option<&str>,
+    shard: Option<Shard>,
+) -> Vec<ImageSpec> {
     // A family is a root image and everything built on it, however deep (a devel image, a
     // flavour, a flavour FROM devel): one shard builds it all, parents first.
     let parent_of: BTreeMap<&str, &str> = specs

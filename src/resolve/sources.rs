@@ -6,7 +6,7 @@
 //! here once from validated URLs, so the template prints it and cannot get the escaping wrong.
 
 use crate::model::matrix::{Mirrors, TorchWheels};
-pub use crate::resolve::image::{AptRewrite, PipIndexes};
+pub(crate) use crate::resolve::image::{AptRewrite, PipIndexes};
 
 /// The plain PyPI index, where torch's dependencies come from by default.
 pub(crate) const PYPI_SIMPLE: &str = "https://pypi.org/simple";

@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 
 use crate::model::axes::{OsName, Variant, VersionText};
 use crate::model::version::DottedVersion;
-pub use crate::resolve::image::TagFields;
+pub(crate) use crate::resolve::image::TagFields;
 
 /// Fills the full-tag template (validated by the matrix loader) with `fields`.
 pub(crate) fn full_tag(template: &str, fields: &TagFields) -> String {
@@ -36,7 +36,7 @@ pub(crate) fn full_tag(template: &str, fields: &TagFields) -> String {
 /// The placeholder the next revision fills (1, 2, ...).
 pub(crate) const REVISION: &str = "{revision}";
 /// The placeholder the build day fills (`YYYYMMDD`).
-pub const DATE: &str = "{date}";
+pub(crate) const DATE: &str = "{date}";
 
 /// Whether a tag still holds `{revision}` or `{date}`, which the manifest decides.
 pub(crate) fn has_recorded_fields(tag: &str) -> bool {
@@ -78,7 +78,7 @@ pub(crate) fn folder_name(tag: &str) -> String {
 
 /// The date and revision a recorded tag carries where `pattern` (a tag with `{revision}` and/or
 /// `{date}` still in it) has them; `None` when `recorded` is not a filling of `pattern`.
-pub fn read_back(pattern: &str, recorded: &str) -> Option<(Option<String>, Option<u32>)> {
+pub(crate) fn read_back(pattern: &str, recorded: &str) -> Option<(Option<String>, Option<u32>)> {
     let mut date = None;
     let mut revision = None;
     let mut rest_pattern = pattern;
@@ -111,7 +111,7 @@ pub fn read_back(pattern: &str, recorded: &str) -> Option<(Option<String>, Optio
 }
 
 /// The OS that short aliases point at: `preferred` when given, else the newest Ubuntu in `images`.
-pub fn default_os(images: &[TagFields], preferred: Option<&str>) -> Option<String> {
+pub(crate) fn default_os(images: &[TagFields], preferred: Option<&str>) -> Option<String> {
     if let Some(os) = preferred {
         return Some(os.to_string());
     }
@@ -123,7 +123,7 @@ pub fn default_os(images: &[TagFields], preferred: Option<&str>) -> Option<Strin
 
 /// The aliases of every image, by index into `images`. `latest` is only given when
 /// `with_latest` is true.
-pub fn aliases(
+pub(crate) fn aliases(
     images: &[TagFields],
     default_os: Option<&str>,
     with_latest: bool,

@@ -36,7 +36,7 @@ pub struct BakeFile {
 #[serde(deny_unknown_fields)]
 pub struct Group {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub description: Option<String>,
+    pub(crate) description: Option<String>,
     pub targets: Vec<String>,
 }
 
@@ -46,73 +46,73 @@ pub struct Group {
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct Target {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub annotations: Vec<String>,
+    pub(crate) annotations: Vec<String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub args: BTreeMap<String, Option<String>>,
+    pub(crate) args: BTreeMap<String, Option<String>>,
     /// `buildflags.Attests`: `"type=sbom"` or `{"type": "sbom", ...}`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub attest: Vec<StringOrAttributes>,
+    pub(crate) attest: Vec<StringOrAttributes>,
     /// `buildflags.CacheOptions`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub cache_from: Vec<StringOrAttributes>,
+    pub(crate) cache_from: Vec<StringOrAttributes>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub cache_to: Vec<StringOrAttributes>,
+    pub(crate) cache_to: Vec<StringOrAttributes>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub call: Option<String>,
+    pub(crate) call: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub context: Option<String>,
+    pub(crate) context: Option<String>,
     /// Named contexts: a reference or stage name to a path, URL, `docker-image://` or
     /// `target:<name>`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub contexts: BTreeMap<String, String>,
+    pub(crate) contexts: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub description: Option<String>,
+    pub(crate) description: Option<String>,
     /// Relative to `context`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dockerfile: Option<String>,
+    pub(crate) dockerfile: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dockerfile_inline: Option<String>,
+    pub(crate) dockerfile_inline: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub entitlements: Vec<String>,
+    pub(crate) entitlements: Vec<String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub extra_hosts: BTreeMap<String, Option<String>>,
+    pub(crate) extra_hosts: BTreeMap<String, Option<String>>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub inherits: Vec<String>,
+    pub(crate) inherits: Vec<String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub labels: BTreeMap<String, Option<String>>,
+    pub(crate) labels: BTreeMap<String, Option<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub network: Option<String>,
+    pub(crate) network: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub no_cache: Option<bool>,
+    pub(crate) no_cache: Option<bool>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub no_cache_filter: Vec<String>,
+    pub(crate) no_cache_filter: Vec<String>,
     /// `buildflags.Exports`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub output: Vec<StringOrAttributes>,
+    pub(crate) output: Vec<StringOrAttributes>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub platforms: Vec<String>,
+    pub(crate) platforms: Vec<String>,
     /// `buildflags.PolicyConfigs`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub policy: Vec<StringOrAttributes>,
+    pub(crate) policy: Vec<StringOrAttributes>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pull: Option<bool>,
+    pub(crate) pull: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub resources: Option<Resources>,
+    pub(crate) resources: Option<Resources>,
     /// `buildflags.Secrets`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub secret: Vec<SecretEntry>,
+    pub(crate) secret: Vec<SecretEntry>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub shm_size: Option<String>,
+    pub(crate) shm_size: Option<String>,
     /// `buildflags.SSHKeys`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub ssh: Vec<SshEntry>,
+    pub(crate) ssh: Vec<SshEntry>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub tags: Vec<String>,
+    pub(crate) tags: Vec<String>,
     /// The Dockerfile stage to build.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub target: Option<String>,
+    pub(crate) target: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub ulimits: Vec<String>,
+    pub(crate) ulimits: Vec<String>,
 }
 
 /// A list entry buildx takes as a CSV string (`type=registry,ref=...`) or as an object of
@@ -120,7 +120,7 @@ pub struct Target {
 /// string, bool or number values in `policy_cty.go`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
-pub enum StringOrAttributes {
+pub(crate) enum StringOrAttributes {
     String(String),
     Attributes(BTreeMap<String, Scalar>),
 }
@@ -129,7 +129,7 @@ pub enum StringOrAttributes {
 /// wants, so buildx takes all three.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
-pub enum Scalar {
+pub(crate) enum Scalar {
     String(String),
     Bool(bool),
     Number(serde_json::Number),
@@ -138,57 +138,57 @@ pub enum Scalar {
 /// A `secret` entry: `id=...,src=...` or `{"id", "src", "env"}` (`secrets_cty.go`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
-pub enum SecretEntry {
+pub(crate) enum SecretEntry {
     String(String),
     Object(Secret),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Secret {
+pub(crate) struct Secret {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub env: Option<String>,
+    pub(crate) env: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub id: Option<String>,
+    pub(crate) id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub src: Option<String>,
+    pub(crate) src: Option<String>,
 }
 
 /// An `ssh` entry: `default` or `{"id", "paths"}` (`ssh_cty.go`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
-pub enum SshEntry {
+pub(crate) enum SshEntry {
     String(String),
     Object(Ssh),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Ssh {
+pub(crate) struct Ssh {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub id: Option<String>,
+    pub(crate) id: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub paths: Vec<String>,
+    pub(crate) paths: Vec<String>,
 }
 
 /// `buildflags.ResourcesConfig` (`resources_cty.go`): cgroup limits of `RUN` steps.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
-pub struct Resources {
+pub(crate) struct Resources {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cpu_period: Option<i64>,
+    pub(crate) cpu_period: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cpu_quota: Option<i64>,
+    pub(crate) cpu_quota: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cpu_shares: Option<i64>,
+    pub(crate) cpu_shares: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cpuset_cpus: Option<String>,
+    pub(crate) cpuset_cpus: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cpuset_mems: Option<String>,
+    pub(crate) cpuset_mems: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub memory: Option<String>,
+    pub(crate) memory: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub memory_swap: Option<String>,
+    pub(crate) memory_swap: Option<String>,
 }
 
 impl BakeFile {

@@ -23,7 +23,7 @@
 //! The file is built as a [`BakeFile`] (`definition`), a typed mirror of buildx's own bake
 //! definition, so it can only hold keys buildx knows.
 
-pub mod definition;
+pub(crate) mod definition;
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -28,8 +28,8 @@
 //!   (`<job>-0.<job>:29500`). `backoffLimit: 0`: a failed rank fails the run, it is not retried
 //!   into a world that has moved on.
 
-pub mod objects;
-pub mod test_jobs;
+pub(crate) mod objects;
+pub(crate) mod test_jobs;
 mod validation;
 
 use std::collections::BTreeMap;
@@ -58,21 +58,21 @@ const JOB_NAME_MAX: usize = 52;
 
 /// What `imagegen k8s` was asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct JobSettings {
+pub(crate) struct JobSettings {
     /// GPUs per node (pod).
-    pub gpus: u32,
+    pub(crate) gpus: u32,
     /// Nodes (pods); more than one makes an Indexed Job with a headless Service.
-    pub nodes: u32,
-    pub namespace: String,
+    pub(crate) nodes: u32,
+    pub(crate) namespace: String,
     /// The program to run; empty runs the image's gpu-selftest (single node only).
-    pub command: Vec<String>,
+    pub(crate) command: Vec<String>,
     /// The Job name; `None` derives it from the repository and tag.
-    pub name: Option<String>,
+    pub(crate) name: Option<String>,
     /// Keep the driver node affinity (off only for clusters without GPU feature discovery).
-    pub driver_affinity: bool,
+    pub(crate) driver_affinity: bool,
     /// The registry digest the manifest recorded for the image: the pod then pins it
     /// (`repository:tag@sha256:...`), so every node runs the same bytes as the self-test did.
-    pub digest: Option<Digest>,
+    pub(crate) digest: Option<Digest>,
 }
 
 impl Default for JobSettings {
@@ -90,7 +90,7 @@ impl Default for JobSettings {
 }
 
 #[derive(Debug, thiserror::Error, PartialEq)]
-pub enum K8sError {
+pub(crate) enum K8sError {
     #[error("--gpus 0: a GPU job needs at least one GPU per node")]
     NoGpus,
     #[error("--nodes 0: a job needs at least one node")]
@@ -282,7 +282,10 @@ fn container_command(settings: &JobSettings, job_name: &str) -> Vec<String> {
 
 /// The Job (and Service) that runs `images` as `settings` say: one image, or the per-platform
 /// images of one OCI index (then the pod runs the index tag on any of their architectures).
-pub fn manifests(images: &[&ImageSpec], settings: &JobSettings) -> Result<Manifests, K8sError> {
+pub(crate) fn manifests(
+    images: &[&ImageSpec],
+    settings: &JobSettings,
+) -> Result<Manifests, K8sError> {
     let Some(image) = images.first().copied() else {
         return Err(K8sError::NoImage);
     };

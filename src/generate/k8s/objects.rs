@@ -27,8 +27,8 @@ pub use k8s_openapi::api::core::v1::{
     PodTemplateSpec, ResourceRequirements, Service, ServicePort, ServiceSpec, Toleration, Volume,
     VolumeMount,
 };
-pub use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+pub(crate) use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+pub(crate) use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::Resource;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -38,7 +38,7 @@ use serde_yaml::Value;
 #[derive(Debug, Clone, PartialEq)]
 pub struct Manifests {
     pub service: Option<Service>,
-    pub job: Job,
+    pub(crate) job: Job,
 }
 
 /// Why YAML could not be read back as the documents `imagegen k8s` emits.

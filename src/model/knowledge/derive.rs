@@ -40,17 +40,17 @@ pub(crate) enum DeriveError {
 /// A wheel filename, split (PEP 427): `{name}-{version}(-{build})?-{python}-{abi}-{platform}.whl`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct WheelName {
-    pub distribution: String,
-    pub version: String,
+    pub(crate) distribution: String,
+    pub(crate) version: String,
     /// The build tag's number (`torch-2.10.0-3-cp310-…` re-uploads as build 3).
-    pub build: Option<u64>,
-    pub python_tags: Vec<String>,
-    pub abi_tags: Vec<String>,
-    pub platform_tags: Vec<String>,
+    pub(crate) build: Option<u64>,
+    pub(crate) python_tags: Vec<String>,
+    pub(crate) abi_tags: Vec<String>,
+    pub(crate) platform_tags: Vec<String>,
 }
 
 impl WheelName {
-    pub fn parse(filename: &str) -> Result<WheelName, DeriveError> {
+    pub(crate) fn parse(filename: &str) -> Result<WheelName, DeriveError> {
         let error = |why: &str| DeriveError::Filename {
             name: filename.to_string(),
             why: why.to_string(),
@@ -144,12 +144,12 @@ fn manylinux_glibc(tag: &str) -> Option<DottedVersion> {
 /// One file of a simple index page.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct IndexFile {
-    pub filename: String,
+    pub(crate) filename: String,
     /// Absolute URL, without the `#sha256=` fragment.
-    pub url: String,
-    pub yanked: bool,
+    pub(crate) url: String,
+    pub(crate) yanked: bool,
     /// The sha256 the index gives for the file (PEP 691 `hashes`, PEP 503 `#sha256=`), if any.
-    pub sha256: Option<String>,
+    pub(crate) sha256: Option<String>,
 }
 
 /// The files of a PEP 691 JSON project page; relative URLs resolve against `page_url`.
@@ -293,9 +293,9 @@ pub(crate) fn resolve_url(base: &str, reference: &str) -> String {
 /// The fields of a METADATA file this module reads.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub(crate) struct Metadata {
-    pub name: String,
-    pub version: String,
-    pub requires_dist: Vec<String>,
+    pub(crate) name: String,
+    pub(crate) version: String,
+    pub(crate) requires_dist: Vec<String>,
 }
 
 /// Parses the header of a core metadata file (RFC 822 style; the body after the first empty line
@@ -333,15 +333,15 @@ pub(crate) fn parse_metadata(text: &str, file: &str) -> Result<Metadata, DeriveE
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Requirement {
     /// Normalized (PEP 503): lower case, runs of `-_.` as `-`.
-    pub name: String,
-    pub extras: Vec<String>,
+    pub(crate) name: String,
+    pub(crate) extras: Vec<String>,
     /// Without spaces and parentheses, e.g. `==9.20.0.48` or `<14,>=13.0.3`.
-    pub specifier: String,
-    pub marker: Option<String>,
+    pub(crate) specifier: String,
+    pub(crate) marker: Option<String>,
 }
 
 impl Requirement {
-    pub fn parse(line: &str) -> Requirement {
+    pub(crate) fn parse(line: &str) -> Requirement {
         let (requirement, marker) = match line.split_once(';') {
             Some((requirement, marker)) => (requirement, Some(marker.trim().to_string())),
             None => (line, None),
@@ -375,7 +375,7 @@ impl Requirement {
     }
 
     /// The version of an exact `==X` pin.
-    pub fn pinned(&self) -> Option<&str> {
+    pub(crate) fn pinned(&self) -> Option<&str> {
         let version = self.specifier.strip_prefix("==")?;
         (!version.is_empty() && !version.contains([',', '*'])).then_some(version)
     }
@@ -398,8 +398,8 @@ pub(crate) fn normalize_name(name: &str) -> String {
 /// The environment a marker is evaluated in: a CPython on Linux.
 #[derive(Debug, Clone)]
 pub(crate) struct MarkerEnvironment {
-    pub platform_machine: String,
-    pub python_version: String,
+    pub(crate) platform_machine: String,
+    pub(crate) python_version: String,
 }
 
 impl MarkerEnvironment {
@@ -702,35 +702,35 @@ pub(crate) fn linux_wheels(
 
 /// What the wheels of one platform say.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PlatformDerivation {
-    pub platform: String,
+pub(crate) struct PlatformDerivation {
+    pub(crate) platform: String,
     /// Every wheel filename of the platform.
-    pub wheels: Vec<String>,
+    pub(crate) wheels: Vec<String>,
     /// CPython versions with a regular (GIL) build.
-    pub python: Vec<String>,
+    pub(crate) python: Vec<String>,
     /// CPython versions with a free-threaded build.
-    pub python_free_threaded: Vec<String>,
-    pub manylinux: Vec<String>,
+    pub(crate) python_free_threaded: Vec<String>,
+    pub(crate) manylinux: Vec<String>,
     /// The lowest glibc the manylinux tags ask for.
-    pub glibc_min: Option<String>,
+    pub(crate) glibc_min: Option<String>,
     /// The wheels whose METADATA was read, and those neither the index (PEP 658) nor the wheel
     /// itself (byte ranges) served it for.
-    pub metadata_read: Vec<String>,
-    pub metadata_missing: Vec<String>,
+    pub(crate) metadata_read: Vec<String>,
+    pub(crate) metadata_missing: Vec<String>,
     /// Of `metadata_read`, the wheels whose METADATA came from the wheel by byte ranges.
-    pub metadata_from_wheels: Vec<String>,
+    pub(crate) metadata_from_wheels: Vec<String>,
     /// The pins, when any METADATA was read.
-    pub pins: Option<PypiWheel>,
+    pub(crate) pins: Option<PypiWheel>,
 }
 
 /// A release as its wheels describe it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DerivedRelease {
-    pub project: String,
-    pub version: String,
+pub(crate) struct DerivedRelease {
+    pub(crate) project: String,
+    pub(crate) version: String,
     /// The project page read, e.g. `https://pypi.org/simple/torch/`.
-    pub page_url: String,
-    pub platforms: Vec<PlatformDerivation>,
+    pub(crate) page_url: String,
+    pub(crate) platforms: Vec<PlatformDerivation>,
 }
 
 /// Derives the release from its Linux wheels and the METADATA texts fetched for them (keyed by
@@ -908,7 +908,7 @@ pub(crate) fn source_key(derived: &DerivedRelease) -> String {
 
 /// The derivation as knowledge YAML: the source, the series facts the wheels show, and the
 /// release's `pypi` block, with comments on what was read.
-pub fn to_yaml(derived: &DerivedRelease, read_on: &str) -> String {
+pub(crate) fn to_yaml(derived: &DerivedRelease, read_on: &str) -> String {
     let key = source_key(derived);
     let mut out = String::new();
     writeln!(
@@ -997,10 +997,10 @@ pub fn to_yaml(derived: &DerivedRelease, read_on: &str) -> String {
 /// may be stricter than a wheel tag).
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub(crate) struct Comparison {
-    pub checked: Vec<String>,
-    pub unchecked: Vec<String>,
-    pub differences: Vec<String>,
-    pub notes: Vec<String>,
+    pub(crate) checked: Vec<String>,
+    pub(crate) unchecked: Vec<String>,
+    pub(crate) differences: Vec<String>,
+    pub(crate) notes: Vec<String>,
 }
 
 /// Compares a derived torch release with the knowledge's entry for it; `torch` is the release
@@ -1129,7 +1129,7 @@ pub(crate) fn compare(
     comparison
 }
 
-pub mod wheel_zip;
+pub(crate) mod wheel_zip;
 
 #[cfg(test)]
 mod tests;

@@ -10,7 +10,7 @@
 //! commit or a URL; the checks here refuse an entry without one. This module reads only that data;
 //! it does no other I/O. `derive` turns a release's wheel metadata into an entry.
 
-pub mod derive;
+pub(crate) mod derive;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -33,13 +33,13 @@ pub(crate) const TEST_FIXTURE: &str =
 pub(crate) const EMBEDDED: &str = include_str!("knowledge.yaml");
 
 /// The schema this module reads.
-pub const SCHEMA_VERSION: u32 = 2;
+pub(crate) const SCHEMA_VERSION: u32 = 2;
 
 pub(crate) const PLATFORM_AMD64: &str = "linux/amd64";
 pub(crate) const PLATFORM_ARM64: &str = "linux/arm64";
 
 #[derive(Debug, thiserror::Error)]
-pub enum KnowledgeError {
+pub(crate) enum KnowledgeError {
     #[error("{origin}: {message}")]
     Parse { origin: String, message: String },
     #[error("{origin}: {source}")]
@@ -77,17 +77,17 @@ impl KnowledgeError {
 /// Where a fact was read: a file of a repository at a commit, or a URL.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Source {
+pub(crate) struct Source {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub repo: Option<String>,
+    pub(crate) repo: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub path: Option<String>,
+    pub(crate) path: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub commit: Option<String>,
+    pub(crate) commit: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub url: Option<String>,
+    pub(crate) url: Option<String>,
     /// What was read there.
-    pub what: String,
+    pub(crate) what: String,
 }
 
 impl Source {
@@ -135,14 +135,14 @@ impl Source {
 /// warns). Whether the variant exists at all is `verified` instead.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Field {
+pub(crate) enum Field {
     Archs,
     Cudnn,
     Nccl,
 }
 
 impl Field {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Field::Archs => "GPU arch list",
             Field::Cudnn => "cuDNN pin",
@@ -156,20 +156,20 @@ impl Field {
 #[serde(deny_unknown_fields)]
 pub struct TorchSeries {
     /// The series (`2.7`), parsed when the knowledge loads.
-    pub series: TorchText,
-    pub python: Vec<VersionText>,
+    pub(crate) series: TorchText,
+    pub(crate) python: Vec<VersionText>,
     #[serde(default)]
-    pub python_experimental: Vec<VersionText>,
-    pub glibc_min: VersionText,
+    pub(crate) python_experimental: Vec<VersionText>,
+    pub(crate) glibc_min: VersionText,
     /// Platforms whose every wheel needs a newer glibc than `glibc_min` (torch 2.6's aarch64
     /// wheels are `manylinux_2_28` while its x86_64 ones are `manylinux2014`).
     #[serde(default)]
-    pub platform_glibc_min: BTreeMap<String, VersionText>,
+    pub(crate) platform_glibc_min: BTreeMap<String, VersionText>,
     pub cuda: Vec<TorchCuda>,
     pub releases: Vec<TorchRelease>,
     #[serde(default)]
-    pub note: Option<String>,
-    pub source: Vec<String>,
+    pub(crate) note: Option<String>,
+    pub(crate) source: Vec<String>,
 }
 
 impl TorchSeries {
@@ -198,29 +198,29 @@ impl TorchSeries {
 #[serde(deny_unknown_fields)]
 pub struct TorchCuda {
     pub cuda: VersionText,
-    pub cudnn: VersionText,
+    pub(crate) cudnn: VersionText,
     #[serde(default)]
-    pub nccl: Option<VersionText>,
+    pub(crate) nccl: Option<VersionText>,
     #[serde(default)]
-    pub glibc_min: Option<VersionText>,
+    pub(crate) glibc_min: Option<VersionText>,
     /// Compute capabilities compiled into the x86_64 wheel.
     #[serde(default)]
-    pub archs: Vec<ComputeCapability>,
+    pub(crate) archs: Vec<ComputeCapability>,
     /// Linux aarch64 (SBSA) CUDA wheels of this variant, when PyTorch publishes them.
     #[serde(default)]
-    pub aarch64: Option<Aarch64Wheels>,
+    pub(crate) aarch64: Option<Aarch64Wheels>,
     #[serde(default = "default_true")]
-    pub verified: bool,
+    pub(crate) verified: bool,
     #[serde(default)]
-    pub unconfirmed: Vec<Field>,
+    pub(crate) unconfirmed: Vec<Field>,
     #[serde(default)]
-    pub note: Option<String>,
-    pub source: Vec<String>,
+    pub(crate) note: Option<String>,
+    pub(crate) source: Vec<String>,
 }
 
 impl TorchCuda {
     /// The platforms this variant publishes wheels for.
-    pub fn platforms(&self) -> Vec<&'static str> {
+    pub(crate) fn platforms(&self) -> Vec<&'static str> {
         let mut platforms = vec![PLATFORM_AMD64];
         if self.aarch64.is_some() {
             platforms.push(PLATFORM_ARM64);
@@ -258,16 +258,16 @@ impl TorchCuda {
 /// The aarch64 wheels of a torch CUDA variant.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Aarch64Wheels {
-    pub archs: Vec<ComputeCapability>,
+pub(crate) struct Aarch64Wheels {
+    pub(crate) archs: Vec<ComputeCapability>,
     /// The glibc floor of these wheels where it is above the series' and the platform's.
     #[serde(default)]
-    pub glibc_min: Option<VersionText>,
+    pub(crate) glibc_min: Option<VersionText>,
     #[serde(default)]
-    pub unconfirmed: Vec<Field>,
+    pub(crate) unconfirmed: Vec<Field>,
     #[serde(default)]
-    pub note: Option<String>,
-    pub source: Vec<String>,
+    pub(crate) note: Option<String>,
+    pub(crate) source: Vec<String>,
 }
 
 /// One torch release with its companions and what plain PyPI serves of it.
@@ -277,13 +277,13 @@ pub struct TorchRelease {
     /// The release (`2.7.1`), parsed when the knowledge loads.
     pub torch: TorchText,
     /// The exact torchvision release that pins this torch.
-    pub torchvision: VersionText,
+    pub(crate) torchvision: VersionText,
     /// The exact torchaudio release for this torch, where one is known.
     #[serde(default)]
-    pub torchaudio: Option<VersionText>,
+    pub(crate) torchaudio: Option<VersionText>,
     /// Where the companion versions come from.
-    pub source: Vec<String>,
-    pub pypi: PypiRelease,
+    pub(crate) source: Vec<String>,
+    pub(crate) pypi: PypiRelease,
 }
 
 impl TorchRelease {
@@ -301,84 +301,84 @@ impl TorchRelease {
 /// without a local version), with the CUDA libraries its metadata pins.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct PypiRelease {
-    pub wheels: Vec<PypiWheel>,
-    pub source: Vec<String>,
+pub(crate) struct PypiRelease {
+    pub(crate) wheels: Vec<PypiWheel>,
+    pub(crate) source: Vec<String>,
 }
 
 /// The PyPI wheel of one platform. Without `cuda` it pulls no CUDA libraries: a CPU build.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct PypiWheel {
-    pub platform: String,
+pub(crate) struct PypiWheel {
+    pub(crate) platform: String,
     /// The CUDA variant (`13.0`), from the CUDA runtime pin.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cuda: Option<VersionText>,
+    pub(crate) cuda: Option<VersionText>,
     /// The pinned CUDA runtime (`nvidia-cuda-runtime-cu12==…` or `cuda-toolkit[…]==…`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cuda_runtime: Option<VersionText>,
+    pub(crate) cuda_runtime: Option<VersionText>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cudnn: Option<VersionText>,
+    pub(crate) cudnn: Option<VersionText>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub nccl: Option<VersionText>,
+    pub(crate) nccl: Option<VersionText>,
 }
 
 /// One CUDA toolkit release: its driver minimum and the nvidia/cuda images of it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct CudaRelease {
-    pub version: VersionText,
+pub(crate) struct CudaRelease {
+    pub(crate) version: VersionText,
     /// The toolkit driver minimum (full feature set); absent where NVIDIA's table has no row.
     #[serde(default)]
-    pub driver_min: Option<DriverVersion>,
+    pub(crate) driver_min: Option<DriverVersion>,
     /// The CUDA runtime library version the release ships (`12.4.127` for 12.4.1).
     #[serde(default)]
-    pub cudart: Option<VersionText>,
+    pub(crate) cudart: Option<VersionText>,
     /// Ubuntu releases nvidia/cuda publishes images of this release for; empty when none are known.
     #[serde(default)]
-    pub ubuntu: Vec<VersionText>,
+    pub(crate) ubuntu: Vec<VersionText>,
     /// The cuDNN flavour in nvidia/cuda tags (`cudnn8`, `cudnn9`, `cudnn`).
     #[serde(default)]
-    pub cudnn_tag: Option<String>,
+    pub(crate) cudnn_tag: Option<String>,
     /// The Ubuntu releases the cuDNN tags exist for, when fewer than `ubuntu`.
     #[serde(default)]
-    pub cudnn_ubuntu: Option<Vec<VersionText>>,
+    pub(crate) cudnn_ubuntu: Option<Vec<VersionText>>,
     /// The brand list (under `brands`) NVIDIA_REQUIRE_CUDA repeats per forward-compat branch.
     #[serde(default)]
-    pub brands: Option<String>,
+    pub(crate) brands: Option<String>,
     /// Platforms with images → the driver branches NVIDIA_REQUIRE_CUDA whitelists there for
     /// forward compatibility (the bundled cuda-compat package, data-center GPUs).
     #[serde(default)]
-    pub platforms: BTreeMap<String, Vec<u64>>,
+    pub(crate) platforms: BTreeMap<String, Vec<u64>>,
     #[serde(default = "default_true")]
-    pub verified: bool,
+    pub(crate) verified: bool,
     #[serde(default)]
-    pub note: Option<String>,
-    pub source: Vec<String>,
+    pub(crate) note: Option<String>,
+    pub(crate) source: Vec<String>,
     /// When NVIDIA's images of this release reach end of life (no more updates; NVIDIA's support
     /// policy deletes the tags six months later).
     #[serde(default)]
-    pub images_eol: Option<EndOfLife>,
+    pub(crate) images_eol: Option<EndOfLife>,
 }
 
 /// An end-of-life date with its sources: the day support (security updates) ends.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct EndOfLife {
+pub(crate) struct EndOfLife {
     /// `YYYY-MM-DD`, checked when the knowledge loads.
-    pub date: Day,
+    pub(crate) date: Day,
     /// Why this date (a source that gives only the month, say).
     #[serde(default)]
-    pub note: Option<String>,
+    pub(crate) note: Option<String>,
     /// `false` where the date itself is not read from a primary source.
     #[serde(default = "default_true")]
-    pub verified: bool,
-    pub source: Vec<String>,
+    pub(crate) verified: bool,
+    pub(crate) source: Vec<String>,
 }
 
 impl CudaRelease {
     /// The platforms nvidia/cuda publishes this release for.
-    pub fn platforms(&self) -> Vec<&str> {
+    pub(crate) fn platforms(&self) -> Vec<&str> {
         self.platforms.keys().map(String::as_str).collect()
     }
 
@@ -405,51 +405,51 @@ impl CudaRelease {
 /// A brand list of NVIDIA_REQUIRE_CUDA.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct BrandList {
-    pub names: Vec<String>,
-    pub source: Vec<String>,
+pub(crate) struct BrandList {
+    pub(crate) names: Vec<String>,
+    pub(crate) source: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct CudaFamily {
-    pub major: u64,
-    pub driver_min: DriverVersion,
+pub(crate) struct CudaFamily {
+    pub(crate) major: u64,
+    pub(crate) driver_min: DriverVersion,
     /// The folder under `site-packages/nvidia/` where PyPI's toolkit wheels of this major lay out
     /// one CUDA tree (`cu13`), usable as CUDA_HOME (`devel_toolkit: pypi`); absent where they do not.
     #[serde(default)]
-    pub pypi_toolkit: Option<String>,
+    pub(crate) pypi_toolkit: Option<String>,
     #[serde(default)]
-    pub note: Option<String>,
-    pub source: Vec<String>,
+    pub(crate) note: Option<String>,
+    pub(crate) source: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct CudaArchChange {
-    pub cuda: VersionText,
+pub(crate) struct CudaArchChange {
+    pub(crate) cuda: VersionText,
     #[serde(default)]
-    pub adds: Vec<String>,
+    pub(crate) adds: Vec<String>,
     #[serde(default)]
-    pub drops: Vec<String>,
+    pub(crate) drops: Vec<String>,
     #[serde(default = "default_true")]
-    pub verified: bool,
-    pub source: Vec<String>,
+    pub(crate) verified: bool,
+    pub(crate) source: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct OsRelease {
+pub(crate) struct OsRelease {
     /// `ubuntu24.04`, `debian12`: parsed when the knowledge loads.
-    pub name: OsName,
-    pub base: String,
-    pub codename: String,
-    pub glibc: VersionText,
-    pub python: VersionText,
-    pub source: Vec<String>,
+    pub(crate) name: OsName,
+    pub(crate) base: String,
+    pub(crate) codename: String,
+    pub(crate) glibc: VersionText,
+    pub(crate) python: VersionText,
+    pub(crate) source: Vec<String>,
     /// When the release's standard security support ends.
     #[serde(default)]
-    pub eol: Option<EndOfLife>,
+    pub(crate) eol: Option<EndOfLife>,
 }
 
 fn default_true() -> bool {
@@ -460,27 +460,27 @@ fn default_true() -> bool {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Knowledge {
-    pub schema_version: u32,
+    pub(crate) schema_version: u32,
     #[serde(default)]
-    pub collected: Option<String>,
+    pub(crate) collected: Option<String>,
     #[serde(default)]
-    pub sources: BTreeMap<String, Source>,
+    pub(crate) sources: BTreeMap<String, Source>,
     #[serde(default)]
-    pub wheel_index: String,
+    pub(crate) wheel_index: String,
     #[serde(default)]
-    pub wheel_index_source: Vec<String>,
+    pub(crate) wheel_index_source: Vec<String>,
     #[serde(default)]
     pub torch: Vec<TorchSeries>,
     #[serde(default)]
-    pub cuda: Vec<CudaRelease>,
+    pub(crate) cuda: Vec<CudaRelease>,
     #[serde(default)]
-    pub brands: BTreeMap<String, BrandList>,
+    pub(crate) brands: BTreeMap<String, BrandList>,
     #[serde(default)]
-    pub cuda_families: Vec<CudaFamily>,
+    pub(crate) cuda_families: Vec<CudaFamily>,
     #[serde(default)]
-    pub cuda_archs: Vec<CudaArchChange>,
+    pub(crate) cuda_archs: Vec<CudaArchChange>,
     #[serde(default)]
-    pub os: Vec<OsRelease>,
+    pub(crate) os: Vec<OsRelease>,
 }
 
 impl Knowledge {
@@ -514,7 +514,7 @@ impl Knowledge {
         Ok(merged)
     }
 
-    pub fn parse(text: &str, origin: &str) -> Result<Knowledge, KnowledgeError> {
+    pub(crate) fn parse(text: &str, origin: &str) -> Result<Knowledge, KnowledgeError> {
         let knowledge = Self::parse_unchecked(text, origin)?;
         knowledge.check(origin)?;
         Ok(knowledge)
@@ -581,7 +581,7 @@ impl Knowledge {
     }
 
     /// Every entry that states facts, named, with the source keys it cites.
-    pub fn entries(&self) -> Vec<(String, &[String])> {
+    pub(crate) fn entries(&self) -> Vec<(String, &[String])> {
         let mut entries: Vec<(String, &[String])> =
             vec![("wheel_index".into(), &self.wheel_index_source)];
         for series in &self.torch {
@@ -960,12 +960,12 @@ impl Knowledge {
     }
 
     /// The minor-version-compatibility driver floor of CUDA major `major`.
-    pub fn family(&self, major: u64) -> Option<&CudaFamily> {
+    pub(crate) fn family(&self, major: u64) -> Option<&CudaFamily> {
         self.cuda_families.iter().find(|f| f.major == major)
     }
 
     /// The release `name` names (`ubuntu24.04`).
-    pub fn os(&self, name: &OsName) -> Option<&OsRelease> {
+    pub(crate) fn os(&self, name: &OsName) -> Option<&OsRelease> {
         self.os.iter().find(|o| o.name == *name)
     }
 

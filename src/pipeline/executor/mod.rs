@@ -27,12 +27,12 @@ use crate::pipeline::alias_move::{
     move_alias, AliasLedger, AliasOutcome, AliasRegistry, AliasRequest,
 };
 use crate::pipeline::planned::{Plan, PlannedImage};
-pub use crate::pipeline::results::{Existing, ImageResult, Status, TestOutcome};
+pub(crate) use crate::pipeline::results::{Existing, ImageResult, Status, TestOutcome};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 
 /// The Docker operations the executor needs (errors are already worded for people); alias moves
 /// go through its [`AliasRegistry`] side.
-pub trait Builder: AliasRegistry + Send + Sync + 'static {
+pub(crate) trait Builder: AliasRegistry + Send + Sync + 'static {
     /// An image carrying this image's build key, locally or (when pushing) in the registry.
     fn find_existing(
         &self,
@@ -73,7 +73,7 @@ pub trait Builder: AliasRegistry + Send + Sync + 'static {
 /// Where the executor writes down what it changed, as it changes it (see the module docs); alias
 /// moves are written down through its [`AliasLedger`] side. The writes are short and
 /// synchronous, so cancelling a build never leaves one half done.
-pub trait Journal: AliasLedger + Send + Sync + 'static {
+pub(crate) trait Journal: AliasLedger + Send + Sync + 'static {
     /// Waits until no other run publishes `image` (its full tag and aliases), and keeps others
     /// out until the claim is dropped.
     fn claim(&self, image: &PlannedImage) -> impl Future<Output = anyhow::Result<Claim>> + Send;
@@ -108,21 +108,21 @@ impl Steps {
 }
 
 #[derive(Debug, Clone)]
-pub struct ExecOptions {
-    pub jobs: usize,
-    pub push: bool,
-    pub test: bool,
+pub(crate) struct ExecOptions {
+    pub(crate) jobs: usize,
+    pub(crate) push: bool,
+    pub(crate) test: bool,
     /// A skipped test (no GPU) fails the image.
-    pub require_gpu: bool,
+    pub(crate) require_gpu: bool,
     /// Move aliases of images whose test was skipped (never of failed ones).
-    pub move_untested_aliases: bool,
+    pub(crate) move_untested_aliases: bool,
     /// The run that owns the alias moves this execution makes.
-    pub owner: Owner,
+    pub(crate) owner: Owner,
 }
 
 /// Runs `plan`. Each result is written down through `journal` and goes to `on_result` as soon
 /// as it is known, and all of them are returned in plan order.
-pub async fn execute<B: Builder, J: Journal>(
+pub(crate) async fn execute<B: Builder, J: Journal>(
     plan: &Plan,
     builder: Arc<B>,
     journal: Arc<J>,

@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use super::*;
 use crate::history::manifest::{ImageSize, Manifest, Packages};
-use crate::pipeline::plan::{plan, select};
+use crate::pipeline::plan::plan;
 use crate::pipeline::record::record;
+use crate::resolve::select::select;
 
 #[derive(Default)]
 struct FakeBuilder {

@@ -22,7 +22,7 @@ const LOCAL_HEADER: u32 = 0x0403_4b50;
 pub(crate) const LOCAL_HEADER_BYTES: u64 = 30;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum WheelZipError {
+pub(crate) enum WheelZipError {
     #[error("not a zip file: {0}")]
     Format(String),
     #[error("the wheel has no {0} member")]
@@ -38,18 +38,18 @@ pub enum WheelZipError {
 /// Where the central directory lies in the file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct CentralDirectory {
-    pub offset: u64,
-    pub size: u64,
+    pub(crate) offset: u64,
+    pub(crate) size: u64,
 }
 
 /// One central directory entry: what is needed to fetch and inflate the member.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Member {
-    pub name: String,
-    pub method: u16,
-    pub compressed_size: u64,
-    pub uncompressed_size: u64,
-    pub local_header_offset: u64,
+pub(crate) struct Member {
+    pub(crate) name: String,
+    pub(crate) method: u16,
+    pub(crate) compressed_size: u64,
+    pub(crate) uncompressed_size: u64,
+    pub(crate) local_header_offset: u64,
 }
 
 fn u16_at(bytes: &[u8], at: usize) -> Option<u16> {
@@ -157,7 +157,7 @@ fn entry_at(directory: &[u8], at: usize) -> Option<(Member, usize)> {
 }
 
 /// Every entry of a whole central directory.
-pub fn members(directory: &[u8]) -> Result<Vec<Member>, WheelZipError> {
+pub(crate) fn members(directory: &[u8]) -> Result<Vec<Member>, WheelZipError> {
     let mut found = Vec::new();
     let mut at = 0;
     while at < directory.len() {
