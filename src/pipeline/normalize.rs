@@ -39,6 +39,7 @@ use std::io::Read;
 
 use anyhow::{anyhow, Context, Result};
 use serde_json::Value;
+use sha2::{Digest as _, Sha256};
 
 use crate::history::manifest::{parse_rfc3339, rfc3339, ImageSize};
 use crate::model::digest::Digest;
@@ -51,6 +52,8 @@ const CREATED_LABEL: &str = "org.opencontainers.image.created";
 pub(crate) const GZIP_LEVEL: u8 = 1;
 /// Each chunk is compressed alone, so the output does not depend on the number of threads.
 const GZIP_CHUNK: usize = 4 << 20;
+/// A layer at least this large that may be a known one is hashed as it streams, not held.
+const STREAM_HASH_FROM: u64 = 64 << 20;
 
 pub(crate) const MEDIA_TYPE_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
 const MEDIA_TYPE_CONFIG: &str = "application/vnd.docker.container.image.v1+json";
@@ -201,10 +204,30 @@ pub(crate) fn normalize_archive(
     archive: impl Read,
     epoch: u64,
     known: &[KnownLayer],
+    on_layer: impl FnMut(u64, u64, bool),
+) -> Result<NormalizedImage> {
+    normalize_archive_streaming_from(archive, epoch, known, STREAM_HASH_FROM, on_layer)
+}
+
+/// [`normalize_archive`] hashing a possibly known layer as it streams from `stream_from` bytes.
+fn normalize_archive_streaming_from(
+    archive: impl Read,
+    epoch: u64,
+    known: &[KnownLayer],
+    stream_from: u64,
     mut on_layer: impl FnMut(u64, u64, bool),
 ) -> Result<NormalizedImage> {
     let by_diff_id: BTreeMap<&Digest, &KnownLayer> =
         known.iter().map(|layer| (&layer.diff_id, layer)).collect();
+    let sizes: std::collections::BTreeSet<u64> =
+        known.iter().map(|layer| layer.unpacked_size).collect();
+    let taken = |layer: &KnownLayer| NormalizedLayer {
+        gzip: None,
+        digest: layer.digest.clone(),
+        diff_id: layer.diff_id.clone(),
+        unpacked_size: layer.unpacked_size,
+        compressed_size: layer.compressed_size,
+    };
     let mut reader = tar::Archive::new(archive);
     let mut layers: BTreeMap<String, NormalizedLayer> = BTreeMap::new();
     let mut jsons: BTreeMap<String, Vec<u8>> = BTreeMap::new();
@@ -212,6 +235,33 @@ pub(crate) fn normalize_archive(
         let mut entry = entry.context("reading the image export")?;
         let path = entry.path()?.to_string_lossy().into_owned();
         if !entry.header().entry_type().is_file() {
+            continue;
+        }
+        let is_layer = path.ends_with(".tar") || path.starts_with("blobs/");
+        // A large layer the size of a known one is hashed as it streams by, never held: for a
+        // derived torch image that is the parent's gigabytes. Should it not be the known layer
+        // after all, its bytes are gone: the caller normalizes again with no known layers.
+        if is_layer && entry.size() >= stream_from && sizes.contains(&entry.size()) {
+            let mut hasher = Sha256::new();
+            let mut chunk = vec![0u8; 1 << 20];
+            loop {
+                let read = entry
+                    .read(&mut chunk)
+                    .with_context(|| format!("reading {path} of the image export"))?;
+                if read == 0 {
+                    break;
+                }
+                hasher.update(&chunk[..read]);
+            }
+            let digest = Digest::from_sha256(hasher.finalize().as_slice());
+            let Some(layer) = by_diff_id.get(&digest) else {
+                return Err(anyhow::Error::new(MisplacedKnownLayer {
+                    diff_id: digest,
+                    position: None,
+                }));
+            };
+            on_layer(layer.unpacked_size, layer.compressed_size, true);
+            layers.insert(path, taken(layer));
             continue;
         }
         let mut bytes = Vec::with_capacity(entry.size() as usize);
@@ -224,16 +274,7 @@ pub(crate) fn normalize_archive(
             if !by_diff_id.is_empty() {
                 if let Some(layer) = by_diff_id.get(&Digest::of(&bytes)) {
                     on_layer(layer.unpacked_size, layer.compressed_size, true);
-                    layers.insert(
-                        path,
-                        NormalizedLayer {
-                            gzip: None,
-                            digest: layer.digest.clone(),
-                            diff_id: layer.diff_id.clone(),
-                            unpacked_size: layer.unpacked_size,
-                            compressed_size: layer.compressed_size,
-                        },
-                    );
+                    layers.insert(path, taken(layer));
                     continue;
                 }
             }
@@ -284,7 +325,7 @@ pub(crate) fn normalize_archive(
         {
             return Err(anyhow::Error::new(MisplacedKnownLayer {
                 diff_id: layer.diff_id.clone(),
-                position: ordered.len(),
+                position: Some(ordered.len()),
             }));
         }
         ordered.push(layer.clone());
@@ -292,21 +333,30 @@ pub(crate) fn normalize_archive(
     assemble(config, ordered, epoch)
 }
 
-/// A layer of the parent chain found above its place in the image: its bytes were not kept.
+/// A layer whose bytes were not kept because it looked like one of the parent chain's, and is
+/// not that layer in that place: above its place in the image (`position`, from the bottom), or
+/// (no position) a layer of a known layer's size with other bytes.
 #[derive(Debug)]
 pub(crate) struct MisplacedKnownLayer {
     pub diff_id: Digest,
-    pub position: usize,
+    pub position: Option<usize>,
 }
 
 impl std::fmt::Display for MisplacedKnownLayer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "layer {} (number {} from the bottom) has the bytes of a parent's layer but is not in the parent's place",
-            self.diff_id,
-            self.position + 1
-        )
+        match self.position {
+            Some(position) => write!(
+                f,
+                "layer {} (number {} from the bottom) has the bytes of a parent's layer but is not in the parent's place",
+                self.diff_id,
+                position + 1
+            ),
+            None => write!(
+                f,
+                "layer {} has the size of a parent's layer but other bytes",
+                self.diff_id
+            ),
+        }
     }
 }
 

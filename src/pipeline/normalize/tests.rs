@@ -597,6 +597,29 @@ fn a_parents_normalized_layers_are_taken_as_known_and_give_the_same_image() {
         |unpacked, packed, taken| heard.push((unpacked, packed, taken)),
     )
     .unwrap();
+    // Hashed as it streams (as a large layer is), the same.
+    let streamed =
+        normalize_archive_streaming_from(child_export.as_slice(), EPOCH, &known, 0, |_, _, _| {})
+            .unwrap();
+    assert_eq!(streamed.manifest, full.manifest);
+    assert!(streamed.layers[0].gzip.is_none());
+    // A layer of the known one's size but other bytes is refused when streamed (its bytes are
+    // gone): the caller normalizes again with no known layers.
+    let mut other = gunzip(parent.layers[0].gzip.as_deref().unwrap()).unwrap();
+    let last = other.len() - 1;
+    other[last] ^= 1;
+    let Err(error) = normalize_archive_streaming_from(
+        export_of(&[other]).as_slice(),
+        EPOCH,
+        &known,
+        0,
+        |_, _, _| {},
+    ) else {
+        panic!("a layer of a known size with other bytes must be refused");
+    };
+    let misplaced = error.downcast_ref::<MisplacedKnownLayer>().expect("typed");
+    assert_eq!(misplaced.position, None);
+    assert!(error.to_string().contains("other bytes"), "{error}");
     // The same image, byte for byte, with the parent's layer not made again.
     assert_eq!(quick.manifest, full.manifest);
     assert_eq!(quick.config, full.config);
@@ -651,7 +674,7 @@ fn a_parents_layer_found_above_its_place_asks_for_a_full_normalization() {
     let misplaced = error
         .downcast_ref::<MisplacedKnownLayer>()
         .expect("the typed error");
-    assert_eq!(misplaced.position, 2);
+    assert_eq!(misplaced.position, Some(2));
     assert!(
         error.to_string().contains("number 3 from the bottom"),
         "{error}"
