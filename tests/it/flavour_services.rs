@@ -539,7 +539,6 @@ pub fn check_ssh(image: &str, user: &str, uid: u32, scratch: &Path) -> SshReport
 /// `docker save`, listed as the export streams by (nothing written to disk, no layer held in
 /// memory); fails when none was listed at all.
 fn assert_no_host_key_in_layers(image: &str) {
-    use std::io::Read;
     let mut save = std::process::Command::new("docker")
         .args(["save", image])
         .stdout(std::process::Stdio::piped())
