@@ -148,6 +148,9 @@ pub struct LocalImage {
     pub labels: BTreeMap<String, String>,
     /// The config's `created` time (RFC 3339), when the daemon reports one.
     pub(crate) created: Option<String>,
+    /// The layers' diff IDs (`sha256:…`), bottom first, when the daemon reports them (an
+    /// inspect does; a listing does not).
+    pub(crate) layers: Vec<String>,
 }
 
 /// A container to run to completion.
@@ -556,6 +559,10 @@ impl Engine {
                     .map(to_btree)
                     .unwrap_or_default(),
                 created: inspect.created,
+                layers: inspect
+                    .root_fs
+                    .and_then(|root_fs| root_fs.layers)
+                    .unwrap_or_default(),
             })),
             Err(error) if is_not_found(&error) => Ok(None),
             Err(error) => Err(self.daemon_error(format!("inspecting image {reference}"), error)),
@@ -621,6 +628,7 @@ impl Engine {
                 repo_digests: summary.repo_digests,
                 labels: to_btree(summary.labels),
                 created: None,
+                layers: Vec::new(),
             }))
     }
 

@@ -500,6 +500,30 @@ impl RegistryClient {
             .await
     }
 
+    /// Whether the registry holds blob `digest` in `repository` (a `HEAD`).
+    pub async fn has_blob(&self, repository: &str, digest: &str) -> Result<bool, DockerError> {
+        let repository = self.api_repository(repository);
+        let digest = digest.to_string();
+        self.blocking(move |client| {
+            let action = format!("looking for blob {digest} in {repository}");
+            let answer = client.send(Call {
+                method: "HEAD",
+                path: format!("/v2/{repository}/blobs/{digest}"),
+                accept: None,
+                content_type: None,
+                body: None,
+                scope: format!("repository:{repository}:pull"),
+                action: action.clone(),
+            })?;
+            if answer.status == 404 {
+                return Ok(false);
+            }
+            client.expect_success(&answer, &action)?;
+            Ok(true)
+        })
+        .await
+    }
+
     /// Stores `bytes` as a blob of `repository` unless the registry has it already (a `HEAD`
     /// first); returns its digest. A monolithic upload: `POST` opens the upload session, `PUT`
     /// to its `Location` with `?digest=` closes it with the bytes.

@@ -28,7 +28,8 @@ use crate::model::digest::Digest;
 use crate::pipeline::alias_move::AliasRegistry;
 use crate::pipeline::executor::{Builder, Existing, TestOutcome};
 use crate::pipeline::normalize::{
-    epoch_of_created, normalize_archive, NormalizedImage, MEDIA_TYPE_MANIFEST, NORMALIZED_LABEL,
+    epoch_of_created, known_prefix, normalize_archive, KnownLayer, MisplacedKnownLayer,
+    NormalizedImage, MEDIA_TYPE_MANIFEST, NORMALIZED_LABEL,
 };
 use crate::pipeline::planned::PlannedImage;
 use crate::pipeline::progress::Progress;
@@ -191,6 +192,9 @@ pub(crate) struct EngineBuilder {
     /// The size of every image this run normalized, by image ID; kept after the push drops
     /// the image's layers.
     sizes: std::sync::Mutex<BTreeMap<String, ImageSize>>,
+    /// The layers of every image this run normalized (bottom first) with its epoch: an image
+    /// built FROM one of them starts with these layers, which are taken as they are.
+    chains: std::sync::Mutex<Vec<(u64, Vec<KnownLayer>)>>,
 }
 
 /// Whether a base image is in the daemon (present or pulled), or why it cannot be; set once.
@@ -217,6 +221,7 @@ impl EngineBuilder {
             pushed: std::sync::Mutex::new(BTreeMap::new()),
             normalized: std::sync::Mutex::new(BTreeMap::new()),
             sizes: std::sync::Mutex::new(BTreeMap::new()),
+            chains: std::sync::Mutex::new(Vec::new()),
         }
     }
 
@@ -585,7 +590,42 @@ impl Builder for EngineBuilder {
         }
         self.progress
             .line(tag, &format!("== pushing {repository}:{tag}"));
-        let normalized = self.normalized_of(repository, tag).await?;
+        let mut normalized = self.normalized_of(repository, tag).await?;
+        // A layer taken as its parent's has no bytes here: the parent's push put it in the
+        // registry. Where it is not there (another repository, the parent not pushed), the
+        // image is normalized again in full, which gives the same bytes.
+        for layer in normalized
+            .layers
+            .iter()
+            .filter(|layer| layer.gzip.is_none())
+        {
+            if !client.has_blob(path, layer.digest.as_str()).await? {
+                self.progress.line(
+                    tag,
+                    &format!(
+                        "== layer {} is not in {repository} yet: normalizing {repository}:{tag} again with every layer's bytes",
+                        layer.digest
+                    ),
+                );
+                let full = self
+                    .normalize_with(
+                        tag,
+                        normalized.config_digest.as_str(),
+                        normalized.epoch,
+                        &[],
+                    )
+                    .await?;
+                if full.manifest_digest != normalized.manifest_digest {
+                    anyhow::bail!(
+                        "normalizing {repository}:{tag} in full gave manifest {}, not {}: its layers are not as imagegen wrote them",
+                        full.manifest_digest,
+                        normalized.manifest_digest
+                    );
+                }
+                normalized = full;
+                break;
+            }
+        }
         let pushed = self
             .push_normalized(&client, repository, tag, &normalized)
             .await?;
@@ -715,6 +755,45 @@ impl EngineBuilder {
     /// Exports image `id` from the daemon and normalizes it (on blocking threads: it is
     /// compression), printing each phase with bytes and rate.
     async fn normalize(&self, name: &str, id: &str, epoch: u64) -> Result<Arc<NormalizedImage>> {
+        let layers = match self.engine.image(id).await? {
+            Some(image) => image.layers,
+            None => anyhow::bail!("image {id} left the Docker daemon before it was normalized"),
+        };
+        let layers = layers
+            .iter()
+            .map(|layer| {
+                Digest::parse(layer).with_context(|| {
+                    format!("the Docker daemon gave image {id} a malformed layer {layer:?}")
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let known = {
+            let chains = self.chains.lock().expect("chains lock");
+            known_prefix(&layers, epoch, &chains)
+        };
+        if known.is_empty() {
+            return self.normalize_with(name, id, epoch, &[]).await;
+        }
+        match self.normalize_with(name, id, epoch, &known).await {
+            Err(error) if error.downcast_ref::<MisplacedKnownLayer>().is_some() => {
+                self.progress
+                    .line(name, &format!("== {error:#}: normalizing every layer"));
+                self.normalize_with(name, id, epoch, &[]).await
+            }
+            other => other,
+        }
+    }
+
+    /// [`EngineBuilder::normalize`] taking the layers `known` (the bottom of the image) as they
+    /// are.
+    async fn normalize_with(
+        &self,
+        name: &str,
+        id: &str,
+        epoch: u64,
+        known: &[KnownLayer],
+    ) -> Result<Arc<NormalizedImage>> {
+        let known = known.to_vec();
         let started = std::time::Instant::now();
         let (archive, size) = self.engine.export_image(id).await?;
         self.progress.stage(
@@ -733,7 +812,17 @@ impl EngineBuilder {
             let mut packed = 0u64;
             let mut last_line = std::time::Instant::now();
             let reader = std::io::BufReader::with_capacity(1 << 20, archive);
-            normalize_archive(reader, epoch, |layer_unpacked, layer_packed| {
+            normalize_archive(reader, epoch, &known, |layer_unpacked, layer_packed, taken| {
+                if taken {
+                    progress.line(
+                        &log_name,
+                        &format!(
+                            "normalizing: a layer of {} ({} compressed) is the parent's normalized layer: taken as it is",
+                            human_bytes(layer_unpacked),
+                            human_bytes(layer_packed)
+                        ),
+                    );
+                }
                 unpacked += layer_unpacked;
                 packed += layer_packed;
                 if last_line.elapsed() >= PROGRESS_EVERY {
@@ -755,8 +844,9 @@ impl EngineBuilder {
         self.progress.stage(
             name,
             &format!(
-                "normalized {} layers (epoch {}): {} unpacked, {} compressed {}, manifest {}",
+                "normalized {} layers ({} the parent's, taken as they are; epoch {}): {} unpacked, {} compressed {}, manifest {}",
                 normalized.layers.len(),
+                normalized.layers.iter().filter(|layer| layer.gzip.is_none()).count(),
                 epoch,
                 human_bytes(normalized.unpacked_size()),
                 human_bytes(normalized.size().compressed_bytes),
@@ -768,6 +858,14 @@ impl EngineBuilder {
             .lock()
             .expect("sizes lock")
             .insert(normalized.config_digest.to_string(), normalized.size());
+        self.chains.lock().expect("chains lock").push((
+            epoch,
+            normalized
+                .layers
+                .iter()
+                .map(|layer| layer.known())
+                .collect(),
+        ));
         Ok(Arc::new(normalized))
     }
 
@@ -836,14 +934,21 @@ impl EngineBuilder {
         normalized: &NormalizedImage,
     ) -> Result<Digest> {
         let path = repository_path_of(repository);
-        let total: u64 = normalized.compressed_size();
+        let total: u64 = normalized
+            .layers
+            .iter()
+            .filter_map(|layer| layer.gzip.as_ref())
+            .map(|blob| blob.len() as u64)
+            .sum::<u64>()
+            + normalized.config.len() as u64;
         let started = std::time::Instant::now();
         let mut last_line = std::time::Instant::now();
         let mut sent = 0u64;
+        // A layer without bytes (its parent's) is in the registry: checked by the caller.
         let blobs = normalized
             .layers
             .iter()
-            .map(|layer| &layer.gzip)
+            .filter_map(|layer| layer.gzip.as_ref())
             .chain(std::iter::once(&normalized.config));
         for blob in blobs {
             client.put_blob(path, blob.clone()).await?;

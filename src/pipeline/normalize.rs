@@ -39,6 +39,7 @@ use std::io::Read;
 
 use anyhow::{anyhow, Context, Result};
 use serde_json::Value;
+use sha2::{Digest as _, Sha256};
 
 use crate::history::manifest::{parse_rfc3339, rfc3339, ImageSize};
 use crate::model::digest::Digest;
@@ -51,6 +52,8 @@ const CREATED_LABEL: &str = "org.opencontainers.image.created";
 pub(crate) const GZIP_LEVEL: u8 = 1;
 /// Each chunk is compressed alone, so the output does not depend on the number of threads.
 const GZIP_CHUNK: usize = 4 << 20;
+/// A layer at least this large that may be a known one is hashed as it streams, not held.
+const STREAM_HASH_FROM: u64 = 64 << 20;
 
 pub(crate) const MEDIA_TYPE_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
 const MEDIA_TYPE_CONFIG: &str = "application/vnd.docker.container.image.v1+json";
@@ -80,18 +83,51 @@ pub(crate) fn epoch_of_created(created: Option<&str>) -> u64 {
     parse_rfc3339(&whole).unwrap_or(0)
 }
 
-/// One layer as pushed: the gzip blob, its digest, the uncompressed digest (diff_id) and size.
+/// One layer as pushed: the gzip blob, its digest, the uncompressed digest (diff_id) and sizes.
 #[derive(Clone)]
 pub(crate) struct NormalizedLayer {
-    pub(crate) gzip: Vec<u8>,
+    /// The gzip blob; `None` for a layer that was already a normalized layer of a parent this
+    /// run normalized (see [`KnownLayer`]): its bytes were not made again.
+    pub(crate) gzip: Option<Vec<u8>>,
     pub(crate) digest: Digest,
     pub(crate) diff_id: Digest,
     pub(crate) unpacked_size: u64,
+    pub(crate) compressed_size: u64,
+}
+
+/// What is known of a normalized layer without its bytes: enough to name it in a manifest.
+///
+/// An image built `FROM` a normalized image (a devel image, a flavour) starts with its parent's
+/// normalized layers, byte for byte (the daemon exports a layer as it was loaded). Normalizing a
+/// normalized layer at the same epoch gives it back unchanged (every rule is idempotent: entries
+/// already sorted, mtimes already clamped, time-only files already gone, `.pyc` already clamped;
+/// `normalize::tests::normalizing_a_normalized_layer_gives_it_back` checks it), so such a layer
+/// is taken as it is: hashed, not rewritten nor compressed again. For a torch image that is
+/// gigabytes per derived image.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct KnownLayer {
+    pub(crate) digest: Digest,
+    pub(crate) diff_id: Digest,
+    pub(crate) unpacked_size: u64,
+    pub(crate) compressed_size: u64,
+}
+
+impl NormalizedLayer {
+    pub(crate) fn known(&self) -> KnownLayer {
+        KnownLayer {
+            digest: self.digest.clone(),
+            diff_id: self.diff_id.clone(),
+            unpacked_size: self.unpacked_size,
+            compressed_size: self.compressed_size,
+        }
+    }
 }
 
 /// A normalized image: config, layers, and the registry manifest that names them.
 #[derive(Clone)]
 pub(crate) struct NormalizedImage {
+    /// The epoch its times were set to.
+    pub(crate) epoch: u64,
     pub(crate) config: Vec<u8>,
     pub(crate) config_digest: Digest,
     pub(crate) layers: Vec<NormalizedLayer>,
@@ -100,15 +136,6 @@ pub(crate) struct NormalizedImage {
 }
 
 impl NormalizedImage {
-    /// Sum of the gzip blobs (what a registry stores for the image).
-    pub(crate) fn compressed_size(&self) -> u64 {
-        self.layers
-            .iter()
-            .map(|layer| layer.gzip.len() as u64)
-            .sum::<u64>()
-            + self.config.len() as u64
-    }
-
     /// Sum of the uncompressed layer tars.
     pub(crate) fn unpacked_size(&self) -> u64 {
         self.layers.iter().map(|layer| layer.unpacked_size).sum()
@@ -118,11 +145,7 @@ impl NormalizedImage {
     /// lists them (the config blob left out) and their uncompressed tars.
     pub(crate) fn size(&self) -> ImageSize {
         ImageSize {
-            compressed_bytes: self
-                .layers
-                .iter()
-                .map(|layer| layer.gzip.len() as u64)
-                .sum(),
+            compressed_bytes: self.layers.iter().map(|layer| layer.compressed_size).sum(),
             unpacked_bytes: self.unpacked_size(),
             layers: u32::try_from(self.layers.len()).unwrap_or(u32::MAX),
         }
@@ -130,13 +153,19 @@ impl NormalizedImage {
 
     /// A `docker save` archive of this image tagged `reference`, for `docker load`: the daemon
     /// stores the config bytes as they are, so its image ID is [`NormalizedImage::config_digest`].
+    /// A layer taken as known (no bytes: its parent's, which the daemon holds with the same chain
+    /// below it) is an empty file: the daemon finds the layer by its chain and never reads it.
     pub(crate) fn load_archive(&self, reference: &str) -> Result<Vec<u8>> {
         let mut builder = tar::Builder::new(Vec::new());
         let config_name = format!("{}.json", self.config_digest.hex());
         let mut layer_names = Vec::new();
         for layer in &self.layers {
             let name = format!("{}/layer.tar", layer.digest.hex());
-            append_file(&mut builder, &name, &layer.gzip)?;
+            append_file(
+                &mut builder,
+                &name,
+                layer.gzip.as_deref().unwrap_or_default(),
+            )?;
             layer_names.push(name);
         }
         append_file(&mut builder, &config_name, &self.config)?;
@@ -166,12 +195,39 @@ fn append_file(builder: &mut tar::Builder<Vec<u8>>, name: &str, data: &[u8]) -> 
 
 /// Reads a `docker save` archive (the Engine API's image export) from `archive` and normalizes
 /// it; each layer is rewritten and compressed as soon as it is read, so only one uncompressed
-/// layer is held at a time. `on_layer` hears (unpacked bytes, compressed bytes) per layer.
+/// layer is held at a time. `known` are the normalized layers the image starts with, bottom
+/// first (its parent's, see [`KnownLayer`]); a layer that hashes to one of them is taken as it
+/// is, without its bytes. Should such a layer turn out to sit anywhere but its place in that
+/// chain (the same bytes higher up), the error is [`MisplacedKnownLayer`]: normalize again with
+/// no known layers. `on_layer` hears (unpacked bytes, compressed bytes, taken as known) per layer.
 pub(crate) fn normalize_archive(
     archive: impl Read,
     epoch: u64,
-    mut on_layer: impl FnMut(u64, u64),
+    known: &[KnownLayer],
+    on_layer: impl FnMut(u64, u64, bool),
 ) -> Result<NormalizedImage> {
+    normalize_archive_streaming_from(archive, epoch, known, STREAM_HASH_FROM, on_layer)
+}
+
+/// [`normalize_archive`] hashing a possibly known layer as it streams from `stream_from` bytes.
+fn normalize_archive_streaming_from(
+    archive: impl Read,
+    epoch: u64,
+    known: &[KnownLayer],
+    stream_from: u64,
+    mut on_layer: impl FnMut(u64, u64, bool),
+) -> Result<NormalizedImage> {
+    let by_diff_id: BTreeMap<&Digest, &KnownLayer> =
+        known.iter().map(|layer| (&layer.diff_id, layer)).collect();
+    let sizes: std::collections::BTreeSet<u64> =
+        known.iter().map(|layer| layer.unpacked_size).collect();
+    let taken = |layer: &KnownLayer| NormalizedLayer {
+        gzip: None,
+        digest: layer.digest.clone(),
+        diff_id: layer.diff_id.clone(),
+        unpacked_size: layer.unpacked_size,
+        compressed_size: layer.compressed_size,
+    };
     let mut reader = tar::Archive::new(archive);
     let mut layers: BTreeMap<String, NormalizedLayer> = BTreeMap::new();
     let mut jsons: BTreeMap<String, Vec<u8>> = BTreeMap::new();
@@ -181,6 +237,33 @@ pub(crate) fn normalize_archive(
         if !entry.header().entry_type().is_file() {
             continue;
         }
+        let is_layer = path.ends_with(".tar") || path.starts_with("blobs/");
+        // A large layer the size of a known one is hashed as it streams by, never held: for a
+        // derived torch image that is the parent's gigabytes. Should it not be the known layer
+        // after all, its bytes are gone: the caller normalizes again with no known layers.
+        if is_layer && entry.size() >= stream_from && sizes.contains(&entry.size()) {
+            let mut hasher = Sha256::new();
+            let mut chunk = vec![0u8; 1 << 20];
+            loop {
+                let read = entry
+                    .read(&mut chunk)
+                    .with_context(|| format!("reading {path} of the image export"))?;
+                if read == 0 {
+                    break;
+                }
+                hasher.update(&chunk[..read]);
+            }
+            let digest = Digest::from_sha256(hasher.finalize().as_slice());
+            let Some(layer) = by_diff_id.get(&digest) else {
+                return Err(anyhow::Error::new(MisplacedKnownLayer {
+                    diff_id: digest,
+                    position: None,
+                }));
+            };
+            on_layer(layer.unpacked_size, layer.compressed_size, true);
+            layers.insert(path, taken(layer));
+            continue;
+        }
         let mut bytes = Vec::with_capacity(entry.size() as usize);
         entry
             .read_to_end(&mut bytes)
@@ -188,6 +271,13 @@ pub(crate) fn normalize_archive(
         if path.ends_with(".json") {
             jsons.insert(path, bytes);
         } else if path.ends_with(".tar") || path.starts_with("blobs/") {
+            if !by_diff_id.is_empty() {
+                if let Some(layer) = by_diff_id.get(&Digest::of(&bytes)) {
+                    on_layer(layer.unpacked_size, layer.compressed_size, true);
+                    layers.insert(path, taken(layer));
+                    continue;
+                }
+            }
             let layer = normalize_layer(&bytes, epoch)
                 .with_context(|| format!("normalizing layer {path} of the image export"))?;
             drop(bytes);
@@ -195,12 +285,13 @@ pub(crate) fn normalize_archive(
             let unpacked_size = layer.len() as u64;
             let gzip = gzip(&layer);
             drop(layer);
-            on_layer(unpacked_size, gzip.len() as u64);
+            on_layer(unpacked_size, gzip.len() as u64, false);
             layers.insert(
                 path,
                 NormalizedLayer {
                     digest: Digest::of(&gzip),
-                    gzip,
+                    compressed_size: gzip.len() as u64,
+                    gzip: Some(gzip),
                     diff_id,
                     unpacked_size,
                 },
@@ -229,9 +320,70 @@ pub(crate) fn normalize_archive(
         let layer = layers
             .get(name)
             .ok_or_else(|| anyhow!("the image export has no layer {name}"))?;
+        if layer.gzip.is_none()
+            && known.get(ordered.len()).map(|known| &known.diff_id) != Some(&layer.diff_id)
+        {
+            return Err(anyhow::Error::new(MisplacedKnownLayer {
+                diff_id: layer.diff_id.clone(),
+                position: Some(ordered.len()),
+            }));
+        }
         ordered.push(layer.clone());
     }
     assemble(config, ordered, epoch)
+}
+
+/// A layer whose bytes were not kept because it looked like one of the parent chain's, and is
+/// not that layer in that place: above its place in the image (`position`, from the bottom), or
+/// (no position) a layer of a known layer's size with other bytes.
+#[derive(Debug)]
+pub(crate) struct MisplacedKnownLayer {
+    pub(crate) diff_id: Digest,
+    pub(crate) position: Option<usize>,
+}
+
+impl std::fmt::Display for MisplacedKnownLayer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.position {
+            Some(position) => write!(
+                f,
+                "layer {} (number {} from the bottom) has the bytes of a parent's layer but is not in the parent's place",
+                self.diff_id,
+                position + 1
+            ),
+            None => write!(
+                f,
+                "layer {} has the size of a parent's layer but other bytes",
+                self.diff_id
+            ),
+        }
+    }
+}
+
+impl std::error::Error for MisplacedKnownLayer {}
+
+/// The layers of `layers` (an image's diff IDs, bottom first) that are the bottom of a chain
+/// normalized at `epoch`: the longest such prefix among `chains`.
+pub(crate) fn known_prefix(
+    layers: &[Digest],
+    epoch: u64,
+    chains: &[(u64, Vec<KnownLayer>)],
+) -> Vec<KnownLayer> {
+    let mut best: &[KnownLayer] = &[];
+    for (chain_epoch, chain) in chains {
+        if *chain_epoch != epoch {
+            continue;
+        }
+        let common = layers
+            .iter()
+            .zip(chain)
+            .take_while(|(layer, known)| **layer == known.diff_id)
+            .count();
+        if common > best.len() {
+            best = &chain[..common];
+        }
+    }
+    best.to_vec()
 }
 
 /// The normalized config and the manifest over `layers`.
@@ -253,12 +405,13 @@ pub(crate) fn assemble(
         },
         "layers": layers.iter().map(|layer| serde_json::json!({
             "mediaType": MEDIA_TYPE_LAYER,
-            "size": layer.gzip.len(),
+            "size": layer.compressed_size,
             "digest": layer.digest.as_str(),
         })).collect::<Vec<_>>(),
     });
     let manifest = serde_json::to_vec(&manifest)?;
     Ok(NormalizedImage {
+        epoch,
         manifest_digest: Digest::of(&manifest),
         manifest,
         config,

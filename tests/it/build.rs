@@ -921,6 +921,16 @@ async fn a_plain_build_then_build_push_with_a_relative_project_pushes_without_re
         assert_eq!(record["status"], "ok", "{name}: {record:#}");
         assert_eq!(record["selftest"]["status"], "skipped", "{record:#}");
         assert!(record["digest"].is_null(), "not pushed yet: {record:#}");
+        // A devel image starts with its normalized runtime image's layers: taken as they are,
+        // not rewritten and compressed again (the runtime image's own log has no such line).
+        let log =
+            std::fs::read_to_string(project.path().join(format!(".imagegen/logs/{name}.log")))
+                .unwrap();
+        assert_eq!(
+            log.contains("the parent's normalized layer: taken as it is"),
+            name.contains("-devel-"),
+            "{name}:\n{log}"
+        );
     }
 
     let push = imagegen(&[

@@ -379,14 +379,22 @@ fn an_export_becomes_a_manifest_over_normalized_layers_and_a_loadable_archive() 
         builder.into_inner().unwrap()
     };
     let mut heard = Vec::new();
-    let first = normalize_archive(export(EPOCH + 10).as_slice(), EPOCH, |unpacked, packed| {
-        heard.push((unpacked, packed))
-    })
+    let none = [];
+    let first = normalize_archive(
+        export(EPOCH + 10).as_slice(),
+        EPOCH,
+        &none,
+        |unpacked, packed, known| heard.push((unpacked, packed, known)),
+    )
     .unwrap();
-    let second = normalize_archive(export(EPOCH + 99).as_slice(), EPOCH, |_, _| {}).unwrap();
+    let second =
+        normalize_archive(export(EPOCH + 99).as_slice(), EPOCH, &none, |_, _, _| {}).unwrap();
     assert_eq!(first.manifest_digest, second.manifest_digest);
     assert_eq!(heard.len(), 1);
-    assert_eq!(heard[0].1, first.layers[0].gzip.len() as u64);
+    let gzipped = first.layers[0].gzip.as_deref().unwrap();
+    assert_eq!(heard[0].1, gzipped.len() as u64);
+    assert_eq!(first.layers[0].compressed_size, gzipped.len() as u64);
+    assert!(!heard[0].2);
     assert_eq!(first.unpacked_size(), heard[0].0);
     let manifest: Value = serde_json::from_slice(&first.manifest).unwrap();
     assert_eq!(manifest["config"]["digest"], first.config_digest.as_str());
@@ -394,7 +402,7 @@ fn an_export_becomes_a_manifest_over_normalized_layers_and_a_loadable_archive() 
         manifest["layers"][0]["digest"],
         first.layers[0].digest.as_str()
     );
-    let unpacked = gunzip(&first.layers[0].gzip).unwrap();
+    let unpacked = gunzip(gzipped).unwrap();
     assert_eq!(Digest::of(&unpacked), first.layers[0].diff_id);
     // The recorded size: the manifest's layer sizes (not the config) and the unpacked tars.
     let size = first.size();
@@ -407,10 +415,7 @@ fn an_export_becomes_a_manifest_over_normalized_layers_and_a_loadable_archive() 
             .map(|layer| layer["size"].as_u64().unwrap())
             .sum::<u64>()
     );
-    assert_eq!(
-        size.compressed_bytes + first.config.len() as u64,
-        first.compressed_size()
-    );
+    assert_eq!(size.compressed_bytes, gzipped.len() as u64);
     assert_eq!(size.unpacked_bytes, unpacked.len() as u64);
     assert_eq!(size.layers, 1);
     let archive = first.load_archive("x:1").unwrap();
@@ -425,5 +430,261 @@ fn an_export_becomes_a_manifest_over_normalized_layers_and_a_loadable_archive() 
             format!("{}.json", first.config_digest.hex()),
             "manifest.json".to_string()
         ]
+    );
+}
+
+/// A layer as real images hold them: long paths, hard and symbolic links, extended attributes, an
+/// owner name, a device, a timestamp `.pyc`, a time-only file, mtimes on both sides of the epoch,
+/// in no order.
+fn mixed_layer() -> Vec<u8> {
+    let long = format!(
+        "opt/venv/lib/python3.12/site-packages/{}/m.py",
+        "n".repeat(120)
+    );
+    let mut pyc = vec![0xcb, 0x0d, 0x0d, 0x0a, 0, 0, 0, 0];
+    pyc.extend_from_slice(&((EPOCH + 60) as u32).to_le_bytes());
+    pyc.extend_from_slice(&7u32.to_le_bytes());
+    pyc.extend_from_slice(b"code");
+    let mut builder = tar::Builder::new(Vec::new());
+    let mut append = |path: &str, kind: tar::EntryType, mtime: u64, data: &[u8]| {
+        let mut header = tar::Header::new_ustar();
+        header.set_entry_type(kind);
+        header.set_mode(0o755);
+        header.set_uid(1000);
+        header.set_gid(1000);
+        header.set_mtime(mtime);
+        header.set_username("team").unwrap();
+        if kind.is_symlink() || kind.is_hard_link() {
+            header.set_size(0);
+            builder
+                .append_link(&mut header, path, std::str::from_utf8(data).unwrap())
+                .unwrap();
+        } else {
+            header.set_size(data.len() as u64);
+            builder.append_data(&mut header, path, data).unwrap();
+        }
+    };
+    append("usr/bin/z", tar::EntryType::Regular, EPOCH + 5, b"elf");
+    append(
+        "usr/bin/a-link",
+        tar::EntryType::Link,
+        EPOCH + 5,
+        b"usr/bin/z",
+    );
+    append(&long, tar::EntryType::Regular, 7, b"print()");
+    append(
+        &format!("{long}.lnk"),
+        tar::EntryType::Symlink,
+        EPOCH + 9,
+        long.as_bytes(),
+    );
+    append(
+        "app/__pycache__/m.cpython-312.pyc",
+        tar::EntryType::Regular,
+        EPOCH + 60,
+        &pyc,
+    );
+    append(
+        "var/log/apt/history.log",
+        tar::EntryType::Regular,
+        EPOCH + 1,
+        b"x",
+    );
+    append("etc/.wh.old", tar::EntryType::Regular, EPOCH + 1, b"");
+    append("dev/", tar::EntryType::Directory, EPOCH + 2, b"");
+    builder
+        .append_pax_extensions([("SCHILY.xattr.security.capability", &b"\x01\x00"[..])])
+        .unwrap();
+    let mut header = tar::Header::new_ustar();
+    header.set_mode(0o4750);
+    header.set_uid(0);
+    header.set_gid(0);
+    header.set_mtime(EPOCH + 100);
+    header.set_size(3);
+    builder
+        .append_data(&mut header, "usr/bin/ping", &b"elf"[..])
+        .unwrap();
+    let mut header = tar::Header::new_ustar();
+    header.set_entry_type(tar::EntryType::Char);
+    header.set_mode(0o666);
+    header.set_uid(0);
+    header.set_gid(0);
+    header.set_device_major(1).unwrap();
+    header.set_device_minor(3).unwrap();
+    header.set_mtime(EPOCH + 4);
+    header.set_size(0);
+    builder
+        .append_data(&mut header, "dev/null", &b""[..])
+        .unwrap();
+    builder.into_inner().unwrap()
+}
+
+#[test]
+fn normalizing_a_normalized_layer_gives_it_back() {
+    // What lets a derived image take its parent's normalized layers as they are (KnownLayer).
+    let once = normalize_layer(&mixed_layer(), EPOCH).unwrap();
+    assert_ne!(once, mixed_layer());
+    assert!(paths(&once).iter().any(|path| path.len() > 100));
+    assert_eq!(normalize_layer(&once, EPOCH).unwrap(), once);
+}
+
+/// A `docker save` archive of `layers` (in that order) under a minimal config.
+fn export_of(layers: &[Vec<u8>]) -> Vec<u8> {
+    let config = serde_json::json!({
+        "architecture": "amd64", "os": "linux", "created": "2026-12-02T15:31:07Z",
+        "config": {}, "history": [], "rootfs": {"type": "layers", "diff_ids": []}
+    });
+    let names: Vec<String> = (0..layers.len())
+        .map(|i| format!("l{i}/layer.tar"))
+        .collect();
+    let mut builder = tar::Builder::new(Vec::new());
+    for (name, layer) in names.iter().zip(layers) {
+        append_file(&mut builder, name, layer).unwrap();
+    }
+    append_file(
+        &mut builder,
+        "cfg.json",
+        &serde_json::to_vec(&config).unwrap(),
+    )
+    .unwrap();
+    let manifest =
+        serde_json::json!([{"Config": "cfg.json", "RepoTags": ["x:1"], "Layers": names}]);
+    append_file(
+        &mut builder,
+        "manifest.json",
+        &serde_json::to_vec(&manifest).unwrap(),
+    )
+    .unwrap();
+    builder.into_inner().unwrap()
+}
+
+#[test]
+fn a_parents_normalized_layers_are_taken_as_known_and_give_the_same_image() {
+    let none = [];
+    // The parent: one raw layer, normalized.
+    let parent = normalize_archive(
+        export_of(&[mixed_layer()]).as_slice(),
+        EPOCH,
+        &none,
+        |_, _, _| {},
+    )
+    .unwrap();
+    let parent_layer = gunzip(parent.layers[0].gzip.as_deref().unwrap()).unwrap();
+    // The child as the daemon exports it: the parent's normalized layer, then its own raw one.
+    let own = layer(&[item("etc/child", EPOCH + 50)]);
+    let child_export = export_of(&[parent_layer, own]);
+    let full = normalize_archive(child_export.as_slice(), EPOCH, &none, |_, _, _| {}).unwrap();
+    let chains = vec![(
+        EPOCH,
+        parent.layers.iter().map(NormalizedLayer::known).collect(),
+    )];
+    let child_layers: Vec<Digest> = full.layers.iter().map(|l| l.diff_id.clone()).collect();
+    let known = known_prefix(&child_layers, EPOCH, &chains);
+    assert_eq!(known.len(), 1);
+    assert!(
+        known_prefix(&child_layers, EPOCH + 1, &chains).is_empty(),
+        "another epoch"
+    );
+    assert!(
+        known_prefix(&child_layers[1..], EPOCH, &chains).is_empty(),
+        "not at the bottom"
+    );
+    let mut heard = Vec::new();
+    let quick = normalize_archive(
+        child_export.as_slice(),
+        EPOCH,
+        &known,
+        |unpacked, packed, taken| heard.push((unpacked, packed, taken)),
+    )
+    .unwrap();
+    // Hashed as it streams (as a large layer is), the same.
+    let streamed =
+        normalize_archive_streaming_from(child_export.as_slice(), EPOCH, &known, 0, |_, _, _| {})
+            .unwrap();
+    assert_eq!(streamed.manifest, full.manifest);
+    assert!(streamed.layers[0].gzip.is_none());
+    // A layer of the known one's size but other bytes is refused when streamed (its bytes are
+    // gone): the caller normalizes again with no known layers.
+    let mut other = gunzip(parent.layers[0].gzip.as_deref().unwrap()).unwrap();
+    let last = other.len() - 1;
+    other[last] ^= 1;
+    let Err(error) = normalize_archive_streaming_from(
+        export_of(&[other]).as_slice(),
+        EPOCH,
+        &known,
+        0,
+        |_, _, _| {},
+    ) else {
+        panic!("a layer of a known size with other bytes must be refused");
+    };
+    let misplaced = error.downcast_ref::<MisplacedKnownLayer>().expect("typed");
+    assert_eq!(misplaced.position, None);
+    assert!(error.to_string().contains("other bytes"), "{error}");
+    // The same image, byte for byte, with the parent's layer not made again.
+    assert_eq!(quick.manifest, full.manifest);
+    assert_eq!(quick.config, full.config);
+    assert_eq!(quick.size(), full.size());
+    assert!(quick.layers[0].gzip.is_none());
+    assert_eq!(quick.layers[1].gzip, full.layers[1].gzip);
+    assert_eq!(heard.iter().filter(|(_, _, taken)| *taken).count(), 1);
+    assert_eq!(
+        heard
+            .iter()
+            .find(|(_, _, taken)| *taken)
+            .map(|(u, p, _)| (*u, *p)),
+        Some((
+            parent.layers[0].unpacked_size,
+            parent.layers[0].compressed_size
+        ))
+    );
+    // The load archive names the known layer with an empty file (the daemon has its chain).
+    let archive = quick.load_archive("x:2").unwrap();
+    let mut sizes = BTreeMap::new();
+    for entry in tar::Archive::new(archive.as_slice()).entries().unwrap() {
+        let entry = entry.unwrap();
+        sizes.insert(entry.path().unwrap().display().to_string(), entry.size());
+    }
+    assert_eq!(
+        sizes[&format!("{}/layer.tar", quick.layers[0].digest.hex())],
+        0
+    );
+    assert_eq!(
+        sizes[&format!("{}/layer.tar", quick.layers[1].digest.hex())],
+        quick.layers[1].compressed_size
+    );
+}
+
+#[test]
+fn a_parents_layer_found_above_its_place_asks_for_a_full_normalization() {
+    let none = [];
+    let empty = layer(&[]);
+    let parent = normalize_archive(
+        export_of(std::slice::from_ref(&empty)).as_slice(),
+        EPOCH,
+        &none,
+        |_, _, _| {},
+    )
+    .unwrap();
+    let known: Vec<KnownLayer> = parent.layers.iter().map(NormalizedLayer::known).collect();
+    // The same (empty) layer at the bottom and again above the child's own layer.
+    let child = export_of(&[empty.clone(), layer(&[item("etc/x", 1)]), empty]);
+    let Err(error) = normalize_archive(child.as_slice(), EPOCH, &known, |_, _, _| {}) else {
+        panic!("a misplaced known layer must be refused");
+    };
+    let misplaced = error
+        .downcast_ref::<MisplacedKnownLayer>()
+        .expect("the typed error");
+    assert_eq!(misplaced.position, Some(2));
+    assert!(
+        error.to_string().contains("number 3 from the bottom"),
+        "{error}"
+    );
+    // With no known layers it normalizes.
+    assert_eq!(
+        normalize_archive(child.as_slice(), EPOCH, &none, |_, _, _| {})
+            .unwrap()
+            .layers
+            .len(),
+        3
     );
 }
