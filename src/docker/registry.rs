@@ -506,15 +506,8 @@ impl RegistryClient {
         let digest = digest.to_string();
         self.blocking(move |client| {
             let action = format!("looking for blob {digest} in {repository}");
-            let answer = client.send(Call {
-                method: "HEAD",
-                path: format!("/v2/{repository}/blobs/{digest}"),
-                accept: None,
-                content_type: None,
-                body: None,
-                scope: format!("repository:{repository}:pull"),
-                action: action.clone(),
-            })?;
+            let scope = format!("repository:{repository}:pull");
+            let answer = client.head_blob(&repository, &digest, scope, &action)?;
             if answer.status == 404 {
                 return Ok(false);
             }
@@ -533,15 +526,7 @@ impl RegistryClient {
             let digest = sha256_digest(&bytes);
             let action = format!("uploading blob {digest} to {repository}");
             let scope = format!("repository:{repository}:pull,push");
-            let exists = client.send(Call {
-                method: "HEAD",
-                path: format!("/v2/{repository}/blobs/{digest}"),
-                accept: None,
-                content_type: None,
-                body: None,
-                scope: scope.clone(),
-                action: action.clone(),
-            })?;
+            let exists = client.head_blob(&repository, &digest, scope.clone(), &action)?;
             if exists.status == 200 {
                 return Ok(digest);
             }
@@ -611,6 +596,25 @@ impl RegistryClient {
             Ok(Some(answer.body))
         })
         .await
+    }
+
+    /// The registry's answer to a `HEAD` of blob `digest` in `repository`.
+    fn head_blob(
+        &self,
+        repository: &str,
+        digest: &str,
+        scope: String,
+        action: &str,
+    ) -> Result<Answer, DockerError> {
+        self.send(Call {
+            method: "HEAD",
+            path: format!("/v2/{repository}/blobs/{digest}"),
+            accept: None,
+            content_type: None,
+            body: None,
+            scope,
+            action: action.to_string(),
+        })
     }
 
     fn fetch_manifest(
