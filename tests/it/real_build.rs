@@ -16,7 +16,12 @@
 //! the wheels, and `-lcuda` links against the stub. The jupyter and ssh flavours are built on the
 //! runtime image and started (`flavour_services.rs`).
 //!
-//! It needs the daemon, debootstrap, uv and syft (`.ci/install-deps.sh`: `.ci/venv/bin/uv` and
+//! The build is the README quick start's: `imagegen build --push` to a registry on 127.0.0.1, each
+//! image pushed as it was normalized (a derived image's parent layers are in the registry once),
+//! its aliases waiting for a self-test on a GPU (none here), and then `imagegen verify` (exit 0:
+//! the registry serves every full tag as the manifest records it).
+//!
+//! It needs the daemon, debootstrap, docker-registry, uv and syft (`.ci/install-deps.sh`: `.ci/venv/bin/uv` and
 //! `.ci/venv/bin/syft`, or `IMAGEGEN_UV`/`IMAGEGEN_SYFT`, or PATH), cargo-auditable
 //! (`target/tools/bin`, which `.ci/install-deps.sh` and `selftest/build.sh` install), cargo and the
 //! network (deb.debian.org, PyPI), and fails, never skips, without them.
@@ -30,7 +35,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::Instant;
 
 use crate::support::project::{assert_code, text};
-use crate::support::unique_name;
+use crate::support::{unique_name, Registry};
 
 /// The base image this test makes (removed at the end of the run unless
 /// `IMAGEGEN_TEST_KEEP_BASES=1`), or finds from an earlier run.
@@ -98,6 +103,9 @@ impl Phases {
 /// steps reach it, not the base).
 struct Built {
     tags: Vec<String>,
+    /// `HOST/REPOSITORY` of the images: every tag of it in the daemon is removed too; empty until
+    /// known.
+    repository: String,
     images_before: BTreeSet<String>,
     base_id: String,
 }
@@ -109,8 +117,23 @@ impl Drop for Built {
             let id = String::from_utf8_lossy(&output.stdout).trim().to_string();
             (output.status.success() && !id.is_empty()).then_some(id)
         };
-        let mut roots: BTreeSet<String> = self.tags.iter().filter_map(|tag| id_of(tag)).collect();
-        for tag in &self.tags {
+        let mut tags: BTreeSet<String> = self.tags.iter().cloned().collect();
+        if !self.repository.is_empty() {
+            let listed = docker(&[
+                "images",
+                "--format",
+                "{{.Repository}}:{{.Tag}}",
+                &self.repository,
+            ]);
+            tags.extend(
+                String::from_utf8_lossy(&listed.stdout)
+                    .lines()
+                    .filter(|tag| !tag.ends_with(":<none>"))
+                    .map(str::to_string),
+            );
+        }
+        let mut roots: BTreeSet<String> = tags.iter().filter_map(|tag| id_of(tag)).collect();
+        for tag in &tags {
             let _ = docker(&["rmi", tag]);
         }
         roots.retain(|id| !self.images_before.contains(id));
@@ -735,6 +758,117 @@ fn sbom_holds_what_syft_finds(project: &Path, name: &str, tag: &str) -> (usize, 
     (python_count, deb_count)
 }
 
+/// What `build --push --format json` reported and recorded, and `imagegen verify` of it: each image
+/// pushed by this run (the registry was empty) at the digest it reports, the manifest recording that
+/// digest under `repository`, each image's aliases (with and without the OS) waiting on it for a
+/// passing self-test on a GPU (`tests` policy: any GPU; none here), no alias moved; `verify` exits
+/// 0 with every full tag served as recorded, no drift, and lists the same waiting aliases.
+fn check_pushed_and_verified(
+    dir: &Path,
+    build: &Output,
+    image_names: &[&String],
+    repository: &str,
+    outputs: &mut String,
+) {
+    let report: serde_json::Value = serde_json::from_slice(&build.stdout)
+        .unwrap_or_else(|error| panic!("build --push printed no JSON ({error}):\n{}", text(build)));
+    let log = String::from_utf8_lossy(&build.stderr).into_owned();
+    let pushed: BTreeMap<String, String> = report["images"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{report:#}"))
+        .iter()
+        .map(|result| {
+            (
+                result["name"].as_str().unwrap_or_default().to_string(),
+                result["digest"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        pushed.keys().collect::<BTreeSet<_>>(),
+        image_names.iter().copied().collect::<BTreeSet<_>>(),
+        "{report:#}"
+    );
+    for (name, digest) in &pushed {
+        assert!(digest.starts_with("sha256:"), "{name}: {report:#}");
+        assert!(
+            log.contains(&format!(
+                "[{name}] == pushed {repository}:{name} {digest}: "
+            )),
+            "{name} was not pushed as {digest}:\n{log}"
+        );
+    }
+    // What pushing cost, image by image (a derived image sends only its own layers).
+    for line in log.lines().filter(|line| line.contains("] == pushed ")) {
+        eprintln!("{line}");
+    }
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("imagegen-manifest.json")).unwrap())
+            .unwrap();
+    let minor = TORCH.rsplit_once('.').unwrap().0;
+    let mut expected: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for name in image_names {
+        let (variant, suffix) = if name.contains("-devel-") {
+            ("devel", "")
+        } else if let Some(flavour) = ["-jupyter", "-ssh"].iter().find(|f| name.ends_with(*f)) {
+            ("runtime", *flavour)
+        } else {
+            ("runtime", "")
+        };
+        for os in ["", "-debian12"] {
+            expected
+                .entry(name.to_string())
+                .or_default()
+                .insert(format!("{minor}-cuda13.0-{variant}{os}{suffix}"));
+        }
+        let record = &manifest["images"][name.as_str()];
+        assert_eq!(record["status"], "ok", "{name}: {record:#}");
+        assert_eq!(record["repository"], repository, "{name}: {record:#}");
+        assert_eq!(
+            record["digest"].as_str(),
+            Some(pushed[name.as_str()].as_str()),
+            "{name}: {record:#}"
+        );
+        let awaiting: BTreeSet<String> = record["awaiting_aliases"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{name}: no awaiting aliases: {record:#}"))
+            .iter()
+            .map(|alias| alias.as_str().unwrap_or_default().to_string())
+            .collect();
+        assert_eq!(awaiting, expected[name.as_str()], "{record:#}");
+    }
+    assert!(
+        manifest["aliases"]
+            .as_object()
+            .is_none_or(|aliases| aliases.is_empty()),
+        "no alias moves without a passing self-test: {manifest:#}"
+    );
+    let verify = imagegen(dir, &["verify", "--format", "json"]);
+    outputs.push_str(&text(&verify));
+    let verified: serde_json::Value = serde_json::from_slice(&verify.stdout)
+        .unwrap_or_else(|error| panic!("verify printed no JSON ({error}):\n{}", text(&verify)));
+    assert_code(&verify, 0);
+    assert_eq!(verified["checked"], image_names.len(), "{verified:#}");
+    assert_eq!(verified["drift"], 0, "{verified:#}");
+    let waiting: BTreeMap<String, BTreeSet<String>> = verified["waiting_for_tests"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{verified:#}"))
+        .iter()
+        .map(|entry| {
+            (
+                entry["tag"].as_str().unwrap_or_default().to_string(),
+                entry["aliases"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|alias| alias.as_str().unwrap_or_default().to_string())
+                    .collect(),
+            )
+        })
+        .collect();
+    assert_eq!(waiting, expected, "{verified:#}");
+}
+
 #[test]
 fn a_runtime_and_a_devel_image_built_for_real_from_pypi_on_a_debootstrapped_base() {
     let mut phases = Phases {
@@ -757,17 +891,23 @@ fn a_runtime_and_a_devel_image_built_for_real_from_pypi_on_a_debootstrapped_base
             .lines()
             .map(str::to_string)
             .collect(),
+        repository: String::new(),
         base_id,
     };
 
-    // The project: the fixture matrix, pointing at this base, with the host's CA bundle.
+    // The project: the fixture matrix, pointing at this base and at a registry on 127.0.0.1, with
+    // the host's CA bundle.
     let project = tempfile::tempdir().unwrap();
     let dir = project.path();
     let repository = unique_name("imagegen-test/real");
+    let registry = Registry::start();
+    let registry_host = registry.host().to_string();
+    built.repository = format!("{registry_host}/{repository}");
     let team_index = TeamIndex::start(dir);
     let matrix =
         std::fs::read_to_string(repository_root().join("tests/fixtures/real-build/matrix.yaml"))
             .unwrap()
+            .replace("REGISTRY", &registry_host)
             .replace("REPOSITORY", &repository)
             .replace("BASE_IMAGE", BASE_IMAGE)
             .replace("PORT", &team_index.port.to_string());
@@ -789,8 +929,8 @@ fn a_runtime_and_a_devel_image_built_for_real_from_pypi_on_a_debootstrapped_base
     phases.mark("imagegen lock (uv, PyPI, the team's index): 4 locks (2 flavours)");
     let runtime_name = format!("{TORCH}-cuda13.0-cudnn9-runtime-debian12");
     let devel_name = format!("{TORCH}-cuda13.0-cudnn9-devel-debian12");
-    let runtime_tag = format!("registry.invalid/{repository}:{runtime_name}");
-    let devel_tag = format!("registry.invalid/{repository}:{devel_name}");
+    let runtime_tag = format!("{registry_host}/{repository}:{runtime_name}");
+    let devel_tag = format!("{registry_host}/{repository}:{devel_name}");
     built.tags.extend([devel_tag.clone(), runtime_tag.clone()]);
     // The flavours on the runtime image (tests/it/flavour_services.rs checks them).
     built
@@ -877,10 +1017,21 @@ fn a_runtime_and_a_devel_image_built_for_real_from_pypi_on_a_debootstrapped_base
     std::fs::create_dir_all(dir.join("selftest")).unwrap();
     std::fs::copy(&selftest_binary, dir.join("selftest/gpu-selftest-cu13")).unwrap();
 
-    // The build as a user runs it: the images, tested (no GPU here: skipped), recorded; two at a
-    // time (the default --jobs), so devel and the flavours build beside each other once the
-    // runtime image they are built FROM is there.
-    let build = imagegen(dir, &["build", "--selftest-dir", "selftest"]);
+    // The build as the README quick start runs it: the images built, tested (no GPU here:
+    // skipped), pushed to the registry on 127.0.0.1 and recorded; two at a time (the default
+    // --jobs), so devel and the flavours build beside each other once the runtime image they are
+    // built FROM is there (and pushed: their parent's layers are then in the registry once).
+    let build = imagegen(
+        dir,
+        &[
+            "build",
+            "--selftest-dir",
+            "selftest",
+            "--push",
+            "--format",
+            "json",
+        ],
+    );
     outputs.push_str(&text(&build));
     let build_log = std::fs::read_to_string(
         dir.join(".imagegen/logs")
@@ -888,7 +1039,23 @@ fn a_runtime_and_a_devel_image_built_for_real_from_pypi_on_a_debootstrapped_base
     )
     .unwrap_or_default();
     assert_code(&build, 0);
-    phases.mark("imagegen build: runtime and devel images");
+    phases.mark("imagegen build --push: runtime, devel and the two flavours");
+    let flavour_names = ["jupyter", "ssh"].map(|flavour| format!("{runtime_name}-{flavour}"));
+    let image_names: Vec<&String> = [&runtime_name, &devel_name]
+        .into_iter()
+        .chain(&flavour_names)
+        .collect();
+    check_pushed_and_verified(
+        dir,
+        &build,
+        &image_names,
+        &format!("{registry_host}/{repository}"),
+        &mut outputs,
+    );
+    phases.mark(&format!(
+        "pushed digests and waiting aliases recorded; imagegen verify: {} full tags served as recorded",
+        image_names.len()
+    ));
     // apt fetched from Debian's security archive through mirrors.debian_security; when another
     // run on this daemon left the apt layer in the build cache, the log says so and shows no
     // fetch, and the mirror is then checked in the image's apt sources instead.
@@ -1058,7 +1225,7 @@ fn a_runtime_and_a_devel_image_built_for_real_from_pypi_on_a_debootstrapped_base
     phases.mark("additions checked in the image (user, packages, step, apt)");
     for line in crate::flavour_services::check_real_build_flavours(
         dir,
-        &format!("registry.invalid/{repository}"),
+        &format!("{registry_host}/{repository}"),
         &runtime_name,
         "dev",
         1000,
