@@ -817,7 +817,7 @@ impl EngineBuilder {
                     progress.line(
                         &log_name,
                         &format!(
-                            "normalizing: a layer of {} ({} compressed) is the parent's normalized layer: taken as it is",
+                            "normalizing: a layer of {} ({} compressed) is a layer this run normalized already: taken as it is",
                             human_bytes(layer_unpacked),
                             human_bytes(layer_packed)
                         ),
