@@ -7,7 +7,7 @@
 use crate::model::knowledge::Knowledge;
 use crate::model::matrix::{CellRule, Matrix, MatrixError};
 use crate::model::names::closest;
-use crate::model::version::{DottedVersion, OsName, TorchText, VersionText};
+use crate::model::version::{OsName, TorchText, VersionText};
 use crate::model::yaml::Position;
 use crate::resolve::cells::{axis_cells, rule_matches};
 
@@ -208,7 +208,7 @@ impl<'k> KnownValues<'k> {
             ("torch", Value::Torch(torch)) => (self.knows_torch(torch), "torch", &self.torch),
             ("cuda", Value::Version(cuda)) => {
                 if cuda.dotted().parts().len() == 1 {
-                    return Some(self.bare_cuda_major(text));
+                    return Some(self.bare_cuda_major(cuda));
                 }
                 (self.knows_cuda(cuda), "CUDA", &self.cuda)
             }
@@ -257,23 +257,36 @@ impl<'k> KnownValues<'k> {
 
     /// `cuda: [13]`: a bare major would resolve to the newest release of the major while the tag
     /// reads `cuda13`; the message lists the `major.minor` lines it could mean.
-    fn bare_cuda_major(&self, major: &str) -> (String, String) {
-        let prefix = format!("{major}.");
-        let lines: Vec<&str> = self
-            .cuda
-            .iter()
-            .map(String::as_str)
-            .filter(|c| c.starts_with(&prefix) && c.split('.').count() == 2)
-            .collect();
-        let mut lines = lines;
-        lines.sort_by_key(|c| DottedVersion::parse_kind(c, "CUDA", 3).ok());
+    fn bare_cuda_major(&self, major: &VersionText) -> (String, String) {
+        // The `major.minor` lines the knowledge knows, as it read them, in numeric order.
+        let mut lines: Vec<VersionText> =
+            self.knowledge
+                .torch
+                .iter()
+                .flat_map(|series| &series.cuda)
+                .map(|variant| variant.cuda.clone())
+                .chain(
+                    self.knowledge.cuda.iter().flat_map(|release| {
+                        [release.version.clone(), release.version.major_minor()]
+                    }),
+                )
+                .filter(|line| line.dotted().parts().len() == 2 && line.major() == major.major())
+                .collect();
+        lines.sort_by(|a, b| a.dotted().cmp(b.dotted()).then_with(|| a.cmp(b)));
+        lines.dedup();
+        let lines: Vec<&str> = lines.iter().map(VersionText::as_str).collect();
         let message = format!(
             "CUDA {major} is a bare major: a CUDA version must name its minor (major.minor, or a full release)"
         );
         let hint = if lines.is_empty() {
             format!(
                 "the knowledge knows no CUDA {major}.x release; known lines: {}",
-                closest(major, self.cuda.iter().map(String::as_str), SUGGESTIONS).join(", ")
+                closest(
+                    major.as_str(),
+                    self.cuda.iter().map(String::as_str),
+                    SUGGESTIONS
+                )
+                .join(", ")
             )
         } else {
             format!("CUDA {major} could mean: {}", lines.join(", "))
