@@ -200,7 +200,7 @@ async fn publish_one(
         tag: index_tag.to_string(),
         digest: digest.clone(),
         media_type: MEDIA_TYPE_OCI_INDEX.to_string(),
-        torch: spec.torch.clone(),
+        torch: spec.torch.text().clone(),
         driver_min: spec.driver_min.clone(),
         platforms: ready
             .iter()

@@ -31,6 +31,7 @@ use crate::commands::outcome::Outcome;
 use crate::commands::output::{emit, note, table};
 use crate::docker::{Engine, Registries, RetryPolicy};
 use crate::history::alias_transaction::AliasTarget;
+use crate::history::aliases::recorded_candidate;
 use crate::history::manifest::{now_rfc3339, GpuTestResult, Manifest, RecordStatus, TestStatus};
 use crate::history::test_results::{
     judge, read_report, record_result, result_from_report, results_of, valid_node_name,
@@ -395,13 +396,21 @@ async fn move_ready_aliases(
             continue;
         }
         for alias in record.awaiting_aliases.clone() {
+            let torch = match recorded_candidate(&alias, &record.torch, &record.tag) {
+                Ok(torch) => torch,
+                Err(reason) => {
+                    note(format!("{}: {alias} not moved: {reason}", record.tag));
+                    drop_awaiting(ledger, &line.tag, &line.digest, &alias)?;
+                    continue;
+                }
+            };
             let request = AliasRequest {
                 repository: &record.repository,
                 target: AliasTarget {
                     alias: &alias,
                     tag: &record.tag,
                     digest: &line.digest,
-                    guard_torch: Some(&record.torch),
+                    guard_torch: Some(&torch),
                 },
                 owner: &owner,
             };
@@ -417,18 +426,24 @@ async fn move_ready_aliases(
                 }
             }
             // Moved, or held for good (it would go backwards): it no longer waits.
-            let (tag, digest) = (line.tag.clone(), line.digest.clone());
-            ledger.write(|manifest| {
-                if let Some(image) = manifest
-                    .images
-                    .get_mut(&tag)
-                    .filter(|r| r.digest.as_ref() == Some(&digest))
-                {
-                    image.awaiting_aliases.retain(|a| a != &alias);
-                }
-            })?;
+            drop_awaiting(ledger, &line.tag, &line.digest, &alias)?;
         }
     }
+    Ok(())
+}
+
+/// Writes down that the record of `tag` at `digest` no longer awaits `alias` (moved, or held for
+/// good).
+fn drop_awaiting(ledger: &ManifestLedger, tag: &str, digest: &Digest, alias: &str) -> Result<()> {
+    ledger.write(|manifest| {
+        if let Some(image) = manifest
+            .images
+            .get_mut(tag)
+            .filter(|r| r.digest.as_ref() == Some(digest))
+        {
+            image.awaiting_aliases.retain(|a| a != alias);
+        }
+    })?;
     Ok(())
 }
 

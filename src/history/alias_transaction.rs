@@ -23,6 +23,7 @@ use serde::Serialize;
 use crate::history::aliases::alias_guard;
 use crate::history::manifest::{AliasHold, Extra, Manifest, PendingMove};
 use crate::model::digest::Digest;
+use crate::model::version::TorchText;
 
 /// Where a transaction is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -46,7 +47,7 @@ pub(crate) struct AliasTarget<'a> {
     /// The torch release of the target, for the never-backwards guard; `None` for a move made
     /// on purpose (`rollback`), which the guard does not hold and which, once recorded, holds
     /// the alias there (see [`Manifest::alias_hold`]) until `imagegen release`.
-    pub(crate) guard_torch: Option<&'a str>,
+    pub(crate) guard_torch: Option<&'a TorchText>,
 }
 
 /// Who moves: a run id unique to one process (`pipeline::alias_move::RunOwner`), and the words
@@ -361,13 +362,24 @@ mod tests {
         }
     }
 
+    /// The torch releases of the test targets, read as a build reads its image's.
+    fn torch_271() -> &'static TorchText {
+        static TORCH: std::sync::OnceLock<TorchText> = std::sync::OnceLock::new();
+        TORCH.get_or_init(|| TorchText::from("2.7.1"))
+    }
+
+    fn torch_270() -> &'static TorchText {
+        static TORCH: std::sync::OnceLock<TorchText> = std::sync::OnceLock::new();
+        TORCH.get_or_init(|| TorchText::from("2.7.0"))
+    }
+
     fn to_new(guard: bool) -> AliasTarget<'static> {
         static NEW: std::sync::OnceLock<Digest> = std::sync::OnceLock::new();
         AliasTarget {
             alias: "a",
             tag: "new",
             digest: NEW.get_or_init(|| d("new")),
-            guard_torch: guard.then_some("2.7.1"),
+            guard_torch: guard.then_some(torch_271()),
         }
     }
 
@@ -390,7 +402,7 @@ mod tests {
             alias: "a",
             tag: "old",
             digest: &d("old"),
-            guard_torch: Some("2.7.1"),
+            guard_torch: Some(torch_271()),
         };
         let Begun::Held(reason) = begin(&mut manifest, &back, &owner("r2"), "t3") else {
             panic!("held")
@@ -545,7 +557,7 @@ mod tests {
             alias: "a",
             tag: "old",
             digest: &d("old"),
-            guard_torch: Some("2.7.0"),
+            guard_torch: Some(torch_270()),
         };
         let before = manifest.clone();
         let Begun::Leftover(leftover) = begin(&mut manifest, &back, &owner("r1"), "t1") else {

@@ -3,7 +3,7 @@
 //! record without one, or one that is not a version) holds the move: the guard never lets a
 //! move through because it could not judge it. Pure.
 
-use crate::model::version::{TorchVersion, VersionError};
+use crate::model::version::{TorchText, TorchVersion, VersionError, VersionText};
 
 /// Where an alias points now, as the guard reads it from the manifest: the tag, and the torch
 /// release its record gives, read once into a value the guard can only compare or refuse.
@@ -37,13 +37,28 @@ impl RecordedTorch {
     }
 }
 
+/// The torch release of an image record (`imagegen test` moves the aliases a record awaits), read
+/// as the guard's candidate: a record whose torch is no series or release (`2`, `2.7.1.1`) cannot
+/// be compared, and the reason holds the move.
+pub(crate) fn recorded_candidate(
+    alias: &str,
+    recorded: &VersionText,
+    candidate_tag: &str,
+) -> Result<TorchText, String> {
+    TorchText::of_version(recorded.clone()).map_err(|error| {
+        format!(
+            "{alias} cannot be judged: {candidate_tag} names a torch release that cannot be compared ({error}); use `imagegen rollback {alias} --to DIGEST` to move it on purpose"
+        )
+    })
+}
+
 /// Whether `alias` may move from the image it points at now (`current`) to `candidate`: never
 /// backwards to an older torch release, and never when either release cannot be compared.
 /// `None` when it may; else the reason it may not.
 pub(crate) fn alias_guard(
     alias: &str,
     current: Option<CurrentTarget>,
-    candidate_torch: &str,
+    candidate_torch: &TorchText,
     candidate_tag: &str,
 ) -> Option<String> {
     let CurrentTarget {
@@ -64,15 +79,7 @@ pub(crate) fn alias_guard(
             ))
         }
     };
-    let next = match TorchVersion::parse(candidate_torch) {
-        Ok(version) => version.version,
-        Err(error) => {
-            return Some(format!(
-                "{alias} cannot be judged: {candidate_tag} names a torch release that cannot be compared ({error}); {on_purpose}"
-            ))
-        }
-    };
-    (next < now.version).then(|| format!(
+    (candidate_torch.torch().version < now.version).then(|| format!(
         "{alias} would move backwards from torch {now} ({current_tag}) to {candidate_torch} ({candidate_tag}); use `imagegen rollback {alias}` to go back on purpose"
     ))
 }
@@ -80,6 +87,10 @@ pub(crate) fn alias_guard(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn torch(text: &str) -> TorchText {
+        TorchText::from(text)
+    }
 
     fn target(tag: &str, torch: Option<&str>) -> Option<CurrentTarget> {
         Some(CurrentTarget {
@@ -90,16 +101,16 @@ mod tests {
 
     #[test]
     fn forwards_and_first_moves_pass_backwards_is_held() {
-        assert_eq!(alias_guard("a", None, "2.7.1", "new"), None);
+        assert_eq!(alias_guard("a", None, &torch("2.7.1"), "new"), None);
         assert_eq!(
-            alias_guard("a", target("old", Some("2.7.0")), "2.7.1", "new"),
+            alias_guard("a", target("old", Some("2.7.0")), &torch("2.7.1"), "new"),
             None
         );
         assert_eq!(
-            alias_guard("a", target("same", Some("2.7.1")), "2.7.1", "new"),
+            alias_guard("a", target("same", Some("2.7.1")), &torch("2.7.1"), "new"),
             None
         );
-        let held = alias_guard("a", target("new", Some("2.10.0")), "2.9.1", "old").unwrap();
+        let held = alias_guard("a", target("new", Some("2.10.0")), &torch("2.9.1"), "old").unwrap();
         assert!(
             held.contains("would move backwards from torch 2.10.0 (new) to 2.9.1 (old)"),
             "{held}"
@@ -108,20 +119,33 @@ mod tests {
 
     #[test]
     fn a_release_that_cannot_be_compared_holds_the_move() {
-        let held = alias_guard("a", target("old", Some("2.7.1+cu126")), "2.8.0", "new").unwrap();
+        let held = alias_guard(
+            "a",
+            target("old", Some("2.7.1+cu126")),
+            &torch("2.8.0"),
+            "new",
+        )
+        .unwrap();
         assert!(
             held.contains("a cannot be judged: the record of old")
                 && held.contains("`2.7.1+cu126` is not a valid torch version")
                 && held.contains("imagegen rollback a --to DIGEST"),
             "{held}"
         );
-        let held = alias_guard("a", target("old", Some("2.7.0")), "two", "new").unwrap();
+        // The candidate side is a torch release by type; an image record whose torch is none
+        // (what `imagegen test` reads) is refused before the guard, naming it.
+        let held = recorded_candidate("a", &VersionText::from("2"), "new").unwrap_err();
         assert!(
-            held.contains("new names a torch release that cannot be compared")
-                && held.contains("`two` is not a valid torch version"),
+            held.contains("a cannot be judged: new names a torch release that cannot be compared")
+                && held.contains("`2` is not a valid torch version")
+                && held.contains("imagegen rollback a --to DIGEST"),
             "{held}"
         );
-        let held = alias_guard("a", target("gone", None), "2.8.0", "new").unwrap();
+        assert_eq!(
+            recorded_candidate("a", &VersionText::from("2.7.1"), "new").unwrap(),
+            torch("2.7.1")
+        );
+        let held = alias_guard("a", target("gone", None), &torch("2.8.0"), "new").unwrap();
         assert!(
             held.contains("a points at gone, which the manifest has no record of"),
             "{held}"

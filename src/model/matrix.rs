@@ -25,7 +25,7 @@ pub(crate) use crate::model::extensions::{Extensions, ExtraIndex, ImageUser};
 use crate::model::flavours::{check_flavour_name, Builtin};
 pub use crate::model::flavours::{Flavour, FlavourDefinition};
 use crate::model::names::edit_distance;
-use crate::model::version::TorchVersion;
+use crate::model::version::{TorchText, TorchVersion};
 use crate::model::yaml::{self, Locations, Problem, LIMITS};
 
 /// The most cells the axes and include rules may ask for: more is a mistake (an axis pasted
@@ -89,8 +89,8 @@ fn hint_suffix(hint: &Option<String>) -> String {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct CellRule {
-    #[serde(default)]
-    pub(crate) torch: Option<VersionText>,
+    #[serde(default, deserialize_with = "optional_torch")]
+    pub(crate) torch: Option<TorchText>,
     #[serde(default)]
     pub(crate) cuda: Option<VersionText>,
     #[serde(default)]
@@ -147,10 +147,11 @@ impl CellRule {
         }
     }
 
-    /// Whether this rule's keys match an image's values (a torch series matches its releases).
+    /// Whether this rule's keys match an image's values (a torch series matches its releases,
+    /// compared as numbers).
     pub(crate) fn matches(
         &self,
-        torch: &str,
+        torch: &TorchVersion,
         cuda: &str,
         python: &str,
         os: &str,
@@ -160,7 +161,7 @@ impl CellRule {
         let series = |rule: &VersionText, value: &str| {
             value == rule.as_str() || value.starts_with(&format!("{}.", rule.as_str()))
         };
-        self.torch.as_ref().is_none_or(|t| series(t, torch))
+        self.torch.as_ref().is_none_or(|t| t.covers(torch))
             && self.cuda.as_ref().is_none_or(|c| c.as_str() == cuda)
             && self.python.as_ref().is_none_or(|p| series(p, python))
             && self.os.as_ref().is_none_or(|o| o.as_str() == os)
@@ -368,7 +369,8 @@ pub struct Matrix {
     pub(crate) registry: String,
     /// Repository within the registry, e.g. `acme/pytorch`.
     pub(crate) repository: String,
-    pub(crate) torch: Vec<VersionText>,
+    #[serde(deserialize_with = "torch_list")]
+    pub(crate) torch: Vec<TorchText>,
     pub(crate) cuda: Vec<VersionText>,
     /// cuDNN versions or majors; absent means the one the torch wheel bundles.
     #[serde(default)]
@@ -494,7 +496,7 @@ impl Matrix {
     /// order.
     pub(crate) fn extensions_for(
         &self,
-        torch: &str,
+        torch: &TorchVersion,
         cuda: &str,
         python: &str,
         os: &str,
@@ -534,6 +536,59 @@ impl Matrix {
             )
             .any(|p| *p != Platform::amd64())
     }
+}
+
+/// A torch value of the matrix, read once: a malformed version is refused as any version is
+/// (`malformed version "2.x"`), then one that is no torch series or release with the reason
+/// (`` `2` is not a valid torch version ``), each at its own line and column.
+struct MatrixTorch(TorchText);
+
+impl<'de> Deserialize<'de> for MatrixTorch {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let written = VersionText::deserialize(deserializer)?;
+        TorchText::of_version(written)
+            .map(MatrixTorch)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// A serde message for a torch value [`MatrixTorch`] refused (`` torch: `2` is not a valid torch
+/// version: ... ``): the reason as the version parser words it, and where the value is (a `torch`
+/// axis entry or an include or exclude rule's `torch` written exactly so).
+fn refused_torch_at(locations: &Locations, message: &str) -> Option<(String, yaml::Position)> {
+    let start = message.find('`')?;
+    let reason = &message[start..];
+    let text = reason[1..].split('`').next()?;
+    if !reason[1 + text.len()..].starts_with("` is not a valid torch version") {
+        return None;
+    }
+    let is_torch = |path: &str| {
+        let under_rule = ["include[", "exclude["]
+            .iter()
+            .any(|list| path.starts_with(list) && path.ends_with("].torch"));
+        under_rule || (path.starts_with("torch[") && path.ends_with(']'))
+    };
+    let entry = locations
+        .entries
+        .iter()
+        .find(|entry| is_torch(&entry.path) && entry.scalar.as_deref() == Some(text))?;
+    Some((reason.to_string(), entry.at))
+}
+
+/// The `torch` axis, each value read as [`MatrixTorch`].
+fn torch_list<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Vec<TorchText>, D::Error> {
+    let values = Vec::<MatrixTorch>::deserialize(deserializer)?;
+    Ok(values.into_iter().map(|MatrixTorch(torch)| torch).collect())
+}
+
+/// A rule's `torch`, read as [`MatrixTorch`].
+fn optional_torch<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<TorchText>, D::Error> {
+    let value = Option::<MatrixTorch>::deserialize(deserializer)?;
+    Ok(value.map(|MatrixTorch(torch)| torch))
 }
 
 /// Every top-level key, for "did you mean" hints.
@@ -609,6 +664,12 @@ impl Matrix {
                 Some(index) => message[..index].to_string(),
                 None => message,
             };
+            // serde_yaml places a refused torch at the list or rule holding it: place it at the
+            // value, and say it as the version parser does.
+            let (message, line, column) = match refused_torch_at(&locations, &message) {
+                Some((reason, at)) => (reason, Some(at.line), Some(at.column)),
+                None => (message, line, column),
+            };
             let hint = unknown_field_hint(&message).or_else(|| {
                 message
                     .contains("expected a sequence")
@@ -636,7 +697,7 @@ impl Matrix {
     }
 
     /// Checks what serde cannot: non-empty axes without repeats, a bounded number of cells,
-    /// torch versions, safe strings.
+    /// safe strings (torch versions were read as such by serde, at their line).
     fn validate(&self, locations: &Locations, path: &str) -> Result<(), MatrixError> {
         let invalid = |key: &str, needle: &str, message: String, hint: Option<String>| {
             let at = locations.search(key, needle);
@@ -710,14 +771,6 @@ impl Matrix {
                 ),
                 Some("list the versions you build, not every version there is".into()),
             ));
-        }
-        for torch in self
-            .torch
-            .iter()
-            .chain(self.include.iter().filter_map(|r| r.torch.as_ref()))
-        {
-            TorchVersion::parse(torch.as_str())
-                .map_err(|e| invalid("torch", torch.as_str(), e.to_string(), None))?;
         }
         check_reference_part("registry", &self.registry, true)
             .map_err(|m| invalid("registry", &self.registry, m, None))?;
@@ -1023,7 +1076,7 @@ impl Matrix {
     pub(crate) fn axes(&self) -> Vec<(&'static str, Vec<String>)> {
         let text = |values: &[VersionText]| values.iter().map(|v| v.to_string()).collect();
         vec![
-            ("torch", text(&self.torch)),
+            ("torch", self.torch.iter().map(|t| t.to_string()).collect()),
             ("cuda", text(&self.cuda)),
             ("cudnn", text(&self.cudnn)),
             ("python", text(&self.python)),
@@ -1642,6 +1695,64 @@ mod tests {
         let error = error_of(&MINIMAL.replace("[\"2.7\"]", "[\"2\"]"));
         assert!(error.contains("matrix.yaml:3:"), "{error}");
         assert!(error.contains("torch"), "{error}");
+    }
+
+    #[test]
+    fn a_torch_that_is_no_series_or_release_is_refused_at_its_value() {
+        // Each torch value is read once, as a torch series or release, where the matrix is read:
+        // the message is the version parser's, at the value (not the list or rule holding it).
+        let cases = [
+            (
+                MINIMAL.replace("[\"2.7\"]", "[\"2.7\", \"2\"]"),
+                "matrix.yaml:3:16: `2` is not a valid torch version: give a series such as 2.7 or a release such as 2.7.1",
+            ),
+            (
+                MINIMAL.replace("[\"2.7\"]", "[\"2.7\",\n  \"2.7.1.1\"]"),
+                "matrix.yaml:4:3: `2.7.1.1` is not a valid torch version: it has more than 3 components",
+            ),
+            (
+                format!("{MINIMAL}include:\n  - {{cuda: \"12.6\", os: ubuntu24.04, torch: \"2\"}}\n"),
+                "matrix.yaml:7:44: `2` is not a valid torch version",
+            ),
+            (
+                format!("{MINIMAL}exclude:\n  - torch: \"3\"\n"),
+                "matrix.yaml:7:12: `3` is not a valid torch version",
+            ),
+        ];
+        for (text, wanted) in cases {
+            let error = error_of(&text);
+            assert!(error.starts_with(wanted), "wanted {wanted:?}, got {error}");
+        }
+        // A malformed version stays the loader's message for any version.
+        let error = error_of(&MINIMAL.replace("[\"2.7\"]", "[\"2.x\"]"));
+        assert!(
+            error.starts_with("matrix.yaml:3:8: torch: malformed version \"2.x\""),
+            "{error}"
+        );
+        // What was read is the torch release, typed: a series covers its releases by number.
+        let matrix = Matrix::parse(
+            &format!("{MINIMAL}include:\n  - {{torch: \"2.10\", apt: [git]}}\n"),
+            "matrix.yaml",
+        )
+        .unwrap();
+        let rule = &matrix.include[0];
+        assert!(rule.matches(
+            &TorchVersion::parse("2.10.1").unwrap(),
+            "12.6",
+            "3.12",
+            "ubuntu24.04",
+            Variant::Runtime,
+            "linux/amd64"
+        ));
+        assert!(!rule.matches(
+            &TorchVersion::parse("2.1.0").unwrap(),
+            "12.6",
+            "3.12",
+            "ubuntu24.04",
+            Variant::Runtime,
+            "linux/amd64"
+        ));
+        assert!(matrix.torch[0].torch().is_series);
     }
 
     #[test]

@@ -257,6 +257,24 @@ impl TorchText {
         Ok(TorchText(written, torch))
     }
 
+    /// A checked version read as torch: a series or a release, refused with the reason as
+    /// [`TorchVersion::parse`] refuses it (`2` names no series, `2.7.1.1` is no release).
+    pub(crate) fn of_version(written: VersionText) -> Result<TorchText, VersionError> {
+        let torch = TorchVersion::parse(written.as_str())?;
+        Ok(TorchText(written, torch))
+    }
+
+    /// Whether `release` is this torch: the same release, or one of this series' releases
+    /// (`2.7` covers `2.7.1`), compared as numbers.
+    pub(crate) fn covers(&self, release: &TorchVersion) -> bool {
+        if self.1.is_series {
+            (release.version.major, release.version.minor)
+                == (self.1.version.major, self.1.version.minor)
+        } else {
+            !release.is_series && release.version == self.1.version
+        }
+    }
+
     pub(crate) fn as_str(&self) -> &str {
         self.0.as_str()
     }
@@ -278,6 +296,18 @@ impl PartialEq for TorchText {
     }
 }
 impl Eq for TorchText {}
+impl PartialOrd for TorchText {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for TorchText {
+    /// The order of the text, as written (as for [`VersionText`]); compare `torch()` for the
+    /// order of releases.
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.0.cmp(&other.0)
+    }
+}
 
 impl fmt::Display for TorchText {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -559,7 +589,7 @@ macro_rules! read_as_text {
 
 pub(crate) use read_as_text;
 
-read_as_text!(VersionText, ComputeCapability, OsName);
+read_as_text!(VersionText, ComputeCapability, OsName, TorchText);
 
 /// A GPU compute capability compiled into a wheel, as torch lists it: `major.minor` (`8.6`),
 /// with `+PTX` where PTX for it is compiled in too (`12.0+PTX`). Checked when the knowledge loads.
@@ -609,6 +639,14 @@ impl From<&str> for VersionText {
     /// A test's literal, parsed as the loader parses it: a malformed one fails its test.
     fn from(text: &str) -> VersionText {
         VersionText::parse(text).expect("a test's version literal")
+    }
+}
+
+#[cfg(test)]
+impl From<&str> for TorchText {
+    /// A test's torch literal, parsed as the loader parses it: a malformed one fails its test.
+    fn from(text: &str) -> TorchText {
+        TorchText::parse(text).expect("a test's torch literal")
     }
 }
 

@@ -147,7 +147,7 @@ pub(crate) fn image_record(spec: &ImageSpec, build_key: &Digest, at: &str) -> Im
         fingerprint: spec.fingerprint.clone(),
         build_key: build_key.clone(),
         variant: spec.variant,
-        torch: spec.torch.clone(),
+        torch: spec.torch.text().clone(),
         torchvision: spec.torchvision.clone(),
         torchaudio: spec.torchaudio.clone(),
         cuda: spec.cuda.clone(),

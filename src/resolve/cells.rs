@@ -4,6 +4,7 @@
 
 use crate::model::axes::VersionText;
 use crate::model::matrix::{CellRule, Matrix};
+use crate::model::version::TorchText;
 use crate::resolve::image::{Cell, Resolution};
 
 /// The cells the matrix asks for: axes minus excludes, plus includes.
@@ -95,7 +96,7 @@ pub(super) fn axis_cells(matrix: &Matrix) -> Vec<Cell> {
 /// Whether an exclude rule covers a cell. Versions match by prefix (`2.7` covers `2.7.1`).
 pub(super) fn rule_matches(rule: &CellRule, cell: &Cell) -> bool {
     let version_matches =
-        |rule_value: &Option<VersionText>, value: &Option<VersionText>| match (rule_value, value) {
+        |rule_value: Option<&VersionText>, value: Option<&VersionText>| match (rule_value, value) {
             (None, _) => true,
             (Some(_), None) => false,
             (Some(wanted), Some(value)) => {
@@ -103,10 +104,12 @@ pub(super) fn rule_matches(rule: &CellRule, cell: &Cell) -> bool {
                 value.starts_with(wanted) || wanted.starts_with(value)
             }
         };
-    version_matches(&rule.torch, &Some(cell.torch.clone()))
-        && version_matches(&rule.cuda, &Some(cell.cuda.clone()))
-        && version_matches(&rule.cudnn, &cell.cudnn)
-        && version_matches(&rule.python, &cell.python)
+    version_matches(
+        rule.torch.as_ref().map(TorchText::text),
+        Some(cell.torch.text()),
+    ) && version_matches(rule.cuda.as_ref(), Some(&cell.cuda))
+        && version_matches(rule.cudnn.as_ref(), cell.cudnn.as_ref())
+        && version_matches(rule.python.as_ref(), cell.python.as_ref())
         && rule.os.as_ref().is_none_or(|os| os.as_str() == cell.os)
         && rule
             .variants

@@ -11,7 +11,7 @@ use crate::model::digest::Digest;
 use crate::model::extensions::{Extensions, ExtraIndex};
 use crate::model::flavours::Flavour;
 use crate::model::knowledge::{CudaRelease, TorchCuda, TorchRelease};
-use crate::model::version::{ComputeCapability, DottedVersion, DriverVersion};
+use crate::model::version::{ComputeCapability, DottedVersion, DriverVersion, TorchText};
 
 /// One image imagegen will render and build.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -31,7 +31,8 @@ pub struct ImageSpec {
     /// belongs to (`imagegen publish` assembles it); `tag` then carries an `-amd64`/`-arm64` suffix.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) index: Option<String>,
-    pub(crate) torch: VersionText,
+    /// The torch release, as the knowledge writes it and parsed when it was read.
+    pub(crate) torch: TorchText,
     /// The torchvision released beside this torch, exact (`0.28.0`).
     pub(crate) torchvision: VersionText,
     pub(crate) torchaudio: Option<VersionText>,
@@ -194,7 +195,7 @@ pub(crate) enum ToolkitSource {
 /// A cell that cannot be built, with the values it was given and why.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Rejection {
-    pub(crate) torch: VersionText,
+    pub(crate) torch: TorchText,
     pub(crate) cuda: VersionText,
     pub(crate) cudnn: Option<VersionText>,
     pub(crate) python: Option<VersionText>,
@@ -301,7 +302,8 @@ impl TagFields {
 /// One requested combination before it is checked.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct Cell {
-    pub(crate) torch: VersionText,
+    /// The torch series or release asked for, parsed when the matrix was read.
+    pub(crate) torch: TorchText,
     pub(crate) cuda: VersionText,
     pub(crate) cudnn: Option<VersionText>,
     pub(crate) python: Option<VersionText>,

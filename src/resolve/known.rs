@@ -7,7 +7,7 @@
 use crate::model::knowledge::Knowledge;
 use crate::model::matrix::{CellRule, Matrix, MatrixError};
 use crate::model::names::closest;
-use crate::model::version::{DottedVersion, TorchVersion, VersionText};
+use crate::model::version::{OsName, TorchText, VersionText};
 use crate::model::yaml::Position;
 use crate::resolve::cells::{axis_cells, rule_matches};
 
@@ -24,8 +24,8 @@ pub(crate) fn check_known(matrix: &Matrix, knowledge: &Knowledge) -> Result<(), 
         hint: Some(hint),
     };
     let known = KnownValues::of(knowledge);
-    for (key, values) in matrix.axes() {
-        for (index, value) in values.iter().enumerate() {
+    for (key, values) in axis_values(matrix) {
+        for (index, value) in values.into_iter().enumerate() {
             if let Some((message, hint)) = known.unknown(key, value) {
                 let at = matrix.locations.value_at(&format!("{key}[{index}]"));
                 return Err(error(at, message, hint));
@@ -35,7 +35,7 @@ pub(crate) fn check_known(matrix: &Matrix, knowledge: &Knowledge) -> Result<(), 
     for (list, rules) in [("include", &matrix.include), ("exclude", &matrix.exclude)] {
         for (index, rule) in rules.iter().enumerate() {
             for (key, value) in rule_values(rule) {
-                if let Some((message, hint)) = known.unknown(key, &value) {
+                if let Some((message, hint)) = known.unknown(key, value) {
                     let at = matrix.locations.value_at(&format!("{list}[{index}].{key}"));
                     return Err(error(at, format!("{list}[{index}]: {message}"), hint));
                 }
@@ -106,14 +106,47 @@ fn check_excludes(matrix: &Matrix) -> Result<(), (Option<Position>, String)> {
     Ok(())
 }
 
+/// A matrix value the knowledge may not know, as the matrix read it (never parsed again here).
+#[derive(Clone, Copy)]
+enum Value<'m> {
+    Torch(&'m TorchText),
+    Version(&'m VersionText),
+    Os(&'m OsName),
+}
+
+impl Value<'_> {
+    /// The value as written.
+    fn text(&self) -> &str {
+        match self {
+            Value::Torch(torch) => torch.as_str(),
+            Value::Version(version) => version.as_str(),
+            Value::Os(os) => os.as_str(),
+        }
+    }
+}
+
+/// The version and OS axes of the matrix, by key, in the order `Matrix::axes` lists them.
+fn axis_values(matrix: &Matrix) -> Vec<(&'static str, Vec<Value<'_>>)> {
+    fn versions(values: &[VersionText]) -> Vec<Value<'_>> {
+        values.iter().map(Value::Version).collect()
+    }
+    vec![
+        ("torch", matrix.torch.iter().map(Value::Torch).collect()),
+        ("cuda", versions(&matrix.cuda)),
+        ("cudnn", versions(&matrix.cudnn)),
+        ("python", versions(&matrix.python)),
+        ("os", matrix.os.iter().map(Value::Os).collect()),
+    ]
+}
+
 /// The version and OS values of a rule, by key.
-fn rule_values(rule: &CellRule) -> Vec<(&'static str, String)> {
+fn rule_values(rule: &CellRule) -> Vec<(&'static str, Value<'_>)> {
     [
-        ("torch", rule.torch.as_ref().map(|v| v.to_string())),
-        ("cuda", rule.cuda.as_ref().map(|v| v.to_string())),
-        ("cudnn", rule.cudnn.as_ref().map(|v| v.to_string())),
-        ("python", rule.python.as_ref().map(|v| v.to_string())),
-        ("os", rule.os.as_ref().map(|o| o.to_string())),
+        ("torch", rule.torch.as_ref().map(Value::Torch)),
+        ("cuda", rule.cuda.as_ref().map(Value::Version)),
+        ("cudnn", rule.cudnn.as_ref().map(Value::Version)),
+        ("python", rule.python.as_ref().map(Value::Version)),
+        ("os", rule.os.as_ref().map(Value::Os)),
     ]
     .into_iter()
     .filter_map(|(key, value)| value.map(|value| (key, value)))
@@ -169,25 +202,37 @@ impl<'k> KnownValues<'k> {
 
     /// `None` when `value` of `key` names something the knowledge knows; else the message and
     /// the hint (the closest known values).
-    fn unknown(&self, key: &str, value: &str) -> Option<(String, String)> {
-        if key == "cuda" && !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
-            return Some(self.bare_cuda_major(value));
-        }
-        let (known, label, candidates) = match key {
-            "torch" => (self.knows_torch(value), "torch", &self.torch),
-            "cuda" => (self.knows_cuda(value), "CUDA", &self.cuda),
-            "cudnn" => (self.knows_cudnn(value), "cuDNN", &self.cudnn),
-            "python" => (
-                self.python.iter().any(|p| p == value),
+    fn unknown(&self, key: &str, value: Value<'_>) -> Option<(String, String)> {
+        let text = value.text();
+        let (known, label, candidates) = match (key, value) {
+            ("torch", Value::Torch(torch)) => (self.knows_torch(torch), "torch", &self.torch),
+            ("cuda", Value::Version(cuda)) => {
+                if cuda.dotted().parts().len() == 1 {
+                    return Some(self.bare_cuda_major(cuda));
+                }
+                (self.knows_cuda(cuda), "CUDA", &self.cuda)
+            }
+            ("cudnn", Value::Version(cudnn)) => (self.knows_cudnn(cudnn), "cuDNN", &self.cudnn),
+            ("python", Value::Version(python)) => (
+                self.python.iter().any(|p| p == python.as_str()),
                 "Python",
                 &self.python,
             ),
-            "os" => (self.os.iter().any(|o| o == value), "OS", &self.os),
+            ("os", Value::Os(os)) => (self.os.iter().any(|o| o == os.as_str()), "OS", &self.os),
             _ => return None,
         };
-        if known {
-            return None;
-        }
+        (!known).then(|| self.unknown_message(key, text, label, candidates))
+    }
+
+    /// The message and hint for a `value` of `key` the knowledge does not know: the closest of
+    /// `candidates`.
+    fn unknown_message(
+        &self,
+        key: &str,
+        value: &str,
+        label: &str,
+        candidates: &[String],
+    ) -> (String, String) {
         // Suggest values written like this one: `12.10` → CUDA lines, `12.6.9` → releases.
         let parts = |text: &str| text.split('.').count();
         let alike: Vec<&str> = candidates
@@ -201,34 +246,47 @@ impl<'k> KnownValues<'k> {
             alike
         };
         let near = closest(value, pool, SUGGESTIONS);
-        Some((
+        (
             format!("{label} {value} is not in the compatibility knowledge"),
             format!(
                 "closest known: {}; a release newer than the knowledge goes in a --knowledge file (see README)",
                 near.join(", ")
             ),
-        ))
+        )
     }
 
     /// `cuda: [13]`: a bare major would resolve to the newest release of the major while the tag
     /// reads `cuda13`; the message lists the `major.minor` lines it could mean.
-    fn bare_cuda_major(&self, major: &str) -> (String, String) {
-        let prefix = format!("{major}.");
-        let lines: Vec<&str> = self
-            .cuda
-            .iter()
-            .map(String::as_str)
-            .filter(|c| c.starts_with(&prefix) && c.split('.').count() == 2)
-            .collect();
-        let mut lines = lines;
-        lines.sort_by_key(|c| DottedVersion::parse_kind(c, "CUDA", 3).ok());
+    fn bare_cuda_major(&self, major: &VersionText) -> (String, String) {
+        // The `major.minor` lines the knowledge knows, as it read them, in numeric order.
+        let mut lines: Vec<VersionText> =
+            self.knowledge
+                .torch
+                .iter()
+                .flat_map(|series| &series.cuda)
+                .map(|variant| variant.cuda.clone())
+                .chain(
+                    self.knowledge.cuda.iter().flat_map(|release| {
+                        [release.version.clone(), release.version.major_minor()]
+                    }),
+                )
+                .filter(|line| line.dotted().parts().len() == 2 && line.major() == major.major())
+                .collect();
+        lines.sort_by(|a, b| a.dotted().cmp(b.dotted()).then_with(|| a.cmp(b)));
+        lines.dedup();
+        let lines: Vec<&str> = lines.iter().map(VersionText::as_str).collect();
         let message = format!(
             "CUDA {major} is a bare major: a CUDA version must name its minor (major.minor, or a full release)"
         );
         let hint = if lines.is_empty() {
             format!(
                 "the knowledge knows no CUDA {major}.x release; known lines: {}",
-                closest(major, self.cuda.iter().map(String::as_str), SUGGESTIONS).join(", ")
+                closest(
+                    major.as_str(),
+                    self.cuda.iter().map(String::as_str),
+                    SUGGESTIONS
+                )
+                .join(", ")
             )
         } else {
             format!("CUDA {major} could mean: {}", lines.join(", "))
@@ -236,35 +294,28 @@ impl<'k> KnownValues<'k> {
         (message, hint)
     }
 
-    fn knows_torch(&self, value: &str) -> bool {
-        let Ok(torch) = TorchVersion::parse(value) else {
-            return false;
-        };
+    /// A series the knowledge lists, or a release of one.
+    fn knows_torch(&self, torch: &TorchText) -> bool {
+        let torch = torch.torch();
         if torch.is_series {
-            self.knowledge.torch_series(&torch).is_some()
+            self.knowledge.torch_series(torch).is_some()
         } else {
-            self.knowledge.torch_release(&torch).is_some()
+            self.knowledge.torch_release(torch).is_some()
         }
     }
 
-    fn knows_cuda(&self, value: &str) -> bool {
-        // `value` is what the user wrote, read here for the first time.
-        let Ok(wanted) = VersionText::parse(value) else {
-            return false;
-        };
-        self.knowledge.cuda_release_for(&wanted).is_some()
-            || (wanted.dotted().parts().len() == 2 && self.cuda.iter().any(|c| c == value))
+    fn knows_cuda(&self, wanted: &VersionText) -> bool {
+        self.knowledge.cuda_release_for(wanted).is_some()
+            || (wanted.dotted().parts().len() == 2
+                && self.cuda.iter().any(|c| c == wanted.as_str()))
     }
 
-    fn knows_cudnn(&self, value: &str) -> bool {
-        let Ok(wanted) = DottedVersion::parse_kind(value, "cuDNN", 4) else {
-            return false;
-        };
+    fn knows_cudnn(&self, wanted: &VersionText) -> bool {
         self.knowledge
             .torch
             .iter()
             .flat_map(|series| &series.cuda)
-            .any(|variant| variant.cudnn.dotted().starts_with(&wanted))
+            .any(|variant| variant.cudnn.dotted().starts_with(wanted.dotted()))
     }
 }
 

@@ -8,7 +8,7 @@ use crate::model::knowledge::{
 };
 use crate::model::matrix::{DevelToolkit, Matrix, TorchWheels};
 use crate::model::selftest_binary::{binary_for, OLDEST_CUDA};
-use crate::model::version::{DottedVersion, TorchVersion, VersionText};
+use crate::model::version::{DottedVersion, VersionText};
 use crate::resolve::driver::runtime_floor;
 use crate::resolve::image::{Cell, ImageOrder, Resolved, RuntimeFloor};
 
@@ -88,8 +88,8 @@ fn torch_release<'k>(
     cell: &Cell,
     knowledge: &'k Knowledge,
 ) -> Result<(&'k TorchSeries, &'k TorchRelease), String> {
-    let torch = TorchVersion::parse(&cell.torch).map_err(|e| e.to_string())?;
-    let series = knowledge.torch_series(&torch).ok_or_else(|| {
+    let torch = cell.torch.torch();
+    let series = knowledge.torch_series(torch).ok_or_else(|| {
         let known: Vec<&str> = knowledge.torch.iter().map(|t| t.series.as_str()).collect();
         format!(
             "torch {} is not in the compatibility knowledge (it knows {}); add it to a --knowledge file with its source",
@@ -105,7 +105,7 @@ fn torch_release<'k>(
             .ok_or_else(|| format!("torch {} has no releases in the knowledge", series.series))?
     } else {
         knowledge
-            .torch_release(&torch)
+            .torch_release(torch)
             .map(|(_, release)| release)
             .ok_or_else(|| {
                 let known: Vec<&str> = series.releases.iter().map(|r| r.torch.as_str()).collect();

@@ -133,7 +133,7 @@ pub(super) fn build_spec(
         variant: found.variant_kind,
         platform: found.platform.clone(),
         index,
-        torch: found.release.torch.text().clone(),
+        torch: found.release.torch.clone(),
         torchvision: found.release.torchvision.clone(),
         torchaudio: found.release.torchaudio.clone(),
         cuda: found.variant.cuda.clone(),
@@ -185,7 +185,7 @@ pub(super) fn build_spec(
             .expect("rules::selftest_build checked the cell"),
         unverified: found.unverified.clone(),
         extensions: matrix.extensions_for(
-            found.release.torch.as_str(),
+            found.release.torch.torch(),
             &found.variant.cuda,
             found.python.as_str(),
             &found.os,

@@ -10,7 +10,7 @@
 //! restored; a record given twice and a newer schema refused; two links to one manifest; the
 //! containers of a killed run removed by a later run, a live run's left alone; the step images
 //! of a build killed mid-step removed by the next run, one tagged meanwhile kept; `Retry-After` from
-//! a proxy in front of the registry.
+//! a proxy in front of the registry; `verify`'s HEADs, at most `--concurrency` at once.
 //!
 //! Timing comes from events imagegen makes observable, never from sleeps: the manifest's lock and
 //! a tag's publish lock, held by the test itself, stop imagegen at a known step and it says so
@@ -1578,4 +1578,114 @@ async fn retry_after_from_the_registry_is_honoured_within_the_deadline() {
     );
     assert!(start.elapsed() < Duration::from_secs(5), "at once");
     assert_eq!(seen.lock().unwrap().len(), 1, "asked once");
+}
+
+/// A proxy in front of the real registry on 127.0.0.1, one thread per connection, that holds
+/// each manifest request for `hold` before forwarding it and counts how many it holds at once.
+/// Returns its port and (held now, most held at once, manifest requests seen).
+/// Manifest requests held now, the most held at once, and how many were seen.
+type HeldCounts = Arc<Mutex<(usize, usize, usize)>>;
+
+fn counting_proxy(registry: &str, hold: Duration) -> (u16, HeldCounts) {
+    use std::io::Write;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let upstream = registry.to_string();
+    let counts = Arc::new(Mutex::new((0, 0, 0)));
+    let shared = Arc::clone(&counts);
+    std::thread::spawn(move || {
+        for stream in listener.incoming().map_while(Result::ok) {
+            let upstream = upstream.clone();
+            let counts = Arc::clone(&shared);
+            std::thread::spawn(move || {
+                let mut client = stream;
+                let mut reader = BufReader::new(client.try_clone().unwrap());
+                let mut head = Vec::new();
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    if line.to_ascii_lowercase().starts_with("connection:") {
+                        continue;
+                    }
+                    if line == "\r\n" {
+                        head.extend_from_slice(b"Connection: close\r\n\r\n");
+                        break;
+                    }
+                    head.extend_from_slice(line.as_bytes());
+                }
+                let manifest_request = String::from_utf8_lossy(&head).contains("/manifests/");
+                if manifest_request {
+                    let mut counts = counts.lock().unwrap();
+                    counts.0 += 1;
+                    counts.1 = counts.1.max(counts.0);
+                    counts.2 += 1;
+                }
+                if manifest_request {
+                    std::thread::sleep(hold);
+                }
+                let mut answer = Vec::new();
+                if let Ok(mut server) = std::net::TcpStream::connect(&upstream) {
+                    let _ = server.write_all(&head);
+                    let _ = server.read_to_end(&mut answer);
+                }
+                if manifest_request {
+                    counts.lock().unwrap().0 -= 1;
+                }
+                let _ = client.write_all(&answer);
+            });
+        }
+    });
+    (port, counts)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn verify_asks_the_registry_with_bounded_concurrency() {
+    prepare().await;
+    let registry = Registry::start();
+    let project = Project::new(registry.host(), SELFTEST_PASS);
+    let _tags = RemoveTags::of(&project);
+    assert_code(&project.build(&["--push", "--only", RUNTIME_270]), 0);
+    // The pushed record, and 23 copies under tags the registry does not serve: 24 HEADs.
+    let mut manifest = project.manifest();
+    let record = manifest["images"][RUNTIME_270].clone();
+    for copy in 0..23 {
+        let tag = format!("{RUNTIME_270}-copy{copy}");
+        let mut other = record.clone();
+        other["tag"] = Value::from(tag.clone());
+        manifest["images"][&tag] = other;
+    }
+    let text = serde_json::to_string_pretty(&manifest).unwrap();
+    for (concurrency, expected_peak) in [("4", 4), ("1", 1)] {
+        let (port, counts) = counting_proxy(registry.host(), Duration::from_millis(250));
+        let proxy = format!("127.0.0.1:{port}");
+        let proxied = text.replace(registry.host(), &proxy);
+        std::fs::write(project.path().join("proxied.json"), &proxied).unwrap();
+        let (code, output) = run_imagegen(
+            &project,
+            &[
+                "verify",
+                "--manifest",
+                "proxied.json",
+                "--concurrency",
+                concurrency,
+                "--registry",
+                &proxy,
+            ],
+        );
+        // The copies are missing from the registry: drift, exit 1, each named.
+        assert_eq!(code, 1, "{output}");
+        assert!(
+            output.contains(&format!("{RUNTIME_270}-copy22")),
+            "{output}"
+        );
+        let (held, peak, seen) = *counts.lock().unwrap();
+        assert_eq!(held, 0, "every request was answered");
+        assert!(seen >= 24, "one HEAD per record at least: {seen}");
+        assert_eq!(
+            peak, expected_peak,
+            "--concurrency {concurrency}: at most that many HEADs at once, and that many used"
+        );
+    }
 }
