@@ -685,3 +685,42 @@ fn pub_is_kept_for_what_other_files_use() {
         ]
     );
 }
+
+/// The files under `src` (relative names) that make a registry client themselves
+/// (`RegistryClient::new`) outside `allowed`.
+fn registry_client_makers(src: &Path, allowed: &[&str]) -> Vec<String> {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    files
+        .iter()
+        .filter_map(|file| {
+            let name = file
+                .strip_prefix(src)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            let code = code_of(&std::fs::read_to_string(file).unwrap());
+            (code.contains("RegistryClient::new(") && !allowed.contains(&name.as_str()))
+                .then_some(name)
+        })
+        .collect()
+}
+
+/// One registry factory: every command gets its registry clients from `docker::Registries`
+/// (credentials, CA, deadlines set once); only `docker/registries.rs` and the client's own file
+/// call `RegistryClient::new`.
+#[test]
+fn registry_clients_come_from_the_one_factory_in_docker() {
+    let src = crate_src();
+    let allowed = ["docker/registries.rs", "docker/registry.rs"];
+    let makers = registry_client_makers(&src, &allowed);
+    assert!(
+        makers.is_empty(),
+        "registry clients made outside docker::Registries: {makers:?}"
+    );
+    // The scan sees the factory's own call.
+    assert_eq!(
+        registry_client_makers(&src, &["docker/registry.rs"]),
+        vec!["docker/registries.rs".to_string()]
+    );
+}

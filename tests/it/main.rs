@@ -20,6 +20,7 @@ mod layout;
 mod limits;
 mod multiarch;
 mod real_build;
+mod references;
 mod reproducible;
 mod support;
 mod upgrade;
