@@ -94,7 +94,7 @@ pub(crate) fn plan_text(plan: &UpgradePlan) -> String {
     }));
     section(
         &mut out,
-        "flavour images (built FROM their runtime image)",
+        "flavour images (built FROM their runtime image, or devel image with `from: devel`)",
         rows,
     );
     let mut rows = vec![vec!["IMAGE".to_string(), "FIX".into()]];
@@ -246,7 +246,7 @@ pub(crate) fn plan_markdown(plan: &UpgradePlan) -> String {
     );
     table(
         &mut out,
-        "Flavour images (built FROM their runtime image)",
+        "Flavour images (built FROM their runtime image, or devel image with `from: devel`)",
         &["image", "flavour", "from", "recorded from"],
         plan.flavours
             .iter()

@@ -441,6 +441,191 @@ mod tests {
             .all(|f| f.tag == format!("{}-{}", f.from, f.flavour)));
     }
 
+    /// Every kind of addition (on an include rule) and every part of a flavour: changed alone,
+    /// it rebuilds exactly the images that have it (and those built FROM them) and `plan` names
+    /// it, on the image that has it, as the one input that changed.
+    #[test]
+    fn every_addition_and_flavour_part_changed_alone_is_named_and_rebuilds_exactly_its_images() {
+        const MATRIX: &str = r#"registry: r.example
+repository: team/pytorch
+torch: ["2.7"]
+cuda: ["12.6"]
+os: [ubuntu22.04, ubuntu24.04]
+variants: [runtime, devel]
+user: {name: dev, uid: 1000, gid: 1000}
+include:
+  - os: ubuntu22.04
+    pip: [einops]
+    extra_indexes: [{url: "https://pypi.team.example/simple"}]
+    apt: [htop]
+    steps: steps/team.Dockerfile
+    env: {TEAM: "a"}
+    labels: {org.example.team: a}
+    user: {name: app, uid: 1001, gid: 1001}
+    workdir: /workspace
+flavours:
+  jupyter: {}
+  tools:
+    pip: [rich]
+    apt: [git]
+    steps: steps/tools.Dockerfile
+    env: {TOOLS: "a"}
+    labels: {org.example.tools: a}
+"#;
+        const TEAM: &str = "steps/team.Dockerfile";
+        const TOOLS: &str = "steps/tools.Dockerfile";
+        let resolve = |yaml: &str, team: &str, tools: &str| {
+            let matrix = crate::model::matrix::Matrix::parse(yaml, "matrix.yaml").unwrap();
+            let options = crate::resolve::image::ResolveOptions {
+                fragments: BTreeMap::from([
+                    (TEAM.to_string(), Digest::of(team.as_bytes())),
+                    (TOOLS.to_string(), Digest::of(tools.as_bytes())),
+                ]),
+                ..Default::default()
+            };
+            crate::resolve::resolve(
+                &matrix,
+                &crate::model::knowledge::Knowledge::test_fixture(),
+                &options,
+            )
+            .images
+        };
+        let old = resolve(MATRIX, "RUN true\n", "RUN true\n");
+        let tags: Vec<&str> = old.iter().map(|spec| spec.tag.as_str()).collect();
+        let runtime_22 = "2.7.1-cuda12.6-cudnn9-runtime-ubuntu22.04";
+        let runtime_24 = "2.7.1-cuda12.6-cudnn9-runtime-ubuntu24.04";
+        let of = |runtime: &str, suffix: &str| format!("{runtime}{suffix}");
+        assert_eq!(tags.len(), 8, "{tags:?}");
+        let manifest = manifest_with(&old, &[]);
+        // The 22.04 family: its runtime image has the additions; its devel image and flavours are
+        // built FROM it.
+        let family_22 = vec![
+            runtime_22.to_string(),
+            of(runtime_22, "-jupyter"),
+            of(runtime_22, "-tools"),
+            "2.7.1-cuda12.6-cudnn9-devel-ubuntu22.04".to_string(),
+        ];
+        let tools = vec![of(runtime_22, "-tools"), of(runtime_24, "-tools")];
+        let additions = [
+            ("ext.pip", "    pip: [einops, rich]\n"),
+            (
+                "ext.extra_indexes",
+                "    extra_indexes: [{url: \"https://pypi2.team.example/simple\"}]\n",
+            ),
+            ("ext.apt", "    apt: [htop, git]\n"),
+            ("ext.steps", "    steps: steps/other.Dockerfile\n"),
+            ("ext.env", "    env: {TEAM: \"b\"}\n"),
+            ("ext.labels", "    labels: {org.example.team: b}\n"),
+            ("ext.user", "    user: {name: app, uid: 1002, gid: 1001}\n"),
+            ("ext.workdir", "    workdir: /work\n"),
+        ];
+        let parts = [
+            ("flavour.pip", "    pip: [rich, einops]\n"),
+            ("flavour.apt", "    apt: [git, make]\n"),
+            ("flavour.steps", "    steps: steps/other.Dockerfile\n"),
+            ("flavour.env", "    env: {TOOLS: \"b\"}\n"),
+            ("flavour.labels", "    labels: {org.example.tools: b}\n"),
+        ];
+        /// The matrix and fragments after, the input named, the images rebuilt, and those whose
+        /// one changed input it is.
+        struct Case {
+            yaml: String,
+            team: &'static str,
+            tools: &'static str,
+            input: &'static str,
+            rebuilt: Vec<String>,
+            named_on: Vec<String>,
+        }
+        let mut cases: Vec<Case> = Vec::new();
+        for (input, line) in additions {
+            let key = line.trim_start().split(':').next().unwrap();
+            let old_line = MATRIX[MATRIX.find("include:").unwrap()..]
+                .lines()
+                .find(|l| l.trim_start().starts_with(&format!("{key}:")))
+                .unwrap();
+            let yaml = MATRIX.replacen(&format!("{old_line}\n"), line, 1);
+            assert_ne!(yaml, MATRIX, "{input}");
+            cases.push(Case {
+                yaml,
+                team: "RUN true\n",
+                tools: "RUN true\n",
+                input,
+                rebuilt: family_22.clone(),
+                named_on: vec![runtime_22.to_string()],
+            });
+        }
+        for (input, line) in parts {
+            let key = line.trim_start().split(':').next().unwrap();
+            let flavours = MATRIX.find("flavours:").unwrap();
+            let old_line = MATRIX[flavours..]
+                .lines()
+                .find(|l| l.trim_start().starts_with(&format!("{key}:")))
+                .unwrap();
+            let yaml = format!(
+                "{}{}",
+                &MATRIX[..flavours],
+                MATRIX[flavours..].replacen(&format!("{old_line}\n"), line, 1)
+            );
+            assert_ne!(yaml, MATRIX, "{input}");
+            cases.push(Case {
+                yaml,
+                team: "RUN true\n",
+                tools: "RUN true\n",
+                input,
+                rebuilt: tools.clone(),
+                named_on: tools.clone(),
+            });
+        }
+        // A fragment's text, its path unchanged.
+        cases.push(Case {
+            yaml: MATRIX.to_string(),
+            team: "RUN false\n",
+            tools: "RUN true\n",
+            input: "ext.steps",
+            rebuilt: family_22.clone(),
+            named_on: vec![runtime_22.to_string()],
+        });
+        cases.push(Case {
+            yaml: MATRIX.to_string(),
+            team: "RUN true\n",
+            tools: "RUN false\n",
+            input: "flavour.steps",
+            rebuilt: tools.clone(),
+            named_on: tools.clone(),
+        });
+        for Case {
+            yaml,
+            team,
+            tools,
+            input,
+            rebuilt: wanted,
+            named_on,
+        } in cases
+        {
+            let new = resolve(&yaml, team, tools);
+            let plan = upgrade_plan(&new, &manifest, &BTreeMap::new());
+            let mut rebuilt: Vec<String> = plan.rebuilt.iter().map(|c| c.tag.clone()).collect();
+            rebuilt.sort();
+            let mut wanted = wanted.clone();
+            wanted.sort();
+            assert_eq!(rebuilt, wanted, "{input}: {plan:#?}");
+            assert!(plan.new_images.is_empty(), "{input}: {plan:#?}");
+            for change in &plan.rebuilt {
+                let named: Vec<&str> = change.changes.iter().map(|c| c.input.as_str()).collect();
+                if named_on.contains(&change.tag) {
+                    // The image that has it: that input alone.
+                    assert_eq!(named, [input], "{input}: {change:#?}");
+                } else {
+                    // Those built FROM it: their parent changed.
+                    assert!(
+                        named.contains(&"parent_fingerprint"),
+                        "{input}: {change:#?}"
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn upgrade_plan_says_which_input_changed() {
         let old = specs_for("2.7.1", "12.6");

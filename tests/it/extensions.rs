@@ -348,3 +348,94 @@ fn apt_lock_records_the_extras_installed_versions_and_says_what_moved() {
         0,
     );
 }
+
+/// The axes the README's worked example leaves out ("beside the usual axes"): the newest torch of
+/// the knowledge with its PyPI CUDA, so that `latest-jupyter` exists as its comments say.
+const README_AXES: &str = "registry: ghcr.io\nrepository: acme/pytorch\ntorch: [\"2.13\"]\ncuda: [\"13.0\"]\nos: [ubuntu22.04, ubuntu24.04]\nvariants: [runtime, devel]\n";
+
+/// The text of the README's code block in "Your own images" that opens with `first`.
+fn readme_block(fence: &str, first: &str) -> String {
+    let readme = std::fs::read_to_string(repository_root().join("README.md")).unwrap();
+    let start = readme.find("\n## Your own images\n").unwrap();
+    let section = &readme[start..];
+    let section = &section[..section[1..].find("\n## ").unwrap() + 1];
+    let opening = format!("```{fence}\n{first}");
+    let at = section
+        .find(&opening)
+        .unwrap_or_else(|| panic!("no {opening:?} block in the README's \"Your own images\""))
+        + fence.len()
+        + 4;
+    let end = at + section[at..].find("\n```").unwrap();
+    section[at..=end].to_string()
+}
+
+/// The README's worked example, as written: its matrix (under axes of the test's own) with its
+/// step fragment, and its flavours block, render; resolve names the images and aliases its
+/// comments and commands name, and the Dockerfiles hold what it says they do.
+#[test]
+fn the_readme_example_renders_as_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let additions = readme_block("yaml", "# matrix.yaml (beside the usual axes)\n");
+    let steps = readme_block("dockerfile", "# steps/team.Dockerfile");
+    std::fs::write(dir.join("matrix.yaml"), format!("{README_AXES}{additions}")).unwrap();
+    std::fs::create_dir_all(dir.join("steps")).unwrap();
+    std::fs::write(dir.join("steps/team.Dockerfile"), &steps).unwrap();
+    let render = imagegen(dir, &["render"]);
+    assert_code(&render, 0);
+    let resolve = imagegen(dir, &["resolve"]);
+    assert_code(&resolve, 0);
+    let listed = String::from_utf8_lossy(&resolve.stdout).to_string();
+    let jupyter = format!("{RUNTIME_24}-jupyter");
+    let row = listed
+        .lines()
+        .find(|line| line.starts_with(&format!("{jupyter} ")))
+        .unwrap_or_else(|| panic!("{listed}"));
+    assert!(row.ends_with("latest-jupyter"), "{row}");
+    let runtime = dockerfile(dir, RUNTIME_22);
+    for wanted in [
+        "      libgl1 \\\n",
+        "      htop \\\n",
+        "      git \\\n",
+        "org.example.team=\"vision\"",
+        "printf 'torch = \"2.13.0\"\\n' > /etc/team/config.toml",
+        "ENV TEAM_CONFIG=\"/etc/team/config.toml\"",
+        "WORKDIR /workspace",
+        "RUN groupadd --gid 1000 dev",
+    ] {
+        assert!(runtime.contains(wanted), "{wanted:?} not in\n{runtime}");
+    }
+    assert!(runtime.contains("\nUSER 1000:1000\n"), "{runtime}");
+    assert!(!dockerfile(dir, RUNTIME_24).contains("libgl1"));
+    assert!(!runtime.contains("TEAM_INDEX"), "{runtime}");
+    assert!(dockerfile(dir, &jupyter).contains("EXPOSE 8888"));
+    assert_code(&imagegen(dir, &["plan"]), 0);
+
+    // The flavours block, with a tools fragment of the test's own (the README shows none).
+    let flavours = readme_block("yaml", "user: {name: dev, uid: 1000, gid: 1000}");
+    std::fs::write(dir.join("matrix.yaml"), format!("{README_AXES}{flavours}")).unwrap();
+    std::fs::write(
+        dir.join("steps/tools.Dockerfile"),
+        "RUN mkdir -p /opt/tools\n",
+    )
+    .unwrap();
+    assert_code(&imagegen(dir, &["render"]), 0);
+    let resolve = imagegen(dir, &["resolve"]);
+    assert_code(&resolve, 0);
+    let listed = String::from_utf8_lossy(&resolve.stdout).to_string();
+    for (image, alias) in [
+        (format!("{RUNTIME_24}-jupyter"), "latest-jupyter"),
+        (format!("{RUNTIME_24}-ssh"), "latest-ssh"),
+        (format!("{RUNTIME_24}-tools"), "latest-tools"),
+        (format!("{DEVEL_24}-build"), "latest-devel-build"),
+    ] {
+        let row = listed
+            .lines()
+            .find(|line| line.starts_with(&format!("{image} ")))
+            .unwrap_or_else(|| panic!("{image} not in\n{listed}"));
+        assert!(row.contains(alias), "{row}");
+    }
+    assert!(!listed.contains(&format!("{RUNTIME_24}-build")), "{listed}");
+    let ssh = dockerfile(dir, &format!("{RUNTIME_24}-ssh"));
+    assert!(ssh.contains("EXPOSE 2222"), "{ssh}");
+}

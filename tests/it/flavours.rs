@@ -218,6 +218,23 @@ fn a_flavour_from_devel_renders_from_the_devel_image_and_runtime_flavours_stay_b
         .unwrap_or_else(|e| panic!("{}: {e} (run .ci/install-deps.sh)", hadolint.display()));
     assert!(lint.status.success(), "hadolint:\n{}", text(&lint));
 
+    // `plan` lists it FROM its devel image.
+    let plan = imagegen(dir, &["plan"]);
+    assert_code(&plan, 0);
+    let plan = String::from_utf8_lossy(&plan.stdout).to_string();
+    let section = &plan[plan
+        .find("flavour images (built FROM their runtime image, or devel image with `from: devel`)")
+        .unwrap_or_else(|| panic!("{plan}"))..];
+    let row = section
+        .lines()
+        .find(|line| line.trim_start().starts_with(&format!("{DEVEL}-build ")))
+        .unwrap_or_else(|| panic!("{plan}"));
+    assert_eq!(
+        row.split_whitespace().take(3).collect::<Vec<_>>(),
+        [format!("{DEVEL}-build").as_str(), "build", DEVEL],
+        "{plan}"
+    );
+
     // CI builds it in its family's job after its devel image; bake gives it the devel target as
     // its parent's context.
     let ci = imagegen(dir, &["ci", "--format", "github"]);

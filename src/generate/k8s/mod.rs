@@ -202,8 +202,14 @@ pub(crate) fn node_matches(terms: &[NodeSelectorTerm], labels: &BTreeMap<String,
     })
 }
 
+/// The hex digits of the digest a shortened label ends with.
+const LABEL_DIGEST_CHARS: usize = 6;
+
 /// A DNS-1123 label from free text: lowercase letters, digits and `-`, starting with a letter,
-/// at most `max` characters.
+/// at most `max` characters (at least 8). A text too long for `max` keeps its head and ends with
+/// `-` and the first hex digits of the sha256 of its whole label: two texts that share their head
+/// (the flavours of one image, `…-ubuntu24-04-jupyter` and `…-ubuntu24-04-tools`, or the
+/// self-test Jobs of two OS images) keep different names.
 pub(crate) fn dns_label(text: &str, max: usize) -> String {
     let mut label = String::new();
     for character in text.chars() {
@@ -217,8 +223,13 @@ pub(crate) fn dns_label(text: &str, max: usize) -> String {
     if !label.starts_with(|c: char| c.is_ascii_lowercase()) {
         label.insert_str(0, "job-");
     }
-    label.truncate(max);
-    label.trim_end_matches('-').to_string()
+    let label = label.trim_end_matches('-');
+    if label.len() <= max {
+        return label.to_string();
+    }
+    let digest = Digest::of(label.as_bytes());
+    let head = label[..max.saturating_sub(LABEL_DIGEST_CHARS + 1)].trim_end_matches('-');
+    format!("{head}-{}", &digest.hex()[..LABEL_DIGEST_CHARS])
 }
 
 /// A Job name as given, or why it is not one: never rewritten, so the Job is named as asked.
@@ -668,6 +679,62 @@ mod tests {
             .as_deref()
             .unwrap()
             .starts_with("pytorch-2-7-1-cuda12-6"));
+    }
+
+    #[test]
+    fn every_image_of_a_matrix_with_flavours_gets_a_job_name_of_its_own() {
+        let images = crate::resolve::test_images("registry: r.example\nrepository: team/pytorch\ntorch: [\"2.7\"]\ncuda: [\"12.6\"]\nos: [ubuntu22.04, ubuntu24.04]\nvariants: [runtime, devel]\nuser: {name: dev, uid: 1000, gid: 1000}\nflavours:\n  jupyter: {}\n  tools: {apt: [git]}\n  trainer: {apt: [make]}\n");
+        assert_eq!(images.len(), 10);
+        let name_of = |manifests: &Manifests| manifests.job.metadata.name.clone().unwrap();
+        let mut jobs = BTreeMap::new();
+        let mut test_jobs = BTreeMap::new();
+        for image in &images {
+            let name = name_of(&manifests(&[image], &JobSettings::default()).unwrap());
+            assert!(
+                validation::is_dns_label(&name) && name.len() <= JOB_NAME_MAX,
+                "{name}"
+            );
+            if let Some(other) = jobs.insert(name.clone(), image.tag.clone()) {
+                panic!("{} and {other} share the Job name {name}", image.tag);
+            }
+            let tests = test_jobs::test_jobs(
+                image,
+                &Digest::of(image.tag.as_bytes()),
+                &[("H100".to_string(), Vec::new())],
+                &JobSettings::default(),
+            )
+            .unwrap();
+            let name = name_of(&tests[0]);
+            assert!(
+                name.ends_with("-test-h100") && name.len() <= JOB_NAME_MAX,
+                "{name}"
+            );
+            if let Some(other) = test_jobs.insert(name.clone(), image.tag.clone()) {
+                panic!("{} and {other} share the test Job name {name}", image.tag);
+            }
+        }
+        // A name that fits is the tag's, as before; one that does not keeps its head and ends
+        // with a digest of the whole.
+        assert!(jobs.contains_key("pytorch-2-7-1-cuda12-6-cudnn9-runtime-ubuntu24-04"));
+        let tools = default_job_name(
+            "team/pytorch",
+            "2.7.1-cuda12.6-cudnn9-runtime-ubuntu24.04-tools",
+        );
+        assert_eq!(
+            tools,
+            "pytorch-2-7-1-cuda12-6-cudnn9-runtime-ubuntu2-fa14df"
+        );
+        assert_eq!(tools.len(), JOB_NAME_MAX, "{tools}");
+        assert!(
+            tools.starts_with("pytorch-2-7-1-cuda12-6-cudnn9-runtime-ubuntu2-"),
+            "{tools}"
+        );
+        let digest = Digest::of(b"pytorch-2-7-1-cuda12-6-cudnn9-runtime-ubuntu24-04-tools");
+        assert!(
+            tools.ends_with(&format!("-{}", &digest.hex()[..6])),
+            "{tools}"
+        );
+        assert_eq!(dns_label("9 lives--", 52), "job-9-lives");
     }
 
     #[test]
