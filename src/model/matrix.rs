@@ -1060,11 +1060,21 @@ impl Matrix {
             let builtin = Builtin::from_name(name);
             let users_everywhere = self.user.is_some();
             if builtin.is_some() && !users_everywhere {
-                return Err(error_at(
-                    locations.key_at(&key),
+                // A user on include rules alone leaves the images the rules do not match without
+                // one, and the flavour is built on every runtime image.
+                let on_rules = self.include.iter().any(|rule| rule.user.is_some());
+                let why = if on_rules {
+                    format!(
+                        "the {name} flavour runs its service as the image's non-root user, and is built on every runtime image; the matrix names a user on include rules only, so some images have none"
+                    )
+                } else {
                     format!(
                         "the {name} flavour runs its service as the image's non-root user, and the matrix names none"
-                    ),
+                    )
+                };
+                return Err(error_at(
+                    locations.key_at(&key),
+                    why,
                     Some("add `user: {name: dev, uid: 1000, gid: 1000}` at the top of the matrix"),
                 ));
             }
@@ -1512,6 +1522,16 @@ mod tests {
         assert!(
             error.starts_with(&format!("matrix.yaml:{}:", MINIMAL.lines().count() + 2))
                 && error.contains("the ssh flavour runs its service as the image's non-root user")
+                && error.contains("hint: add `user:"),
+            "{error}"
+        );
+        assert!(error.contains("the matrix names none"), "{error}");
+        // A user on include rules only leaves other images without one: said so.
+        let error = error_of(&format!(
+            "{MINIMAL}include:\n  - os: ubuntu24.04\n    user: {{name: dev, uid: 1000, gid: 1000}}\nflavours:\n  ssh: {{}}\n"
+        ));
+        assert!(
+            error.contains("names a user on include rules only, so some images have none")
                 && error.contains("hint: add `user:"),
             "{error}"
         );
