@@ -67,7 +67,7 @@ echo '{}' > "$project/docker-config/config.json"
 cp /etc/ssl/certs/ca-certificates.crt "$project/host-ca.pem"
 printf '#!/bin/sh\nexit 0\n' > "$project/selftest/gpu-selftest-cu13"
 chmod +x "$project/selftest/gpu-selftest-cu13"
-sed -e "s#REPOSITORY#$repository#" -e "s#BASE_IMAGE#$base#" -e 's/variants: \[runtime, devel\]/variants: [runtime]/' \
+sed -e "s#REPOSITORY#$repository#" -e "s#BASE_IMAGE#$base#" -e "s#REGISTRY#registry.invalid#" -e 's/variants: \[runtime, devel\]/variants: [runtime]/' \
   "$root/tests/fixtures/real-build/matrix.yaml" | sed -n '/^# The team/q;p' > "$project/matrix.yaml"
 printf 'wheels: WHEELS\nlabels: {imagegen-bench.round: "1"}\n' >> "$project/matrix.yaml"
 cd "$project"
