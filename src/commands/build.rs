@@ -23,6 +23,7 @@ use crate::commands::output::{count, emit, note, table};
 use crate::commands::signals::{Signal, Signals};
 use crate::commands::stages::{lock_problems, no_images, render_project};
 use crate::commands::wheels;
+use crate::docker::layer_store::LayerStore;
 use crate::docker::pypi_index::team_context_files;
 use crate::docker::run_journal::{self, RunJournal};
 use crate::docker::{ContextFile, Engine, Registries, Removal, RetryPolicy};
@@ -294,11 +295,17 @@ async fn remove_leftovers_of_dead_runs(engine: &Engine) {
 /// Where runs write their journals of step images: `runs/` beside the build logs
 /// (`.imagegen/runs`).
 fn journal_dir(log_dir: &Path) -> PathBuf {
+    state_dir(log_dir).join("runs")
+}
+
+/// The folder of imagegen's state beside the logs (`.imagegen/`): the run journals and the
+/// layer store.
+fn state_dir(log_dir: &Path) -> PathBuf {
     log_dir
         .parent()
         .filter(|parent| !parent.as_os_str().is_empty())
         .unwrap_or(Path::new("."))
-        .join("runs")
+        .to_path_buf()
 }
 
 /// How long a run waits, before its builds, for the daemon to let go of the images of a run killed
@@ -451,6 +458,7 @@ async fn build_and_record(
             run_id: run_id.to_string(),
             selftest_baseline,
             journal,
+            layer_store: Some(Arc::new(LayerStore::in_dir(&state_dir(&settings.log_dir)))),
             ..Default::default()
         },
     ));

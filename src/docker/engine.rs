@@ -569,6 +569,56 @@ impl Engine {
         }
     }
 
+    /// What an image's config says of how to run it, and its history, as the daemon keeps them:
+    /// the inspect answer's `Config` object exactly as the daemon wrote it (read over the Unix
+    /// socket: bollard's typed answer drops fields and turns `null` into nothing), and each
+    /// history step (`created_by`, `comment`), oldest first. `None` when the daemon is not
+    /// reached through a Unix socket, or the image is gone.
+    pub(crate) async fn image_run_config(
+        &self,
+        id: &str,
+    ) -> Result<Option<(serde_json::Value, Vec<(String, String)>)>, DockerError> {
+        let Some(socket) = self.address.strip_prefix("unix://") else {
+            return Ok(None);
+        };
+        let failed = |reason: String| DockerError::Daemon {
+            address: self.address.clone(),
+            action: format!("reading the config of image {id}"),
+            reason,
+        };
+        let body = match tokio::time::timeout(
+            self.request_timeout,
+            unix_socket_get(socket, &format!("/images/{id}/json")),
+        )
+        .await
+        {
+            Ok(Ok(Some(body))) => body,
+            Ok(Ok(None)) => return Ok(None),
+            Ok(Err(error)) => return Err(failed(error.to_string())),
+            Err(_) => return Err(failed("no answer within the daemon deadline".into())),
+        };
+        let mut inspect: serde_json::Value =
+            serde_json::from_slice(&body).map_err(|error| failed(error.to_string()))?;
+        let config = inspect
+            .get_mut("Config")
+            .map(serde_json::Value::take)
+            .filter(serde_json::Value::is_object)
+            .ok_or_else(|| failed("the inspect answer has no Config object".into()))?;
+        let history = match self.docker.image_history(id).await {
+            Ok(history) => history,
+            Err(error) if is_not_found(&error) => return Ok(None),
+            Err(error) => {
+                return Err(self.daemon_error(format!("reading the history of image {id}"), error))
+            }
+        };
+        let steps = history
+            .into_iter()
+            .rev()
+            .map(|step| (step.created_by, step.comment))
+            .collect();
+        Ok(Some((config, steps)))
+    }
+
     /// The labels of local image `reference`, or `None` if it does not exist.
     pub async fn image_labels(
         &self,
@@ -1268,6 +1318,38 @@ impl Engine {
             stdout: String::from_utf8_lossy(&stdout).into_owned(),
             stderr: String::from_utf8_lossy(&stderr).into_owned(),
         })
+    }
+}
+
+/// The body of `GET path` from the daemon on the Unix socket `socket` (HTTP/1.0: one answer, no
+/// chunks, the connection closed after it); `None` on 404.
+async fn unix_socket_get(socket: &str, path: &str) -> std::io::Result<Option<Vec<u8>>> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::UnixStream::connect(socket).await?;
+    stream
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: docker\r\n\r\n").as_bytes())
+        .await?;
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).await?;
+    let invalid =
+        |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_string());
+    let split = answer
+        .windows(4)
+        .position(|window| window == b"\r\n\r\n")
+        .ok_or_else(|| invalid("an answer without the end of its headers"))?;
+    let head = String::from_utf8_lossy(&answer[..split]);
+    let status = head
+        .lines()
+        .next()
+        .and_then(|line| line.split_whitespace().nth(1))
+        .ok_or_else(|| invalid("an answer without a status line"))?;
+    match status {
+        "200" => Ok(Some(answer[split + 4..].to_vec())),
+        "404" => Ok(None),
+        other => Err(invalid(&format!(
+            "status {other}: {}",
+            String::from_utf8_lossy(&answer[split + 4..]).trim()
+        ))),
     }
 }
 

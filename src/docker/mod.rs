@@ -51,6 +51,7 @@ mod context;
 mod credentials;
 mod engine;
 mod error;
+pub(crate) mod layer_store;
 pub(crate) mod pypi_index;
 mod registries;
 mod registry;

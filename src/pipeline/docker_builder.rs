@@ -14,6 +14,7 @@ use std::time::Duration;
 use anyhow::{anyhow, Context, Result};
 use tokio::sync::{Mutex, OnceCell};
 
+use crate::docker::layer_store::{LayerStore, StoredImage, StoredLayer};
 use crate::docker::run_journal::{RunJournal, StepImages};
 use crate::docker::{
     append_to_context, context_tar_leaving_out, repository_path_of, BuildRequest, ContextFile,
@@ -28,8 +29,8 @@ use crate::model::digest::Digest;
 use crate::pipeline::alias_move::AliasRegistry;
 use crate::pipeline::executor::{Builder, Existing, TestOutcome};
 use crate::pipeline::normalize::{
-    epoch_of_created, known_prefix, normalize_archive, KnownLayer, MisplacedKnownLayer,
-    NormalizedImage, MEDIA_TYPE_MANIFEST, NORMALIZED_LABEL,
+    assemble, config_from_template, epoch_of_created, known_prefix, normalize_archive, KnownLayer,
+    MisplacedKnownLayer, NormalizedImage, NormalizedLayer, MEDIA_TYPE_MANIFEST, NORMALIZED_LABEL,
 };
 use crate::pipeline::planned::PlannedImage;
 use crate::pipeline::progress::Progress;
@@ -152,6 +153,9 @@ pub(crate) struct EngineBuilderSettings {
     /// Where each build step's image is written down as it is made, so that a later run can
     /// remove what this one leaves if it is killed mid-build.
     pub(crate) journal: Option<Arc<RunJournal>>,
+    /// What earlier runs normalized: a build whose layers are an earlier build's is not exported
+    /// nor normalized again.
+    pub(crate) layer_store: Option<Arc<LayerStore>>,
 }
 
 impl Default for EngineBuilderSettings {
@@ -166,6 +170,7 @@ impl Default for EngineBuilderSettings {
             run_id: format!("pid-{}", std::process::id()),
             selftest_baseline: None,
             journal: None,
+            layer_store: None,
         }
     }
 }
@@ -424,11 +429,35 @@ impl Builder for EngineBuilder {
             Ok(id) => {
                 self.progress.stage(name, &format!("built {id}"));
                 let epoch = self.epoch_of(image).await?;
-                let normalized = self
-                    .normalize(name, &id, epoch)
-                    .await
-                    .with_context(|| format!("normalizing {}", image.reference))?;
-                self.load(name, &image.reference, &normalized).await?;
+                let warm = match self.normalized_from_store(name, &id, epoch).await {
+                    Some(warm) => match self.load(name, &image.reference, &warm).await {
+                        Ok(()) => {
+                            self.keep_in_store(name, &id, epoch, &warm, false).await;
+                            Some(warm)
+                        }
+                        Err(error) => {
+                            self.progress.line(
+                                name,
+                                &format!("== loading it with the earlier build's layers failed ({error:#}): normalizing every layer"),
+                            );
+                            None
+                        }
+                    },
+                    None => None,
+                };
+                let normalized = match warm {
+                    Some(warm) => warm,
+                    None => {
+                        let normalized = self
+                            .normalize(name, &id, epoch)
+                            .await
+                            .with_context(|| format!("normalizing {}", image.reference))?;
+                        self.load(name, &image.reference, &normalized).await?;
+                        self.keep_in_store(name, &id, epoch, &normalized, true)
+                            .await;
+                        normalized
+                    }
+                };
                 let normalized_id = normalized.config_digest.clone();
                 // Its compressed layers are kept for the push only when this run pushes: a torch
                 // image's are gigabytes, and a run that only builds holds none of them (a later
@@ -854,19 +883,177 @@ impl EngineBuilder {
                 normalized.manifest_digest
             ),
         );
+        self.note_normalized(&normalized);
+        Ok(Arc::new(normalized))
+    }
+
+    /// Keeps `normalized`'s size and layers for this run: its summary, and the images built
+    /// `FROM` it, which take these layers as they are.
+    fn note_normalized(&self, normalized: &NormalizedImage) {
         self.sizes
             .lock()
             .expect("sizes lock")
             .insert(normalized.config_digest.to_string(), normalized.size());
         self.chains.lock().expect("chains lock").push((
-            epoch,
+            normalized.epoch,
             normalized
                 .layers
                 .iter()
                 .map(|layer| layer.known())
                 .collect(),
         ));
-        Ok(Arc::new(normalized))
+    }
+
+    /// The normalized image of daemon build `id`, made from what an earlier run kept in the
+    /// layer store when the build's layers are that run's (only a label, an `ENV` or another
+    /// setting changed): no export, no normalizing, no layer bytes. `None` (the caller exports
+    /// and normalizes) when nothing is kept for these layers at this epoch, the daemon no longer
+    /// holds the normalized layers, or its answers do not add up.
+    async fn normalized_from_store(
+        &self,
+        name: &str,
+        id: &str,
+        epoch: u64,
+    ) -> Option<Arc<NormalizedImage>> {
+        let store = self.settings.layer_store.as_ref()?;
+        let raw = self.engine.image(id).await.ok()??.layers;
+        let stored = store.find(epoch, &raw)?;
+        let skip = |why: String| {
+            self.progress.line(
+                name,
+                &format!("== its layers are those of an earlier build, but {why}: normalizing every layer"),
+            );
+        };
+        // The load names the layers only: the daemon must hold them, with the same chain.
+        let holder = match self.engine.image(&stored.image_id).await {
+            Ok(Some(holder)) => holder,
+            Ok(None) => {
+                skip(format!(
+                    "the Docker daemon no longer has its normalized image {}",
+                    stored.image_id
+                ));
+                return None;
+            }
+            Err(error) => {
+                skip(error.to_string());
+                return None;
+            }
+        };
+        let diff_ids: Vec<&str> = stored.layers.iter().map(|l| l.diff_id.as_str()).collect();
+        if holder.layers != diff_ids {
+            skip(format!(
+                "the Docker daemon's image {} has other layers than the store says",
+                stored.image_id
+            ));
+            return None;
+        }
+        let (run_config, history) = match self.engine.image_run_config(id).await {
+            Ok(Some(answers)) => answers,
+            Ok(None) => return None,
+            Err(error) => {
+                skip(error.to_string());
+                return None;
+            }
+        };
+        let made = stored_layers(&stored).and_then(|layers| {
+            let count = layers.len();
+            let config =
+                config_from_template(stored.config.as_bytes(), &run_config, &history, count)?;
+            assemble(&config, layers, epoch)
+        });
+        let normalized = match made {
+            Ok(normalized) => normalized,
+            Err(error) => {
+                skip(format!("{error:#}"));
+                return None;
+            }
+        };
+        self.progress.stage(
+            name,
+            &format!(
+                "normalized {} layers without exporting them: they are an earlier build's (its normalized image {}), taken as they are; only the config is new (epoch {}): {} unpacked, {} compressed, manifest {}",
+                normalized.layers.len(),
+                stored.image_id,
+                epoch,
+                human_bytes(normalized.unpacked_size()),
+                human_bytes(normalized.size().compressed_bytes),
+                normalized.manifest_digest
+            ),
+        );
+        self.note_normalized(&normalized);
+        Some(Arc::new(normalized))
+    }
+
+    /// Writes `normalized` (loaded, made from daemon build `id`) into the layer store, so a later
+    /// build with the same layers takes them without an export. A config made from a full
+    /// normalization is kept only when the daemon's answers give that config back exactly
+    /// (`check`): then a later build's config made from them is the one a full normalization
+    /// would make. A store that cannot be written costs only speed: a line in the log.
+    async fn keep_in_store(
+        &self,
+        name: &str,
+        id: &str,
+        epoch: u64,
+        normalized: &NormalizedImage,
+        check: bool,
+    ) {
+        let Some(store) = &self.settings.layer_store else {
+            return;
+        };
+        let Ok(Some(raw)) = self.engine.image(id).await else {
+            return;
+        };
+        if raw.layers.len() != normalized.layers.len() {
+            return;
+        }
+        if check {
+            let answers = self.engine.image_run_config(id).await;
+            let Ok(Some((run_config, history))) = answers else {
+                return;
+            };
+            let again = config_from_template(
+                &normalized.config,
+                &run_config,
+                &history,
+                normalized.layers.len(),
+            )
+            .and_then(|config| assemble(&config, normalized.layers.clone(), epoch));
+            match again {
+                Ok(again) if again.config == normalized.config => {}
+                Ok(_) | Err(_) => {
+                    self.progress.line(
+                        name,
+                        "== note: the Docker daemon's answers about this build do not give its normalized config back; a later build with the same layers is exported and normalized again",
+                    );
+                    return;
+                }
+            }
+        }
+        let entry = StoredImage {
+            epoch,
+            raw_layers: raw.layers,
+            image_id: normalized.config_digest.to_string(),
+            config: String::from_utf8_lossy(&normalized.config).into_owned(),
+            layers: normalized
+                .layers
+                .iter()
+                .map(|layer| StoredLayer {
+                    digest: layer.digest.to_string(),
+                    diff_id: layer.diff_id.to_string(),
+                    unpacked_size: layer.unpacked_size,
+                    compressed_size: layer.compressed_size,
+                })
+                .collect(),
+        };
+        if let Err(error) = store.remember(entry) {
+            self.progress.line(
+                name,
+                &format!(
+                    "== warning: could not write the layer store {}: {error}",
+                    store.path().display()
+                ),
+            );
+        }
     }
 
     /// Loads `normalized` into the daemon as `reference`, so the self-test runs on exactly the
@@ -1003,6 +1190,23 @@ impl EngineBuilder {
 const PROGRESS_EVERY: Duration = Duration::from_secs(3);
 
 /// `in 3.2 s (41.0 MB/s)`.
+/// The stored layers of `stored` as layers of a normalized image, without their bytes.
+fn stored_layers(stored: &StoredImage) -> Result<Vec<NormalizedLayer>> {
+    stored
+        .layers
+        .iter()
+        .map(|layer| {
+            Ok(NormalizedLayer {
+                gzip: None,
+                digest: Digest::parse(&layer.digest)?,
+                diff_id: Digest::parse(&layer.diff_id)?,
+                unpacked_size: layer.unpacked_size,
+                compressed_size: layer.compressed_size,
+            })
+        })
+        .collect()
+}
+
 fn rate(bytes: u64, elapsed: Duration) -> String {
     let seconds = elapsed.as_secs_f64().max(0.001);
     format!(

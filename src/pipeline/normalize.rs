@@ -479,6 +479,106 @@ pub(crate) fn normalize_config(config: &[u8], epoch: u64, diff_ids: &[Digest]) -
     Ok(serde_json::to_vec(&config)?)
 }
 
+/// The fields of a config's `config` (how to run the image) that a Dockerfile sets and the
+/// daemon's inspect answer reports when they are set; the others (`Hostname`, `AttachStdin`, ...)
+/// no Dockerfile instruction sets, so they are the same for every build of one base.
+const RUN_CONFIG_FIELDS: &[&str] = &[
+    "User",
+    "ExposedPorts",
+    "Env",
+    "Cmd",
+    "Healthcheck",
+    "ArgsEscaped",
+    "Volumes",
+    "WorkingDir",
+    "Entrypoint",
+    "OnBuild",
+    "Labels",
+    "StopSignal",
+    "Shell",
+];
+
+/// The config of a daemon build whose layers are those of an earlier build, made without
+/// exporting it: `template` is the earlier build's normalized config, `run_config` the new
+/// build's `config` object as the daemon's inspect answer gives it, `history` its steps
+/// (`created_by`, `comment`) oldest first as the daemon's history answer gives them. Returns a
+/// config for [`assemble`] (which normalizes it).
+///
+/// The steps the two builds share (the same `created_by` at the same place) keep the template's
+/// entries; a step past them made no layer (the layers are the same), so it is `empty_layer`.
+/// Fails when the steps that made a layer do not add up to `layers` layers: the caller then
+/// exports and normalizes the build as usual.
+pub(crate) fn config_from_template(
+    template: &[u8],
+    run_config: &Value,
+    history: &[(String, String)],
+    layers: usize,
+) -> Result<Vec<u8>> {
+    let mut config: Value = serde_json::from_slice(template).context("the stored config")?;
+    let object = config
+        .as_object_mut()
+        .ok_or_else(|| anyhow!("the stored config is not a JSON object"))?;
+    let new_run = run_config
+        .as_object()
+        .ok_or_else(|| anyhow!("the daemon's config of the build is not a JSON object"))?;
+    let run = object
+        .entry("config")
+        .or_insert_with(|| Value::Object(Default::default()));
+    let run = run
+        .as_object_mut()
+        .ok_or_else(|| anyhow!("the stored config's config is not an object"))?;
+    for field in RUN_CONFIG_FIELDS {
+        match new_run.get(*field) {
+            Some(value) => run.insert((*field).to_string(), value.clone()),
+            None => run.remove(*field),
+        };
+    }
+    let old_steps: Vec<Value> = object
+        .get("history")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let mut shared = true;
+    let mut steps = Vec::with_capacity(history.len());
+    for (index, (created_by, comment)) in history.iter().enumerate() {
+        let old = old_steps.get(index).filter(|old| {
+            old.get("created_by")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                == created_by
+        });
+        match old {
+            Some(old) if shared => steps.push(old.clone()),
+            _ => {
+                shared = false;
+                let mut step = serde_json::Map::new();
+                step.insert("created_by".into(), Value::String(created_by.clone()));
+                if !comment.is_empty() {
+                    step.insert("comment".into(), Value::String(comment.clone()));
+                }
+                step.insert("empty_layer".into(), Value::Bool(true));
+                steps.push(Value::Object(step));
+            }
+        }
+    }
+    let with_layer = steps
+        .iter()
+        .filter(|step| {
+            !step
+                .get("empty_layer")
+                .and_then(Value::as_bool)
+                .unwrap_or(false)
+        })
+        .count();
+    if with_layer != layers {
+        anyhow::bail!(
+            "the build's history has {with_layer} steps that made a layer against {layers} layers"
+        );
+    }
+    object.insert("history".into(), Value::Array(steps));
+    Ok(serde_json::to_vec(&config)?)
+}
+
 /// Whether `path` (as in a layer) is a file that only records the build's time.
 pub(crate) fn is_time_only(path: &str) -> bool {
     let path = path.trim_start_matches("./").trim_start_matches('/');

@@ -251,3 +251,112 @@ fn regex_escape(text: &str) -> String {
         })
         .collect()
 }
+
+/// The image ID the daemon holds under each of the project's four tags.
+async fn local_ids(project: &Project, log: &str) -> BTreeMap<String, String> {
+    let engine = crate::support::engine().await;
+    let mut ids = BTreeMap::new();
+    for torch in ["2.7.0", "2.8.0"] {
+        for variant in ["runtime", "devel"] {
+            let tag = project.tag(torch, variant);
+            let reference = format!("{}/{}:{tag}", project.registry, project.repository);
+            let image = engine
+                .image(&reference)
+                .await
+                .unwrap()
+                .unwrap_or_else(|| panic!("no {reference} in the daemon:\n{log}"));
+            ids.insert(tag, image.id);
+        }
+    }
+    ids
+}
+
+fn build_one_at_a_time(project: &Project) -> std::process::Output {
+    project
+        .imagegen(&["build", "--selftest-dir", "selftest", "--jobs", "1"])
+        .output()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_label_change_takes_the_earlier_layers_without_an_export_and_gives_a_clean_builds_image()
+{
+    prepare().await;
+    // One build at a time: two runtime images built at once each make their own copy of the
+    // steps they share, and a later build finds only one of them in the daemon's cache, so its
+    // other steps run again (new layers, nothing to take from the store).
+    let registry = Registry::start();
+    let project = Project::new(registry.host(), SELFTEST_PASS);
+
+    let output = build_one_at_a_time(&project);
+    assert_code(&output, 0);
+    let first_log = text(&output);
+    assert!(
+        !first_log.contains("without exporting them"),
+        "nothing was kept before the first build:\n{first_log}"
+    );
+    let first = local_ids(&project, &first_log).await;
+
+    // A label only: every layer of the runtime images is the first build's.
+    project.edit_matrix(
+        "templates: templates\n",
+        "templates: templates\nlabels:\n  org.opencontainers.image.vendor: second\n",
+    );
+    let started = std::time::Instant::now();
+    let output = build_one_at_a_time(&project);
+    let warm_seconds = started.elapsed().as_secs_f64();
+    assert_code(&output, 0);
+    let warm_log = text(&output);
+    // The runtime images: their layers are taken from the store. The devel images are built
+    // FROM the new runtime images, so their own steps run again and make new layers.
+    assert_eq!(
+        warm_log.matches("without exporting them").count(),
+        2,
+        "the two runtime images take the earlier layers\nfirst build:\n{first_log}\nlabel change:\n{warm_log}"
+    );
+    let warm = local_ids(&project, &warm_log).await;
+    for (tag, id) in &warm {
+        assert_ne!(&first[tag], id, "{tag}: the label changed the image");
+    }
+    let engine = crate::support::engine().await;
+    for torch in ["2.7.0", "2.8.0"] {
+        let tag = project.tag(torch, "runtime");
+        let image = engine
+            .image(&format!(
+                "{}/{}:{tag}",
+                project.registry, project.repository
+            ))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            image
+                .labels
+                .get("org.opencontainers.image.vendor")
+                .map(String::as_str),
+            Some("second"),
+            "{tag}: {:?}",
+            image.labels
+        );
+    }
+
+    // The same inputs built on a clean daemon with nothing kept: the same images.
+    project.remove_images().await;
+    std::fs::remove_dir_all(project.path().join(".imagegen")).unwrap();
+    std::fs::remove_file(project.path().join("imagegen-manifest.json")).unwrap();
+    let started = std::time::Instant::now();
+    let output = build_one_at_a_time(&project);
+    let cold_seconds = started.elapsed().as_secs_f64();
+    assert_code(&output, 0);
+    let cold_log = text(&output);
+    assert!(!cold_log.contains("without exporting them"), "{cold_log}");
+    let cold = local_ids(&project, &cold_log).await;
+    println!("label change: {warm_seconds:.1} s; the same inputs from a clean daemon: {cold_seconds:.1} s");
+    for (tag, id) in &warm {
+        println!("{tag}: label change {id}, clean build {}", cold[tag]);
+    }
+    assert_eq!(
+        warm, cold,
+        "the label change's images are not a clean build's\nlabel change:\n{warm_log}\nclean build:\n{cold_log}"
+    );
+}

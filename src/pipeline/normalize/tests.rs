@@ -320,6 +320,172 @@ fn the_config_carries_the_epoch_only_and_the_new_diff_ids() {
     );
 }
 
+/// A daemon build's config as `docker save` gives it: a base layer, a RUN layer, an ENV and a
+/// LABEL step; `labels` and `extra` (steps after the LABEL) vary.
+fn raw_build_config(labels: Value, extra: &[Value]) -> Value {
+    let mut history = vec![
+        serde_json::json!({"created": "2024-01-01T00:00:00Z", "created_by": "base", "comment": "imported"}),
+        serde_json::json!({"created": "2026-12-02T15:31:00Z", "created_by": "/bin/sh -c apt-get install x"}),
+        serde_json::json!({"created": "2026-12-02T15:31:05Z", "created_by": "/bin/sh -c #(nop)  ENV A=1", "empty_layer": true}),
+        serde_json::json!({"created": "2026-12-02T15:31:06Z", "created_by": "/bin/sh -c #(nop)  LABEL a=b", "empty_layer": true}),
+    ];
+    history.extend(extra.iter().cloned());
+    serde_json::json!({
+        "architecture": "amd64",
+        "os": "linux",
+        "created": "2026-12-02T15:31:07.123456789Z",
+        "container": "4f1e2d",
+        "container_config": {"Hostname": "4f1e2d"},
+        "docker_version": "20.10.24",
+        "config": {
+            "Hostname": "", "Domainname": "", "User": "", "AttachStdin": false, "Tty": false,
+            "Env": ["A=1"], "Cmd": ["bash"], "Image": "sha256:step-before", "Volumes": null,
+            "WorkingDir": "", "Entrypoint": null, "OnBuild": null, "Labels": labels
+        },
+        "history": history,
+        "rootfs": {"type": "layers", "diff_ids": ["sha256:raw1", "sha256:raw2"]}
+    })
+}
+
+/// The inspect answer's `Config` of a build with `config` (what the daemon reports: the same
+/// object, `Image` named).
+fn inspect_config_of(config: &Value) -> Value {
+    config["config"].clone()
+}
+
+fn history_of(config: &Value) -> Vec<(String, String)> {
+    config["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|step| {
+            (
+                step["created_by"].as_str().unwrap().to_string(),
+                step.get("comment")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_label_change_gives_the_config_a_full_normalization_gives_without_the_export() {
+    let layers = vec![
+        NormalizedLayer {
+            gzip: None,
+            digest: Digest::of(b"gz1"),
+            diff_id: Digest::of(b"l1"),
+            unpacked_size: 10,
+            compressed_size: 5,
+        },
+        NormalizedLayer {
+            gzip: None,
+            digest: Digest::of(b"gz2"),
+            diff_id: Digest::of(b"l2"),
+            unpacked_size: 20,
+            compressed_size: 7,
+        },
+    ];
+    let first = raw_build_config(
+        serde_json::json!({"a": "b", "imagegen.build-key": "sha256:one"}),
+        &[],
+    );
+    let first_normalized =
+        assemble(&serde_json::to_vec(&first).unwrap(), layers.clone(), EPOCH).unwrap();
+    // The same build's own answers give its config back: the check a cold build makes.
+    let again = config_from_template(
+        &first_normalized.config,
+        &inspect_config_of(&first),
+        &history_of(&first),
+        2,
+    )
+    .unwrap();
+    let again = assemble(&again, layers.clone(), EPOCH).unwrap();
+    assert_eq!(again.config, first_normalized.config);
+    assert_eq!(again.manifest_digest, first_normalized.manifest_digest);
+
+    // A label changed and a step added after it (CMD): the layers are the same.
+    let mut second = raw_build_config(
+        serde_json::json!({"a": "c", "imagegen.build-key": "sha256:two", "org.opencontainers.image.revision": "abc"}),
+        &[
+            serde_json::json!({"created": "2026-12-03T00:00:00Z", "created_by": "/bin/sh -c #(nop)  CMD [\"python\"]", "empty_layer": true}),
+        ],
+    );
+    second["history"][3]["created_by"] = Value::String("/bin/sh -c #(nop)  LABEL a=c".into());
+    second["config"]["Cmd"] = serde_json::json!(["python"]);
+    second["config"]["Entrypoint"] = serde_json::json!(["/entry"]);
+    second["config"]["Image"] = Value::String("sha256:another-step".into());
+    let cold = assemble(&serde_json::to_vec(&second).unwrap(), layers.clone(), EPOCH).unwrap();
+    let warm = config_from_template(
+        &first_normalized.config,
+        &inspect_config_of(&second),
+        &history_of(&second),
+        2,
+    )
+    .unwrap();
+    let warm = assemble(&warm, layers.clone(), EPOCH).unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&warm.config),
+        String::from_utf8_lossy(&cold.config)
+    );
+    assert_eq!(warm.manifest_digest, cold.manifest_digest);
+    assert_ne!(warm.config_digest, first_normalized.config_digest);
+
+    // A field the new build drops (no Shell any more) goes; one the template lacks comes.
+    let mut third = raw_build_config(serde_json::json!({"a": "b"}), &[]);
+    third["config"]["StopSignal"] = Value::String("SIGINT".into());
+    let with_signal =
+        assemble(&serde_json::to_vec(&third).unwrap(), layers.clone(), EPOCH).unwrap();
+    let back = config_from_template(
+        &with_signal.config,
+        &inspect_config_of(&first),
+        &history_of(&first),
+        2,
+    )
+    .unwrap();
+    assert_eq!(
+        assemble(&back, layers.clone(), EPOCH).unwrap().config,
+        first_normalized.config
+    );
+}
+
+#[test]
+fn steps_that_do_not_add_up_to_the_layers_are_refused() {
+    let first = raw_build_config(serde_json::json!({"a": "b"}), &[]);
+    let template = normalize_config(
+        &serde_json::to_vec(&first).unwrap(),
+        EPOCH,
+        &[Digest::of(b"l1"), Digest::of(b"l2")],
+    )
+    .unwrap();
+    // The RUN step's text changed: it made a layer, which a template entry no longer says.
+    let mut other = first.clone();
+    other["history"][1]["created_by"] = Value::String("/bin/sh -c apt-get install y".into());
+    let error = config_from_template(
+        &template,
+        &inspect_config_of(&other),
+        &history_of(&other),
+        2,
+    )
+    .unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("1 steps that made a layer against 2 layers"),
+        "{error}"
+    );
+    let error = config_from_template(
+        &template,
+        &inspect_config_of(&first),
+        &history_of(&first),
+        3,
+    )
+    .unwrap_err();
+    assert!(error.to_string().contains("against 3 layers"), "{error}");
+}
+
 #[test]
 fn the_epoch_is_the_base_images_created_time() {
     assert_eq!(epoch_of_created(Some("2023-11-14T22:13:20Z")), EPOCH);

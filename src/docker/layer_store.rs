@@ -1,0 +1,181 @@
+//! What earlier runs normalized, kept so a build whose layers are an earlier build's (a label or
+//! an `ENV` changed, nothing else) skips the export and the normalizing: `<dir>/normalized.json`,
+//! one entry per daemon build whose layers were normalized, keyed by the epoch and the daemon's
+//! layer diff IDs. An entry holds the normalized layers (digests and sizes, no bytes: the daemon
+//! and the registry hold those) and the normalized config, whose fields the daemon's inspect
+//! answer does not give (the history's `empty_layer` flags) are taken from.
+//!
+//! The file is a cache: a missing, unreadable or malformed one is an empty one, and losing an
+//! entry (two runs writing at once: the last rename wins) costs only speed. Whether an entry may
+//! be used is the caller's decision (`pipeline/docker_builder.rs`).
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use serde::{Deserialize, Serialize};
+
+/// The file name in the store's folder.
+const FILE: &str = "normalized.json";
+/// The most entries kept; the oldest go first.
+const MOST_ENTRIES: usize = 64;
+
+/// One normalized layer, as a manifest names it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct StoredLayer {
+    pub(crate) digest: String,
+    pub(crate) diff_id: String,
+    pub(crate) unpacked_size: u64,
+    pub(crate) compressed_size: u64,
+}
+
+/// A daemon build and what normalizing it gave.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct StoredImage {
+    pub(crate) epoch: u64,
+    /// The daemon's diff IDs of the build, bottom first.
+    pub(crate) raw_layers: Vec<String>,
+    /// The normalized image last loaded with these layers (its image ID, the config digest).
+    pub(crate) image_id: String,
+    /// Its normalized config, as pushed.
+    pub(crate) config: String,
+    /// Its normalized layers, bottom first (as many as `raw_layers`).
+    pub(crate) layers: Vec<StoredLayer>,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct StoreFile {
+    images: Vec<StoredImage>,
+}
+
+/// The store in one folder.
+#[derive(Debug)]
+pub(crate) struct LayerStore {
+    path: PathBuf,
+    /// Serializes this process's read-modify-write of the file.
+    writing: Mutex<()>,
+}
+
+impl LayerStore {
+    /// The store kept in `dir` (made on the first write).
+    pub(crate) fn in_dir(dir: &Path) -> LayerStore {
+        LayerStore {
+            path: dir.join(FILE),
+            writing: Mutex::new(()),
+        }
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn read(&self) -> StoreFile {
+        std::fs::read(&self.path)
+            .ok()
+            .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+            .unwrap_or_default()
+    }
+
+    /// The entry for a build with `raw_layers` at `epoch`, if one is kept.
+    pub(crate) fn find(&self, epoch: u64, raw_layers: &[String]) -> Option<StoredImage> {
+        self.read()
+            .images
+            .into_iter()
+            .find(|image| image.epoch == epoch && image.raw_layers == raw_layers)
+    }
+
+    /// Keeps `image`, replacing an entry with the same epoch and layers (written to a temporary
+    /// file beside the store, then renamed over it).
+    pub(crate) fn remember(&self, image: StoredImage) -> std::io::Result<()> {
+        let _writing = self.writing.lock().expect("layer store lock");
+        let mut file = self.read();
+        file.images
+            .retain(|kept| !(kept.epoch == image.epoch && kept.raw_layers == image.raw_layers));
+        file.images.push(image);
+        if file.images.len() > MOST_ENTRIES {
+            let extra = file.images.len() - MOST_ENTRIES;
+            file.images.drain(..extra);
+        }
+        let dir = self.path.parent().unwrap_or(Path::new("."));
+        std::fs::create_dir_all(dir)?;
+        let mut temporary = tempfile::NamedTempFile::new_in(dir)?;
+        serde_json::to_writer(&mut temporary, &file)?;
+        temporary.persist(&self.path).map_err(|error| error.error)?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn image(epoch: u64, raw: &str, id: &str) -> StoredImage {
+        StoredImage {
+            epoch,
+            raw_layers: vec![raw.to_string()],
+            image_id: id.to_string(),
+            config: "{}".into(),
+            layers: vec![StoredLayer {
+                digest: "sha256:d".into(),
+                diff_id: "sha256:i".into(),
+                unpacked_size: 2,
+                compressed_size: 1,
+            }],
+        }
+    }
+
+    #[test]
+    fn an_entry_is_found_by_its_epoch_and_layers_and_replaced_by_a_newer_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LayerStore::in_dir(&dir.path().join("state"));
+        assert_eq!(store.find(1, &["sha256:a".into()]), None, "an empty store");
+        store
+            .remember(image(1, "sha256:a", "sha256:first"))
+            .unwrap();
+        store
+            .remember(image(2, "sha256:a", "sha256:other-epoch"))
+            .unwrap();
+        assert_eq!(
+            store.find(1, &["sha256:a".into()]).unwrap().image_id,
+            "sha256:first"
+        );
+        assert_eq!(store.find(1, &["sha256:b".into()]), None, "other layers");
+        store
+            .remember(image(1, "sha256:a", "sha256:second"))
+            .unwrap();
+        assert_eq!(
+            store.find(1, &["sha256:a".into()]).unwrap().image_id,
+            "sha256:second"
+        );
+        assert_eq!(
+            store.find(2, &["sha256:a".into()]).unwrap().image_id,
+            "sha256:other-epoch"
+        );
+        assert_eq!(store.read().images.len(), 2, "replaced, not added");
+    }
+
+    #[test]
+    fn a_malformed_store_is_an_empty_one_and_is_written_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LayerStore::in_dir(dir.path());
+        std::fs::write(store.path(), b"{not json").unwrap();
+        assert_eq!(store.find(1, &["sha256:a".into()]), None);
+        store.remember(image(1, "sha256:a", "sha256:x")).unwrap();
+        assert!(store.find(1, &["sha256:a".into()]).is_some());
+    }
+
+    #[test]
+    fn the_oldest_entries_go_past_the_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LayerStore::in_dir(dir.path());
+        for n in 0..MOST_ENTRIES + 3 {
+            store
+                .remember(image(1, &format!("sha256:{n}"), "sha256:x"))
+                .unwrap();
+        }
+        assert_eq!(store.read().images.len(), MOST_ENTRIES);
+        assert_eq!(store.find(1, &["sha256:0".into()]), None, "the oldest went");
+        assert!(store
+            .find(1, &[format!("sha256:{}", MOST_ENTRIES + 2)])
+            .is_some());
+    }
+}
