@@ -51,7 +51,7 @@ async fn listing(
             .await
             .with_context(|| format!("{reference} is not in the Docker daemon"))?;
     }
-    let (archive, _) = engine.export_image(reference).await?;
+    let archive = engine.export_image(reference);
     tokio::task::spawn_blocking(move || read_export(std::io::BufReader::new(archive)))
         .await
         .map_err(|error| anyhow!("reading {reference}: {error}"))?

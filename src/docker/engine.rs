@@ -13,6 +13,7 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::error::Error as StdError;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bollard::container::LogOutput;
@@ -30,6 +31,65 @@ use futures_util::StreamExt;
 use super::credentials::{registry_host_of, Credentials};
 use super::error::DockerError;
 use super::retry::{is_transient_message, RetryPolicy};
+
+/// How many chunks of an image export wait between the daemon and the reader.
+const EXPORT_CHUNKS_BUFFERED: usize = 64;
+
+/// How much of an export the daemon has sent, and how long the whole took once it ended.
+#[derive(Debug, Default)]
+pub(crate) struct ExportProgress {
+    bytes: std::sync::atomic::AtomicU64,
+    took: std::sync::Mutex<Option<Duration>>,
+}
+
+impl ExportProgress {
+    /// Bytes sent so far.
+    pub(crate) fn bytes(&self) -> u64 {
+        self.bytes.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// How long the daemon took to send the whole export, once it has.
+    pub(crate) fn took(&self) -> Option<Duration> {
+        *self.took.lock().expect("export progress lock")
+    }
+}
+
+/// An image export as the daemon sends it ([`Engine::export_image`]); read it on a blocking
+/// thread.
+pub(crate) struct ExportReader {
+    chunks: tokio::sync::mpsc::Receiver<std::io::Result<bytes::Bytes>>,
+    current: bytes::Bytes,
+    progress: Arc<ExportProgress>,
+}
+
+impl ExportReader {
+    pub(crate) fn progress(&self) -> Arc<ExportProgress> {
+        Arc::clone(&self.progress)
+    }
+}
+
+impl std::io::Read for ExportReader {
+    fn read(&mut self, buffer: &mut [u8]) -> std::io::Result<usize> {
+        while self.current.is_empty() {
+            match self.chunks.blocking_recv() {
+                Some(Ok(chunk)) => self.current = chunk,
+                Some(Err(error)) => return Err(error),
+                // The sender is gone: the end, when the daemon finished; else it stopped early.
+                None if self.progress.took().is_some() => return Ok(0),
+                None => {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        "the Docker daemon's image export ended before its end",
+                    ))
+                }
+            }
+        }
+        let count = buffer.len().min(self.current.len());
+        buffer[..count].copy_from_slice(&self.current[..count]);
+        bytes::Buf::advance(&mut self.current, count);
+        Ok(count)
+    }
+}
 
 /// The address used when `DOCKER_HOST` is unset or empty.
 pub(crate) const DEFAULT_DOCKER_HOST: &str = "unix:///var/run/docker.sock";
@@ -808,37 +868,45 @@ impl Engine {
         Ok(())
     }
 
-    /// The `docker save` archive of `reference` (Engine API image export), written to an
-    /// unnamed temporary file (gone when closed) and rewound, so a multi-gigabyte image is never
-    /// held in memory whole. Returns the file and its size.
-    pub(crate) async fn export_image(
-        &self,
-        reference: &str,
-    ) -> Result<(std::fs::File, u64), DockerError> {
-        use std::io::{Seek, Write};
-        let failed = |reason: String| DockerError::Daemon {
-            address: self.address.clone(),
-            action: format!("exporting image {reference} into a temporary file"),
-            reason,
-        };
-        let file = tempfile::tempfile().map_err(|error| failed(error.to_string()))?;
-        let mut writer = std::io::BufWriter::with_capacity(1 << 20, file);
-        let mut stream = self.docker.export_image(reference);
-        let mut size = 0u64;
-        while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|error| {
-                self.daemon_error(format!("exporting image {reference}"), error)
-            })?;
-            size += chunk.len() as u64;
-            writer
-                .write_all(&chunk)
-                .map_err(|error| failed(error.to_string()))?;
+    /// The `docker save` archive of `reference` (Engine API image export) as the daemon sends
+    /// it, for a reader on a blocking thread: nothing is written to disk and the reader works
+    /// while the daemon still sends (a few chunks are buffered between them). A daemon error, or
+    /// an answer that ends early, is the reader's error. Call it inside the Tokio runtime.
+    pub(crate) fn export_image(&self, reference: &str) -> ExportReader {
+        let (sender, chunks) = tokio::sync::mpsc::channel(EXPORT_CHUNKS_BUFFERED);
+        let progress = Arc::new(ExportProgress::default());
+        let docker = self.docker.clone();
+        let action = format!(
+            "exporting image {reference} from the Docker daemon at {}",
+            self.address
+        );
+        let reference = reference.to_string();
+        let feeding = Arc::clone(&progress);
+        tokio::spawn(async move {
+            let started = std::time::Instant::now();
+            let mut stream = docker.export_image(&reference);
+            while let Some(chunk) = stream.next().await {
+                let chunk = chunk.map_err(|error| {
+                    std::io::Error::other(format!("{action}: {}", error_chain(&error)))
+                });
+                let failed = chunk.is_err();
+                if let Ok(chunk) = &chunk {
+                    feeding
+                        .bytes
+                        .fetch_add(chunk.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                }
+                // The reader gave up (its own error): stop asking the daemon.
+                if sender.send(chunk).await.is_err() || failed {
+                    return;
+                }
+            }
+            *feeding.took.lock().expect("export progress lock") = Some(started.elapsed());
+        });
+        ExportReader {
+            chunks,
+            current: bytes::Bytes::new(),
+            progress,
         }
-        let mut file = writer
-            .into_inner()
-            .map_err(|error| failed(error.to_string()))?;
-        file.rewind().map_err(|error| failed(error.to_string()))?;
-        Ok((file, size))
     }
 
     /// Loads a `docker save`-format archive (`manifest.json`, config, layer tars). Returns the
@@ -1355,6 +1423,50 @@ async fn unix_socket_get(socket: &str, path: &str) -> std::io::Result<Option<Vec
 
 #[cfg(test)]
 mod tests {
+
+    /// An export reader over chunks already sent; `ended` says whether the daemon finished.
+    fn reader_over(chunks: Vec<std::io::Result<&'static [u8]>>, ended: bool) -> ExportReader {
+        let (sender, receiver) = tokio::sync::mpsc::channel(chunks.len().max(1));
+        for chunk in chunks {
+            sender
+                .try_send(chunk.map(bytes::Bytes::from_static))
+                .unwrap();
+        }
+        let progress = Arc::new(ExportProgress::default());
+        if ended {
+            *progress.took.lock().unwrap() = Some(Duration::from_secs(1));
+        }
+        ExportReader {
+            chunks: receiver,
+            current: bytes::Bytes::new(),
+            progress,
+        }
+    }
+
+    #[test]
+    fn an_export_reader_gives_the_chunks_in_order_and_ends_only_where_the_daemon_did() {
+        use std::io::Read;
+        let mut whole = String::new();
+        reader_over(vec![Ok(b"manifest"), Ok(b""), Ok(b".json")], true)
+            .read_to_string(&mut whole)
+            .unwrap();
+        assert_eq!(whole, "manifest.json");
+
+        let mut cut = Vec::new();
+        let error = reader_over(vec![Ok(b"half of it")], false)
+            .read_to_end(&mut cut)
+            .unwrap_err();
+        assert_eq!(error.kind(), std::io::ErrorKind::UnexpectedEof);
+        assert_eq!(cut, b"half of it");
+
+        let error = reader_over(
+            vec![Ok(b"a"), Err(std::io::Error::other("the daemon said no"))],
+            false,
+        )
+        .read_to_end(&mut Vec::new())
+        .unwrap_err();
+        assert!(error.to_string().contains("the daemon said no"), "{error}");
+    }
     use super::*;
 
     #[test]

@@ -823,17 +823,10 @@ impl EngineBuilder {
         known: &[KnownLayer],
     ) -> Result<Arc<NormalizedImage>> {
         let known = known.to_vec();
+        // The export streams into the normalizing as the daemon sends it: one pass, no file.
         let started = std::time::Instant::now();
-        let (archive, size) = self.engine.export_image(id).await?;
-        self.progress.stage(
-            name,
-            &format!(
-                "exported {} {}",
-                human_bytes(size),
-                rate(size, started.elapsed())
-            ),
-        );
-        let started = std::time::Instant::now();
+        let archive = self.engine.export_image(id);
+        let exported = archive.progress();
         let progress = Arc::clone(&self.progress);
         let log_name = name.to_string();
         let normalized = tokio::task::spawn_blocking(move || {
@@ -870,6 +863,15 @@ impl EngineBuilder {
         })
         .await
         .map_err(|error| anyhow!("the normalizing thread failed: {error}"))??;
+        let size = exported.bytes();
+        self.progress.stage(
+            name,
+            &format!(
+                "exported {} {}",
+                human_bytes(size),
+                rate(size, exported.took().unwrap_or_else(|| started.elapsed()))
+            ),
+        );
         self.progress.stage(
             name,
             &format!(
