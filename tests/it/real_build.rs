@@ -112,6 +112,13 @@ struct Built {
 
 impl Drop for Built {
     fn drop(&mut self) {
+        self.remove();
+    }
+}
+
+impl Built {
+    /// Removes what the test built so far (see [`Built`]).
+    fn remove(&self) {
         let id_of = |reference: &str| -> Option<String> {
             let output = docker(&["image", "inspect", "--format", "{{.Id}}", reference]);
             let id = String::from_utf8_lossy(&output.stdout).trim().to_string();
@@ -1659,6 +1666,64 @@ fn a_runtime_and_a_devel_image_built_for_real_from_pypi_on_a_debootstrapped_base
         "the manifest records the additions' inputs"
     );
     phases.mark("the team's password is in no history, layer, log, file or manifest");
+
+    // Same inputs, same digest: the runtime image built again, from the lock as it was, on a
+    // daemon that holds none of this run's images (no step of the first build to take from the
+    // cache; the base and what the daemon had before the test stay) and with no layer store,
+    // gives the manifest digest the first build pushed. Where it does not (Debian's archive moved
+    // between the two builds), diff-build names the files that differ.
+    std::fs::write(&lock_path, &runtime_lock).unwrap();
+    assert_code(&imagegen(dir, &["render"]), 0);
+    let pushed_runtime = serde_json::from_str::<serde_json::Value>(&manifest_text).unwrap()
+        ["images"][&runtime_name]["digest"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no digest recorded for {runtime_name}:\n{manifest_text}"))
+        .to_string();
+    built.remove();
+    std::fs::remove_file(dir.join(".imagegen/normalized.json")).unwrap();
+    let again = imagegen(
+        dir,
+        &[
+            "build",
+            "--selftest-dir",
+            "selftest",
+            "--only",
+            &format!("*{runtime_name}"),
+            "--no-test",
+        ],
+    );
+    let again_log = text(&again);
+    assert_code(&again, 0);
+    assert!(
+        again_log.contains(&format!("[{runtime_name}] == built sha256:")),
+        "the runtime image was not built again:\n{again_log}"
+    );
+    let rebuilt = again_log
+        .lines()
+        .filter(|line| line.starts_with(&format!("[{runtime_name}] == normalized ")))
+        .find_map(|line| {
+            line.rsplit_once(", manifest ")
+                .map(|(_, digest)| digest.trim())
+        })
+        .unwrap_or_else(|| panic!("no normalized manifest for {runtime_name}:\n{again_log}"))
+        .to_string();
+    if rebuilt != pushed_runtime {
+        let diff = imagegen(
+            dir,
+            &[
+                "diff-build",
+                &format!("{registry_host}/{repository}@{pushed_runtime}"),
+                &runtime_tag,
+            ],
+        );
+        panic!(
+            "the runtime image built again gave manifest {rebuilt}, the first build pushed {pushed_runtime}; diff-build:\n{}\nthe build:\n{again_log}",
+            text(&diff)
+        );
+    }
+    phases.mark(&format!(
+        "the runtime image built again on a daemon without this run's images: the same digest {rebuilt}"
+    ));
     drop(team_index);
 
     eprintln!("phases:");
