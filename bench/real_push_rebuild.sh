@@ -18,88 +18,19 @@
 #   cargo build && bash bench/real_push_rebuild.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-root=$PWD
-base=imagegen-test/bookworm-minbase:1
-if [ -z "${IMAGEGEN_BENCH_LOCKED:-}" ] && [ -d /work/.locks ]; then
-  exec env IMAGEGEN_BENCH_LOCKED=1 flock /work/.locks/realbuild bash "$0" "$@"
-fi
-bin=${IMAGEGEN_BIN:-$root/target/debug/imagegen}
-[ -x "$bin" ] || { echo "build imagegen first (cargo build), or set IMAGEGEN_BIN" >&2; exit 2; }
-uv=$root/.ci/venv/bin/uv
-work=$(mktemp -d)
-repository=imagegen-bench/rebuild-$$
-before=$work/images-before
-registry_pids=()
-now() { date +%s.%N; }
-
-# A registry on 127.0.0.1 with its own storage (on port $2 when given); its address goes into
-# $started (not printed: a command substitution would lose the pid).
-start_registry() {
-  local name=$1 port=${2:-}
-  [ -n "$port" ] || port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-  rm -rf "$work/$name-storage"
-  printf 'version: 0.1\nlog:\n  accesslog:\n    disabled: true\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: %s\nhttp:\n  addr: 127.0.0.1:%s\n' \
-    "$work/$name-storage" "$port" > "$work/$name.yml"
-  docker-registry serve "$work/$name.yml" > "$work/$name.log" 2>&1 &
-  registry_pids+=($!)
-  for _ in $(seq 50); do
-    curl -fsS "http://127.0.0.1:$port/v2/" >/dev/null 2>&1 && { started="127.0.0.1:$port"; return; }
-    sleep 0.1
-  done
-  echo "registry $name did not start: $(cat "$work/$name.log")" >&2
-  exit 1
-}
-stop_registries() {
-  local pid
-  for pid in "${registry_pids[@]}"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
-  registry_pids=()
-}
-
-# The base, as the real-build test makes it (kept: it is shared with that test).
-if ! docker image inspect "$base" >/dev/null 2>&1; then
-  rootfs=$work/rootfs
-  debootstrap --variant=minbase bookworm "$rootfs" http://deb.debian.org/debian >/dev/null
-  printf 'Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm bookworm-updates\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n\nTypes: deb\nURIs: http://deb.debian.org/debian-security\nSuites: bookworm-security\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' > "$rootfs/etc/apt/sources.list.d/debian.sources"
-  rm -rf "$rootfs/etc/apt/sources.list" "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/cache/apt/*.bin "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/log/* "$rootfs"/tmp/*
-  tar --numeric-owner -C "$rootfs" -c . | docker import --change 'CMD ["bash"]' - "$base" >/dev/null
-  rm -rf "$rootfs"
-fi
-base_id=$(docker image inspect --format '{{.Id}}' "$base")
-docker images -a -q --no-trunc | sort -u > "$before"
-
-# Every image this run made: its tags, then every image not there before with the base among its
-# ancestors, and the normalized images (loaded, so without a parent) named by this run's tags.
-cleanup() {
-  docker images --format '{{.Repository}}:{{.Tag}}' | { grep -e "/$repository:" -e "/today-$$:" || true; } | xargs -r docker rmi -f >/dev/null 2>&1 || true
-  local id cursor
-  for _ in 1 2 3; do
-    for id in $(docker images -a -q --no-trunc | sort -u | comm -13 "$before" -); do
-      cursor=$id
-      while [ -n "$cursor" ] && [ "$cursor" != "$base_id" ]; do
-        cursor=$(docker image inspect --format '{{.Parent}}' "$cursor" 2>/dev/null || true)
-      done
-      if [ "$cursor" = "$base_id" ]; then docker rmi -f "$id" >/dev/null 2>&1 || true; fi
-    done
-  done
-}
-trap 'stop_registries; cleanup; rm -rf "$work"' EXIT
+bench=rebuild
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
+run_repositories+=("today-$$")
 
 # The project: the real-build matrix without the team's additions, runtime only, wheels: index.
-project=$work/project
-mkdir -p "$project/selftest" "$project/docker-config"
-echo '{}' > "$project/docker-config/config.json"
-cp /etc/ssl/certs/ca-certificates.crt "$project/host-ca.pem"
-printf '#!/bin/sh\nexit 0\n' > "$project/selftest/gpu-selftest-cu13"
-chmod +x "$project/selftest/gpu-selftest-cu13"
 start_registry round1
 registry=$started
-sed -e "s#REPOSITORY#$repository#" -e "s#BASE_IMAGE#$base#" -e "s#REGISTRY#$registry#" \
-  -e 's/variants: \[runtime, devel\]/variants: [runtime]/' \
-  "$root/tests/fixtures/real-build/matrix.yaml" | sed -n '/^# The team/q;p' > "$project/matrix.yaml"
+make_project "$registry" "$repository"
 printf 'wheels: index\n' >> "$project/matrix.yaml"
 cd "$project"
 export DOCKER_CONFIG=$project/docker-config CI=true
-"$bin" lock --uv "$uv" >/dev/null 2>&1 || { "$bin" lock --uv "$uv"; exit 2; }
+lock_project
 
 # One timed build --push of round $1 to $registry: prints the seconds; the JSON report and the log
 # are kept under $work.
@@ -109,7 +40,7 @@ build_push() {
   if ! "$bin" build --selftest-dir selftest --no-test --push --format json > "$work/report-$1.json" 2> "$work/build-$1.log"; then
     cat "$work/build-$1.log" >&2; exit 1
   fi
-  echo "$(now) - $start" | bc
+  since "$start"
 }
 digest_of() { jq -r '.images[0].digest' "$work/report-$1.json"; }
 phases_of() { grep -E '== (exported|normalized|pushed) ' "$work/build-$1.log" | sed 's/^/    /' || true; }
@@ -128,7 +59,7 @@ today=$started
 docker tag "$reference" "$today/today-$$:$name"
 start=$(now)
 docker push "$today/today-$$:$name" > "$work/docker-push.log" 2>&1 || { cat "$work/docker-push.log" >&2; exit 1; }
-docker_push=$(echo "$(now) - $start" | bc)
+docker_push=$(since "$start")
 docker_push_bytes=$(du -sb "$work/today-storage" | cut -f1)
 normalized_push_bytes=$(du -sb "$work/round1-storage" | cut -f1)
 

@@ -19,71 +19,28 @@
 #   bash bench/wheel_cache.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-root=$PWD
-base=imagegen-test/bookworm-minbase:1
-if [ -z "${IMAGEGEN_BENCH_LOCKED:-}" ] && [ -d /work/.locks ]; then
-  exec env IMAGEGEN_BENCH_LOCKED=1 flock /work/.locks/realbuild bash "$0" "$@"
-fi
-bin=${IMAGEGEN_BIN:-$root/target/debug/imagegen}
-[ -x "$bin" ] || { echo "build imagegen first (cargo build), or set IMAGEGEN_BIN" >&2; exit 2; }
-uv=$root/.ci/venv/bin/uv
-work=$(mktemp -d)
-repository=imagegen-bench/wheels-$$
-before=$work/images-before
-trap 'cleanup; rm -rf "$work"' EXIT
-now() { date +%s.%N; }
-
-# The base, as the real-build test makes it (kept: it is shared with that test).
-if ! docker image inspect "$base" >/dev/null 2>&1; then
-  rootfs=$work/rootfs
-  debootstrap --variant=minbase bookworm "$rootfs" http://deb.debian.org/debian >/dev/null
-  printf 'Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm bookworm-updates\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n\nTypes: deb\nURIs: http://deb.debian.org/debian-security\nSuites: bookworm-security\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' > "$rootfs/etc/apt/sources.list.d/debian.sources"
-  rm -rf "$rootfs/etc/apt/sources.list" "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/cache/apt/*.bin "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/log/* "$rootfs"/tmp/*
-  tar --numeric-owner -C "$rootfs" -c . | docker import --change 'CMD ["bash"]' - "$base" >/dev/null
-  rm -rf "$rootfs"
-fi
-base_id=$(docker image inspect --format '{{.Id}}' "$base")
-docker images -a -q --no-trunc | sort -u > "$before"
-
-# Every image this run made: not there before, and the base among its ancestors.
-cleanup() {
-  docker images --format '{{.Repository}}:{{.Tag}}' | { grep "^registry.invalid/$repository:" || true; } | xargs -r docker rmi -f >/dev/null 2>&1 || true
-  local id cursor
-  for _ in 1 2 3; do
-    for id in $(docker images -a -q --no-trunc | sort -u | comm -13 "$before" -); do
-      cursor=$id
-      while [ -n "$cursor" ] && [ "$cursor" != "$base_id" ]; do
-        cursor=$(docker image inspect --format '{{.Parent}}' "$cursor" 2>/dev/null || true)
-      done
-      if [ "$cursor" = "$base_id" ]; then docker rmi -f "$id" >/dev/null 2>&1 || true; fi
-    done
-  done
-}
+bench=wheels
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
 
 # The project: the real-build matrix without the team's additions, runtime only.
-project=$work/project
-mkdir -p "$project/selftest" "$project/docker-config"
-echo '{}' > "$project/docker-config/config.json"
-cp /etc/ssl/certs/ca-certificates.crt "$project/host-ca.pem"
-printf '#!/bin/sh\nexit 0\n' > "$project/selftest/gpu-selftest-cu13"
-chmod +x "$project/selftest/gpu-selftest-cu13"
-sed -e "s#REPOSITORY#$repository#" -e "s#BASE_IMAGE#$base#" -e "s#REGISTRY#registry.invalid#" -e 's/variants: \[runtime, devel\]/variants: [runtime]/' \
-  "$root/tests/fixtures/real-build/matrix.yaml" | sed -n '/^# The team/q;p' > "$project/matrix.yaml"
+make_project registry.invalid "$repository"
 printf 'wheels: WHEELS\nlabels: {imagegen-bench.round: "1"}\n' >> "$project/matrix.yaml"
 cd "$project"
 export DOCKER_CONFIG=$project/docker-config CI=true IMAGEGEN_WHEEL_CACHE=$work/wheel-cache
 sed -i 's/WHEELS/index/' matrix.yaml
-"$bin" lock --uv "$uv" >/dev/null 2>&1 || { "$bin" lock --uv "$uv"; exit 2; }
+lock_project
 
 # One timed build with the matrix's wheels set to $1 and its label round to $2.
 build() {
-  sed -i -E "s/^wheels: .*/wheels: $1/; s/imagegen-bench.round: \"[0-9]+\"/imagegen-bench.round: \"$2\"/" matrix.yaml
+  sed -i -E "s/^wheels: .*/wheels: $1/" matrix.yaml
+  set_round "$2"
   "$bin" render >/dev/null 2>&1
   local start; start=$(now)
   if ! "$bin" build --selftest-dir selftest --no-test > "$work/build-$1-$2.log" 2>&1; then
     cat "$work/build-$1-$2.log" >&2; exit 1
   fi
-  echo "$(now) - $start" | bc
+  since "$start"
 }
 
 cleanup
@@ -102,11 +59,11 @@ index_label=$(build index 5)
 # The floor's second part: the venv of the image, compressed once.
 image=$(docker images --format '{{.Repository}}:{{.Tag}}' | grep "^registry.invalid/$repository:" | head -1)
 venv_bytes=$(docker run --rm --entrypoint du "$image" -sb /opt/venv | cut -f1)
-start=$(now); docker run --rm --entrypoint tar "$image" -C /opt -cf - venv | cat > /dev/null; tar_only=$(echo "$(now) - $start" | bc)
-start=$(now); gzip_bytes=$(docker run --rm --entrypoint tar "$image" -C /opt -cf - venv | gzip -1 | wc -c); gzip1=$(echo "$(now) - $start" | bc)
+start=$(now); docker run --rm --entrypoint tar "$image" -C /opt -cf - venv | cat > /dev/null; tar_only=$(since "$start")
+start=$(now); gzip_bytes=$(docker run --rm --entrypoint tar "$image" -C /opt -cf - venv | gzip -1 | wc -c); gzip1=$(since "$start")
 pigz1=""
 if command -v pigz >/dev/null; then
-  start=$(now); docker run --rm --entrypoint tar "$image" -C /opt -cf - venv | pigz -1 -p "$(nproc)" > /dev/null; pigz1=$(echo "$(now) - $start" | bc)
+  start=$(now); docker run --rm --entrypoint tar "$image" -C /opt -cf - venv | pigz -1 -p "$(nproc)" > /dev/null; pigz1=$(since "$start")
 fi
 cleanup
 
