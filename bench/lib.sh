@@ -39,12 +39,16 @@ make_base() {
   docker images -a -q --no-trunc | sort -u > "$before"
 }
 
-# Every image this run made: the tags of run_repositories (on any registry), then every image not
-# there before with the base among its ancestors (the layer cache of the builds), and so the
-# normalized images (loaded, so without a parent) by their tags.
+# Every image this run made: the tags of run_repositories (on any registry), the images titled
+# after one of them (the normalized images, loaded without a parent, whose tag a later load of the
+# same tag took), then every image not there before with the base among its ancestors (the layer
+# cache of the builds).
 cleanup() {
   local patterns=() repository id cursor
-  for repository in "${run_repositories[@]}"; do patterns+=(-e "/$repository:"); done
+  for repository in "${run_repositories[@]}"; do
+    patterns+=(-e "/$repository:")
+    docker images -a -q --no-trunc --filter "label=org.opencontainers.image.title=${repository##*/}" | sort -u | xargs -r docker rmi -f >/dev/null 2>&1 || true
+  done
   if [ ${#patterns[@]} -gt 0 ]; then
     docker images --format '{{.Repository}}:{{.Tag}}' | { grep "${patterns[@]}" || true; } | xargs -r docker rmi -f >/dev/null 2>&1 || true
   fi
