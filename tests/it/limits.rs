@@ -47,8 +47,6 @@ fn child_failure(code: i32) -> &'static str {
     match code {
         10 => "prctl(PR_SET_CHILD_SUBREAPER) failed",
         11 => "fork of sh failed",
-        12 => "sh printed no pid of imagegen",
-        13 => "waiting for sh failed",
         14 => "wait4 for imagegen failed",
         15 => "writing the result failed",
         _ => "unknown",
@@ -61,14 +59,15 @@ fn c_string(bytes: &[u8]) -> CString {
 
 /// Runs `imagegen args...` in `dir` under the address-space cap, measuring its time and peak RSS.
 ///
-/// A child forked for this run marks itself a child subreaper and starts `sh`, which starts
-/// imagegen in the background, prints its pid and exits; the child reaps imagegen with `wait4`
-/// and writes its status and `ru_maxrss` to a pipe. The child is a copy of one thread of this
+/// A child forked for this run marks itself a child subreaper (whatever imagegen starts is
+/// adopted by it, not by this process) and starts `sh`, which sets the cap and execs imagegen in
+/// its own process; the child reaps it with `wait4` and writes its status and `ru_maxrss` to a
+/// pipe. The child is a copy of one thread of this
 /// multi-threaded process, so it makes only async-signal-safe calls (no allocation, no lock):
 /// everything it needs is made before the fork.
 fn run_measured(dir: &Path, args: &[&str]) -> Run {
     let script = format!(
-        "ulimit -v {ADDRESS_SPACE_CAP_KIB} && \"$0\" \"$@\" </dev/null >/dev/null 2>stderr.txt & echo $!"
+        "ulimit -v {ADDRESS_SPACE_CAP_KIB} && exec \"$0\" \"$@\" </dev/null >/dev/null 2>stderr.txt"
     );
     let imagegen = assert_cmd::cargo::cargo_bin("imagegen");
     let mut argv_strings = vec![
@@ -156,48 +155,14 @@ unsafe fn measuring_child(
         libc::_exit(127);
     }
     libc::close(pid_pipe[1]);
-    // The pid, digit by digit up to the newline.
-    let mut pid: libc::pid_t = 0;
-    let mut digits = 0;
-    loop {
-        let mut byte = 0u8;
-        let read = libc::read(pid_pipe[0], (&mut byte as *mut u8).cast(), 1);
-        if read < 0 && *libc::__errno_location() == libc::EINTR {
-            // Interrupted (by the SIGCHLD of imagegen or sh): not the end of the pid.
-            continue;
-        }
-        if read != 1 {
-            break;
-        }
-        match byte {
-            b'0'..=b'9' => {
-                pid = pid * 10 + libc::pid_t::from(byte - b'0');
-                digits += 1;
-            }
-            _ => break,
-        }
-    }
-    // A signal handler this process installed before the fork (tokio's SIGCHLD, for one) is
-    // inherited, so a wait may be interrupted: retried on EINTR, any other failure is one.
-    let mut status = 0;
-    loop {
-        let waited = libc::waitpid(launcher, &mut status, 0);
-        if waited == launcher {
-            break;
-        }
-        if waited < 0 && *libc::__errno_location() == libc::EINTR {
-            continue;
-        }
-        libc::_exit(13);
-    }
-    if digits == 0 {
-        libc::_exit(12);
-    }
+    libc::close(pid_pipe[0]);
+    // sh execs imagegen in its own process (no background job: a shell that reaps a job which
+    // ended before the shell did leaves nothing to wait for), so the launcher is imagegen.
     let mut usage: libc::rusage = std::mem::zeroed();
     let mut measured = Measured::default();
     loop {
-        let waited = libc::wait4(pid, &mut measured.status, 0, &mut usage);
-        if waited == pid {
+        let waited = libc::wait4(launcher, &mut measured.status, 0, &mut usage);
+        if waited == launcher {
             break;
         }
         if waited < 0 && *libc::__errno_location() == libc::EINTR {
