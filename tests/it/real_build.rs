@@ -350,6 +350,22 @@ fn imagegen(project: &Path, args: &[&str]) -> Output {
 const TEAM_INDEX_USER: &str = "team";
 
 /// The password of the team's index: made for this run, so finding it anywhere is a leak.
+/// `imagegen build --no-test` of the runtime image `runtime_name` alone (the pattern anchored:
+/// a plain name also matches the flavours' tags, which it is part of).
+fn build_runtime_only(project: &Path, runtime_name: &str) -> Output {
+    imagegen(
+        project,
+        &[
+            "build",
+            "--selftest-dir",
+            "selftest",
+            "--only",
+            &format!("*{runtime_name}"),
+            "--no-test",
+        ],
+    )
+}
+
 fn team_index_password() -> &'static str {
     static PASSWORD: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     PASSWORD.get_or_init(|| {
@@ -1603,18 +1619,7 @@ fn a_runtime_and_a_devel_image_built_for_real_from_pypi_on_a_debootstrapped_base
     assert_ne!(tampered, runtime_lock);
     std::fs::write(&lock_path, &tampered).unwrap();
     assert_code(&imagegen(dir, &["render"]), 0);
-    let refused = imagegen(
-        dir,
-        &[
-            "build",
-            "--selftest-dir",
-            "selftest",
-            "--only",
-            // Anchored (a plain name also matches the flavours' tags, which it is part of).
-            &format!("*{runtime_name}"),
-            "--no-test",
-        ],
-    );
+    let refused = build_runtime_only(dir, &runtime_name);
     // The host-side wheel cache refuses it before any build: no file has a hash it allows.
     assert_code(&refused, 2);
     let refused_log = text(&refused);
@@ -1681,17 +1686,7 @@ fn a_runtime_and_a_devel_image_built_for_real_from_pypi_on_a_debootstrapped_base
         .to_string();
     built.remove();
     std::fs::remove_file(dir.join(".imagegen/normalized.json")).unwrap();
-    let again = imagegen(
-        dir,
-        &[
-            "build",
-            "--selftest-dir",
-            "selftest",
-            "--only",
-            &format!("*{runtime_name}"),
-            "--no-test",
-        ],
-    );
+    let again = build_runtime_only(dir, &runtime_name);
     let again_log = text(&again);
     assert_code(&again, 0);
     assert!(

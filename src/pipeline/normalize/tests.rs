@@ -370,6 +370,19 @@ fn history_of(config: &Value) -> Vec<(String, String)> {
         .collect()
 }
 
+/// The image [`config_from_template`] makes for daemon build `build` over the normalized config
+/// `template`, with `layers`.
+fn made_from(template: &[u8], build: &Value, layers: &[NormalizedLayer]) -> NormalizedImage {
+    let config = config_from_template(
+        template,
+        &inspect_config_of(build),
+        &history_of(build),
+        layers.len(),
+    )
+    .unwrap();
+    assemble(&config, layers.to_vec(), EPOCH).unwrap()
+}
+
 #[test]
 fn a_label_change_gives_the_config_a_full_normalization_gives_without_the_export() {
     let layers = vec![
@@ -395,14 +408,7 @@ fn a_label_change_gives_the_config_a_full_normalization_gives_without_the_export
     let first_normalized =
         assemble(&serde_json::to_vec(&first).unwrap(), layers.clone(), EPOCH).unwrap();
     // The same build's own answers give its config back: the check a cold build makes.
-    let again = config_from_template(
-        &first_normalized.config,
-        &inspect_config_of(&first),
-        &history_of(&first),
-        2,
-    )
-    .unwrap();
-    let again = assemble(&again, layers.clone(), EPOCH).unwrap();
+    let again = made_from(&first_normalized.config, &first, &layers);
     assert_eq!(again.config, first_normalized.config);
     assert_eq!(again.manifest_digest, first_normalized.manifest_digest);
 
@@ -418,14 +424,7 @@ fn a_label_change_gives_the_config_a_full_normalization_gives_without_the_export
     second["config"]["Entrypoint"] = serde_json::json!(["/entry"]);
     second["config"]["Image"] = Value::String("sha256:another-step".into());
     let cold = assemble(&serde_json::to_vec(&second).unwrap(), layers.clone(), EPOCH).unwrap();
-    let warm = config_from_template(
-        &first_normalized.config,
-        &inspect_config_of(&second),
-        &history_of(&second),
-        2,
-    )
-    .unwrap();
-    let warm = assemble(&warm, layers.clone(), EPOCH).unwrap();
+    let warm = made_from(&first_normalized.config, &second, &layers);
     assert_eq!(
         String::from_utf8_lossy(&warm.config),
         String::from_utf8_lossy(&cold.config)
@@ -433,20 +432,13 @@ fn a_label_change_gives_the_config_a_full_normalization_gives_without_the_export
     assert_eq!(warm.manifest_digest, cold.manifest_digest);
     assert_ne!(warm.config_digest, first_normalized.config_digest);
 
-    // A field the new build drops (no Shell any more) goes; one the template lacks comes.
+    // A field the new build drops (no StopSignal any more) goes.
     let mut third = raw_build_config(serde_json::json!({"a": "b"}), &[]);
     third["config"]["StopSignal"] = Value::String("SIGINT".into());
     let with_signal =
         assemble(&serde_json::to_vec(&third).unwrap(), layers.clone(), EPOCH).unwrap();
-    let back = config_from_template(
-        &with_signal.config,
-        &inspect_config_of(&first),
-        &history_of(&first),
-        2,
-    )
-    .unwrap();
     assert_eq!(
-        assemble(&back, layers.clone(), EPOCH).unwrap().config,
+        made_from(&with_signal.config, &first, &layers).config,
         first_normalized.config
     );
 }
