@@ -23,7 +23,9 @@
 //! - **Config** ([`normalize_config`]): `created`, every history entry's `created` and the
 //!   `org.opencontainers.image.created` label are the epoch; the daemon's own fields (`container`,
 //!   `container_config`, `docker_version`, and `config.Image`, the ID of the builder's step
-//!   before) go; `rootfs.diff_ids` are the normalized layers';
+//!   before) go; so do the hashes the builder writes into a `COPY`/`ADD` step's history
+//!   (`COPY dir:<sha256> in …`: over the source files with their build-time mtimes,
+//!   [`without_source_hashes`]); `rootfs.diff_ids` are the normalized layers';
 //!   [`NORMALIZED_LABEL`] marks the image as normalized (and carries the epoch).
 //! - **Compression** ([`gzip`]): gzip (RFC 1952, header mtime 0, OS 255) around raw DEFLATE from
 //!   `miniz_oxide` (version pinned by Cargo.lock) at [`GZIP_LEVEL`], in fixed 4 MiB chunks, each
@@ -441,6 +443,9 @@ pub(crate) fn normalize_config(config: &[u8], epoch: u64, diff_ids: &[Digest]) -
         for step in history {
             if let Some(step) = step.as_object_mut() {
                 step.insert("created".into(), Value::String(time.clone()));
+                if let Some(Value::String(created_by)) = step.get_mut("created_by") {
+                    *created_by = without_source_hashes(created_by);
+                }
             }
         }
     }
@@ -477,6 +482,39 @@ pub(crate) fn normalize_config(config: &[u8], epoch: u64, diff_ids: &[Digest]) -
         ),
     );
     Ok(serde_json::to_vec(&config)?)
+}
+
+/// The kinds of source the classic builder names with a hash in a `COPY`/`ADD` step's history
+/// (`COPY dir:<sha256> in /opt/venv`).
+const SOURCE_HASH_KINDS: &[&str] = &["file:", "dir:", "multi:"];
+
+/// `created_by` without the hashes the classic builder puts after `file:`, `dir:` and `multi:`:
+/// they hash the source files with their build-time mtimes (a `COPY --from` of a folder another
+/// stage made gives another hash on every build, with the same content), so each is left out
+/// (`COPY dir in /opt/venv`); what was copied is the layer's diff ID.
+pub(crate) fn without_source_hashes(created_by: &str) -> String {
+    let mut out = String::with_capacity(created_by.len());
+    let mut rest = created_by;
+    'text: while !rest.is_empty() {
+        for kind in SOURCE_HASH_KINDS {
+            if let Some(after) = rest.strip_prefix(kind) {
+                let hash_length = after
+                    .bytes()
+                    .take_while(|byte| byte.is_ascii_hexdigit())
+                    .count();
+                let at_word_start = out.is_empty() || out.ends_with(' ');
+                if hash_length == 64 && at_word_start {
+                    out.push_str(&kind[..kind.len() - 1]);
+                    rest = &after[64..];
+                    continue 'text;
+                }
+            }
+        }
+        let next = rest.chars().next().expect("not empty");
+        out.push(next);
+        rest = &rest[next.len_utf8()..];
+    }
+    out
 }
 
 /// The fields of a config's `config` (how to run the image) that a Dockerfile sets and the
@@ -541,11 +579,13 @@ pub(crate) fn config_from_template(
     let mut shared = true;
     let mut steps = Vec::with_capacity(history.len());
     for (index, (created_by, comment)) in history.iter().enumerate() {
+        // The stored steps are normalized: compared without the builder's source hashes.
+        let normalized_step = without_source_hashes(created_by);
         let old = old_steps.get(index).filter(|old| {
             old.get("created_by")
                 .and_then(Value::as_str)
                 .unwrap_or_default()
-                == created_by
+                == normalized_step
         });
         match old {
             Some(old) if shared => steps.push(old.clone()),

@@ -140,6 +140,16 @@ impl Built {
             );
         }
         let mut roots: BTreeSet<String> = tags.iter().filter_map(|tag| id_of(tag)).collect();
+        // An image of the repository with no tag (pulled by digest: diff-build's, when the
+        // rebuild's digest differs) is one of ours too.
+        if !self.repository.is_empty() {
+            let listed = docker(&["images", "-q", "--no-trunc", &self.repository]);
+            roots.extend(
+                String::from_utf8_lossy(&listed.stdout)
+                    .lines()
+                    .map(str::to_string),
+            );
+        }
         for tag in &tags {
             let _ = docker(&["rmi", tag]);
         }

@@ -846,3 +846,43 @@ fn a_parents_layer_found_above_its_place_asks_for_a_full_normalization() {
         3
     );
 }
+
+#[test]
+fn the_builders_source_hashes_leave_the_history_and_nothing_else_does() {
+    let hash = "23751c12af71cbfbbc7bc1a42caa3fd63bf89c1fcd4e2bd7cecaece052370320";
+    assert_eq!(
+        without_source_hashes(&format!(
+            "/bin/bash -o pipefail -c #(nop) COPY dir:{hash} in /opt/venv "
+        )),
+        "/bin/bash -o pipefail -c #(nop) COPY dir in /opt/venv "
+    );
+    assert_eq!(
+        without_source_hashes(&format!(
+            "/bin/sh -c #(nop) ADD multi:{hash} in /x/ file:{hash} in /y"
+        )),
+        "/bin/sh -c #(nop) ADD multi in /x/ file in /y"
+    );
+    // Not a whole hash, or not at a word's start: kept.
+    for kept in [
+        "/bin/sh -c echo dir:abc",
+        &format!("/bin/sh -c echo profile:{hash}"),
+        &format!("/bin/sh -c echo dir:{hash}0"),
+        "/bin/sh -c #(nop)  LABEL a=b",
+    ] {
+        assert_eq!(without_source_hashes(kept), kept);
+    }
+
+    // Two builds that differ only in the hash of a `COPY --from` give one config.
+    let with_hash = |hash: &str| {
+        let mut config = raw_build_config(serde_json::json!({"a": "b"}), &[]);
+        config["history"][1]["created_by"] =
+            Value::String(format!("/bin/sh -c #(nop) COPY dir:{hash} in /opt/venv "));
+        normalize_config(
+            &serde_json::to_vec(&config).unwrap(),
+            EPOCH,
+            &[Digest::of(b"l1"), Digest::of(b"l2")],
+        )
+        .unwrap()
+    };
+    assert_eq!(with_hash(hash), with_hash(&"e7".repeat(32)));
+}
