@@ -14,6 +14,8 @@ use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
+use crate::pipeline::relabel::LabelModel;
+
 /// The file name in the store's folder.
 const FILE: &str = "normalized.json";
 /// The most entries kept; the oldest go first.
@@ -40,6 +42,11 @@ pub(crate) struct StoredImage {
     pub(crate) config: String,
     /// Its normalized layers, bottom first (as many as `raw_layers`).
     pub(crate) layers: Vec<StoredLayer>,
+    /// How its config follows from its labels (`pipeline::relabel`), when the build's own answers
+    /// confirmed it: a later build of the same inputs with other labels takes these layers
+    /// without a Docker build.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) relabel: Option<LabelModel>,
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -83,6 +90,18 @@ impl LayerStore {
             .find(|image| image.epoch == epoch && image.raw_layers == raw_layers)
     }
 
+    /// The newest entry at `epoch` whose label model was learned from a build of `inputs`
+    /// (`pipeline::relabel::inputs_key`), if one is kept.
+    pub(crate) fn find_inputs(&self, epoch: u64, inputs: &str) -> Option<StoredImage> {
+        self.read().images.into_iter().rev().find(|image| {
+            image.epoch == epoch
+                && image
+                    .relabel
+                    .as_ref()
+                    .is_some_and(|model| model.inputs == inputs)
+        })
+    }
+
     /// Keeps `image`, replacing an entry with the same epoch and layers (written to a temporary
     /// file beside the store, then renamed over it).
     pub(crate) fn remember(&self, image: StoredImage) -> std::io::Result<()> {
@@ -120,6 +139,7 @@ mod tests {
                 unpacked_size: 2,
                 compressed_size: 1,
             }],
+            relabel: None,
         }
     }
 
@@ -151,6 +171,37 @@ mod tests {
             "sha256:other-epoch"
         );
         assert_eq!(store.read().images.len(), 2, "replaced, not added");
+    }
+
+    #[test]
+    fn an_entry_with_a_label_model_is_found_by_its_inputs_newest_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LayerStore::in_dir(dir.path());
+        let with_model = |raw: &str, id: &str, inputs: &str| StoredImage {
+            relabel: Some(LabelModel {
+                inputs: inputs.into(),
+                prefix: "/bin/sh -c #(nop)  ".into(),
+                own_steps: vec![],
+                run_config: serde_json::json!({}),
+            }),
+            ..image(1, raw, id)
+        };
+        store
+            .remember(image(1, "sha256:a", "sha256:plain"))
+            .unwrap();
+        assert_eq!(store.find_inputs(1, "sha256:in"), None, "no model kept");
+        store
+            .remember(with_model("sha256:b", "sha256:older", "sha256:in"))
+            .unwrap();
+        store
+            .remember(with_model("sha256:c", "sha256:newer", "sha256:in"))
+            .unwrap();
+        assert_eq!(
+            store.find_inputs(1, "sha256:in").unwrap().image_id,
+            "sha256:newer"
+        );
+        assert_eq!(store.find_inputs(2, "sha256:in"), None, "another epoch");
+        assert_eq!(store.find_inputs(1, "sha256:other"), None, "other inputs");
     }
 
     #[test]

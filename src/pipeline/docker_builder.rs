@@ -34,6 +34,9 @@ use crate::pipeline::normalize::{
 };
 use crate::pipeline::planned::PlannedImage;
 use crate::pipeline::progress::Progress;
+use crate::pipeline::relabel::{
+    inputs_key, label_steps, learn, predict, InputFile, LabelSteps, Parent, Step,
+};
 use crate::pipeline::selftest::{binary_record, interpret_selftest, parse_packages, LIST_PACKAGES};
 use crate::resolve::image::ImageSpec;
 
@@ -389,7 +392,29 @@ impl Builder for EngineBuilder {
         self.progress.start(name, "building");
         let limit = self.settings.build_timeout;
         let log = self.progress.log_path(name);
-        let built = match self.ensure_base(image).await {
+        let based = self.ensure_base(image).await;
+        // Labels alone changed since a kept build of the same inputs: no Docker build at all.
+        let inputs = match &based {
+            Ok(()) => {
+                match self.relabel_inputs(image, &request.labels).await {
+                    Ok(inputs) => Some(inputs),
+                    Err(why) => {
+                        self.progress.log_only(
+                        name,
+                        &format!("== a change of its labels alone cannot skip the Docker build: {why}"),
+                    );
+                        None
+                    }
+                }
+            }
+            Err(_) => None,
+        };
+        if let Some(inputs) = &inputs {
+            if let Some(done) = self.relabel(image, inputs).await {
+                return Ok(done);
+            }
+        }
+        let built = match based {
             Ok(()) => {
                 let progress = Arc::clone(&self.progress);
                 let log_name = name.clone();
@@ -432,7 +457,8 @@ impl Builder for EngineBuilder {
                 let warm = match self.normalized_from_store(name, &id, epoch).await {
                     Some(warm) => match self.load(name, &image.reference, &warm).await {
                         Ok(()) => {
-                            self.keep_in_store(name, &id, epoch, &warm, false).await;
+                            self.keep_in_store(name, &id, epoch, &warm, false, inputs.as_ref())
+                                .await;
                             Some(warm)
                         }
                         Err(error) => {
@@ -453,22 +479,12 @@ impl Builder for EngineBuilder {
                             .await
                             .with_context(|| format!("normalizing {}", image.reference))?;
                         self.load(name, &image.reference, &normalized).await?;
-                        self.keep_in_store(name, &id, epoch, &normalized, true)
+                        self.keep_in_store(name, &id, epoch, &normalized, true, inputs.as_ref())
                             .await;
                         normalized
                     }
                 };
-                let normalized_id = normalized.config_digest.clone();
-                // Its compressed layers are kept for the push only when this run pushes: a torch
-                // image's are gigabytes, and a run that only builds holds none of them (a later
-                // push normalizes the loaded image again, to the same bytes).
-                if self.settings.check_registry {
-                    self.normalized
-                        .lock()
-                        .expect("normalized lock")
-                        .insert(normalized_id.to_string(), normalized);
-                }
-                Ok(normalized_id)
+                Ok(self.built(normalized))
             }
             Err(error) => {
                 // The log holds the error itself, not only that the build failed.
@@ -906,6 +922,174 @@ impl EngineBuilder {
         ));
     }
 
+    /// Keeps `normalized` (loaded, built) for the push when this run pushes; its image ID.
+    fn built(&self, normalized: Arc<NormalizedImage>) -> Digest {
+        let normalized_id = normalized.config_digest.clone();
+        // Its compressed layers are kept for the push only when this run pushes: a torch image's
+        // are gigabytes, and a run that only builds holds none of them (a later push normalizes
+        // the loaded image again, to the same bytes).
+        if self.settings.check_registry {
+            self.normalized
+                .lock()
+                .expect("normalized lock")
+                .insert(normalized_id.to_string(), normalized);
+        }
+        normalized_id
+    }
+
+    /// Whether the daemon still holds the normalized layers of `stored` (a load names the layers
+    /// only, so it must hold them, with the same chain); `Err` says why not.
+    async fn holds(&self, stored: &StoredImage) -> Result<(), String> {
+        let holder = match self.engine.image(&stored.image_id).await {
+            Ok(Some(holder)) => holder,
+            Ok(None) => {
+                return Err(format!(
+                    "the Docker daemon no longer has its normalized image {}",
+                    stored.image_id
+                ))
+            }
+            Err(error) => return Err(error.to_string()),
+        };
+        let diff_ids: Vec<&str> = stored.layers.iter().map(|l| l.diff_id.as_str()).collect();
+        if holder.layers != diff_ids {
+            return Err(format!(
+                "the Docker daemon's image {} has other layers than the store says",
+                stored.image_id
+            ));
+        }
+        Ok(())
+    }
+
+    /// What decides `image`'s build but its labels (`pipeline::relabel`): its Dockerfile's label
+    /// steps, the context's other files, and the image the Dockerfile builds `FROM` as the daemon
+    /// holds it now. `Err` says what the model cannot follow.
+    async fn relabel_inputs(
+        &self,
+        image: &PlannedImage,
+        build_labels: &BTreeMap<String, String>,
+    ) -> Result<RelabelInputs, String> {
+        let name = &image.spec.name;
+        let context = self
+            .contexts
+            .tars
+            .get(name)
+            .ok_or_else(|| format!("no build context assembled for {name}"))?;
+        let (dockerfile, files) = context_files(context)
+            .map_err(|error| format!("reading its build context: {error}"))?;
+        let steps = label_steps(&dockerfile)?;
+        if steps.parent == "scratch" {
+            return Err("it is built FROM scratch".into());
+        }
+        let reference = local_reference(&steps.parent);
+        let parent = match self.engine.image(&reference).await {
+            Ok(Some(parent)) => parent,
+            Ok(None) => return Err(format!("the Docker daemon has no {reference}")),
+            Err(error) => return Err(error.to_string()),
+        };
+        let (parent_config, parent_history) = match self.engine.image_run_config(&parent.id).await {
+            Ok(Some(answers)) => answers,
+            Ok(None) => return Err(format!("the Docker daemon has no config of {reference}")),
+            Err(error) => return Err(error.to_string()),
+        };
+        let epoch = self
+            .epoch_of(image)
+            .await
+            .map_err(|error| format!("{error:#}"))?;
+        let key = inputs_key(
+            &steps,
+            &files,
+            Parent {
+                config: &parent_config,
+                history: &parent_history,
+                layers: &parent.layers,
+            },
+            epoch,
+            image.spec.platform.as_str(),
+        );
+        Ok(RelabelInputs {
+            steps,
+            build_labels: build_labels.clone(),
+            parent_config,
+            parent_history,
+            parent_layers: parent.layers,
+            epoch,
+            key,
+        })
+    }
+
+    /// `image` made without a Docker build when only its labels differ from a kept build of the
+    /// same inputs: that build's layers, a config predicted from its label model, loaded into
+    /// the daemon. `None` (the caller builds with Docker) when nothing is kept for these inputs,
+    /// the daemon no longer holds the layers, or the prediction or the load fails.
+    async fn relabel(&self, image: &PlannedImage, inputs: &RelabelInputs) -> Option<Digest> {
+        let name = &image.spec.name;
+        let store = self.settings.layer_store.as_ref()?;
+        let stored = store.find_inputs(inputs.epoch, &inputs.key)?;
+        let model = stored.relabel.as_ref()?;
+        let skip = |why: String| {
+            self.progress.line(
+                name,
+                &format!("== only its labels differ from an earlier build's (its normalized image {}), but {why}: building it with Docker", stored.image_id),
+            );
+        };
+        if let Err(why) = self.holds(&stored).await {
+            skip(why);
+            return None;
+        }
+        let made = predict(model, &inputs.steps, &inputs.build_labels, inputs.parent())
+            .map_err(|why| anyhow!(why))
+            .and_then(|(run_config, history)| {
+                let layers = stored_layers(&stored)?;
+                let config = config_from_template(
+                    stored.config.as_bytes(),
+                    &run_config,
+                    &history,
+                    layers.len(),
+                )?;
+                assemble(&config, layers, inputs.epoch)
+            });
+        let normalized = match made {
+            Ok(normalized) => normalized,
+            Err(error) => {
+                skip(format!("{error:#}"));
+                return None;
+            }
+        };
+        if let Err(error) = self.load(name, &image.reference, &normalized).await {
+            skip(format!("loading it failed ({error:#})"));
+            return None;
+        }
+        self.progress.stage(
+            name,
+            &format!(
+                "relabelled without a Docker build: only its labels differ from an earlier build of the same inputs (its normalized image {}), whose {} layers it takes as they are; the config follows from that build's (epoch {}): {} unpacked, {} compressed, manifest {}",
+                stored.image_id,
+                normalized.layers.len(),
+                inputs.epoch,
+                human_bytes(normalized.unpacked_size()),
+                human_bytes(normalized.size().compressed_bytes),
+                normalized.manifest_digest
+            ),
+        );
+        self.note_normalized(&normalized);
+        // The new image holds the same layers: a later change takes them from it.
+        let kept = StoredImage {
+            image_id: normalized.config_digest.to_string(),
+            config: String::from_utf8_lossy(&normalized.config).into_owned(),
+            ..stored
+        };
+        if let Err(error) = store.remember(kept) {
+            self.progress.line(
+                name,
+                &format!(
+                    "== warning: could not write the layer store {}: {error}",
+                    store.path().display()
+                ),
+            );
+        }
+        Some(self.built(Arc::new(normalized)))
+    }
+
     /// The normalized image of daemon build `id`, made from what an earlier run kept in the
     /// layer store when the build's layers are that run's (only a label, an `ENV` or another
     /// setting changed): no export, no normalizing, no layer bytes. `None` (the caller exports
@@ -926,27 +1110,8 @@ impl EngineBuilder {
                 &format!("== its layers are those of an earlier build, but {why}: normalizing every layer"),
             );
         };
-        // The load names the layers only: the daemon must hold them, with the same chain.
-        let holder = match self.engine.image(&stored.image_id).await {
-            Ok(Some(holder)) => holder,
-            Ok(None) => {
-                skip(format!(
-                    "the Docker daemon no longer has its normalized image {}",
-                    stored.image_id
-                ));
-                return None;
-            }
-            Err(error) => {
-                skip(error.to_string());
-                return None;
-            }
-        };
-        let diff_ids: Vec<&str> = stored.layers.iter().map(|l| l.diff_id.as_str()).collect();
-        if holder.layers != diff_ids {
-            skip(format!(
-                "the Docker daemon's image {} has other layers than the store says",
-                stored.image_id
-            ));
+        if let Err(why) = self.holds(&stored).await {
+            skip(why);
             return None;
         }
         let (run_config, history) = match self.engine.image_run_config(id).await {
@@ -998,6 +1163,7 @@ impl EngineBuilder {
         epoch: u64,
         normalized: &NormalizedImage,
         check: bool,
+        inputs: Option<&RelabelInputs>,
     ) {
         let Some(store) = &self.settings.layer_store else {
             return;
@@ -1008,15 +1174,19 @@ impl EngineBuilder {
         if raw.layers.len() != normalized.layers.len() {
             return;
         }
+        let answers = if check || inputs.is_some() {
+            self.engine.image_run_config(id).await.ok().flatten()
+        } else {
+            None
+        };
         if check {
-            let answers = self.engine.image_run_config(id).await;
-            let Ok(Some((run_config, history))) = answers else {
+            let Some((run_config, history)) = &answers else {
                 return;
             };
             let again = config_from_template(
                 &normalized.config,
-                &run_config,
-                &history,
+                run_config,
+                history,
                 normalized.layers.len(),
             )
             .and_then(|config| assemble(&config, normalized.layers.clone(), epoch));
@@ -1031,7 +1201,28 @@ impl EngineBuilder {
                 }
             }
         }
+        let relabel = match (inputs, &answers) {
+            (Some(inputs), Some((run_config, history))) => match learn(
+                &inputs.steps,
+                &inputs.build_labels,
+                inputs.parent(),
+                run_config,
+                history,
+                inputs.key.clone(),
+            ) {
+                Ok(model) => Some(model),
+                Err(why) => {
+                    self.progress.line(
+                        name,
+                        &format!("== note: a later change of its labels alone is built with Docker: {why}"),
+                    );
+                    None
+                }
+            },
+            _ => None,
+        };
         let entry = StoredImage {
+            relabel,
             epoch,
             raw_layers: raw.layers,
             image_id: normalized.config_digest.to_string(),
@@ -1193,6 +1384,50 @@ const PROGRESS_EVERY: Duration = Duration::from_secs(3);
 
 /// `in 3.2 s (41.0 MB/s)`.
 /// The stored layers of `stored` as layers of a normalized image, without their bytes.
+/// What decides a build but its labels, read before the Docker build (`pipeline::relabel`).
+struct RelabelInputs {
+    steps: LabelSteps,
+    build_labels: BTreeMap<String, String>,
+    parent_config: serde_json::Value,
+    parent_history: Vec<Step>,
+    parent_layers: Vec<String>,
+    epoch: u64,
+    key: String,
+}
+
+impl RelabelInputs {
+    fn parent(&self) -> Parent<'_> {
+        Parent {
+            config: &self.parent_config,
+            history: &self.parent_history,
+            layers: &self.parent_layers,
+        }
+    }
+}
+
+/// The Dockerfile of a build context (a tar) and its other entries as (path, mode, sha256).
+fn context_files(context: &[u8]) -> std::io::Result<(String, Vec<InputFile>)> {
+    use std::io::Read;
+    let mut dockerfile = None;
+    let mut files = Vec::new();
+    let mut archive = tar::Archive::new(context);
+    for entry in archive.entries()? {
+        let mut entry = entry?;
+        let path = entry.path()?.to_string_lossy().into_owned();
+        let mode = entry.header().mode()?;
+        let mut bytes = Vec::new();
+        entry.read_to_end(&mut bytes)?;
+        if path == "Dockerfile" {
+            dockerfile = Some(String::from_utf8_lossy(&bytes).into_owned());
+        } else {
+            files.push((path, mode, Digest::of(&bytes).to_string()));
+        }
+    }
+    let dockerfile = dockerfile
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, "it has no Dockerfile"))?;
+    Ok((dockerfile, files))
+}
+
 fn stored_layers(stored: &StoredImage) -> Result<Vec<NormalizedLayer>> {
     stored
         .layers

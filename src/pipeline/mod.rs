@@ -11,5 +11,6 @@ pub(crate) mod plan;
 pub(crate) mod planned;
 pub(crate) mod progress;
 pub(crate) mod record;
+pub(crate) mod relabel;
 pub(crate) mod results;
 pub(crate) mod selftest;

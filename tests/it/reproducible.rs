@@ -279,25 +279,59 @@ fn build_one_at_a_time(project: &Project) -> std::process::Output {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_label_change_takes_the_earlier_layers_without_an_export_and_gives_a_clean_builds_image()
-{
+async fn a_config_change_takes_the_earlier_layers_a_label_change_skips_the_docker_build_and_both_give_a_clean_builds_images(
+) {
     prepare().await;
     // One build at a time: two runtime images built at once each make their own copy of the
     // steps they share, and a later build finds only one of them in the daemon's cache, so its
     // other steps run again (new layers, nothing to take from the store).
     let registry = Registry::start();
     let project = Project::new(registry.host(), SELFTEST_PASS);
+    const TAKEN: &str = "without exporting them";
+    const RELABELLED: &str = "relabelled without a Docker build";
 
     let output = build_one_at_a_time(&project);
     assert_code(&output, 0);
     let first_log = text(&output);
     assert!(
-        !first_log.contains("without exporting them"),
+        !first_log.contains(TAKEN) && !first_log.contains(RELABELLED),
         "nothing was kept before the first build:\n{first_log}"
+    );
+    assert!(
+        first_log.contains("Step 1/"),
+        "the log shows Docker's steps:\n{first_log}"
     );
     let first = local_ids(&project, &first_log).await;
 
-    // A label only: every layer of the runtime images is the first build's.
+    // A config change only (an `ENV` in the runtime template): every layer of the runtime
+    // images is the first build's. The devel images are built FROM the new runtime images, so
+    // their own steps run again and make new layers.
+    let template = project.path().join("templates/runtime.Dockerfile.j2");
+    let text_before = std::fs::read_to_string(&template).unwrap();
+    let with_env = text_before.replace(
+        "ENV NVIDIA_REQUIRE_CUDA=",
+        "ENV IMAGEGEN_TEST_ROUND=2\nENV NVIDIA_REQUIRE_CUDA=",
+    );
+    assert_ne!(
+        with_env, text_before,
+        "the fixture's runtime template has its ENV line"
+    );
+    std::fs::write(&template, with_env).unwrap();
+    let output = build_one_at_a_time(&project);
+    assert_code(&output, 0);
+    let config_log = text(&output);
+    assert_eq!(
+        (config_log.matches(TAKEN).count(), config_log.matches(RELABELLED).count()),
+        (2, 0),
+        "the two runtime images take the earlier layers\nfirst build:\n{first_log}\nconfig change:\n{config_log}"
+    );
+    let config_changed = local_ids(&project, &config_log).await;
+    for (tag, id) in &config_changed {
+        assert_ne!(&first[tag], id, "{tag}: the ENV changed the image");
+    }
+
+    // A label only: no Docker build at all, for the runtime images nor for the devel images
+    // built FROM them (relabelled too: their parents' labels and history are all that moved).
     project.edit_matrix(
         "templates: templates\n",
         "templates: templates\nlabels:\n  org.opencontainers.image.vendor: second\n",
@@ -307,37 +341,44 @@ async fn a_label_change_takes_the_earlier_layers_without_an_export_and_gives_a_c
     let warm_seconds = started.elapsed().as_secs_f64();
     assert_code(&output, 0);
     let warm_log = text(&output);
-    // The runtime images: their layers are taken from the store. The devel images are built
-    // FROM the new runtime images, so their own steps run again and make new layers.
     assert_eq!(
-        warm_log.matches("without exporting them").count(),
-        2,
-        "the two runtime images take the earlier layers\nfirst build:\n{first_log}\nlabel change:\n{warm_log}"
+        warm_log.matches(RELABELLED).count(),
+        4,
+        "every image is relabelled\nconfig change:\n{config_log}\nlabel change:\n{warm_log}"
+    );
+    assert!(
+        !warm_log.contains("Step 1/"),
+        "no Docker build ran:\n{warm_log}"
     );
     let warm = local_ids(&project, &warm_log).await;
     for (tag, id) in &warm {
-        assert_ne!(&first[tag], id, "{tag}: the label changed the image");
+        assert_ne!(
+            &config_changed[tag], id,
+            "{tag}: the label changed the image"
+        );
     }
     let engine = crate::support::engine().await;
     for torch in ["2.7.0", "2.8.0"] {
-        let tag = project.tag(torch, "runtime");
-        let image = engine
-            .image(&format!(
-                "{}/{}:{tag}",
-                project.registry, project.repository
-            ))
-            .await
-            .unwrap()
-            .unwrap();
-        assert_eq!(
-            image
-                .labels
-                .get("org.opencontainers.image.vendor")
-                .map(String::as_str),
-            Some("second"),
-            "{tag}: {:?}",
-            image.labels
-        );
+        for variant in ["runtime", "devel"] {
+            let tag = project.tag(torch, variant);
+            let image = engine
+                .image(&format!(
+                    "{}/{}:{tag}",
+                    project.registry, project.repository
+                ))
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(
+                image
+                    .labels
+                    .get("org.opencontainers.image.vendor")
+                    .map(String::as_str),
+                Some("second"),
+                "{tag}: {:?}",
+                image.labels
+            );
+        }
     }
 
     // The same inputs built on a clean daemon with nothing kept: the same images.

@@ -1,0 +1,392 @@
+use super::*;
+use serde_json::json;
+
+/// A two-stage Dockerfile, and what Docker 20.10's classic builder answered about its build with
+/// four build labels (`docker history --no-trunc`, `docker inspect`, run here on 2026-12-05).
+const DOCKERFILE: &str = "# GENERATED: fingerprint sha256:1\nFROM example/base:1 AS sys\nLABEL a=1\nFROM sys\n\
+SHELL [\"/bin/sh\", \"-e\", \"-c\"]\nENV X=1\n# the labels\nLABEL b=\"two words\" \\\n      c=3 d='q q'\nLABEL e=5\n";
+
+fn build_labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(key, value)| (key.to_string(), value.to_string()))
+        .collect()
+}
+
+fn the_build_labels() -> BTreeMap<String, String> {
+    build_labels(&[("zk", "v1"), ("ak", "v 2"), ("mk", "x"), ("bb", "y")])
+}
+
+fn steps(texts: &[&str]) -> Vec<Step> {
+    texts
+        .iter()
+        .map(|text| match text.strip_prefix("comment:") {
+            Some(comment) => (String::new(), comment.to_string()),
+            None => (text.to_string(), String::new()),
+        })
+        .collect()
+}
+
+fn base_history() -> Vec<Step> {
+    steps(&["comment:Imported from -"])
+}
+
+fn base_config() -> Value {
+    json!({"Env": null, "Cmd": null, "Labels": null, "OnBuild": null})
+}
+
+const BASE_LAYERS: &[&str] = &["sha256:aaaa"];
+
+fn base_layers() -> Vec<String> {
+    BASE_LAYERS.iter().map(|layer| layer.to_string()).collect()
+}
+
+fn the_history() -> Vec<Step> {
+    steps(&[
+        "comment:Imported from -",
+        "/bin/sh -c #(nop)  LABEL a=1",
+        "/bin/sh -e -c #(nop)  SHELL [/bin/sh -e -c]",
+        "/bin/sh -e -c #(nop)  ENV X=1",
+        "/bin/sh -e -c #(nop)  LABEL b=two words c=3 d=q q",
+        "/bin/sh -e -c #(nop)  LABEL e=5",
+        "/bin/sh -e -c #(nop)  LABEL ak=v 2",
+        "/bin/sh -e -c #(nop)  LABEL bb=y",
+        "/bin/sh -e -c #(nop)  LABEL mk=x",
+        "/bin/sh -e -c #(nop)  LABEL zk=v1",
+    ])
+}
+
+fn the_config() -> Value {
+    json!({
+        "Env": ["PATH=/usr/bin", "X=1"],
+        "Cmd": null,
+        "Image": "sha256:before",
+        "Shell": ["/bin/sh", "-e", "-c"],
+        "Labels": {"a": "1", "ak": "v 2", "b": "two words", "bb": "y", "c": "3", "d": "q q", "e": "5", "mk": "x", "zk": "v1"},
+        "OnBuild": null
+    })
+}
+
+fn learned() -> (LabelModel, LabelSteps) {
+    let config = base_config();
+    let history = base_history();
+    let layers = base_layers();
+    let parent = Parent {
+        config: &config,
+        history: &history,
+        layers: &layers,
+    };
+    let label_steps = label_steps(DOCKERFILE).unwrap();
+    let model = learn(
+        &label_steps,
+        &the_build_labels(),
+        parent,
+        &the_config(),
+        &the_history(),
+        "key".into(),
+    )
+    .unwrap();
+    (model, label_steps)
+}
+
+#[test]
+fn a_dockerfiles_labels_are_read_as_the_builder_reads_them() {
+    let read = label_steps(DOCKERFILE).unwrap();
+    assert_eq!(read.parent, "example/base:1");
+    let pairs = |list: &[(&str, &str)]| -> Vec<(String, String)> {
+        list.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    assert_eq!(
+        read.labels,
+        pairs(&[
+            ("a", "1"),
+            ("b", "two words"),
+            ("c", "3"),
+            ("d", "q q"),
+            ("e", "5")
+        ])
+    );
+    assert_eq!(
+        read.trailing,
+        vec![
+            pairs(&[("b", "two words"), ("c", "3"), ("d", "q q")]),
+            pairs(&[("e", "5")])
+        ]
+    );
+    assert_eq!(
+        read.rest,
+        "FROM example/base:1 AS sys\nLABEL a=1\nFROM sys\nSHELL [\"/bin/sh\", \"-e\", \"-c\"]\nENV X=1\n"
+    );
+}
+
+#[test]
+fn the_model_learned_from_a_real_build_gives_its_answers_back() {
+    let (model, _) = learned();
+    assert_eq!(model.prefix, "/bin/sh -e -c #(nop)  ");
+    assert_eq!(model.own_steps, the_history()[1..4].to_vec());
+    assert_eq!(model.run_config.get("Labels"), None);
+    assert_eq!(model.run_config["Env"], json!(["PATH=/usr/bin", "X=1"]));
+}
+
+#[test]
+fn new_labels_give_the_steps_and_labels_a_build_would() {
+    let (model, _) = learned();
+    let changed = DOCKERFILE
+        .replace("two words", "three words here")
+        .replace("e=5", "e=6 f=\"x y\"");
+    let changed = label_steps(&changed).unwrap();
+    let config = base_config();
+    let history = base_history();
+    let layers = base_layers();
+    let parent = Parent {
+        config: &config,
+        history: &history,
+        layers: &layers,
+    };
+    let (config, history) = predict(
+        &model,
+        &changed,
+        &build_labels(&[("ak", "v 3"), ("zk", "v1")]),
+        parent,
+    )
+    .unwrap();
+    assert_eq!(
+        history,
+        steps(&[
+            "comment:Imported from -",
+            "/bin/sh -c #(nop)  LABEL a=1",
+            "/bin/sh -e -c #(nop)  SHELL [/bin/sh -e -c]",
+            "/bin/sh -e -c #(nop)  ENV X=1",
+            "/bin/sh -e -c #(nop)  LABEL b=three words here c=3 d=q q",
+            "/bin/sh -e -c #(nop)  LABEL e=6 f=x y",
+            "/bin/sh -e -c #(nop)  LABEL ak=v 3",
+            "/bin/sh -e -c #(nop)  LABEL zk=v1",
+        ])
+    );
+    assert_eq!(
+        config["Labels"],
+        json!({"a": "1", "ak": "v 3", "b": "three words here", "c": "3", "d": "q q", "e": "6", "f": "x y", "zk": "v1"})
+    );
+    let mut other_fields = config.clone();
+    other_fields.as_object_mut().unwrap().remove("Labels");
+    assert_eq!(
+        other_fields, model.run_config,
+        "nothing but the labels changes"
+    );
+}
+
+#[test]
+fn a_relabelled_parent_gives_its_labels_and_history_to_the_image_built_from_it() {
+    let (model, label_steps) = learned();
+    let config = json!({"Env": null, "Labels": {"a": "parent", "p": "new"}, "OnBuild": null});
+    let history = steps(&["comment:Imported from -", "/bin/sh -c #(nop)  LABEL p=new"]);
+    let layers = base_layers();
+    let parent = Parent {
+        config: &config,
+        history: &history,
+        layers: &layers,
+    };
+    let (config, predicted) = predict(&model, &label_steps, &the_build_labels(), parent).unwrap();
+    assert_eq!(predicted[..2], history[..]);
+    assert_eq!(predicted[2..], the_history()[1..]);
+    assert_eq!(config["Labels"]["p"], json!("new"));
+    assert_eq!(
+        config["Labels"]["a"],
+        json!("1"),
+        "the stage's own LABEL wins over the parent's"
+    );
+}
+
+#[test]
+fn a_builder_that_writes_its_steps_otherwise_gets_no_model() {
+    let config = base_config();
+    let history = base_history();
+    let layers = base_layers();
+    let parent = Parent {
+        config: &config,
+        history: &history,
+        layers: &layers,
+    };
+    let read = label_steps(DOCKERFILE).unwrap();
+    // Build labels in the order given, not sorted.
+    let mut unsorted = the_history();
+    unsorted.swap(6, 9);
+    let error = learn(
+        &read,
+        &the_build_labels(),
+        parent,
+        &the_config(),
+        &unsorted,
+        "key".into(),
+    )
+    .unwrap_err();
+    assert!(error.contains("history step 6"), "{error}");
+    // Labels other than the steps say.
+    let mut config_other = the_config();
+    config_other["Labels"]["a"] = json!("other");
+    let error = learn(
+        &read,
+        &the_build_labels(),
+        parent,
+        &config_other,
+        &the_history(),
+        "key".into(),
+    )
+    .unwrap_err();
+    assert!(error.contains("labels are"), "{error}");
+    // Another parent's history.
+    let other_history = steps(&["comment:Imported from elsewhere"]);
+    let other = Parent {
+        history: &other_history,
+        ..parent
+    };
+    let error = learn(
+        &read,
+        &the_build_labels(),
+        other,
+        &the_config(),
+        &the_history(),
+        "key".into(),
+    )
+    .unwrap_err();
+    assert!(
+        error.contains("does not start with its parent's"),
+        "{error}"
+    );
+}
+
+#[test]
+fn the_inputs_key_moves_with_everything_but_labels() {
+    let config = base_config();
+    let history = base_history();
+    let layers = base_layers();
+    let parent = Parent {
+        config: &config,
+        history: &history,
+        layers: &layers,
+    };
+    let files = vec![(
+        "requirements.lock".to_string(),
+        0o644,
+        "sha256:f".to_string(),
+    )];
+    let key =
+        |dockerfile: &str, files: &[(String, u32, String)], parent: Parent<'_>, epoch: u64| {
+            inputs_key(
+                &label_steps(dockerfile).unwrap(),
+                files,
+                parent,
+                epoch,
+                "linux/amd64",
+            )
+        };
+    let original = key(DOCKERFILE, &files, parent, 7);
+    // The same: a trailing label, a comment, the parent's labels and history.
+    assert_eq!(
+        key(&DOCKERFILE.replace("e=5", "e=6 g=7"), &files, parent, 7),
+        original
+    );
+    assert_eq!(
+        key(
+            &DOCKERFILE.replace("# the labels", "# other words"),
+            &files,
+            parent,
+            7
+        ),
+        original
+    );
+    let relabelled = json!({"Env": null, "Cmd": null, "Labels": {"p": "1"}, "OnBuild": null});
+    let longer = steps(&["comment:Imported from -", "x"]);
+    assert_eq!(
+        key(
+            DOCKERFILE,
+            &files,
+            Parent {
+                config: &relabelled,
+                history: &longer,
+                ..parent
+            },
+            7
+        ),
+        original
+    );
+    // Another key: an instruction, an earlier stage's label, a file, the parent's layers or
+    // config, the epoch.
+    assert_ne!(
+        key(&DOCKERFILE.replace("X=1", "X=2"), &files, parent, 7),
+        original
+    );
+    assert_ne!(
+        key(&DOCKERFILE.replace("a=1", "a=2"), &files, parent, 7),
+        original
+    );
+    let other_files = vec![(
+        "requirements.lock".to_string(),
+        0o644,
+        "sha256:g".to_string(),
+    )];
+    assert_ne!(key(DOCKERFILE, &other_files, parent, 7), original);
+    let other_layers = vec!["sha256:bbbb".to_string()];
+    assert_ne!(
+        key(
+            DOCKERFILE,
+            &files,
+            Parent {
+                layers: &other_layers,
+                ..parent
+            },
+            7
+        ),
+        original
+    );
+    let other_env = json!({"Env": ["Y=1"], "Cmd": null, "Labels": null, "OnBuild": null});
+    assert_ne!(
+        key(
+            DOCKERFILE,
+            &files,
+            Parent {
+                config: &other_env,
+                ..parent
+            },
+            7
+        ),
+        original
+    );
+    assert_ne!(key(DOCKERFILE, &files, parent, 8), original);
+}
+
+#[test]
+fn what_the_model_cannot_read_exactly_is_refused() {
+    for (dockerfile, expected) in [
+        ("# escape=`\nFROM a\nLABEL x=1\n", "parser directive"),
+        ("FROM a\nLABEL x=$Y\n", "`$`"),
+        ("FROM a\nLABEL x=\"a\\\"b\"\n", "`$` or `\\`"),
+        ("FROM a\nLABEL x 1\n", "not `key=value`"),
+        ("FROM a\nLABEL x=\"open\n", "does not close"),
+        ("ARG B=a\nFROM $B\nLABEL x=1\n", "variable"),
+        ("LABEL x=1\nFROM a\n", "before the first FROM"),
+    ] {
+        let error = label_steps(dockerfile).unwrap_err();
+        assert!(error.contains(expected), "{dockerfile:?}: {error}");
+    }
+    let (model, read) = learned();
+    let config = json!({"Labels": null, "OnBuild": ["RUN x"]});
+    let history = base_history();
+    let layers = base_layers();
+    let parent = Parent {
+        config: &config,
+        history: &history,
+        layers: &layers,
+    };
+    let error = predict(&model, &read, &the_build_labels(), parent).unwrap_err();
+    assert!(error.contains("ONBUILD"), "{error}");
+    let config = base_config();
+    let parent = Parent {
+        config: &config,
+        ..parent
+    };
+    let error = predict(&model, &read, &build_labels(&[("k", "it's")]), parent).unwrap_err();
+    assert!(error.contains("quoting"), "{error}");
+}
