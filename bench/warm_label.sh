@@ -18,12 +18,13 @@
 # label differs). Needs the Docker daemon, network to PyPI and Debian, root
 # for debootstrap when the base is missing, Debian's docker-registry and `bash
 # .ci/install-deps.sh` (uv). Holds /work/.locks/realbuild when that exists. About 17 minutes on 2
-# cores.
+# cores. imagegen runs as the README runs it, the release build (IMAGEGEN_BIN names another).
 #
-#   cargo build && bash bench/warm_label.sh
+#   cargo build --release && bash bench/warm_label.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bench=warm
+IMAGEGEN_BIN=${IMAGEGEN_BIN:-$PWD/target/release/imagegen}
 # shellcheck source=bench/lib.sh
 . bench/lib.sh
 
@@ -88,7 +89,7 @@ imagegen_round() {
 imagegen_digest() { jq -r '.images[0].digest' "$work/report-$1.json"; }
 # The phases of round $1 (started at $2): its built, exported, normalized, loaded and pushed lines.
 phases_of() {
-  awk -v start="$2" '/== (built|exported|normalized|loaded|pushed) / {
+  awk -v start="$2" '/== (built|exported|normalized|loaded|relabelled|pushed) / {
     line = $0; sub(/^[^ ]* /, "", line); printf "    %7.1f s  %s\n", $1 - start, line }' "$work/build-$1.log"
 }
 

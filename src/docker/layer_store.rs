@@ -181,6 +181,7 @@ mod tests {
             relabel: Some(LabelModel {
                 inputs: inputs.into(),
                 prefix: "/bin/sh -c #(nop)  ".into(),
+                parent_steps: 1,
                 own_steps: vec![],
                 run_config: serde_json::json!({}),
             }),

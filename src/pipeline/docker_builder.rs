@@ -29,13 +29,14 @@ use crate::model::digest::Digest;
 use crate::pipeline::alias_move::AliasRegistry;
 use crate::pipeline::executor::{Builder, Existing, TestOutcome};
 use crate::pipeline::normalize::{
-    assemble, config_from_template, epoch_of_created, known_prefix, normalize_archive, KnownLayer,
-    MisplacedKnownLayer, NormalizedImage, NormalizedLayer, MEDIA_TYPE_MANIFEST, NORMALIZED_LABEL,
+    assemble, config_from_template, config_from_template_flagged, epoch_of_created, known_prefix,
+    normalize_archive, without_source_hashes, KnownLayer, MisplacedKnownLayer, NormalizedImage,
+    NormalizedLayer, MEDIA_TYPE_MANIFEST, NORMALIZED_LABEL,
 };
 use crate::pipeline::planned::PlannedImage;
 use crate::pipeline::progress::Progress;
 use crate::pipeline::relabel::{
-    inputs_key, label_steps, learn, predict, InputFile, LabelSteps, Parent, Step,
+    empty_layers, inputs_key, label_steps, learn, predict, InputFile, LabelSteps, Parent, Step,
 };
 use crate::pipeline::selftest::{binary_record, interpret_selftest, parse_packages, LIST_PACKAGES};
 use crate::resolve::image::ImageSpec;
@@ -395,18 +396,14 @@ impl Builder for EngineBuilder {
         let based = self.ensure_base(image).await;
         // Labels alone changed since a kept build of the same inputs: no Docker build at all.
         let inputs = match &based {
-            Ok(()) => {
-                match self.relabel_inputs(image, &request.labels).await {
-                    Ok(inputs) => Some(inputs),
-                    Err(why) => {
-                        self.progress.log_only(
-                        name,
-                        &format!("== a change of its labels alone cannot skip the Docker build: {why}"),
-                    );
-                        None
-                    }
+            Ok(()) => match self.relabel_inputs(image, &request.labels).await {
+                Ok(inputs) => Some(inputs),
+                Err(why) => {
+                    let why = format!("a change of its labels alone cannot skip the build: {why}");
+                    self.progress.log_only(name, &format!("== {why}"));
+                    None
                 }
-            }
+            },
             Err(_) => None,
         };
         if let Some(inputs) = &inputs {
@@ -1040,11 +1037,21 @@ impl EngineBuilder {
             .map_err(|why| anyhow!(why))
             .and_then(|(run_config, history)| {
                 let layers = stored_layers(&stored)?;
-                let config = config_from_template(
+                let empty = empty_layers(
+                    &template_steps(stored.config.as_bytes())?,
+                    model,
+                    &history,
+                    inputs.parent_history.len(),
+                    inputs.parent_layers.len(),
+                    without_source_hashes,
+                )
+                .map_err(|why| anyhow!(why))?;
+                let config = config_from_template_flagged(
                     stored.config.as_bytes(),
                     &run_config,
                     &history,
                     layers.len(),
+                    Some(&empty),
                 )?;
                 assemble(&config, layers, inputs.epoch)
             });
@@ -1403,6 +1410,34 @@ impl RelabelInputs {
             layers: &self.parent_layers,
         }
     }
+}
+
+/// The history of a normalized config: each step's `created_by`, `comment` and `empty_layer`.
+fn template_steps(config: &[u8]) -> Result<Vec<(String, String, bool)>> {
+    let config: serde_json::Value = serde_json::from_slice(config).context("the stored config")?;
+    let text = |step: &serde_json::Value, field: &str| {
+        step.get(field)
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    Ok(config
+        .get("history")
+        .and_then(serde_json::Value::as_array)
+        .map(|steps| {
+            steps
+                .iter()
+                .map(|step| {
+                    let empty = step.get("empty_layer").and_then(serde_json::Value::as_bool);
+                    (
+                        text(step, "created_by"),
+                        text(step, "comment"),
+                        empty.unwrap_or(false),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default())
 }
 
 /// The Dockerfile of a build context (a tar) and its other entries as (path, mode, sha256).

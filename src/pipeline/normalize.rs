@@ -552,6 +552,18 @@ pub(crate) fn config_from_template(
     history: &[(String, String)],
     layers: usize,
 ) -> Result<Vec<u8>> {
+    config_from_template_flagged(template, run_config, history, layers, None)
+}
+
+/// [`config_from_template`] where a step after the template's shared prefix made no layer when
+/// `empty[index]` says so (`None`: none of them made one).
+pub(crate) fn config_from_template_flagged(
+    template: &[u8],
+    run_config: &Value,
+    history: &[(String, String)],
+    layers: usize,
+    empty: Option<&[bool]>,
+) -> Result<Vec<u8>> {
     let mut config: Value = serde_json::from_slice(template).context("the stored config")?;
     let object = config
         .as_object_mut()
@@ -596,7 +608,9 @@ pub(crate) fn config_from_template(
                 if !comment.is_empty() {
                     step.insert("comment".into(), Value::String(comment.clone()));
                 }
-                step.insert("empty_layer".into(), Value::Bool(true));
+                if empty.is_none_or(|empty| empty.get(index).copied().unwrap_or(true)) {
+                    step.insert("empty_layer".into(), Value::Bool(true));
+                }
                 steps.push(Value::Object(step));
             }
         }

@@ -59,6 +59,8 @@ pub(crate) struct LabelModel {
     pub(crate) inputs: String,
     /// What the builder writes before `LABEL` in a label step (`/bin/sh -c #(nop)  `).
     pub(crate) prefix: String,
+    /// How many history steps its parent had when it was learned.
+    pub(crate) parent_steps: usize,
     /// The build's own history steps after the parent's, up to its trailing label steps.
     pub(crate) own_steps: Vec<Step>,
     /// The daemon's config of the build (inspect `Config`), without `Labels`.
@@ -339,6 +341,7 @@ pub(crate) fn learn(
     let model = LabelModel {
         inputs,
         prefix,
+        parent_steps,
         own_steps: history[parent_steps..history.len() - modelled].to_vec(),
         run_config: without_labels(run_config),
     };
@@ -424,6 +427,71 @@ pub(crate) fn predict(
         history.push(step(&mut std::iter::once(pair)));
     }
     Ok((config, history))
+}
+
+/// Which steps of `history` (predicted from `model` on a parent with `parent_steps` steps and
+/// `parent_layers` layers) made no layer, from the learned build's normalized history
+/// (`template`: each step's `created_by` without source hashes, `comment`, `empty_layer`):
+/// - the parent's steps the template shares at the same place keep its flags; the parent's other
+///   steps (a relabelled parent's label steps) made none of its layers, or the flags are unknown
+///   and this is an `Err`;
+/// - the build's own steps have the template's flags for them;
+/// - the label steps made no layer.
+pub(crate) fn empty_layers(
+    template: &[(String, String, bool)],
+    model: &LabelModel,
+    history: &[Step],
+    parent_steps: usize,
+    parent_layers: usize,
+    normalize: impl Fn(&str) -> String,
+) -> Result<Vec<bool>, String> {
+    let own = model.own_steps.len();
+    if history.len() < parent_steps + own || template.len() < model.parent_steps + own {
+        return Err("the history is shorter than the model's steps".into());
+    }
+    let mut empty = Vec::with_capacity(history.len());
+    let mut shared = true;
+    let mut unknown = 0;
+    let mut layers = 0;
+    for (index, (created_by, comment)) in history[..parent_steps].iter().enumerate() {
+        let known = template
+            .get(index)
+            .filter(|(old_created_by, old_comment, _)| {
+                index < model.parent_steps
+                    && *old_created_by == normalize(created_by)
+                    && old_comment == comment
+            });
+        match known {
+            Some((_, _, flag)) if shared => {
+                layers += usize::from(!flag);
+                empty.push(*flag);
+            }
+            _ => {
+                shared = false;
+                unknown += 1;
+                empty.push(true);
+            }
+        }
+    }
+    if unknown > 0 && layers != parent_layers {
+        return Err(format!(
+            "{unknown} of its parent's steps are new, and {} of its layers come from them",
+            parent_layers.saturating_sub(layers)
+        ));
+    }
+    let own_template = &template[model.parent_steps..model.parent_steps + own];
+    for ((created_by, comment), (old_created_by, old_comment, flag)) in
+        model.own_steps.iter().zip(own_template)
+    {
+        if normalize(created_by) != *old_created_by || comment != old_comment {
+            return Err(format!(
+                "its step {created_by:?} is not the learned build's {old_created_by:?}"
+            ));
+        }
+        empty.push(*flag);
+    }
+    empty.resize(history.len(), true);
+    Ok(empty)
 }
 
 #[cfg(test)]

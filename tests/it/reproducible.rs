@@ -317,6 +317,7 @@ async fn a_config_change_takes_the_earlier_layers_a_label_change_skips_the_docke
         "the fixture's runtime template has its ENV line"
     );
     std::fs::write(&template, with_env).unwrap();
+    project.imagegen(&["render"]).assert().success();
     let output = build_one_at_a_time(&project);
     assert_code(&output, 0);
     let config_log = text(&output);

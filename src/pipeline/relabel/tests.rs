@@ -390,3 +390,100 @@ fn what_the_model_cannot_read_exactly_is_refused() {
     let error = predict(&model, &read, &build_labels(&[("k", "it's")]), parent).unwrap_err();
     assert!(error.contains("quoting"), "{error}");
 }
+
+/// A normalized history as the template gives it: each step's text, comment and `empty_layer`.
+fn template(steps: &[(&str, bool)]) -> Vec<(String, String, bool)> {
+    steps
+        .iter()
+        .map(|(text, empty)| match text.strip_prefix("comment:") {
+            Some(comment) => (String::new(), comment.to_string(), *empty),
+            None => (text.to_string(), String::new(), *empty),
+        })
+        .collect()
+}
+
+fn same(text: &str) -> String {
+    text.to_string()
+}
+
+#[test]
+fn the_steps_that_made_no_layer_follow_from_the_learned_build_and_a_relabelled_parent() {
+    // An image on a parent with one layer and one label step; its own RUN made one layer.
+    let parent_history = steps(&["comment:Imported from -", "/bin/sh -c #(nop)  LABEL p=old"]);
+    let parent_config = json!({"Labels": {"p": "old"}, "OnBuild": null});
+    let layers = base_layers();
+    let parent = Parent {
+        config: &parent_config,
+        history: &parent_history,
+        layers: &layers,
+    };
+    let dockerfile = "FROM example/runtime:1\nRUN make\nLABEL v=1\n";
+    let read = label_steps(dockerfile).unwrap();
+    let labels = build_labels(&[("imagegen.build-key", "sha256:1")]);
+    let built_history = steps(&[
+        "comment:Imported from -",
+        "/bin/sh -c #(nop)  LABEL p=old",
+        "/bin/sh -c make",
+        "/bin/sh -c #(nop)  LABEL v=1",
+        "/bin/sh -c #(nop)  LABEL imagegen.build-key=sha256:1",
+    ]);
+    let built_config = json!({"Labels": {"p": "old", "v": "1", "imagegen.build-key": "sha256:1"}, "OnBuild": null});
+    let model = learn(
+        &read,
+        &labels,
+        parent,
+        &built_config,
+        &built_history,
+        "key".into(),
+    )
+    .unwrap();
+    assert_eq!(model.parent_steps, 2);
+    let normalized = template(&[
+        ("comment:Imported from -", false),
+        ("/bin/sh -c #(nop)  LABEL p=old", true),
+        ("/bin/sh -c make", false),
+        ("/bin/sh -c #(nop)  LABEL v=1", true),
+        ("/bin/sh -c #(nop)  LABEL imagegen.build-key=sha256:1", true),
+    ]);
+
+    // The parent relabelled (two label steps now), the image's own label changed.
+    let new_parent_history = steps(&[
+        "comment:Imported from -",
+        "/bin/sh -c #(nop)  LABEL p=new",
+        "/bin/sh -c #(nop)  LABEL q=added",
+    ]);
+    let new_parent_config = json!({"Labels": {"p": "new", "q": "added"}, "OnBuild": null});
+    let new_parent = Parent {
+        config: &new_parent_config,
+        history: &new_parent_history,
+        ..parent
+    };
+    let relabelled = label_steps(&dockerfile.replace("v=1", "v=2")).unwrap();
+    let (_, history) = predict(&model, &relabelled, &labels, new_parent).unwrap();
+    let empty = empty_layers(&normalized, &model, &history, 3, 1, same).unwrap();
+    assert_eq!(empty, vec![false, true, true, false, true, true]);
+
+    // The parent unchanged: the template's flags throughout.
+    let (_, history) = predict(&model, &relabelled, &labels, parent).unwrap();
+    let empty = empty_layers(&normalized, &model, &history, 2, 1, same).unwrap();
+    assert_eq!(empty, vec![false, true, false, true, true]);
+
+    // A new parent step that made one of its layers: which one is not known.
+    let layered_history = steps(&["comment:Imported from -", "/bin/sh -c apt-get install x"]);
+    let two_layers = vec!["sha256:aaaa".to_string(), "sha256:bbbb".to_string()];
+    let layered = Parent {
+        history: &layered_history,
+        layers: &two_layers,
+        ..parent
+    };
+    let (_, history) = predict(&model, &relabelled, &labels, layered).unwrap();
+    let error = empty_layers(&normalized, &model, &history, 2, 2, same).unwrap_err();
+    assert!(error.contains("1 of its layers come from them"), "{error}");
+
+    // A template whose own steps are not the model's.
+    let mut other = normalized.clone();
+    other[2].0 = "/bin/sh -c make other".into();
+    let (_, history) = predict(&model, &relabelled, &labels, parent).unwrap();
+    let error = empty_layers(&other, &model, &history, 2, 1, same).unwrap_err();
+    assert!(error.contains("is not the learned build's"), "{error}");
+}
