@@ -13,13 +13,30 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
-
-use crate::pipeline::relabel::LabelModel;
+use serde_json::Value;
 
 /// The file name in the store's folder.
 const FILE: &str = "normalized.json";
 /// The most entries kept; the oldest go first.
 const MOST_ENTRIES: usize = 64;
+
+/// One history step as the daemon's history answer gives it: (`created_by`, `comment`).
+pub(crate) type Step = (String, String);
+
+/// The model of a build's config as a function of its labels, learned from a real build (`pipeline::relabel::learn`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct LabelModel {
+    /// `pipeline::relabel::inputs_key` of the build it was learned from.
+    pub(crate) inputs: String,
+    /// What the builder writes before `LABEL` in a label step (`/bin/sh -c #(nop)  `).
+    pub(crate) prefix: String,
+    /// How many history steps its parent had when it was learned.
+    pub(crate) parent_steps: usize,
+    /// The build's own history steps after the parent's, up to its trailing label steps.
+    pub(crate) own_steps: Vec<Step>,
+    /// The daemon's config of the build (inspect `Config`), without `Labels`.
+    pub(crate) run_config: Value,
+}
 
 /// One normalized layer, as a manifest names it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

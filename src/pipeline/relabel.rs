@@ -28,12 +28,10 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest as _, Sha256};
 
-/// One history step as the daemon's history answer gives it: (`created_by`, `comment`).
-pub(crate) type Step = (String, String);
+pub(crate) use crate::docker::layer_store::{LabelModel, Step};
 
 /// One file of a build context but its Dockerfile: (path, mode, sha256 of the content).
 pub(crate) type InputFile = (String, u32, String);
@@ -50,21 +48,6 @@ pub(crate) struct LabelSteps {
     pub(crate) labels: Vec<(String, String)>,
     /// The trailing `LABEL` instructions of the last stage, each as its pairs.
     pub(crate) trailing: Vec<Vec<(String, String)>>,
-}
-
-/// The model of a build's config, learned from a real build ([`learn`]).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct LabelModel {
-    /// [`inputs_key`] of the build it was learned from.
-    pub(crate) inputs: String,
-    /// What the builder writes before `LABEL` in a label step (`/bin/sh -c #(nop)  `).
-    pub(crate) prefix: String,
-    /// How many history steps its parent had when it was learned.
-    pub(crate) parent_steps: usize,
-    /// The build's own history steps after the parent's, up to its trailing label steps.
-    pub(crate) own_steps: Vec<Step>,
-    /// The daemon's config of the build (inspect `Config`), without `Labels`.
-    pub(crate) run_config: Value,
 }
 
 /// The image a build is made `FROM`, as the daemon describes it.
