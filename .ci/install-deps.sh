@@ -5,7 +5,8 @@
 #
 # System packages (apt-get):
 #   docker-registry  - the real OCI distribution registry (/usr/bin/docker-registry) the tests push to
-#   busybox-static   - a static busybox used to build the tiny local base image (`docker import`)
+#   busybox-static   - a static busybox used to build the tiny local base image (`docker import`),
+#                      and its `time -v` measures the peak RSS in tests/it/limits.rs
 #   apache2-utils    - `htpasswd -B` for the registry's basic-auth (htpasswd) test variant
 #   openssl          - a self-signed certificate for the untrusted-TLS registry test
 #   ShellCheck (the shellcheck package) - .ci/lint.sh checks CI's scripts and, through actionlint,
