@@ -41,6 +41,31 @@ fn base_layers() -> Vec<String> {
     BASE_LAYERS.iter().map(|layer| layer.to_string()).collect()
 }
 
+/// The base image of [`DOCKERFILE`] as the daemon described it.
+struct Base {
+    config: Value,
+    history: Vec<Step>,
+    layers: Vec<String>,
+}
+
+impl Base {
+    fn new() -> Base {
+        Base {
+            config: base_config(),
+            history: base_history(),
+            layers: base_layers(),
+        }
+    }
+
+    fn parent(&self) -> Parent<'_> {
+        Parent {
+            config: &self.config,
+            history: &self.history,
+            layers: &self.layers,
+        }
+    }
+}
+
 fn the_history() -> Vec<Step> {
     steps(&[
         "comment:Imported from -",
@@ -68,14 +93,8 @@ fn the_config() -> Value {
 }
 
 fn learned() -> (LabelModel, LabelSteps) {
-    let config = base_config();
-    let history = base_history();
-    let layers = base_layers();
-    let parent = Parent {
-        config: &config,
-        history: &history,
-        layers: &layers,
-    };
+    let base = Base::new();
+    let parent = base.parent();
     let label_steps = label_steps(DOCKERFILE).unwrap();
     let model = learn(
         &label_steps,
@@ -137,14 +156,8 @@ fn new_labels_give_the_steps_and_labels_a_build_would() {
         .replace("two words", "three words here")
         .replace("e=5", "e=6 f=\"x y\"");
     let changed = label_steps(&changed).unwrap();
-    let config = base_config();
-    let history = base_history();
-    let layers = base_layers();
-    let parent = Parent {
-        config: &config,
-        history: &history,
-        layers: &layers,
-    };
+    let base = Base::new();
+    let parent = base.parent();
     let (config, history) = predict(
         &model,
         &changed,
@@ -201,14 +214,8 @@ fn a_relabelled_parent_gives_its_labels_and_history_to_the_image_built_from_it()
 
 #[test]
 fn a_builder_that_writes_its_steps_otherwise_gets_no_model() {
-    let config = base_config();
-    let history = base_history();
-    let layers = base_layers();
-    let parent = Parent {
-        config: &config,
-        history: &history,
-        layers: &layers,
-    };
+    let base = Base::new();
+    let parent = base.parent();
     let read = label_steps(DOCKERFILE).unwrap();
     // Build labels in the order given, not sorted.
     let mut unsorted = the_history();
@@ -259,14 +266,8 @@ fn a_builder_that_writes_its_steps_otherwise_gets_no_model() {
 
 #[test]
 fn the_inputs_key_moves_with_everything_but_labels() {
-    let config = base_config();
-    let history = base_history();
-    let layers = base_layers();
-    let parent = Parent {
-        config: &config,
-        history: &history,
-        layers: &layers,
-    };
+    let base = Base::new();
+    let parent = base.parent();
     let files = vec![(
         "requirements.lock".to_string(),
         0o644,
