@@ -450,7 +450,10 @@ impl Builder for EngineBuilder {
         match built {
             Ok(id) => {
                 self.progress.stage(name, &format!("built {id}"));
-                let epoch = self.epoch_of(image).await?;
+                let epoch = match &inputs {
+                    Some(inputs) => inputs.epoch,
+                    None => self.epoch_of(image).await?,
+                };
                 let warm = match self.normalized_from_store(name, &id, epoch).await {
                     Some(warm) => match self.load(name, &image.reference, &warm).await {
                         Ok(()) => {

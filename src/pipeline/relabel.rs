@@ -120,18 +120,10 @@ pub(crate) fn label_steps(dockerfile: &str) -> Result<LabelSteps, String> {
         .iter()
         .map(|instruction| label_pairs(&instruction.args))
         .collect::<Result<Vec<_>, _>>()?;
-    let mut rest = String::new();
-    let mut left = instructions.len() - trailing.len();
-    for instruction in &instructions {
-        if left == 0 {
-            break;
-        }
-        left -= 1;
-        rest.push_str(&instruction.word);
-        rest.push(' ');
-        rest.push_str(&instruction.args);
-        rest.push('\n');
-    }
+    let rest: String = instructions[..instructions.len() - trailing.len()]
+        .iter()
+        .map(|instruction| format!("{} {}\n", instruction.word, instruction.args))
+        .collect();
     Ok(LabelSteps {
         rest,
         parent,
