@@ -11,13 +11,15 @@
 #   imagegen, cold  every image of today's path removed (no layer cache shared), then
 #                   `imagegen build --selftest-dir selftest --no-test --push` to a second registry
 #   imagegen, warm  the label changed again, the same `imagegen build --push` again
+# The warm rounds run three times on each path (labels 2, 3 and 4), each printed, and the ratio of
+# their medians.
 # and prints each time, imagegen's phases as its log states them (with the seconds since that
 # build's start), the digests, and the ratios imagegen / today, cold and warm. Both paths build the same
 # Dockerfiles (label 1 cold, 2 warm; `-r{revision}` in the full tag, since a full tag is immutable
 # and imagegen refuses to push new content under it, so only the revision in imagegen's version
 # label differs). Needs the Docker daemon, network to PyPI and Debian, root
 # for debootstrap when the base is missing, Debian's docker-registry and `bash
-# .ci/install-deps.sh` (uv). Holds /work/.locks/realbuild when that exists. About 17 minutes on 2
+# .ci/install-deps.sh` (uv). Holds /work/.locks/realbuild when that exists. About 18 minutes on 2
 # cores. imagegen runs as the README runs it, the release build (IMAGEGEN_BIN names another).
 #
 #   cargo build --release && bash bench/warm_label.sh
@@ -96,16 +98,28 @@ phases_of() {
 cleanup
 today_round 1
 today_cold_build=$build_s today_cold_push=$push_s
-today_round 2
-today_warm_build=$build_s today_warm_push=$push_s
+# Three warm rounds (labels 2, 3, 4) on each path: the warm figures are seconds, so one run says
+# little about their spread.
+warm_rounds=(2 3 4)
+declare -A today_warm_of imagegen_warm_of imagegen_warm_start_of
+for round in "${warm_rounds[@]}"; do
+  today_round "$round"
+  today_warm_of[$round]=$(echo "$build_s + $push_s" | bc)
+  if [ "$round" = 2 ]; then today_warm_build=$build_s today_warm_push=$push_s; fi
+done
 
 # imagegen's path from a clean daemon: none of today's images or layers, no manifest, no state.
 cleanup
 rm -rf imagegen-manifest.json .imagegen
 imagegen_round 1
 imagegen_cold=$imagegen_s imagegen_cold_start=$imagegen_start
-imagegen_round 2
-imagegen_warm=$imagegen_s imagegen_warm_start=$imagegen_start
+for round in "${warm_rounds[@]}"; do
+  imagegen_round "$round"
+  imagegen_warm_of[$round]=$imagegen_s imagegen_warm_start_of[$round]=$imagegen_start
+done
+imagegen_warm=${imagegen_warm_of[2]} imagegen_warm_start=${imagegen_warm_start_of[2]}
+# The median of three values.
+median() { printf '%s\n' "$@" | sort -g | sed -n 2p; }
 
 today_cold=$(echo "$today_cold_build + $today_cold_push" | bc)
 today_warm=$(echo "$today_warm_build + $today_warm_push" | bc)
@@ -122,3 +136,12 @@ printf 'imagegen, warm:  build --push --no-test                        %7.1f s  
 phases_of 2 "$imagegen_warm_start"
 printf 'ratio imagegen / today, cold: %.2f (%.1f s / %.1f s)\n' "$(echo "$imagegen_cold / $today_cold" | bc -l)" "$imagegen_cold" "$today_cold"
 printf 'ratio imagegen / today, warm: %.2f (%.1f s / %.1f s)\n' "$(echo "$imagegen_warm / $today_warm" | bc -l)" "$imagegen_warm" "$today_warm"
+for round in "${warm_rounds[@]}"; do
+  printf 'warm round %s (label %s): today %5.1f s, imagegen %5.1f s, ratio %.2f\n' "$round" "$round" \
+    "${today_warm_of[$round]}" "${imagegen_warm_of[$round]}" "$(echo "${imagegen_warm_of[$round]} / ${today_warm_of[$round]}" | bc -l)"
+  [ "$round" = 2 ] || phases_of "$round" "${imagegen_warm_start_of[$round]}"
+done
+today_median=$(median "${today_warm_of[@]}")
+imagegen_median=$(median "${imagegen_warm_of[@]}")
+printf 'ratio of the medians of the %s warm rounds: %.2f (%.1f s / %.1f s)\n' "${#warm_rounds[@]}" \
+  "$(echo "$imagegen_median / $today_median" | bc -l)" "$imagegen_median" "$today_median"

@@ -5,6 +5,11 @@
 //! and the registry hold those) and the normalized config, whose fields the daemon's inspect
 //! answer does not give (the history's `empty_layer` flags) are taken from.
 //!
+//! Beside them it keeps package listings (what the listing container printed), keyed by what
+//! decides them: the listing script, the image's layers and its config but labels. An image whose
+//! layers and config but labels are an earlier one's (a relabelled image) takes the listing from
+//! here instead of starting a container.
+//!
 //! The file is a cache: a missing, unreadable or malformed one is an empty one, and losing an
 //! entry (two runs writing at once: the last rename wins) costs only speed. Whether an entry may
 //! be used is the caller's decision (`pipeline/docker_builder.rs`).
@@ -19,6 +24,8 @@ use serde_json::Value;
 const FILE: &str = "normalized.json";
 /// The most entries kept; the oldest go first.
 const MOST_ENTRIES: usize = 64;
+/// The most package listings kept; the oldest go first.
+const MOST_LISTINGS: usize = 64;
 
 /// One history step as the daemon's history answer gives it: (`created_by`, `comment`).
 pub(crate) type Step = (String, String);
@@ -66,9 +73,18 @@ pub(crate) struct StoredImage {
     pub(crate) relabel: Option<LabelModel>,
 }
 
+/// A package listing: the listing container's standard output, and the key of what decided it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct StoredListing {
+    key: String,
+    output: String,
+}
+
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct StoreFile {
     images: Vec<StoredImage>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    listings: Vec<StoredListing>,
 }
 
 /// The store in one folder.
@@ -119,24 +135,57 @@ impl LayerStore {
         })
     }
 
-    /// Keeps `image`, replacing an entry with the same epoch and layers (written to a temporary
-    /// file beside the store, then renamed over it).
+    /// Keeps `image`, replacing an entry with the same epoch and layers.
     pub(crate) fn remember(&self, image: StoredImage) -> std::io::Result<()> {
+        self.update(|file| {
+            file.images
+                .retain(|kept| !(kept.epoch == image.epoch && kept.raw_layers == image.raw_layers));
+            file.images.push(image);
+            drop_oldest(&mut file.images, MOST_ENTRIES);
+        })
+    }
+
+    /// The package listing kept under `key`, if one is.
+    pub(crate) fn listing(&self, key: &str) -> Option<String> {
+        self.read()
+            .listings
+            .into_iter()
+            .find(|listing| listing.key == key)
+            .map(|listing| listing.output)
+    }
+
+    /// Keeps `output` as the package listing under `key`, replacing one kept under it.
+    pub(crate) fn remember_listing(&self, key: &str, output: &str) -> std::io::Result<()> {
+        self.update(|file| {
+            file.listings.retain(|kept| kept.key != key);
+            file.listings.push(StoredListing {
+                key: key.to_string(),
+                output: output.to_string(),
+            });
+            drop_oldest(&mut file.listings, MOST_LISTINGS);
+        })
+    }
+
+    /// Reads the file, changes it, and writes it to a temporary file beside the store, then
+    /// renamed over it.
+    fn update(&self, change: impl FnOnce(&mut StoreFile)) -> std::io::Result<()> {
         let _writing = self.writing.lock().expect("layer store lock");
         let mut file = self.read();
-        file.images
-            .retain(|kept| !(kept.epoch == image.epoch && kept.raw_layers == image.raw_layers));
-        file.images.push(image);
-        if file.images.len() > MOST_ENTRIES {
-            let extra = file.images.len() - MOST_ENTRIES;
-            file.images.drain(..extra);
-        }
+        change(&mut file);
         let dir = self.path.parent().unwrap_or(Path::new("."));
         std::fs::create_dir_all(dir)?;
         let mut temporary = tempfile::NamedTempFile::new_in(dir)?;
         serde_json::to_writer(&mut temporary, &file)?;
         temporary.persist(&self.path).map_err(|error| error.error)?;
         Ok(())
+    }
+}
+
+/// Drops the oldest (first) entries beyond `most`.
+fn drop_oldest<T>(entries: &mut Vec<T>, most: usize) {
+    if entries.len() > most {
+        let extra = entries.len() - most;
+        entries.drain(..extra);
     }
 }
 
@@ -220,6 +269,41 @@ mod tests {
         );
         assert_eq!(store.find_inputs(2, "sha256:in"), None, "another epoch");
         assert_eq!(store.find_inputs(1, "sha256:other"), None, "other inputs");
+    }
+
+    #[test]
+    fn a_listing_is_found_by_its_key_replaced_by_a_newer_one_and_kept_beside_the_images() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LayerStore::in_dir(dir.path());
+        assert_eq!(store.listing("sha256:k"), None, "an empty store");
+        store
+            .remember(image(1, "sha256:a", "sha256:first"))
+            .unwrap();
+        store
+            .remember_listing("sha256:k", "torch==2.7.0\n")
+            .unwrap();
+        store
+            .remember_listing("sha256:j", "numpy==2.0.0\n")
+            .unwrap();
+        assert_eq!(store.listing("sha256:k").as_deref(), Some("torch==2.7.0\n"));
+        assert_eq!(store.listing("sha256:other"), None, "another key");
+        store
+            .remember_listing("sha256:k", "torch==2.8.0\n")
+            .unwrap();
+        assert_eq!(store.listing("sha256:k").as_deref(), Some("torch==2.8.0\n"));
+        let file = store.read();
+        assert_eq!(file.listings.len(), 2, "replaced, not added");
+        assert_eq!(
+            file.images.len(),
+            1,
+            "the images are kept beside the listings"
+        );
+        for n in 0..MOST_LISTINGS {
+            store.remember_listing(&format!("sha256:{n}"), "").unwrap();
+        }
+        assert_eq!(store.read().listings.len(), MOST_LISTINGS);
+        assert_eq!(store.listing("sha256:k"), None, "the oldest went first");
+        assert_eq!(store.listing("sha256:0").as_deref(), Some(""));
     }
 
     #[test]

@@ -36,7 +36,8 @@ use crate::pipeline::normalize::{
 use crate::pipeline::planned::PlannedImage;
 use crate::pipeline::progress::Progress;
 use crate::pipeline::relabel::{
-    empty_layers, inputs_key, label_steps, learn, predict, InputFile, LabelSteps, Parent, Step,
+    empty_layers, inputs_key, label_steps, learn, listing_key, predict, InputFile, LabelSteps,
+    Parent, Step,
 };
 use crate::pipeline::selftest::{binary_record, interpret_selftest, parse_packages, LIST_PACKAGES};
 use crate::resolve::image::ImageSpec;
@@ -567,26 +568,10 @@ impl Builder for EngineBuilder {
         } else {
             format!("{LIST_PACKAGES}; {APT_DEPENDS}")
         };
-        let request = RunRequest {
-            image: image.reference.clone(),
-            cmd: vec!["sh".into(), "-c".into(), script],
-            entrypoint: Some(vec![]),
-            timeout: Some(Duration::from_secs(120)),
-            labels: self.container_labels("imagegen.contents", &image.spec.name),
-            ..Default::default()
-        };
-        let output = self.engine.run(request).await?;
-        if output.exit_code != 0 {
-            anyhow::bail!(
-                "listing packages exited {}: {}",
-                output.exit_code,
-                output.stderr.trim()
-            );
-        }
-        let (listing, apt) = output
-            .stdout
+        let stdout = self.listing(image, script).await?;
+        let (listing, apt) = stdout
             .split_once(APT_DEPENDS_MARKER)
-            .unwrap_or((&output.stdout, ""));
+            .unwrap_or((&stdout, ""));
         let mut packages = parse_packages(listing);
         if !extras.is_empty() {
             packages.apt_extras = installed_with_extras(extras, apt).packages;
@@ -782,6 +767,67 @@ async fn point_alias(
 }
 
 impl EngineBuilder {
+    /// What the listing `script` prints in `image`: kept in the layer store from an earlier image
+    /// with the same layers and config but labels (a relabelled image), or from a container run.
+    async fn listing(&self, image: &PlannedImage, script: String) -> Result<String> {
+        let key = match &self.settings.layer_store {
+            Some(_) => self.listing_key(&image.reference, &script).await?,
+            None => None,
+        };
+        if let (Some(store), Some(key)) = (&self.settings.layer_store, &key) {
+            if let Some(kept) = store.listing(key) {
+                self.progress.log_only(
+                    &image.spec.name,
+                    &format!("== packages listed as for an earlier image with these layers and this config but its labels (listing {key}): no container run"),
+                );
+                return Ok(kept);
+            }
+        }
+        let request = RunRequest {
+            image: image.reference.clone(),
+            cmd: vec!["sh".into(), "-c".into(), script],
+            entrypoint: Some(vec![]),
+            timeout: Some(Duration::from_secs(120)),
+            labels: self.container_labels("imagegen.contents", &image.spec.name),
+            ..Default::default()
+        };
+        let output = self.engine.run(request).await?;
+        if output.exit_code != 0 {
+            anyhow::bail!(
+                "listing packages exited {}: {}",
+                output.exit_code,
+                output.stderr.trim()
+            );
+        }
+        if let (Some(store), Some(key)) = (&self.settings.layer_store, &key) {
+            if let Err(error) = store.remember_listing(key, &output.stdout) {
+                self.progress.log_only(
+                    &image.spec.name,
+                    &format!(
+                        "== warning: could not keep its package listing in {}: {error}",
+                        store.path().display()
+                    ),
+                );
+            }
+        }
+        Ok(output.stdout)
+    }
+
+    /// The key of `reference`'s package listing by `script` (`pipeline::relabel::listing_key`),
+    /// or `None` where the daemon does not give the config as it holds it.
+    async fn listing_key(&self, reference: &str, script: &str) -> Result<Option<String>> {
+        let local = self
+            .engine
+            .image(reference)
+            .await?
+            .ok_or_else(|| anyhow!("no image {reference} in the Docker daemon to list"))?;
+        Ok(self
+            .engine
+            .image_run_config(&local.id)
+            .await?
+            .map(|(config, _history)| listing_key(script, &local.layers, &config)))
+    }
+
     /// The epoch of `image`'s normalized layers: its base's `created` (see
     /// [`crate::pipeline::normalize`]); 0 on `scratch`.
     async fn epoch_of(&self, image: &PlannedImage) -> Result<u64> {

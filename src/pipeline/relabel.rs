@@ -282,6 +282,24 @@ pub(crate) fn inputs_key(
     crate::model::digest::Digest::from_sha256(hasher.finalize().as_slice()).to_string()
 }
 
+/// What decides an image's package listing: the listing `script`, the image's `layers` (diff IDs,
+/// bottom first) and its `run_config` (the daemon's inspect `Config`) but its labels, which are in
+/// no file the script reads. Two images with one key list the same packages.
+pub(crate) fn listing_key(script: &str, layers: &[String], run_config: &Value) -> String {
+    let mut hasher = Sha256::new();
+    let mut line = |text: &str| {
+        hasher.update(text.as_bytes());
+        hasher.update(b"\n");
+    };
+    line("imagegen package listing 1");
+    line(&format!("script {script:?}"));
+    for layer in layers {
+        line(&format!("layer {layer}"));
+    }
+    line(&format!("config {}", without_labels(run_config)));
+    crate::model::digest::Digest::from_sha256(hasher.finalize().as_slice()).to_string()
+}
+
 fn without_labels(config: &Value) -> Value {
     let mut config = config.clone();
     if let Some(object) = config.as_object_mut() {

@@ -271,6 +271,40 @@ async fn local_ids(project: &Project, log: &str) -> BTreeMap<String, String> {
     ids
 }
 
+/// What the log of an image whose package listing came from the layer store says.
+const LISTING_KEPT: &str = "packages listed as for an earlier image with these layers";
+
+/// How many of the project's image logs (`.imagegen/logs`, fresh each build) say `what`.
+fn logs_saying(project: &Project, what: &str) -> usize {
+    let Ok(entries) = std::fs::read_dir(project.path().join(".imagegen/logs")) else {
+        return 0;
+    };
+    entries
+        .map(|entry| std::fs::read_to_string(entry.unwrap().path()).unwrap_or_default())
+        .filter(|log| log.contains(what))
+        .count()
+}
+
+/// The package record of each of the fixture's four images in the manifest, by tag; each holds
+/// the torch the image was built with.
+fn packages(project: &Project) -> BTreeMap<String, serde_json::Value> {
+    let manifest = project.manifest();
+    let mut packages = BTreeMap::new();
+    for torch in ["2.7.0", "2.8.0"] {
+        for variant in ["runtime", "devel"] {
+            let tag = project.tag(torch, variant);
+            let record = manifest["images"][&tag]["packages"].clone();
+            let pip = record["pip"].to_string();
+            assert!(
+                pip.contains(&format!("torch=={torch}")),
+                "{tag}: the record lists the image's torch: {record}"
+            );
+            packages.insert(tag, record);
+        }
+    }
+    packages
+}
+
 fn build_one_at_a_time(project: &Project) -> std::process::Output {
     project
         .imagegen(&["build", "--selftest-dir", "selftest", "--jobs", "1"])
@@ -358,6 +392,13 @@ async fn a_config_change_takes_the_earlier_layers_a_label_change_skips_the_docke
             "{tag}: the label changed the image"
         );
     }
+    // Their layers and config but labels are the config change's images: no listing container.
+    assert_eq!(
+        logs_saying(&project, LISTING_KEPT),
+        4,
+        "every relabelled image takes its package listing from the store\nlabel change:\n{warm_log}"
+    );
+    let warm_packages = packages(&project);
     let engine = crate::support::engine().await;
     for torch in ["2.7.0", "2.8.0"] {
         for variant in ["runtime", "devel"] {
@@ -393,6 +434,16 @@ async fn a_config_change_takes_the_earlier_layers_a_label_change_skips_the_docke
     let cold_log = text(&output);
     assert!(!cold_log.contains("without exporting them"), "{cold_log}");
     let cold = local_ids(&project, &cold_log).await;
+    assert_eq!(
+        logs_saying(&project, LISTING_KEPT),
+        0,
+        "nothing kept: each listing ran in a container"
+    );
+    assert_eq!(
+        warm_packages,
+        packages(&project),
+        "the kept listings are the ones the clean build's containers printed"
+    );
     println!("label change: {warm_seconds:.1} s; the same inputs from a clean daemon: {cold_seconds:.1} s");
     for (tag, id) in &warm {
         println!("{tag}: label change {id}, clean build {}", cold[tag]);

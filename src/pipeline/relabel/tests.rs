@@ -488,3 +488,44 @@ fn the_steps_that_made_no_layer_follow_from_the_learned_build_and_a_relabelled_p
     let error = empty_layers(&other, &model, &history, 2, 1, same).unwrap_err();
     assert!(error.contains("is not the learned build's"), "{error}");
 }
+
+#[test]
+fn the_listing_key_moves_with_the_script_the_layers_and_the_config_but_not_the_labels() {
+    let config = the_config();
+    let layers = base_layers();
+    let key = listing_key("pip freeze", &layers, &config);
+    assert!(key.starts_with("sha256:"), "{key}");
+    let mut relabelled = config.clone();
+    relabelled["Labels"] = json!({"org.opencontainers.image.vendor": "second"});
+    assert_ne!(relabelled, config, "the labels moved");
+    assert_eq!(
+        listing_key("pip freeze", &layers, &relabelled),
+        key,
+        "labels are in no file the listing reads"
+    );
+    let mut unlabelled = config.clone();
+    unlabelled.as_object_mut().unwrap().remove("Labels");
+    assert_eq!(listing_key("pip freeze", &layers, &unlabelled), key);
+
+    let mut env = config.clone();
+    env["Env"] = json!(["PATH=/opt/other/bin:/usr/bin"]);
+    let mut more_layers = layers.clone();
+    more_layers.push("sha256:extra".into());
+    let mut other_layer = layers.clone();
+    other_layer[0] = "sha256:other".into();
+    for (what, moved) in [
+        ("the script", listing_key("dpkg-query -W", &layers, &config)),
+        ("the env", listing_key("pip freeze", &layers, &env)),
+        (
+            "a layer more",
+            listing_key("pip freeze", &more_layers, &config),
+        ),
+        (
+            "another layer",
+            listing_key("pip freeze", &other_layer, &config),
+        ),
+        ("no layers", listing_key("pip freeze", &[], &config)),
+    ] {
+        assert_ne!(moved, key, "{what} moves the key");
+    }
+}
