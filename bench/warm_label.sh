@@ -12,11 +12,11 @@
 #                   `imagegen build --selftest-dir selftest --no-test --push` to a second registry
 #   imagegen, warm  the label changed again, the same `imagegen build --push` again
 # The warm rounds run three times on each path (labels 2, 3 and 4), each printed, and the ratio of
-# their medians.
-# and prints each time, imagegen's phases as its log states them (with the seconds since that
-# build's start), the digests, and the ratios imagegen / today, cold and warm. Both paths build the same
-# Dockerfiles (label 1 cold, 2 warm; `-r{revision}` in the full tag, since a full tag is immutable
-# and imagegen refuses to push new content under it, so only the revision in imagegen's version
+# their medians. It prints each time, imagegen's peak memory in the cold round (busybox time -v),
+# its phases as its log states them (with the seconds since that build's start), the digests, and
+# the ratios imagegen / today, cold and warm. Both paths build the same Dockerfiles (label 1 cold,
+# 2 to 4 warm; `-r{revision}` in the full tag, since a full tag is immutable and imagegen refuses
+# to push new content under it, so only the revision in imagegen's version
 # label differs). Needs the Docker daemon, network to PyPI and Debian, root
 # for debootstrap when the base is missing, Debian's docker-registry and `bash
 # .ci/install-deps.sh` (uv). Holds /work/.locks/realbuild when that exists. About 18 minutes on 2
@@ -81,7 +81,7 @@ imagegen_round() {
   render_round "$1"
   local start line
   start=$(now)
-  if ! { "$bin" build --selftest-dir selftest --no-test --push --format json 2>&1 > "$work/report-$1.json"; } |
+  if ! { busybox time -v "$bin" build --selftest-dir selftest --no-test --push --format json 2>&1 > "$work/report-$1.json"; } |
     while IFS= read -r line; do printf '%s %s\n' "$EPOCHREALTIME" "$line"; done > "$work/build-$1.log"; then
     cat "$work/build-$1.log" >&2; exit 1
   fi
@@ -89,6 +89,10 @@ imagegen_round() {
   imagegen_start=$start
 }
 imagegen_digest() { jq -r '.images[0].digest' "$work/report-$1.json"; }
+# imagegen's peak resident memory in round $1 (busybox time -v), in GiB.
+imagegen_peak() {
+  awk '/Maximum resident set size/ { printf "%.2f GiB", $NF / 1048576 }' "$work/build-$1.log"
+}
 # The phases of round $1 (started at $2): its built, exported, normalized, loaded and pushed lines.
 phases_of() {
   awk -v start="$2" '/== (built|exported|normalized|loaded|relabelled|pushed) / {
@@ -130,7 +134,7 @@ printf '                 (cold: %s; %s)\n' "$(today_cached 1)" "$(today_kept 1)"
 printf 'today, warm:     docker build %7.1f s + docker push %6.2f s = %7.1f s   digest %s\n' \
   "$today_warm_build" "$today_warm_push" "$today_warm" "$(today_digest 2)"
 printf '                 (label change: %s; %s)\n' "$(today_cached 2)" "$(today_kept 2)"
-printf 'imagegen, cold:  build --push --no-test                        %7.1f s   digest %s\n' "$imagegen_cold" "$(imagegen_digest 1)"
+printf 'imagegen, cold:  build --push --no-test                        %7.1f s   digest %s   peak memory %s\n' "$imagegen_cold" "$(imagegen_digest 1)" "$(imagegen_peak 1)"
 phases_of 1 "$imagegen_cold_start"
 printf 'imagegen, warm:  build --push --no-test                        %7.1f s   digest %s\n' "$imagegen_warm" "$(imagegen_digest 2)"
 phases_of 2 "$imagegen_warm_start"

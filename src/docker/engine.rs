@@ -912,10 +912,18 @@ impl Engine {
     /// Loads a `docker save`-format archive (`manifest.json`, config, layer tars). Returns the
     /// references the daemon reports as loaded.
     pub async fn load_image_archive(&self, archive: Vec<u8>) -> Result<Vec<String>, DockerError> {
+        self.load_image_pieces(vec![archive.into()]).await
+    }
+
+    /// [`Engine::load_image_archive`] of the archive the `pieces` make one after the other,
+    /// sent as they are (a layer's gigabytes are not copied into one buffer).
+    pub(crate) async fn load_image_pieces(
+        &self,
+        pieces: Vec<bytes::Bytes>,
+    ) -> Result<Vec<String>, DockerError> {
         let options = ImportImageOptionsBuilder::default().quiet(true).build();
-        let mut stream = self
-            .docker
-            .import_image(options, body_full(archive.into()), None);
+        let body = futures_util::stream::iter(pieces.into_iter().map(Ok::<_, std::io::Error>));
+        let mut stream = self.docker.import_image_stream(options, body, None);
         let mut loaded = Vec::new();
         while let Some(item) = stream.next().await {
             let info =

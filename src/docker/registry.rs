@@ -520,8 +520,13 @@ impl RegistryClient {
     /// Stores `bytes` as a blob of `repository` unless the registry has it already (a `HEAD`
     /// first); returns its digest. A monolithic upload: `POST` opens the upload session, `PUT`
     /// to its `Location` with `?digest=` closes it with the bytes.
-    pub async fn put_blob(&self, repository: &str, bytes: Vec<u8>) -> Result<String, DockerError> {
+    pub async fn put_blob(
+        &self,
+        repository: &str,
+        bytes: impl Into<bytes::Bytes>,
+    ) -> Result<String, DockerError> {
         let repository = self.api_repository(repository);
+        let bytes: bytes::Bytes = bytes.into();
         self.blocking(move |client| {
             let digest = sha256_digest(&bytes);
             let action = format!("uploading blob {digest} to {repository}");

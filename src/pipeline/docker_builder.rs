@@ -1309,7 +1309,7 @@ impl EngineBuilder {
     /// bytes that are pushed; checks that the daemon's image ID is the config digest.
     async fn load(&self, name: &str, reference: &str, normalized: &NormalizedImage) -> Result<()> {
         let archive = normalized.load_archive(reference)?;
-        self.engine.load_image_archive(archive).await?;
+        self.engine.load_image_pieces(archive).await?;
         let loaded = self.engine.image(reference).await?.map(|image| image.id);
         if loaded.as_deref() != Some(normalized.config_digest.as_str()) {
             anyhow::bail!(
@@ -1384,11 +1384,14 @@ impl EngineBuilder {
         let blobs = normalized
             .layers
             .iter()
-            .filter_map(|layer| layer.gzip.as_ref())
-            .chain(std::iter::once(&normalized.config));
+            .filter_map(|layer| layer.gzip.clone())
+            .chain(std::iter::once(bytes::Bytes::copy_from_slice(
+                &normalized.config,
+            )));
         for blob in blobs {
-            client.put_blob(path, blob.clone()).await?;
-            sent += blob.len() as u64;
+            let size = blob.len() as u64;
+            client.put_blob(path, blob).await?;
+            sent += size;
             if last_line.elapsed() >= PROGRESS_EVERY {
                 last_line = std::time::Instant::now();
                 self.progress.line(

@@ -31,7 +31,9 @@
 //!   `miniz_oxide` (version pinned by Cargo.lock) at [`GZIP_LEVEL`], in fixed 4 MiB chunks, each
 //!   compressed alone and ended with a sync flush (as pigz does), so the output depends on the
 //!   bytes, the level and the chunk size only — never on how many threads compressed it; the
-//!   chunks are compressed in parallel on every core.
+//!   chunks are compressed in parallel on every core, as the normalized layer is written
+//!   ([`GzipWriter`]): a layer is read whole from the export (its entries are sorted), but its
+//!   normalized form is never held whole, only its gzip.
 //!
 //! Everything here is a value in, value out; reading the daemon's export and loading the result
 //! back are the Docker adapter's work.
@@ -90,7 +92,7 @@ pub(crate) fn epoch_of_created(created: Option<&str>) -> u64 {
 pub(crate) struct NormalizedLayer {
     /// The gzip blob; `None` for a layer that was already a normalized layer of a parent this
     /// run normalized (see [`KnownLayer`]): its bytes were not made again.
-    pub(crate) gzip: Option<Vec<u8>>,
+    pub(crate) gzip: Option<bytes::Bytes>,
     pub(crate) digest: Digest,
     pub(crate) diff_id: Digest,
     pub(crate) unpacked_size: u64,
@@ -157,41 +159,56 @@ impl NormalizedImage {
     /// stores the config bytes as they are, so its image ID is [`NormalizedImage::config_digest`].
     /// A layer taken as known (no bytes: its parent's, which the daemon holds with the same chain
     /// below it) is an empty file: the daemon finds the layer by its chain and never reads it.
-    pub(crate) fn load_archive(&self, reference: &str) -> Result<Vec<u8>> {
-        let mut builder = tar::Builder::new(Vec::new());
+    /// The archive comes in pieces, each layer's gzip blob one of them as it is held (no copy of
+    /// a torch image's gigabytes): concatenated, they are the tar.
+    pub(crate) fn load_archive(&self, reference: &str) -> Result<Vec<bytes::Bytes>> {
+        let mut pieces = Vec::new();
         let config_name = format!("{}.json", self.config_digest.hex());
         let mut layer_names = Vec::new();
         for layer in &self.layers {
             let name = format!("{}/layer.tar", layer.digest.hex());
-            append_file(
-                &mut builder,
-                &name,
-                layer.gzip.as_deref().unwrap_or_default(),
-            )?;
+            append_piece(&mut pieces, &name, layer.gzip.clone().unwrap_or_default())?;
             layer_names.push(name);
         }
-        append_file(&mut builder, &config_name, &self.config)?;
+        append_piece(
+            &mut pieces,
+            &config_name,
+            bytes::Bytes::copy_from_slice(&self.config),
+        )?;
         let manifest = serde_json::json!([{
             "Config": config_name,
             "RepoTags": [reference],
             "Layers": layer_names,
         }]);
-        append_file(
-            &mut builder,
+        append_piece(
+            &mut pieces,
             "manifest.json",
-            &serde_json::to_vec(&manifest)?,
+            serde_json::to_vec(&manifest)?.into(),
         )?;
-        Ok(builder.into_inner()?)
+        // The end of the archive: two zero blocks.
+        pieces.push(bytes::Bytes::from_static(&[0; 1024]));
+        Ok(pieces)
     }
 }
 
-fn append_file(builder: &mut tar::Builder<Vec<u8>>, name: &str, data: &[u8]) -> Result<()> {
+/// A tar entry of a regular file `name` holding `data`: its header, `data` as it is, and the
+/// padding to the next 512-byte block.
+fn append_piece(pieces: &mut Vec<bytes::Bytes>, name: &str, data: bytes::Bytes) -> Result<()> {
     let mut header = tar::Header::new_gnu();
+    header
+        .set_path(name)
+        .with_context(|| format!("{name} as a tar entry name"))?;
     header.set_size(data.len() as u64);
     header.set_mode(0o644);
     header.set_mtime(0);
     header.set_entry_type(tar::EntryType::Regular);
-    builder.append_data(&mut header, name, data)?;
+    header.set_cksum();
+    let padding = (512 - data.len() % 512) % 512;
+    pieces.push(bytes::Bytes::copy_from_slice(header.as_bytes()));
+    pieces.push(data);
+    if padding > 0 {
+        pieces.push(bytes::Bytes::from(vec![0; padding]));
+    }
     Ok(())
 }
 
@@ -280,20 +297,21 @@ fn normalize_archive_streaming_from(
                     continue;
                 }
             }
-            let layer = normalize_layer(&bytes, epoch)
+            let layer = normalize_layer_into(&bytes, epoch, GzipWriter::new())
                 .with_context(|| format!("normalizing layer {path} of the image export"))?;
             drop(bytes);
-            let diff_id = Digest::of(&layer);
-            let unpacked_size = layer.len() as u64;
-            let gzip = gzip(&layer);
-            drop(layer);
+            let Gzipped {
+                gzip,
+                diff_id,
+                unpacked_size,
+            } = layer.finish();
             on_layer(unpacked_size, gzip.len() as u64, false);
             layers.insert(
                 path,
                 NormalizedLayer {
                     digest: Digest::of(&gzip),
                     compressed_size: gzip.len() as u64,
-                    gzip: Some(gzip),
+                    gzip: Some(gzip.into()),
                     diff_id,
                     unpacked_size,
                 },
@@ -664,7 +682,18 @@ struct LayerEntry<'a> {
 }
 
 /// A layer tar with the rules of this module applied (see the module documentation).
+#[cfg(test)]
 pub(crate) fn normalize_layer(layer: &[u8], epoch: u64) -> Result<Vec<u8>> {
+    normalize_layer_into(layer, epoch, Vec::with_capacity(layer.len()))
+}
+
+/// [`normalize_layer`] written into `out` as it is made (a [`GzipWriter`] compresses it as it
+/// comes, so the normalized layer is never held whole); returns `out`.
+pub(crate) fn normalize_layer_into<W: std::io::Write>(
+    layer: &[u8],
+    epoch: u64,
+    out: W,
+) -> Result<W> {
     let mut entries = Vec::new();
     let mut archive = tar::Archive::new(layer);
     for entry in archive.entries()? {
@@ -744,7 +773,7 @@ pub(crate) fn normalize_layer(layer: &[u8], epoch: u64) -> Result<Vec<u8>> {
         let b_hard = b.header.entry_type().is_hard_link();
         a_hard.cmp(&b_hard).then_with(|| a.path.cmp(&b.path))
     });
-    let mut builder = tar::Builder::new(Vec::with_capacity(layer.len()));
+    let mut builder = tar::Builder::new(out);
     for mut entry in entries {
         use std::os::unix::ffi::OsStrExt;
         let path = std::path::Path::new(std::ffi::OsStr::from_bytes(&entry.path));
@@ -776,51 +805,139 @@ pub(crate) fn normalize_layer(layer: &[u8], epoch: u64) -> Result<Vec<u8>> {
 
 /// gzip of `data` (see the module documentation): deterministic for a given `miniz_oxide`
 /// version, [`GZIP_LEVEL`] and chunk size, whatever the number of threads.
+#[cfg(test)]
 pub(crate) fn gzip(data: &[u8]) -> Vec<u8> {
-    let chunks: Vec<&[u8]> = if data.is_empty() {
-        vec![data]
-    } else {
-        data.chunks(GZIP_CHUNK).collect()
-    };
-    let last = chunks.len() - 1;
-    let threads = std::thread::available_parallelism()
-        .map(|count| count.get())
-        .unwrap_or(1)
-        .min(chunks.len());
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let mut compressed: Vec<Vec<u8>> = vec![Vec::new(); chunks.len()];
-    let mut crc = 0;
-    std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..threads)
-            .map(|_| {
-                scope.spawn(|| {
-                    let mut done = Vec::new();
-                    loop {
-                        let index = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        if index >= chunks.len() {
-                            return done;
-                        }
-                        done.push((index, deflate_chunk(chunks[index], index == last)));
-                    }
-                })
-            })
-            .collect();
-        crc = crc32(data);
-        for worker in workers {
-            for (index, bytes) in worker.join().expect("a compression thread panicked") {
-                compressed[index] = bytes;
-            }
+    let mut writer = GzipWriter::new();
+    std::io::Write::write_all(&mut writer, data).expect("writing to memory");
+    writer.finish().gzip
+}
+
+/// What a [`GzipWriter`] made: the gzip bytes, and the digest and size of what was written.
+pub(crate) struct Gzipped {
+    pub(crate) gzip: Vec<u8>,
+    pub(crate) diff_id: Digest,
+    pub(crate) unpacked_size: u64,
+}
+
+/// [`gzip`] as a writer, for a layer made as it is written: the same bytes, holding no more of
+/// the input than a few chunks. Full chunks are compressed in batches, one per core, while this
+/// thread hashes them (CRC-32 for the trailer, SHA-256 for the diff ID). A full chunk is known
+/// not to be the last (the one that ends the DEFLATE stream) only once a byte after it comes,
+/// so the chunk being filled waits for that, or for [`GzipWriter::finish`].
+pub(crate) struct GzipWriter {
+    out: Vec<u8>,
+    /// The chunk being filled.
+    current: Vec<u8>,
+    /// Full chunks, none of them the last, not compressed yet.
+    full: Vec<Vec<u8>>,
+    crc: Crc32,
+    sha256: Sha256,
+    size: u64,
+    /// How many threads compress; twice as many full chunks are compressed at once.
+    threads: usize,
+}
+
+impl GzipWriter {
+    pub(crate) fn new() -> GzipWriter {
+        let threads = std::thread::available_parallelism()
+            .map(|count| count.get())
+            .unwrap_or(1);
+        // ID1 ID2 CM=deflate FLG=0 MTIME=0 XFL=0 OS=255 (unknown).
+        let out = vec![0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 255];
+        GzipWriter {
+            out,
+            current: Vec::new(),
+            full: Vec::new(),
+            crc: Crc32::new(),
+            sha256: Sha256::new(),
+            size: 0,
+            threads,
         }
-    });
-    let mut out = Vec::with_capacity(compressed.iter().map(Vec::len).sum::<usize>() + 18);
-    // ID1 ID2 CM=deflate FLG=0 MTIME=0 XFL=0 OS=255 (unknown).
-    out.extend_from_slice(&[0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 255]);
-    for chunk in compressed {
-        out.extend_from_slice(&chunk);
     }
-    out.extend_from_slice(&crc.to_le_bytes());
-    out.extend_from_slice(&(data.len() as u32).to_le_bytes());
-    out
+
+    /// Compresses `chunks` (the last of them ends the stream when `last`) on every core while
+    /// this thread hashes them, and appends them in order.
+    fn compress(&mut self, chunks: &[Vec<u8>], last: bool) {
+        let threads = self.threads.min(chunks.len()).max(1);
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let mut compressed: Vec<Vec<u8>> = vec![Vec::new(); chunks.len()];
+        let (crc, sha256) = (&mut self.crc, &mut self.sha256);
+        std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..threads)
+                .map(|_| {
+                    scope.spawn(|| {
+                        let mut done = Vec::new();
+                        loop {
+                            let index = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            if index >= chunks.len() {
+                                return done;
+                            }
+                            let ends = last && index == chunks.len() - 1;
+                            done.push((index, deflate_chunk(&chunks[index], ends)));
+                        }
+                    })
+                })
+                .collect();
+            for chunk in chunks {
+                crc.update(chunk);
+                sha256.update(chunk);
+            }
+            for worker in workers {
+                for (index, bytes) in worker.join().expect("a compression thread panicked") {
+                    compressed[index] = bytes;
+                }
+            }
+        });
+        for chunk in compressed {
+            self.out.extend_from_slice(&chunk);
+        }
+    }
+
+    /// Ends the stream: the chunks left, the last one ending it (an empty one when nothing was
+    /// written), and the trailer.
+    pub(crate) fn finish(mut self) -> Gzipped {
+        let mut chunks = std::mem::take(&mut self.full);
+        chunks.push(std::mem::take(&mut self.current));
+        self.compress(&chunks, true);
+        let crc = self.crc.finish();
+        self.out.extend_from_slice(&crc.to_le_bytes());
+        self.out
+            .extend_from_slice(&(self.size as u32).to_le_bytes());
+        Gzipped {
+            gzip: self.out,
+            diff_id: Digest::from_sha256(self.sha256.finalize().as_slice()),
+            unpacked_size: self.size,
+        }
+    }
+}
+
+impl std::io::Write for GzipWriter {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        let mut rest = data;
+        while !rest.is_empty() {
+            if self.current.len() == GZIP_CHUNK {
+                // A byte follows this chunk: it is not the last.
+                let full = std::mem::replace(&mut self.current, Vec::with_capacity(GZIP_CHUNK));
+                self.full.push(full);
+                if self.full.len() == 2 * self.threads {
+                    let chunks = std::mem::take(&mut self.full);
+                    self.compress(&chunks, false);
+                }
+            }
+            if self.current.capacity() == 0 {
+                self.current.reserve_exact(GZIP_CHUNK);
+            }
+            let take = (GZIP_CHUNK - self.current.len()).min(rest.len());
+            self.current.extend_from_slice(&rest[..take]);
+            self.size += take as u64;
+            rest = &rest[take..];
+        }
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Raw DEFLATE of one chunk by a fresh compressor: the last chunk ends the stream, the others
@@ -853,8 +970,33 @@ fn deflate_chunk(chunk: &[u8], last: bool) -> Vec<u8> {
     out
 }
 
-/// CRC-32 (IEEE 802.3, as gzip's trailer), slice-by-8.
+/// CRC-32 (IEEE 802.3, as gzip's trailer) of `data`.
+#[cfg(test)]
 pub(crate) fn crc32(data: &[u8]) -> u32 {
+    let mut crc = Crc32::new();
+    crc.update(data);
+    crc.finish()
+}
+
+/// CRC-32 (IEEE 802.3) over data given in pieces, slice-by-8.
+struct Crc32(u32);
+
+impl Crc32 {
+    fn new() -> Crc32 {
+        Crc32(!0)
+    }
+
+    fn finish(&self) -> u32 {
+        !self.0
+    }
+
+    fn update(&mut self, data: &[u8]) {
+        self.0 = crc32_tables(self.0, data);
+    }
+}
+
+/// The running (inverted) CRC `crc` over `data`.
+fn crc32_tables(mut crc: u32, data: &[u8]) -> u32 {
     static TABLES: std::sync::OnceLock<[[u32; 256]; 8]> = std::sync::OnceLock::new();
     let tables = TABLES.get_or_init(|| {
         let mut tables = [[0u32; 256]; 8];
@@ -877,7 +1019,6 @@ pub(crate) fn crc32(data: &[u8]) -> u32 {
         }
         tables
     });
-    let mut crc = !0u32;
     let mut words = data.chunks_exact(8);
     for word in &mut words {
         let low = u32::from_le_bytes([word[0], word[1], word[2], word[3]]) ^ crc;
@@ -893,7 +1034,7 @@ pub(crate) fn crc32(data: &[u8]) -> u32 {
     for byte in words.remainder() {
         crc = (crc >> 8) ^ tables[0][((crc ^ u32::from(*byte)) & 0xff) as usize];
     }
-    !crc
+    crc
 }
 
 /// Checks `gzip` is a whole gzip member and returns what it holds.

@@ -578,7 +578,10 @@ fn an_export_becomes_a_manifest_over_normalized_layers_and_a_loadable_archive() 
     assert_eq!(size.layers, 1);
     let archive = first.load_archive("x:1").unwrap();
     let mut names = Vec::new();
-    for entry in tar::Archive::new(archive.as_slice()).entries().unwrap() {
+    for entry in tar::Archive::new(archive.concat().as_slice())
+        .entries()
+        .unwrap()
+    {
         names.push(entry.unwrap().path().unwrap().display().to_string());
     }
     assert_eq!(
@@ -798,7 +801,10 @@ fn a_parents_normalized_layers_are_taken_as_known_and_give_the_same_image() {
     // The load archive names the known layer with an empty file (the daemon has its chain).
     let archive = quick.load_archive("x:2").unwrap();
     let mut sizes = BTreeMap::new();
-    for entry in tar::Archive::new(archive.as_slice()).entries().unwrap() {
+    for entry in tar::Archive::new(archive.concat().as_slice())
+        .entries()
+        .unwrap()
+    {
         let entry = entry.unwrap();
         sizes.insert(entry.path().unwrap().display().to_string(), entry.size());
     }
@@ -885,4 +891,93 @@ fn the_builders_source_hashes_leave_the_history_and_nothing_else_does() {
         .unwrap()
     };
     assert_eq!(with_hash(hash), with_hash(&"e7".repeat(32)));
+}
+
+/// Appends a regular file `name` holding `data` to an export made in a test.
+fn append_file(builder: &mut tar::Builder<Vec<u8>>, name: &str, data: &[u8]) -> Result<()> {
+    let mut header = tar::Header::new_gnu();
+    header.set_size(data.len() as u64);
+    header.set_mode(0o644);
+    header.set_mtime(0);
+    header.set_entry_type(tar::EntryType::Regular);
+    builder.append_data(&mut header, name, data)?;
+    Ok(())
+}
+
+/// gzip as the module documentation defines it, from the whole input at once: the header, each
+/// 4 MiB chunk compressed alone (the last one ending the stream), the CRC-32 and the size.
+fn gzip_of_whole(data: &[u8]) -> Vec<u8> {
+    let chunks: Vec<&[u8]> = if data.is_empty() {
+        vec![data]
+    } else {
+        data.chunks(GZIP_CHUNK).collect()
+    };
+    let mut out = vec![0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 255];
+    for (index, chunk) in chunks.iter().enumerate() {
+        out.extend_from_slice(&deflate_chunk(chunk, index == chunks.len() - 1));
+    }
+    out.extend_from_slice(&crc32(data).to_le_bytes());
+    out.extend_from_slice(&(data.len() as u32).to_le_bytes());
+    out
+}
+
+#[test]
+fn the_gzip_writer_gives_the_whole_inputs_gzip_whatever_the_pieces_it_was_written_in() {
+    // Compressible but not trivially so: short runs that drift every 8 kB.
+    let data: Vec<u8> = (0..5 * GZIP_CHUNK + 7)
+        .map(|index| (((index / 3) % 251) ^ (index >> 13)) as u8)
+        .collect();
+    let pieces = [1, 4095, 1 << 20, 7, 3 << 20, GZIP_CHUNK, 513];
+    let mut seen = 0;
+    for size in [
+        0,
+        1,
+        GZIP_CHUNK - 1,
+        GZIP_CHUNK,
+        GZIP_CHUNK + 1,
+        3 * GZIP_CHUNK,
+        data.len(),
+    ] {
+        let data = &data[..size];
+        let mut writer = GzipWriter::new();
+        let mut rest = data;
+        for piece in pieces.iter().cycle() {
+            if rest.is_empty() {
+                break;
+            }
+            let (now, later) = rest.split_at((*piece).min(rest.len()));
+            std::io::Write::write_all(&mut writer, now).unwrap();
+            rest = later;
+        }
+        let made = writer.finish();
+        let expected = gzip_of_whole(data);
+        assert!(
+            made.gzip == expected,
+            "{size} bytes: the writer's gzip ({} bytes) is not the whole input's ({} bytes)",
+            made.gzip.len(),
+            expected.len()
+        );
+        assert_eq!(made.diff_id, Digest::of(data), "{size} bytes");
+        assert_eq!(made.unpacked_size, size as u64);
+        assert_eq!(gunzip(&made.gzip).unwrap(), data, "{size} bytes");
+        assert_eq!(gzip(data), expected, "{size} bytes: gzip()");
+        seen += 1;
+    }
+    assert_eq!(seen, 7);
+}
+
+#[test]
+fn a_layer_normalized_into_the_gzip_writer_is_the_layer_normalized_then_compressed() {
+    let layer = layer(&[
+        item("opt/venv/b.py", EPOCH + 100),
+        item("opt/venv/a.py", EPOCH - 100),
+        item("var/log/apt/history.log", EPOCH + 5),
+    ]);
+    let normalized = normalize_layer(&layer, EPOCH).unwrap();
+    let made = normalize_layer_into(&layer, EPOCH, GzipWriter::new())
+        .unwrap()
+        .finish();
+    assert_eq!(made.gzip, gzip_of_whole(&normalized));
+    assert_eq!(made.diff_id, Digest::of(&normalized));
+    assert_eq!(made.unpacked_size, normalized.len() as u64);
 }
