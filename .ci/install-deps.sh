@@ -5,8 +5,9 @@
 #
 # System packages (apt-get):
 #   docker-registry  - the real OCI distribution registry (/usr/bin/docker-registry) the tests push to
-#   busybox-static   - a static busybox used to build the tiny local base image (`docker import`),
-#                      and its `time -v` measures the peak RSS in tests/it/limits.rs
+#   busybox-static   - a static busybox used to build the tiny local base image (`docker import`)
+#   time             - GNU time, whose `%M` measures the peak RSS in tests/it/limits.rs and in
+#                      bench/warm_label.sh (busybox's `time -v` reports it four times too high)
 #   apache2-utils    - `htpasswd -B` for the registry's basic-auth (htpasswd) test variant
 #   openssl          - a self-signed certificate for the untrusted-TLS registry test
 #   ShellCheck (the shellcheck package) - .ci/lint.sh checks CI's scripts and, through actionlint,
@@ -30,7 +31,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(docker-registry busybox-static apache2-utils openssl shellcheck python3-venv debootstrap debian-archive-keyring openssh-client)
+packages=(docker-registry busybox-static time apache2-utils openssl shellcheck python3-venv debootstrap debian-archive-keyring openssh-client)
 
 missing=()
 for package in "${packages[@]}"; do

@@ -12,7 +12,7 @@
 #                   `imagegen build --selftest-dir selftest --no-test --push` to a second registry
 #   imagegen, warm  the label changed again, the same `imagegen build --push` again
 # The warm rounds run three times on each path (labels 2, 3 and 4), each printed, and the ratio of
-# their medians. It prints each time, imagegen's peak memory in the cold round (busybox time -v),
+# their medians. It prints each time, imagegen's peak memory in the cold round (GNU time),
 # its phases as its log states them (with the seconds since that build's start), the digests, and
 # the ratios imagegen / today, cold and warm. Both paths build the same Dockerfiles (label 1 cold,
 # 2 to 4 warm; `-r{revision}` in the full tag, since a full tag is immutable and imagegen refuses
@@ -81,7 +81,7 @@ imagegen_round() {
   render_round "$1"
   local start line
   start=$(now)
-  if ! { busybox time -v "$bin" build --selftest-dir selftest --no-test --push --format json 2>&1 > "$work/report-$1.json"; } |
+  if ! { /usr/bin/time -f 'imagegen peak KiB %M' "$bin" build --selftest-dir selftest --no-test --push --format json 2>&1 > "$work/report-$1.json"; } |
     while IFS= read -r line; do printf '%s %s\n' "$EPOCHREALTIME" "$line"; done > "$work/build-$1.log"; then
     cat "$work/build-$1.log" >&2; exit 1
   fi
@@ -89,9 +89,9 @@ imagegen_round() {
   imagegen_start=$start
 }
 imagegen_digest() { jq -r '.images[0].digest' "$work/report-$1.json"; }
-# imagegen's peak resident memory in round $1 (busybox time -v), in GiB.
+# imagegen's peak resident memory in round $1 (GNU time's %M, KiB), in GiB.
 imagegen_peak() {
-  awk '/Maximum resident set size/ { printf "%.2f GiB", $NF / 1048576 }' "$work/build-$1.log"
+  awk '/imagegen peak KiB/ { printf "%.2f GiB", $NF / 1048576 }' "$work/build-$1.log"
 }
 # The phases of round $1 (started at $2): its built, exported, normalized, loaded and pushed lines.
 phases_of() {
