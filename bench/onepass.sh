@@ -21,7 +21,7 @@ if [ -z "$wheels" ]; then
   python3 -m pip download -q --only-binary=:all: torch==2.13.0 -d "$wheels"
   printf 'download of %s wheels (%s): %.1f s\n' "$(find "$wheels" -name '*.whl' | wc -l)" "$(du -sh "$wheels" | cut -f1)" "$(since "$start")"
 fi
-cargo build --release -q --manifest-path bench/onepass/Cargo.toml
+cargo build --release -q -p onepass
 
 python3 -m venv "$work/venv"
 sync
@@ -33,6 +33,6 @@ printf 'pip install --no-compile (the reference): %.1f s, %s written\n' "$pip_s"
 rm -rf "$work/venv"
 
 start=$(now)
-bench/onepass/target/release/onepass "$wheels"
+target/release/onepass "$wheels"
 onepass_s=$(since "$start")
 printf 'ratio one pass / pip install: %.2f (%.1f s / %.1f s)\n' "$(echo "$onepass_s / $pip_s" | bc -l)" "$onepass_s" "$pip_s"
