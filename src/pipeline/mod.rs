@@ -14,3 +14,4 @@ pub(crate) mod record;
 pub(crate) mod relabel;
 pub(crate) mod results;
 pub(crate) mod selftest;
+pub(crate) mod wheel_install;

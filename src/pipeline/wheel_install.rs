@@ -1,0 +1,698 @@
+//! imagegen's own wheel installer: the files pip would write into a venv for a set of wheels,
+//! as values, so the venv's layer can be made on the host in one pass from the wheel cache
+//! (issue 21's cold path) instead of by pip in a Docker build, which writes the venv once and has
+//! the builder read it back.
+//!
+//! What it does is what pip 23 (the pip of Debian 12's and Ubuntu 22.04's `python3 -m venv`)
+//! does for `pip install --no-deps --no-compile` of wheels, following the binary distribution
+//! format (packaging.python.org, "Binary distribution format"; PEP 427) and the recording of
+//! installed projects ("Recording installed projects"; PEP 376):
+//! - **Where files go.** A wheel's files go into the venv's `site-packages`
+//!   (`{prefix}/lib/python{X.Y}/site-packages`; purelib and platlib are one folder in a venv whose
+//!   `platlibdir` is `lib`, as on Debian and Ubuntu). Its `{name}-{version}.data/{scheme}/` files
+//!   go by scheme: `purelib`, `platlib` into `site-packages`; `scripts` into `{prefix}/bin`;
+//!   `headers` into `{prefix}/include/site/python{X.Y}/{name}`; `data` into `{prefix}`.
+//! - **Modes.** A file is executable (0755) where its zip entry's mode is a regular file's with an
+//!   execute bit, else 0644; folders are 0755 (pip's `zip_item_is_executable` under umask 022).
+//! - **Scripts.** A `.data/scripts` file whose first line starts with `#!python` gets the venv's
+//!   interpreter as its first line instead (pip's `fix_script`); each `console_scripts` and
+//!   `gui_scripts` entry point becomes a script (pip's, through distlib's template), with pip's
+//!   own names for pip and easy_install.
+//! - **RECORD** is rewritten as pip does: every row of the wheel's RECORD with its path as
+//!   installed (relative to `site-packages`), the rows of changed files hashed again, generated
+//!   files (scripts, `INSTALLER`, `REQUESTED`) added with their sha256 and size, files the wheel
+//!   did not record added without; sorted, CSV, `\r\n` line ends.
+//! - **INSTALLER** says `imagegen` (what installed it, as the specification asks), and
+//!   `REQUESTED` is written for every wheel (each is in the image's lock, as `pip install -r`
+//!   marks each).
+//!
+//! Stricter than pip: two wheels that write the same path with different content are refused
+//! (pip lets the later one win, in an order it does not promise); the same content is written
+//! once. A wheel without exactly one `.dist-info` folder matching its file name, a `.data` scheme
+//! pip does not know, a path leaving its folder, an entry point without a callable or a
+//! `Wheel-Version` other than 1.x are refused with the wheel's name.
+//!
+//! Not here: byte-compiling (`.pyc` files need the image's own Python) and the venv itself
+//! (`pyvenv.cfg`, the interpreter links: `python3 -m venv` in the image makes them).
+//! Everything is a value in, value out over zip archives the caller opens.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Seek, Write};
+
+use anyhow::{anyhow, bail, Context, Result};
+use base64::Engine as _;
+use sha2::{Digest as _, Sha256};
+
+/// The venv a set of wheels is installed into.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Venv {
+    /// The venv's folder, absolute, without a trailing `/`: `/opt/venv`.
+    pub(crate) prefix: String,
+    /// The Python version, `major.minor`: `3.11`.
+    pub(crate) python: String,
+}
+
+impl Venv {
+    /// The interpreter scripts are written for: `{prefix}/bin/python3`, what `sys.executable` is
+    /// when the venv's `pip` runs.
+    pub(crate) fn interpreter(&self) -> String {
+        format!("{}/bin/python3", self.prefix)
+    }
+
+    /// `site-packages`, absolute.
+    pub(crate) fn site_packages(&self) -> String {
+        format!("{}/lib/python{}/site-packages", self.prefix, self.python)
+    }
+}
+
+/// Where an installed file's bytes come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Content {
+    /// Member `index` of wheel `wheel` (its place in the list given to [`plan`]), as it is.
+    Member { wheel: usize, index: usize },
+    /// Bytes made here: a generated script, a fixed script, RECORD, INSTALLER, REQUESTED.
+    Made(Vec<u8>),
+}
+
+/// One file of the install.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Installed {
+    pub(crate) content: Content,
+    pub(crate) executable: bool,
+    /// Which wheel put it there (its file name), for messages.
+    pub(crate) wheel: String,
+}
+
+/// Every file the wheels install, by absolute path without the leading `/`, in byte order.
+#[derive(Debug, Default)]
+pub(crate) struct InstallPlan {
+    pub(crate) files: BTreeMap<String, Installed>,
+}
+
+/// A wheel to install: its file name (`torch-2.13.0-cp311-cp311-manylinux_2_28_x86_64.whl`) and
+/// its archive.
+pub(crate) struct Wheel<R> {
+    pub(crate) file_name: String,
+    pub(crate) archive: zip::ZipArchive<R>,
+}
+
+impl<R: Read + Seek> Wheel<R> {
+    pub(crate) fn new(file_name: &str, reader: R) -> Result<Wheel<R>> {
+        let archive = zip::ZipArchive::new(reader)
+            .with_context(|| format!("{file_name}: not a readable zip archive"))?;
+        Ok(Wheel {
+            file_name: file_name.to_string(),
+            archive,
+        })
+    }
+
+    fn read_member(&mut self, index: usize) -> Result<Vec<u8>> {
+        let mut member = self
+            .archive
+            .by_index(index)
+            .with_context(|| format!("{}: member {index}", self.file_name))?;
+        let mut data = Vec::with_capacity(member.size() as usize);
+        member
+            .read_to_end(&mut data)
+            .with_context(|| format!("{}: {}", self.file_name, member.name()))?;
+        Ok(data)
+    }
+
+    fn read_named(&mut self, name: &str) -> Result<Option<Vec<u8>>> {
+        match self.archive.index_for_name(name) {
+            Some(index) => self.read_member(index).map(Some),
+            None => Ok(None),
+        }
+    }
+}
+
+/// The plan of installing `wheels` into `venv`: every file with its content's source.
+pub(crate) fn plan<R: Read + Seek>(wheels: &mut [Wheel<R>], venv: &Venv) -> Result<InstallPlan> {
+    let mut install = InstallPlan::default();
+    for number in 0..wheels.len() {
+        let files = plan_wheel(&mut wheels[number], number, venv)?;
+        for (path, file) in files {
+            add(&mut install, wheels, path, file)?;
+        }
+    }
+    Ok(install)
+}
+
+/// Adds `file` at `path`; the same content from two wheels is kept once, other content refused.
+fn add<R: Read + Seek>(
+    install: &mut InstallPlan,
+    wheels: &mut [Wheel<R>],
+    path: String,
+    file: Installed,
+) -> Result<()> {
+    let Some(earlier) = install.files.get(&path) else {
+        install.files.insert(path, file);
+        return Ok(());
+    };
+    let earlier = earlier.clone();
+    let same = content_of(wheels, &earlier.content)? == content_of(wheels, &file.content)?
+        && earlier.executable == file.executable;
+    if !same {
+        bail!(
+            "/{path}: {} and {} both install it, with different content or mode; pip would keep \
+             whichever it installed last: drop one of the two from the lock",
+            earlier.wheel,
+            file.wheel
+        );
+    }
+    Ok(())
+}
+
+/// The bytes of `content`.
+pub(crate) fn content_of<R: Read + Seek>(
+    wheels: &mut [Wheel<R>],
+    content: &Content,
+) -> Result<Vec<u8>> {
+    match content {
+        Content::Member { wheel, index } => wheels[*wheel].read_member(*index),
+        Content::Made(bytes) => Ok(bytes.clone()),
+    }
+}
+
+/// The project name of a wheel's file name (`{name}-{version}-…`).
+fn project_name(file_name: &str) -> Result<String> {
+    let stem = file_name
+        .strip_suffix(".whl")
+        .ok_or_else(|| anyhow!("{file_name}: a wheel's file name ends in .whl"))?;
+    let mut parts = stem.split('-');
+    match (parts.next(), parts.next()) {
+        (Some(name), Some(version)) if !name.is_empty() && !version.is_empty() => {
+            Ok(name.to_string())
+        }
+        _ => bail!("{file_name}: not a wheel's file name ({{name}}-{{version}}-…)"),
+    }
+}
+
+/// A project name as PEP 503 normalizes it (runs of `-`, `_`, `.` become `-`, lower case).
+fn normalized(name: &str) -> String {
+    let mut out = String::new();
+    let mut separator = false;
+    for character in name.chars() {
+        if matches!(character, '-' | '_' | '.') {
+            separator = true;
+            continue;
+        }
+        if separator && !out.is_empty() {
+            out.push('-');
+        }
+        separator = false;
+        out.extend(character.to_lowercase());
+    }
+    out
+}
+
+/// The files one wheel installs, with RECORD, INSTALLER and REQUESTED.
+fn plan_wheel<R: Read + Seek>(
+    wheel: &mut Wheel<R>,
+    number: usize,
+    venv: &Venv,
+) -> Result<Vec<(String, Installed)>> {
+    let file_name = wheel.file_name.clone();
+    let name = project_name(&file_name)?;
+    let names: Vec<String> = (0..wheel.archive.len())
+        .map(|index| {
+            wheel
+                .archive
+                .name_for_index(index)
+                .map(str::to_string)
+                .ok_or_else(|| anyhow!("{file_name}: member {index} has no name"))
+        })
+        .collect::<Result<_>>()?;
+    let mut info_dirs: Vec<&str> = names
+        .iter()
+        .filter_map(|member| member.split('/').next())
+        .filter(|top| top.ends_with(".dist-info"))
+        .collect();
+    info_dirs.sort();
+    info_dirs.dedup();
+    let info_dir = match info_dirs.as_slice() {
+        [one] => one.to_string(),
+        [] => bail!("{file_name}: no .dist-info folder"),
+        many => bail!(
+            "{file_name}: more than one .dist-info folder: {}",
+            many.join(", ")
+        ),
+    };
+    let info_stem = info_dir.trim_end_matches(".dist-info");
+    let (info_name, _) = info_stem.split_once('-').unwrap_or((info_stem, ""));
+    if normalized(info_name) != normalized(&name) {
+        bail!("{file_name}: its metadata folder {info_dir} is for another project");
+    }
+    let wheel_metadata = wheel
+        .read_named(&format!("{info_dir}/WHEEL"))?
+        .ok_or_else(|| anyhow!("{file_name}: no {info_dir}/WHEEL"))?;
+    let wheel_metadata = String::from_utf8_lossy(&wheel_metadata).into_owned();
+    let wheel_version = header_value(&wheel_metadata, "Wheel-Version")
+        .ok_or_else(|| anyhow!("{file_name}: {info_dir}/WHEEL has no Wheel-Version"))?;
+    if wheel_version.split('.').next() != Some("1") {
+        bail!("{file_name}: Wheel-Version {wheel_version}: only 1.x is installed");
+    }
+    let metadata = wheel
+        .read_named(&format!("{info_dir}/METADATA"))?
+        .ok_or_else(|| anyhow!("{file_name}: no {info_dir}/METADATA"))?;
+    let dist_name = header_value(&String::from_utf8_lossy(&metadata), "Name")
+        .ok_or_else(|| anyhow!("{file_name}: {info_dir}/METADATA has no Name"))?;
+
+    let data_dir = format!("{info_stem}.data/");
+    let site = venv.site_packages();
+    let record_path = format!("{info_dir}/RECORD");
+    let mut files: Vec<(String, Installed)> = Vec::new();
+    // Zip path → path as recorded (relative to site-packages), and the paths whose content changed.
+    let mut recorded: BTreeMap<String, String> = BTreeMap::new();
+    let mut changed: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    for (index, member) in names.iter().enumerate() {
+        if member.ends_with('/') || *member == record_path {
+            continue;
+        }
+        let entry = wheel
+            .archive
+            .by_index_raw(index)
+            .with_context(|| format!("{file_name}: {member}"))?;
+        let mode = entry.unix_mode().unwrap_or(0);
+        drop(entry);
+        let executable = zip_mode_is_executable(mode);
+        let (target, is_script) = match member.strip_prefix(&data_dir) {
+            Some(rest) => {
+                let (scheme, inner) = rest
+                    .split_once('/')
+                    .ok_or_else(|| anyhow!("{file_name}: {member}: a file outside a scheme"))?;
+                let root = match scheme {
+                    "purelib" | "platlib" => site.clone(),
+                    "scripts" => format!("{}/bin", venv.prefix),
+                    "headers" => format!(
+                        "{}/include/site/python{}/{dist_name}",
+                        venv.prefix, venv.python
+                    ),
+                    "data" => venv.prefix.clone(),
+                    other => bail!(
+                        "{file_name}: {member}: unknown scheme {other:?} (purelib, platlib, \
+                         scripts, headers, data)"
+                    ),
+                };
+                (join(&root, inner, &file_name)?, scheme == "scripts")
+            }
+            None => (join(&site, member, &file_name)?, false),
+        };
+        let mut content = Content::Member {
+            wheel: number,
+            index,
+        };
+        if is_script {
+            let data = wheel.read_member(index)?;
+            if data.starts_with(b"#!python") {
+                let rest = match data.iter().position(|&byte| byte == b'\n') {
+                    Some(end) => &data[end + 1..],
+                    None => &[][..],
+                };
+                let mut fixed = format!("#!{}\n", venv.interpreter()).into_bytes();
+                fixed.extend_from_slice(rest);
+                changed.insert(relative(&site, &target), fixed.clone());
+                content = Content::Made(fixed);
+            }
+        }
+        recorded.insert(member.clone(), relative(&site, &target));
+        files.push((
+            target,
+            Installed {
+                content,
+                executable,
+                wheel: file_name.clone(),
+            },
+        ));
+    }
+
+    // Entry points.
+    let mut generated: Vec<(String, Vec<u8>)> = Vec::new();
+    if let Some(entry_points) = wheel.read_named(&format!("{info_dir}/entry_points.txt"))? {
+        let entry_points = String::from_utf8_lossy(&entry_points).into_owned();
+        for (script, value) in scripts_to_generate(&entry_points, &venv.python) {
+            let data = entry_point_script(&venv.interpreter(), &value)
+                .with_context(|| format!("{file_name}: entry point {script} = {value}"))?;
+            let target = join(&format!("{}/bin", venv.prefix), &script, &file_name)?;
+            generated.push((target, data));
+        }
+    }
+    generated.push((
+        format!("{site}/{info_dir}/INSTALLER"),
+        b"imagegen\n".to_vec(),
+    ));
+    generated.push((format!("{site}/{info_dir}/REQUESTED"), Vec::new()));
+
+    // RECORD, as pip rewrites it.
+    let old_record = wheel
+        .read_named(&record_path)?
+        .ok_or_else(|| anyhow!("{file_name}: no {record_path}"))?;
+    let old_record = String::from_utf8(old_record)
+        .map_err(|_| anyhow!("{file_name}: {record_path} is not UTF-8"))?;
+    let mut rows: Vec<[String; 3]> = Vec::new();
+    for (line, row) in parse_csv(&old_record)
+        .with_context(|| format!("{file_name}: {record_path}"))?
+        .into_iter()
+        .enumerate()
+    {
+        let mut row = row.into_iter();
+        let Some(path) = row.next() else {
+            continue;
+        };
+        if path.is_empty() {
+            bail!("{file_name}: {record_path}: row {} has no path", line + 1);
+        }
+        let path = recorded.remove(&path).unwrap_or(path);
+        let (hash, size) = match changed.get(&path) {
+            Some(data) => (record_hash(data), data.len().to_string()),
+            None => (
+                row.next().unwrap_or_default(),
+                row.next().unwrap_or_default(),
+            ),
+        };
+        rows.push([path, hash, size]);
+    }
+    for (target, data) in &generated {
+        rows.push([
+            relative(&site, target),
+            record_hash(data),
+            data.len().to_string(),
+        ]);
+    }
+    for path in recorded.into_values() {
+        rows.push([path, String::new(), String::new()]);
+    }
+    rows.sort();
+    let mut record = String::new();
+    for row in &rows {
+        let fields: Vec<String> = row.iter().map(|field| csv_field(field)).collect();
+        record.push_str(&fields.join(","));
+        record.push_str("\r\n");
+    }
+    for (target, data) in generated {
+        let executable = target.starts_with(&format!("{}/bin/", venv.prefix));
+        files.push((
+            target,
+            Installed {
+                content: Content::Made(data),
+                executable,
+                wheel: file_name.clone(),
+            },
+        ));
+    }
+    files.push((
+        format!("{site}/{record_path}"),
+        Installed {
+            content: Content::Made(record.into_bytes()),
+            executable: false,
+            wheel: file_name.clone(),
+        },
+    ));
+    Ok(files
+        .into_iter()
+        .map(|(path, file)| (path.trim_start_matches('/').to_string(), file))
+        .collect())
+}
+
+/// pip's `zip_item_is_executable`: a regular file's mode with an execute bit (a mode without a
+/// file type, as Python's zipfile writes when told only the permissions, is not).
+fn zip_mode_is_executable(mode: u32) -> bool {
+    mode & 0o170000 == 0o100000 && mode & 0o111 != 0
+}
+
+/// The value of an email-header-style field (`Name: value`) of WHEEL or METADATA.
+fn header_value(text: &str, field: &str) -> Option<String> {
+    text.lines()
+        .take_while(|line| !line.is_empty())
+        .find_map(|line| {
+            let (key, value) = line.split_once(':')?;
+            key.trim()
+                .eq_ignore_ascii_case(field)
+                .then(|| value.trim().to_string())
+        })
+}
+
+/// `root/inner`, refusing an `inner` that is absolute or leaves `root` (`..`).
+fn join(root: &str, inner: &str, file_name: &str) -> Result<String> {
+    if inner.is_empty()
+        || inner.starts_with('/')
+        || inner.split('/').any(|part| part == ".." || part == ".")
+        || inner.contains('\\')
+        || inner.contains('\0')
+    {
+        bail!("{file_name}: {inner:?}: a path that would leave its folder");
+    }
+    Ok(format!("{root}/{inner}"))
+}
+
+/// `path` relative to the folder `from` (both absolute), as `os.path.relpath` gives it.
+fn relative(from: &str, path: &str) -> String {
+    let from: Vec<&str> = from.split('/').filter(|part| !part.is_empty()).collect();
+    let to: Vec<&str> = path.split('/').filter(|part| !part.is_empty()).collect();
+    let common = from
+        .iter()
+        .zip(&to)
+        .take_while(|(left, right)| left == right)
+        .count();
+    let mut parts: Vec<&str> = vec![".."; from.len() - common];
+    parts.extend(&to[common..]);
+    parts.join("/")
+}
+
+/// RECORD's hash of `data`: `sha256=` and the urlsafe base64 of the digest, unpadded.
+fn record_hash(data: &[u8]) -> String {
+    format!(
+        "sha256={}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(Sha256::digest(data))
+    )
+}
+
+/// A field as Python's `csv` module writes it (the `excel` dialect, minimal quoting).
+fn csv_field(field: &str) -> String {
+    if field.contains([',', '"', '\r', '\n']) {
+        format!("\"{}\"", field.replace('"', "\"\""))
+    } else {
+        field.to_string()
+    }
+}
+
+/// The rows of a CSV text (RECORD): fields split at commas, double-quoted fields with `""` for a
+/// quote; empty lines skipped.
+fn parse_csv(text: &str) -> Result<Vec<Vec<String>>> {
+    let mut rows = Vec::new();
+    let mut row = Vec::new();
+    let mut field = String::new();
+    let mut quoted = false;
+    let mut characters = text.chars().peekable();
+    let mut any = false;
+    while let Some(character) = characters.next() {
+        if quoted {
+            match character {
+                '"' if characters.peek() == Some(&'"') => {
+                    characters.next();
+                    field.push('"');
+                }
+                '"' => quoted = false,
+                other => field.push(other),
+            }
+            continue;
+        }
+        match character {
+            '"' if field.is_empty() => {
+                quoted = true;
+                any = true;
+            }
+            ',' => {
+                row.push(std::mem::take(&mut field));
+                any = true;
+            }
+            '\r' if characters.peek() == Some(&'\n') => {}
+            '\n' | '\r' => {
+                if any || !field.is_empty() {
+                    row.push(std::mem::take(&mut field));
+                    rows.push(std::mem::take(&mut row));
+                }
+                any = false;
+            }
+            other => {
+                field.push(other);
+                any = true;
+            }
+        }
+    }
+    if quoted {
+        bail!("a quoted field is not closed");
+    }
+    if any || !field.is_empty() {
+        row.push(field);
+        rows.push(row);
+    }
+    Ok(rows)
+}
+
+/// The `(script name, entry point)` pairs pip generates scripts for, from `entry_points.txt`:
+/// `console_scripts` and `gui_scripts` (alike on Linux), with pip's own names for pip
+/// (`pip`, `pip3`, `pip3.11`) and easy_install (`easy_install`, `easy_install-3.11`) in place of
+/// the wheel's versioned ones.
+fn scripts_to_generate(entry_points: &str, python: &str) -> Vec<(String, String)> {
+    let mut scripts: BTreeMap<String, String> = BTreeMap::new();
+    let mut section = String::new();
+    for line in entry_points.lines() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') || line.starts_with(';') {
+            continue;
+        }
+        if let Some(name) = line
+            .strip_prefix('[')
+            .and_then(|rest| rest.strip_suffix(']'))
+        {
+            section = name.trim().to_string();
+            continue;
+        }
+        if section != "console_scripts" && section != "gui_scripts" {
+            continue;
+        }
+        if let Some((name, value)) = line.split_once('=') {
+            scripts.insert(name.trim().to_string(), value.trim().to_string());
+        }
+    }
+    let major = python.split('.').next().unwrap_or(python);
+    let versioned = |name: &str, base: &str| {
+        name.strip_prefix(base).is_some_and(|rest| {
+            !rest.is_empty()
+                && rest
+                    .trim_start_matches('-')
+                    .chars()
+                    .all(|character| character.is_ascii_digit() || character == '.')
+        })
+    };
+    if let Some(pip) = scripts.remove("pip") {
+        scripts.retain(|name, _| !versioned(name, "pip"));
+        scripts.insert("pip".to_string(), pip.clone());
+        scripts.insert(format!("pip{major}"), pip.clone());
+        scripts.insert(format!("pip{python}"), pip);
+    }
+    if let Some(easy_install) = scripts.remove("easy_install") {
+        scripts.retain(|name, _| !versioned(name, "easy_install"));
+        scripts.insert("easy_install".to_string(), easy_install.clone());
+        scripts.insert(format!("easy_install-{python}"), easy_install);
+    }
+    scripts.into_iter().collect()
+}
+
+/// The script pip writes for the entry point `value` (`module:attribute.path [extras]`).
+fn entry_point_script(interpreter: &str, value: &str) -> Result<Vec<u8>> {
+    let value = match value.split_once('[') {
+        Some((before, _extras)) => before.trim(),
+        None => value.trim(),
+    };
+    let (module, function) = value
+        .split_once(':')
+        .map(|(module, function)| (module.trim(), function.trim()))
+        .ok_or_else(|| anyhow!("an entry point needs a callable (module:function)"))?;
+    let identifier = |text: &str| {
+        !text.is_empty()
+            && text.split('.').all(|part| {
+                !part.is_empty()
+                    && !part.starts_with(|character: char| character.is_ascii_digit())
+                    && part
+                        .chars()
+                        .all(|character| character.is_alphanumeric() || character == '_')
+            })
+    };
+    if !identifier(module) || !identifier(function) {
+        bail!("not a module:function entry point");
+    }
+    if interpreter.len() > 127 || interpreter.contains(' ') {
+        bail!("the interpreter path {interpreter} cannot be a shebang line");
+    }
+    let import_name = function.split('.').next().unwrap_or(function);
+    let mut script = Vec::new();
+    write!(
+        script,
+        "#!{interpreter}\n# -*- coding: utf-8 -*-\nimport re\nimport sys\nfrom {module} import \
+         {import_name}\nif __name__ == '__main__':\n    sys.argv[0] = \
+         re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])\n    sys.exit({function}())\n"
+    )?;
+    Ok(script)
+}
+
+/// The layer of `install`: a tar whose entries are every folder on the way to an installed file
+/// (0755) and every file (0644, or 0755 where executable), in byte order of their path, owned by
+/// root, every mtime `epoch`: the normalized form of `normalize`, written into `out` as each
+/// wheel member is inflated (one file is held at a time). Returns `out` and the file count.
+pub(crate) fn write_layer<R: Read + Seek, W: Write>(
+    install: &InstallPlan,
+    wheels: &mut [Wheel<R>],
+    epoch: u64,
+    out: W,
+) -> Result<(W, usize)> {
+    let mut folders: std::collections::BTreeSet<&str> = std::collections::BTreeSet::new();
+    for path in install.files.keys() {
+        let mut end = path.len();
+        while let Some(slash) = path[..end].rfind('/') {
+            if !folders.insert(&path[..slash]) {
+                break;
+            }
+            end = slash;
+        }
+    }
+    let mut entries: Vec<(&str, Option<&Installed>)> = folders
+        .into_iter()
+        .map(|folder| (folder, None))
+        .chain(
+            install
+                .files
+                .iter()
+                .map(|(path, file)| (path.as_str(), Some(file))),
+        )
+        .collect();
+    entries.sort_by(|left, right| left.0.cmp(right.0));
+    let mut builder = tar::Builder::new(out);
+    let mut count = 0;
+    for (path, file) in entries {
+        let mut header = tar::Header::new_gnu();
+        header.set_uid(0);
+        header.set_gid(0);
+        header.set_mtime(epoch);
+        match file {
+            None => {
+                header.set_entry_type(tar::EntryType::Directory);
+                header.set_mode(0o755);
+                header.set_size(0);
+                builder
+                    .append_data(&mut header, format!("{path}/"), std::io::empty())
+                    .with_context(|| format!("/{path}"))?;
+            }
+            Some(file) => {
+                header.set_entry_type(tar::EntryType::Regular);
+                header.set_mode(if file.executable { 0o755 } else { 0o644 });
+                count += 1;
+                match &file.content {
+                    Content::Made(data) => {
+                        header.set_size(data.len() as u64);
+                        builder
+                            .append_data(&mut header, path, data.as_slice())
+                            .with_context(|| format!("/{path}"))?;
+                    }
+                    Content::Member { wheel, index } => {
+                        let wheel = &mut wheels[*wheel];
+                        let name = wheel.file_name.clone();
+                        let member = wheel
+                            .archive
+                            .by_index(*index)
+                            .with_context(|| format!("{name}: member {index}"))?;
+                        header.set_size(member.size());
+                        builder
+                            .append_data(&mut header, path, member)
+                            .with_context(|| format!("{name}: /{path}"))?;
+                    }
+                }
+            }
+        }
+    }
+    Ok((builder.into_inner()?, count))
+}
+
+#[cfg(test)]
+mod tests;
