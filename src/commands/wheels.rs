@@ -17,6 +17,7 @@ use crate::docker::pypi_index::{credentials, locked_packages, netrc_credentials}
 use crate::docker::wheel_cache::{fetch_all, FetchProgress, IndexSource, WheelCache, WheelNeed};
 use crate::docker::{ContextFile, ContextWheels, DiskFile};
 use crate::model::wheel_tags::Target;
+use crate::pipeline::wheel_install::{self, Venv, VENV_PREFIX};
 use crate::resolve::image::ImageSpec;
 
 /// The cache folder: `--wheel-cache`/`$IMAGEGEN_WHEEL_CACHE`, else `$XDG_CACHE_HOME/imagegen/wheels`,
@@ -207,7 +208,42 @@ pub(crate) fn fetch_for_images(
             },
         );
     }
+    check_side_by_side(images, &contexts)?;
     Ok(contexts)
+}
+
+/// Refuses an image whose wheels would overwrite each other's files with other content (a devel
+/// image's together with its runtime image's, which it installs over), before any build.
+fn check_side_by_side(
+    images: &[ImageSpec],
+    contexts: &BTreeMap<String, ContextWheels>,
+) -> Result<()> {
+    for image in images {
+        let Some(own) = contexts.get(&image.name) else {
+            continue;
+        };
+        let parent = image
+            .lock
+            .as_ref()
+            .and_then(|spec| spec.parent.as_ref())
+            .and_then(|parent| contexts.get(&parent.image));
+        let files: Vec<PathBuf> = parent
+            .into_iter()
+            .chain([own])
+            .flat_map(|wheels| wheels.files.iter().map(|file| file.source.clone()))
+            .collect();
+        let venv = Venv {
+            prefix: VENV_PREFIX.to_string(),
+            python: image.python.to_string(),
+        };
+        wheel_install::check_side_by_side(&files, &venv).with_context(|| {
+            format!(
+                "{}: two wheels of its lock install one file with different content",
+                image.name
+            )
+        })?;
+    }
+    Ok(())
 }
 
 /// Prints the progress line until `done`: rewritten in place every 200 ms on a terminal, a new

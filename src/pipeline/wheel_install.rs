@@ -43,6 +43,9 @@ use anyhow::{anyhow, bail, Context, Result};
 use base64::Engine as _;
 use sha2::{Digest as _, Sha256};
 
+/// The venv every image installs its lock into (the templates' `VIRTUAL_ENV`).
+pub(crate) const VENV_PREFIX: &str = "/opt/venv";
+
 /// The venv a set of wheels is installed into.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Venv {
@@ -155,7 +158,9 @@ fn add<R: Read + Seek>(
     if !same {
         bail!(
             "/{path}: {} and {} both install it, with different content or mode; pip would keep \
-             whichever it installed last: drop one of the two from the lock",
+             whichever it installed last, in an order it does not promise, and leave the other \
+             project broken\nhint: keep one of the two projects in matrix.yaml's `pip:` \
+             requirements and run `imagegen lock` again",
             earlier.wheel,
             file.wheel
         );
@@ -617,10 +622,34 @@ fn entry_point_script(interpreter: &str, value: &str) -> Result<Vec<u8>> {
     Ok(script)
 }
 
+/// Checks that the wheels `files` (on disk) install into `venv` side by side: no two of them
+/// write one path with different content (pip would keep whichever it installed last, in an
+/// order it does not promise, leaving one of the two packages broken). Reads each wheel's
+/// directory and metadata, and the content of shared paths only. Returns how many files the
+/// install writes.
+pub(crate) fn check_side_by_side(files: &[std::path::PathBuf], venv: &Venv) -> Result<usize> {
+    let mut wheels = files
+        .iter()
+        .map(|path| {
+            let file_name = path
+                .file_name()
+                .map(|name| name.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let file = std::fs::File::open(path)
+                .with_context(|| format!("{}: cannot open it", path.display()))?;
+            Wheel::new(&file_name, std::io::BufReader::new(file))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(plan(&mut wheels, venv)?.files.len())
+}
+
 /// The layer of `install`: a tar whose entries are every folder on the way to an installed file
 /// (0755) and every file (0644, or 0755 where executable), in byte order of their path, owned by
 /// root, every mtime `epoch`: the normalized form of `normalize`, written into `out` as each
 /// wheel member is inflated (one file is held at a time). Returns `out` and the file count.
+/// Today the tests compare it, unpacked, with pip's install; the host-side venv layer of issue 21
+/// is what it is for.
+#[cfg(test)]
 pub(crate) fn write_layer<R: Read + Seek, W: Write>(
     install: &InstallPlan,
     wheels: &mut [Wheel<R>],

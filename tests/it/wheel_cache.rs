@@ -22,6 +22,11 @@ struct Index {
 
 impl Index {
     fn start(dir: &Path, port: Option<u16>) -> Index {
+        Index::start_with(dir, port, &[])
+    }
+
+    /// [`Index::start`] with these environment variables (`INDEX_CLASH`).
+    fn start_with(dir: &Path, port: Option<u16>, env: &[(&str, &str)]) -> Index {
         let port_file = dir.join(format!("index-{}.port", port.unwrap_or(0)));
         let log = dir.join("index.log");
         let script =
@@ -31,6 +36,7 @@ impl Index {
             .arg(&port_file)
             .arg(&log)
             .env("INDEX_PORT", port.unwrap_or(0).to_string())
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -341,4 +347,51 @@ async fn wheels_come_from_the_host_cache_survive_the_index_going_away_and_a_tamp
         )
     );
     assert_eq!(index.requests().len(), asked_before);
+}
+
+/// Two wheels of a lock that would overwrite one file with other content (the fixture index's
+/// torchvision also ships a torch/__init__.py) are refused after the fetch, before any Docker
+/// build, naming the image, the file and both wheels; nothing is built and the manifest is not
+/// written.
+#[tokio::test(flavor = "multi_thread")]
+async fn wheels_that_would_overwrite_each_others_files_are_refused_before_any_build() {
+    prepare().await;
+    let scratch = tempfile::tempdir().unwrap();
+    let _index = Index::start_with(scratch.path(), None, &[("INDEX_CLASH", "1")]);
+    let project = Project::from_fixture("wheel-cache", "127.0.0.1:9", SELFTEST_PASS);
+    project.add_selftest("gpu-selftest-cu13", SELFTEST_PASS);
+    project.edit_matrix("PORT", &_index.port.to_string());
+    let lock = project
+        .imagegen(&["lock", "--uv", uv().to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_code(&lock, 0);
+    let manifest = project.path().join("images/manifest.json");
+    let manifest_before = std::fs::read(&manifest).ok();
+    let refused = build(&project, &scratch.path().join("cache"));
+    assert_code(&refused, 2);
+    let log = text(&refused);
+    let name = "2.13.0-cuda13.0-cudnn9-runtime-ubuntu24.04";
+    assert!(log.contains("wheels: 3/3 files ready in"), "{log}");
+    assert!(
+        log.contains(&format!(
+            "{name}: two wheels of its lock install one file with different content"
+        )),
+        "{log}"
+    );
+    assert!(
+        log.contains(
+            "/opt/venv/lib/python3.12/site-packages/torch/__init__.py: torch-2.13.0-py3-none-any.whl and torchvision-0.28.0-py3-none-any.whl both install it, with different content or mode"
+        ),
+        "{log}"
+    );
+    assert!(!log.contains("building"), "{log}");
+    assert!(log.contains("hint: keep one of the two projects"), "{log}");
+    assert_eq!(std::fs::read(&manifest).ok(), manifest_before);
+    let image = format!("{}/{}:{name}", project.registry, project.repository);
+    let inspect = Command::new("docker")
+        .args(["image", "inspect", &image])
+        .output()
+        .unwrap();
+    assert!(!inspect.status.success(), "{image} was built");
 }

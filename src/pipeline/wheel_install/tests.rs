@@ -282,7 +282,9 @@ fn two_wheels_with_one_file_keep_it_once_and_refuse_it_when_its_content_differs(
         format!(
             "/{SITE}/nvidia/__init__.py: cublas-1.0-py3-none-any.whl and \
              cudnn-1.0-py3-none-any.whl both install it, with different content or mode; pip \
-             would keep whichever it installed last: drop one of the two from the lock"
+             would keep whichever it installed last, in an order it does not promise, and leave \
+             the other project broken\nhint: keep one of the two projects in matrix.yaml's \
+             `pip:` requirements and run `imagegen lock` again"
         )
     );
 }
@@ -681,9 +683,52 @@ fn the_install_of_a_wheel_folder_is_pips_file_by_file() {
         .collect();
     names.sort();
     assert!(!names.is_empty(), "no wheels in {}", folder.display());
+    let started = std::time::Instant::now();
+    let paths: Vec<_> = names.iter().map(|name| folder.join(name)).collect();
+    let files = check_side_by_side(
+        &paths,
+        &Venv {
+            prefix: VENV_PREFIX.into(),
+            python: "3.11".into(),
+        },
+    )
+    .unwrap();
+    println!(
+        "side by side: {files} files planned in {:.2} s",
+        started.elapsed().as_secs_f64()
+    );
     let compared = compare_with_pip(&folder, &names);
     println!(
         "{} wheels, {compared} files: the same as pip's but INSTALLER",
         names.len()
     );
+}
+
+/// The wheels of `IMAGEGEN_WHEEL_FOLDER` install side by side for Python `IMAGEGEN_PYTHON`
+/// (what `imagegen build` checks after its fetch): for the real locks of images/, whose
+/// Python the host may not have.
+/// `IMAGEGEN_WHEEL_FOLDER=… IMAGEGEN_PYTHON=3.12 cargo test --lib the_wheels_of_a_folder -- --ignored --nocapture`
+#[test]
+#[ignore = "needs IMAGEGEN_WHEEL_FOLDER and IMAGEGEN_PYTHON"]
+fn the_wheels_of_a_folder_install_side_by_side() {
+    let folder = std::path::PathBuf::from(
+        std::env::var("IMAGEGEN_WHEEL_FOLDER").expect("IMAGEGEN_WHEEL_FOLDER"),
+    );
+    let python = std::env::var("IMAGEGEN_PYTHON").expect("IMAGEGEN_PYTHON");
+    let mut paths: Vec<_> = std::fs::read_dir(&folder)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|extension| extension == "whl"))
+        .collect();
+    paths.sort();
+    assert!(!paths.is_empty(), "no wheels in {}", folder.display());
+    let files = check_side_by_side(
+        &paths,
+        &Venv {
+            prefix: VENV_PREFIX.into(),
+            python,
+        },
+    )
+    .unwrap();
+    println!("{} wheels install {files} files side by side", paths.len());
 }
