@@ -70,6 +70,11 @@ pub(crate) fn run(project: &Project, args: &BakeArgs) -> Result<Outcome> {
             }
         }
         let wheel_source = project.matrix()?.wheels;
+        if wheel_source == WheelSource::Host {
+            anyhow::bail!(
+                "matrix.yaml: wheels: host makes the runtime venv on the host, which only `imagegen build` does; bake builds with buildx from the staged contexts alone\nhint: set `wheels: cache` for `imagegen bake`"
+            );
+        }
         // The wheels of every image's lock, fetched on the host as `imagegen build` does.
         let wheels = if wheel_source == WheelSource::Cache {
             wheels::fetch_for_images(

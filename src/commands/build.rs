@@ -117,7 +117,7 @@ pub(crate) fn run(project: &Project, args: &BuildArgs) -> Result<Outcome> {
     let wheel_source = project.matrix()?.wheels;
     let team_wheels = match wheel_source {
         // The team's wheels come through the host-side cache with every other file of the lock.
-        WheelSource::Cache => BTreeMap::new(),
+        WheelSource::Cache | WheelSource::Host => BTreeMap::new(),
         WheelSource::Index => team_wheels(&selected, &project.locks()?)?,
     };
     let mut contexts =
@@ -170,7 +170,7 @@ pub(crate) fn run(project: &Project, args: &BuildArgs) -> Result<Outcome> {
         }
         return Ok(Outcome::Success);
     }
-    if wheel_source == WheelSource::Cache {
+    if wheel_source != WheelSource::Index {
         contexts.wheels = wheels::fetch_for_images(
             &selected,
             &project.locks()?,

@@ -1210,6 +1210,20 @@ impl Engine {
     /// also when this future is dropped midway (the removal is then spawned on the runtime).
     /// A non-zero exit is a normal [`RunOutput`], not an error.
     pub async fn run(&self, request: RunRequest) -> Result<RunOutput, DockerError> {
+        self.run_with_files(request, None, None)
+            .await
+            .map(|(output, _)| output)
+    }
+
+    /// [`Engine::run`] with the tar `upload` (a stream of its bytes) extracted at `/` of the
+    /// container before it starts, and the file `download` read from it after it stopped (its
+    /// bytes; an empty `Vec` when none is asked).
+    pub(crate) async fn run_with_files(
+        &self,
+        request: RunRequest,
+        upload: Option<std::pin::Pin<Box<dyn futures_util::Stream<Item = bytes::Bytes> + Send>>>,
+        download: Option<&str>,
+    ) -> Result<(RunOutput, Vec<u8>), DockerError> {
         let container_error = |action: &str, error: BollardError| {
             if is_connection_failure(&error) {
                 return self.daemon_error(action, error);
@@ -1298,9 +1312,50 @@ impl Engine {
             container_id: Some(container_id.clone()),
         };
 
-        let outcome = self
-            .run_created(&container_id, &request, &container_error)
-            .await;
+        let outcome = async {
+            if let Some(upload) = upload {
+                self.docker
+                    .upload_to_container(
+                        &container_id,
+                        Some(
+                            bollard::query_parameters::UploadToContainerOptionsBuilder::default()
+                                .path("/")
+                                .build(),
+                        ),
+                        bollard::body_stream(upload),
+                    )
+                    .await
+                    .map_err(|error| container_error("placing files in the container", error))?;
+            }
+            let output = self
+                .run_created(&container_id, &request, &container_error)
+                .await?;
+            let mut downloaded = Vec::new();
+            if let Some(path) = download {
+                let mut archive = Vec::new();
+                let mut stream = self.docker.download_from_container(
+                    &container_id,
+                    Some(
+                        bollard::query_parameters::DownloadFromContainerOptionsBuilder::default()
+                            .path(path)
+                            .build(),
+                    ),
+                );
+                while let Some(chunk) = stream.next().await {
+                    let chunk = chunk.map_err(|error| {
+                        container_error(&format!("reading {path} from the container"), error)
+                    })?;
+                    archive.extend_from_slice(&chunk);
+                }
+                downloaded = single_file_of(&archive).map_err(|reason| DockerError::Container {
+                    image: request.image.clone(),
+                    action: format!("reading {path} from the container"),
+                    reason,
+                })?;
+            }
+            Ok((output, downloaded))
+        }
+        .await;
         guard.disarm();
 
         let removal = self
@@ -1395,6 +1450,24 @@ impl Engine {
             stderr: String::from_utf8_lossy(&stderr).into_owned(),
         })
     }
+}
+
+/// The content of the one file of `archive` (the tar the archive API answers for a file's path).
+fn single_file_of(archive: &[u8]) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let mut reader = tar::Archive::new(archive);
+    let entries = reader.entries().map_err(|error| error.to_string())?;
+    for entry in entries {
+        let mut entry = entry.map_err(|error| error.to_string())?;
+        if entry.header().entry_type().is_file() {
+            let mut data = Vec::with_capacity(entry.size() as usize);
+            entry
+                .read_to_end(&mut data)
+                .map_err(|error| error.to_string())?;
+            return Ok(data);
+        }
+    }
+    Err("the daemon's archive holds no file".into())
 }
 
 /// The body of `GET path` from the daemon on the Unix socket `socket` (HTTP/1.0: one answer, no

@@ -79,6 +79,14 @@ pub enum WheelSource {
     /// so the wheels never become a layer of it.
     #[default]
     Cache,
+    /// As `cache`, and a runtime image's venv is not made by pip in the Docker build: imagegen
+    /// installs the cached wheels on the host itself (pip's files, modes, scripts and RECORD;
+    /// `pipeline::wheel_install`) into a layer of their own, written and compressed in one pass,
+    /// byte-compiles them and builds the loader cache in a container of the image, and adds the
+    /// two layers above the Docker build's. Nothing of the venv passes through the daemon's
+    /// build. An image with the team's steps (`steps:`, which run on the installed venv) cannot:
+    /// refused when rendered.
+    Host,
     /// pip inside the build downloads them from the indexes (each build again): for a remote
     /// daemon whose network reaches the indexes while the host running imagegen does not, or
     /// where sending gigabytes of context to it is slower than its own download.

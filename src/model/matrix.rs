@@ -413,8 +413,9 @@ pub struct Matrix {
     /// Where devel images get nvcc: NVIDIA's apt repository (`apt`, default) or PyPI (`pypi`).
     #[serde(default)]
     pub(crate) devel_toolkit: DevelToolkit,
-    /// Where images install their wheels from: the host-side cache (`cache`, default) or the
-    /// indexes, by pip inside the build (`index`).
+    /// Where images install their wheels from: the host-side cache (`cache`, default), the
+    /// cache with the runtime venv made on the host (`host`) or the indexes, by pip inside the
+    /// build (`index`).
     #[serde(default)]
     pub(crate) wheels: WheelSource,
     /// A PEM file of CA certificates (a TLS-intercepting proxy's), relative to the matrix file:

@@ -40,7 +40,10 @@ use crate::pipeline::relabel::{
     Parent, Step,
 };
 use crate::pipeline::selftest::{binary_record, interpret_selftest, parse_packages, LIST_PACKAGES};
+use crate::render::HOST_VENV_SCRIPT;
 use crate::resolve::image::ImageSpec;
+
+mod host_venv;
 
 /// Said once per run when the daemon has no GPU runtime, instead of with every image.
 const NO_GPU_NOTE: &str = "no GPU runtime on this Docker daemon: each image's gpu-selftest runs without GPUs and is recorded as skipped (the reason in .imagegen/logs/<image>.log); aliases wait for a passing result from `imagegen test` on a GPU node (or move with --move-untested-aliases); --require-gpu fails such images instead";
@@ -375,7 +378,12 @@ impl Builder for EngineBuilder {
             .get(name)
             .cloned()
             .ok_or_else(|| anyhow!("no build context assembled for {name}"))?;
+        // `wheels: host`: the venv is made on the host after the Docker build, whose context
+        // takes no wheels.
+        let host_script = file_of_context(&context, HOST_VENV_SCRIPT)
+            .with_context(|| format!("reading {name}'s build context"))?;
         let context = match self.contexts.wheels.get(name) {
+            Some(_) if host_script.is_some() => context,
             Some(wheels) => {
                 append_to_context(&context, "wheels", &wheels.files, &wheels.small_files)
                     .with_context(|| format!("the wheels of {name}'s build context"))?
@@ -395,8 +403,10 @@ impl Builder for EngineBuilder {
         let limit = self.settings.build_timeout;
         let log = self.progress.log_path(name);
         let based = self.ensure_base(image).await;
-        // Labels alone changed since a kept build of the same inputs: no Docker build at all.
+        // Labels alone changed since a kept build of the same inputs: no Docker build at all. (Not
+        // for a venv made on the host: the kept builds are the Docker build's layers only.)
         let inputs = match &based {
+            Ok(()) if host_script.is_some() => None,
             Ok(()) => match self.relabel_inputs(image, &request.labels).await {
                 Ok(inputs) => Some(inputs),
                 Err(why) => {
@@ -455,6 +465,20 @@ impl Builder for EngineBuilder {
                     Some(inputs) => inputs.epoch,
                     None => self.epoch_of(image).await?,
                 };
+                if let Some(script) = host_script {
+                    let around = self
+                        .normalize(name, &id, epoch)
+                        .await
+                        .with_context(|| format!("normalizing {}", image.reference))?;
+                    let normalized = self
+                        .host_venv(image, &id, &around, script)
+                        .await
+                        .with_context(|| {
+                            format!("making the venv of {} on the host", image.reference)
+                        })?;
+                    self.load(name, &image.reference, &normalized).await?;
+                    return Ok(self.built(normalized));
+                }
                 let warm = match self.normalized_from_store(name, &id, epoch).await {
                     Some(warm) => match self.load(name, &image.reference, &warm).await {
                         Ok(()) => {
@@ -1513,6 +1537,21 @@ fn context_files(context: &[u8]) -> std::io::Result<(String, Vec<InputFile>)> {
     let dockerfile = dockerfile
         .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, "it has no Dockerfile"))?;
     Ok((dockerfile, files))
+}
+
+/// The content of the file `path` of the context tar `context`, when it has one.
+fn file_of_context(context: &[u8], path: &str) -> std::io::Result<Option<Vec<u8>>> {
+    use std::io::Read;
+    let mut archive = tar::Archive::new(context);
+    for entry in archive.entries()? {
+        let mut entry = entry?;
+        if entry.path()?.to_string_lossy() == path {
+            let mut bytes = Vec::new();
+            entry.read_to_end(&mut bytes)?;
+            return Ok(Some(bytes));
+        }
+    }
+    Ok(None)
 }
 
 fn stored_layers(stored: &StoredImage) -> Result<Vec<NormalizedLayer>> {

@@ -84,12 +84,111 @@ pub(crate) struct Installed {
     pub(crate) executable: bool,
     /// Which wheel put it there (its file name), for messages.
     pub(crate) wheel: String,
+    /// A file of the wheel (not a script, RECORD, INSTALLER or REQUESTED made for it): pip
+    /// byte-compiles those ending in `.py`.
+    pub(crate) from_wheel: bool,
 }
 
 /// Every file the wheels install, by absolute path without the leading `/`, in byte order.
 #[derive(Debug, Default)]
 pub(crate) struct InstallPlan {
     pub(crate) files: BTreeMap<String, Installed>,
+    /// Each wheel's RECORD (path as in `files`) and its rows, for the rows of `.pyc` files.
+    records: BTreeMap<String, Vec<[String; 3]>>,
+    /// Each source pip byte-compiles (path as in `files`) and the RECORD of every wheel that
+    /// installs it (pip records a shared source's `.pyc` in each).
+    sources: BTreeMap<String, Vec<String>>,
+}
+
+impl InstallPlan {
+    /// The sources pip byte-compiles: every file of a wheel ending in `.py` (absolute paths).
+    pub(crate) fn sources(&self) -> impl Iterator<Item = String> + '_ {
+        self.sources.keys().map(|path| format!("/{path}"))
+    }
+
+    /// Adds the byte-compiled files `compiled` (path as in `files`, content, executable), each
+    /// next to a source of the plan, with a row in its wheel's RECORD (`path,,`, as pip records
+    /// the `.pyc` files it writes). A `.pyc` of no source of the plan is refused.
+    pub(crate) fn add_bytecode(&mut self, compiled: Vec<Bytecode>, venv: &Venv) -> Result<usize> {
+        let site = venv.site_packages();
+        let count = compiled.len();
+        let mut touched = std::collections::BTreeSet::new();
+        for Bytecode {
+            path,
+            data,
+            executable,
+        } in compiled
+        {
+            let source = source_of_bytecode(&path)
+                .ok_or_else(|| anyhow!("/{path}: not a .pyc in a __pycache__ folder"))?;
+            let records = self
+                .sources
+                .get(&source)
+                .ok_or_else(|| anyhow!("/{path}: byte-compiled from no source of the install"))?
+                .clone();
+            let wheel = self.files[&source].wheel.clone();
+            for record in records {
+                self.records
+                    .get_mut(&record)
+                    .expect("every source's RECORD is planned")
+                    .push([
+                        relative(&site, &format!("/{path}")),
+                        String::new(),
+                        String::new(),
+                    ]);
+                touched.insert(record);
+            }
+            self.files.insert(
+                path,
+                Installed {
+                    content: Content::Made(data),
+                    executable,
+                    wheel,
+                    from_wheel: false,
+                },
+            );
+        }
+        for record in touched {
+            let rows = self.records.get_mut(&record).expect("planned");
+            rows.sort();
+            let text = record_text(rows);
+            self.files
+                .get_mut(&record)
+                .expect("every RECORD is a file of the plan")
+                .content = Content::Made(text);
+        }
+        Ok(count)
+    }
+}
+
+/// A byte-compiled file host-venv.sh wrote: its path (as in [`InstallPlan::files`]), content and
+/// whether it is executable (a `.pyc` takes its source's mode).
+pub(crate) struct Bytecode {
+    pub(crate) path: String,
+    pub(crate) data: Vec<u8>,
+    pub(crate) executable: bool,
+}
+
+/// A file or link host-venv.sh wrote besides bytecode: its header, link target and content.
+type WrittenEntry = (tar::Header, Option<Vec<u8>>, Vec<u8>);
+
+/// The source of `dir/__pycache__/name.cpython-311.pyc`: `dir/name.py`.
+pub(crate) fn source_of_bytecode(path: &str) -> Option<String> {
+    let (folder, file) = path.rsplit_once("/__pycache__/")?;
+    let stem = file.strip_suffix(".pyc")?;
+    let (name, _tag) = stem.rsplit_once('.')?;
+    Some(format!("{folder}/{name}.py"))
+}
+
+/// RECORD's text for `rows` (sorted): CSV as Python's `csv` module writes it, `\r\n` line ends.
+fn record_text(rows: &[[String; 3]]) -> Vec<u8> {
+    let mut record = String::new();
+    for row in rows {
+        let fields: Vec<String> = row.iter().map(|field| csv_field(field)).collect();
+        record.push_str(&fields.join(","));
+        record.push_str("\r\n");
+    }
+    record.into_bytes()
 }
 
 /// A wheel to install: its file name (`torch-2.13.0-cp311-cp311-manylinux_2_28_x86_64.whl`) and
@@ -133,10 +232,22 @@ impl<R: Read + Seek> Wheel<R> {
 pub(crate) fn plan<R: Read + Seek>(wheels: &mut [Wheel<R>], venv: &Venv) -> Result<InstallPlan> {
     let mut install = InstallPlan::default();
     for number in 0..wheels.len() {
-        let files = plan_wheel(&mut wheels[number], number, venv)?;
+        let WheelFiles {
+            files,
+            record,
+            rows,
+        } = plan_wheel(&mut wheels[number], number, venv)?;
         for (path, file) in files {
+            if file.from_wheel && path.ends_with(".py") {
+                install
+                    .sources
+                    .entry(path.clone())
+                    .or_default()
+                    .push(record.clone());
+            }
             add(&mut install, wheels, path, file)?;
         }
+        install.records.insert(record, rows);
     }
     Ok(install)
 }
@@ -211,12 +322,19 @@ fn normalized(name: &str) -> String {
     out
 }
 
-/// The files one wheel installs, with RECORD, INSTALLER and REQUESTED.
+/// What one wheel installs: its files (path, file), RECORD's path and RECORD's rows.
+struct WheelFiles {
+    files: Vec<(String, Installed)>,
+    record: String,
+    rows: Vec<[String; 3]>,
+}
+
+/// The files one wheel installs, with RECORD, INSTALLER and REQUESTED; RECORD's path and rows.
 fn plan_wheel<R: Read + Seek>(
     wheel: &mut Wheel<R>,
     number: usize,
     venv: &Venv,
-) -> Result<Vec<(String, Installed)>> {
+) -> Result<WheelFiles> {
     let file_name = wheel.file_name.clone();
     let name = project_name(&file_name)?;
     let names: Vec<String> = (0..wheel.archive.len())
@@ -327,6 +445,7 @@ fn plan_wheel<R: Read + Seek>(
                 content,
                 executable,
                 wheel: file_name.clone(),
+                from_wheel: true,
             },
         ));
     }
@@ -388,12 +507,7 @@ fn plan_wheel<R: Read + Seek>(
         rows.push([path, String::new(), String::new()]);
     }
     rows.sort();
-    let mut record = String::new();
-    for row in &rows {
-        let fields: Vec<String> = row.iter().map(|field| csv_field(field)).collect();
-        record.push_str(&fields.join(","));
-        record.push_str("\r\n");
-    }
+    let record = record_text(&rows);
     for (target, data) in generated {
         let executable = target.starts_with(&format!("{}/bin/", venv.prefix));
         files.push((
@@ -402,21 +516,30 @@ fn plan_wheel<R: Read + Seek>(
                 content: Content::Made(data),
                 executable,
                 wheel: file_name.clone(),
+                from_wheel: false,
             },
         ));
     }
     files.push((
         format!("{site}/{record_path}"),
         Installed {
-            content: Content::Made(record.into_bytes()),
+            content: Content::Made(record),
             executable: false,
             wheel: file_name.clone(),
+            from_wheel: false,
         },
     ));
-    Ok(files
+    let files = files
         .into_iter()
         .map(|(path, file)| (path.trim_start_matches('/').to_string(), file))
-        .collect())
+        .collect();
+    Ok(WheelFiles {
+        files,
+        record: format!("{site}/{record_path}")
+            .trim_start_matches('/')
+            .to_string(),
+        rows,
+    })
 }
 
 /// pip's `zip_item_is_executable`: a regular file's mode with an execute bit (a mode without a
@@ -647,9 +770,6 @@ pub(crate) fn check_side_by_side(files: &[std::path::PathBuf], venv: &Venv) -> R
 /// (0755) and every file (0644, or 0755 where executable), in byte order of their path, owned by
 /// root, every mtime `epoch`: the normalized form of `normalize`, written into `out` as each
 /// wheel member is inflated (one file is held at a time). Returns `out` and the file count.
-/// Today the tests compare it, unpacked, with pip's install; the host-side venv layer of issue 21
-/// is what it is for.
-#[cfg(test)]
 pub(crate) fn write_layer<R: Read + Seek, W: Write>(
     install: &InstallPlan,
     wheels: &mut [Wheel<R>],
@@ -721,6 +841,152 @@ pub(crate) fn write_layer<R: Read + Seek, W: Write>(
         }
     }
     Ok((builder.into_inner()?, count))
+}
+
+/// Where host-venv.sh finds the list of sources to byte-compile.
+pub(crate) const HELPER_SOURCES: &str = "imagegen/sources";
+/// What host-venv.sh packs: every path it wrote.
+pub(crate) const HELPER_WRITTEN: &str = "/imagegen/written.tar";
+
+/// What the image's host-venv.sh works on, as a tar to extract at `/` of a container of the
+/// image: the sources pip byte-compiles, every file of the `.dist-info` folders (for `pip check`),
+/// the files of the CUDA libraries' folders the loader cache step lists
+/// (`{site-packages}/nvidia/*/lib/*`, as templates/loader-cache.j2 finds them) and the list of
+/// sources ([`HELPER_SOURCES`]), with the files `extra` (path without the leading `/`,
+/// content); every mtime `epoch`, older than anything the script writes.
+pub(crate) fn helper_tar<R: Read + Seek, W: Write>(
+    install: &InstallPlan,
+    wheels: &mut [Wheel<R>],
+    venv: &Venv,
+    epoch: u64,
+    extra: &[(&str, &[u8])],
+    out: W,
+) -> Result<(W, usize)> {
+    let site = venv.site_packages();
+    let site = site.trim_start_matches('/');
+    let libraries = format!("{site}/nvidia/");
+    let needed = |path: &str| {
+        install.sources.contains_key(path)
+            || path.strip_prefix(site).is_some_and(|rest| {
+                rest.split('/')
+                    .rev()
+                    .nth(1)
+                    .is_some_and(|folder| folder.ends_with(".dist-info"))
+            })
+            || path.strip_prefix(&libraries).is_some_and(|rest| {
+                let parts: Vec<&str> = rest.split('/').collect();
+                parts.len() == 3 && parts[1] == "lib"
+            })
+    };
+    let mut helper = InstallPlan::default();
+    for (path, file) in &install.files {
+        if needed(path) {
+            helper.files.insert(path.clone(), file.clone());
+        }
+    }
+    let mut list = String::new();
+    for source in install.sources() {
+        list.push_str(&source);
+        list.push('\n');
+    }
+    helper.files.insert(
+        HELPER_SOURCES.to_string(),
+        Installed {
+            content: Content::Made(list.into_bytes()),
+            executable: false,
+            wheel: String::new(),
+            from_wheel: false,
+        },
+    );
+    for (path, content) in extra {
+        helper.files.insert(
+            path.to_string(),
+            Installed {
+                content: Content::Made(content.to_vec()),
+                executable: false,
+                wheel: String::new(),
+                from_wheel: false,
+            },
+        );
+    }
+    write_layer(&helper, wheels, epoch, out)
+}
+
+/// What host-venv.sh wrote ([`HELPER_WRITTEN`], a tar of paths relative to `/`), split: the
+/// `.pyc` files of the install's sources (path, content, executable), for the venv's layer; and
+/// every other file and link, with the folders above them (0755, root), as a layer tar (to be
+/// normalized: its mtimes are the container's). Folders it lists are left to the layers, which
+/// make their own.
+pub(crate) fn split_written(
+    written: &[u8],
+    install: &InstallPlan,
+) -> Result<(Vec<Bytecode>, Vec<u8>)> {
+    let mut bytecode = Vec::new();
+    let mut others: BTreeMap<String, WrittenEntry> = BTreeMap::new();
+    let mut archive = tar::Archive::new(written);
+    for entry in archive.entries().context("what host-venv.sh wrote")? {
+        let mut entry = entry.context("what host-venv.sh wrote")?;
+        let path = String::from_utf8(entry.path_bytes().into_owned())
+            .map_err(|_| anyhow!("host-venv.sh wrote a path that is not UTF-8"))?;
+        let path = path
+            .trim_start_matches("./")
+            .trim_end_matches('/')
+            .to_string();
+        let kind = entry.header().entry_type();
+        if kind.is_dir() || path.is_empty() {
+            continue;
+        }
+        let mut data = Vec::new();
+        entry
+            .read_to_end(&mut data)
+            .with_context(|| format!("/{path} of what host-venv.sh wrote"))?;
+        let mode = entry.header().mode().unwrap_or(0o644);
+        if kind.is_file()
+            && source_of_bytecode(&path).is_some_and(|source| install.sources.contains_key(&source))
+        {
+            bytecode.push(Bytecode {
+                path,
+                data,
+                executable: mode & 0o111 != 0,
+            });
+            continue;
+        }
+        if !(kind.is_file() || kind.is_symlink()) {
+            bail!("/{path}: host-venv.sh wrote something that is neither a file nor a link");
+        }
+        let link = entry.link_name_bytes().map(|link| link.into_owned());
+        others.insert(path, (entry.header().clone(), link, data));
+    }
+    let mut folders = std::collections::BTreeSet::new();
+    for path in others.keys() {
+        let mut end = path.len();
+        while let Some(slash) = path[..end].rfind('/') {
+            if !folders.insert(path[..slash].to_string()) {
+                break;
+            }
+            end = slash;
+        }
+    }
+    let mut builder = tar::Builder::new(Vec::new());
+    for folder in &folders {
+        let mut header = tar::Header::new_gnu();
+        header.set_entry_type(tar::EntryType::Directory);
+        header.set_mode(0o755);
+        header.set_uid(0);
+        header.set_gid(0);
+        header.set_size(0);
+        builder.append_data(&mut header, format!("{folder}/"), std::io::empty())?;
+    }
+    for (path, (mut header, link, data)) in others {
+        match link {
+            Some(link) if header.entry_type().is_symlink() => {
+                let target = String::from_utf8_lossy(&link).into_owned();
+                builder.append_link(&mut header, &path, target)?;
+            }
+            _ => builder.append_data(&mut header, &path, data.as_slice())?,
+        }
+    }
+    Ok((bytecode, builder.into_inner()?))
 }
 
 #[cfg(test)]

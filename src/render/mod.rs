@@ -48,6 +48,14 @@ pub(crate) const EMBEDDED_TEMPLATES: &[(&str, &str)] = &[
         include_str!("../../templates/extensions.j2"),
     ),
     (
+        "loader-cache.j2",
+        include_str!("../../templates/loader-cache.j2"),
+    ),
+    (
+        "host-venv.sh.j2",
+        include_str!("../../templates/host-venv.sh.j2"),
+    ),
+    (
         "flavour.Dockerfile.j2",
         include_str!("../../templates/flavour.Dockerfile.j2"),
     ),
@@ -72,6 +80,10 @@ pub(crate) const FLAVOUR_FILES: &[(Builtin, &str, &str)] = &[
         include_str!("../../templates/sshd_config"),
     ),
 ];
+
+/// The script `imagegen build` runs in a container of a runtime image whose venv it made on the
+/// host (`wheels: host`), beside the image's Dockerfile.
+pub(crate) const HOST_VENV_SCRIPT: &str = "host-venv.sh";
 
 /// The prefix of a step fragment's template name (`steps:steps/team.Dockerfile`).
 const FRAGMENT_PREFIX: &str = "steps:";
@@ -125,6 +137,8 @@ pub enum RenderError {
         name: String,
         source: minijinja::Error,
     },
+    #[error("image {image}: wheels: host: {message}")]
+    HostVenv { image: String, message: String },
     #[error("image {image}: refusing to render unsafe value for {field}: {message}")]
     UnsafeValue {
         image: String,
@@ -330,6 +344,21 @@ fn render_one(
 ) -> Result<RenderedImage, RenderError> {
     check_values(image)?;
     let template_name = template_of(image);
+    // The runtime image's venv made on the host (`wheels: host`): the team's steps run on the
+    // installed venv inside the Docker build, which then holds no venv.
+    let host_venv = matrix.wheels == crate::model::matrix::WheelSource::Host
+        && image.variant == Variant::Runtime
+        && image.flavour.is_none();
+    if host_venv {
+        if let Some(steps) = &image.extensions.steps {
+            return Err(RenderError::HostVenv {
+                image: image.name.clone(),
+                message: format!(
+                    "its steps ({steps}) run on the installed venv inside the Docker build, and with `wheels: host` the venv is made on the host after it; set `wheels: cache`, or drop `steps:`"
+                ),
+            });
+        }
+    }
     let template =
         environment
             .get_template(template_name)
@@ -355,7 +384,8 @@ fn render_one(
         cuda_package => image.cuda.replace('.', "-"),
         arch_list => image.archs.iter().map(|arch| arch.as_str()).collect::<Vec<_>>().join(";"),
         ca_bundle => ca_bundle.map(|_| CA_BUNDLE_FILE),
-        wheel_cache => matrix.wheels == crate::model::matrix::WheelSource::Cache,
+        wheel_cache => matrix.wheels != crate::model::matrix::WheelSource::Index,
+        host_venv => host_venv,
         extra_labels => extra_labels,
         title => title,
         // Without the registry: moving to another registry re-renders no runtime image.
@@ -382,7 +412,7 @@ fn render_one(
     let text = template
         .render(context! {
             steps_text => steps_text,
-            ..values
+            ..values.clone()
         })
         .map_err(|source| RenderError::Template {
             name: format!("{template_name} for {}", image.name),
@@ -390,6 +420,16 @@ fn render_one(
         })?;
     let mut files = BTreeMap::new();
     files.insert("Dockerfile".to_string(), normalize(&text));
+    if host_venv {
+        let script = environment
+            .get_template("host-venv.sh.j2")
+            .and_then(|template| template.render(&values))
+            .map_err(|source| RenderError::Template {
+                name: format!("host-venv.sh.j2 for {}", image.name),
+                source,
+            })?;
+        files.insert(HOST_VENV_SCRIPT.to_string(), normalize(&script));
+    }
     // The runtime image installs the CA bundle; devel and flavour images inherit the system store.
     if let (Some(bundle), Variant::Runtime, None) = (ca_bundle, image.variant, &image.flavour) {
         files.insert(CA_BUNDLE_FILE.to_string(), bundle.text.clone());
@@ -949,6 +989,77 @@ mod tests {
             checked += 1;
         }
         assert_eq!(checked, 2);
+    }
+
+    #[test]
+    fn with_the_venv_made_on_the_host_the_runtime_build_installs_no_package_and_gets_its_script() {
+        let images = render(
+            "torch: [\"2.13\"]\ncuda: [\"13.0\"]\nos: [ubuntu24.04]\ntorch_wheels: pypi\ndevel_toolkit: pypi\nwheels: host\n",
+            None,
+        );
+        let mut runtimes = 0;
+        for (name, files) in &images {
+            let text = &files["Dockerfile"];
+            if !name.contains("-runtime-") {
+                // A devel image installs its few packages over the runtime's venv as with the
+                // cache.
+                assert!(text.contains("FROM system AS venv"), "{name}: {text}");
+                assert!(!files.contains_key(HOST_VENV_SCRIPT), "{name}");
+                continue;
+            }
+            runtimes += 1;
+            let stages = text.lines().filter(|line| line.starts_with("FROM ")).count();
+            assert_eq!(stages, 1, "{name}: {text}");
+            assert!(!text.contains("--require-hashes"), "{name}: {text}");
+            assert!(!text.contains("wheels/"), "{name}: {text}");
+            assert!(!text.contains("ldconfig"), "the loader cache is host-venv.sh's: {text}");
+            assert!(
+                text.contains(" && python3 -m venv /opt/venv \\\n && /opt/venv/bin/python3 -c 'import importlib.metadata"),
+                "{name}: {text}"
+            );
+            assert!(
+                text.contains("/opt/venv/bin/pip uninstall --yes --quiet -r /tmp/pinned"),
+                "{name}: {text}"
+            );
+            let script = &files[HOST_VENV_SCRIPT];
+            assert!(script.starts_with("#!/bin/sh\n"), "{script}");
+            // The loader cache step is the cache path's, word for word.
+            let loader = EMBEDDED_TEMPLATES
+                .iter()
+                .find(|(template, _)| *template == "loader-cache.j2")
+                .map(|(_, text)| *text)
+                .unwrap();
+            let step = loader.split_once("-#}\n").unwrap().1.trim_end();
+            assert!(script.contains(step), "{script}");
+            insta::assert_snapshot!("host_venv_script", script);
+        }
+        assert_eq!(runtimes, 1);
+
+        // The same matrix with the cache: the loader cache step in the Dockerfile, no script.
+        let cached = render(
+            "torch: [\"2.13\"]\ncuda: [\"13.0\"]\nos: [ubuntu24.04]\ntorch_wheels: pypi\n",
+            None,
+        );
+        for (name, files) in &cached {
+            assert!(!files.contains_key(HOST_VENV_SCRIPT), "{name}");
+        }
+    }
+
+    #[test]
+    fn with_the_venv_made_on_the_host_the_teams_steps_are_refused() {
+        let (images, matrix) = specs(
+            "torch: [\"2.13\"]\ncuda: [\"13.0\"]\nos: [ubuntu24.04]\ntorch_wheels: pypi\nvariants: [runtime]\nwheels: host\nsteps: steps/team.Dockerfile\n",
+        );
+        let error = render_all(&images, &matrix, &Templates::embedded(), None)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            error,
+            format!(
+                "image {}: wheels: host: its steps (steps/team.Dockerfile) run on the installed venv inside the Docker build, and with `wheels: host` the venv is made on the host after it; set `wheels: cache`, or drop `steps:`",
+                images[0].name
+            )
+        );
     }
 
     #[test]

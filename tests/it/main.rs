@@ -16,6 +16,7 @@ mod flavour_services;
 mod flavours;
 mod generators;
 mod gpu_tests;
+mod host_venv;
 mod layout;
 mod limits;
 mod multiarch;

@@ -14,9 +14,9 @@ use std::process::{Child, Command, Stdio};
 use crate::support::project::{assert_code, prepare, text, Project, SELFTEST_PASS};
 
 /// The fixture index, stopped on drop; every request's path is in its log.
-struct Index {
+pub(crate) struct Index {
     child: Child,
-    port: u16,
+    pub(crate) port: u16,
     log: PathBuf,
 }
 
@@ -26,7 +26,7 @@ impl Index {
     }
 
     /// [`Index::start`] with these environment variables (`INDEX_CLASH`).
-    fn start_with(dir: &Path, port: Option<u16>, env: &[(&str, &str)]) -> Index {
+    pub(crate) fn start_with(dir: &Path, port: Option<u16>, env: &[(&str, &str)]) -> Index {
         let port_file = dir.join(format!("index-{}.port", port.unwrap_or(0)));
         let log = dir.join("index.log");
         let script =
@@ -77,7 +77,7 @@ impl Drop for Index {
 }
 
 /// uv from `.ci/venv` (what `.ci/install-deps.sh` installs), else from PATH.
-fn uv() -> PathBuf {
+pub(crate) fn uv() -> PathBuf {
     let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join(".ci/venv/bin/uv");
     if venv.exists() {
         venv

@@ -732,3 +732,191 @@ fn the_wheels_of_a_folder_install_side_by_side() {
     .unwrap();
     println!("{} wheels install {files} files side by side", paths.len());
 }
+
+/// A tar of `(path, kind, content)`: `f` a file (0644), `x` an executable, `d` a folder, `l` a
+/// link to `content`.
+fn written(entries: &[(&str, char, &[u8])]) -> Vec<u8> {
+    let mut builder = tar::Builder::new(Vec::new());
+    for (path, kind, content) in entries {
+        let mut header = tar::Header::new_gnu();
+        header.set_mtime(1_800_000_000);
+        match kind {
+            'd' => {
+                header.set_entry_type(tar::EntryType::Directory);
+                header.set_mode(0o755);
+                header.set_size(0);
+                builder
+                    .append_data(&mut header, path, std::io::empty())
+                    .unwrap();
+            }
+            'l' => {
+                header.set_entry_type(tar::EntryType::Symlink);
+                header.set_mode(0o777);
+                header.set_size(0);
+                builder
+                    .append_link(&mut header, path, std::str::from_utf8(content).unwrap())
+                    .unwrap();
+            }
+            _ => {
+                header.set_entry_type(tar::EntryType::Regular);
+                header.set_mode(if *kind == 'x' { 0o755 } else { 0o644 });
+                header.set_size(content.len() as u64);
+                builder.append_data(&mut header, path, *content).unwrap();
+            }
+        }
+    }
+    builder.into_inner().unwrap()
+}
+
+fn paths_of(tar_bytes: &[u8]) -> Vec<String> {
+    let mut archive = tar::Archive::new(tar_bytes);
+    archive
+        .entries()
+        .unwrap()
+        .map(|entry| String::from_utf8(entry.unwrap().path_bytes().into_owned()).unwrap())
+        .collect()
+}
+
+#[test]
+fn the_helper_gets_the_sources_the_metadata_and_the_cuda_libraries_and_nothing_else() {
+    let mut members = demo_members();
+    members.push(("nvidia/cu13/lib/libcublas.so.13", 0o100755, b"\x7fELF lib"));
+    members.push(("nvidia/cu13/include/cublas.h", 0o100644, b"header"));
+    members.push(("nvidia/cu13/lib/deeper/not-listed.so", 0o100755, b"\x7fELF"));
+    let mut wheels = [Wheel::new(
+        "demo-1.0-py3-none-any.whl",
+        Cursor::new(wheel_bytes(&members, true)),
+    )
+    .unwrap()];
+    let install = plan(&mut wheels, &venv()).unwrap();
+    let (tar_bytes, _) = helper_tar(
+        &install,
+        &mut wheels,
+        &venv(),
+        1_700_000_000,
+        &[("imagegen/host-venv.sh", b"#!/bin/sh\n")],
+        Vec::new(),
+    )
+    .unwrap();
+    let files: Vec<String> = paths_of(&tar_bytes)
+        .into_iter()
+        .filter(|path| !path.ends_with('/'))
+        .collect();
+    assert_eq!(
+        files,
+        [
+            "imagegen/host-venv.sh".to_string(),
+            "imagegen/sources".to_string(),
+            format!("{SITE}/demo-1.0.dist-info/INSTALLER"),
+            format!("{SITE}/demo-1.0.dist-info/METADATA"),
+            format!("{SITE}/demo-1.0.dist-info/RECORD"),
+            format!("{SITE}/demo-1.0.dist-info/REQUESTED"),
+            format!("{SITE}/demo-1.0.dist-info/WHEEL"),
+            format!("{SITE}/demo-1.0.dist-info/entry_points.txt"),
+            format!("{SITE}/demo/__init__.py"),
+            format!("{SITE}/demo_pure.py"),
+            format!("{SITE}/nvidia/cu13/lib/libcublas.so.13"),
+        ]
+    );
+    let mut archive = tar::Archive::new(tar_bytes.as_slice());
+    let mut sources = String::new();
+    for entry in archive.entries().unwrap() {
+        let mut entry = entry.unwrap();
+        if entry.path_bytes().as_ref() == HELPER_SOURCES.as_bytes() {
+            entry.read_to_string(&mut sources).unwrap();
+        }
+    }
+    assert_eq!(
+        sources,
+        format!("/{SITE}/demo/__init__.py\n/{SITE}/demo_pure.py\n")
+    );
+}
+
+#[test]
+fn what_the_helper_wrote_splits_into_bytecode_with_record_rows_and_a_layer_of_the_rest() {
+    let mut wheels = [demo()];
+    let mut install = plan(&mut wheels, &venv()).unwrap();
+    let pyc = format!("{SITE}/demo/__pycache__/__init__.cpython-311.pyc");
+    let stray = format!("{SITE}/other/__pycache__/x.cpython-311.pyc");
+    let link = format!("{SITE}/nvidia/nccl/lib/libnccl.so");
+    let tar_bytes = written(&[
+        ("etc", 'd', b""),
+        ("etc/ld.so.cache", 'f', b"cache"),
+        (&format!("{SITE}/demo/__pycache__"), 'd', b""),
+        (&pyc, 'f', b"bytecode"),
+        (&stray, 'f', b"stray"),
+        (&link, 'l', b"libnccl.so.2"),
+    ]);
+    let (bytecode, loader) = split_written(&tar_bytes, &install).unwrap();
+    assert_eq!(bytecode.len(), 1);
+    assert_eq!(bytecode[0].path, pyc);
+    assert_eq!(bytecode[0].data, b"bytecode");
+    assert!(!bytecode[0].executable);
+    // The rest, with every folder above it (the pyc of no source of the install included: it is
+    // what the script wrote, not bytecode of the venv's packages).
+    let loader_paths = paths_of(&loader);
+    assert!(
+        loader_paths.contains(&"etc/".to_string()),
+        "{loader_paths:?}"
+    );
+    assert!(loader_paths.contains(&"etc/ld.so.cache".to_string()));
+    assert!(loader_paths.contains(&stray));
+    assert!(loader_paths.contains(&link));
+    assert!(loader_paths.contains(&format!("{SITE}/nvidia/nccl/lib/")));
+    assert!(loader_paths.contains(&"tmp/".to_string()));
+    assert!(!loader_paths
+        .iter()
+        .any(|path| path.ends_with("__init__.cpython-311.pyc")));
+
+    assert_eq!(install.add_bytecode(bytecode, &venv()).unwrap(), 1);
+    let files: BTreeMap<String, (Vec<u8>, bool)> = install
+        .files
+        .iter()
+        .map(|(path, file)| {
+            (
+                path.clone(),
+                (
+                    content_of(&mut wheels, &file.content).unwrap(),
+                    file.executable,
+                ),
+            )
+        })
+        .collect();
+    assert_eq!(files[&pyc].0, b"bytecode");
+    let record = String::from_utf8(
+        files[&format!("{SITE}/demo-1.0.dist-info/RECORD")]
+            .0
+            .clone(),
+    )
+    .unwrap();
+    assert!(
+        record.contains(
+            "demo/__init__.py,sha256=Apxw9IvaEL1FRj4Mc5jXeGBbUmKjv5w-CRAAyXjoeoo,28\r\ndemo/__pycache__/__init__.cpython-311.pyc,,\r\n"
+        ),
+        "{record}"
+    );
+    let rows: Vec<&str> = record.split("\r\n").collect();
+    let mut sorted = rows.clone();
+    sorted.sort();
+    assert_eq!(rows[..rows.len() - 1], sorted[1..], "rows stay sorted");
+
+    let orphan = Bytecode {
+        path: stray,
+        data: b"x".to_vec(),
+        executable: false,
+    };
+    assert!(install
+        .add_bytecode(vec![orphan], &venv())
+        .unwrap_err()
+        .to_string()
+        .contains("byte-compiled from no source of the install"));
+    assert_eq!(
+        source_of_bytecode("a/b/__pycache__/c.cpython-312.opt-1.pyc"),
+        Some("a/b/c.cpython-312.py".to_string())
+    );
+    assert_eq!(
+        source_of_bytecode("a/b/__pycache__/c.cpython-311.pyc"),
+        Some("a/b/c.py".to_string())
+    );
+    assert_eq!(source_of_bytecode("a/b/c.pyc"), None);
+}

@@ -55,7 +55,11 @@ impl Project {
             .replace("REPOSITORY", &repository);
         std::fs::write(dir.path().join("matrix.yaml"), matrix).unwrap();
         std::fs::create_dir_all(dir.path().join("templates")).unwrap();
-        for entry in std::fs::read_dir(fixture.join("templates")).unwrap() {
+        // A fixture on the repository's own templates has no templates folder.
+        let templates = std::fs::read_dir(fixture.join("templates"))
+            .into_iter()
+            .flatten();
+        for entry in templates {
             let path = entry.unwrap().path();
             let template = std::fs::read_to_string(&path)
                 .unwrap()

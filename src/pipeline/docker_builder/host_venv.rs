@@ -1,0 +1,277 @@
+//! `wheels: host`: the runtime image's venv made on the host. The Docker build made the image
+//! around the venv (its packages not installed); here imagegen installs the image's cached wheels
+//! with its own installer (`pipeline::wheel_install`), runs the image's host-venv.sh in a
+//! container of that build over the sources, metadata and CUDA libraries of the install (it
+//! byte-compiles, checks and builds the loader cache), and adds two layers above the build's
+//! normalized ones: the venv's packages with their `.pyc` files, written and compressed in one
+//! pass from the wheels, and what host-venv.sh wrote besides. Nothing of the venv passes through
+//! the daemon's build; the daemon gets the image by the load that follows, so the self-test and
+//! the package listing run on exactly the bytes pushed.
+
+use std::io::Write;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Context, Result};
+use serde_json::Value;
+
+use super::{rate, EngineBuilder};
+use crate::docker::{ContextWheels, RunRequest};
+use crate::history::manifest::human_bytes;
+use crate::model::digest::Digest;
+use crate::pipeline::normalize::{
+    assemble, normalize_layer_into, GzipWriter, Gzipped, NormalizedImage, NormalizedLayer,
+};
+use crate::pipeline::planned::PlannedImage;
+use crate::pipeline::wheel_install::{
+    self, helper_tar, split_written, write_layer, Venv, Wheel, HELPER_WRITTEN, VENV_PREFIX,
+};
+
+/// How long host-venv.sh may take (it byte-compiles thousands of sources on every core).
+const HELPER_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+/// Where the script goes in the container.
+const HELPER_SCRIPT: &str = "imagegen/host-venv.sh";
+/// The bytes of the helper's tar sent to the daemon at a time.
+const UPLOAD_CHUNK: usize = 1 << 20;
+
+/// Sends what is written to the daemon as it comes, in [`UPLOAD_CHUNK`] pieces.
+struct ChannelWriter {
+    sender: tokio::sync::mpsc::Sender<bytes::Bytes>,
+    pending: Vec<u8>,
+}
+
+impl ChannelWriter {
+    fn send(&mut self) -> std::io::Result<()> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let piece = bytes::Bytes::from(std::mem::replace(
+            &mut self.pending,
+            Vec::with_capacity(UPLOAD_CHUNK),
+        ));
+        self.sender.blocking_send(piece).map_err(|_| {
+            std::io::Error::new(
+                std::io::ErrorKind::BrokenPipe,
+                "the daemon stopped taking the files",
+            )
+        })
+    }
+}
+
+impl Write for ChannelWriter {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.pending.extend_from_slice(data);
+        if self.pending.len() >= UPLOAD_CHUNK {
+            self.send()?;
+        }
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.send()
+    }
+}
+
+type Wheels = Vec<Wheel<std::io::BufReader<std::fs::File>>>;
+
+/// The image's wheels, opened.
+fn open_wheels(wheels: &ContextWheels) -> Result<Wheels> {
+    wheels
+        .files
+        .iter()
+        .map(|file| {
+            let name = file.path.clone();
+            let opened = std::fs::File::open(&file.source)
+                .with_context(|| format!("{}: cannot open it", file.source.display()))?;
+            Wheel::new(&name, std::io::BufReader::with_capacity(1 << 20, opened))
+        })
+        .collect()
+}
+
+/// A layer of `gzipped`.
+fn layer_of(gzipped: Gzipped) -> NormalizedLayer {
+    NormalizedLayer {
+        digest: Digest::of(&gzipped.gzip),
+        compressed_size: gzipped.gzip.len() as u64,
+        gzip: Some(gzipped.gzip.into()),
+        diff_id: gzipped.diff_id,
+        unpacked_size: gzipped.unpacked_size,
+    }
+}
+
+/// `config` (a normalized config) with one history entry more per `(created_by, comment)`.
+fn with_history(config: &[u8], added: &[(String, &str)]) -> Result<Vec<u8>> {
+    let mut config: Value = serde_json::from_slice(config).context("the image config")?;
+    let history = config
+        .get_mut("history")
+        .and_then(Value::as_array_mut)
+        .ok_or_else(|| anyhow!("the image config has no history"))?;
+    for (created_by, comment) in added {
+        history.push(serde_json::json!({
+            "created": "1970-01-01T00:00:00Z",
+            "created_by": created_by,
+            "comment": comment,
+        }));
+    }
+    Ok(serde_json::to_vec(&config)?)
+}
+
+impl EngineBuilder {
+    /// The image `image` whose Docker build (daemon image `built`, normalized as `around`) holds
+    /// no venv packages: the venv's two layers made on the host added above `around`'s, loaded.
+    pub(super) async fn host_venv(
+        &self,
+        image: &PlannedImage,
+        built: &str,
+        around: &NormalizedImage,
+        script: Vec<u8>,
+    ) -> Result<Arc<NormalizedImage>> {
+        let name = &image.spec.name;
+        let wheels = self.contexts.wheels.get(name).ok_or_else(|| {
+            anyhow!("{name}: wheels: host, but no wheels were fetched for its lock")
+        })?;
+        let venv = Venv {
+            prefix: VENV_PREFIX.to_string(),
+            python: image.spec.python.to_string(),
+        };
+        let epoch = around.epoch;
+        let started = Instant::now();
+        let mut opened = open_wheels(wheels)?;
+        let plan_venv = venv.clone();
+        let (install, opened) = tokio::task::spawn_blocking(move || {
+            let install = wheel_install::plan(&mut opened, &plan_venv);
+            (install, opened)
+        })
+        .await
+        .map_err(|error| anyhow!("the install planning thread failed: {error}"))?;
+        let mut install = install.with_context(|| format!("installing the wheels of {name}"))?;
+        let wheel_count = opened.len();
+        self.progress.line(
+            name,
+            &format!(
+                "venv on the host: {wheel_count} wheels, {} files planned in {:.1} s",
+                install.files.len(),
+                started.elapsed().as_secs_f64()
+            ),
+        );
+
+        // host-venv.sh in a container of the build, over the sources, metadata and libraries,
+        // which stream to the daemon as they are inflated.
+        let helper_started = Instant::now();
+        let (sender, mut receiver) = tokio::sync::mpsc::channel::<bytes::Bytes>(8);
+        let helper_install = std::mem::take(&mut install);
+        let helper_venv = venv.clone();
+        let writing = tokio::task::spawn_blocking(move || {
+            let mut opened = opened;
+            let writer = ChannelWriter {
+                sender,
+                pending: Vec::with_capacity(UPLOAD_CHUNK),
+            };
+            let written = helper_tar(
+                &helper_install,
+                &mut opened,
+                &helper_venv,
+                epoch,
+                &[(HELPER_SCRIPT, script.as_slice())],
+                writer,
+            )
+            .and_then(|(mut writer, count)| {
+                writer.flush()?;
+                Ok(count)
+            });
+            (helper_install, opened, written)
+        });
+        let upload = futures_util::stream::poll_fn(move |context| receiver.poll_recv(context));
+        let request = RunRequest {
+            image: built.to_string(),
+            cmd: vec!["sh".into(), format!("/{HELPER_SCRIPT}")],
+            entrypoint: Some(vec![]),
+            timeout: Some(HELPER_TIMEOUT),
+            labels: self.container_labels("imagegen.host-venv", name),
+            ..Default::default()
+        };
+        let ran = self
+            .engine
+            .run_with_files(request, Some(Box::pin(upload)), Some(HELPER_WRITTEN))
+            .await;
+        let (helper_install, mut opened, sent) = writing
+            .await
+            .map_err(|error| anyhow!("the thread sending the venv's files failed: {error}"))?;
+        install = helper_install;
+        let (output, written) = ran.with_context(|| format!("running host-venv.sh for {name}"))?;
+        let sent = sent.with_context(|| format!("sending the venv's files of {name}"))?;
+        for line in output.stdout.lines().chain(output.stderr.lines()) {
+            self.progress.log_only(name, line);
+        }
+        if output.exit_code != 0 {
+            anyhow::bail!(
+                "host-venv.sh (images/{name}/host-venv.sh) exited {} in a container of {name}'s build: {}",
+                output.exit_code,
+                output.stderr.trim()
+            );
+        }
+        let (bytecode, loader) = split_written(&written, &install)
+            .with_context(|| format!("what host-venv.sh wrote for {name}"))?;
+        let compiled = install.add_bytecode(bytecode, &venv)?;
+        self.progress.line(
+            name,
+            &format!(
+                "venv on the host: host-venv.sh ran over {sent} files in {:.1} s: {compiled} .pyc files, {} bytes of other files",
+                helper_started.elapsed().as_secs_f64(),
+                loader.len()
+            ),
+        );
+
+        // The venv's layer, in one pass from the wheels; and what host-venv.sh wrote besides.
+        let layer_started = Instant::now();
+        let (venv_layer, loader_layer) = tokio::task::spawn_blocking(move || -> Result<_> {
+            let (writer, _) = write_layer(&install, &mut opened, epoch, GzipWriter::new())?;
+            let loader = normalize_layer_into(&loader, epoch, GzipWriter::new())?;
+            Ok((writer.finish(), loader.finish()))
+        })
+        .await
+        .map_err(|error| anyhow!("the venv layer's thread failed: {error}"))??;
+        let venv_layer = layer_of(venv_layer);
+        let loader_layer = layer_of(loader_layer);
+        self.progress.stage(
+            name,
+            &format!(
+                "venv installed on the host from {wheel_count} wheels: {} unpacked, {} compressed {}; host-venv.sh's layer {}",
+                human_bytes(venv_layer.unpacked_size),
+                human_bytes(venv_layer.compressed_size),
+                rate(venv_layer.unpacked_size, layer_started.elapsed()),
+                human_bytes(loader_layer.unpacked_size),
+            ),
+        );
+        let config = with_history(
+            &around.config,
+            &[
+                (
+                    format!("imagegen: the {wheel_count} wheels of requirements.lock installed into {VENV_PREFIX} on the host (wheels: host)"),
+                    "imagegen wheels: host",
+                ),
+                (
+                    "imagegen: host-venv.sh (byte-compiled, pip check, loader cache) in a container of the build".to_string(),
+                    "imagegen wheels: host",
+                ),
+            ],
+        )?;
+        let mut layers = around.layers.clone();
+        layers.push(venv_layer);
+        layers.push(loader_layer);
+        let normalized = assemble(&config, layers, epoch)?;
+        self.progress.stage(
+            name,
+            &format!(
+                "normalized with the venv made on the host ({} layers, epoch {epoch}): {} unpacked, {} compressed in {:.1} s, manifest {}",
+                normalized.layers.len(),
+                human_bytes(normalized.unpacked_size()),
+                human_bytes(normalized.size().compressed_bytes),
+                started.elapsed().as_secs_f64(),
+                normalized.manifest_digest
+            ),
+        );
+        self.note_normalized(&normalized);
+        Ok(Arc::new(normalized))
+    }
+}

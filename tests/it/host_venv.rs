@@ -1,0 +1,223 @@
+//! `wheels: host` against real parts: the repository's own runtime template on a real Debian
+//! bookworm base (its apt, its python3 and venv, its ldconfig), a real lock made by uv against
+//! the fixture index on 127.0.0.1 (tests/fixtures/wheel-cache/index.py: stand-ins for torch,
+//! torchvision and torchaudio, and demo-tools with a console script, a `#!python` script, a data
+//! file, a module that does not compile and a real ELF library under nvidia/demo/lib), built on
+//! the real daemon twice: with `wheels: cache` (pip installs the lock in the Docker build, the
+//! loader cache step runs after it) and with `wheels: host` (imagegen installs it on the host,
+//! host-venv.sh byte-compiles and builds the loader cache in a container of the build). The two
+//! images must hold the same venv and the same loader cache, file by file: path, mode and content
+//! (every `.pyc` included), but for INSTALLER (`pip` against `imagegen`) and its row in each
+//! RECORD.
+//!
+//! Cost: the bookworm base when it is not kept (debootstrap, 1 to 2 min), one `apt-get install`
+//! of the template's packages (python3, python3-dev, g++: about 1 min, shared by both builds
+//! through the builder's cache), two small builds.
+
+use std::collections::BTreeMap;
+use std::process::Command;
+
+use crate::support::project::{assert_code, text, Project, SELFTEST_PASS};
+use crate::wheel_cache::{uv, Index};
+
+/// Every folder, file and link under the venv and of the loader cache in `image`: path → mode
+/// and sha256 (a file), `link` and target (a link), `dir` and mode (a folder).
+fn tree(image: &str, case: &str) -> BTreeMap<String, String> {
+    let script = r#"cd / && find opt/venv etc/ld.so.cache etc/ld.so.conf.d | LC_ALL=C sort | while IFS= read -r f; do
+  if [ -L "$f" ]; then echo "$f	link $(readlink "$f")";
+  elif [ -d "$f" ]; then echo "$f	dir $(stat -c %a "$f")";
+  else echo "$f	$(stat -c %a "$f") $(sha256sum "$f" | cut -c1-64)"; fi
+done"#;
+    let output = Command::new("docker")
+        .args(["run", "--rm", "--entrypoint", "sh"])
+        .args(["--label", &format!("imagegen-test.case={case}")])
+        .args([image, "-c", script])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", text(&output));
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|line| {
+            let (path, what) = line.split_once('\t').unwrap();
+            (path.to_string(), what.to_string())
+        })
+        .collect()
+}
+
+/// `sh -c script` in `image`: its stdout (the run must succeed).
+fn run_in(image: &str, case: &str, script: &str) -> String {
+    let output = Command::new("docker")
+        .args(["run", "--rm", "--entrypoint", "sh"])
+        .args(["--label", &format!("imagegen-test.case={case}")])
+        .args([image, "-c", script])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{script}: {}", text(&output));
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_venv_made_on_the_host_is_the_venv_pip_makes_in_the_build_file_by_file() {
+    crate::support::project::prepare().await;
+    crate::support::debian::bookworm_base();
+    let scratch = tempfile::tempdir().unwrap();
+    let index = Index::start_with(scratch.path(), None, &[]);
+    let project = Project::from_fixture("host-venv", "127.0.0.1:9", SELFTEST_PASS);
+    project.add_selftest("gpu-selftest-cu13", SELFTEST_PASS);
+    project.edit_matrix("PORT", &index.port.to_string());
+    // The repository's runtime template, each stage labelled with the test case so every image
+    // the builds make is removed with the project.
+    let template = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("templates/runtime.Dockerfile.j2"),
+    )
+    .unwrap();
+    let mut labelled = String::new();
+    for line in template.lines() {
+        labelled.push_str(line);
+        labelled.push('\n');
+        if line.starts_with("FROM ") {
+            labelled.push_str(&format!(
+                "LABEL imagegen-test.case=\"{}\"\n",
+                project.case()
+            ));
+        }
+    }
+    std::fs::write(
+        project.path().join("templates/runtime.Dockerfile.j2"),
+        labelled,
+    )
+    .unwrap();
+    std::fs::write(
+        project.path().join("matrix.yaml"),
+        std::fs::read_to_string(project.path().join("matrix.yaml")).unwrap()
+            + "templates: templates\n",
+    )
+    .unwrap();
+    let lock = project
+        .imagegen(&["lock", "--uv", uv().to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_code(&lock, 0);
+    let name = "2.13.0-cuda13.0-cudnn9-runtime-debian12";
+    let image = format!("{}/{}:{name}", project.registry, project.repository);
+    let cache = scratch.path().join("cache");
+    let build = || {
+        project
+            .imagegen(&["build", "--selftest-dir", "selftest", "--no-test"])
+            .env("IMAGEGEN_WHEEL_CACHE", &cache)
+            .output()
+            .unwrap()
+    };
+
+    // pip in the Docker build.
+    let by_pip = build();
+    assert_code(&by_pip, 0);
+    let pip_tree = tree(&image, project.case());
+    let pip_record = run_in(
+        &image,
+        project.case(),
+        "cat /opt/venv/lib/python3.11/site-packages/demo_tools-1.0.dist-info/RECORD",
+    );
+
+    // The venv made on the host.
+    project.edit_matrix("wheels: cache", "wheels: host");
+    let render = project.imagegen(&["render"]).output().unwrap();
+    assert_code(&render, 0);
+    let folder = project.path().join("images").join(name);
+    let dockerfile = std::fs::read_to_string(folder.join("Dockerfile")).unwrap();
+    assert!(!dockerfile.contains("--require-hashes"), "{dockerfile}");
+    assert!(folder.join("host-venv.sh").exists());
+    let on_host = build();
+    assert_code(&on_host, 0);
+    let log = text(&on_host);
+    assert!(
+        log.contains("venv installed on the host from 4 wheels"),
+        "{log}"
+    );
+    let host_tree = tree(&image, project.case());
+    let host_record = run_in(
+        &image,
+        project.case(),
+        "cat /opt/venv/lib/python3.11/site-packages/demo_tools-1.0.dist-info/RECORD",
+    );
+
+    // The same files, modes and contents, but INSTALLER and RECORD (compared below).
+    let comparable = |tree: &BTreeMap<String, String>| -> BTreeMap<String, String> {
+        tree.iter()
+            .filter(|(path, _)| {
+                !(path.ends_with(".dist-info/INSTALLER") || path.ends_with(".dist-info/RECORD"))
+            })
+            .map(|(path, what)| (path.clone(), what.clone()))
+            .collect()
+    };
+    let (pip_files, host_files) = (comparable(&pip_tree), comparable(&host_tree));
+    let only = |left: &BTreeMap<String, String>, right: &BTreeMap<String, String>| {
+        left.iter()
+            .filter(|(path, what)| right.get(*path) != Some(*what))
+            .map(|(path, what)| format!("{path} {what}"))
+            .collect::<Vec<_>>()
+    };
+    assert!(
+        pip_files == host_files,
+        "pip's build only: {:#?}\nthe host's only: {:#?}",
+        only(&pip_files, &host_files),
+        only(&host_files, &pip_files)
+    );
+    // What the comparison saw: the lock's packages, their .pyc files (none of the module that
+    // does not compile), the scripts, the data file, the library in the loader cache.
+    let site = "opt/venv/lib/python3.11/site-packages";
+    for path in [
+        format!("{site}/torch/__init__.py"),
+        format!("{site}/torch/__pycache__/__init__.cpython-311.pyc"),
+        format!("{site}/demo_tools/__pycache__/cli.cpython-311.pyc"),
+        format!("{site}/demo_tools/broken.py"),
+        format!("{site}/nvidia/demo/lib/libz.so.1"),
+        "opt/venv/bin/demo-tool".to_string(),
+        "opt/venv/bin/demo-run".to_string(),
+        "opt/venv/share/demo-tools/README".to_string(),
+        "etc/ld.so.cache".to_string(),
+        "etc/ld.so.conf.d/imagegen-pip-cuda.conf".to_string(),
+    ] {
+        assert!(
+            host_files.contains_key(&path),
+            "{path} missing: {host_files:#?}"
+        );
+    }
+    assert!(!host_files.contains_key(&format!(
+        "{site}/demo_tools/__pycache__/broken.cpython-311.pyc"
+    )));
+    let installer_row = |record: &str| -> Vec<String> {
+        record
+            .lines()
+            .filter(|row| !row.contains(".dist-info/INSTALLER,"))
+            .map(str::to_string)
+            .collect()
+    };
+    assert_eq!(installer_row(&host_record), installer_row(&pip_record));
+    assert!(
+        host_record.contains("demo_tools/__pycache__/cli.cpython-311.pyc,,"),
+        "{host_record}"
+    );
+    assert_eq!(
+        run_in(
+            &image,
+            project.case(),
+            "cat /opt/venv/lib/python3.11/site-packages/demo_tools-1.0.dist-info/INSTALLER"
+        ),
+        "imagegen\n"
+    );
+
+    // It runs: the console script, the fixed script, pip's own check, the loader cache.
+    let ran = run_in(
+        &image,
+        project.case(),
+        "demo-tool && demo-run && pip check && ldconfig -p | grep -c /opt/venv/lib/python3.11/site-packages/nvidia/demo/lib/libz.so.1",
+    );
+    assert_eq!(
+        ran,
+        "demo-tool 1.0\n1.0\nNo broken requirements found.\n1\n"
+    );
+    // No wheel reached the build context nor a layer: the host build sent none.
+    assert!(!log.contains("wheels/"), "{log}");
+    project.remove_images().await;
+}
