@@ -236,7 +236,8 @@ fn check_side_by_side(
             prefix: VENV_PREFIX.to_string(),
             python: image.python.to_string(),
         };
-        wheel_install::check_side_by_side(&files, &venv).with_context(|| {
+        let opened = crate::docker::wheel_cache::open_wheels(&files)?;
+        wheel_install::check_side_by_side(opened, &venv).with_context(|| {
             format!(
                 "{}: two wheels of its lock install one file with different content",
                 image.name

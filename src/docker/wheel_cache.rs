@@ -308,6 +308,26 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
+/// A wheel of the cache opened for reading.
+pub(crate) type WheelReader = std::io::BufReader<std::fs::File>;
+
+/// The wheels at `paths` (files of the cache), opened for reading, each with its file name: what
+/// `pipeline::wheel_install` installs from.
+pub(crate) fn open_wheels(paths: &[PathBuf]) -> anyhow::Result<Vec<(String, WheelReader)>> {
+    paths
+        .iter()
+        .map(|path| {
+            let name = path
+                .file_name()
+                .map(|name| name.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let file = std::fs::File::open(path)
+                .map_err(|error| anyhow::anyhow!("{}: cannot open it: {error}", path.display()))?;
+            Ok((name, std::io::BufReader::with_capacity(1 << 20, file)))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -745,23 +745,18 @@ fn entry_point_script(interpreter: &str, value: &str) -> Result<Vec<u8>> {
     Ok(script)
 }
 
-/// Checks that the wheels `files` (on disk) install into `venv` side by side: no two of them
-/// write one path with different content (pip would keep whichever it installed last, in an
-/// order it does not promise, leaving one of the two packages broken). Reads each wheel's
+/// Checks that the wheels `wheels` (file name, reader) install into `venv` side by side: no two
+/// of them write one path with different content (pip would keep whichever it installed last,
+/// in an order it does not promise, leaving one of the two packages broken). Reads each wheel's
 /// directory and metadata, and the content of shared paths only. Returns how many files the
 /// install writes.
-pub(crate) fn check_side_by_side(files: &[std::path::PathBuf], venv: &Venv) -> Result<usize> {
-    let mut wheels = files
-        .iter()
-        .map(|path| {
-            let file_name = path
-                .file_name()
-                .map(|name| name.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            let file = std::fs::File::open(path)
-                .with_context(|| format!("{}: cannot open it", path.display()))?;
-            Wheel::new(&file_name, std::io::BufReader::new(file))
-        })
+pub(crate) fn check_side_by_side<R: Read + Seek>(
+    wheels: Vec<(String, R)>,
+    venv: &Venv,
+) -> Result<usize> {
+    let mut wheels = wheels
+        .into_iter()
+        .map(|(file_name, reader)| Wheel::new(&file_name, reader))
         .collect::<Result<Vec<_>>>()?;
     Ok(plan(&mut wheels, venv)?.files.len())
 }

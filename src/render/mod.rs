@@ -1008,11 +1008,17 @@ mod tests {
                 continue;
             }
             runtimes += 1;
-            let stages = text.lines().filter(|line| line.starts_with("FROM ")).count();
+            let stages = text
+                .lines()
+                .filter(|line| line.starts_with("FROM "))
+                .count();
             assert_eq!(stages, 1, "{name}: {text}");
             assert!(!text.contains("--require-hashes"), "{name}: {text}");
             assert!(!text.contains("wheels/"), "{name}: {text}");
-            assert!(!text.contains("ldconfig"), "the loader cache is host-venv.sh's: {text}");
+            assert!(
+                !text.contains("ldconfig"),
+                "the loader cache is host-venv.sh's: {text}"
+            );
             assert!(
                 text.contains(" && python3 -m venv /opt/venv \\\n && /opt/venv/bin/python3 -c 'import importlib.metadata"),
                 "{name}: {text}"

@@ -72,19 +72,18 @@ impl Write for ChannelWriter {
     }
 }
 
-type Wheels = Vec<Wheel<std::io::BufReader<std::fs::File>>>;
+type Wheels = Vec<Wheel<crate::docker::wheel_cache::WheelReader>>;
 
 /// The image's wheels, opened.
 fn open_wheels(wheels: &ContextWheels) -> Result<Wheels> {
-    wheels
+    let paths: Vec<_> = wheels
         .files
         .iter()
-        .map(|file| {
-            let name = file.path.clone();
-            let opened = std::fs::File::open(&file.source)
-                .with_context(|| format!("{}: cannot open it", file.source.display()))?;
-            Wheel::new(&name, std::io::BufReader::with_capacity(1 << 20, opened))
-        })
+        .map(|file| file.source.clone())
+        .collect();
+    crate::docker::wheel_cache::open_wheels(&paths)?
+        .into_iter()
+        .map(|(name, reader)| Wheel::new(&name, reader))
         .collect()
 }
 

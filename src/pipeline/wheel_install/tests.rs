@@ -686,7 +686,7 @@ fn the_install_of_a_wheel_folder_is_pips_file_by_file() {
     let started = std::time::Instant::now();
     let paths: Vec<_> = names.iter().map(|name| folder.join(name)).collect();
     let files = check_side_by_side(
-        &paths,
+        crate::docker::wheel_cache::open_wheels(&paths).unwrap(),
         &Venv {
             prefix: VENV_PREFIX.into(),
             python: "3.11".into(),
@@ -723,7 +723,7 @@ fn the_wheels_of_a_folder_install_side_by_side() {
     paths.sort();
     assert!(!paths.is_empty(), "no wheels in {}", folder.display());
     let files = check_side_by_side(
-        &paths,
+        crate::docker::wheel_cache::open_wheels(&paths).unwrap(),
         &Venv {
             prefix: VENV_PREFIX.into(),
             python,
