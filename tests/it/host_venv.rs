@@ -28,14 +28,7 @@ fn tree(image: &str, case: &str) -> BTreeMap<String, String> {
   elif [ -d "$f" ]; then echo "$f	dir $(stat -c %a "$f")";
   else echo "$f	$(stat -c %a "$f") $(sha256sum "$f" | cut -c1-64)"; fi
 done"#;
-    let output = Command::new("docker")
-        .args(["run", "--rm", "--entrypoint", "sh"])
-        .args(["--label", &format!("imagegen-test.case={case}")])
-        .args([image, "-c", script])
-        .output()
-        .unwrap();
-    assert!(output.status.success(), "{}", text(&output));
-    String::from_utf8_lossy(&output.stdout)
+    run_in(image, case, script)
         .lines()
         .map(|line| {
             let (path, what) = line.split_once('\t').unwrap();
