@@ -43,6 +43,8 @@ use anyhow::{anyhow, bail, Context, Result};
 use base64::Engine as _;
 use sha2::{Digest as _, Sha256};
 
+use crate::model::knowledge::derive::normalize_name;
+
 /// The venv every image installs its lock into (the templates' `VIRTUAL_ENV`).
 pub(crate) const VENV_PREFIX: &str = "/opt/venv";
 
@@ -304,24 +306,6 @@ fn project_name(file_name: &str) -> Result<String> {
     }
 }
 
-/// A project name as PEP 503 normalizes it (runs of `-`, `_`, `.` become `-`, lower case).
-fn normalized(name: &str) -> String {
-    let mut out = String::new();
-    let mut separator = false;
-    for character in name.chars() {
-        if matches!(character, '-' | '_' | '.') {
-            separator = true;
-            continue;
-        }
-        if separator && !out.is_empty() {
-            out.push('-');
-        }
-        separator = false;
-        out.extend(character.to_lowercase());
-    }
-    out
-}
-
 /// What one wheel installs: its files (path, file), RECORD's path and RECORD's rows.
 struct WheelFiles {
     files: Vec<(String, Installed)>,
@@ -363,7 +347,7 @@ fn plan_wheel<R: Read + Seek>(
     };
     let info_stem = info_dir.trim_end_matches(".dist-info");
     let (info_name, _) = info_stem.split_once('-').unwrap_or((info_stem, ""));
-    if normalized(info_name) != normalized(&name) {
+    if normalize_name(info_name) != normalize_name(&name) {
         bail!("{file_name}: its metadata folder {info_dir} is for another project");
     }
     let wheel_metadata = wheel

@@ -482,16 +482,6 @@ fn relative_paths_are_os_path_relpaths() {
     );
 }
 
-#[test]
-fn project_names_compare_normalized() {
-    assert_eq!(normalized("Foo_Bar.baz"), "foo-bar-baz");
-    assert_eq!(normalized("nvidia_cublas_cu13"), "nvidia-cublas-cu13");
-    assert_eq!(
-        normalized("typing-extensions"),
-        normalized("typing_extensions")
-    );
-}
-
 /// The tree under `root`: path → (mode, sha256 of the content or the link target), folders left
 /// out; `pip` writes its own INSTALLER and RECORD's row for it, so both are compared apart.
 fn tree(root: &std::path::Path) -> BTreeMap<String, (u32, String)> {
