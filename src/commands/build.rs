@@ -6,7 +6,7 @@
 //! table and what was left undone; removes every container the run started, on every path; exit
 //! 1 if any image failed, 130/143 on SIGINT/SIGTERM.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -262,6 +262,25 @@ async fn execute_plan(
     outcome
 }
 
+/// The images of `plan` nothing of this run runs on this host, where `pushed_untested` (the run
+/// pushes and runs no self-test): those no other image of the plan is built `FROM`.
+fn run_nothing_here(plan: &Plan, pushed_untested: bool) -> BTreeSet<String> {
+    if !pushed_untested {
+        return BTreeSet::new();
+    }
+    plan.images
+        .iter()
+        .map(|image| &image.spec)
+        .filter(|spec| {
+            !plan
+                .images
+                .iter()
+                .any(|other| other.spec.parent.as_ref() == Some(&spec.name))
+        })
+        .map(|spec| spec.name.clone())
+        .collect()
+}
+
 /// Removes the containers earlier runs left behind when they were killed before their own
 /// cleanup (SIGKILL, a crash): those labelled with a run of this machine's boot whose process is
 /// gone. A live run's containers, and those of runs this machine cannot judge (another host on a
@@ -459,6 +478,7 @@ async fn build_and_record(
             selftest_baseline,
             journal,
             layer_store: Some(Arc::new(LayerStore::in_dir(&state_dir(&settings.log_dir)))),
+            unloaded: run_nothing_here(&plan, settings.push && settings.no_test),
             ..Default::default()
         },
     ));
@@ -1070,6 +1090,36 @@ fn team_wheels(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_images_nothing_of_the_run_builds_on_go_unloaded_when_it_pushes_untested() {
+        let specs = crate::resolve::test_images(
+            "registry: r.example\nrepository: t/p\ntorch: [\"2.7\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\n",
+        );
+        let plan = crate::pipeline::plan::plan(
+            &specs,
+            &crate::resolve::select::select(&specs, None, None),
+            &BTreeMap::new(),
+            &Manifest::new(),
+            None,
+            &[],
+        );
+        let names: Vec<&str> = plan
+            .images
+            .iter()
+            .map(|image| image.spec.name.as_str())
+            .collect();
+        assert_eq!(names.len(), 2, "{names:?}");
+        // The devel image is built FROM the runtime one: only the devel image is left unloaded.
+        let unloaded = run_nothing_here(&plan, true);
+        let devel: Vec<&str> = names
+            .iter()
+            .copied()
+            .filter(|name| name.contains("-devel-"))
+            .collect();
+        assert_eq!(unloaded.iter().map(String::as_str).collect::<Vec<_>>(), devel);
+        assert!(run_nothing_here(&plan, false).is_empty());
+    }
 
     #[test]
     fn the_summary_names_held_aliases_beside_moved_ones() {

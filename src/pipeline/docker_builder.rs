@@ -6,7 +6,7 @@
 //! whatever a cancellation left behind. Policy (what to build, when aliases move) stays in the
 //! executor; wire protocols stay in `docker`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -164,6 +164,10 @@ pub(crate) struct EngineBuilderSettings {
     /// What earlier runs normalized: a build whose layers are an earlier build's is not exported
     /// nor normalized again.
     pub(crate) layer_store: Option<Arc<LayerStore>>,
+    /// Images (by name) this run pushes and runs nothing of on this host: no self-test, no image
+    /// of the run built `FROM` them. Those built with `wheels: host` are pushed from memory and
+    /// not loaded into the daemon (as `docker buildx build --push` leaves its daemon alone).
+    pub(crate) unloaded: BTreeSet<String>,
 }
 
 impl Default for EngineBuilderSettings {
@@ -179,6 +183,7 @@ impl Default for EngineBuilderSettings {
             selftest_baseline: None,
             journal: None,
             layer_store: None,
+            unloaded: BTreeSet::new(),
         }
     }
 }
@@ -208,6 +213,12 @@ pub(crate) struct EngineBuilder {
     /// The layers of every image this run normalized (bottom first) with its epoch: an image
     /// built FROM one of them starts with these layers, which are taken as they are.
     chains: std::sync::Mutex<Vec<(u64, Vec<KnownLayer>)>>,
+    /// Package listings made beside a `wheels: host` image's venv, by image name, until its
+    /// packages are read.
+    listed: std::sync::Mutex<BTreeMap<String, String>>,
+    /// `wheels: host` images this run made and did not load, by reference, until they are
+    /// pushed or loaded.
+    unloaded: std::sync::Mutex<BTreeMap<String, Arc<NormalizedImage>>>,
 }
 
 /// Whether a base image is in the daemon (present or pulled), or why it cannot be; set once.
@@ -235,6 +246,8 @@ impl EngineBuilder {
             normalized: std::sync::Mutex::new(BTreeMap::new()),
             sizes: std::sync::Mutex::new(BTreeMap::new()),
             chains: std::sync::Mutex::new(Vec::new()),
+            listed: std::sync::Mutex::new(BTreeMap::new()),
+            unloaded: std::sync::Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -258,7 +271,10 @@ impl EngineBuilder {
     /// its runtime image, built first in the plan.
     async fn ensure_base(&self, image: &PlannedImage) -> Result<()> {
         let base = &image.spec.base_image;
-        if image.spec.parent.is_some() || base == "scratch" {
+        if image.spec.parent.is_some() {
+            return self.ensure_loaded(base).await;
+        }
+        if base == "scratch" {
             return Ok(());
         }
         let cell = Arc::clone(self.bases.lock().await.entry(base.clone()).or_default());
@@ -303,6 +319,20 @@ impl EngineBuilder {
                 .map_err(|reason| anyhow!(reason))?;
         }
         Ok(())
+    }
+
+    /// Loads `reference` into the daemon where this run made it and did not load it (a
+    /// `wheels: host` image in [`EngineBuilderSettings::unloaded`]).
+    async fn ensure_loaded(&self, reference: &str) -> Result<()> {
+        let pending = self
+            .unloaded
+            .lock()
+            .expect("unloaded lock")
+            .remove(reference);
+        match pending {
+            Some(normalized) => self.load(reference, reference, &normalized).await,
+            None => Ok(()),
+        }
     }
 
     async fn credentials_for(
@@ -470,13 +500,28 @@ impl Builder for EngineBuilder {
                         .normalize(name, &id, epoch)
                         .await
                         .with_context(|| format!("normalizing {}", image.reference))?;
-                    let normalized = self
-                        .host_venv(image, &id, &around, script)
+                    let (normalized, listed) = self
+                        .host_venv(image, &id, &around, script, &listing_script(image))
                         .await
                         .with_context(|| {
                             format!("making the venv of {} on the host", image.reference)
                         })?;
-                    self.load(name, &image.reference, &normalized).await?;
+                    self.listed
+                        .lock()
+                        .expect("listed lock")
+                        .insert(name.clone(), listed);
+                    if self.settings.unloaded.contains(name) {
+                        self.progress.stage(
+                            name,
+                            "not loaded into the Docker daemon: this run pushes it and runs nothing of it here (`docker pull` it to run it here)",
+                        );
+                        self.unloaded
+                            .lock()
+                            .expect("unloaded lock")
+                            .insert(image.reference.clone(), Arc::clone(&normalized));
+                    } else {
+                        self.load(name, &image.reference, &normalized).await?;
+                    }
                     return Ok(self.built(normalized));
                 }
                 let warm = match self.normalized_from_store(name, &id, epoch).await {
@@ -529,6 +574,12 @@ impl Builder for EngineBuilder {
             let host = self.host_platform().await;
             return TestOutcome::Skipped {
                 summary: format!("cannot run {} images on this {host} host; run `imagegen build --platform {}` on a {} runner to test them", image.spec.platform, image.spec.platform, image.spec.platform),
+            };
+        }
+        if let Err(error) = self.ensure_loaded(&image.reference).await {
+            return TestOutcome::Error {
+                summary: format!("{error:#}"),
+                report: None,
             };
         }
         let gpus = self.gpus().await;
@@ -584,15 +635,17 @@ impl Builder for EngineBuilder {
         if !self.runs_here(image).await {
             return Ok(None);
         }
-        // An image with apt extras also lists dpkg's dependencies and apt's automatic marks, to
-        // find what apt installed with the extras (its apt.lock).
         let extras = &image.spec.extensions.apt;
-        let script = if extras.is_empty() {
-            LIST_PACKAGES.to_string()
-        } else {
-            format!("{LIST_PACKAGES}; {APT_DEPENDS}")
+        // A `wheels: host` image was listed in the container that made its venv.
+        let listed = self
+            .listed
+            .lock()
+            .expect("listed lock")
+            .remove(&image.spec.name);
+        let stdout = match listed {
+            Some(stdout) => stdout,
+            None => self.listing(image, listing_script(image)).await?,
         };
-        let stdout = self.listing(image, script).await?;
         let (listing, apt) = stdout
             .split_once(APT_DEPENDS_MARKER)
             .unwrap_or((&stdout, ""));
@@ -1353,6 +1406,15 @@ impl EngineBuilder {
     /// an earlier run) exported and normalized again, which gives the same bytes.
     async fn normalized_of(&self, repository: &str, tag: &str) -> Result<Arc<NormalizedImage>> {
         let reference = format!("{repository}:{tag}");
+        // Pushed from memory, never loaded: the run holds its bytes only until the push.
+        let unloaded = self
+            .unloaded
+            .lock()
+            .expect("unloaded lock")
+            .remove(&reference);
+        if let Some(normalized) = unloaded {
+            return Ok(normalized);
+        }
         let local = self
             .engine
             .image(&reference)
@@ -1489,6 +1551,17 @@ impl RelabelInputs {
 }
 
 /// The history of a normalized config: each step's `created_by`, `comment` and `empty_layer`.
+/// What lists `image`'s packages in a container of it: pip's and dpkg's packages and the venv's
+/// metadata ([`LIST_PACKAGES`]); with apt extras, dpkg's dependencies and apt's automatic marks
+/// too ([`APT_DEPENDS`]), to find what apt installed with the extras (its apt.lock).
+fn listing_script(image: &PlannedImage) -> String {
+    if image.spec.extensions.apt.is_empty() {
+        LIST_PACKAGES.to_string()
+    } else {
+        format!("{LIST_PACKAGES}; {APT_DEPENDS}")
+    }
+}
+
 fn template_steps(config: &[u8]) -> Result<Vec<(String, String, bool)>> {
     let config: serde_json::Value = serde_json::from_slice(config).context("the stored config")?;
     let text = |step: &serde_json::Value, field: &str| {

@@ -40,6 +40,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Read;
+use std::sync::Arc;
 
 use anyhow::{anyhow, Context, Result};
 use serde_json::Value;
@@ -820,21 +821,117 @@ pub(crate) struct Gzipped {
 }
 
 /// [`gzip`] as a writer, for a layer made as it is written: the same bytes, holding no more of
-/// the input than a few chunks. Full chunks are compressed in batches, one per core, while this
-/// thread hashes them (CRC-32 for the trailer, SHA-256 for the diff ID). A full chunk is known
-/// not to be the last (the one that ends the DEFLATE stream) only once a byte after it comes,
-/// so the chunk being filled waits for that, or for [`GzipWriter::finish`].
+/// the input than a few chunks. Each full chunk is hashed here (CRC-32 for the trailer, SHA-256
+/// for the diff ID) and handed to a pool of compressing threads, one per core, while this thread
+/// goes on filling the next: what writes (a tar writer inflating wheels, a layer read from an
+/// export) and the compressing overlap, and at most two chunks per thread wait. The compressed
+/// chunks are appended in order. A full chunk is known not to be the last (the one that ends
+/// the DEFLATE stream) only once a byte after it comes, so the chunk being filled waits for
+/// that, or for [`GzipWriter::finish`]. A stream of one chunk starts no thread.
 pub(crate) struct GzipWriter {
     out: Vec<u8>,
     /// The chunk being filled.
     current: Vec<u8>,
-    /// Full chunks, none of them the last, not compressed yet.
-    full: Vec<Vec<u8>>,
-    crc: Crc32,
+    crc: crc32fast::Hasher,
     sha256: Sha256,
     size: u64,
-    /// How many threads compress; twice as many full chunks are compressed at once.
+    /// How many threads compress.
     threads: usize,
+    /// Started at the first full chunk that is not the last.
+    pool: Option<CompressPool>,
+}
+
+/// What a compressing thread gives back: a chunk's index and its DEFLATE bytes (or its panic).
+type Compressed = (usize, std::thread::Result<Vec<u8>>);
+
+/// The threads that compress a [`GzipWriter`]'s chunks, and the chunks on their way.
+struct CompressPool {
+    /// Chunks to compress: index, bytes, whether it ends the stream.
+    work: Option<std::sync::mpsc::SyncSender<(usize, Vec<u8>, bool)>>,
+    done: std::sync::mpsc::Receiver<Compressed>,
+    workers: Vec<std::thread::JoinHandle<()>>,
+    /// Chunks handed out, and appended to the output, so far.
+    sent: usize,
+    appended: usize,
+    /// Chunks compressed ahead of one still being compressed.
+    early: BTreeMap<usize, Vec<u8>>,
+}
+
+impl CompressPool {
+    fn start(threads: usize) -> CompressPool {
+        let (work, queue) = std::sync::mpsc::sync_channel::<(usize, Vec<u8>, bool)>(threads);
+        let queue = Arc::new(std::sync::Mutex::new(queue));
+        let (finished, done) = std::sync::mpsc::channel();
+        let workers = (0..threads)
+            .map(|_| {
+                let queue = Arc::clone(&queue);
+                let finished = finished.clone();
+                std::thread::spawn(move || loop {
+                    let job = queue.lock().map(|queue| queue.recv());
+                    let Ok(Ok((index, chunk, last))) = job else {
+                        return;
+                    };
+                    let compressed = std::panic::catch_unwind(|| deflate_chunk(&chunk, last));
+                    if finished.send((index, compressed)).is_err() {
+                        return;
+                    }
+                })
+            })
+            .collect();
+        CompressPool {
+            work: Some(work),
+            done,
+            workers,
+            sent: 0,
+            appended: 0,
+            early: BTreeMap::new(),
+        }
+    }
+
+    /// Hands `chunk` to a thread, first waiting while `2 * threads` chunks are on their way.
+    fn send(&mut self, chunk: Vec<u8>, last: bool, out: &mut Vec<u8>) {
+        while self.sent - self.appended >= 2 * self.workers.len() {
+            self.collect(out);
+        }
+        self.work
+            .as_ref()
+            .expect("the pool takes chunks until it is finished")
+            .send((self.sent, chunk, last))
+            .expect("the compressing threads stopped");
+        self.sent += 1;
+    }
+
+    /// Waits for one compressed chunk, and appends to `out` every chunk that is next in order.
+    fn collect(&mut self, out: &mut Vec<u8>) {
+        let (index, compressed) = self.done.recv().expect("the compressing threads stopped");
+        match compressed {
+            Ok(bytes) => {
+                self.early.insert(index, bytes);
+            }
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+        while let Some(bytes) = self.early.remove(&self.appended) {
+            out.extend_from_slice(&bytes);
+            self.appended += 1;
+        }
+    }
+
+    /// Waits for every chunk handed out, appended in order, and ends the threads.
+    fn finish(mut self, out: &mut Vec<u8>) {
+        while self.appended < self.sent {
+            self.collect(out);
+        }
+    }
+}
+
+impl Drop for CompressPool {
+    fn drop(&mut self) {
+        // The threads end once the queue is closed (a writer dropped before its end included).
+        self.work = None;
+        for worker in self.workers.drain(..) {
+            let _ = worker.join();
+        }
+    }
 }
 
 impl GzipWriter {
@@ -842,64 +939,52 @@ impl GzipWriter {
         let threads = std::thread::available_parallelism()
             .map(|count| count.get())
             .unwrap_or(1);
+        GzipWriter::with_threads(threads)
+    }
+
+    /// A writer whose chunks `threads` threads compress (the bytes do not depend on it).
+    pub(crate) fn with_threads(threads: usize) -> GzipWriter {
         // ID1 ID2 CM=deflate FLG=0 MTIME=0 XFL=0 OS=255 (unknown).
         let out = vec![0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 255];
         GzipWriter {
             out,
             current: Vec::new(),
-            full: Vec::new(),
-            crc: Crc32::new(),
+            crc: crc32fast::Hasher::new(),
             sha256: Sha256::new(),
             size: 0,
-            threads,
+            threads: threads.max(1),
+            pool: None,
         }
     }
 
-    /// Compresses `chunks` (the last of them ends the stream when `last`) on every core while
-    /// this thread hashes them, and appends them in order.
-    fn compress(&mut self, chunks: &[Vec<u8>], last: bool) {
-        let threads = self.threads.min(chunks.len()).max(1);
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        let mut compressed: Vec<Vec<u8>> = vec![Vec::new(); chunks.len()];
-        let (crc, sha256) = (&mut self.crc, &mut self.sha256);
-        std::thread::scope(|scope| {
-            let workers: Vec<_> = (0..threads)
-                .map(|_| {
-                    scope.spawn(|| {
-                        let mut done = Vec::new();
-                        loop {
-                            let index = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                            if index >= chunks.len() {
-                                return done;
-                            }
-                            let ends = last && index == chunks.len() - 1;
-                            done.push((index, deflate_chunk(&chunks[index], ends)));
-                        }
-                    })
-                })
-                .collect();
-            for chunk in chunks {
-                crc.update(chunk);
-                sha256.update(chunk);
+    /// Hashes `chunk` and compresses it (the last ends the stream): on the pool where one was
+    /// started, else here.
+    fn compress(&mut self, chunk: Vec<u8>, last: bool) {
+        self.crc.update(&chunk);
+        self.sha256.update(&chunk);
+        match &mut self.pool {
+            Some(pool) => pool.send(chunk, last, &mut self.out),
+            None if last => {
+                let bytes = deflate_chunk(&chunk, true);
+                self.out.extend_from_slice(&bytes);
             }
-            for worker in workers {
-                for (index, bytes) in worker.join().expect("a compression thread panicked") {
-                    compressed[index] = bytes;
-                }
+            None => {
+                let mut pool = CompressPool::start(self.threads);
+                pool.send(chunk, last, &mut self.out);
+                self.pool = Some(pool);
             }
-        });
-        for chunk in compressed {
-            self.out.extend_from_slice(&chunk);
         }
     }
 
-    /// Ends the stream: the chunks left, the last one ending it (an empty one when nothing was
-    /// written), and the trailer.
+    /// Ends the stream: the chunk being filled ends it (an empty one when nothing was
+    /// written), every chunk is appended in order, then the trailer.
     pub(crate) fn finish(mut self) -> Gzipped {
-        let mut chunks = std::mem::take(&mut self.full);
-        chunks.push(std::mem::take(&mut self.current));
-        self.compress(&chunks, true);
-        let crc = self.crc.finish();
+        let last = std::mem::take(&mut self.current);
+        self.compress(last, true);
+        if let Some(pool) = self.pool.take() {
+            pool.finish(&mut self.out);
+        }
+        let crc = self.crc.finalize();
         self.out.extend_from_slice(&crc.to_le_bytes());
         self.out
             .extend_from_slice(&(self.size as u32).to_le_bytes());
@@ -918,11 +1003,7 @@ impl std::io::Write for GzipWriter {
             if self.current.len() == GZIP_CHUNK {
                 // A byte follows this chunk: it is not the last.
                 let full = std::mem::replace(&mut self.current, Vec::with_capacity(GZIP_CHUNK));
-                self.full.push(full);
-                if self.full.len() == 2 * self.threads {
-                    let chunks = std::mem::take(&mut self.full);
-                    self.compress(&chunks, false);
-                }
+                self.compress(full, false);
             }
             if self.current.capacity() == 0 {
                 self.current.reserve_exact(GZIP_CHUNK);
@@ -973,68 +1054,7 @@ fn deflate_chunk(chunk: &[u8], last: bool) -> Vec<u8> {
 /// CRC-32 (IEEE 802.3, as gzip's trailer) of `data`.
 #[cfg(test)]
 pub(crate) fn crc32(data: &[u8]) -> u32 {
-    let mut crc = Crc32::new();
-    crc.update(data);
-    crc.finish()
-}
-
-/// CRC-32 (IEEE 802.3) over data given in pieces, slice-by-8.
-struct Crc32(u32);
-
-impl Crc32 {
-    fn new() -> Crc32 {
-        Crc32(!0)
-    }
-
-    fn finish(&self) -> u32 {
-        !self.0
-    }
-
-    fn update(&mut self, data: &[u8]) {
-        self.0 = crc32_tables(self.0, data);
-    }
-}
-
-/// The running (inverted) CRC `crc` over `data`.
-fn crc32_tables(mut crc: u32, data: &[u8]) -> u32 {
-    static TABLES: std::sync::OnceLock<[[u32; 256]; 8]> = std::sync::OnceLock::new();
-    let tables = TABLES.get_or_init(|| {
-        let mut tables = [[0u32; 256]; 8];
-        for index in 0..256u32 {
-            let mut value = index;
-            for _ in 0..8 {
-                value = if value & 1 == 1 {
-                    0xEDB8_8320 ^ (value >> 1)
-                } else {
-                    value >> 1
-                };
-            }
-            tables[0][index as usize] = value;
-        }
-        for index in 0..256 {
-            for table in 1..8 {
-                let previous = tables[table - 1][index];
-                tables[table][index] = (previous >> 8) ^ tables[0][(previous & 0xff) as usize];
-            }
-        }
-        tables
-    });
-    let mut words = data.chunks_exact(8);
-    for word in &mut words {
-        let low = u32::from_le_bytes([word[0], word[1], word[2], word[3]]) ^ crc;
-        crc = tables[7][(low & 0xff) as usize]
-            ^ tables[6][((low >> 8) & 0xff) as usize]
-            ^ tables[5][((low >> 16) & 0xff) as usize]
-            ^ tables[4][(low >> 24) as usize]
-            ^ tables[3][word[4] as usize]
-            ^ tables[2][word[5] as usize]
-            ^ tables[1][word[6] as usize]
-            ^ tables[0][word[7] as usize];
-    }
-    for byte in words.remainder() {
-        crc = (crc >> 8) ^ tables[0][((crc ^ u32::from(*byte)) & 0xff) as usize];
-    }
-    crc
+    crc32fast::hash(data)
 }
 
 /// Checks `gzip` is a whole gzip member and returns what it holds.

@@ -828,8 +828,9 @@ pub(crate) const HELPER_SOURCES: &str = "imagegen/sources";
 pub(crate) const HELPER_WRITTEN: &str = "/imagegen/written.tar";
 
 /// What the image's host-venv.sh works on, as a tar to extract at `/` of a container of the
-/// image: the sources pip byte-compiles, every file of the `.dist-info` folders (for `pip check`),
-/// the files of the CUDA libraries' folders the loader cache step lists
+/// image: the sources pip byte-compiles, every file of the `.dist-info` folders (for `pip check`
+/// and the package listing), the venv's scripts (`{prefix}/bin/*`: the listing runs the lock's
+/// `pip` where it pins one), the files of the CUDA libraries' folders the loader cache step lists
 /// (`{site-packages}/nvidia/*/lib/*`, as templates/loader-cache.j2 finds them) and the list of
 /// sources ([`HELPER_SOURCES`]), with the files `extra` (path without the leading `/`,
 /// content); every mtime `epoch`, older than anything the script writes.
@@ -844,8 +845,12 @@ pub(crate) fn helper_tar<R: Read + Seek, W: Write>(
     let site = venv.site_packages();
     let site = site.trim_start_matches('/');
     let libraries = format!("{site}/nvidia/");
+    let scripts = format!("{}/bin/", venv.prefix.trim_start_matches('/'));
     let needed = |path: &str| {
         install.sources.contains_key(path)
+            || path
+                .strip_prefix(&scripts)
+                .is_some_and(|name| !name.contains('/'))
             || path.strip_prefix(site).is_some_and(|rest| {
                 rest.split('/')
                     .rev()

@@ -8,7 +8,10 @@
 //! host-venv.sh byte-compiles and builds the loader cache in a container of the build). The two
 //! images must hold the same venv and the same loader cache, file by file: path, mode and content
 //! (every `.pyc` included), but for INSTALLER (`pip` against `imagegen`) and its row in each
-//! RECORD.
+//! RECORD; and the same package listing in the manifest, though the host build's was made in
+//! host-venv.sh's container, not in the image. Built a third time with `--push --no-test` into a
+//! real registry, the image is not loaded into the daemon; pulled back, it is the loaded image of
+//! the second build, byte for byte (one image ID).
 //!
 //! Cost: the bookworm base when it is not kept (debootstrap, 1 to 2 min), one `apt-get install`
 //! of the template's packages (python3, python3-dev, g++: about 1 min, shared by both builds
@@ -18,7 +21,20 @@ use std::collections::BTreeMap;
 use std::process::Command;
 
 use crate::support::project::{assert_code, text, Project, SELFTEST_PASS};
-use crate::wheel_cache::{uv, Index};
+use crate::support::Registry;
+use crate::wheel_cache::{layer_paths, uv, Index};
+
+/// The image ID the daemon holds for `image`, or `None`.
+fn image_id(image: &str) -> Option<String> {
+    let output = Command::new("docker")
+        .args(["image", "inspect", "--format", "{{.Id}}", image])
+        .output()
+        .unwrap();
+    output
+        .status
+        .success()
+        .then(|| String::from_utf8_lossy(&output.stdout).trim().to_string())
+}
 
 /// Every folder, file and link under the venv and of the loader cache in `image`: path → mode
 /// and sha256 (a file), `link` and target (a link), `dir` and mode (a folder).
@@ -55,7 +71,8 @@ async fn a_venv_made_on_the_host_is_the_venv_pip_makes_in_the_build_file_by_file
     crate::support::debian::bookworm_base();
     let scratch = tempfile::tempdir().unwrap();
     let index = Index::start_with(scratch.path(), None, &[]);
-    let project = Project::from_fixture("host-venv", "127.0.0.1:9", SELFTEST_PASS);
+    let registry = Registry::start();
+    let project = Project::from_fixture("host-venv", registry.host(), SELFTEST_PASS);
     project.add_selftest("gpu-selftest-cu13", SELFTEST_PASS);
     project.edit_matrix("PORT", &index.port.to_string());
     // The repository's runtime template, each stage labelled with the test case so every image
@@ -94,13 +111,15 @@ async fn a_venv_made_on_the_host_is_the_venv_pip_makes_in_the_build_file_by_file
     let name = "2.13.0-cuda13.0-cudnn9-runtime-debian12";
     let image = format!("{}/{}:{name}", project.registry, project.repository);
     let cache = scratch.path().join("cache");
-    let build = || {
+    let build_with = |extra: &[&str]| {
         project
-            .imagegen(&["build", "--selftest-dir", "selftest", "--no-test"])
+            .imagegen(&[&["build", "--selftest-dir", "selftest", "--no-test"], extra].concat())
             .env("IMAGEGEN_WHEEL_CACHE", &cache)
             .output()
             .unwrap()
     };
+    let build = || build_with(&[]);
+    let packages = || project.manifest()["images"][name]["packages"].clone();
 
     // pip in the Docker build.
     let by_pip = build();
@@ -111,6 +130,7 @@ async fn a_venv_made_on_the_host_is_the_venv_pip_makes_in_the_build_file_by_file
         project.case(),
         "cat /opt/venv/lib/python3.11/site-packages/demo_tools-1.0.dist-info/RECORD",
     );
+    let pip_packages = packages();
 
     // The venv made on the host.
     project.edit_matrix("wheels: cache", "wheels: host");
@@ -133,6 +153,23 @@ async fn a_venv_made_on_the_host_is_the_venv_pip_makes_in_the_build_file_by_file
         project.case(),
         "cat /opt/venv/lib/python3.11/site-packages/demo_tools-1.0.dist-info/RECORD",
     );
+    // Listed in host-venv.sh's container, as pip's image was listed in itself.
+    let host_packages = packages();
+    assert_eq!(host_packages, pip_packages);
+    let listed_pip: Vec<&str> = host_packages["pip"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|package| package.as_str())
+        .collect();
+    for package in ["demo-tools==1.0", "torch==2.13.0"] {
+        assert!(
+            listed_pip
+                .iter()
+                .any(|listed| listed.eq_ignore_ascii_case(package)),
+            "{package} not listed: {host_packages:#}"
+        );
+    }
 
     // The same files, modes and contents, but INSTALLER and RECORD (compared below).
     let comparable = |tree: &BTreeMap<String, String>| -> BTreeMap<String, String> {
@@ -210,7 +247,43 @@ async fn a_venv_made_on_the_host_is_the_venv_pip_makes_in_the_build_file_by_file
         ran,
         "demo-tool 1.0\n1.0\nNo broken requirements found.\n1\n"
     );
-    // No wheel reached the build context nor a layer: the host build sent none.
-    assert!(!log.contains("wheels/"), "{log}");
+    // No wheel of the lock (Debian's python3-venv brings its own, under usr/share/python-wheels),
+    // and nothing host-venv.sh worked on (its script, the list of sources, what it packed), is in
+    // a layer of the image.
+    let (paths, layers) = layer_paths(&image, scratch.path());
+    assert!(layers >= 3, "{layers} layers read");
+    assert!(
+        paths.contains(&format!("{site}/torch/__init__.py")),
+        "the venv is in a layer: {paths:?}"
+    );
+    let helper: Vec<&String> = paths
+        .iter()
+        .filter(|path| {
+            (path.ends_with(".whl") && !path.starts_with("usr/share/python-wheels/"))
+                || path.starts_with("imagegen/")
+        })
+        .collect();
+    assert!(helper.is_empty(), "in the image's layers: {helper:?}");
+
+    // Pushed, and nothing runs it here: not loaded. Pulled back, the same image ID as the
+    // loaded build's.
+    let loaded_id = image_id(&image).expect("the host build is loaded");
+    let removed = Command::new("docker")
+        .args(["image", "rm", &image])
+        .output()
+        .unwrap();
+    assert!(removed.status.success(), "{}", text(&removed));
+    let pushed = build_with(&["--push"]);
+    assert_code(&pushed, 0);
+    let log = text(&pushed);
+    assert!(log.contains("not loaded into the Docker daemon"), "{log}");
+    assert_eq!(image_id(&image), None, "{log}");
+    assert_eq!(packages(), host_packages);
+    let pulled = Command::new("docker")
+        .args(["pull", "-q", &image])
+        .output()
+        .unwrap();
+    assert!(pulled.status.success(), "{}", text(&pulled));
+    assert_eq!(image_id(&image), Some(loaded_id));
     project.remove_images().await;
 }

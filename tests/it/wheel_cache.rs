@@ -111,7 +111,7 @@ fn cached(cache: &Path) -> BTreeSet<(String, String)> {
 }
 
 /// Every path in every layer of `image` (from `docker save`), and how many layers were read.
-fn layer_paths(image: &str, dir: &Path) -> (BTreeSet<String>, usize) {
+pub(crate) fn layer_paths(image: &str, dir: &Path) -> (BTreeSet<String>, usize) {
     let saved = dir.join("image.tar");
     let output = Command::new("docker")
         .args(["save", "-o"])

@@ -5,8 +5,10 @@
 //! byte-compiles, checks and builds the loader cache), and adds two layers above the build's
 //! normalized ones: the venv's packages with their `.pyc` files, written and compressed in one
 //! pass from the wheels, and what host-venv.sh wrote besides. Nothing of the venv passes through
-//! the daemon's build; the daemon gets the image by the load that follows, so the self-test and
-//! the package listing run on exactly the bytes pushed.
+//! the daemon's build. The same container then lists the image's packages (it holds every
+//! `.dist-info` folder, the venv's scripts and the build's dpkg database, which is all the listing
+//! reads), so the image need not be in the daemon to be listed; the caller loads it where this
+//! host runs it (the self-test, an image built `FROM` it) or where the run does not push it.
 
 use std::io::Write;
 use std::sync::Arc;
@@ -31,6 +33,8 @@ use crate::pipeline::wheel_install::{
 const HELPER_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 /// Where the script goes in the container.
 const HELPER_SCRIPT: &str = "imagegen/host-venv.sh";
+/// Where the package listing's script goes in the container.
+const LISTING_SCRIPT: &str = "imagegen/list-packages.sh";
 /// The bytes of the helper's tar sent to the daemon at a time.
 const UPLOAD_CHUNK: usize = 1 << 20;
 
@@ -117,14 +121,17 @@ fn with_history(config: &[u8], added: &[(String, &str)]) -> Result<Vec<u8>> {
 
 impl EngineBuilder {
     /// The image `image` whose Docker build (daemon image `built`, normalized as `around`) holds
-    /// no venv packages: the venv's two layers made on the host added above `around`'s, loaded.
+    /// no venv packages: the venv's two layers made on the host added above `around`'s (not
+    /// loaded), and what the package listing script `listing` printed in the container that
+    /// made them, after host-venv.sh.
     pub(super) async fn host_venv(
         &self,
         image: &PlannedImage,
         built: &str,
         around: &NormalizedImage,
         script: Vec<u8>,
-    ) -> Result<Arc<NormalizedImage>> {
+        listing: &str,
+    ) -> Result<(Arc<NormalizedImage>, String)> {
         let name = &image.spec.name;
         let wheels = self.contexts.wheels.get(name).ok_or_else(|| {
             anyhow!("{name}: wheels: host, but no wheels were fetched for its lock")
@@ -160,6 +167,7 @@ impl EngineBuilder {
         let (sender, mut receiver) = tokio::sync::mpsc::channel::<bytes::Bytes>(8);
         let helper_install = std::mem::take(&mut install);
         let helper_venv = venv.clone();
+        let listing = listing.to_string();
         let writing = tokio::task::spawn_blocking(move || {
             let mut opened = opened;
             let writer = ChannelWriter {
@@ -171,7 +179,10 @@ impl EngineBuilder {
                 &mut opened,
                 &helper_venv,
                 epoch,
-                &[(HELPER_SCRIPT, script.as_slice())],
+                &[
+                    (HELPER_SCRIPT, script.as_slice()),
+                    (LISTING_SCRIPT, listing.as_bytes()),
+                ],
                 writer,
             )
             .and_then(|(mut writer, count)| {
@@ -183,7 +194,15 @@ impl EngineBuilder {
         let upload = futures_util::stream::poll_fn(move |context| receiver.poll_recv(context));
         let request = RunRequest {
             image: built.to_string(),
-            cmd: vec!["sh".into(), format!("/{HELPER_SCRIPT}")],
+            // host-venv.sh's output goes to stderr: stdout is the listing's alone. The listing
+            // runs after host-venv.sh packed what it wrote, and writes no bytecode.
+            cmd: vec![
+                "sh".into(),
+                "-c".into(),
+                format!(
+                    "sh /{HELPER_SCRIPT} >&2 && PYTHONDONTWRITEBYTECODE=1 sh /{LISTING_SCRIPT}"
+                ),
+            ],
             entrypoint: Some(vec![]),
             timeout: Some(HELPER_TIMEOUT),
             labels: self.container_labels("imagegen.host-venv", name),
@@ -199,12 +218,12 @@ impl EngineBuilder {
         install = helper_install;
         let (output, written) = ran.with_context(|| format!("running host-venv.sh for {name}"))?;
         let sent = sent.with_context(|| format!("sending the venv's files of {name}"))?;
-        for line in output.stdout.lines().chain(output.stderr.lines()) {
+        for line in output.stderr.lines() {
             self.progress.log_only(name, line);
         }
         if output.exit_code != 0 {
             anyhow::bail!(
-                "host-venv.sh (images/{name}/host-venv.sh) exited {} in a container of {name}'s build: {}",
+                "host-venv.sh (images/{name}/host-venv.sh) or the package listing after it exited {} in a container of {name}'s build: {}",
                 output.exit_code,
                 output.stderr.trim()
             );
@@ -271,6 +290,6 @@ impl EngineBuilder {
             ),
         );
         self.note_normalized(&normalized);
-        Ok(Arc::new(normalized))
+        Ok((Arc::new(normalized), output.stdout))
     }
 }

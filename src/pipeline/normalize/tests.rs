@@ -981,3 +981,31 @@ fn a_layer_normalized_into_the_gzip_writer_is_the_layer_normalized_then_compress
     assert_eq!(made.diff_id, Digest::of(&normalized));
     assert_eq!(made.unpacked_size, normalized.len() as u64);
 }
+
+#[test]
+fn the_writers_threads_change_nothing_and_a_dropped_writer_ends_them() {
+    // Enough chunks that the pool's queue fills and its results come back out of order.
+    let data: Vec<u8> = (0..(GZIP_CHUNK * 9 + 777))
+        .map(|index| ((index * 31) % 253) as u8 ^ ((index / 4096) as u8))
+        .collect();
+    let expected = gzip(&data);
+    for threads in [1, 2, 5] {
+        let mut writer = GzipWriter::with_threads(threads);
+        for piece in data.chunks(100_003) {
+            std::io::Write::write_all(&mut writer, piece).unwrap();
+        }
+        let made = writer.finish();
+        assert!(
+            made.gzip == expected,
+            "{threads} threads: another stream ({} bytes, not {})",
+            made.gzip.len(),
+            expected.len()
+        );
+        assert_eq!(made.diff_id, Digest::of(&data), "{threads} threads");
+    }
+    // Dropped with chunks on their way (an error while writing a layer): its threads end, so
+    // this returns.
+    let mut writer = GzipWriter::with_threads(3);
+    std::io::Write::write_all(&mut writer, &data[..GZIP_CHUNK * 5]).unwrap();
+    drop(writer);
+}

@@ -723,6 +723,76 @@ fn the_wheels_of_a_folder_install_side_by_side() {
     println!("{} wheels install {files} files side by side", paths.len());
 }
 
+/// The venv's layer of every wheel of `IMAGEGEN_WHEEL_FOLDER`, written once into a hash alone and
+/// once into the compressing writer `wheels: host` uses: one tar, the same diff ID; the two times
+/// printed (the second pass is the layer pass of `imagegen build`, the first its floor here).
+/// `IMAGEGEN_WHEEL_FOLDER=… cargo test --release --lib the_venv_layer_of_a_wheel_folder -- --ignored --nocapture`
+#[test]
+#[ignore = "needs IMAGEGEN_WHEEL_FOLDER, a folder of wheels (gigabytes for torch)"]
+fn the_venv_layer_of_a_wheel_folder_is_compressed_as_it_is_written() {
+    use sha2::Digest as _;
+    struct Hashed(sha2::Sha256, u64);
+    impl std::io::Write for Hashed {
+        fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+            self.0.update(data);
+            self.1 += data.len() as u64;
+            Ok(data.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let folder = std::path::PathBuf::from(
+        std::env::var("IMAGEGEN_WHEEL_FOLDER").expect("IMAGEGEN_WHEEL_FOLDER"),
+    );
+    let mut paths: Vec<_> = std::fs::read_dir(&folder)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|extension| extension == "whl"))
+        .collect();
+    paths.sort();
+    assert!(!paths.is_empty(), "no wheels in {}", folder.display());
+    let venv = Venv {
+        prefix: VENV_PREFIX.into(),
+        python: "3.11".into(),
+    };
+    let mut wheels: Vec<_> = crate::docker::wheel_cache::open_wheels(&paths)
+        .unwrap()
+        .into_iter()
+        .map(|(name, reader)| Wheel::new(&name, reader).unwrap())
+        .collect();
+    let install = plan(&mut wheels, &venv).unwrap();
+    let started = std::time::Instant::now();
+    let (hashed, files) = write_layer(
+        &install,
+        &mut wheels,
+        1_700_000_000,
+        Hashed(sha2::Sha256::new(), 0),
+    )
+    .unwrap();
+    let alone = started.elapsed().as_secs_f64();
+    let started = std::time::Instant::now();
+    let (writer, _) = write_layer(
+        &install,
+        &mut wheels,
+        1_700_000_000,
+        crate::pipeline::normalize::GzipWriter::new(),
+    )
+    .unwrap();
+    let gzipped = writer.finish();
+    let compressed = started.elapsed().as_secs_f64();
+    let tar_digest = crate::model::digest::Digest::from_sha256(hashed.0.finalize().as_slice());
+    assert_eq!(gzipped.diff_id, tar_digest);
+    assert_eq!(gzipped.unpacked_size, hashed.1);
+    println!(
+        "{} wheels, {files} entries, {} bytes: the tar into a hash {alone:.1} s; into the gzip writer {compressed:.1} s ({} bytes); ratio {:.2}",
+        paths.len(),
+        hashed.1,
+        gzipped.gzip.len(),
+        compressed / alone
+    );
+}
+
 /// A tar of `(path, kind, content)`: `f` a file (0644), `x` an executable, `d` a folder, `l` a
 /// link to `content`.
 fn written(entries: &[(&str, char, &[u8])]) -> Vec<u8> {
@@ -768,7 +838,7 @@ fn paths_of(tar_bytes: &[u8]) -> Vec<String> {
 }
 
 #[test]
-fn the_helper_gets_the_sources_the_metadata_and_the_cuda_libraries_and_nothing_else() {
+fn the_helper_gets_the_sources_the_metadata_the_scripts_and_the_cuda_libraries_and_nothing_else() {
     let mut members = demo_members();
     members.push(("nvidia/cu13/lib/libcublas.so.13", 0o100755, b"\x7fELF lib"));
     members.push(("nvidia/cu13/include/cublas.h", 0o100644, b"header"));
@@ -797,6 +867,11 @@ fn the_helper_gets_the_sources_the_metadata_and_the_cuda_libraries_and_nothing_e
         [
             "imagegen/host-venv.sh".to_string(),
             "imagegen/sources".to_string(),
+            "tmp/wx/v/bin/demo".to_string(),
+            "tmp/wx/v/bin/demo-gui".to_string(),
+            "tmp/wx/v/bin/demo-script".to_string(),
+            "tmp/wx/v/bin/demo-sub".to_string(),
+            "tmp/wx/v/bin/plain.sh".to_string(),
             format!("{SITE}/demo-1.0.dist-info/INSTALLER"),
             format!("{SITE}/demo-1.0.dist-info/METADATA"),
             format!("{SITE}/demo-1.0.dist-info/RECORD"),
