@@ -11,8 +11,9 @@
 #                   `wheels: host` to a second registry: the wheels fetched on the host, the
 #                   Docker build of the image around the venv, imagegen's own install of the
 #                   wheels, host-venv.sh (byte-compiling, pip check, loader cache) in a container
-#                   of that build, the venv's layer written and compressed in one pass, the load
-#                   of the image into the daemon, the push
+#                   of that build (which lists the packages too), the venv's layer written and
+#                   compressed in one pass, the push from memory (a pushed, untested image is
+#                   not loaded into the daemon)
 #   imagegen, warm  one label changed, the same build again (the wheels in the cache; with
 #                   `wheels: host` a label change is not relabelled without a build: the Docker
 #                   build is cached, the venv made again)
@@ -72,7 +73,7 @@ imagegen_round() {
   imagegen_start=$start
 }
 phases_of() {
-  awk -v start="$2" '/(== (built|exported|normalized|loaded|pushed|venv installed) |wheels: .* ready in|venv on the host:)/ {
+  awk -v start="$2" '/(== (built|exported|normalized|loaded|not loaded|pushed|venv installed) |wheels: .* ready in|venv on the host:)/ {
     line = $0; sub(/^[^ ]* /, "", line); printf "    %7.1f s  %s\n", $1 - start, line }' "$work/build-$1.log"
 }
 imagegen_round 1
@@ -91,3 +92,4 @@ phases_of 1 "$cold_start"
 printf 'imagegen, warm (wheels: host, a label changed): %7.1f s   digest %s\n' "$warm" "$(jq -r '.images[0].digest' "$work/report-2.json")"
 phases_of 2 "$warm_start"
 printf 'ratio imagegen / today, cold: %.2f (%.1f s / %.1f s)\n' "$(echo "$cold / $today_cold" | bc -l)" "$cold" "$today_cold"
+printf 'ratio imagegen warm / today, cold: %.2f (%.1f s / %.1f s)\n' "$(echo "$warm / $today_cold" | bc -l)" "$warm" "$today_cold"

@@ -1117,7 +1117,10 @@ mod tests {
             .copied()
             .filter(|name| name.contains("-devel-"))
             .collect();
-        assert_eq!(unloaded.iter().map(String::as_str).collect::<Vec<_>>(), devel);
+        assert_eq!(
+            unloaded.iter().map(String::as_str).collect::<Vec<_>>(),
+            devel
+        );
         assert!(run_nothing_here(&plan, false).is_empty());
     }
 

@@ -831,7 +831,8 @@ pub(crate) const HELPER_WRITTEN: &str = "/imagegen/written.tar";
 /// image: the sources pip byte-compiles, every file of the `.dist-info` folders (for `pip check`
 /// and the package listing), the venv's scripts (`{prefix}/bin/*`: the listing runs the lock's
 /// `pip` where it pins one), the files of the CUDA libraries' folders the loader cache step lists
-/// (`{site-packages}/nvidia/*/lib/*`, as templates/loader-cache.j2 finds them) and the list of
+/// (`{site-packages}/nvidia/*/lib/*`, as templates/loader-cache.j2 finds them: a render test
+/// checks the template's `find` is still that) and the list of
 /// sources ([`HELPER_SOURCES`]), with the files `extra` (path without the leading `/`,
 /// content); every mtime `epoch`, older than anything the script writes.
 pub(crate) fn helper_tar<R: Read + Seek, W: Write>(

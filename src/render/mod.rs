@@ -1037,6 +1037,15 @@ mod tests {
                 .unwrap();
             let step = loader.split_once("-#}\n").unwrap().1.trim_end();
             assert!(script.contains(step), "{script}");
+            // The folders it lists are those `pipeline::wheel_install::helper_tar` sends to
+            // host-venv.sh's container (`{site}/nvidia/*/lib/*`): a change of one is a change of
+            // the other.
+            assert!(
+                step.contains(
+                    r#"find "$site/nvidia" -mindepth 2 -maxdepth 2 -type d -name lib | sort"#
+                ),
+                "{step}"
+            );
             insta::assert_snapshot!("host_venv_script", script);
         }
         assert_eq!(runtimes, 1);

@@ -19,7 +19,7 @@ use serde_json::Value;
 
 use super::{rate, EngineBuilder};
 use crate::docker::{ContextWheels, RunRequest};
-use crate::history::manifest::human_bytes;
+use crate::history::manifest::{human_bytes, rfc3339};
 use crate::model::digest::Digest;
 use crate::pipeline::normalize::{
     assemble, normalize_layer_into, GzipWriter, Gzipped, NormalizedImage, NormalizedLayer,
@@ -102,8 +102,9 @@ fn layer_of(gzipped: Gzipped) -> NormalizedLayer {
     }
 }
 
-/// `config` (a normalized config) with one history entry more per `(created_by, comment)`.
-fn with_history(config: &[u8], added: &[(String, &str)]) -> Result<Vec<u8>> {
+/// `config` (a normalized config) with one history entry more per `(created_by, comment)`, made
+/// at `epoch` as every other entry of a normalized config.
+fn with_history(config: &[u8], added: &[(String, &str)], epoch: u64) -> Result<Vec<u8>> {
     let mut config: Value = serde_json::from_slice(config).context("the image config")?;
     let history = config
         .get_mut("history")
@@ -111,7 +112,7 @@ fn with_history(config: &[u8], added: &[(String, &str)]) -> Result<Vec<u8>> {
         .ok_or_else(|| anyhow!("the image config has no history"))?;
     for (created_by, comment) in added {
         history.push(serde_json::json!({
-            "created": "1970-01-01T00:00:00Z",
+            "created": rfc3339(epoch),
             "created_by": created_by,
             "comment": comment,
         }));
@@ -273,6 +274,7 @@ impl EngineBuilder {
                     "imagegen wheels: host",
                 ),
             ],
+            epoch,
         )?;
         let mut layers = around.layers.clone();
         layers.push(venv_layer);
