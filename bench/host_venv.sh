@@ -16,7 +16,8 @@
 #                   not loaded into the daemon)
 #   imagegen, warm  one label changed, the same build again (the wheels in the cache; with
 #                   `wheels: host` a label change is not relabelled without a build: the Docker
-#                   build is cached, the venv made again)
+#                   build is cached, and the venv the cold round made is taken as it is, its
+#                   layers being in the registry)
 # It prints each time, imagegen's phases as its log states them (seconds since its start), its
 # peak memory (GNU time), the digests and the ratio imagegen / today, cold. About 12 minutes on 2
 # cores. Same needs as bench/warm_label.sh.
@@ -73,7 +74,7 @@ imagegen_round() {
   imagegen_start=$start
 }
 phases_of() {
-  awk -v start="$2" '/(== (built|exported|normalized|loaded|not loaded|pushed|venv installed) |wheels: .* ready in|venv on the host:)/ {
+  awk -v start="$2" '/(== (built|exported|normalized|loaded|not loaded|pushed|venv installed|venv as an earlier run) |wheels: .* ready in|venv on the host:)/ {
     line = $0; sub(/^[^ ]* /, "", line); printf "    %7.1f s  %s\n", $1 - start, line }' "$work/build-$1.log"
 }
 imagegen_round 1

@@ -10,6 +10,12 @@
 //! layers and config but labels are an earlier one's (a relabelled image) takes the listing from
 //! here instead of starting a container.
 //!
+//! And it keeps the venvs `wheels: host` made (`pipeline/docker_builder/host_venv.rs`): their two
+//! layers (digests and sizes: the registry they were pushed to holds the bytes) and the package
+//! listing made beside them, keyed by what decides them (the wheels, the scripts, the image the
+//! venv goes into but its labels). A later build of the same venv whose registry still holds both
+//! layers takes them without installing anything.
+//!
 //! The file is a cache: a missing, unreadable or malformed one is an empty one, and losing an
 //! entry (two runs writing at once: the last rename wins) costs only speed. Whether an entry may
 //! be used is the caller's decision (`pipeline/docker_builder.rs`).
@@ -26,6 +32,8 @@ const FILE: &str = "normalized.json";
 const MOST_ENTRIES: usize = 64;
 /// The most package listings kept; the oldest go first.
 const MOST_LISTINGS: usize = 64;
+/// The most venvs made on the host kept; the oldest go first.
+const MOST_HOST_VENVS: usize = 16;
 
 /// One history step as the daemon's history answer gives it: (`created_by`, `comment`).
 pub(crate) type Step = (String, String);
@@ -80,11 +88,22 @@ struct StoredListing {
     output: String,
 }
 
+/// A venv `wheels: host` made: its layers (the venv's, then what host-venv.sh wrote besides) and
+/// the package listing made beside it, under the key of what decided them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct StoredHostVenv {
+    pub(crate) key: String,
+    pub(crate) layers: Vec<StoredLayer>,
+    pub(crate) listing: String,
+}
+
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct StoreFile {
     images: Vec<StoredImage>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     listings: Vec<StoredListing>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    host_venvs: Vec<StoredHostVenv>,
 }
 
 /// The store in one folder.
@@ -163,6 +182,23 @@ impl LayerStore {
                 output: output.to_string(),
             });
             drop_oldest(&mut file.listings, MOST_LISTINGS);
+        })
+    }
+
+    /// The venv made on the host kept under `key`, if one is.
+    pub(crate) fn host_venv(&self, key: &str) -> Option<StoredHostVenv> {
+        self.read()
+            .host_venvs
+            .into_iter()
+            .find(|venv| venv.key == key)
+    }
+
+    /// Keeps `venv`, replacing one kept under its key.
+    pub(crate) fn remember_host_venv(&self, venv: StoredHostVenv) -> std::io::Result<()> {
+        self.update(|file| {
+            file.host_venvs.retain(|kept| kept.key != venv.key);
+            file.host_venvs.push(venv);
+            drop_oldest(&mut file.host_venvs, MOST_HOST_VENVS);
         })
     }
 
@@ -269,6 +305,39 @@ mod tests {
         );
         assert_eq!(store.find_inputs(2, "sha256:in"), None, "another epoch");
         assert_eq!(store.find_inputs(1, "sha256:other"), None, "other inputs");
+    }
+
+    #[test]
+    fn a_host_venv_is_found_by_its_key_replaced_by_a_newer_one_and_the_oldest_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LayerStore::in_dir(dir.path());
+        let venv = |key: &str, listing: &str| StoredHostVenv {
+            key: key.into(),
+            layers: image(1, "sha256:a", "sha256:x").layers,
+            listing: listing.into(),
+        };
+        assert_eq!(store.host_venv("sha256:k"), None, "an empty store");
+        store
+            .remember(image(1, "sha256:a", "sha256:plain"))
+            .unwrap();
+        store.remember_host_venv(venv("sha256:k", "first")).unwrap();
+        store
+            .remember_host_venv(venv("sha256:k", "second"))
+            .unwrap();
+        assert_eq!(store.host_venv("sha256:k").unwrap().listing, "second");
+        assert_eq!(store.read().host_venvs.len(), 1, "replaced, not added");
+        assert_eq!(store.host_venv("sha256:other"), None);
+        assert!(
+            store.find(1, &["sha256:a".into()]).is_some(),
+            "beside the images"
+        );
+        for index in 0..MOST_HOST_VENVS {
+            store
+                .remember_host_venv(venv(&format!("sha256:{index}"), "later"))
+                .unwrap();
+        }
+        assert_eq!(store.host_venv("sha256:k"), None, "the oldest went");
+        assert_eq!(store.read().host_venvs.len(), MOST_HOST_VENVS);
     }
 
     #[test]

@@ -822,6 +822,53 @@ pub(crate) fn write_layer<R: Read + Seek, W: Write>(
     Ok((builder.into_inner()?, count))
 }
 
+/// What decides a venv made on the host (`wheels: host`) and the package listing made beside
+/// it: this imagegen (its installer and compressor write the layer), the `wheels` (each as
+/// `context-path source-path`: a file of the content-addressed wheel cache, whose path names its
+/// sha256), host-venv.sh (`script`), the `listing` script, the `venv`, and the image it goes into:
+/// its `layers` (diff IDs, bottom first), its `epoch` (every mtime of the layer) and its
+/// `run_config` (the config's `config`) but its labels, which nothing the scripts run reads. Two
+/// venvs with one key are the same two layers and the same listing.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn venv_key(
+    script: &[u8],
+    listing: &str,
+    venv: &Venv,
+    wheels: &[String],
+    layers: &[String],
+    epoch: u64,
+    run_config: &serde_json::Value,
+) -> String {
+    let mut hasher = Sha256::new();
+    let mut line = |text: &str| {
+        hasher.update(text.as_bytes());
+        hasher.update(b"\n");
+    };
+    line(&format!(
+        "imagegen host venv 1, imagegen {}",
+        env!("CARGO_PKG_VERSION")
+    ));
+    line(&format!(
+        "script {}",
+        crate::model::digest::Digest::of(script)
+    ));
+    line(&format!("listing {listing:?}"));
+    line(&format!("venv {} python {}", venv.prefix, venv.python));
+    for wheel in wheels {
+        line(&format!("wheel {wheel}"));
+    }
+    for layer in layers {
+        line(&format!("layer {layer}"));
+    }
+    line(&format!("epoch {epoch}"));
+    let mut config = run_config.clone();
+    if let Some(object) = config.as_object_mut() {
+        object.remove("Labels");
+    }
+    line(&format!("config {config}"));
+    crate::model::digest::Digest::from_sha256(hasher.finalize().as_slice()).to_string()
+}
+
 /// Where host-venv.sh finds the list of sources to byte-compile.
 pub(crate) const HELPER_SOURCES: &str = "imagegen/sources";
 /// What host-venv.sh packs: every path it wrote.

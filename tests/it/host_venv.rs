@@ -11,7 +11,8 @@
 //! RECORD; and the same package listing in the manifest, though the host build's was made in
 //! host-venv.sh's container, not in the image. Built a third time with `--push --no-test` into a
 //! real registry, the image is not loaded into the daemon; pulled back, it is the loaded image of
-//! the second build, byte for byte (one image ID).
+//! the second build, byte for byte (one image ID). Built a fourth time from the same inputs,
+//! the venv the third made is taken from the registry as it is: nothing installed, one digest.
 //!
 //! Cost: the bookworm base when it is not kept (debootstrap, 1 to 2 min), one `apt-get install`
 //! of the template's packages (python3, python3-dev, g++: about 1 min, shared by both builds
@@ -285,5 +286,31 @@ async fn a_venv_made_on_the_host_is_the_venv_pip_makes_in_the_build_file_by_file
         .unwrap();
     assert!(pulled.status.success(), "{}", text(&pulled));
     assert_eq!(image_id(&image), Some(loaded_id));
+
+    // The same inputs again where nothing says the image was pushed (no manifest, no image in
+    // the daemon): the venv the last run made is taken as it is, both its layers being in the
+    // registry; nothing is installed, and it is the same image.
+    let digest = project.manifest()["images"][name]["digest"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    std::fs::remove_file(project.path().join("imagegen-manifest.json")).unwrap();
+    let removed = Command::new("docker")
+        .args(["image", "rm", &image])
+        .output()
+        .unwrap();
+    assert!(removed.status.success(), "{}", text(&removed));
+    let again = build_with(&["--push"]);
+    assert_code(&again, 0);
+    let log = text(&again);
+    assert!(
+        log.contains(&format!("nothing is installed; manifest {digest}")),
+        "{log}"
+    );
+    assert!(!log.contains("venv installed on the host from"), "{log}");
+    assert_eq!(
+        project.manifest()["images"][name]["digest"].as_str(),
+        Some(digest.as_str())
+    );
     project.remove_images().await;
 }

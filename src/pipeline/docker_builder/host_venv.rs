@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, Context, Result};
 use serde_json::Value;
 
-use super::{rate, EngineBuilder};
+use super::{rate, repository_path_of, EngineBuilder};
+use crate::docker::layer_store::{StoredHostVenv, StoredLayer};
 use crate::docker::{ContextWheels, RunRequest};
 use crate::history::manifest::{human_bytes, rfc3339};
 use crate::model::digest::Digest;
@@ -26,7 +27,8 @@ use crate::pipeline::normalize::{
 };
 use crate::pipeline::planned::PlannedImage;
 use crate::pipeline::wheel_install::{
-    self, helper_tar, split_written, write_layer, Venv, Wheel, HELPER_WRITTEN, VENV_PREFIX,
+    self, helper_tar, split_written, venv_key, write_layer, Venv, Wheel, HELPER_WRITTEN,
+    VENV_PREFIX,
 };
 
 /// How long host-venv.sh may take (it byte-compiles thousands of sources on every core).
@@ -120,7 +122,110 @@ fn with_history(config: &[u8], added: &[(String, &str)], epoch: u64) -> Result<V
     Ok(serde_json::to_vec(&config)?)
 }
 
+/// `around`'s config with the history entries of the venv's two layers.
+fn venv_config(around: &NormalizedImage, wheel_count: usize) -> Result<Vec<u8>> {
+    with_history(
+        &around.config,
+        &[
+            (
+                format!("imagegen: the {wheel_count} wheels of requirements.lock installed into {VENV_PREFIX} on the host (wheels: host)"),
+                "imagegen wheels: host",
+            ),
+            (
+                "imagegen: host-venv.sh (byte-compiled, pip check, loader cache) in a container of the build".to_string(),
+                "imagegen wheels: host",
+            ),
+        ],
+        around.epoch,
+    )
+}
+
+/// The key of the venv of `image` (`wheel_install::venv_key`) going into `around`.
+fn key_of(
+    script: &[u8],
+    listing: &str,
+    venv: &Venv,
+    wheels: &ContextWheels,
+    around: &NormalizedImage,
+) -> Result<String> {
+    let config: Value = serde_json::from_slice(&around.config).context("the image config")?;
+    let wheels: Vec<String> = wheels
+        .files
+        .iter()
+        .map(|file| format!("{} {}", file.path, file.source.display()))
+        .collect();
+    let layers: Vec<String> = around
+        .layers
+        .iter()
+        .map(|layer| layer.diff_id.to_string())
+        .collect();
+    Ok(venv_key(
+        script,
+        listing,
+        venv,
+        &wheels,
+        &layers,
+        around.epoch,
+        config.get("config").unwrap_or(&Value::Null),
+    ))
+}
+
+fn stored(layer: &NormalizedLayer) -> StoredLayer {
+    StoredLayer {
+        digest: layer.digest.to_string(),
+        diff_id: layer.diff_id.to_string(),
+        unpacked_size: layer.unpacked_size,
+        compressed_size: layer.compressed_size,
+    }
+}
+
 impl EngineBuilder {
+    /// The venv an earlier run made under `key`, where this run pushes `image` without loading
+    /// it (a load needs the layers' bytes, which are not kept) and its registry holds both
+    /// layers: the layers without bytes, and the listing.
+    async fn kept_venv(
+        &self,
+        image: &PlannedImage,
+        key: &str,
+    ) -> Option<(Vec<NormalizedLayer>, String)> {
+        let name = &image.spec.name;
+        let store = self.settings.layer_store.as_ref()?;
+        if !self.settings.unloaded.contains(name) {
+            return None;
+        }
+        let kept = store.host_venv(key)?;
+        let client = self.registry(&image.spec.repository).await.ok()?;
+        let path = repository_path_of(&image.spec.repository);
+        let mut layers = Vec::new();
+        for layer in &kept.layers {
+            match client.has_blob(path, &layer.digest).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    self.progress.line(
+                        name,
+                        &format!("== the venv an earlier run made with these inputs ({key}) has a layer {} that {} no longer holds: making it again", layer.digest, image.spec.repository),
+                    );
+                    return None;
+                }
+                Err(error) => {
+                    self.progress.line(
+                        name,
+                        &format!("== could not ask the registry for the venv an earlier run made ({error}): making it again"),
+                    );
+                    return None;
+                }
+            }
+            layers.push(NormalizedLayer {
+                gzip: None,
+                digest: Digest::parse(&layer.digest).ok()?,
+                diff_id: Digest::parse(&layer.diff_id).ok()?,
+                unpacked_size: layer.unpacked_size,
+                compressed_size: layer.compressed_size,
+            });
+        }
+        Some((layers, kept.listing))
+    }
+
     /// The image `image` whose Docker build (daemon image `built`, normalized as `around`) holds
     /// no venv packages: the venv's two layers made on the host added above `around`'s (not
     /// loaded), and what the package listing script `listing` printed in the container that
@@ -143,6 +248,22 @@ impl EngineBuilder {
         };
         let epoch = around.epoch;
         let started = Instant::now();
+        let key = key_of(&script, listing, &venv, wheels, around)?;
+        if let Some((venv_layers, listed)) = self.kept_venv(image, &key).await {
+            let mut layers = around.layers.clone();
+            layers.extend(venv_layers);
+            let config = venv_config(around, wheels.files.len())?;
+            let normalized = assemble(&config, layers, epoch)?;
+            self.progress.stage(
+                name,
+                &format!(
+                    "venv as an earlier run made it from these wheels, scripts and layers (venv {key}): both its layers are in {} already, so nothing is installed; manifest {}",
+                    image.spec.repository, normalized.manifest_digest
+                ),
+            );
+            self.note_normalized(&normalized);
+            return Ok((Arc::new(normalized), listed));
+        }
         let mut opened = open_wheels(wheels)?;
         let plan_venv = venv.clone();
         let (install, opened) = tokio::task::spawn_blocking(move || {
@@ -262,20 +383,23 @@ impl EngineBuilder {
                 human_bytes(loader_layer.unpacked_size),
             ),
         );
-        let config = with_history(
-            &around.config,
-            &[
-                (
-                    format!("imagegen: the {wheel_count} wheels of requirements.lock installed into {VENV_PREFIX} on the host (wheels: host)"),
-                    "imagegen wheels: host",
-                ),
-                (
-                    "imagegen: host-venv.sh (byte-compiled, pip check, loader cache) in a container of the build".to_string(),
-                    "imagegen wheels: host",
-                ),
-            ],
-            epoch,
-        )?;
+        let config = venv_config(around, wheel_count)?;
+        if let Some(store) = &self.settings.layer_store {
+            let kept = StoredHostVenv {
+                key: key.clone(),
+                layers: vec![stored(&venv_layer), stored(&loader_layer)],
+                listing: output.stdout.clone(),
+            };
+            if let Err(error) = store.remember_host_venv(kept) {
+                self.progress.log_only(
+                    name,
+                    &format!(
+                        "== warning: could not keep the venv's layers in {}: {error}",
+                        store.path().display()
+                    ),
+                );
+            }
+        }
         let mut layers = around.layers.clone();
         layers.push(venv_layer);
         layers.push(loader_layer);
