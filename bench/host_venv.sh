@@ -30,16 +30,8 @@ IMAGEGEN_BIN=${IMAGEGEN_BIN:-$PWD/target/release/imagegen}
 # shellcheck source=bench/lib.sh
 . bench/lib.sh
 
-start_registry today
-today=$started
-start_registry imagegen
-make_project "$started" "$repository"
-printf 'wheels: index\nlabels: {imagegen-bench.round: "1"}\n' >> "$project/matrix.yaml"
-sed -i 's/^  latest: false$/&\n  full: "{torch}-cuda{cuda}-cudnn{cudnn_major}-{variant}-{os}-r{revision}"/' "$project/matrix.yaml"
-cd "$project"
-export DOCKER_CONFIG=$project/docker-config CI=true IMAGEGEN_WHEEL_CACHE=$work/wheel-cache
-lock_project
-name=$("$bin" resolve --format json | jq -r '.images[0].name')
+two_registries_and_a_project index
+export IMAGEGEN_WHEEL_CACHE=$work/wheel-cache
 "$bin" render >/dev/null
 
 # Today's path: pip in the build (wheels: index).
@@ -62,7 +54,7 @@ cleanup
 rm -rf imagegen-manifest.json .imagegen "$IMAGEGEN_WHEEL_CACHE"
 sed -i 's/^wheels: index$/wheels: host/' matrix.yaml
 imagegen_round() {
-  sed -i -E "s/imagegen-bench.round: \"[0-9]+\"/imagegen-bench.round: \"$1\"/" matrix.yaml
+  set_round "$1"
   "$bin" render >/dev/null 2>&1 || { "$bin" render; exit 2; }
   local line
   start=$(now)

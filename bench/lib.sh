@@ -107,6 +107,25 @@ lock_project() {
   "$bin" lock --uv "$uv" >/dev/null 2>&1 || { "$bin" lock --uv "$uv"; exit 2; }
 }
 
+# Today's registry (its address in $today) and imagegen's, and in it the project ($project) with
+# `wheels: $1`, the label imagegen-bench.round "1" and full tags `…-r{revision}` (full tags are
+# immutable: a label change gets the next revision; the folder in images/ and the image name stay
+# the same); locked, $name its image. Leaves the shell in the project, with its Docker config, in
+# CI mode.
+two_registries_and_a_project() {
+  start_registry today
+  # shellcheck disable=SC2034 # read by the scripts
+  today=$started
+  start_registry imagegen
+  make_project "$started" "$repository"
+  printf 'wheels: %s\nlabels: {imagegen-bench.round: "1"}\n' "$1" >> "$project/matrix.yaml"
+  sed -i 's/^  latest: false$/&\n  full: "{torch}-cuda{cuda}-cudnn{cudnn_major}-{variant}-{os}-r{revision}"/' "$project/matrix.yaml"
+  cd "$project" || exit 1
+  export DOCKER_CONFIG=$project/docker-config CI=true
+  lock_project
+  name=$("$bin" resolve --format json | jq -r '.images[0].name')
+}
+
 # Sets the label imagegen-bench.round of the project's matrix.yaml to $1.
 set_round() {
   sed -i -E "s/imagegen-bench.round: \"[0-9]+\"/imagegen-bench.round: \"$1\"/" matrix.yaml

@@ -30,18 +30,7 @@ IMAGEGEN_BIN=${IMAGEGEN_BIN:-$PWD/target/release/imagegen}
 # shellcheck source=bench/lib.sh
 . bench/lib.sh
 
-start_registry today
-today=$started
-start_registry imagegen
-make_project "$started" "$repository"
-printf 'wheels: index\nlabels: {imagegen-bench.round: "1"}\n' >> "$project/matrix.yaml"
-# Full tags are immutable: imagegen's label change gets the next revision (the folder in images/
-# and the image name stay the same).
-sed -i 's/^  latest: false$/&\n  full: "{torch}-cuda{cuda}-cudnn{cudnn_major}-{variant}-{os}-r{revision}"/' "$project/matrix.yaml"
-cd "$project"
-export DOCKER_CONFIG=$project/docker-config CI=true
-lock_project
-name=$("$bin" resolve --format json | jq -r '.images[0].name')
+two_registries_and_a_project index
 
 # The label round set to $1, then `imagegen render` (its output shown only when it fails).
 render_round() {
