@@ -1360,16 +1360,7 @@ impl EngineBuilder {
             raw_layers: raw.layers,
             image_id: normalized.config_digest.to_string(),
             config: String::from_utf8_lossy(&normalized.config).into_owned(),
-            layers: normalized
-                .layers
-                .iter()
-                .map(|layer| StoredLayer {
-                    digest: layer.digest.to_string(),
-                    diff_id: layer.diff_id.to_string(),
-                    unpacked_size: layer.unpacked_size,
-                    compressed_size: layer.compressed_size,
-                })
-                .collect(),
+            layers: normalized.layers.iter().map(stored_layer).collect(),
         };
         if let Err(error) = store.remember(entry) {
             self.progress.line(
@@ -1550,7 +1541,6 @@ impl RelabelInputs {
     }
 }
 
-/// The history of a normalized config: each step's `created_by`, `comment` and `empty_layer`.
 /// What lists `image`'s packages in a container of it: pip's and dpkg's packages and the venv's
 /// metadata ([`LIST_PACKAGES`]); with apt extras, dpkg's dependencies and apt's automatic marks
 /// too ([`APT_DEPENDS`]), to find what apt installed with the extras (its apt.lock).
@@ -1562,6 +1552,7 @@ fn listing_script(image: &PlannedImage) -> String {
     }
 }
 
+/// The history of a normalized config: each step's `created_by`, `comment` and `empty_layer`.
 fn template_steps(config: &[u8]) -> Result<Vec<(String, String, bool)>> {
     let config: serde_json::Value = serde_json::from_slice(config).context("the stored config")?;
     let text = |step: &serde_json::Value, field: &str| {
@@ -1628,19 +1619,28 @@ fn file_of_context(context: &[u8], path: &str) -> std::io::Result<Option<Vec<u8>
 }
 
 fn stored_layers(stored: &StoredImage) -> Result<Vec<NormalizedLayer>> {
-    stored
-        .layers
-        .iter()
-        .map(|layer| {
-            Ok(NormalizedLayer {
-                gzip: None,
-                digest: Digest::parse(&layer.digest)?,
-                diff_id: Digest::parse(&layer.diff_id)?,
-                unpacked_size: layer.unpacked_size,
-                compressed_size: layer.compressed_size,
-            })
-        })
-        .collect()
+    stored.layers.iter().map(layer_of_stored).collect()
+}
+
+/// `layer` as the layer store keeps it: digests and sizes, no bytes.
+fn stored_layer(layer: &NormalizedLayer) -> StoredLayer {
+    StoredLayer {
+        digest: layer.digest.to_string(),
+        diff_id: layer.diff_id.to_string(),
+        unpacked_size: layer.unpacked_size,
+        compressed_size: layer.compressed_size,
+    }
+}
+
+/// A layer the store keeps, without its bytes (the daemon or the registry holds them).
+fn layer_of_stored(layer: &StoredLayer) -> Result<NormalizedLayer> {
+    Ok(NormalizedLayer {
+        gzip: None,
+        digest: Digest::parse(&layer.digest)?,
+        diff_id: Digest::parse(&layer.diff_id)?,
+        unpacked_size: layer.unpacked_size,
+        compressed_size: layer.compressed_size,
+    })
 }
 
 fn rate(bytes: u64, elapsed: Duration) -> String {

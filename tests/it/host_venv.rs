@@ -25,6 +25,15 @@ use crate::support::project::{assert_code, text, Project, SELFTEST_PASS};
 use crate::support::Registry;
 use crate::wheel_cache::{layer_paths, uv, Index};
 
+/// `docker image rm image` (which must succeed).
+fn untag(image: &str) {
+    let removed = Command::new("docker")
+        .args(["image", "rm", image])
+        .output()
+        .unwrap();
+    assert!(removed.status.success(), "{}", text(&removed));
+}
+
 /// The image ID the daemon holds for `image`, or `None`.
 fn image_id(image: &str) -> Option<String> {
     let output = Command::new("docker")
@@ -269,11 +278,7 @@ async fn a_venv_made_on_the_host_is_the_venv_pip_makes_in_the_build_file_by_file
     // Pushed, and nothing runs it here: not loaded. Pulled back, the same image ID as the
     // loaded build's.
     let loaded_id = image_id(&image).expect("the host build is loaded");
-    let removed = Command::new("docker")
-        .args(["image", "rm", &image])
-        .output()
-        .unwrap();
-    assert!(removed.status.success(), "{}", text(&removed));
+    untag(&image);
     let pushed = build_with(&["--push"]);
     assert_code(&pushed, 0);
     let log = text(&pushed);
@@ -295,11 +300,7 @@ async fn a_venv_made_on_the_host_is_the_venv_pip_makes_in_the_build_file_by_file
         .unwrap()
         .to_string();
     std::fs::remove_file(project.path().join("imagegen-manifest.json")).unwrap();
-    let removed = Command::new("docker")
-        .args(["image", "rm", &image])
-        .output()
-        .unwrap();
-    assert!(removed.status.success(), "{}", text(&removed));
+    untag(&image);
     let again = build_with(&["--push"]);
     assert_code(&again, 0);
     let log = text(&again);

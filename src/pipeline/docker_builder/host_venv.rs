@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, Context, Result};
 use serde_json::Value;
 
-use super::{rate, repository_path_of, EngineBuilder};
-use crate::docker::layer_store::{StoredHostVenv, StoredLayer};
+use super::{layer_of_stored, rate, repository_path_of, stored_layer, EngineBuilder};
+use crate::docker::layer_store::StoredHostVenv;
 use crate::docker::{ContextWheels, RunRequest};
 use crate::history::manifest::{human_bytes, rfc3339};
 use crate::model::digest::Digest;
@@ -170,15 +170,6 @@ fn key_of(
     ))
 }
 
-fn stored(layer: &NormalizedLayer) -> StoredLayer {
-    StoredLayer {
-        digest: layer.digest.to_string(),
-        diff_id: layer.diff_id.to_string(),
-        unpacked_size: layer.unpacked_size,
-        compressed_size: layer.compressed_size,
-    }
-}
-
 impl EngineBuilder {
     /// The venv an earlier run made under `key`, where this run pushes `image` without loading
     /// it (a load needs the layers' bytes, which are not kept) and its registry holds both
@@ -215,13 +206,7 @@ impl EngineBuilder {
                     return None;
                 }
             }
-            layers.push(NormalizedLayer {
-                gzip: None,
-                digest: Digest::parse(&layer.digest).ok()?,
-                diff_id: Digest::parse(&layer.diff_id).ok()?,
-                unpacked_size: layer.unpacked_size,
-                compressed_size: layer.compressed_size,
-            });
+            layers.push(layer_of_stored(layer).ok()?);
         }
         Some((layers, kept.listing))
     }
@@ -387,7 +372,7 @@ impl EngineBuilder {
         if let Some(store) = &self.settings.layer_store {
             let kept = StoredHostVenv {
                 key: key.clone(),
-                layers: vec![stored(&venv_layer), stored(&loader_layer)],
+                layers: vec![stored_layer(&venv_layer), stored_layer(&loader_layer)],
                 listing: output.stdout.clone(),
             };
             if let Err(error) = store.remember_host_venv(kept) {

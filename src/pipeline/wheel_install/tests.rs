@@ -694,17 +694,11 @@ fn the_install_of_a_wheel_folder_is_pips_file_by_file() {
     );
 }
 
-/// The wheels of `IMAGEGEN_WHEEL_FOLDER` install side by side for Python `IMAGEGEN_PYTHON`
-/// (what `imagegen build` checks after its fetch): for the real locks of images/, whose
-/// Python the host may not have.
-/// `IMAGEGEN_WHEEL_FOLDER=… IMAGEGEN_PYTHON=3.12 cargo test --lib the_wheels_of_a_folder -- --ignored --nocapture`
-#[test]
-#[ignore = "needs IMAGEGEN_WHEEL_FOLDER and IMAGEGEN_PYTHON"]
-fn the_wheels_of_a_folder_install_side_by_side() {
+/// The wheels of the folder `IMAGEGEN_WHEEL_FOLDER` names, sorted (at least one).
+fn folder_wheels() -> Vec<std::path::PathBuf> {
     let folder = std::path::PathBuf::from(
         std::env::var("IMAGEGEN_WHEEL_FOLDER").expect("IMAGEGEN_WHEEL_FOLDER"),
     );
-    let python = std::env::var("IMAGEGEN_PYTHON").expect("IMAGEGEN_PYTHON");
     let mut paths: Vec<_> = std::fs::read_dir(&folder)
         .unwrap()
         .map(|entry| entry.unwrap().path())
@@ -712,6 +706,18 @@ fn the_wheels_of_a_folder_install_side_by_side() {
         .collect();
     paths.sort();
     assert!(!paths.is_empty(), "no wheels in {}", folder.display());
+    paths
+}
+
+/// The wheels of `IMAGEGEN_WHEEL_FOLDER` install side by side for Python `IMAGEGEN_PYTHON`
+/// (what `imagegen build` checks after its fetch): for the real locks of images/, whose
+/// Python the host may not have.
+/// `IMAGEGEN_WHEEL_FOLDER=… IMAGEGEN_PYTHON=3.12 cargo test --lib the_wheels_of_a_folder -- --ignored --nocapture`
+#[test]
+#[ignore = "needs IMAGEGEN_WHEEL_FOLDER and IMAGEGEN_PYTHON"]
+fn the_wheels_of_a_folder_install_side_by_side() {
+    let python = std::env::var("IMAGEGEN_PYTHON").expect("IMAGEGEN_PYTHON");
+    let paths = folder_wheels();
     let files = check_side_by_side(
         crate::docker::wheel_cache::open_wheels(&paths).unwrap(),
         &Venv {
@@ -742,16 +748,7 @@ fn the_venv_layer_of_a_wheel_folder_is_compressed_as_it_is_written() {
             Ok(())
         }
     }
-    let folder = std::path::PathBuf::from(
-        std::env::var("IMAGEGEN_WHEEL_FOLDER").expect("IMAGEGEN_WHEEL_FOLDER"),
-    );
-    let mut paths: Vec<_> = std::fs::read_dir(&folder)
-        .unwrap()
-        .map(|entry| entry.unwrap().path())
-        .filter(|path| path.extension().is_some_and(|extension| extension == "whl"))
-        .collect();
-    paths.sort();
-    assert!(!paths.is_empty(), "no wheels in {}", folder.display());
+    let paths = folder_wheels();
     let venv = Venv {
         prefix: VENV_PREFIX.into(),
         python: "3.11".into(),
