@@ -9,11 +9,11 @@
 #   imagegen, cold  every image of today's path removed (no layer cache shared), an empty wheel
 #                   cache, then `imagegen build --selftest-dir selftest --no-test --push` with
 #                   `wheels: host` to a second registry: the wheels fetched on the host, the
-#                   Docker build of the image around the venv, imagegen's own install of the
-#                   wheels, host-venv.sh (byte-compiling, pip check, loader cache) in a container
-#                   of that build (which lists the packages too), the venv's layer written and
-#                   compressed in one pass, the push from memory (a pushed, untested image is
-#                   not loaded into the daemon)
+#                   Docker build of the image around the venv and, beside it, the venv's layer
+#                   written and compressed in one pass from the wheels (imagegen's own install),
+#                   host-venv.sh (byte-compiling, pip check, loader cache) in a container of that
+#                   build (which lists the packages too), the layers uploaded as they are ready,
+#                   the push from memory (a pushed, untested image is not loaded into the daemon)
 #   imagegen, warm  one label changed, the same build again (the wheels in the cache; with
 #                   `wheels: host` a label change is not relabelled without a build: the Docker
 #                   build is cached, and the venv the cold round made is taken as it is, its

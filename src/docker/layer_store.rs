@@ -93,6 +93,10 @@ struct StoredListing {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct StoredHostVenv {
     pub(crate) key: String,
+    /// The part of `key` known before the Docker build (`wheel_install::venv_wheels_key`): a
+    /// build that may find its venv here does not start writing one beside the Docker build.
+    #[serde(default)]
+    pub(crate) wheels: String,
     pub(crate) layers: Vec<StoredLayer>,
     pub(crate) listing: String,
 }
@@ -191,6 +195,15 @@ impl LayerStore {
             .host_venvs
             .into_iter()
             .find(|venv| venv.key == key)
+    }
+
+    /// Whether a venv made from the wheels and scripts of `wheels` (a
+    /// `wheel_install::venv_wheels_key`) is kept, into whatever image.
+    pub(crate) fn has_host_venv_of_wheels(&self, wheels: &str) -> bool {
+        self.read()
+            .host_venvs
+            .iter()
+            .any(|venv| venv.wheels == wheels)
     }
 
     /// Keeps `venv`, replacing one kept under its key.
@@ -313,6 +326,7 @@ mod tests {
         let store = LayerStore::in_dir(dir.path());
         let venv = |key: &str, listing: &str| StoredHostVenv {
             key: key.into(),
+            wheels: format!("wheels of {listing}"),
             layers: image(1, "sha256:a", "sha256:x").layers,
             listing: listing.into(),
         };
@@ -325,6 +339,11 @@ mod tests {
             .remember_host_venv(venv("sha256:k", "second"))
             .unwrap();
         assert_eq!(store.host_venv("sha256:k").unwrap().listing, "second");
+        assert!(store.has_host_venv_of_wheels("wheels of second"));
+        assert!(
+            !store.has_host_venv_of_wheels("wheels of first"),
+            "replaced"
+        );
         assert_eq!(store.read().host_venvs.len(), 1, "replaced, not added");
         assert_eq!(store.host_venv("sha256:other"), None);
         assert!(
@@ -337,6 +356,7 @@ mod tests {
                 .unwrap();
         }
         assert_eq!(store.host_venv("sha256:k"), None, "the oldest went");
+        assert!(!store.has_host_venv_of_wheels("wheels of second"));
         assert_eq!(store.read().host_venvs.len(), MOST_HOST_VENVS);
     }
 

@@ -452,6 +452,14 @@ impl Builder for EngineBuilder {
                 return Ok(done);
             }
         }
+        // The venv's layer of `wheels: host` needs only the wheels: written beside the build.
+        let early_venv = match (&based, &host_script) {
+            (Ok(()), Some(script)) => {
+                self.early_venv_layer(image, script, &listing_script(image))
+                    .await
+            }
+            _ => None,
+        };
         let built = match based {
             Ok(()) => {
                 let progress = Arc::clone(&self.progress);
@@ -501,7 +509,14 @@ impl Builder for EngineBuilder {
                         .await
                         .with_context(|| format!("normalizing {}", image.reference))?;
                     let (normalized, listed) = self
-                        .host_venv(image, &id, &around, script, &listing_script(image))
+                        .host_venv(
+                            image,
+                            &id,
+                            &around,
+                            script,
+                            &listing_script(image),
+                            early_venv,
+                        )
                         .await
                         .with_context(|| {
                             format!("making the venv of {} on the host", image.reference)

@@ -100,12 +100,31 @@ pub(crate) struct InstallPlan {
     /// Each source pip byte-compiles (path as in `files`) and the RECORD of every wheel that
     /// installs it (pip records a shared source's `.pyc` in each).
     sources: BTreeMap<String, Vec<String>>,
+    /// The `.pyc` files [`InstallPlan::add_bytecode`] added (paths as in `files`).
+    bytecode: std::collections::BTreeSet<String>,
 }
 
 impl InstallPlan {
     /// The sources pip byte-compiles: every file of a wheel ending in `.py` (absolute paths).
     pub(crate) fn sources(&self) -> impl Iterator<Item = String> + '_ {
         self.sources.keys().map(|path| format!("/{path}"))
+    }
+
+    /// The files of the install known before byte-compiling: every file but the wheels' RECORDs
+    /// (which gain the `.pyc` rows) and the `.pyc` files. Written as the venv's lower layer while
+    /// host-venv.sh byte-compiles; the rest goes into the layer above it ([`upper_tar`]).
+    pub(crate) fn without_records(&self) -> InstallPlan {
+        InstallPlan {
+            files: self
+                .files
+                .iter()
+                .filter(|(path, _)| {
+                    !self.records.contains_key(*path) && !self.bytecode.contains(*path)
+                })
+                .map(|(path, file)| (path.clone(), file.clone()))
+                .collect(),
+            ..InstallPlan::default()
+        }
     }
 
     /// Adds the byte-compiled files `compiled` (path as in `files`, content, executable), each
@@ -140,6 +159,7 @@ impl InstallPlan {
                     ]);
                 touched.insert(record);
             }
+            self.bytecode.insert(path.clone());
             self.files.insert(
                 path,
                 Installed {
@@ -173,6 +193,9 @@ pub(crate) struct Bytecode {
 
 /// A file or link host-venv.sh wrote besides bytecode: its header, link target and content.
 type WrittenEntry = (tar::Header, Option<Vec<u8>>, Vec<u8>);
+
+/// The files and links host-venv.sh wrote besides bytecode, by path (relative to `/`).
+pub(crate) type WrittenOthers = BTreeMap<String, WrittenEntry>;
 
 /// The source of `dir/__pycache__/name.cpython-311.pyc`: `dir/name.py`.
 pub(crate) fn source_of_bytecode(path: &str) -> Option<String> {
@@ -823,29 +846,25 @@ pub(crate) fn write_layer<R: Read + Seek, W: Write>(
 }
 
 /// What decides a venv made on the host (`wheels: host`) and the package listing made beside
-/// it: this imagegen (its installer and compressor write the layer), the `wheels` (each as
-/// `context-path source-path`: a file of the content-addressed wheel cache, whose path names its
-/// sha256), host-venv.sh (`script`), the `listing` script, the `venv`, and the image it goes into:
-/// its `layers` (diff IDs, bottom first), its `epoch` (every mtime of the layer) and its
-/// `run_config` (the config's `config`) but its labels, which nothing the scripts run reads. Two
-/// venvs with one key are the same two layers and the same listing.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn venv_key(
+/// it, as far as it is known before the Docker build of the image around it: this imagegen (its
+/// installer and compressor write the layers), the `wheels` (each as `context-path source-path`:
+/// a file of the content-addressed wheel cache, whose path names its sha256), host-venv.sh
+/// (`script`), the `listing` script, the `venv` and the `epoch` (every mtime of the layers).
+pub(crate) fn venv_wheels_key(
     script: &[u8],
     listing: &str,
     venv: &Venv,
     wheels: &[String],
-    layers: &[String],
     epoch: u64,
-    run_config: &serde_json::Value,
 ) -> String {
     let mut hasher = Sha256::new();
     let mut line = |text: &str| {
         hasher.update(text.as_bytes());
         hasher.update(b"\n");
     };
+    // 2: the `.pyc` files and RECORDs in the upper layer, not the venv's.
     line(&format!(
-        "imagegen host venv 1, imagegen {}",
+        "imagegen host venv 2, imagegen {}",
         env!("CARGO_PKG_VERSION")
     ));
     line(&format!(
@@ -857,10 +876,28 @@ pub(crate) fn venv_key(
     for wheel in wheels {
         line(&format!("wheel {wheel}"));
     }
+    line(&format!("epoch {epoch}"));
+    crate::model::digest::Digest::from_sha256(hasher.finalize().as_slice()).to_string()
+}
+
+/// What decides a venv made on the host and its listing: its [`venv_wheels_key`] and the image
+/// it goes into, its `layers` (diff IDs, bottom first) and its `run_config` (the config's
+/// `config`) but its labels, which nothing the scripts run reads. Two venvs with one key are the
+/// same two layers and the same listing.
+pub(crate) fn venv_key(
+    wheels_key: &str,
+    layers: &[String],
+    run_config: &serde_json::Value,
+) -> String {
+    let mut hasher = Sha256::new();
+    let mut line = |text: &str| {
+        hasher.update(text.as_bytes());
+        hasher.update(b"\n");
+    };
+    line(&format!("wheels {wheels_key}"));
     for layer in layers {
         line(&format!("layer {layer}"));
     }
-    line(&format!("epoch {epoch}"));
     let mut config = run_config.clone();
     if let Some(object) = config.as_object_mut() {
         object.remove("Labels");
@@ -945,16 +982,15 @@ pub(crate) fn helper_tar<R: Read + Seek, W: Write>(
 }
 
 /// What host-venv.sh wrote ([`HELPER_WRITTEN`], a tar of paths relative to `/`), split: the
-/// `.pyc` files of the install's sources (path, content, executable), for the venv's layer; and
-/// every other file and link, with the folders above them (0755, root), as a layer tar (to be
-/// normalized: its mtimes are the container's). Folders it lists are left to the layers, which
-/// make their own.
+/// `.pyc` files of the install's sources (path, content, executable), for
+/// [`InstallPlan::add_bytecode`]; and every other file and link, for [`upper_tar`]. Folders it
+/// lists are left to the layers, which make their own.
 pub(crate) fn split_written(
     written: &[u8],
     install: &InstallPlan,
-) -> Result<(Vec<Bytecode>, Vec<u8>)> {
+) -> Result<(Vec<Bytecode>, WrittenOthers)> {
     let mut bytecode = Vec::new();
-    let mut others: BTreeMap<String, WrittenEntry> = BTreeMap::new();
+    let mut others = WrittenOthers::new();
     let mut archive = tar::Archive::new(written);
     for entry in archive.entries().context("what host-venv.sh wrote")? {
         let mut entry = entry.context("what host-venv.sh wrote")?;
@@ -989,8 +1025,31 @@ pub(crate) fn split_written(
         let link = entry.link_name_bytes().map(|link| link.into_owned());
         others.insert(path, (entry.header().clone(), link, data));
     }
-    let mut folders = std::collections::BTreeSet::new();
+    Ok((bytecode, others))
+}
+
+/// The layer above the venv's lower one ([`InstallPlan::without_records`]), as a tar to be
+/// normalized (the mtimes of `others` are the container's): the wheels' RECORDs (with the rows
+/// of their `.pyc` files) and the `.pyc` files of `install` after
+/// [`InstallPlan::add_bytecode`], and `others`, what host-venv.sh wrote besides; with every
+/// folder above them (0755, root). A path in both is refused: host-venv.sh must not rewrite a
+/// file of the install.
+pub(crate) fn upper_tar(install: &InstallPlan, others: WrittenOthers) -> Result<Vec<u8>> {
+    let mut files: BTreeMap<&str, Option<&Installed>> = BTreeMap::new();
+    for path in install.records.keys().chain(install.bytecode.iter()) {
+        files.insert(path, install.files.get(path));
+    }
     for path in others.keys() {
+        if install.files.contains_key(path) {
+            bail!("/{path}: host-venv.sh rewrote a file the wheels install");
+        }
+    }
+    let mut folders = std::collections::BTreeSet::new();
+    for path in files
+        .keys()
+        .copied()
+        .chain(others.keys().map(String::as_str))
+    {
         let mut end = path.len();
         while let Some(slash) = path[..end].rfind('/') {
             if !folders.insert(path[..slash].to_string()) {
@@ -1009,6 +1068,23 @@ pub(crate) fn split_written(
         header.set_size(0);
         builder.append_data(&mut header, format!("{folder}/"), std::io::empty())?;
     }
+    for (path, file) in files {
+        let Some(Installed {
+            content: Content::Made(data),
+            executable,
+            ..
+        }) = file
+        else {
+            bail!("/{path}: a RECORD or .pyc of the install that is not made by imagegen");
+        };
+        let mut header = tar::Header::new_gnu();
+        header.set_entry_type(tar::EntryType::Regular);
+        header.set_mode(if *executable { 0o755 } else { 0o644 });
+        header.set_uid(0);
+        header.set_gid(0);
+        header.set_size(data.len() as u64);
+        builder.append_data(&mut header, path, data.as_slice())?;
+    }
     for (path, (mut header, link, data)) in others {
         match link {
             Some(link) if header.entry_type().is_symlink() => {
@@ -1018,7 +1094,7 @@ pub(crate) fn split_written(
             _ => builder.append_data(&mut header, &path, data.as_slice())?,
         }
     }
-    Ok((bytecode, builder.into_inner()?))
+    Ok(builder.into_inner()?)
 }
 
 #[cfg(test)]

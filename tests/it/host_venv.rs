@@ -157,6 +157,10 @@ async fn a_venv_made_on_the_host_is_the_venv_pip_makes_in_the_build_file_by_file
         log.contains("venv installed on the host from 4 wheels"),
         "{log}"
     );
+    assert!(
+        log.contains("its layer is written from the 4 wheels beside the Docker build"),
+        "{log}"
+    );
     let host_tree = tree(&image, project.case());
     let host_record = run_in(
         &image,
@@ -283,6 +287,15 @@ async fn a_venv_made_on_the_host_is_the_venv_pip_makes_in_the_build_file_by_file
     assert_code(&pushed, 0);
     let log = text(&pushed);
     assert!(log.contains("not loaded into the Docker daemon"), "{log}");
+    // A venv of these wheels is kept (the loaded build's), so its layer waited for the Docker
+    // build; the kept one's layers are in no registry, so it was made again, to the same bytes.
+    assert!(log.contains("no longer holds: making it again"), "{log}");
+    assert!(!log.contains("beside the Docker build"), "{log}");
+    // Pushed right after its build: its layers went to the registry while host-venv.sh ran.
+    assert!(
+        log.contains("of layers uploaded ahead of the push"),
+        "{log}"
+    );
     assert_eq!(image_id(&image), None, "{log}");
     assert_eq!(packages(), host_packages);
     let pulled = Command::new("docker")

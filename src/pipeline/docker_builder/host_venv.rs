@@ -3,14 +3,17 @@
 //! with its own installer (`pipeline::wheel_install`), runs the image's host-venv.sh in a
 //! container of that build over the sources, metadata and CUDA libraries of the install (it
 //! byte-compiles, checks and builds the loader cache), and adds two layers above the build's
-//! normalized ones: the venv's packages with their `.pyc` files, written and compressed in one
-//! pass from the wheels, and what host-venv.sh wrote besides. Nothing of the venv passes through
+//! normalized ones: the venv's packages but their RECORDs, written and compressed in one pass
+//! from the wheels on a thread of its own, started beside the Docker build (it needs only the
+//! wheels and the epoch), and above it the `.pyc` files, the RECORDs that list them and what
+//! host-venv.sh wrote besides. Nothing of the venv passes through
 //! the daemon's build. The same container then lists the image's packages (it holds every
 //! `.dist-info` folder, the venv's scripts and the build's dpkg database, which is all the listing
 //! reads), so the image need not be in the daemon to be listed; the caller loads it where this
 //! host runs it (the self-test, an image built `FROM` it) or where the run does not push it.
 
 use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -27,8 +30,8 @@ use crate::pipeline::normalize::{
 };
 use crate::pipeline::planned::PlannedImage;
 use crate::pipeline::wheel_install::{
-    self, helper_tar, split_written, venv_key, write_layer, Venv, Wheel, HELPER_WRITTEN,
-    VENV_PREFIX,
+    self, helper_tar, split_written, upper_tar, venv_key, venv_wheels_key, write_layer, Venv,
+    Wheel, HELPER_WRITTEN, VENV_PREFIX,
 };
 
 /// How long host-venv.sh may take (it byte-compiles thousands of sources on every core).
@@ -128,11 +131,11 @@ fn venv_config(around: &NormalizedImage, wheel_count: usize) -> Result<Vec<u8>> 
         &around.config,
         &[
             (
-                format!("imagegen: the {wheel_count} wheels of requirements.lock installed into {VENV_PREFIX} on the host (wheels: host)"),
+                format!("imagegen: the {wheel_count} wheels of requirements.lock installed into {VENV_PREFIX} on the host, RECORDs apart (wheels: host)"),
                 "imagegen wheels: host",
             ),
             (
-                "imagegen: host-venv.sh (byte-compiled, pip check, loader cache) in a container of the build".to_string(),
+                "imagegen: the RECORDs and what host-venv.sh wrote (byte-compiled, pip check, loader cache) in a container of the build".to_string(),
                 "imagegen wheels: host",
             ),
         ],
@@ -140,34 +143,126 @@ fn venv_config(around: &NormalizedImage, wheel_count: usize) -> Result<Vec<u8>> 
     )
 }
 
-/// The key of the venv of `image` (`wheel_install::venv_key`) going into `around`.
-fn key_of(
+/// The venv every image installs its lock into, at `image`'s Python.
+fn venv_of(image: &PlannedImage) -> Venv {
+    Venv {
+        prefix: VENV_PREFIX.to_string(),
+        python: image.spec.python.to_string(),
+    }
+}
+
+/// The part of a venv's key known before the Docker build (`wheel_install::venv_wheels_key`).
+fn wheels_key_of(
     script: &[u8],
     listing: &str,
     venv: &Venv,
     wheels: &ContextWheels,
-    around: &NormalizedImage,
-) -> Result<String> {
-    let config: Value = serde_json::from_slice(&around.config).context("the image config")?;
+    epoch: u64,
+) -> String {
     let wheels: Vec<String> = wheels
         .files
         .iter()
         .map(|file| format!("{} {}", file.path, file.source.display()))
         .collect();
+    venv_wheels_key(script, listing, venv, &wheels, epoch)
+}
+
+/// The key of a venv (`wheel_install::venv_key`) of the wheels of `wheels_key` going into
+/// `around`.
+fn key_of(wheels_key: &str, around: &NormalizedImage) -> Result<String> {
+    let config: Value = serde_json::from_slice(&around.config).context("the image config")?;
     let layers: Vec<String> = around
         .layers
         .iter()
         .map(|layer| layer.diff_id.to_string())
         .collect();
     Ok(venv_key(
-        script,
-        listing,
-        venv,
-        &wheels,
+        wheels_key,
         &layers,
-        around.epoch,
         config.get("config").unwrap_or(&Value::Null),
     ))
+}
+
+/// A writer that fails once `stop` is set: how a layer nobody waits for any more ends.
+struct Stoppable<W> {
+    inner: W,
+    stop: Arc<AtomicBool>,
+}
+
+impl<W: Write> Write for Stoppable<W> {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        if self.stop.load(Ordering::Relaxed) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::Interrupted,
+                "the venv's layer is no longer needed",
+            ));
+        }
+        self.inner.write(data)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// The venv's lower layer (`InstallPlan::without_records`: every file of the wheels but their
+/// RECORDs, no `.pyc`) being written and compressed from the wheels on a blocking thread. It
+/// needs nothing of the Docker build, so it starts beside it. Dropped unfinished (a kept venv
+/// serves after all, or the build failed), it stops at its next write.
+pub(super) struct VenvLayer {
+    epoch: u64,
+    started: Instant,
+    stop: Arc<AtomicBool>,
+    writing: Option<tokio::task::JoinHandle<Result<Gzipped>>>,
+}
+
+impl VenvLayer {
+    /// Starts writing the lower layer of `wheels` installed into `venv`, every mtime `epoch`.
+    fn start(wheels: &ContextWheels, venv: &Venv, epoch: u64) -> Result<VenvLayer> {
+        let mut opened = open_wheels(wheels)?;
+        let venv = venv.clone();
+        let stop = Arc::new(AtomicBool::new(false));
+        let writer = Stoppable {
+            inner: GzipWriter::new(),
+            stop: Arc::clone(&stop),
+        };
+        let writing = tokio::task::spawn_blocking(move || -> Result<Gzipped> {
+            let install = wheel_install::plan(&mut opened, &venv)?;
+            let (writer, _) = write_layer(&install.without_records(), &mut opened, epoch, writer)?;
+            Ok(writer.inner.finish())
+        });
+        Ok(VenvLayer {
+            epoch,
+            started: Instant::now(),
+            stop,
+            writing: Some(writing),
+        })
+    }
+
+    /// The finished layer, and how long it took since it started.
+    async fn finish(mut self) -> Result<(NormalizedLayer, Duration)> {
+        let writing = self.writing.take().expect("a venv layer is finished once");
+        let gzipped = writing
+            .await
+            .map_err(|error| anyhow!("the venv layer's thread failed: {error}"))??;
+        Ok((layer_of(gzipped), self.started.elapsed()))
+    }
+}
+
+impl Drop for VenvLayer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Stops a [`VenvLayer`] moved into a task when dropped: a build that ends early (host-venv.sh
+/// failed) leaves no layer being written for nothing.
+struct StopOnDrop(Arc<AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
 }
 
 impl EngineBuilder {
@@ -211,10 +306,115 @@ impl EngineBuilder {
         Some((layers, kept.listing))
     }
 
+    /// `lower` finished, on a task of its own. Where `image` is pushed right after its build
+    /// (it is in `unloaded`), the task first uploads the layers of `around` that have bytes here,
+    /// then the lower layer as soon as it is written, so the push finds them in the registry (it
+    /// asks before sending a blob). An upload that fails is only written to the log: the push
+    /// sends the layer again and reports what stops it.
+    async fn upload_ahead(
+        &self,
+        image: &PlannedImage,
+        around: &NormalizedImage,
+        lower: VenvLayer,
+    ) -> tokio::task::JoinHandle<Result<(NormalizedLayer, Duration)>> {
+        let name = image.spec.name.clone();
+        let client = if self.settings.unloaded.contains(&name) {
+            self.registry(&image.spec.repository).await.ok()
+        } else {
+            None
+        };
+        let path = repository_path_of(&image.spec.repository).to_string();
+        let blobs: Vec<bytes::Bytes> = around
+            .layers
+            .iter()
+            .filter_map(|layer| layer.gzip.clone())
+            .collect();
+        let progress = Arc::clone(&self.progress);
+        tokio::spawn(async move {
+            let Some(client) = client else {
+                return lower.finish().await;
+            };
+            let started = Instant::now();
+            let mut sent = 0u64;
+            let mut failed = false;
+            for blob in blobs {
+                let size = blob.len() as u64;
+                if let Err(error) = client.put_blob(&path, blob).await {
+                    progress.log_only(&name, &format!("== uploading a layer ahead of the push failed ({error}): the push sends it"));
+                    failed = true;
+                    break;
+                }
+                sent += size;
+            }
+            let (layer, took) = lower.finish().await?;
+            if !failed {
+                if let Some(gzip) = layer.gzip.clone() {
+                    match client.put_blob(&path, gzip).await {
+                        Ok(_) => sent += layer.compressed_size,
+                        Err(error) => progress.log_only(&name, &format!("== uploading the venv's layer ahead of the push failed ({error}): the push sends it")),
+                    }
+                }
+                progress.stage(
+                    &name,
+                    &format!(
+                        "venv on the host: {} of layers uploaded ahead of the push {}",
+                        human_bytes(sent),
+                        rate(sent, started.elapsed())
+                    ),
+                );
+            }
+            Ok((layer, took))
+        })
+    }
+
+    /// The venv's lower layer of `image` (`wheels: host`, host-venv.sh `script`, listing script
+    /// `listing`), started before its Docker build, on the wheels and the epoch alone. Not where
+    /// a venv of the same wheels is kept and the run may take it (it pushes `image` unloaded):
+    /// whether it does depends on the build, and a layer written for nothing would slow it.
+    pub(super) async fn early_venv_layer(
+        &self,
+        image: &PlannedImage,
+        script: &[u8],
+        listing: &str,
+    ) -> Option<VenvLayer> {
+        let name = &image.spec.name;
+        let wheels = self.contexts.wheels.get(name)?;
+        let epoch = self.epoch_of(image).await.ok()?;
+        let venv = venv_of(image);
+        if let Some(store) = &self.settings.layer_store {
+            let wheels_key = wheels_key_of(script, listing, &venv, wheels, epoch);
+            if self.settings.unloaded.contains(name) && store.has_host_venv_of_wheels(&wheels_key) {
+                self.progress.log_only(
+                    name,
+                    "== a venv of these wheels is kept: its layer waits for the Docker build, which decides whether it is needed",
+                );
+                return None;
+            }
+        }
+        match VenvLayer::start(wheels, &venv, epoch) {
+            Ok(layer) => {
+                self.progress.stage(
+                    name,
+                    &format!("venv on the host: its layer is written from the {} wheels beside the Docker build", wheels.files.len()),
+                );
+                Some(layer)
+            }
+            // Started again after the build, where the error stops it.
+            Err(error) => {
+                self.progress.log_only(
+                    name,
+                    &format!("== the venv's layer cannot start: {error:#}"),
+                );
+                None
+            }
+        }
+    }
+
     /// The image `image` whose Docker build (daemon image `built`, normalized as `around`) holds
     /// no venv packages: the venv's two layers made on the host added above `around`'s (not
     /// loaded), and what the package listing script `listing` printed in the container that
-    /// made them, after host-venv.sh.
+    /// made them, after host-venv.sh. `early` is the venv's lower layer where it was started
+    /// beside the Docker build.
     pub(super) async fn host_venv(
         &self,
         image: &PlannedImage,
@@ -222,19 +422,19 @@ impl EngineBuilder {
         around: &NormalizedImage,
         script: Vec<u8>,
         listing: &str,
+        early: Option<VenvLayer>,
     ) -> Result<(Arc<NormalizedImage>, String)> {
         let name = &image.spec.name;
         let wheels = self.contexts.wheels.get(name).ok_or_else(|| {
             anyhow!("{name}: wheels: host, but no wheels were fetched for its lock")
         })?;
-        let venv = Venv {
-            prefix: VENV_PREFIX.to_string(),
-            python: image.spec.python.to_string(),
-        };
+        let venv = venv_of(image);
         let epoch = around.epoch;
         let started = Instant::now();
-        let key = key_of(&script, listing, &venv, wheels, around)?;
+        let wheels_key = wheels_key_of(&script, listing, &venv, wheels, epoch);
+        let key = key_of(&wheels_key, around)?;
         if let Some((venv_layers, listed)) = self.kept_venv(image, &key).await {
+            drop(early);
             let mut layers = around.layers.clone();
             layers.extend(venv_layers);
             let config = venv_config(around, wheels.files.len())?;
@@ -249,6 +449,15 @@ impl EngineBuilder {
             self.note_normalized(&normalized);
             return Ok((Arc::new(normalized), listed));
         }
+        // The lower layer: started beside the Docker build, or now, beside host-venv.sh. Where
+        // the image is pushed right after this build, its layers go to the registry as they
+        // are ready, beside host-venv.sh: the push then sends only the upper layer.
+        let lower = match early {
+            Some(early) if early.epoch == epoch => early,
+            _ => VenvLayer::start(wheels, &venv, epoch)?,
+        };
+        let _stop_lower = StopOnDrop(Arc::clone(&lower.stop));
+        let lower = self.upload_ahead(image, around, lower).await;
         let mut opened = open_wheels(wheels)?;
         let plan_venv = venv.clone();
         let (install, opened) = tokio::task::spawn_blocking(move || {
@@ -296,7 +505,7 @@ impl EngineBuilder {
                 writer.flush()?;
                 Ok(count)
             });
-            (helper_install, opened, written)
+            (helper_install, written)
         });
         let upload = futures_util::stream::poll_fn(move |context| receiver.poll_recv(context));
         let request = RunRequest {
@@ -319,7 +528,7 @@ impl EngineBuilder {
             .engine
             .run_with_files(request, Some(Box::pin(upload)), Some(HELPER_WRITTEN))
             .await;
-        let (helper_install, mut opened, sent) = writing
+        let (helper_install, sent) = writing
             .await
             .map_err(|error| anyhow!("the thread sending the venv's files failed: {error}"))?;
         install = helper_install;
@@ -335,44 +544,50 @@ impl EngineBuilder {
                 output.stderr.trim()
             );
         }
-        let (bytecode, loader) = split_written(&written, &install)
+        let (bytecode, others) = split_written(&written, &install)
             .with_context(|| format!("what host-venv.sh wrote for {name}"))?;
+        let others_count = others.len();
         let compiled = install.add_bytecode(bytecode, &venv)?;
         self.progress.line(
             name,
             &format!(
-                "venv on the host: host-venv.sh ran over {sent} files in {:.1} s: {compiled} .pyc files, {} bytes of other files",
+                "venv on the host: host-venv.sh ran over {sent} files in {:.1} s: {compiled} .pyc files, {others_count} other files",
                 helper_started.elapsed().as_secs_f64(),
-                loader.len()
             ),
         );
 
-        // The venv's layer, in one pass from the wheels; and what host-venv.sh wrote besides.
-        let layer_started = Instant::now();
-        let (venv_layer, loader_layer) = tokio::task::spawn_blocking(move || -> Result<_> {
-            let (writer, _) = write_layer(&install, &mut opened, epoch, GzipWriter::new())?;
-            let loader = normalize_layer_into(&loader, epoch, GzipWriter::new())?;
-            Ok((writer.finish(), loader.finish()))
+        // Above the venv's layer: the `.pyc` files, the RECORDs listing them, and what
+        // host-venv.sh wrote besides.
+        let upper = upper_tar(&install, others)
+            .with_context(|| format!("what host-venv.sh wrote for {name}"))?;
+        let upper_layer = tokio::task::spawn_blocking(move || -> Result<_> {
+            Ok(normalize_layer_into(&upper, epoch, GzipWriter::new())?.finish())
         })
         .await
-        .map_err(|error| anyhow!("the venv layer's thread failed: {error}"))??;
-        let venv_layer = layer_of(venv_layer);
-        let loader_layer = layer_of(loader_layer);
+        .map_err(|error| anyhow!("the upper venv layer's thread failed: {error}"))??;
+        let upper_layer = layer_of(upper_layer);
+        let waited = Instant::now();
+        let (venv_layer, took) = lower
+            .await
+            .map_err(|error| anyhow!("the venv layer's task failed: {error}"))??;
         self.progress.stage(
             name,
             &format!(
-                "venv installed on the host from {wheel_count} wheels: {} unpacked, {} compressed {}; host-venv.sh's layer {}",
+                "venv installed on the host from {wheel_count} wheels: {} unpacked, {} compressed {} (waited {:.1} s for it after host-venv.sh); bytecode and host-venv.sh's layer {} unpacked, {} compressed",
                 human_bytes(venv_layer.unpacked_size),
                 human_bytes(venv_layer.compressed_size),
-                rate(venv_layer.unpacked_size, layer_started.elapsed()),
-                human_bytes(loader_layer.unpacked_size),
+                rate(venv_layer.unpacked_size, took),
+                waited.elapsed().as_secs_f64(),
+                human_bytes(upper_layer.unpacked_size),
+                human_bytes(upper_layer.compressed_size),
             ),
         );
         let config = venv_config(around, wheel_count)?;
         if let Some(store) = &self.settings.layer_store {
             let kept = StoredHostVenv {
                 key: key.clone(),
-                layers: vec![stored_layer(&venv_layer), stored_layer(&loader_layer)],
+                wheels: wheels_key,
+                layers: vec![stored_layer(&venv_layer), stored_layer(&upper_layer)],
                 listing: output.stdout.clone(),
             };
             if let Err(error) = store.remember_host_venv(kept) {
@@ -387,7 +602,7 @@ impl EngineBuilder {
         }
         let mut layers = around.layers.clone();
         layers.push(venv_layer);
-        layers.push(loader_layer);
+        layers.push(upper_layer);
         let normalized = assemble(&config, layers, epoch)?;
         self.progress.stage(
             name,

@@ -895,9 +895,22 @@ fn the_helper_gets_the_sources_the_metadata_the_scripts_and_the_cuda_libraries_a
 }
 
 #[test]
-fn what_the_helper_wrote_splits_into_bytecode_with_record_rows_and_a_layer_of_the_rest() {
+fn what_the_helper_wrote_goes_above_the_venvs_layer_with_the_bytecode_and_the_records() {
     let mut wheels = [demo()];
     let mut install = plan(&mut wheels, &venv()).unwrap();
+    let record_path = format!("{SITE}/demo-1.0.dist-info/RECORD");
+    // The lower layer, written before host-venv.sh ran: every file but the RECORDs.
+    let lower = install.without_records();
+    assert!(!lower.files.contains_key(&record_path));
+    assert_eq!(
+        lower.files.len(),
+        install.files.len() - 1,
+        "one wheel, one RECORD"
+    );
+    assert!(lower
+        .files
+        .contains_key(&format!("{SITE}/demo/__init__.py")));
+
     let pyc = format!("{SITE}/demo/__pycache__/__init__.cpython-311.pyc");
     let stray = format!("{SITE}/other/__pycache__/x.cpython-311.pyc");
     let link = format!("{SITE}/nvidia/nccl/lib/libnccl.so");
@@ -909,28 +922,67 @@ fn what_the_helper_wrote_splits_into_bytecode_with_record_rows_and_a_layer_of_th
         (&stray, 'f', b"stray"),
         (&link, 'l', b"libnccl.so.2"),
     ]);
-    let (bytecode, loader) = split_written(&tar_bytes, &install).unwrap();
+    let (bytecode, others) = split_written(&tar_bytes, &install).unwrap();
     assert_eq!(bytecode.len(), 1);
     assert_eq!(bytecode[0].path, pyc);
     assert_eq!(bytecode[0].data, b"bytecode");
     assert!(!bytecode[0].executable);
-    // The rest, with every folder above it (the pyc of no source of the install included: it is
-    // what the script wrote, not bytecode of the venv's packages).
-    let loader_paths = paths_of(&loader);
-    assert!(
-        loader_paths.contains(&"etc/".to_string()),
-        "{loader_paths:?}"
+    // The pyc of no source of the install is what the script wrote, not bytecode of the venv's
+    // packages; folders are left to the layers.
+    assert_eq!(
+        others.keys().cloned().collect::<Vec<_>>(),
+        vec!["etc/ld.so.cache".to_string(), link.clone(), stray.clone()]
     );
-    assert!(loader_paths.contains(&"etc/ld.so.cache".to_string()));
-    assert!(loader_paths.contains(&stray));
-    assert!(loader_paths.contains(&link));
-    assert!(loader_paths.contains(&format!("{SITE}/nvidia/nccl/lib/")));
-    assert!(loader_paths.contains(&"tmp/".to_string()));
-    assert!(!loader_paths
-        .iter()
-        .any(|path| path.ends_with("__init__.cpython-311.pyc")));
 
     assert_eq!(install.add_bytecode(bytecode, &venv()).unwrap(), 1);
+    let upper = upper_tar(&install, others.clone()).unwrap();
+    let upper_paths = paths_of(&upper);
+    for expected in [
+        "etc/".to_string(),
+        "etc/ld.so.cache".to_string(),
+        stray.clone(),
+        link.clone(),
+        format!("{SITE}/nvidia/nccl/lib/"),
+        format!("{SITE}/demo/__pycache__/"),
+        pyc.clone(),
+        record_path.clone(),
+    ] {
+        assert!(
+            upper_paths.contains(&expected),
+            "{expected}: {upper_paths:?}"
+        );
+    }
+    // Above and below together hold every file of the install once.
+    let lower_paths: std::collections::BTreeSet<&String> = lower.files.keys().collect();
+    for path in install.files.keys() {
+        assert!(
+            lower_paths.contains(path) != upper_paths.contains(path),
+            "/{path}: in exactly one of the two layers"
+        );
+    }
+    assert!(
+        !upper_paths.contains(&format!("{SITE}/demo/__init__.py")),
+        "sources stay below"
+    );
+    assert!(
+        install
+            .without_records()
+            .files
+            .keys()
+            .eq(lower.files.keys()),
+        "the lower layer is the same after byte-compiling"
+    );
+    // host-venv.sh may not rewrite a file of the wheels.
+    let mut rewriting = others;
+    rewriting.insert(
+        format!("{SITE}/demo/__init__.py"),
+        rewriting[&"etc/ld.so.cache".to_string()].clone(),
+    );
+    assert!(upper_tar(&install, rewriting)
+        .unwrap_err()
+        .to_string()
+        .contains("host-venv.sh rewrote a file the wheels install"));
+
     let files: BTreeMap<String, (Vec<u8>, bool)> = install
         .files
         .iter()
@@ -945,12 +997,7 @@ fn what_the_helper_wrote_splits_into_bytecode_with_record_rows_and_a_layer_of_th
         })
         .collect();
     assert_eq!(files[&pyc].0, b"bytecode");
-    let record = String::from_utf8(
-        files[&format!("{SITE}/demo-1.0.dist-info/RECORD")]
-            .0
-            .clone(),
-    )
-    .unwrap();
+    let record = String::from_utf8(files[&record_path].0.clone()).unwrap();
     assert!(
         record.contains(
             "demo/__init__.py,sha256=Apxw9IvaEL1FRj4Mc5jXeGBbUmKjv5w-CRAAyXjoeoo,28\r\ndemo/__pycache__/__init__.cpython-311.pyc,,\r\n"
@@ -981,4 +1028,44 @@ fn what_the_helper_wrote_splits_into_bytecode_with_record_rows_and_a_layer_of_th
         Some("a/b/c.py".to_string())
     );
     assert_eq!(source_of_bytecode("a/b/c.pyc"), None);
+}
+
+#[test]
+fn a_venvs_key_changes_with_each_input_but_the_labels() {
+    let wheels = vec!["wheels/a.whl cache/sha256-a".to_string()];
+    let base = venv_wheels_key(b"script", "listing", &venv(), &wheels, 1);
+    let mut changed = vec![
+        venv_wheels_key(b"other script", "listing", &venv(), &wheels, 1),
+        venv_wheels_key(b"script", "other listing", &venv(), &wheels, 1),
+        venv_wheels_key(
+            b"script",
+            "listing",
+            &Venv {
+                python: "3.12".into(),
+                ..venv()
+            },
+            &wheels,
+            1,
+        ),
+        venv_wheels_key(b"script", "listing", &venv(), &[], 1),
+        venv_wheels_key(b"script", "listing", &venv(), &wheels, 2),
+    ];
+    assert_eq!(
+        base,
+        venv_wheels_key(b"script", "listing", &venv(), &wheels, 1)
+    );
+    let layers = vec!["sha256:l".to_string()];
+    let config = serde_json::json!({"Env": ["A=1"], "Labels": {"a": "1"}});
+    let key = venv_key(&base, &layers, &config);
+    let relabelled = serde_json::json!({"Env": ["A=1"], "Labels": {"a": "2"}});
+    assert_eq!(key, venv_key(&base, &layers, &relabelled), "labels aside");
+    changed.extend([
+        venv_key(&changed[0], &layers, &config),
+        venv_key(&base, &[], &config),
+        venv_key(&base, &layers, &serde_json::json!({"Env": ["A=2"]})),
+    ]);
+    changed.push(base.clone());
+    changed.push(key);
+    let distinct: std::collections::BTreeSet<&String> = changed.iter().collect();
+    assert_eq!(distinct.len(), changed.len(), "{changed:?}");
 }
