@@ -503,7 +503,7 @@ impl EngineBuilder {
             )
             .and_then(|(mut writer, count)| {
                 writer.flush()?;
-                Ok(count)
+                Ok((count, helper_started.elapsed()))
             });
             (helper_install, written)
         });
@@ -533,7 +533,8 @@ impl EngineBuilder {
             .map_err(|error| anyhow!("the thread sending the venv's files failed: {error}"))?;
         install = helper_install;
         let (output, written) = ran.with_context(|| format!("running host-venv.sh for {name}"))?;
-        let sent = sent.with_context(|| format!("sending the venv's files of {name}"))?;
+        let (sent, sending) =
+            sent.with_context(|| format!("sending the venv's files of {name}"))?;
         for line in output.stderr.lines() {
             self.progress.log_only(name, line);
         }
@@ -548,11 +549,12 @@ impl EngineBuilder {
             .with_context(|| format!("what host-venv.sh wrote for {name}"))?;
         let others_count = others.len();
         let compiled = install.add_bytecode(bytecode, &venv)?;
-        self.progress.line(
+        self.progress.stage(
             name,
             &format!(
-                "venv on the host: host-venv.sh ran over {sent} files in {:.1} s: {compiled} .pyc files, {others_count} other files",
+                "venv on the host: host-venv.sh ran over {sent} files in {:.1} s (the files sent in {:.1} s): {compiled} .pyc files, {others_count} other files",
                 helper_started.elapsed().as_secs_f64(),
+                sending.as_secs_f64(),
             ),
         );
 
