@@ -192,8 +192,8 @@ struct Stoppable<W> {
 impl<W: Write> Write for Stoppable<W> {
     fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
         if self.stop.load(Ordering::Relaxed) {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::Interrupted,
+            // Not `Interrupted`: `write_all` (the tar writer's) retries that for ever.
+            return Err(std::io::Error::other(
                 "the venv's layer is no longer needed",
             ));
         }
@@ -619,5 +619,56 @@ impl EngineBuilder {
         );
         self.note_normalized(&normalized);
         Ok((Arc::new(normalized), output.stdout))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stopped_layer_fails_at_its_next_write_and_its_compressor_ends() {
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut writer = Stoppable {
+            inner: GzipWriter::with_threads(2),
+            stop: Arc::clone(&stop),
+        };
+        // Several chunks, so the compressor's threads are at work when it stops.
+        let chunk = vec![7u8; 3 << 20];
+        for _ in 0..4 {
+            writer.write_all(&chunk).unwrap();
+        }
+        // What host_venv keeps while the layer's task runs, dropped as an early return drops it.
+        drop(StopOnDrop(Arc::clone(&stop)));
+        // On a thread, so that a write that never ends (`write_all` retries an `Interrupted`
+        // error for ever) fails the test instead of hanging it. Dropped mid-stream, as
+        // write_layer's error drops it, the writer's threads end.
+        let (sender, receiver) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let error = writer.write_all(&chunk).unwrap_err();
+            drop(writer);
+            sender.send(error.to_string()).unwrap();
+        });
+        let error = receiver
+            .recv_timeout(Duration::from_secs(60))
+            .expect("a stopped writer fails its next write and ends");
+        assert!(error.contains("no longer needed"), "{error}");
+        let chunk = vec![7u8; 3 << 20];
+
+        let mut unstopped = Stoppable {
+            inner: GzipWriter::with_threads(2),
+            stop: Arc::new(AtomicBool::new(false)),
+        };
+        let mut plain = GzipWriter::with_threads(2);
+        for _ in 0..3 {
+            unstopped.write_all(&chunk).unwrap();
+            plain.write_all(&chunk).unwrap();
+        }
+        let (through, direct) = (unstopped.inner.finish(), plain.finish());
+        assert_eq!(
+            through.gzip, direct.gzip,
+            "the same bytes as the writer alone"
+        );
+        assert_eq!(through.diff_id, direct.diff_id);
     }
 }
