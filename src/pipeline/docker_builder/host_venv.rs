@@ -30,8 +30,8 @@ use crate::pipeline::normalize::{
 };
 use crate::pipeline::planned::PlannedImage;
 use crate::pipeline::wheel_install::{
-    self, helper_tar, split_written, upper_tar, venv_key, venv_wheels_key, write_layer, Venv,
-    Wheel, HELPER_WRITTEN, VENV_PREFIX,
+    self, helper_tar, split_written, upper_tar, venv_key, venv_wheels_key, write_layer,
+    InstallPlan, Venv, Wheel, HELPER_WRITTEN, VENV_PREFIX,
 };
 
 /// How long host-venv.sh may take (it byte-compiles thousands of sources on every core).
@@ -212,8 +212,10 @@ impl<W: Write> Write for Stoppable<W> {
 pub(super) struct VenvLayer {
     epoch: u64,
     started: Instant,
-    stop: Arc<AtomicBool>,
-    writing: Option<tokio::task::JoinHandle<Result<Gzipped>>>,
+    stop: StopOnDrop,
+    /// The install plan, sent once the thread made it (the layer is written from it).
+    plan: Option<tokio::sync::oneshot::Receiver<InstallPlan>>,
+    writing: tokio::task::JoinHandle<Result<Gzipped>>,
 }
 
 impl VenvLayer {
@@ -226,37 +228,43 @@ impl VenvLayer {
             inner: GzipWriter::new(),
             stop: Arc::clone(&stop),
         };
+        let (planned, plan) = tokio::sync::oneshot::channel();
         let writing = tokio::task::spawn_blocking(move || -> Result<Gzipped> {
             let install = wheel_install::plan(&mut opened, &venv)?;
-            let (writer, _) = write_layer(&install.without_records(), &mut opened, epoch, writer)?;
+            let lower = install.without_records();
+            // Nobody waits for the plan where a kept venv serves, or the build failed.
+            let _ = planned.send(install);
+            let (writer, _) = write_layer(&lower, &mut opened, epoch, writer)?;
             Ok(writer.inner.finish())
         });
         Ok(VenvLayer {
             epoch,
             started: Instant::now(),
-            stop,
-            writing: Some(writing),
+            stop: StopOnDrop(stop),
+            plan: Some(plan),
+            writing,
         })
     }
 
+    /// The install plan of the wheels, once the thread made it; `None` where it failed first
+    /// ([`VenvLayer::finish`] says why) or the plan was taken already.
+    async fn take_plan(&mut self) -> Option<InstallPlan> {
+        self.plan.take()?.await.ok()
+    }
+
     /// The finished layer, and how long it took since it started.
-    async fn finish(mut self) -> Result<(NormalizedLayer, Duration)> {
-        let writing = self.writing.take().expect("a venv layer is finished once");
-        let gzipped = writing
+    async fn finish(self) -> Result<(NormalizedLayer, Duration)> {
+        let gzipped = self
+            .writing
             .await
             .map_err(|error| anyhow!("the venv layer's thread failed: {error}"))??;
         Ok((layer_of(gzipped), self.started.elapsed()))
     }
 }
 
-impl Drop for VenvLayer {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-    }
-}
-
-/// Stops a [`VenvLayer`] moved into a task when dropped: a build that ends early (host-venv.sh
-/// failed) leaves no layer being written for nothing.
+/// Sets a [`VenvLayer`]'s stop flag when dropped: the layer's own (a layer dropped unfinished),
+/// and host_venv's while the layer is in a task (a build that ends early, host-venv.sh failed,
+/// leaves no layer being written for nothing).
 struct StopOnDrop(Arc<AtomicBool>);
 
 impl Drop for StopOnDrop {
@@ -452,21 +460,21 @@ impl EngineBuilder {
         // The lower layer: started beside the Docker build, or now, beside host-venv.sh. Where
         // the image is pushed right after this build, its layers go to the registry as they
         // are ready, beside host-venv.sh: the push then sends only the upper layer.
-        let lower = match early {
+        let mut lower = match early {
             Some(early) if early.epoch == epoch => early,
             _ => VenvLayer::start(wheels, &venv, epoch)?,
         };
-        let _stop_lower = StopOnDrop(Arc::clone(&lower.stop));
+        let _stop_lower = StopOnDrop(Arc::clone(&lower.stop.0));
+        // The install plan the layer's thread made (host-venv.sh's files are chosen from it).
+        let Some(mut install) = lower.take_plan().await else {
+            lower
+                .finish()
+                .await
+                .with_context(|| format!("installing the wheels of {name}"))?;
+            anyhow::bail!("{name}: the venv's layer ended without its install plan");
+        };
         let lower = self.upload_ahead(image, around, lower).await;
-        let mut opened = open_wheels(wheels)?;
-        let plan_venv = venv.clone();
-        let (install, opened) = tokio::task::spawn_blocking(move || {
-            let install = wheel_install::plan(&mut opened, &plan_venv);
-            (install, opened)
-        })
-        .await
-        .map_err(|error| anyhow!("the install planning thread failed: {error}"))?;
-        let mut install = install.with_context(|| format!("installing the wheels of {name}"))?;
+        let opened = open_wheels(wheels)?;
         let wheel_count = opened.len();
         self.progress.line(
             name,
