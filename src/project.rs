@@ -202,6 +202,24 @@ impl Project {
             None => Templates::embedded(),
         }
         .with_fragments(read_fragments(&self.matrix_path, &matrix)?);
+        // Compiled now, so that every command that loads the project (plan, ci, doctor, build,
+        // render) reports a template's syntax error with its file and line.
+        templates.compile().map_err(|mut error| {
+            let overridden = matrix
+                .templates
+                .as_ref()
+                .map(|dir| dir.join(&error.template))
+                .filter(|path| path.is_file());
+            let fragment = self
+                .matrix_path
+                .parent()
+                .map(|dir| dir.join(&error.template))
+                .filter(|path| path.is_file());
+            if let Some(path) = overridden.or(fragment) {
+                error.template = path.display().to_string();
+            }
+            error
+        })?;
         Ok(self.definition.get_or_init(|| Definition {
             matrix,
             knowledge,

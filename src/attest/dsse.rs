@@ -60,6 +60,50 @@ pub(crate) enum EnvelopeError {
     BadSignature { key_id: String, count: usize },
 }
 
+/// The kind of a PEM private key that is not ECDSA P-256, read from the key's own algorithm
+/// identifier (PKCS#8) or its PEM label (PKCS#1, OpenSSH): `None` for a P-256 key or text that
+/// is no key (whose own error then says why). Names the key's algorithm, never its bytes.
+fn other_key_algorithm(text: &str) -> Option<String> {
+    use p256::pkcs8::der::{pem, Decode as _};
+    use p256::pkcs8::{ObjectIdentifier, PrivateKeyInfo};
+    let (label, der) = pem::decode_vec(text.as_bytes()).ok()?;
+    match label {
+        "RSA PRIVATE KEY" => return Some("an RSA key (PKCS#1)".into()),
+        "OPENSSH PRIVATE KEY" => {
+            return Some("an OpenSSH key (convert or make a PKCS#8 PEM key)".into())
+        }
+        "DSA PRIVATE KEY" => return Some("a DSA key".into()),
+        _ => {}
+    }
+    let info = PrivateKeyInfo::from_der(&der).ok()?;
+    let oid = |text: &str| ObjectIdentifier::new_unwrap(text);
+    let algorithm = info.algorithm.oid;
+    let named = if algorithm == oid("1.2.840.113549.1.1.1") {
+        "an RSA key".to_string()
+    } else if algorithm == oid("1.2.840.113549.1.1.10") {
+        "an RSA-PSS key".to_string()
+    } else if algorithm == oid("1.3.101.112") {
+        "an Ed25519 key".to_string()
+    } else if algorithm == oid("1.3.101.113") {
+        "an Ed448 key".to_string()
+    } else if algorithm == oid("1.2.840.10045.2.1") {
+        let curve = info.algorithm.parameters_oid().ok()?;
+        if curve == oid("1.2.840.10045.3.1.7") {
+            return None;
+        }
+        let name = match curve.to_string().as_str() {
+            "1.3.132.0.34" => "P-384".to_string(),
+            "1.3.132.0.35" => "P-521".to_string(),
+            "1.3.132.0.10" => "secp256k1".to_string(),
+            other => format!("the curve {other}"),
+        };
+        format!("an ECDSA key on {name}, not P-256")
+    } else {
+        format!("a key of the algorithm {algorithm}")
+    };
+    Some(format!("{named} (algorithm {algorithm})"))
+}
+
 /// A signing key and its key id.
 pub(crate) struct Signer {
     key: SigningKey,
@@ -85,6 +129,10 @@ impl Signer {
                 .map_err(|_| {
                     KeyError::NotPrivateKey("the SEC1 key does not parse as P-256".into())
                 })?
+        } else if let Some(other) = other_key_algorithm(text) {
+            return Err(KeyError::NotPrivateKey(format!(
+                "it is {other}; imagegen signs with ECDSA P-256 (cosign's default): make one with `openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out key.pem`"
+            )));
         } else {
             SigningKey::from_pkcs8_pem(text).map_err(|error| {
                 // pkcs8's errors name the structure that failed, never its bytes.
@@ -276,5 +324,30 @@ pub(crate) mod tests {
             KeyError::Encrypted
         );
         assert!(Verifier::from_pem(TEST_KEY).is_err());
+    }
+    /// Made with openssl for this test only.
+    const ED25519_KEY: &str = "-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEICpS68lSL5Rcatp4Ete8F3GUDFvUzPDEYLfKAb9IHOc3\n-----END PRIVATE KEY-----";
+    /// Made with openssl for this test only.
+    const RSA_KEY: &str = "-----BEGIN PRIVATE KEY-----\nMIIBUwIBADANBgkqhkiG9w0BAQEFAASCAT0wggE5AgEAAkEAl3q7tjTT7qpBoKqU\n3bJYY8iTvHLkuN0WsckZgQSIYitsVdXObZVSayc+wbJ76ZTxUMhCMqgxM0jPjdhy\nOhqoFQIDAQABAkB42NWAW0zojrOktfHlnC6gDJiwMwj94oQEeeb64t7bUYbtzPER\nwXqKussL6WcCbjvPgS8eJjajTaSsaAJhwtNRAiEAyJCVTEBBZxV2yUs8ov4+EYNk\nhwapj5n4KrlS9vB44bsCIQDBWQEiyIJz3PVuAc7PKqcVtlUvnCdEWHx01gaxKIHY\nbwIgB1ay/81CF2GDrS3hlB01bDKglQg7YBPELtwFGyAFbE0CIEJfrZYlQzNHLTHg\niQBxYf6AI2o+rvQ1dDQfrRhwEXMdAiBt19JSrPUnqaznU/Hc28IfpJlc/rL7Imjf\nhEfvWiwBUw==\n-----END PRIVATE KEY-----";
+    /// Made with openssl for this test only.
+    const P384_KEY: &str = "-----BEGIN PRIVATE KEY-----\nMIG2AgEAMBAGByqGSM49AgEGBSuBBAAiBIGeMIGbAgEBBDAyVwpzBvkDUWkW7hoU\nQH/dLhJf7y9Rzzb1yUcBhv0UBhmZeQwgF4elAA1e/mjUPSahZANiAATz0Khu9u4T\nz7q2OJ6xbmMOLW0t8MbDqos1G0i32QVaJxSsd5CXVqWGLvhHuM+3Srxlbx/aDaYS\nmniiFTGdtJT4Kkzssc2kKaoZAAhKmmtAIRwfhkUjVC8cmCKIX6ZOiLY=\n-----END PRIVATE KEY-----";
+    /// Made with openssl for this test only.
+    const RSA_PKCS1_KEY: &str = "-----BEGIN RSA PRIVATE KEY-----\nMIIBPAIBAAJBALbIipoW/hjscLATY0TtRuRVDz7TtCeG092T0794XilVN/Sq/62v\nQ3fRkNBEqF07d4G/GeKbpxsQXdShFyvp5SkCAwEAAQJALPHk+vzaYGCLWRB7YXCC\n9RRhWk6ORwXlRN/buoIrjTfnk9uCsev41sbIiGi1HVjp93mXFvlNvPocsWdh1GTv\nvQIhAOggISCwezrVZkN40KHepl3YJnpjXDJ1aDe+9di/uSAXAiEAyZU7bxku+E7N\nXEFePNK2mTQcl+0r55/MHpgfQRhRLL8CIQCgkKD5sLn9D2Imp+qBHbcs0PiEzjgX\nOzl03iXG4Y/XzwIhAKtDnrtFKiLM0K0Q3H/QhlKjc6egWSzxFvrnQ6aKgm0BAiEA\nv2K8DwTVAHlNrMvK/b1IMhZLDWymqun2SDlExu4SJHY=\n-----END RSA PRIVATE KEY-----";
+
+    #[test]
+    fn a_key_of_another_kind_is_named_by_its_own_algorithm() {
+        for (key, wanted) in [
+            (ED25519_KEY, "an Ed25519 key (algorithm 1.3.101.112)"),
+            (RSA_KEY, "an RSA key (algorithm 1.2.840.113549.1.1.1)"),
+            (P384_KEY, "an ECDSA key on P-384, not P-256"),
+            (RSA_PKCS1_KEY, "an RSA key (PKCS#1)"),
+        ] {
+            let error = Signer::from_pem(key).unwrap_err().to_string();
+            assert!(error.contains(wanted), "{wanted}: {error}");
+            assert!(!error.contains("1.2.840.10045.2.1 "), "{error}");
+            let body: String = key.lines().nth(1).unwrap().chars().take(16).collect();
+            assert!(!error.contains(&body), "{error}");
+        }
+        assert!(Signer::from_pem(TEST_KEY).is_ok());
     }
 }

@@ -25,6 +25,8 @@ enum Verdict {
     Warn,
     /// A build would fail for it.
     Missing,
+    /// There, but wrong: a build would fail for it (a matrix or template that does not load).
+    Broken,
 }
 
 struct Check {
@@ -70,11 +72,24 @@ pub(crate) fn run(project: &Project, args: &DoctorArgs) -> Result<Outcome> {
             Vec::new()
         }
         Err(error) => {
+            let template = error.downcast_ref::<crate::render::TemplateSyntax>();
             checks.push(check(
-                "matrix",
-                Verdict::Missing,
+                if template.is_some() {
+                    "templates"
+                } else {
+                    "matrix"
+                },
+                if project.matrix_path.exists() {
+                    Verdict::Broken
+                } else {
+                    Verdict::Missing
+                },
                 crate::commands::describe(error).replace('\n', " "),
-                "fix the matrix as the error says",
+                if template.is_some() {
+                    "fix the template at the line the error names"
+                } else {
+                    "fix the matrix as the error says"
+                },
             ));
             Vec::new()
         }
@@ -227,6 +242,7 @@ pub(crate) fn run(project: &Project, args: &DoctorArgs) -> Result<Outcome> {
             Verdict::Ok => "ok",
             Verdict::Warn => "warning",
             Verdict::Missing => "missing",
+            Verdict::Broken => "broken",
         };
         rows.push(vec![
             item.name.to_string(),
@@ -246,9 +262,14 @@ pub(crate) fn run(project: &Project, args: &DoctorArgs) -> Result<Outcome> {
             }
         }
     }
-    Ok(if checks.iter().any(|c| c.verdict == Verdict::Missing) {
-        Outcome::Failed
-    } else {
-        Outcome::Success
-    })
+    Ok(
+        if checks
+            .iter()
+            .any(|c| matches!(c.verdict, Verdict::Missing | Verdict::Broken))
+        {
+            Outcome::Failed
+        } else {
+            Outcome::Success
+        },
+    )
 }

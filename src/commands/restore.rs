@@ -87,7 +87,7 @@ async fn restore(
         .await?
         .ok_or_else(|| {
             anyhow!(
-                "the registry {host} no longer has {repository}@{digest}, so {tag} cannot be restored to it; {tag} was not touched\nhint: the image must be built again: delete the tag in the registry, then `imagegen build --push --only {tag}` (a new digest)"
+                "the registry {host} has no {repository}@{digest} (deleted, or a record that never matched a push), so {tag} cannot be restored to it; {tag} was not touched\nhint: `imagegen build --push --only {tag}` repairs the record: it records the image the registry serves under {tag} when that is this build, pushes it again when the tag is gone, and refuses other content under the full tag (do not delete the tag: it may hold the right image)"
             )
         })?;
     let written = client

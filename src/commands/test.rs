@@ -537,7 +537,11 @@ fn run_import(project: &Project, args: &TestImportArgs) -> Result<Outcome> {
     let manifest = file.read()?;
     // Every report is read and checked before anything is recorded: one bad report records none.
     let now = now_rfc3339();
-    let mut reads = Vec::new();
+    let mut reads: Vec<(
+        String,
+        &std::path::PathBuf,
+        crate::history::test_results::ReadReport,
+    )> = Vec::new();
     for path in &args.reports {
         let text = read_selftest_report(path)?;
         let read = read_report(&text, &now, &format!("test import {}", path.display())).map_err(
@@ -554,17 +558,32 @@ fn run_import(project: &Project, args: &TestImportArgs) -> Result<Outcome> {
                 args.manifest.display()
             );
         };
-        reads.push((record.tag.clone(), read));
+        if let Some((_, other_path, other)) = reads.iter().find(|(_, _, other)| {
+            other.digest == read.digest
+                && other.result.node == read.result.node
+                && other.result.verdict != read.result.verdict
+        }) {
+            bail!(
+                "{} and {} are both reports of node {} for {}, one says {}, the other {}; refused, nothing was imported\nhint: import the report of the run you trust (a re-test is imported on its own, later)",
+                other_path.display(),
+                path.display(),
+                read.result.node,
+                read.digest,
+                other.result.verdict,
+                read.result.verdict
+            );
+        }
+        reads.push((record.tag.clone(), path, read));
     }
     let ledger = ManifestLedger::new(file.clone());
     ledger.write(|manifest| {
-        for (_, read) in &reads {
+        for (_, _, read) in &reads {
             record_result(manifest, &read.digest, &read.result);
         }
     })?;
     let mut lines: Vec<Line> = reads
         .iter()
-        .map(|(tag, read)| Line {
+        .map(|(tag, _, read)| Line {
             tag: tag.clone(),
             digest: read.digest.clone(),
             node: read.result.node.clone(),

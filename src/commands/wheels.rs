@@ -73,7 +73,7 @@ pub(crate) fn needed(
             .extensions
             .extra_indexes
             .iter()
-            .map(|index| index.url.clone()),
+            .map(|index| index.url.to_string()),
     );
     let mut needed = Vec::new();
     for package in locked_packages(lock) {

@@ -92,13 +92,13 @@ impl IndexClient {
         self
     }
 
-    /// The authorization header for `url`: only on the index's own scheme, host and port.
+    /// The authorization header for `url`: only on the index's own origin (scheme, host and
+    /// port as the WHATWG parser reads them), and never to a URL carrying user information.
     fn authorization_for(&self, url: &str) -> Option<&str> {
-        let origin = |u: &str| -> Option<String> {
-            let (scheme, rest) = u.split_once("://")?;
-            Some(format!("{scheme}://{}", rest.split('/').next()?))
-        };
-        (origin(url)? == origin(&self.index)?)
+        let target = url::Url::parse(url).ok()?;
+        let index = url::Url::parse(&self.index).ok()?;
+        let plain = target.username().is_empty() && target.password().is_none();
+        (plain && target.origin() == index.origin())
             .then_some(self.authorization.as_deref())
             .flatten()
     }
@@ -485,14 +485,8 @@ pub(crate) fn netrc_credentials(url: &str) -> Option<IndexCredentials> {
             std::env::var_os("HOME").map(|home| std::path::Path::new(&home).join(".netrc"))
         })?;
     let text = std::fs::read_to_string(path).ok()?;
-    let host = url
-        .split_once("://")
-        .map(|(_, rest)| rest)
-        .unwrap_or(url)
-        .split(['/', ':'])
-        .next()
-        .unwrap_or_default();
-    netrc_lookup(&text, host)
+    let host = url::Url::parse(url).ok()?.host_str()?.to_string();
+    netrc_lookup(&text, &host)
 }
 
 /// The `login` and `password` of `host` in netrc `text`.

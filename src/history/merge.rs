@@ -13,13 +13,16 @@
 //! - Conflicts no rule settles are reported, not merged ([`merge_checked`]): one full tag with
 //!   two digests neither side knows of the other, one alias moved to two places by runs that did
 //!   not see each other's move, closer in time than runners' clocks can be trusted
-//!   ([`CLOCK_SKEW`]).
+//!   ([`CLOCK_SKEW`]); one node's self-test of one build that passed on one side and failed on
+//!   the other, closer in time than that: which came last cannot be told, and a fail never loses
+//!   to a pass by a tie-break.
 //! - A multi-platform index: the newer publication (`published_at`) wins; the other, when it is
 //!   a different digest, joins the history.
 //! - A pending alias move (intent without a result): the newer one (`since`) wins; it is dropped
 //!   when the merged alias already points at its target, moved no earlier than it began.
 //! - Each image's and index's `aliases` list is recomputed from the merged alias table.
-//! - Self-test results of one build merge by node, the later (`at`) winning; aliases awaiting
+//! - Self-test results of one build merge by node, the later (`at`) winning (a re-test; on a tie
+//!   of times the worse verdict); aliases awaiting
 //!   results are unioned, less those the merged alias table already points at the image.
 //! - Fields this version does not know are kept; on a tie the winner's value.
 
@@ -349,6 +352,34 @@ pub(crate) fn conflicts(left: &Manifest, right: &Manifest) -> Vec<Conflict> {
                 right: describe(theirs),
                 why: format!("each was moved without seeing the other's move, less than {} s apart by the clocks of different runners, so which came last cannot be told; the registry serves one of them (`imagegen verify`)", CLOCK_SKEW.as_secs()),
             });
+        }
+    }
+    for (tag, ours) in &left.images {
+        let Some(theirs) = right.images.get(tag) else {
+            continue;
+        };
+        if build_identity(ours) != build_identity(theirs) {
+            continue;
+        }
+        for mine in &ours.test_results {
+            for other in theirs.test_results.iter().filter(|r| r.node == mine.node) {
+                let apart = match (parse_rfc3339(&mine.at), parse_rfc3339(&other.at)) {
+                    (Some(a), Some(b)) => a.abs_diff(b),
+                    _ => 0,
+                };
+                if mine.verdict != other.verdict && apart < CLOCK_SKEW.as_secs() {
+                    let describe = |result: &crate::history::manifest::GpuTestResult| {
+                        format!("{} at {} (via {})", result.verdict, result.at, result.via)
+                    };
+                    found.push(Conflict {
+                        kind: "test result",
+                        name: format!("{tag} on node {}", mine.node),
+                        left: describe(mine),
+                        right: describe(other),
+                        why: format!("one node's self-test of one build passed on one side and did not on the other, less than {} s apart by the clocks of different runners, so which came last cannot be told; test the image on that node again (`imagegen test`) and merge the shard with the result you trust", CLOCK_SKEW.as_secs()),
+                    });
+                }
+            }
         }
     }
     for conflict in &mut found {

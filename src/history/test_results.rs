@@ -12,7 +12,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::history::manifest::{
-    checks_summary, Extra, GpuTestResult, ImageRecord, Manifest, TestStatus, Waiting,
+    checks_summary, parse_rfc3339, Extra, GpuTestResult, ImageRecord, Manifest, TestStatus, Waiting,
 };
 use crate::model::digest::Digest;
 
@@ -31,6 +31,18 @@ pub(crate) enum ReportError {
     NoNode,
     #[error("it names the node {0:?}: a node name is letters, digits, `.`, `_` and `-`, at most 253 characters")]
     BadNode(String),
+    #[error("its `overall` says {claimed}, but its checks say {recomputed} ({why}); imagegen recomputes a report's verdict from its checks and refuses one that disagrees")]
+    VerdictDisagrees {
+        claimed: &'static str,
+        recomputed: &'static str,
+        why: String,
+    },
+    #[error("its check {check:?} says {status} while {why}; imagegen recomputes each check's verdict from its results and judgements and refuses one that disagrees")]
+    CheckDisagrees {
+        check: String,
+        status: String,
+        why: String,
+    },
 }
 
 /// A report, read: the digest it names and the result it gives.
@@ -72,7 +84,15 @@ pub(crate) fn read_report(text: &str, at: &str, via: &str) -> Result<ReadReport,
     if !valid_node_name(node) {
         return Err(ReportError::BadNode(node.into()));
     }
-    let verdict = match report["overall"].as_str() {
+    let verdict = read_verdict(&report)?;
+    let mut result = result_from_report(&report, node, verdict, at, via);
+    result.summary = summary_of(&report);
+    Ok(ReadReport { digest, result })
+}
+
+/// A report's `overall`, once [`recomputed_verdict`] agrees with it.
+pub(crate) fn read_verdict(report: &Value) -> Result<TestStatus, ReportError> {
+    let claimed = match report["overall"].as_str() {
         Some("pass") => TestStatus::Pass,
         Some("fail") => TestStatus::Fail,
         Some("error") => TestStatus::Error,
@@ -82,9 +102,82 @@ pub(crate) fn read_report(text: &str, at: &str, via: &str) -> Result<ReadReport,
             )))
         }
     };
-    let mut result = result_from_report(&report, node, verdict, at, via);
-    result.summary = summary_of(&report);
-    Ok(ReadReport { digest, result })
+    let (verdict, why) = recomputed_verdict(report)?;
+    if verdict != claimed {
+        return Err(ReportError::VerdictDisagrees {
+            claimed: claimed.as_str(),
+            recomputed: verdict.as_str(),
+            why,
+        });
+    }
+    Ok(verdict)
+}
+
+/// The verdict a report's checks give, as gpu-selftest itself sets `overall`: `error` when the
+/// run could not complete (`error`), `fail` when a check failed, else `pass` (warnings and skips
+/// do not fail a run). Each check's own status is recomputed first from what it carries: a
+/// result that did not pass (`passed: false`) or a judgement that failed (any `fail` among a
+/// `judgements` entry's verdicts) makes it a failed check, and a check that says otherwise is
+/// refused. Returns the verdict and the reason, for messages.
+pub(crate) fn recomputed_verdict(report: &Value) -> Result<(TestStatus, String), ReportError> {
+    if let Some(error) = report["error"].as_str() {
+        return Ok((TestStatus::Error, format!("the run stopped: {error}")));
+    }
+    let checks = report["checks"]
+        .as_array()
+        .ok_or_else(|| ReportError::NotAReport("it has no `checks` list".into()))?;
+    let mut failed = Vec::new();
+    for check in checks {
+        let name = check["name"]
+            .as_str()
+            .ok_or_else(|| ReportError::NotAReport("a check has no `name`".into()))?;
+        let status = check["status"].as_str().unwrap_or_default();
+        if !["pass", "fail", "warn", "skip"].contains(&status) {
+            return Err(ReportError::NotAReport(format!(
+                "its check {name:?} has the status {:?}, not pass, fail, warn or skip",
+                check["status"]
+            )));
+        }
+        if let Some(evidence) = failing_evidence(check) {
+            if status != "fail" {
+                return Err(ReportError::CheckDisagrees {
+                    check: name.to_string(),
+                    status: status.to_string(),
+                    why: evidence,
+                });
+            }
+        }
+        if status == "fail" {
+            failed.push(name.to_string());
+        }
+    }
+    Ok(if failed.is_empty() {
+        (
+            TestStatus::Pass,
+            format!("{} checks, none failed", checks.len()),
+        )
+    } else {
+        (TestStatus::Fail, format!("failed: {}", failed.join(", ")))
+    })
+}
+
+/// What in a check says it failed: a result with `passed: false`, or a `judgements` entry with a
+/// verdict of `fail` (gpu-selftest writes them as `verdict`, `*_verdict`, `h2d`, `d2h`).
+fn failing_evidence(check: &Value) -> Option<String> {
+    if let Some(results) = check["results"].as_array() {
+        if let Some(index) = results.iter().position(|r| r["passed"] == false) {
+            return Some(format!("its result {index} did not pass (`passed: false`)"));
+        }
+    }
+    let judgements = check["judgements"].as_array()?;
+    judgements
+        .iter()
+        .enumerate()
+        .find_map(|(index, judgement)| {
+            judgement.as_object()?.iter().find_map(|(key, value)| {
+                (value == "fail").then(|| format!("its judgement {index} has {key}: fail"))
+            })
+        })
 }
 
 /// A result from a report already judged (`verdict`), for `node`.
@@ -266,22 +359,36 @@ pub(crate) fn add_result(results: &mut Vec<GpuTestResult>, result: GpuTestResult
     results.sort_by(|a, b| a.node.cmp(&b.node));
 }
 
-/// Two lists of one digest's results, as shards recorded them: per node the later (`at`) wins.
+/// How bad a verdict is, for ties: a fail or an error never loses to a pass by a tie-break.
+fn severity(verdict: TestStatus) -> u8 {
+    match verdict {
+        TestStatus::Pass => 0,
+        TestStatus::Skipped => 1,
+        TestStatus::Fail => 2,
+        TestStatus::Error => 3,
+    }
+}
+
+/// Two lists of one digest's results, as shards recorded them: per node the later (`at`) wins;
+/// on a tie of times the worse verdict, then the content (a total order, so the merge does not
+/// depend on the order of its inputs). A pass and a fail close in time are a conflict the merge
+/// reports before it merges (`merge::conflicts`).
 pub(crate) fn merge_results(
     left: Vec<GpuTestResult>,
     right: Vec<GpuTestResult>,
 ) -> Vec<GpuTestResult> {
+    let order = |result: &GpuTestResult| {
+        (
+            parse_rfc3339(&result.at),
+            result.at.clone(),
+            severity(result.verdict),
+            serde_json::to_string(result).unwrap_or_default(),
+        )
+    };
     let mut by_node: BTreeMap<String, GpuTestResult> = BTreeMap::new();
     for result in left.into_iter().chain(right) {
         match by_node.get(&result.node) {
-            Some(kept)
-                if (
-                    kept.at.as_str(),
-                    serde_json::to_string(kept).unwrap_or_default(),
-                ) >= (
-                    result.at.as_str(),
-                    serde_json::to_string(&result).unwrap_or_default(),
-                ) => {}
+            Some(kept) if order(kept) >= order(&result) => {}
             _ => {
                 by_node.insert(result.node.clone(), result);
             }

@@ -196,7 +196,7 @@ pub(crate) fn compare(manifest: &Manifest, served: &Served) -> Vec<Finding> {
                 State::Ok => None,
                 // Overwritten: the recorded digest goes back under the tag, no rebuild.
                 State::Differs => Some(format!(
-                    "imagegen restore {tag} (puts the recorded {} back under the tag; if the registry deleted that digest too: delete the tag, then imagegen build --push --only {tag})",
+                    "imagegen restore {tag} (puts the recorded {} back under the tag; if the registry has no such digest, a lost push or a record edited by hand: imagegen build --push --only {tag}, which records the registry's copy when it is this build and refuses other content)",
                     recorded.short()
                 )),
                 _ => Some(format!("imagegen build --push --only {tag} (pushes it again, or records the registry's copy when it carries this build key; it refuses other content under a full tag)")),

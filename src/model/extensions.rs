@@ -15,12 +15,15 @@ use std::path::{Component, Path};
 
 use serde::{Deserialize, Serialize};
 
+use crate::model::http_url::HttpUrl;
+
 /// A package index beside the image's own (a team's private index).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ExtraIndex {
-    /// A PEP 503 simple index, without credentials: `https://pypi.team.example/simple`.
-    pub(crate) url: String,
+    /// A PEP 503 simple index, without credentials: `https://pypi.team.example/simple`; parsed
+    /// and checked when the matrix is read ([`HttpUrl`]).
+    pub(crate) url: HttpUrl,
     /// The environment variable holding the user name (else a netrc file's `login`).
     #[serde(default)]
     pub(crate) username_env: Option<String>,
@@ -139,9 +142,23 @@ impl Extensions {
     }
 }
 
-/// Environment variables the templates set, which an image's `env:` may not replace.
-const RESERVED_ENV: &[&str] = &["PATH", "VIRTUAL_ENV", "LD_LIBRARY_PATH", "HOME"];
-const RESERVED_ENV_PREFIXES: &[&str] = &["NVIDIA_", "IMAGEGEN_", "PIP_"];
+/// Environment variables an image's `env:` may not set: those the templates set (`PATH`,
+/// `VIRTUAL_ENV`, `HOME`, the `NVIDIA_*` the container toolkit reads), and those that change
+/// what the locked venv loads: the dynamic loader's (`LD_PRELOAD`, `LD_LIBRARY_PATH`,
+/// `LD_AUDIT`, … : every `LD_*`) and Python's search path (`PYTHONPATH`, `PYTHONHOME`,
+/// `PYTHONUSERBASE`, `PYTHONPLATLIBDIR`, `PYTHONSTARTUP`). pip's `PIP_*` would change what a
+/// later install takes from where.
+const RESERVED_ENV: &[&str] = &[
+    "PATH",
+    "VIRTUAL_ENV",
+    "HOME",
+    "PYTHONPATH",
+    "PYTHONHOME",
+    "PYTHONUSERBASE",
+    "PYTHONPLATLIBDIR",
+    "PYTHONSTARTUP",
+];
+const RESERVED_ENV_PREFIXES: &[&str] = &["NVIDIA_", "IMAGEGEN_", "PIP_", "LD_"];
 
 /// A PEP 508 requirement from an index: a name, optional `[extras]`, optional version
 /// specifiers, optional `; markers`. No URLs (`name @ https://...`), no pip options, nothing a
@@ -260,7 +277,7 @@ pub(crate) fn check_env_key(key: &str) -> Result<(), String> {
     }
     if RESERVED_ENV.contains(&key) || RESERVED_ENV_PREFIXES.iter().any(|p| key.starts_with(p)) {
         return Err(format!(
-            "env {key} is set by imagegen's templates (PATH, VIRTUAL_ENV, LD_LIBRARY_PATH, HOME, NVIDIA_*, IMAGEGEN_*, PIP_*) and cannot be replaced"
+            "env {key} is reserved: imagegen's templates set it, or it changes what the locked venv loads (PATH, VIRTUAL_ENV, HOME, PYTHONPATH, PYTHONHOME, PYTHONUSERBASE, PYTHONPLATLIBDIR, PYTHONSTARTUP, LD_*, NVIDIA_*, IMAGEGEN_*, PIP_*)"
         ));
     }
     Ok(())
@@ -277,6 +294,79 @@ pub(crate) fn check_absolute_path(what: &str, path: &str) -> Result<(), String> 
     {
         return Err(format!(
             "{what} {path:?} must be an absolute path of letters, digits and `._-/`, without `..`"
+        ));
+    }
+    Ok(())
+}
+
+/// Folders of the base system and of imagegen's own layers. A `workdir` is handed to the image's
+/// user, so it may be none of these, nothing inside them, and no folder above them (whoever owns
+/// `/opt` can rename `/opt/venv` and put another venv in its place).
+const SYSTEM_FOLDERS: &[&str] = &[
+    "/bin",
+    "/boot",
+    "/dev",
+    "/etc",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/opt/imagegen",
+    "/opt/venv",
+    "/proc",
+    "/root",
+    "/run",
+    "/sbin",
+    "/sys",
+    "/usr",
+    "/var",
+];
+
+/// Shared folders of the base whose own ownership matters (every user's home is in `/home`,
+/// `/tmp` is sticky): a folder made inside them is fine, they themselves are never handed over.
+const SHARED_FOLDERS: &[&str] = &["/home", "/media", "/mnt", "/opt", "/srv", "/tmp"];
+
+/// A `workdir`: an absolute path (see [`check_absolute_path`]) that is no system folder, inside
+/// none and above none. The build also refuses a folder that exists in the image and is not the
+/// user's already (extensions.j2): imagegen only ever hands over a folder it makes.
+pub(crate) fn check_workdir(path: &str) -> Result<(), String> {
+    check_absolute_path("workdir", path)?;
+    let components: Vec<&str> = path.split('/').filter(|part| !part.is_empty()).collect();
+    if components.is_empty() {
+        return Err(
+            "workdir / is the root of the image: choose a folder of its own, such as /workspace"
+                .into(),
+        );
+    }
+    if components.contains(&".") {
+        return Err(format!(
+            "workdir {path:?} holds `.`: write the folder plainly"
+        ));
+    }
+    if let Some(shared) = SHARED_FOLDERS
+        .iter()
+        .find(|shared| format!("/{}", components.join("/")) == **shared)
+    {
+        return Err(format!(
+            "workdir {path} is the shared folder {shared} of the base; the user would own it: choose a folder inside it, such as {shared}/work"
+        ));
+    }
+    let normalized = format!("/{}", components.join("/"));
+    let within =
+        |inner: &str, outer: &str| inner == outer || inner.starts_with(&format!("{outer}/"));
+    if let Some(system) = SYSTEM_FOLDERS
+        .iter()
+        .find(|system| within(&normalized, system) || within(system, &normalized))
+    {
+        return Err(format!(
+            "workdir {path} is {} {system}, which the base or imagegen's layers hold; the user would own it and could change what the image runs (the locked venv included): choose a new folder such as /workspace",
+            if normalized == **system {
+                "the system folder"
+            } else if within(&normalized, system) {
+                "inside"
+            } else {
+                "above"
+            }
         ));
     }
     Ok(())
@@ -316,24 +406,9 @@ pub(crate) fn check_user(user: &ImageUser) -> Result<(), String> {
     Ok(())
 }
 
-/// An extra index: an http(s) URL without credentials, and variable names for them.
-pub(crate) fn check_extra_index(
-    index: &ExtraIndex,
-    check_url: impl Fn(&str) -> Result<(), String>,
-) -> Result<(), String> {
-    let authority = index
-        .url
-        .split("://")
-        .nth(1)
-        .and_then(|rest| rest.split('/').next())
-        .unwrap_or_default();
-    if authority.contains('@') {
-        return Err(format!(
-            "extra_indexes: {:?} holds credentials; they never go into matrix.yaml (it is committed, and would reach the lock's header): name them with `username_env`/`password_env` or put them in a netrc file",
-            redact(&index.url)
-        ));
-    }
-    check_url(&index.url).map_err(|message| format!("extra_indexes: {message}"))?;
+/// An extra index: its URL was parsed and checked when read ([`HttpUrl`]); here the variable
+/// names for its credentials.
+pub(crate) fn check_extra_index(index: &ExtraIndex) -> Result<(), String> {
     for name in [&index.username_env, &index.password_env]
         .into_iter()
         .flatten()
@@ -355,20 +430,6 @@ pub(crate) fn check_extra_index(
     Ok(())
 }
 
-/// A URL with any `user:password@` replaced by `***@`, for messages.
-pub(crate) fn redact(url: &str) -> String {
-    match url.split_once("://") {
-        Some((scheme, rest)) => {
-            let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
-            match authority.rsplit_once('@') {
-                Some((_, host)) => format!("{scheme}://***@{host}/{path}"),
-                None => url.to_string(),
-            }
-        }
-        None => url.to_string(),
-    }
-}
-
 /// A step fragment's path: relative, under the project (no `..`, not absolute).
 pub(crate) fn check_steps_path(path: &Path) -> Result<(), String> {
     let text = path.to_string_lossy();
@@ -388,25 +449,14 @@ pub(crate) fn check_steps_path(path: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// A step fragment's text: Dockerfile instructions of the team's own, which must not start a new
-/// stage (everything above would be dropped) or leave the user root-less behind the templates'
-/// back; checked when the loader reads it. Returns the 1-based line of the problem.
+/// A step fragment's raw text, checked when the loader reads it: its size and no control
+/// characters. What its instructions are is checked after rendering, as Docker reads them in the
+/// Dockerfile around them (`render::steps_check`). Returns the 1-based line of the problem.
 pub(crate) fn check_steps_text(text: &str) -> Result<(), (usize, String)> {
     if text.len() > 64 * 1024 {
         return Err((1, "a step fragment is at most 64 KiB".into()));
     }
     for (index, line) in text.lines().enumerate() {
-        let word = line
-            .split_whitespace()
-            .next()
-            .unwrap_or_default()
-            .to_ascii_uppercase();
-        if word == "FROM" {
-            return Err((
-                index + 1,
-                "a step fragment may not start a new stage (FROM): it runs inside the image".into(),
-            ));
-        }
         if line.chars().any(|c| c.is_control() && c != '\t') {
             return Err((index + 1, "a control character".into()));
         }
@@ -483,7 +533,7 @@ mod tests {
             assert!(check_steps_path(Path::new(bad)).is_err(), "{bad:?}");
         }
         assert_eq!(
-            check_steps_text("RUN echo hi\n  from scratch\n")
+            check_steps_text("RUN echo hi\nRUN echo \u{1b}[2J\n")
                 .unwrap_err()
                 .0,
             2
@@ -492,26 +542,59 @@ mod tests {
     }
 
     #[test]
-    fn indexes_refuse_credentials_and_redact_them() {
-        let url_ok = |_: &str| Ok(());
+    fn a_workdir_is_a_new_folder_never_a_system_one_or_one_above_it() {
+        for good in [
+            "/workspace",
+            "/home/dev",
+            "/home/dev/work",
+            "/opt/work",
+            "/data/team",
+            "/srv/app",
+            "/tmp/work",
+        ] {
+            check_workdir(good).unwrap_or_else(|e| panic!("{good}: {e}"));
+        }
+        for (bad, why) in [
+            ("/", "root of the image"),
+            ("/opt", "the shared folder /opt"),
+            ("/opt/venv", "the system folder /opt/venv"),
+            ("/opt/venv/lib", "inside /opt/venv"),
+            ("//opt/venv", "the system folder /opt/venv"),
+            ("/opt/./venv", "`.`"),
+            ("/usr", "the system folder /usr"),
+            ("/usr/local/bin", "inside /usr"),
+            ("/etc", "the system folder /etc"),
+            ("/home", "the shared folder /home"),
+            ("/srv", "the shared folder /srv"),
+            ("/opt/imagegen/nvidia", "inside /opt/imagegen"),
+            ("/var/lib/apt", "inside /var"),
+            ("/tmp", "the shared folder /tmp"),
+            ("/opt/venv/../x", "without `..`"),
+        ] {
+            let error = check_workdir(bad).unwrap_err();
+            assert!(error.contains(why), "{bad}: {error}");
+        }
+    }
+
+    #[test]
+    fn an_index_names_both_credential_variables_or_neither() {
         let index = |url: &str| ExtraIndex {
-            url: url.into(),
+            url: HttpUrl::parse(url).unwrap(),
             username_env: None,
             password_env: None,
         };
-        check_extra_index(&index("https://pypi.team.example/simple"), url_ok).unwrap();
-        let error = check_extra_index(
-            &index("https://bob:s3cret@pypi.team.example/simple"),
-            url_ok,
-        )
-        .unwrap_err();
-        assert!(!error.contains("s3cret"), "{error}");
-        assert!(error.contains("***@pypi.team.example"), "{error}");
+        check_extra_index(&index("https://pypi.team.example/simple")).unwrap();
         let half = ExtraIndex {
             username_env: Some("TEAM_USER".into()),
             ..index("https://pypi.team.example/simple")
         };
-        assert!(check_extra_index(&half, url_ok).is_err());
+        assert!(check_extra_index(&half).is_err());
+        let bad_name = ExtraIndex {
+            username_env: Some("TEAM USER".into()),
+            password_env: Some("TOKEN".into()),
+            ..index("https://pypi.team.example/simple")
+        };
+        assert!(check_extra_index(&bad_name).is_err());
     }
 
     #[test]

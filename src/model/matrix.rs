@@ -18,12 +18,13 @@ pub use crate::model::axes::{
     DevelToolkit, OsName, Platform, TorchWheels, Variant, VersionText, WheelSource,
 };
 use crate::model::extensions::{
-    check_absolute_path, check_apt_package, check_env_key, check_extra_index, check_requirement,
-    check_steps_path, check_user,
+    check_apt_package, check_env_key, check_extra_index, check_requirement, check_steps_path,
+    check_user, check_workdir,
 };
 pub(crate) use crate::model::extensions::{Extensions, ExtraIndex, ImageUser};
 use crate::model::flavours::{check_flavour_name, Builtin};
 pub use crate::model::flavours::{Flavour, FlavourDefinition};
+use crate::model::http_url::HttpUrl;
 use crate::model::names::edit_distance;
 use crate::model::version::{TorchText, TorchVersion};
 use crate::model::yaml::{self, Locations, Problem, LIMITS};
@@ -259,28 +260,28 @@ fn default_true() -> bool {
 pub(crate) struct Mirrors {
     /// Base of the torch wheel indexes; `/cu126` etc. is appended. Default download.pytorch.org/whl.
     #[serde(default)]
-    pub(crate) torch_index: Option<String>,
+    pub(crate) torch_index: Option<HttpUrl>,
     /// A plain PyPI-style index for everything else (and for torch with `torch_wheels: pypi`).
     /// Default: https://pypi.org/simple.
     #[serde(default)]
-    pub(crate) pip_index: Option<String>,
+    pub(crate) pip_index: Option<HttpUrl>,
     /// An Ubuntu archive mirror replacing archive.ubuntu.com and security.ubuntu.com (amd64).
     #[serde(default)]
-    pub(crate) apt: Option<String>,
+    pub(crate) apt: Option<HttpUrl>,
     /// An Ubuntu ports archive mirror replacing ports.ubuntu.com/ubuntu-ports (arm64).
     #[serde(default)]
-    pub(crate) apt_ports: Option<String>,
+    pub(crate) apt_ports: Option<HttpUrl>,
     /// A Debian archive mirror replacing deb.debian.org/debian (Debian bases).
     #[serde(default)]
-    pub(crate) debian: Option<String>,
+    pub(crate) debian: Option<HttpUrl>,
     /// A Debian security archive mirror replacing deb.debian.org/debian-security and
     /// security.debian.org/debian-security.
     #[serde(default)]
-    pub(crate) debian_security: Option<String>,
+    pub(crate) debian_security: Option<HttpUrl>,
     /// A mirror of NVIDIA's CUDA apt repositories replacing
     /// https://developer.download.nvidia.com/compute/cuda/repos (nvidia/cuda bases configure it).
     #[serde(default)]
-    pub(crate) nvidia_apt: Option<String>,
+    pub(crate) nvidia_apt: Option<HttpUrl>,
     /// A registry prefix for the base images (`nvidia/cuda`), e.g. `mirror.example.com/dockerhub`.
     #[serde(default)]
     pub(crate) base_registry: Option<String>,
@@ -576,6 +577,21 @@ fn refused_torch_at(locations: &Locations, message: &str) -> Option<(String, yam
     Some((reason.to_string(), entry.at))
 }
 
+/// serde_yaml places a refused URL ([`HttpUrl`]) at the mapping holding it (`mirrors`,
+/// `extra_indexes[0]`): the value under that path whose parse gives this very message is the
+/// one refused, named by its whole path at its own line. The message holds the URL redacted.
+fn refused_url_at(locations: &Locations, message: &str) -> Option<(String, yaml::Position)> {
+    let (holder, reason) = message.split_once(": ")?;
+    locations.entries.iter().find_map(|entry| {
+        let under = entry.path == holder
+            || entry.path.starts_with(&format!("{holder}."))
+            || entry.path.starts_with(&format!("{holder}["));
+        let refused = HttpUrl::parse(entry.scalar.as_deref()?).err()?;
+        (under && refused.to_string() == reason)
+            .then(|| (format!("{}: {reason}", entry.path), entry.at))
+    })
+}
+
 /// The `torch` axis, each value read as [`MatrixTorch`].
 fn torch_list<'de, D: serde::Deserializer<'de>>(
     deserializer: D,
@@ -667,7 +683,9 @@ impl Matrix {
             };
             // serde_yaml places a refused torch at the list or rule holding it: place it at the
             // value, and say it as the version parser does.
-            let (message, line, column) = match refused_torch_at(&locations, &message) {
+            let (message, line, column) = match refused_torch_at(&locations, &message)
+                .or_else(|| refused_url_at(&locations, &message))
+            {
                 Some((reason, at)) => (reason, Some(at.line), Some(at.column)),
                 None => (message, line, column),
             };
@@ -807,22 +825,8 @@ impl Matrix {
                 None,
             ));
         }
-        let mirrors = [
-            ("torch_index", &self.mirrors.torch_index),
-            ("pip_index", &self.mirrors.pip_index),
-            ("apt", &self.mirrors.apt),
-            ("apt_ports", &self.mirrors.apt_ports),
-            ("debian", &self.mirrors.debian),
-            ("debian_security", &self.mirrors.debian_security),
-            ("nvidia_apt", &self.mirrors.nvidia_apt),
-        ];
-        for (key, value) in mirrors {
-            if let Some(url) = value {
-                // apt mirrors go into a `sed` expression delimited by `#`, which check_url refuses.
-                check_url(url)
-                    .map_err(|m| invalid(key, url, format!("mirrors.{key}: {m}"), None))?;
-            }
-        }
+        // The mirrors' URLs were parsed and checked when read (`HttpUrl`): no credentials, and
+        // nothing a shell or the apt mirrors' `sed s#…#…#` expression reads specially.
         if let Some(prefix) = &self.mirrors.base_registry {
             check_reference_part("base_registry", prefix, true)
                 .map_err(|m| invalid("base_registry", prefix, format!("mirrors.{m}"), None))?;
@@ -948,7 +952,7 @@ impl Matrix {
                 })?;
             }
             for (index, extra) in extensions.extra_indexes.iter().enumerate() {
-                check_extra_index(extra, check_url).map_err(|m| {
+                check_extra_index(extra).map_err(|m| {
                     error_at(
                         locations.value_at(&format!("{prefix}extra_indexes[{index}]")),
                         m,
@@ -985,7 +989,7 @@ impl Matrix {
                     .map_err(|m| error_at(locations.value_at(&format!("{prefix}user")), m, None))?;
             }
             if let Some(workdir) = &extensions.workdir {
-                check_absolute_path("workdir", workdir).map_err(|m| {
+                check_workdir(workdir).map_err(|m| {
                     error_at(locations.value_at(&format!("{prefix}workdir")), m, None)
                 })?;
             }
@@ -1292,23 +1296,6 @@ pub(crate) fn check_image_reference(value: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// An http(s) URL that is safe where the templates put it: unquoted on a `RUN` line (pip's
-/// `--index-url`) and inside a `sed s|...|...|` expression (the apt mirror). Only letters,
-/// digits and `-._~:/%@+=,` pass: no shell metacharacter (`;`, `&`, `|`, `$`, backticks,
-/// quotes, spaces, `<>`, `()`, globs, `#`, `\`), and nothing `sed` reads specially.
-fn check_url(url: &str) -> Result<(), String> {
-    if !(url.starts_with("http://") || url.starts_with("https://")) {
-        return Err(format!("{url:?} must start with http:// or https://"));
-    }
-    let allowed = |c: char| c.is_ascii_alphanumeric() || "-._~:/%@+=,".contains(c);
-    if let Some(bad) = url.chars().find(|c| !allowed(*c)) {
-        return Err(format!(
-            "{url:?} contains {bad:?}, which is not safe on a shell line (a mirror URL may hold only letters, digits and -._~:/%@+=,)"
-        ));
-    }
-    Ok(())
-}
-
 /// A label key in reverse-DNS form and a value without quotes, backslashes, `$` or control characters.
 fn check_label(key: &str, value: &str) -> Result<(), String> {
     if key.is_empty()
@@ -1503,11 +1490,7 @@ mod tests {
                 "apt package \"htop;id\"",
             ),
             ("  tools:\n    steps: ../x.Dockerfile\n", 1, "steps"),
-            (
-                "  tools:\n    env: {PATH: /x}\n",
-                1,
-                "env PATH is set by imagegen",
-            ),
+            ("  tools:\n    env: {PATH: /x}\n", 1, "env PATH is reserved"),
             ("  tools:\n    cmd: [bash]\n", 1, "unknown field `cmd`"),
         ];
         for (flavours, offset, message) in cases {
@@ -1694,7 +1677,12 @@ mod tests {
                     "{key}: {bad}: {error}"
                 );
                 assert!(error.contains(&format!("mirrors.{key}")), "{error}");
-                assert!(error.contains("not safe on a shell line"), "{error}");
+                assert!(
+                    error.contains("not safe on a shell line")
+                        || error.contains("is read by URL parsers as")
+                        || error.contains("has a query or a fragment"),
+                    "{error}"
+                );
             }
             let escaped = format!("{MINIMAL}mirrors:\n  {key}: \"https://m.example/a\\x20b\"\n");
             assert!(
@@ -1703,9 +1691,17 @@ mod tests {
                 "a value written with escapes is located at its key"
             );
             let good = format!(
-                "{MINIMAL}mirrors:\n  {key}: https://user@artifactory.example.com:8443/api/pypi/pypi-remote/simple\n"
+                "{MINIMAL}mirrors:\n  {key}: https://artifactory.example.com:8443/api/pypi/pypi-remote/simple\n"
             );
             Matrix::parse(&good, "matrix.yaml").unwrap();
+            let user = format!(
+                "{MINIMAL}mirrors:\n  {key}: https://user@artifactory.example.com:8443/simple\n"
+            );
+            let error = error_of(&user);
+            assert!(
+                error.contains("holds credentials") && error.contains("https://***@artifactory"),
+                "{error}"
+            );
         }
     }
 
@@ -1836,7 +1832,7 @@ mod tests {
         let error = error_of(&format!(
             "{MINIMAL}mirrors:\n  apt_ports: \"http://m.example/ports#x\"\n"
         ));
-        assert!(error.contains("not safe on a shell line"), "{error}");
+        assert!(error.contains("has a query or a fragment"), "{error}");
         // Relative to the matrix file.
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("matrix.yaml");

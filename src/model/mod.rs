@@ -8,6 +8,7 @@ pub(crate) mod date;
 pub mod digest;
 pub(crate) mod extensions;
 pub(crate) mod flavours;
+pub(crate) mod http_url;
 pub mod knowledge;
 pub mod matrix;
 pub(crate) mod names;

@@ -225,7 +225,18 @@ pub(crate) fn interpret_selftest(
                     .to_string()
             })
     };
+    // The report's verdict is recomputed from its checks, as for an imported report: a report
+    // whose `overall` or a check's status disagrees with what it carries is no pass.
+    let disagreement = report.as_ref().and_then(|r| {
+        crate::history::test_results::read_verdict(r)
+            .err()
+            .map(|error| error.to_string())
+    });
     match exit_code {
+        _ if disagreement.is_some() => TestOutcome::Error {
+            summary: format!("gpu-selftest's report {}", disagreement.unwrap_or_default()),
+            report,
+        },
         0 if report.as_ref().is_some_and(|r| r["overall"] == "pass") => TestOutcome::Pass {
             summary: checks_summary(&report),
             report,

@@ -10,6 +10,7 @@
 //! before rendering, since a Dockerfile is code.
 
 mod ca_bundle;
+mod steps_check;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -128,6 +129,10 @@ fn template_of(image: &ImageSpec) -> &'static str {
 
 const FLAVOUR_TEMPLATE: &str = "flavour.Dockerfile.j2";
 
+/// Where the team's step fragment goes while the template around it is rendered: a line no
+/// template or fragment holds (NUL bytes), replaced by the checked fragment.
+const STEPS_MARKER: &str = "\u{0}imagegen-steps\u{0}";
+
 #[derive(Debug, thiserror::Error)]
 pub enum RenderError {
     #[error("ca_bundle {path}: {message}")]
@@ -137,6 +142,13 @@ pub enum RenderError {
         name: String,
         source: minijinja::Error,
     },
+    #[error("{path}:{line}: {message} (the fragment as rendered for {image})")]
+    StepFragment {
+        path: String,
+        image: String,
+        line: usize,
+        message: String,
+    },
     #[error("image {image}: wheels: host: {message}")]
     HostVenv { image: String, message: String },
     #[error("image {image}: refusing to render unsafe value for {field}: {message}")]
@@ -145,6 +157,17 @@ pub enum RenderError {
         field: String,
         message: String,
     },
+}
+
+/// A template that does not compile: which, at which line, why. Every command that renders or
+/// plans (`render`, `plan`, `ci`, `doctor`, `build`) meets it when it loads the project.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{template}:{line}: {message}")]
+pub struct TemplateSyntax {
+    /// The template's name (`runtime.Dockerfile.j2`, `steps/team.Dockerfile`).
+    pub template: String,
+    pub line: usize,
+    pub message: String,
 }
 
 /// A set of templates: the embedded ones, with any of them replaced by a matrix's own.
@@ -210,6 +233,29 @@ impl Templates {
             all.extend_from_slice(text.as_bytes());
         }
         sha256_hex(&all)
+    }
+
+    /// Compiles every template and step fragment, so that a syntax error is found when the
+    /// project is loaded, whatever the command, with its template and line.
+    pub(crate) fn compile(&self) -> Result<(), TemplateSyntax> {
+        self.environment().map(|_| ()).map_err(|error| match error {
+            RenderError::Template { name, source } => TemplateSyntax {
+                template: name
+                    .strip_prefix(FRAGMENT_PREFIX)
+                    .unwrap_or(&name)
+                    .to_string(),
+                line: source.line().unwrap_or(1),
+                message: match source.detail() {
+                    Some(detail) => format!("{}: {detail}", source.kind()),
+                    None => source.kind().to_string(),
+                },
+            },
+            other => TemplateSyntax {
+                template: "templates".into(),
+                line: 1,
+                message: other.to_string(),
+            },
+        })
     }
 
     fn environment(&self) -> Result<Environment<'_>, RenderError> {
@@ -409,15 +455,43 @@ fn render_one(
                 })?
         }
     };
-    let text = template
-        .render(context! {
-            steps_text => steps_text,
-            ..values.clone()
-        })
-        .map_err(|source| RenderError::Template {
-            name: format!("{template_name} for {}", image.name),
-            source,
-        })?;
+    // The fragment is checked where it lands, as Docker reads the whole file: the template is
+    // rendered once around a marker, and the fragment put in the marker's place.
+    let render_with = |steps_text: &str| {
+        template
+            .render(context! {
+                steps_text => steps_text,
+                ..values.clone()
+            })
+            .map_err(|source| RenderError::Template {
+                name: format!("{template_name} for {}", image.name),
+                source,
+            })
+    };
+    let text = match steps.as_ref().filter(|_| !steps_text.trim().is_empty()) {
+        None => render_with(&steps_text)?,
+        Some(path) => {
+            let marked = render_with(STEPS_MARKER)?;
+            let (before, after) = marked
+                .split_once(STEPS_MARKER)
+                .filter(|(_, after)| !after.contains(STEPS_MARKER))
+                .ok_or_else(|| RenderError::StepFragment {
+                    path: path.clone(),
+                    image: image.name.clone(),
+                    line: 1,
+                    message: format!("the template {template_name} places steps_text other than once; this is imagegen's bug"),
+                })?;
+            steps_check::check_in_context(before, &steps_text, after).map_err(|problem| {
+                RenderError::StepFragment {
+                    path: path.clone(),
+                    image: image.name.clone(),
+                    line: problem.line,
+                    message: problem.message,
+                }
+            })?;
+            format!("{before}{steps_text}{after}")
+        }
+    };
     let mut files = BTreeMap::new();
     files.insert("Dockerfile".to_string(), normalize(&text));
     if host_venv {

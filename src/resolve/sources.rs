@@ -5,6 +5,7 @@
 //! An apt rewrite is kept as the `sed -E` expression the Dockerfile runs over `/etc/apt`, built
 //! here once from validated URLs, so the template prints it and cannot get the escaping wrong.
 
+use crate::model::http_url::HttpUrl;
 use crate::model::matrix::{Mirrors, TorchWheels};
 pub(crate) use crate::resolve::image::{AptRewrite, PipIndexes};
 
@@ -79,7 +80,7 @@ fn apt_hosts(os: &str, arch: &str, nvidia_repository: bool) -> Vec<AptHost> {
     hosts
 }
 
-fn mirror_of<'m>(mirrors: &'m Mirrors, key: &str) -> Option<&'m String> {
+fn mirror_of<'m>(mirrors: &'m Mirrors, key: &str) -> Option<&'m HttpUrl> {
     match key {
         "apt" => mirrors.apt.as_ref(),
         "apt_ports" => mirrors.apt_ports.as_ref(),
@@ -162,7 +163,7 @@ pub(crate) fn pip_indexes(
         // the matrix names one (as before locks, so the same images resolve the same way).
         TorchWheels::Pytorch => PipIndexes {
             index_url: wheel_index.to_string(),
-            extra_index_url: mirrors.pip_index.clone(),
+            extra_index_url: mirrors.pip_index.as_ref().map(HttpUrl::to_string),
         },
     }
 }
@@ -171,8 +172,8 @@ pub(crate) fn pip_indexes(
 pub(crate) fn plain_index(mirrors: &Mirrors) -> String {
     mirrors
         .pip_index
-        .clone()
-        .unwrap_or_else(|| PYPI_SIMPLE.to_string())
+        .as_ref()
+        .map_or_else(|| PYPI_SIMPLE.to_string(), HttpUrl::to_string)
 }
 
 #[cfg(test)]
@@ -271,7 +272,9 @@ mod tests {
     #[test]
     fn sed_special_characters_in_a_mirror_are_escaped() {
         let odd = Mirrors {
-            apt: Some("http://m.example.com/ubuntu?a=1&b=2".into()),
+            apt: Some(HttpUrl::unchecked_for_tests(
+                "http://m.example.com/ubuntu?a=1&b=2",
+            )),
             ..Mirrors::default()
         };
         let rewritten = rewrite(

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use crate::model::axes::{Variant, VersionText};
 use crate::model::digest::Digest;
 use crate::model::extensions::Extensions;
+use crate::model::http_url::HttpUrl;
 use crate::model::knowledge::{wheel_suffix, Knowledge, PLATFORM_AMD64};
 use crate::model::matrix::{BaseImageFields, DevelToolkit, Matrix, TorchWheels};
 use crate::model::selftest_binary::binary_for;
@@ -96,11 +97,10 @@ pub(super) fn build_spec(
     let wheel_index = match matrix.torch_wheels {
         TorchWheels::Pypi => plain_index(&matrix.mirrors),
         TorchWheels::Pytorch => {
-            let torch_index_base = matrix
-                .mirrors
-                .torch_index
-                .clone()
-                .unwrap_or_else(|| knowledge.wheel_index.replace("/{suffix}", ""));
+            let torch_index_base = matrix.mirrors.torch_index.as_ref().map_or_else(
+                || knowledge.wheel_index.replace("/{suffix}", ""),
+                HttpUrl::to_string,
+            );
             format!(
                 "{}/{}",
                 torch_index_base.trim_end_matches('/'),

@@ -1224,6 +1224,43 @@ async fn an_overwritten_full_tag_is_restored_to_the_recorded_digest() {
     assert_eq!(code, 2, "{output}");
     assert!(output.contains("is an alias, not a full tag"), "{output}");
 
+    // A record whose digest was edited by hand: the registry holds the right image, the record a
+    // digest it never had. The fix repairs the record and deletes nothing.
+    let edited_digest = format!("sha256:{}", "e".repeat(64));
+    let text = std::fs::read_to_string(manifest_path(&project)).unwrap();
+    std::fs::write(
+        manifest_path(&project),
+        text.replace(&other, &edited_digest),
+    )
+    .unwrap();
+    let (code, report) = verify(&project, &[]);
+    assert_eq!(code, 1, "{report:#}");
+    let fix = finding(&report, RUNTIME_280)["fix"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        fix.contains(&format!("imagegen build --push --only {RUNTIME_280}"))
+            && !fix.contains("delete"),
+        "{fix}"
+    );
+    let (code, output) = run_imagegen(&project, &["restore", RUNTIME_280]);
+    assert_eq!(code, 1, "{output}");
+    assert!(
+        output.contains(&format!(
+            "`imagegen build --push --only {RUNTIME_280}` repairs the record"
+        )) && output.contains("do not delete the tag"),
+        "{output}"
+    );
+    assert_eq!(
+        client.manifest_digest(path, RUNTIME_280).await.unwrap(),
+        Some(other.clone()),
+        "restore touched nothing"
+    );
+    assert_code(&project.build(&["--push", "--only", RUNTIME_280]), 0);
+    assert_eq!(digest_of(&project.manifest(), RUNTIME_280), other);
+    assert_agrees(&project).await;
+
     // A manifest with a record given twice (a merge conflict kept on both sides) and one written
     // by a newer imagegen are refused, each with what to do, and left as they are.
     let text = std::fs::read_to_string(manifest_path(&project)).unwrap();
