@@ -37,7 +37,7 @@ pub(crate) struct EnvelopeSignature {
 /// Why a key cannot be used. Never holds the key's text.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum KeyError {
-    #[error("the private key is encrypted; imagegen reads unencrypted PKCS#8 or SEC1 keys (see README, \"Attestations\")")]
+    #[error("the private key is encrypted; imagegen reads unencrypted PKCS#8 or SEC1 keys (see docs/attestations.md, \"The key\")")]
     Encrypted,
     #[error("the private key is not an ECDSA P-256 key in PEM (`BEGIN PRIVATE KEY` or `BEGIN EC PRIVATE KEY`): {0}")]
     NotPrivateKey(String),

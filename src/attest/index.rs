@@ -21,7 +21,7 @@ use super::sbom::serial_number;
 use crate::history::manifest::IndexRecord;
 use crate::model::digest::Digest;
 
-/// What assembling an index is, as SLSA's `buildType`; documented in README.md ("Attestations").
+/// What assembling an index is, as SLSA's `buildType`; documented in docs/attestations.md.
 pub(crate) const INDEX_BUILD_TYPE: &str = "urn:imagegen:build-type:oci-index:v1";
 
 /// One platform image of an index with the predicates of its own statements.

@@ -13,7 +13,7 @@ use crate::model::digest::Digest;
 
 pub(crate) const PREDICATE_TYPE: &str = "https://slsa.dev/provenance/v1";
 
-/// What an imagegen build is, as SLSA's `buildType`; documented in README.md ("Attestations").
+/// What an imagegen build is, as SLSA's `buildType`; documented in docs/attestations.md.
 pub(crate) const BUILD_TYPE: &str = "urn:imagegen:build-type:docker-build:v1";
 
 /// The builder's identity, as SLSA's `builder.id`.

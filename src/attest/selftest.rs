@@ -1,5 +1,5 @@
 //! The gpu-selftest result predicate, imagegen's own type ([`PREDICATE_TYPE`], schema
-//! `src/attest/gpu-selftest-result.v1.schema.json`, documented in README.md "Attestations"): the
+//! `src/attest/gpu-selftest-result.v1.schema.json`, documented in docs/attestations.md): the
 //! verdict, the GPU models, driver and CUDA the node reported, each check with its figures,
 //! expectation and verdict, the baseline's sha256, the node and the time. The verdict is the
 //! recorded self-test status and nothing else: only a run recorded as passed reads `pass`; a

@@ -587,10 +587,10 @@ mod tests {
     /// team-conflict wheel of `tests/fixtures/real-build/team_index.py`).
     const UV_REASON: &str = "error: No solution found when resolving dependencies\n  cause: Because all versions of team-conflict depend on sympy<1.0 and torch==2.13.0 depends on sympy==1.14.0, we can conclude that all versions of team-conflict and torch==2.13.0 are incompatible.\n         And because you require torch==2.13.0 and team-conflict==0.1.0, we can conclude that your requirements are unsatisfiable.";
 
-    /// The message a user sees when an extra would move torch's pins: snapshot, and the README
-    /// ("Your own images") quotes it as it is.
+    /// The message a user sees when an extra would move torch's pins: snapshot, and
+    /// docs/extensions.md ("Your own images") quotes it as it is.
     #[test]
-    fn the_conflict_message_names_the_extra_and_uvs_reason_as_the_readme_shows() {
+    fn the_conflict_message_names_the_extra_and_uvs_reason_as_the_docs_show() {
         let spec = LockSpec::new(
             vec![
                 "torch==2.13.0".into(),
@@ -609,9 +609,9 @@ mod tests {
         let culprits = vec![format!("- `team-conflict==0.1.0`:\n{}", indent(UV_REASON))];
         let message = conflict_message(&spec, &culprits);
         insta::assert_snapshot!("extras_conflict_message", message);
-        let readme = include_str!("../../README.md");
+        let page = include_str!("../../docs/extensions.md");
         for line in message.lines() {
-            assert!(readme.contains(line), "README lacks {line:?}");
+            assert!(page.contains(line), "docs/extensions.md lacks {line:?}");
         }
         // A flavour's lock (resolved against its runtime lock) says that lock stays too.
         let flavour = LockSpec::new(

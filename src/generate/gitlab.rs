@@ -4,7 +4,7 @@
 //! architecture when the matrix builds per platform), each keeping its manifest as an artifact
 //! under `shards/<artifact>/`, and one `record` job that merges them (`imagegen manifest merge`).
 //! The parent pipeline writes it to a file and triggers it (`trigger: include: - artifact: ...`,
-//! see README.md). Pure: jobs in, YAML text out.
+//! see docs/ci.md). Pure: jobs in, YAML text out.
 //!
 //! The keys used are those of GitLab's CI schema (`stages`, `variables`, and per job `stage`,
 //! `tags`, `variables`, `script`, `needs`, `artifacts`); the CLI test validates the output

@@ -1,6 +1,6 @@
 //! The manifest: imagegen's record of every image it built and pushed, kept in the repository
 //! (`imagegen-manifest.json` by default) so teams upgrade by regenerating tags and roll back to a
-//! digest. Schema (version 1), documented in README.md:
+//! digest. Schema (version 1), documented in docs/manifest.md:
 //!
 //! - `images`: by full tag, the current record (digest, fingerprint, versions, driver minimums,
 //!   self-test summary, size compressed and unpacked, build time, source commit, status) and

@@ -27,7 +27,7 @@ pub(crate) struct Limits {
     pub(crate) entries: usize,
 }
 
-/// The limits of the matrix and of knowledge files (documented in the README).
+/// The limits of the matrix and of knowledge files (documented in docs/matrix.md, "Limits").
 pub(crate) const LIMITS: Limits = Limits {
     bytes: 1 << 20,
     expanded: 1 << 20,

@@ -249,7 +249,7 @@ impl<'k> KnownValues<'k> {
         (
             format!("{label} {value} is not in the compatibility knowledge"),
             format!(
-                "closest known: {}; a release newer than the knowledge goes in a --knowledge file (see README)",
+                "closest known: {}; a release newer than the knowledge goes in a --knowledge file (see docs/compatibility.md)",
                 near.join(", ")
             ),
         )

@@ -102,7 +102,7 @@ fn additions_render_after_the_lock_install_and_pass_hadolint() {
             format!("{runtime}\n=== devel ===\n{devel}")
         );
     });
-    // The order the README documents: the team's wheels (with every file of the lock, fetched on
+    // The order docs/extensions.md documents: the team's wheels (with every file of the lock, fetched on
     // the host into wheels/) in the venv's stage, the rest after it and the loader cache, the
     // user last.
     let at = |needle: &str| {
@@ -349,36 +349,39 @@ fn apt_lock_records_the_extras_installed_versions_and_says_what_moved() {
     );
 }
 
-/// The axes the README's worked example leaves out ("beside the usual axes"): the newest torch of
-/// the knowledge with its PyPI CUDA, so that `latest-jupyter` exists as its comments say.
-const README_AXES: &str = "registry: ghcr.io\nrepository: acme/pytorch\ntorch: [\"2.13\"]\ncuda: [\"13.0\"]\nos: [ubuntu22.04, ubuntu24.04]\nvariants: [runtime, devel]\n";
+/// The axes the worked example of docs/extensions.md leaves out ("beside the usual axes"): the
+/// newest torch of the knowledge with its PyPI CUDA, so that `latest-jupyter` exists as its
+/// comments say.
+const EXAMPLE_AXES: &str = "registry: ghcr.io\nrepository: acme/pytorch\ntorch: [\"2.13\"]\ncuda: [\"13.0\"]\nos: [ubuntu22.04, ubuntu24.04]\nvariants: [runtime, devel]\n";
 
-/// The text of the README's code block in "Your own images" that opens with `first`.
-fn readme_block(fence: &str, first: &str) -> String {
-    let readme = std::fs::read_to_string(repository_root().join("README.md")).unwrap();
-    let start = readme.find("\n## Your own images\n").unwrap();
-    let section = &readme[start..];
-    let section = &section[..section[1..].find("\n## ").unwrap() + 1];
+/// The text of the code block of docs/extensions.md ("Your own images") that opens with `first`.
+fn example_block(fence: &str, first: &str) -> String {
+    let page = std::fs::read_to_string(repository_root().join("docs/extensions.md")).unwrap();
     let opening = format!("```{fence}\n{first}");
-    let at = section
-        .find(&opening)
-        .unwrap_or_else(|| panic!("no {opening:?} block in the README's \"Your own images\""))
-        + fence.len()
-        + 4;
-    let end = at + section[at..].find("\n```").unwrap();
-    section[at..=end].to_string()
+    assert_eq!(
+        page.matches(&opening).count(),
+        1,
+        "one {opening:?} block in docs/extensions.md"
+    );
+    let at = page.find(&opening).unwrap() + fence.len() + 4;
+    let end = at + page[at..].find("\n```").unwrap();
+    page[at..=end].to_string()
 }
 
-/// The README's worked example, as written: its matrix (under axes of the test's own) with its
+/// The worked example of docs/extensions.md, as written: its matrix (under axes of the test's own) with its
 /// step fragment, and its flavours block, render; resolve names the images and aliases its
 /// comments and commands name, and the Dockerfiles hold what it says they do.
 #[test]
-fn the_readme_example_renders_as_written() {
+fn the_documented_extensions_example_renders_as_written() {
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
-    let additions = readme_block("yaml", "# matrix.yaml (beside the usual axes)\n");
-    let steps = readme_block("dockerfile", "# steps/team.Dockerfile");
-    std::fs::write(dir.join("matrix.yaml"), format!("{README_AXES}{additions}")).unwrap();
+    let additions = example_block("yaml", "# matrix.yaml (beside the usual axes)\n");
+    let steps = example_block("dockerfile", "# steps/team.Dockerfile");
+    std::fs::write(
+        dir.join("matrix.yaml"),
+        format!("{EXAMPLE_AXES}{additions}"),
+    )
+    .unwrap();
     std::fs::create_dir_all(dir.join("steps")).unwrap();
     std::fs::write(dir.join("steps/team.Dockerfile"), &steps).unwrap();
     let render = imagegen(dir, &["render"]);
@@ -411,9 +414,9 @@ fn the_readme_example_renders_as_written() {
     assert!(dockerfile(dir, &jupyter).contains("EXPOSE 8888"));
     assert_code(&imagegen(dir, &["plan"]), 0);
 
-    // The flavours block, with a tools fragment of the test's own (the README shows none).
-    let flavours = readme_block("yaml", "user: {name: dev, uid: 1000, gid: 1000}");
-    std::fs::write(dir.join("matrix.yaml"), format!("{README_AXES}{flavours}")).unwrap();
+    // The flavours block, with a tools fragment of the test's own (the page shows none).
+    let flavours = example_block("yaml", "user: {name: dev, uid: 1000, gid: 1000}");
+    std::fs::write(dir.join("matrix.yaml"), format!("{EXAMPLE_AXES}{flavours}")).unwrap();
     std::fs::write(
         dir.join("steps/tools.Dockerfile"),
         "RUN mkdir -p /opt/tools\n",

@@ -9,6 +9,7 @@ mod cli;
 mod compiled;
 mod docker_engine;
 mod docker_host_env;
+mod docs_links;
 mod examples;
 mod extensions;
 mod faults;
