@@ -9,16 +9,17 @@ use anyhow::Result;
 use crate::cli::{CiArgs, CiFormat};
 use crate::commands::outcome::Outcome;
 use crate::commands::output::emit;
-use crate::commands::stages::{no_images, resolve_project};
+use crate::commands::stages::{no_images, render_project};
 use crate::generate::github::{github_matrix, output_line, test_matrix, test_output_line, FanOut};
 use crate::generate::gitlab::{gitlab_pipeline, pipeline_yaml, ShardJob};
 use crate::project::Project;
-use crate::resolve::image::ResolveOptions;
 
 /// `imagegen ci --format github`: prints the matrix on one line (what `$GITHUB_OUTPUT` takes).
 pub(crate) fn run(project: &Project, args: &CiArgs) -> Result<Outcome> {
     let fan_out = args.shards.map_or(FanOut::PerImage, FanOut::Shards);
-    let resolution = resolve_project(project, ResolveOptions::default())?;
+    // Rendered in memory, not only resolved: what `render` and `build` would refuse (a step
+    // fragment, a template) is refused here too, at its file and line.
+    let (resolution, _) = render_project(project)?;
     if resolution.images.is_empty() {
         return Err(no_images(
             project,

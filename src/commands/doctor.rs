@@ -11,11 +11,10 @@ use anyhow::Result;
 
 use crate::cli::DoctorArgs;
 use crate::commands::output::table;
-use crate::commands::stages::resolve_project;
+use crate::commands::stages::render_project;
 use crate::commands::Outcome;
 use crate::docker::{Engine, Registries, RetryPolicy};
 use crate::project::{free_bytes, missing_files, Project};
-use crate::resolve::image::ResolveOptions;
 
 /// How one check came out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,7 +46,7 @@ fn check(name: &'static str, verdict: Verdict, detail: String, fix: &str) -> Che
 
 pub(crate) fn run(project: &Project, args: &DoctorArgs) -> Result<Outcome> {
     let mut checks = Vec::new();
-    let resolution = resolve_project(project, ResolveOptions::default());
+    let resolution = render_project(project).map(|(resolution, _)| resolution);
     let images = match &resolution {
         Ok(resolution) if !resolution.images.is_empty() => {
             checks.push(check(

@@ -12,13 +12,12 @@ use anyhow::Result;
 use crate::cli::{PlanArgs, PlanFormat};
 use crate::commands::outcome::Outcome;
 use crate::commands::output::{emit, note, short, table};
-use crate::commands::stages::resolve_project;
+use crate::commands::stages::render_project;
 use crate::commands::waiting::waiting_text;
 use crate::history::manifest::Manifest;
 use crate::history::upgrade::{InputChange, UpgradePlan};
 use crate::pipeline::plan::plan;
 use crate::project::{load_manifest_if_present, Project};
-use crate::resolve::image::ResolveOptions;
 
 pub(crate) fn run(project: &Project, args: &PlanArgs) -> Result<Outcome> {
     // A missing manifest is said, not taken silently for an empty one (a wrong directory or
@@ -33,7 +32,9 @@ pub(crate) fn run(project: &Project, args: &PlanArgs) -> Result<Outcome> {
             Manifest::new()
         }
     };
-    let resolution = resolve_project(project, ResolveOptions::default())?;
+    // Rendered in memory, not only resolved: what `render` and `build` would refuse (a step
+    // fragment, a template) is refused here too, at its file and line.
+    let (resolution, _) = render_project(project)?;
     // The review does not depend on the build contexts: planned without them.
     let plan = plan(
         &resolution.images,

@@ -700,4 +700,44 @@ mod tests {
         let merged = merge(left.clone(), right);
         assert_eq!(merged, left);
     }
+
+    #[test]
+    fn one_nodes_pass_and_fail_of_one_build_close_in_time_are_a_conflict() {
+        use crate::history::manifest::{Extra, GpuTestResult, TestStatus};
+        let result = |verdict: TestStatus, at: &str| GpuTestResult {
+            node: "gpu-a".into(),
+            gpus: vec!["NVIDIA H200".into()],
+            driver: None,
+            verdict,
+            summary: String::new(),
+            figures: Default::default(),
+            at: at.into(),
+            via: "test import".into(),
+            baseline: None,
+            extra: Extra::new(),
+        };
+        let with = |verdict: TestStatus, at: &str| {
+            let mut manifest = Manifest::new();
+            let mut record = record("2.7.0-runtime", "a", "2026-12-01T00:00:00Z");
+            record.test_results = vec![result(verdict, at)];
+            manifest.images.insert("2.7.0-runtime".into(), record);
+            manifest
+        };
+        let pass = with(TestStatus::Pass, "2026-12-02T01:00:00Z");
+        let fail = with(TestStatus::Fail, "2026-12-02T01:00:00Z");
+        let found = conflicts(&pass, &fail);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].kind, "test result");
+        assert_eq!(found[0].name, "2.7.0-runtime on node gpu-a");
+        assert_eq!(found, conflicts(&fail, &pass));
+        assert!(merge_checked(vec![pass.clone(), fail]).is_err());
+        // A re-test an hour later is a re-test, not a conflict: the later result wins.
+        let later_fail = with(TestStatus::Fail, "2026-12-02T02:00:00Z");
+        assert!(conflicts(&pass, &later_fail).is_empty());
+        let merged = merge_checked(vec![pass, later_fail]).unwrap();
+        assert_eq!(
+            merged.images["2.7.0-runtime"].test_results[0].verdict,
+            TestStatus::Fail
+        );
+    }
 }

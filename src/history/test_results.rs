@@ -578,4 +578,69 @@ mod tests {
             Err(ReportError::NotAReport(_))
         ));
     }
+
+    #[test]
+    fn a_reports_verdict_is_recomputed_and_a_disagreement_refused() {
+        let fixture = include_str!("../../tests/fixtures/test-import/h200-report.json");
+        let pristine: Value = serde_json::from_str(fixture).unwrap();
+        let matmul = |report: &mut Value| -> usize {
+            report["checks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .position(|c| c["name"] == "matmul")
+                .unwrap()
+        };
+        // A failed matmul under an `overall` that says pass.
+        let mut report = pristine.clone();
+        let index = matmul(&mut report);
+        report["checks"][index]["status"] = "fail".into();
+        let error = read_report(&report.to_string(), "now", "x").unwrap_err();
+        assert!(
+            matches!(&error, ReportError::VerdictDisagrees { claimed: "pass", recomputed: "fail", why } if why.contains("matmul")),
+            "{error}"
+        );
+        // The matmul check calls itself a pass while a product came out wrong ...
+        let mut report = pristine.clone();
+        let index = matmul(&mut report);
+        report["checks"][index]["results"][0]["passed"] = false.into();
+        let error = read_report(&report.to_string(), "now", "x").unwrap_err();
+        assert!(
+            matches!(&error, ReportError::CheckDisagrees { check, .. } if check == "matmul"),
+            "{error}"
+        );
+        // ... or was slow.
+        let mut report = pristine.clone();
+        let index = matmul(&mut report);
+        report["checks"][index]["judgements"][1]["peak_verdict"] = "fail".into();
+        let error = read_report(&report.to_string(), "now", "x").unwrap_err();
+        assert!(error.to_string().contains("peak_verdict: fail"), "{error}");
+        // Told the truth, a failed report is read as a failure.
+        let mut report = pristine.clone();
+        let index = matmul(&mut report);
+        report["checks"][index]["status"] = "fail".into();
+        report["checks"][index]["judgements"][1]["peak_verdict"] = "fail".into();
+        report["overall"] = "fail".into();
+        let read = read_report(&report.to_string(), "now", "x").unwrap();
+        assert_eq!(read.result.verdict, TestStatus::Fail);
+        // An unknown check status is no pass.
+        let mut report = pristine;
+        report["checks"][0]["status"] = "fine".into();
+        assert!(matches!(
+            read_report(&report.to_string(), "now", "x"),
+            Err(ReportError::NotAReport(_))
+        ));
+    }
+
+    #[test]
+    fn a_fail_never_loses_to_a_pass_by_a_tie_break() {
+        let at = "2026-12-02T01:00:00Z";
+        let pass = vec![result("a", "NVIDIA H200", TestStatus::Pass, at)];
+        let fail = vec![result("a", "NVIDIA H200", TestStatus::Fail, at)];
+        for (left, right) in [(pass.clone(), fail.clone()), (fail, pass)] {
+            let merged = merge_results(left, right);
+            assert_eq!(merged.len(), 1);
+            assert_eq!(merged[0].verdict, TestStatus::Fail);
+        }
+    }
 }

@@ -8,6 +8,8 @@ pub(crate) mod date;
 pub mod digest;
 pub(crate) mod extensions;
 pub(crate) mod flavours;
+#[cfg(test)]
+mod hostile;
 pub(crate) mod http_url;
 pub mod knowledge;
 pub mod matrix;

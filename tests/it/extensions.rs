@@ -196,10 +196,10 @@ fn bad_additions_are_refused_at_their_line() {
         (
             "  - url: https://pypi.team.example/simple\n",
             "  - url: https://bob:s3cret@pypi.team.example/simple\n",
-            "extra_indexes: \"https://***@pypi.team.example/simple\" holds credentials",
+            "extra_indexes[0].url: \"https://***@pypi.team.example/simple\" holds credentials",
         ),
         ("apt: [htop]", "apt: [\"htop; id\"]", "apt package"),
-        ("  TEAM_CONFIG:", "  PATH:", "env PATH is set by imagegen"),
+        ("  TEAM_CONFIG:", "  PATH:", "env PATH is reserved"),
         (
             "{name: dev, uid: 1000, gid: 1000}",
             "{name: root, uid: 0, gid: 0}",
@@ -261,6 +261,239 @@ fn bad_additions_are_refused_at_their_line() {
         "{}",
         text(&render)
     );
+}
+
+/// Every (images/) file of the project, for "nothing was written".
+fn images_tree(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut files = BTreeMap::new();
+    let mut stack = vec![dir.join("images")];
+    while let Some(folder) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&folder) else {
+            continue;
+        };
+        for entry in entries {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                files.insert(path.clone(), std::fs::read(&path).unwrap());
+            }
+        }
+    }
+    files
+}
+
+/// The holes of the team boundary, each tried as a user would write it: refused by `render`,
+/// `resolve --format json`, `plan` and `ci` with one message at its file and line, exit 2,
+/// nothing written under images/, and no secret in any output. The validators' corpus is in
+/// `model::extensions` and `model::http_url` (a property test); this runs the binary.
+#[test]
+fn hostile_additions_are_refused_at_their_line_with_nothing_written_and_no_secret_shown() {
+    let project = project();
+    let dir = project.path();
+    assert_code(&imagegen(dir, &["render"]), 0);
+    let before = images_tree(dir);
+    assert!(
+        !before.is_empty(),
+        "the project rendered images to compare with"
+    );
+    // (matrix edit, the message wanted): matrix values.
+    let matrix_cases: &[(&str, &str, &str)] = &[
+        (
+            "  - url: https://pypi.team.example/simple\n",
+            "  - url: \"https:///bob:s3cret@pypi.team.example/simple\"\n",
+            "extra_indexes[0].url: \"https://***@pypi.team.example/simple\" holds credentials",
+        ),
+        (
+            "  - url: https://pypi.team.example/simple\n",
+            "  - url: \"https:\\\\\\\\bob:s3cret@pypi.team.example/simple\"\n",
+            "extra_indexes[0].url: \"https://***@pypi.team.example/simple\" holds credentials",
+        ),
+        (
+            "  - url: https://pypi.team.example/simple\n",
+            "  - url: \"ftp://bob:s3cret@pypi.team.example/simple\"\n",
+            "holds credentials",
+        ),
+        (
+            "  - url: https://pypi.team.example/simple\n",
+            "  - url: \"https://bob:s3cret@pypi.team.example/simple?x=$(id)\"\n",
+            "holds credentials",
+        ),
+        (
+            "workdir: /workspace",
+            "workdir: /opt/venv",
+            "workdir /opt/venv is the system folder /opt/venv",
+        ),
+        (
+            "workdir: /workspace",
+            "workdir: /",
+            "workdir / is the root of the image",
+        ),
+        (
+            "workdir: /workspace",
+            "workdir: /opt",
+            "workdir /opt is the shared folder /opt",
+        ),
+        (
+            "workdir: /workspace",
+            "workdir: /usr/local/lib",
+            "inside /usr",
+        ),
+        (
+            "  TEAM_CONFIG:",
+            "  LD_PRELOAD:",
+            "env LD_PRELOAD is reserved",
+        ),
+        (
+            "  TEAM_CONFIG:",
+            "  LD_LIBRARY_PATH:",
+            "env LD_LIBRARY_PATH is reserved",
+        ),
+        (
+            "  TEAM_CONFIG:",
+            "  PYTHONPATH:",
+            "env PYTHONPATH is reserved",
+        ),
+        (
+            "  TEAM_CONFIG:",
+            "  PYTHONHOME:",
+            "env PYTHONHOME is reserved",
+        ),
+    ];
+    for (from, to, message) in matrix_cases {
+        assert!(MATRIX.contains(from), "{from}");
+        let matrix = MATRIX.replace(from, to);
+        let line = matrix[..matrix.find(to).unwrap()].matches('\n').count() + 1;
+        std::fs::write(dir.join("matrix.yaml"), &matrix).unwrap();
+        for command in [
+            &["render"][..],
+            &["resolve", "--format", "json"],
+            &["plan"],
+            &["ci"],
+        ] {
+            let output = imagegen(dir, command);
+            let all = format!(
+                "{}{}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            );
+            assert_eq!(output.status.code(), Some(2), "{command:?} {to}: {all}");
+            assert!(
+                all.contains(&format!("matrix.yaml:{line}:")) && all.contains(message),
+                "{command:?} {to}: wanted matrix.yaml:{line}: and {message:?} in\n{all}"
+            );
+            assert!(!all.contains("s3cret"), "{command:?}: {all}");
+        }
+        assert_eq!(images_tree(dir), before, "{to}: nothing written");
+    }
+    // Step fragments: checked as Docker reads them once rendered.
+    std::fs::write(dir.join("matrix.yaml"), MATRIX).unwrap();
+    let fragment_cases: &[(&str, &str)] = &[
+        ("RUN true\nFR\\\nOM busybox:1\n", "steps/team.Dockerfile:2: a step fragment may not start a new stage"),
+        ("RUN true\n{{ \"FROM\" }} busybox:1\n", "steps/team.Dockerfile:2: a step fragment may not start a new stage"),
+        ("RUN <<EOF\necho hi\nFROM busybox:1\nEOF\n", "steps/team.Dockerfile:1: heredocs"),
+        ("COPY --from=busybox:1 /bin/sh /bin/sh\n", "steps/team.Dockerfile:1: COPY --from is refused"),
+        ("ONBUILD RUN id\n", "steps/team.Dockerfile:1: ONBUILD is refused"),
+        ("SHELL [\"/bin/bash\", \"-c\"]\n", "steps/team.Dockerfile:1: SHELL is refused"),
+        ("RUN echo swallow \\\n", "steps/team.Dockerfile:1: the fragment changes how imagegen's own instructions after it are read"),
+        ("NOSUCH thing\n", "steps/team.Dockerfile:1: Docker cannot read it"),
+    ];
+    for (fragment, message) in fragment_cases {
+        std::fs::write(dir.join("steps/team.Dockerfile"), fragment).unwrap();
+        for command in [&["render"][..], &["plan"], &["ci"]] {
+            let output = imagegen(dir, command);
+            assert_eq!(
+                output.status.code(),
+                Some(2),
+                "{command:?} {fragment:?}: {}",
+                text(&output)
+            );
+            assert!(
+                text(&output).contains(message),
+                "{command:?} {fragment:?}: wanted {message:?} in\n{}",
+                text(&output)
+            );
+        }
+        assert_eq!(images_tree(dir), before, "{fragment:?}: nothing written");
+    }
+    // A template syntax error: every command that loads the project names its file and line.
+    std::fs::write(
+        dir.join("steps/team.Dockerfile"),
+        "RUN true\nRUN echo {{ image.torch\n",
+    )
+    .unwrap();
+    for command in [&["render"][..], &["plan"], &["ci"], &["doctor"]] {
+        let output = imagegen(dir, command);
+        assert_ne!(
+            output.status.code(),
+            Some(0),
+            "{command:?}: {}",
+            text(&output)
+        );
+        let all = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(
+            all.contains("steps/team.Dockerfile:2: syntax error"),
+            "{command:?}: {all}"
+        );
+        if command == ["doctor"] {
+            assert!(all.contains("templates") && all.contains("broken"), "{all}");
+        }
+    }
+    assert_eq!(images_tree(dir), before, "nothing written");
+}
+
+/// The `workdir` step of a rendered Dockerfile, run by the real daemon on the busybox base: a
+/// new folder is made and handed to the user; one the image already holds and that is not the
+/// user's stops the build with imagegen's message; the user's own folder (its home) passes.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_workdir_step_hands_over_only_a_folder_it_makes() {
+    use crate::support::{base_image, context_dir, engine, unique_name, Cleanup};
+    use imagegen::docker::{context_tar, BuildRequest};
+    let project = project();
+    let dir = project.path();
+    assert_code(&imagegen(dir, &["render"]), 0);
+    let dockerfile = dockerfile(dir, RUNTIME_22);
+    let start = dockerfile
+        .find("RUN if [ -e /workspace ]")
+        .expect("the workdir step");
+    let end = start + dockerfile[start..].find("fi\n").expect("its end") + 3;
+    let step = &dockerfile[start..end];
+    assert!(step.contains("chown 1000:1000 /workspace"), "{step}");
+    let engine = engine().await;
+    let base = base_image(&engine).await;
+    let cleanup = Cleanup::new("workdir");
+    let cases = [
+        ("", true),
+        ("RUN mkdir /workspace\n", false),
+        ("RUN mkdir /workspace && chown 1000:1000 /workspace\n", true),
+    ];
+    for (setup, passes) in cases {
+        let text = cleanup.dockerfile(&format!(
+            "FROM {base}\n{setup}{step}RUN [ \"$(stat -c %u:%g /workspace)\" = 1000:1000 ]\n"
+        ));
+        let context = context_dir(&[("Dockerfile", &text)]);
+        let tag = format!("imagegen-test/{}:1", unique_name("workdir"));
+        let request = BuildRequest::new(&tag, context_tar(context.path(), &[]).unwrap());
+        let mut lines = Vec::new();
+        let built = engine
+            .build(request, |line| lines.push(line.to_string()))
+            .await;
+        let log = lines.join("\n");
+        assert_eq!(built.is_ok(), passes, "{setup:?}: {built:?}\n{log}");
+        if !passes {
+            assert!(
+                log.contains(
+                    "imagegen: workdir /workspace is already in the image and not the user's"
+                ),
+                "{log}"
+            );
+        }
+    }
+    cleanup.remove_now().await;
 }
 
 /// The apt extra of an image built on a real Debian base: `images/<image>/apt.lock` holds the

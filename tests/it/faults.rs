@@ -1245,7 +1245,7 @@ async fn an_overwritten_full_tag_is_restored_to_the_recorded_digest() {
         "{fix}"
     );
     let (code, output) = run_imagegen(&project, &["restore", RUNTIME_280]);
-    assert_eq!(code, 1, "{output}");
+    assert_eq!(code, 2, "{output}");
     assert!(
         output.contains(&format!(
             "`imagegen build --push --only {RUNTIME_280}` repairs the record"

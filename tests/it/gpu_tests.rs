@@ -316,6 +316,51 @@ async fn images_built_without_gpus_are_tested_elsewhere_and_aliases_move_once_th
         .unwrap();
     assert_code(&output, 0);
     assert!(nodes(&project.manifest(), &devel_tag).contains(&"k8s-h200-a".to_string()));
+
+    // 6. A report's verdict is recomputed from its checks: an `overall` of pass over a failed
+    // matmul check is refused, and so is a batch with a pass and a fail for one node; nothing of
+    // either batch is recorded.
+    let mut lying: Value = serde_json::from_str(SAMPLE_REPORT).unwrap();
+    lying["image_digest"] = devel_digest.into();
+    lying["node_name"] = "k8s-h200-b".into();
+    lying["checks"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({"name": "matmul", "status": "fail", "summary": "bf16 310 < 594 TFLOP/s"}));
+    let lying_path = project.path().join("lying.json");
+    std::fs::write(&lying_path, lying.to_string()).unwrap();
+    let mut honest_fail = lying.clone();
+    honest_fail["overall"] = "fail".into();
+    let fail_path = project.path().join("fail.json");
+    std::fs::write(&fail_path, honest_fail.to_string()).unwrap();
+    let mut pass = honest_fail.clone();
+    pass["overall"] = "pass".into();
+    pass["checks"].as_array_mut().unwrap().pop();
+    let pass_path = project.path().join("pass.json");
+    std::fs::write(&pass_path, pass.to_string()).unwrap();
+    let before = std::fs::read_to_string(&merged).unwrap();
+    for (batch, wanted) in [
+        (
+            vec![&lying_path],
+            "its `overall` says pass, but its checks say fail (failed: matmul)",
+        ),
+        (
+            vec![&pass_path, &fail_path],
+            "are both reports of node k8s-h200-b",
+        ),
+    ] {
+        let mut args = vec!["test", "import"];
+        args.extend(batch.iter().map(|path| path.to_str().unwrap()));
+        let output = project.imagegen(&args).output().unwrap();
+        assert_code(&output, 2);
+        assert!(
+            text(&output).contains(wanted) && text(&output).contains("nothing was imported"),
+            "{}",
+            text(&output)
+        );
+        assert_eq!(std::fs::read_to_string(&merged).unwrap(), before);
+        assert!(!nodes(&project.manifest(), &devel_tag).contains(&"k8s-h200-b".to_string()));
+    }
 }
 
 /// A report as gpu-selftest writes it, trimmed to what `test import` reads.

@@ -154,7 +154,7 @@ async fn wheels_come_from_the_host_cache_survive_the_index_going_away_and_a_tamp
     let mut index = Index::start(scratch.path(), None);
     let project = Project::from_fixture("wheel-cache", "127.0.0.1:9", SELFTEST_PASS);
     project.add_selftest("gpu-selftest-cu13", SELFTEST_PASS);
-    project.edit_matrix("PORT", &index.port.to_string());
+    project.edit_matrix("127.0.0.1:9/", &format!("127.0.0.1:{}/", index.port));
     let lock = project
         .imagegen(&["lock", "--uv", uv().to_str().unwrap()])
         .output()
@@ -360,7 +360,7 @@ async fn wheels_that_would_overwrite_each_others_files_are_refused_before_any_bu
     let _index = Index::start_with(scratch.path(), None, &[("INDEX_CLASH", "1")]);
     let project = Project::from_fixture("wheel-cache", "127.0.0.1:9", SELFTEST_PASS);
     project.add_selftest("gpu-selftest-cu13", SELFTEST_PASS);
-    project.edit_matrix("PORT", &_index.port.to_string());
+    project.edit_matrix("127.0.0.1:9/", &format!("127.0.0.1:{}/", _index.port));
     let lock = project
         .imagegen(&["lock", "--uv", uv().to_str().unwrap()])
         .output()

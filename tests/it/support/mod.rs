@@ -41,9 +41,9 @@ const BUSYBOX: &str = "/bin/busybox";
 const REGISTRY_BINARY: &str = "/usr/bin/docker-registry";
 /// Applets linked into the base image; a fixed list keeps the image id stable.
 const APPLETS: &[&str] = &[
-    "[", "basename", "cat", "chmod", "cp", "cut", "date", "dirname", "echo", "env", "false",
-    "grep", "head", "id", "ln", "ls", "mkdir", "mv", "printf", "pwd", "rm", "seq", "sh", "sleep",
-    "sort", "tail", "test", "touch", "tr", "true", "uname", "wc",
+    "[", "basename", "cat", "chmod", "chown", "cp", "cut", "date", "dirname", "echo", "env",
+    "false", "grep", "head", "id", "ln", "ls", "mkdir", "mv", "printf", "pwd", "rm", "seq", "sh",
+    "sleep", "sort", "stat", "tail", "test", "touch", "tr", "true", "uname", "wc",
 ];
 
 /// Connects to the daemon from `DOCKER_HOST` or the default socket; panics with the reason.
