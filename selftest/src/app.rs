@@ -14,14 +14,16 @@ use crate::expected::Precision;
 use crate::framework::{self, Claims, Findings, Probe};
 use crate::gpu::inventory::GpuFacts;
 use crate::gpu::{self, bandwidth, inventory, matmul, nccl, overlap, Gpu};
+use crate::health::{self, GpuHealth};
 use crate::loader::{self, LoadedLibrary, Prepared};
-use crate::nvml::Nvml;
+use crate::monitor::Monitor;
+use crate::nvml::{Nvml, NvmlDevice};
 use crate::report::{self, Check, Overall, Report, Status};
 use crate::rules::{self, GpuLinks, References};
 use crate::{plot, shm};
 use std::panic::AssertUnwindSafe;
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -194,6 +196,12 @@ struct Session<'a> {
     matmul_results: Vec<matmul::MatmulResult>,
     nccl_points: Vec<nccl::NcclPoint>,
     shm_bytes: Option<u64>,
+    /// NVML, when it loaded, and each GPU's handle in it.
+    nvml: Option<Arc<Nvml>>,
+    nvml_devices: Vec<Option<NvmlDevice>>,
+    /// Samples NVML while the checks load the GPUs (the health check's head start).
+    monitor: Option<Monitor>,
+    health: Vec<GpuHealth>,
 }
 
 impl Session<'_> {
@@ -271,7 +279,7 @@ impl Registered {
 }
 
 /// Every check, in the order they print (`cli::CHECK_NAMES`, which a test compares).
-const CHECKS: [Registered; 7] = [
+const CHECKS: [Registered; 8] = [
     Registered {
         name: "inventory",
         libraries: &[],
@@ -329,6 +337,21 @@ const CHECKS: [Registered; 7] = [
         turn: Turn::InOrder,
         runner: run_nccl,
         judge: judge_nccl,
+    },
+    // NVML's health counters, read after the GPU checks loaded the GPUs; its monitor samples
+    // the clock event reasons during the matmul check and the PCIe link during the copies, so
+    // it starts before the first of them.
+    Registered {
+        name: "health",
+        libraries: &[],
+        too_few_gpus: None,
+        head_start: Some(HeadStart {
+            at: At::Before("bandwidth"),
+            begin: start_monitor,
+        }),
+        turn: Turn::InOrder,
+        runner: run_health,
+        judge: judge_health,
     },
     Registered {
         name: "shm",
@@ -504,6 +527,58 @@ fn judge_nccl(session: &Session) -> Check {
     .figure("communicator_seconds", session.communicator_seconds)
 }
 
+/// Starts sampling NVML for the health check (nothing to sample without NVML).
+fn start_monitor(session: &mut Session) {
+    if let Some(nvml) = &session.nvml {
+        session.monitor = Some(Monitor::start(nvml.clone(), session.nvml_devices.clone()));
+    }
+}
+
+fn run_health(session: &mut Session) -> anyhow::Result<()> {
+    let observations = session
+        .monitor
+        .take()
+        .map(Monitor::finish)
+        .unwrap_or_default();
+    session.health = session
+        .facts
+        .iter()
+        .enumerate()
+        .map(|(place, gpu)| {
+            let device = session.nvml_devices.get(place).copied().flatten();
+            let readout = match (&session.nvml, device) {
+                (Some(nvml), Some(device)) => nvml.health(device),
+                _ => health::HealthReadout::unsupported(),
+            };
+            let observation = observations.get(place).cloned().unwrap_or_else(|| {
+                // No handle for this GPU: nothing could be sampled.
+                health::LoadObservation {
+                    reasons_unreadable: Some(health::Reading::Unsupported),
+                    link_unreadable: Some(health::Reading::Unsupported),
+                    ..health::LoadObservation::default()
+                }
+            });
+            let maximum = gpu.pcie_max_generation.zip(gpu.pcie_max_width);
+            GpuHealth {
+                gpu: gpu.index,
+                counters: health::judge_gpu(&readout, &observation, maximum),
+            }
+        })
+        .collect();
+    Ok(())
+}
+
+fn judge_health(session: &Session) -> Check {
+    let note = match (&session.nvml, session.nvml_devices.iter().all(Option::is_some)) {
+        (None, _) => Some(
+            "libnvidia-ml.so.1 could not be loaded or initialised (a container needs the NVIDIA runtime's `utility` capability)",
+        ),
+        (Some(_), false) => Some("NVML has no handle for some GPUs (by PCI bus id)"),
+        (Some(_), true) => None,
+    };
+    health::check(&session.health, note)
+}
+
 const SHM_PATH: &str = "/dev/shm";
 
 fn run_shm(session: &mut Session) -> anyhow::Result<()> {
@@ -645,6 +720,10 @@ fn run_checks(cli: &Cli, prepared: &Prepared, report: &mut Report) -> Result<(),
         matmul_results: Vec::new(),
         nccl_points: Vec::new(),
         shm_bytes: None,
+        nvml: None,
+        nvml_devices: Vec::new(),
+        monitor: None,
+        health: Vec::new(),
     };
     begin_head_starts(&mut session, At::BeforeTheGpus);
 
@@ -697,11 +776,17 @@ fn run_checks(cli: &Cli, prepared: &Prepared, report: &mut Report) -> Result<(),
         .map(|found| found.path.clone())
         .unwrap_or_else(|| "libnvidia-ml.so.1".into());
     let inventory_started = Instant::now();
-    let nvml = Nvml::open(&nvml_path);
-    session.facts = inventory::gather(&session.gpus, nvml.as_ref())
+    let nvml = Nvml::open(&nvml_path).map(Arc::new);
+    session.facts = inventory::gather(&session.gpus, nvml.as_deref())
         .map_err(|error| CannotRun(format!("cannot read the GPUs' properties: {error:#}")))?;
+    session.nvml_devices = session
+        .facts
+        .iter()
+        .map(|gpu| nvml.as_ref().and_then(|nvml| nvml.device(&gpu.pci_bus_id)))
+        .collect();
+    session.nvml = nvml.clone();
     session.driver = Some(inventory::DriverFacts {
-        driver_version: nvml.as_ref().and_then(Nvml::driver_version),
+        driver_version: nvml.as_deref().and_then(Nvml::driver_version),
         driver_cuda_version: gpu::driver_cuda_version().unwrap_or_else(|_| "unknown".to_string()),
     });
 
@@ -743,6 +828,9 @@ fn run_checks(cli: &Cli, prepared: &Prepared, report: &mut Report) -> Result<(),
         match entry.turn {
             Turn::LastPrintedInPlace => last.push((checks.len() + last.len(), entry)),
             Turn::InOrder | Turn::InOrderSinceTheStart => {
+                if let Some(monitor) = &session.monitor {
+                    monitor.enter(entry.name);
+                }
                 checks.push(run_registered(entry, &mut session));
             }
         }

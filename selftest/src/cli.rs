@@ -7,12 +7,13 @@ use std::path::PathBuf;
 
 /// The checks, in the order they print; `app::CHECKS` registers each one (a test there keeps
 /// the two equal).
-pub const CHECK_NAMES: [&str; 7] = [
+pub const CHECK_NAMES: [&str; 8] = [
     "inventory",
     "bandwidth",
     "overlap",
     "matmul",
     "nccl",
+    "health",
     "shm",
     "framework",
 ];
@@ -45,7 +46,7 @@ pub struct Cli {
     pub plot: Option<PathBuf>,
 
     /// Run only these checks (comma-separated): inventory, bandwidth, overlap, matmul, nccl,
-    /// shm, framework. Inventory always runs.
+    /// health, shm, framework. Inventory always runs.
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub checks: Option<Vec<String>>,
 

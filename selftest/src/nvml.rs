@@ -1,7 +1,13 @@
 //! A thin NVML binding, opened with `dlopen` at run time: driver version, PCIe link generation
-//! and width, and NVLink peers. NVML is optional: without it the inventory falls back to sysfs
-//! for the PCIe link and reports NVLink as unknown. Also the sysfs readers for the PCIe link.
+//! and width, NVLink peers, and the health counters (ECC, row remapping, page retirement,
+//! repairs, recovery action, clock event reasons and their time counters). NVML is optional:
+//! without it the inventory falls back to sysfs for the PCIe link and reports NVLink as unknown,
+//! and the health check warns that it could read nothing. A function the driver's NVML lacks
+//! (an older driver) reads as unsupported. Also the sysfs readers for the PCIe link.
 
+use crate::health::{
+    HealthReadout, Reading, RemapHistogram, RemappedRows, RepairStatus, CLOCK_EVENT_TIME_FIELDS,
+};
 use libloading::{Library, Symbol};
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
 use std::path::Path;
@@ -40,6 +46,55 @@ pub struct Nvml {
 }
 
 const NVML_SUCCESS: c_int = 0;
+const NVML_ERROR_NOT_SUPPORTED: c_int = 3;
+const NVML_ERROR_INSUFFICIENT_SIZE: c_int = 7;
+/// NVML_ERROR_FUNCTION_NOT_FOUND: the driver lacks what this NVML library exports.
+const NVML_ERROR_FUNCTION_NOT_FOUND: c_int = 13;
+
+/// An NVML device handle. NVML is thread-safe and its handles stay valid until nvmlShutdown,
+/// which runs only when the `Nvml` that made them is dropped, so they may cross threads.
+#[derive(Clone, Copy, Debug)]
+pub struct NvmlDevice(Device);
+// SAFETY: see above; the handle is an opaque token NVML resolves under its own lock.
+unsafe impl Send for NvmlDevice {}
+unsafe impl Sync for NvmlDevice {}
+
+/// nvmlFieldValue_t.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct FieldValue {
+    field_id: c_uint,
+    scope_id: c_uint,
+    timestamp: i64,
+    latency_microseconds: i64,
+    value_type: c_int,
+    nvml_return: c_int,
+    value: u64,
+}
+
+/// NVML_VALUE_TYPE_*: how a field's 8 bytes are to be read.
+fn field_as_u64(field: &FieldValue) -> Option<u64> {
+    match field.value_type {
+        // double
+        0 => Some(f64::from_bits(field.value) as u64),
+        // unsigned int, unsigned short
+        1 | 6 => Some(field.value & 0xffff_ffff),
+        // unsigned long, unsigned long long, signed long long
+        2..=4 => Some(field.value),
+        // signed int
+        5 => Some((field.value & 0xffff_ffff) as u32 as i32 as i64 as u64),
+        _ => None,
+    }
+}
+
+/// An NVML return code as a reading.
+fn reading<T>(status: c_int, value: T) -> Reading<T> {
+    match status {
+        NVML_SUCCESS => Reading::Value(value),
+        NVML_ERROR_NOT_SUPPORTED | NVML_ERROR_FUNCTION_NOT_FOUND => Reading::Unsupported,
+        code => Reading::Error(code),
+    }
+}
 /// NVML_NVLINK_MAX_LINKS in nvml.h (Hopper has 18 links).
 const MAX_NVLINKS: c_uint = 18;
 
@@ -82,6 +137,26 @@ impl Nvml {
                 .get(b"nvmlDeviceGetHandleByPciBusId_v2\0")
                 .ok()?;
             (function(bus_id.as_ptr(), &mut device) == NVML_SUCCESS).then_some(device)
+        }
+    }
+
+    /// The handle of the GPU at PCI bus id `bus_id`.
+    pub fn device(&self, bus_id: &str) -> Option<NvmlDevice> {
+        self.device_by_bus_id(bus_id).map(NvmlDevice)
+    }
+
+    /// Calls `symbol`, a function of (device, out pointer); a missing symbol is unsupported.
+    fn query<T: Default>(&self, symbol: &[u8], device: NvmlDevice) -> Reading<T> {
+        let mut value = T::default();
+        unsafe {
+            let Ok(function) = self
+                .library
+                .get::<unsafe extern "C" fn(Device, *mut T) -> c_int>(symbol)
+            else {
+                return Reading::Unsupported;
+            };
+            let status = function(device.0, &mut value);
+            reading(status, value)
         }
     }
 
@@ -154,6 +229,228 @@ impl Nvml {
             }
         }
         Some(status == STATUS_OK)
+    }
+}
+
+impl Nvml {
+    /// The clock event (throttle) reasons active now, a bit mask of nvmlClocksEventReason*
+    /// (the function's older name on drivers before 535).
+    pub fn clock_event_reasons(&self, device: NvmlDevice) -> Reading<u64> {
+        match self.query::<u64>(b"nvmlDeviceGetCurrentClocksEventReasons\0", device) {
+            Reading::Unsupported => {
+                self.query::<u64>(b"nvmlDeviceGetCurrentClocksThrottleReasons\0", device)
+            }
+            other => other,
+        }
+    }
+
+    /// The current PCIe link generation and width.
+    pub fn current_link(&self, device: NvmlDevice) -> (Reading<u32>, Reading<u32>) {
+        (
+            self.query::<c_uint>(b"nvmlDeviceGetCurrPcieLinkGeneration\0", device),
+            self.query::<c_uint>(b"nvmlDeviceGetCurrPcieLinkWidth\0", device),
+        )
+    }
+
+    /// Field values by id, each with its own reading (nvmlDeviceGetFieldValues).
+    pub fn field_values(&self, device: NvmlDevice, ids: &[u32]) -> Vec<Reading<u64>> {
+        let mut fields: Vec<FieldValue> = ids
+            .iter()
+            .map(|&field_id| FieldValue {
+                field_id,
+                scope_id: 0,
+                timestamp: 0,
+                latency_microseconds: 0,
+                value_type: 0,
+                nvml_return: 0,
+                value: 0,
+            })
+            .collect();
+        let status = unsafe {
+            let Ok(function) =
+                self.library
+                    .get::<unsafe extern "C" fn(Device, c_int, *mut FieldValue) -> c_int>(
+                        b"nvmlDeviceGetFieldValues\0",
+                    )
+            else {
+                return vec![Reading::Unsupported; ids.len()];
+            };
+            function(device.0, fields.len() as c_int, fields.as_mut_ptr())
+        };
+        if status != NVML_SUCCESS {
+            // The call as a whole failed: every field shares its answer.
+            return vec![reading(status, 0u64); ids.len()];
+        }
+        fields
+            .iter()
+            .map(|field| match reading(field.nvml_return, ()) {
+                Reading::Value(()) => field_as_u64(field)
+                    .map(Reading::Value)
+                    .unwrap_or(Reading::Unsupported),
+                Reading::Unsupported => Reading::Unsupported,
+                Reading::Error(code) => Reading::Error(code),
+            })
+            .collect()
+    }
+
+    /// The time counters of clock events (`CLOCK_EVENT_TIME_FIELDS`), in nanoseconds.
+    pub fn clock_event_times(&self, device: NvmlDevice) -> Vec<Reading<u64>> {
+        let ids: Vec<u32> = CLOCK_EVENT_TIME_FIELDS.iter().map(|(id, _)| *id).collect();
+        self.field_values(device, &ids)
+    }
+
+    /// The health counters of one GPU.
+    pub fn health(&self, device: NvmlDevice) -> HealthReadout {
+        // nvmlMemoryErrorType_t, nvmlEccCounterType_t, nvmlPageRetirementCause_t.
+        const CORRECTED: c_int = 0;
+        const UNCORRECTED: c_int = 1;
+        const VOLATILE: c_int = 0;
+        const AGGREGATE: c_int = 1;
+        const CAUSE_SINGLE_BIT: c_int = 0;
+        const CAUSE_DOUBLE_BIT: c_int = 1;
+        const FIELD_RECOVERY_ACTION: u32 = 230;
+        let handle = device.0;
+        let ecc_total = |error_type: c_int, counter_type: c_int| -> Reading<u64> {
+            let mut count: u64 = 0;
+            unsafe {
+                let Ok(function) =
+                    self.library
+                        .get::<unsafe extern "C" fn(Device, c_int, c_int, *mut u64) -> c_int>(
+                            b"nvmlDeviceGetTotalEccErrors\0",
+                        )
+                else {
+                    return Reading::Unsupported;
+                };
+                reading(
+                    function(handle, error_type, counter_type, &mut count),
+                    count,
+                )
+            }
+        };
+        let ecc_enabled = unsafe {
+            match self
+                .library
+                .get::<unsafe extern "C" fn(Device, *mut c_int, *mut c_int) -> c_int>(
+                    b"nvmlDeviceGetEccMode\0",
+                ) {
+                Err(_) => Reading::Unsupported,
+                Ok(function) => {
+                    let (mut current, mut pending) = (0, 0);
+                    reading(function(handle, &mut current, &mut pending), current == 1)
+                }
+            }
+        };
+        let remapped_rows = unsafe {
+            match self.library.get::<unsafe extern "C" fn(
+                Device,
+                *mut c_uint,
+                *mut c_uint,
+                *mut c_uint,
+                *mut c_uint,
+            ) -> c_int>(b"nvmlDeviceGetRemappedRows\0")
+            {
+                Err(_) => Reading::Unsupported,
+                Ok(function) => {
+                    let (mut correctable, mut uncorrectable, mut pending, mut failed) =
+                        (0, 0, 0, 0);
+                    let status = function(
+                        handle,
+                        &mut correctable,
+                        &mut uncorrectable,
+                        &mut pending,
+                        &mut failed,
+                    );
+                    reading(
+                        status,
+                        RemappedRows {
+                            correctable,
+                            uncorrectable,
+                            pending: pending != 0,
+                            failed: failed != 0,
+                        },
+                    )
+                }
+            }
+        };
+        let remap_histogram = self
+            .query::<[c_uint; 5]>(b"nvmlDeviceGetRowRemapperHistogram\0", device)
+            .map(|[max, high, partial, low, none]| RemapHistogram {
+                max,
+                high,
+                partial,
+                low,
+                none,
+            });
+        let retired_count = |cause: c_int| -> Reading<u32> {
+            let mut count: c_uint = 0;
+            unsafe {
+                let Ok(function) =
+                    self.library
+                        .get::<unsafe extern "C" fn(Device, c_int, *mut c_uint, *mut u64) -> c_int>(
+                            b"nvmlDeviceGetRetiredPages\0",
+                        )
+                else {
+                    return Reading::Unsupported;
+                };
+                // A count of 0 asks for the number only; with pages to list NVML says the
+                // buffer is too small and sets the count.
+                let status = function(handle, cause, &mut count, std::ptr::null_mut());
+                if status == NVML_ERROR_INSUFFICIENT_SIZE {
+                    Reading::Value(count)
+                } else {
+                    reading(status, count)
+                }
+            }
+        };
+        // nvmlRepairStatus_v1_t: its version word is its size with the version in the top byte.
+        let repair = unsafe {
+            match self
+                .library
+                .get::<unsafe extern "C" fn(Device, *mut [c_uint; 3]) -> c_int>(
+                    b"nvmlDeviceGetRepairStatus\0",
+                ) {
+                Err(_) => Reading::Unsupported,
+                Ok(function) => {
+                    let mut status_struct: [c_uint; 3] = [
+                        (std::mem::size_of::<[c_uint; 3]>() as c_uint) | (1 << 24),
+                        0,
+                        0,
+                    ];
+                    let status = function(handle, &mut status_struct);
+                    reading(
+                        status,
+                        RepairStatus {
+                            channel_pending: status_struct[1] != 0,
+                            tpc_pending: status_struct[2] != 0,
+                        },
+                    )
+                }
+            }
+        };
+        HealthReadout {
+            ecc_enabled,
+            ecc_uncorrected_volatile: ecc_total(UNCORRECTED, VOLATILE),
+            ecc_uncorrected_aggregate: ecc_total(UNCORRECTED, AGGREGATE),
+            ecc_corrected_volatile: ecc_total(CORRECTED, VOLATILE),
+            ecc_corrected_aggregate: ecc_total(CORRECTED, AGGREGATE),
+            remapped_rows,
+            remap_histogram,
+            retired_pages_pending: self
+                .query::<c_int>(b"nvmlDeviceGetRetiredPagesPendingStatus\0", device)
+                .map(|state| state == 1),
+            retired_pages_single_bit: retired_count(CAUSE_SINGLE_BIT),
+            retired_pages_double_bit: retired_count(CAUSE_DOUBLE_BIT),
+            repair,
+            // Newer drivers only (not in driver 580's NVML): a missing symbol is unsupported.
+            unrepairable_memory: self
+                .query::<c_uint>(b"nvmlDeviceGetUnrepairableMemoryFlag_v1\0", device)
+                .map(|flag| flag != 0),
+            recovery_action: self
+                .field_values(device, &[FIELD_RECOVERY_ACTION])
+                .pop()
+                .unwrap_or(Reading::Unsupported)
+                .map(|code| code as u32),
+        }
     }
 }
 
