@@ -261,7 +261,8 @@ struct Registered {
     /// any check runs.
     libraries: &'static [&'static str],
     too_few_gpus: Option<TooFewGpus>,
-    head_start: Option<HeadStart>,
+    /// Work started ahead of its turn, each at its own point of the run.
+    head_starts: &'static [HeadStart],
     turn: Turn,
     /// Measures, keeping its figures in the session; an error or a panic fails the check.
     runner: fn(&mut Session) -> anyhow::Result<()>,
@@ -284,7 +285,7 @@ const CHECKS: [Registered; 8] = [
         name: "inventory",
         libraries: &[],
         too_few_gpus: None,
-        head_start: None,
+        head_starts: &[],
         turn: Turn::LastPrintedInPlace,
         runner: run_inventory,
         judge: judge_inventory,
@@ -293,7 +294,7 @@ const CHECKS: [Registered; 8] = [
         name: "bandwidth",
         libraries: &[],
         too_few_gpus: None,
-        head_start: None,
+        head_starts: &[],
         turn: Turn::InOrder,
         runner: run_bandwidth,
         judge: judge_bandwidth,
@@ -303,7 +304,7 @@ const CHECKS: [Registered; 8] = [
         name: "overlap",
         libraries: &["cublas"],
         too_few_gpus: None,
-        head_start: None,
+        head_starts: &[],
         turn: Turn::InOrder,
         runner: run_overlap,
         judge: judge_overlap,
@@ -313,7 +314,7 @@ const CHECKS: [Registered; 8] = [
         name: "matmul",
         libraries: &["cublas"],
         too_few_gpus: None,
-        head_start: None,
+        head_starts: &[],
         turn: Turn::InOrder,
         runner: run_matmul,
         judge: judge_matmul,
@@ -330,10 +331,10 @@ const CHECKS: [Registered; 8] = [
             summary: "one GPU visible: nothing to all-reduce across",
             rule: "needs two or more GPUs",
         }),
-        head_start: Some(HeadStart {
+        head_starts: &[HeadStart {
             at: At::Before("matmul"),
             begin: start_communicators,
-        }),
+        }],
         turn: Turn::InOrder,
         runner: run_nccl,
         judge: judge_nccl,
@@ -345,10 +346,10 @@ const CHECKS: [Registered; 8] = [
         name: "health",
         libraries: &[],
         too_few_gpus: None,
-        head_start: Some(HeadStart {
+        head_starts: &[HeadStart {
             at: At::Before("bandwidth"),
             begin: start_monitor,
-        }),
+        }],
         turn: Turn::InOrder,
         runner: run_health,
         judge: judge_health,
@@ -357,21 +358,30 @@ const CHECKS: [Registered; 8] = [
         name: "shm",
         libraries: &[],
         too_few_gpus: None,
-        head_start: None,
+        head_starts: &[],
         turn: Turn::InOrder,
         runner: run_shm,
         judge: judge_shm,
     },
     // The framework probe works (mostly on the CPU) while the GPU checks run; it is killed if
-    // the run stops early (dropping `Running` kills the child).
+    // the run stops early (dropping `Running` kills the child). It waits to make its own CUDA
+    // context until this process has opened the GPUs, so that the two do not start the driver
+    // and make contexts at the same moment, and learns GPU 0's compute capability then, for the
+    // Triton kernel it compiles beside `import torch` (its compiler need not start the driver).
     Registered {
         name: "framework",
         libraries: &[],
         too_few_gpus: None,
-        head_start: Some(HeadStart {
-            at: At::BeforeTheGpus,
-            begin: start_framework_probe,
-        }),
+        head_starts: &[
+            HeadStart {
+                at: At::BeforeTheGpus,
+                begin: start_framework_probe,
+            },
+            HeadStart {
+                at: At::Before("bandwidth"),
+                begin: tell_framework_probe_the_gpus_are_open,
+            },
+        ],
         turn: Turn::InOrderSinceTheStart,
         runner: run_framework,
         judge: judge_framework,
@@ -604,6 +614,17 @@ fn start_framework_probe(session: &mut Session) {
     ));
 }
 
+/// Tells the probe that the GPUs are open, with GPU 0's compute capability.
+fn tell_framework_probe_the_gpus_are_open(session: &mut Session) {
+    let capability = session
+        .facts
+        .first()
+        .map(|gpu| gpu.compute_capability.clone());
+    if let Some(Ok(probe)) = &mut session.framework_probe {
+        probe.gpus_open(capability.as_deref());
+    }
+}
+
 fn run_framework(session: &mut Session) -> anyhow::Result<()> {
     let probe = session
         .framework_probe
@@ -639,7 +660,7 @@ fn judge_framework(session: &Session) -> Check {
 /// Begins the head starts due `at`, of the selected checks that run with the GPUs visible.
 fn begin_head_starts(session: &mut Session, at: At) {
     for entry in &CHECKS {
-        if let Some(head_start) = &entry.head_start {
+        for head_start in entry.head_starts {
             let runs = session.plan.wants(entry.name)
                 && (at == At::BeforeTheGpus || entry.runs_with(session.gpus.len()));
             if head_start.at == at && runs {
@@ -966,25 +987,35 @@ mod tests {
     fn head_starts_name_a_registered_check_before_their_own() {
         let names = table_names();
         for (position, entry) in CHECKS.iter().enumerate() {
-            if let Some(HeadStart {
-                at: At::Before(other),
-                ..
-            }) = &entry.head_start
-            {
-                let place = names.iter().position(|name| name == other);
-                assert!(
-                    place.is_some_and(|place| place < position),
-                    "`{}` starts before `{other}`, which is not a check registered before it",
-                    entry.name
-                );
+            for head_start in entry.head_starts {
+                if let At::Before(other) = head_start.at {
+                    let place = names.iter().position(|name| *name == other);
+                    assert!(
+                        place.is_some_and(|place| place < position),
+                        "`{}` starts before `{other}`, which is not a check registered before it",
+                        entry.name
+                    );
+                }
             }
         }
+        let points = |name: &str| -> Vec<At> {
+            let entry = CHECKS.iter().find(|entry| entry.name == name).unwrap();
+            entry
+                .head_starts
+                .iter()
+                .map(|head_start| head_start.at)
+                .collect()
+        };
         // The communicators overlap only the matmul check, never overlap's figures.
-        let nccl = CHECKS.iter().find(|entry| entry.name == "nccl").unwrap();
+        assert_eq!(points("nccl"), [At::Before("matmul")]);
+        // The health monitor samples from the first GPU check on; the probe starts before the
+        // GPUs open and hears that they are open before the first GPU check.
+        assert_eq!(points("health"), [At::Before("bandwidth")]);
         assert_eq!(
-            nccl.head_start.as_ref().map(|head_start| head_start.at),
-            Some(At::Before("matmul"))
+            points("framework"),
+            [At::BeforeTheGpus, At::Before("bandwidth")]
         );
+        assert_eq!(names[1], "bandwidth", "the first GPU check");
     }
 
     #[test]

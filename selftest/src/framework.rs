@@ -13,9 +13,9 @@
 use crate::report::{Check, Status};
 use crate::rules;
 use serde::{Deserialize, Serialize};
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -38,93 +38,16 @@ impl Probe {
     }
 }
 
-/// The probe. It prints one line, `GPU_SELFTEST_JSON {...}`, whatever happens inside (a failing
-/// step records its error instead of raising), so the Rust side never has to parse a traceback.
-/// Phases are timed separately: a slow default run is usually the import or the cold compile.
-/// It runs from a file, not `python -c`: Triton reads a kernel's source from its file.
-const SCRIPT: &str = r#"
-import json, os, sys, time
-mode = sys.argv[1] if len(sys.argv) > 1 else "triton"
-out = {"probe": mode}
-started = time.time()
-try:
-    import torch
-except Exception as error:
-    print("GPU_SELFTEST_JSON " + json.dumps({"probe": mode, "torch_import_error": repr(error)[:400]}))
-    sys.exit(0)
-out["import_seconds"] = time.time() - started
-out["torch"] = torch.__version__
-out["cuda"] = torch.version.cuda
-started = time.time()
-try:
-    out["cudnn"] = torch.backends.cudnn.version()
-except Exception as error:
-    out["cudnn_error"] = repr(error)[:400]
-try:
-    version = torch.cuda.nccl.version()
-    if isinstance(version, int):
-        version = (version // 10000, version % 10000 // 100, version % 100) if version >= 20900 else (version // 1000, version % 1000 // 100, version % 100)
-    out["nccl"] = ".".join(str(part) for part in version[:3])
-except Exception as error:
-    out["nccl_error"] = repr(error)[:400]
-out["versions_seconds"] = time.time() - started
-started = time.time()
-out["cuda_available"] = bool(torch.cuda.is_available())
-out["device_count"] = torch.cuda.device_count() if out["cuda_available"] else 0
-out["device_query_seconds"] = time.time() - started
+/// The probe (`probe.py` beside this file). It prints one line, `GPU_SELFTEST_JSON {...}`,
+/// whatever happens inside (a failing step records its error instead of raising), so the Rust
+/// side never has to parse a traceback. Phases are timed separately. It runs from a file, not
+/// `python -c`: Triton reads a kernel's source from its file. It makes GPU 0's CUDA context on a
+/// thread and, in the Triton mode, compiles the kernel in a second interpreter, both while torch
+/// imports, so that what remains on its critical path is torch's own start.
+const SCRIPT: &str = include_str!("probe.py");
 
-def function(x):
-    return torch.sin(x) * 2.0 + torch.cos(x) * x
-
-x = None
-if out["cuda_available"]:
-    try:
-        started = time.time()
-        x = torch.randn(1 << 16, device="cuda")
-        torch.cuda.synchronize()
-        out["cuda_init_seconds"] = time.time() - started
-    except Exception as error:
-        out["cuda_error"] = repr(error)[:600]
-if x is not None and mode == "compile":
-    try:
-        started = time.time()
-        compiled = torch.compile(function)
-        y = compiled(x)
-        torch.cuda.synchronize()
-        out["compile_seconds"] = time.time() - started
-        out["compile_max_error"] = float((y - function(x)).abs().max())
-        out["compile_ok"] = bool(torch.allclose(y, function(x), rtol=1e-5, atol=1e-5))
-    except Exception as error:
-        out["compile_error"] = repr(error)[:600]
-if x is not None and mode == "triton":
-    try:
-        started = time.time()
-        import triton
-        import triton.language as tl
-        out["triton"] = triton.__version__
-
-        @triton.jit
-        def probe_kernel(x_pointer, y_pointer, count, BLOCK: tl.constexpr):
-            offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-            mask = offsets < count
-            value = tl.load(x_pointer + offsets, mask=mask)
-            tl.store(y_pointer + offsets, tl.sin(value) * 2.0 + tl.cos(value) * value, mask=mask)
-
-        y = torch.full_like(x, float("nan"))
-        probe_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
-        torch.cuda.synchronize()
-        out["triton_seconds"] = time.time() - started
-        expected = function(x)
-        out["triton_max_error"] = float((y - expected).abs().max())
-        out["triton_ok"] = bool(torch.allclose(y, expected, rtol=1e-4, atol=1e-4))
-    except Exception as error:
-        out["triton_error"] = repr(error)[:600]
-print("GPU_SELFTEST_JSON " + json.dumps(out), flush=True)
-# Everything is said: skip the interpreter's teardown (torch's and CUDA's destructors take most
-# of a second), which would only delay the end of the run.
-sys.stderr.flush()
-os._exit(0)
-"#;
+/// Tells the probe's kernel compiler that its Triton cache is this run's own and empty.
+const PRIVATE_CACHE_VARIABLE: &str = "GPU_SELFTEST_PRIVATE_TRITON_CACHE";
 
 /// What the image claims; `None` means no claim to compare.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -172,16 +95,43 @@ pub struct Findings {
     /// From starting the interpreter to the end of its output, measured by gpu-selftest: the
     /// probe's whole length, which runs beside the GPU checks.
     pub probe_seconds: Option<f64>,
+    /// From the interpreter's first line to its output, measured by the probe.
+    pub python_seconds: Option<f64>,
+    /// When gpu-selftest said that it had opened the GPUs, from the probe's start.
+    pub gpus_open_at_seconds: Option<f64>,
+    /// Making GPU 0's CUDA context on a thread while torch imported, and why it failed.
+    pub cuda_early_seconds: Option<f64>,
+    pub cuda_early_error: Option<String>,
+    /// Where the Triton kernel was compiled: beside the torch import (a second interpreter), or
+    /// by Triton's JIT after it (when that failed, or on a Triton whose API differs).
+    pub kernel_path: Option<String>,
+    /// The second interpreter's whole run (import Triton, compile the kernel, build the C
+    /// launcher and Triton's driver helpers) and the kernel's compilation alone.
+    pub kernel_compiler_seconds: Option<f64>,
+    pub kernel_compile_seconds: Option<f64>,
+    /// How long the probe waited for the second interpreter once torch had the GPU.
+    pub kernel_wait_seconds: Option<f64>,
+    pub kernel_compiler_error: Option<String>,
+    pub kernel_load_error: Option<String>,
+    /// The Triton cache the probe used: "private" (an empty folder of this run, removed after)
+    /// or the `TRITON_CACHE_DIR` the caller set.
+    pub triton_cache: Option<String>,
 }
 
 /// A running framework probe.
 pub struct Running {
     child: Child,
+    /// The probe's standard input: one line says that this process opened the GPUs (GPU 0's
+    /// compute capability, or `none`); closing it says the same without a capability.
+    gpus_open: Option<ChildStdin>,
     started: Instant,
     timeout: Duration,
     interpreter: String,
     /// The script's file, removed when the probe is dropped.
     script: PathBuf,
+    /// The private Triton cache, removed when the probe is dropped; `None` when the caller set
+    /// `TRITON_CACHE_DIR`.
+    private_cache: Option<PathBuf>,
     /// Readers of standard output (with the moment it closed: the probe's end) and error,
     /// started with the probe so that a full pipe never stalls it.
     output_reader: Option<JoinHandle<(String, Instant)>>,
@@ -227,10 +177,31 @@ pub fn start(
     command
         .arg(&script)
         .arg(probe.name())
-        .stdin(Stdio::null())
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     crate::loader::restore_environment(&mut command, original_library_path);
+    // Triton compiles into an empty folder of this run's own unless the caller chose a cache:
+    // every run then proves that the compiler works (a cache hit would prove nothing) and leaves
+    // nothing behind in the home folder.
+    // Only the Triton probe: `--framework-torch-compile` keeps Inductor's and Triton's caches as
+    // the caller has them.
+    let private_cache = if probe == Probe::Triton && std::env::var_os("TRITON_CACHE_DIR").is_none()
+    {
+        let folder = script.with_extension("triton-cache");
+        let _ = std::fs::remove_dir_all(&folder);
+        std::fs::create_dir(&folder).map_err(|error| {
+            let _ = std::fs::remove_file(&script);
+            format!("cannot make the Triton cache {}: {error}", folder.display())
+        })?;
+        command
+            .env("TRITON_CACHE_DIR", &folder)
+            .env(PRIVATE_CACHE_VARIABLE, "1");
+        Some(folder)
+    } else {
+        command.env_remove(PRIVATE_CACHE_VARIABLE);
+        None
+    };
     // One function needs no pool of compile workers; starting one (a process per core, each
     // importing torch) costs seconds and competes with the GPU checks for the CPU.
     if std::env::var_os("TORCHINDUCTOR_COMPILE_THREADS").is_none() {
@@ -239,19 +210,37 @@ pub fn start(
     let started = Instant::now();
     let mut child = command.spawn().map_err(|error| {
         let _ = std::fs::remove_file(&script);
+        if let Some(folder) = &private_cache {
+            let _ = std::fs::remove_dir_all(folder);
+        }
         format!("cannot run `{interpreter}`: {error}")
     })?;
+    let gpus_open = child.stdin.take();
     let output_reader = Some(read_to_end(child.stdout.take()));
     let error_reader = Some(read_to_end(child.stderr.take()));
     Ok(Running {
         child,
+        gpus_open,
         started,
         timeout,
         interpreter: interpreter.to_string(),
         script,
+        private_cache,
         output_reader,
         error_reader,
     })
+}
+
+impl Running {
+    /// Tells the probe that this process has opened the GPUs, so that it makes its own CUDA
+    /// context now, and GPU 0's compute capability ("9.0"), for the Triton kernel it compiles.
+    /// Said once; later calls do nothing.
+    pub fn gpus_open(&mut self, compute_capability: Option<&str>) {
+        if let Some(mut pipe) = self.gpus_open.take() {
+            // A probe that already ended has closed its end: nothing to tell.
+            let _ = writeln!(pipe, "{}", compute_capability.unwrap_or("none"));
+        }
+    }
 }
 
 impl Drop for Running {
@@ -262,12 +251,17 @@ impl Drop for Running {
             let _ = self.child.wait();
         }
         let _ = std::fs::remove_file(&self.script);
+        if let Some(folder) = &self.private_cache {
+            let _ = std::fs::remove_dir_all(folder);
+        }
     }
 }
 
 /// Waits for the probe (killing it at the timeout) and parses its answer; `probe_seconds` is
 /// set to the time from its start to the end of its output.
 pub fn finish(mut running: Running) -> Result<Findings, String> {
+    // Whatever was said, the probe must not wait any longer to hear that the GPUs are open.
+    drop(running.gpus_open.take());
     loop {
         match running.child.try_wait() {
             Ok(Some(_)) => break,
@@ -304,6 +298,12 @@ pub fn finish(mut running: Running) -> Result<Findings, String> {
             .saturating_duration_since(running.started)
             .as_secs_f64(),
     );
+    findings.triton_cache = Some(match &running.private_cache {
+        Some(_) => "private".to_string(),
+        None => {
+            std::env::var("TRITON_CACHE_DIR").unwrap_or_else(|_| "Triton's default".to_string())
+        }
+    });
     Ok(findings)
 }
 
@@ -453,6 +453,9 @@ pub fn judge(findings: &Findings, claims: &Claims, visible_gpus: usize) -> Check
         }
         (None, None) => {}
     }
+    if triton_probe {
+        lines.extend(kernel_path_lines(findings));
+    }
     // Any mismatch or failure fails the check; versions without a claim are only reported.
     let status = if problems.is_empty() {
         Status::Pass
@@ -487,6 +490,34 @@ pub fn judge(findings: &Findings, claims: &Claims, visible_gpus: usize) -> Check
         .figure("found", findings);
     result.lines = lines;
     result
+}
+
+/// Where the Triton kernel was compiled and what the work beside torch's import took; the
+/// reasons when the probe fell back to compiling after the import.
+fn kernel_path_lines(findings: &Findings) -> Vec<String> {
+    let mut lines = Vec::new();
+    if let Some(path) = &findings.kernel_path {
+        lines.push(format!(
+            "kernel {path}: second interpreter {:.1} s (compile {:.1} s), waited for {:.1} s; CUDA context made beside the import in {:.1} s; Triton cache {}",
+            findings.kernel_compiler_seconds.unwrap_or(f64::NAN),
+            findings.kernel_compile_seconds.unwrap_or(f64::NAN),
+            findings.kernel_wait_seconds.unwrap_or(f64::NAN),
+            findings.cuda_early_seconds.unwrap_or(f64::NAN),
+            findings.triton_cache.as_deref().unwrap_or("unknown")
+        ));
+    }
+    for (what, error) in [
+        ("kernel compiler", &findings.kernel_compiler_error),
+        ("loading its kernel", &findings.kernel_load_error),
+        ("early CUDA context", &findings.cuda_early_error),
+    ] {
+        if let Some(error) = error {
+            lines.push(format!(
+                "{what}: {error} (not a failure: the probe did it after the import instead)"
+            ));
+        }
+    }
+    lines
 }
 
 #[cfg(test)]
@@ -603,9 +634,19 @@ mod tests {
             Ok(running) => {
                 let script = running.script.clone();
                 assert!(script.exists());
+                // Without a TRITON_CACHE_DIR of the caller's, the probe compiles into a folder
+                // of its own, removed with the script.
+                let cache = running.private_cache.clone();
+                if std::env::var_os("TRITON_CACHE_DIR").is_none() {
+                    assert!(cache.as_ref().is_some_and(|folder| folder.is_dir()));
+                }
                 let findings = finish(running).expect("the script prints its JSON line");
                 assert_eq!(findings.probe.as_deref(), Some("triton"));
                 assert!(!script.exists(), "the probe's file is removed");
+                assert!(
+                    cache.is_none_or(|folder| !folder.exists()),
+                    "the private Triton cache is removed"
+                );
                 if findings.torch_import_error.is_some() {
                     assert_eq!(judge(&findings, &claims(), 0).status, Status::Skip);
                 } else {
@@ -645,6 +686,31 @@ mod tests {
         assert!(check
             .summary
             .ends_with("; a Triton kernel compiles and runs"));
+        // Compiled beside the import: the line says so; a fallback after the import passes too
+        // and names why it was needed.
+        let beside = Findings {
+            kernel_path: Some("compiled beside the torch import".to_string()),
+            kernel_compiler_seconds: Some(1.8),
+            kernel_compile_seconds: Some(0.7),
+            kernel_wait_seconds: Some(0.0),
+            cuda_early_seconds: Some(0.3),
+            triton_cache: Some("private".to_string()),
+            ..triton.clone()
+        };
+        let check = judge(&beside, &claims(), 2);
+        assert!(check.lines.contains(&"kernel compiled beside the torch import: second interpreter 1.8 s (compile 0.7 s), waited for 0.0 s; CUDA context made beside the import in 0.3 s; Triton cache private".to_string()), "{:?}", check.lines);
+        let fallback = Findings {
+            kernel_path: Some("compiled by Triton's JIT after the torch import".to_string()),
+            kernel_compiler_error: Some(
+                "RuntimeError('cuInit returned CUDA error 100')".to_string(),
+            ),
+            ..beside
+        };
+        let check = judge(&fallback, &claims(), 2);
+        assert_eq!(check.status, Status::Pass);
+        assert!(check.lines.iter().any(|line| line.starts_with(
+            "kernel compiler: RuntimeError('cuInit returned CUDA error 100') (not a failure"
+        )));
         assert!(check.rule.contains("a Triton kernel"));
         assert!(check.lines.iter().any(|line| line
             .starts_with("Triton kernel: compiled and ran on GPU 0 in 2.1 s (Triton 3.6.0)")));

@@ -878,7 +878,7 @@ pub fn check(gpus: &[GpuHealth], nvml_note: Option<&str>) -> Check {
                 Verdict::Ok | Verdict::Reported => {}
             }
             lines.push(format!(
-                "GPU {} {:<40} {:<12} {}",
+                "GPU {} {:<44} {:<12} {}",
                 gpu.gpu,
                 counter.counter,
                 counter.verdict.word(),

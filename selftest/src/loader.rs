@@ -88,13 +88,19 @@ fn reported_site_packages() -> Vec<PathBuf> {
         paths = list(getattr(site, 'getsitepackages', lambda: [])()) + [site.getusersitepackages()]\n\
         paths += [p for p in sys.path if p.endswith(('site-packages', 'dist-packages'))]\n\
         print('\\n'.join(paths))";
-    let mut folders = Vec::new();
-    for interpreter in ["python3", "python"] {
-        if let Some(text) = command_output(interpreter, &["-c", SCRIPT]) {
-            folders.extend(text.lines().map(PathBuf::from));
-        }
-    }
-    folders
+    // Asked side by side: each interpreter's start is most of the first stage's time, which
+    // delays everything after the re-execution.
+    std::thread::scope(|scope| {
+        let answers: Vec<_> = ["python3", "python"]
+            .into_iter()
+            .map(|interpreter| scope.spawn(move || command_output(interpreter, &["-c", SCRIPT])))
+            .collect();
+        answers
+            .into_iter()
+            .filter_map(|answer| answer.join().ok().flatten())
+            .flat_map(|text| text.lines().map(PathBuf::from).collect::<Vec<_>>())
+            .collect()
+    })
 }
 
 /// Searches the system for the libraries of this build.
@@ -106,10 +112,15 @@ pub fn discover_on_this_system(original_library_path: Option<&str>, prefer_pip: 
             roots.push(PathBuf::from(value));
         }
     }
-    let site_packages = discovery::site_packages_candidates(&reported_site_packages(), &roots);
+    // The loader cache is read while the interpreters answer.
+    let (reported, loader_cache) = std::thread::scope(|scope| {
+        let loader_cache = scope.spawn(loader_cache_text);
+        (reported_site_packages(), loader_cache.join().ok().flatten())
+    });
+    let site_packages = discovery::site_packages_candidates(&reported, &roots);
     let places = discovery::system_places(
         original_library_path,
-        loader_cache_text().as_deref(),
+        loader_cache.as_deref(),
         &site_packages,
         prefer_pip,
     );
