@@ -1,8 +1,9 @@
 //! The inventory check: each GPU's name, compute capability, memory, PCIe link and NVLink
 //! peers; the driver and the CUDA version it supports; the CUDA libraries found and loaded.
 //!
-//! It never fails the run on its own (a visible GPU is enough); it warns when a link runs
-//! narrower than its maximum while under load, which the bandwidth check would then explain.
+//! It never fails the run on its own (a visible GPU is enough). The link it reads here is the
+//! idle one, which may train down to save power; the health check judges the link sampled while
+//! the copies load it.
 
 use super::Gpu;
 use crate::discovery::Discovery;
