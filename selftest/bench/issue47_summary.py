@@ -91,9 +91,8 @@ for program in ("new", "pip", "main"):
 
 print()
 print("## Health counters of the first run (F-new)")
-for gpu in check(report("F-new"), "health").get("gpus", []):
-    for counter in gpu["counters"]:
-        print(f"GPU {gpu['gpu']} {counter['counter']:<42} {counter['verdict']:<12} {counter['value']!s:<10} {counter['note']}")
+for counter in check(report("F-new"), "health").get("judgements", []):
+    print(f"GPU {counter['gpu']} {counter['counter']:<44} {counter['verdict']:<12} {counter['value']!s:<10} {counter['note']}")
 print(check(report("F-new"), "health").get("summary", "no health check"))
 
 print()

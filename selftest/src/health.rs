@@ -839,6 +839,16 @@ pub struct GpuHealth {
     pub counters: Vec<Counter>,
 }
 
+/// One counter of one GPU as the JSON report's `judgements` carry it: flat, like the other
+/// checks' judgements, so that a reader (imagegen recomputes every check's status from them)
+/// sees each `verdict` beside its GPU.
+#[derive(Serialize)]
+struct Judgement<'a> {
+    gpu: usize,
+    #[serde(flatten)]
+    counter: &'a Counter,
+}
+
 /// Builds the check from every GPU's counters; `nvml_note` says why NVML could not be used.
 pub fn check(gpus: &[GpuHealth], nvml_note: Option<&str>) -> Check {
     let mut failures: Vec<String> = Vec::new();
@@ -944,9 +954,18 @@ pub fn check(gpus: &[GpuHealth], nvml_note: Option<&str>) -> Check {
             gpus.len()
         ),
     };
+    let judgements: Vec<Judgement> = gpus
+        .iter()
+        .flat_map(|gpu| {
+            gpu.counters.iter().map(|counter| Judgement {
+                gpu: gpu.gpu,
+                counter,
+            })
+        })
+        .collect();
     let mut result = Check::new("health", status, summary)
         .with_rule(RULE)
-        .figure("gpus", gpus);
+        .figure("judgements", judgements);
     if let Some(note) = nvml_note {
         result = result.figure("nvml", note);
     }
@@ -1014,13 +1033,15 @@ mod tests {
     }
 
     fn counter(check: &Check, name: &str) -> serde_json::Value {
-        check.figures["gpus"][0]["counters"]
+        let found = check.figures["judgements"]
             .as_array()
             .unwrap()
             .iter()
-            .find(|counter| counter["counter"] == name)
+            .find(|judgement| judgement["counter"] == name)
             .unwrap_or_else(|| panic!("no counter {name}"))
-            .clone()
+            .clone();
+        assert_eq!(found["gpu"], 0, "each judgement names its GPU");
+        found
     }
 
     #[test]
@@ -1376,10 +1397,7 @@ mod tests {
         );
         assert_eq!(status_of("ecc_uncorrected_volatile").as_deref(), Some("ok"));
         // Every counter has exactly one status sample.
-        let counters = check.figures["gpus"][0]["counters"]
-            .as_array()
-            .unwrap()
-            .len();
+        let counters = check.figures["judgements"].as_array().unwrap().len();
         assert_eq!(
             check
                 .metrics
