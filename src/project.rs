@@ -291,6 +291,95 @@ fn read_fragments(matrix_path: &Path, matrix: &Matrix) -> Result<BTreeMap<String
     Ok(fragments)
 }
 
+/// `--project DIR` names a folder that holds the project: refused with what to write instead
+/// when it is missing or is a file (`--project matrix.yaml`).
+pub(crate) fn check_project_dir(dir: &std::path::Path) -> anyhow::Result<()> {
+    match std::fs::metadata(dir) {
+        Ok(metadata) if metadata.is_dir() => Ok(()),
+        Ok(_) => {
+            let folder = dir
+                .parent()
+                .filter(|parent| !parent.as_os_str().is_empty())
+                .unwrap_or(std::path::Path::new("."));
+            anyhow::bail!(
+                "--project {} is a file; --project takes the project's folder (the one holding matrix.yaml)\nhint: --project {}, or --matrix {}",
+                dir.display(),
+                folder.display(),
+                dir.display()
+            )
+        }
+        Err(error) => anyhow::bail!(
+            "--project {}: {error}\nhint: --project takes the project's folder (the one holding matrix.yaml); relative to where imagegen runs ({})",
+            dir.display(),
+            std::env::current_dir()
+                .map(|dir| dir.display().to_string())
+                .unwrap_or_else(|_| "?".into())
+        ),
+    }
+}
+
+/// Where gpu-selftest's binaries are when `--selftest-dir` is not given: `target/selftest`
+/// (where `selftest/build.sh` puts them) of the project's folder or of a folder above it (a
+/// project inside the imagegen repository, such as `examples/offline`), else beside the
+/// imagegen binary's own target folder (`target/release/imagegen` → `target/selftest`); the
+/// project's `target/selftest` when none has it (the error then names that folder).
+pub(crate) fn default_selftest_dir(root: &std::path::Path) -> std::path::PathBuf {
+    let start = if root.as_os_str().is_empty() {
+        std::path::PathBuf::from(".")
+    } else {
+        root.to_path_buf()
+    };
+    let absolute = std::fs::canonicalize(&start).unwrap_or(start.clone());
+    let upward = absolute
+        .ancestors()
+        .map(|folder| folder.join("target/selftest"))
+        .find(|candidate| candidate.is_dir());
+    let beside_binary = std::env::current_exe().ok().and_then(|exe| {
+        let candidate = exe.parent()?.parent()?.join("selftest");
+        candidate.is_dir().then_some(candidate)
+    });
+    upward
+        .or(beside_binary)
+        .unwrap_or_else(|| start.join("target/selftest"))
+}
+
+/// What to say first about the project a command acts on, where that may surprise: a project
+/// other than the one in the working directory (named by `--project`, `--matrix` or their
+/// variables), and, for a build (`building`: it writes a manifest and takes long), always.
+pub(crate) fn which_project_note(
+    matrix: &Path,
+    by_project: bool,
+    building: bool,
+) -> Option<String> {
+    let folder = matrix
+        .parent()
+        .filter(|parent| !parent.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let project = std::fs::canonicalize(folder).ok()?;
+    let here = std::env::current_dir().ok()?;
+    let elsewhere = std::fs::canonicalize(&here).ok() != Some(project.clone());
+    if elsewhere && here.join("matrix.yaml").is_file() {
+        let by = if by_project {
+            "--project or IMAGEGEN_PROJECT"
+        } else {
+            "--matrix or IMAGEGEN_MATRIX"
+        };
+        Some(format!(
+            "note: acting on the project in {} (named by {by}), not on the matrix.yaml here in {}",
+            project.display(),
+            here.display()
+        ))
+    } else if building {
+        Some(format!(
+            "building the project in {} ({}); --project DIR names another",
+            project.display(),
+            matrix.display()
+        ))
+    } else {
+        None
+    }
+}
+
 /// Reads the matrix at `path` within the YAML size limit and validates it.
 fn read_matrix(path: &Path) -> Result<Matrix, MatrixError> {
     let bytes = read_yaml_input(path).map_err(|source| MatrixError::Read {

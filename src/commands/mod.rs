@@ -68,8 +68,11 @@ pub fn parse() -> std::result::Result<Cli, clap::Error> {
 /// left at its default (images/, the manifest, .imagegen/logs) is taken in the matrix's folder,
 /// so `--matrix ../x/matrix.yaml` uses ../x/images, not a second images/ here. A path given on
 /// the command line stays relative to the working directory, as paths typed in a shell are.
-fn place_project_paths(cli: &mut Cli) {
+/// gpu-selftest's folder, when not given, is found from the project (see
+/// [`crate::project::default_selftest_dir`]).
+fn place_project_paths(cli: &mut Cli) -> Result<()> {
     if let Some(dir) = &cli.project {
+        crate::project::check_project_dir(dir)?;
         if cli.matrix.is_relative() {
             cli.matrix = dir.join(&cli.matrix);
         }
@@ -79,10 +82,20 @@ fn place_project_paths(cli: &mut Cli) {
         .parent()
         .map(std::path::Path::to_path_buf)
         .unwrap_or_default();
-    if root.as_os_str().is_empty() {
-        return;
-    }
     let given = cli.given.clone();
+    if !given.iter().any(|g| g == "selftest_dir") {
+        match &mut cli.command {
+            Command::Build(args) => args.selftest_dir = crate::project::default_selftest_dir(&root),
+            Command::Bake(args) => args.selftest_dir = crate::project::default_selftest_dir(&root),
+            Command::Doctor(args) => {
+                args.selftest_dir = crate::project::default_selftest_dir(&root)
+            }
+            _ => {}
+        }
+    }
+    if root.as_os_str().is_empty() {
+        return Ok(());
+    }
     let place = |path: &mut std::path::PathBuf, id: &str| {
         if !given.iter().any(|g| g == id) && path.is_relative() {
             *path = root.join(&*path);
@@ -128,11 +141,12 @@ fn place_project_paths(cli: &mut Cli) {
         | Command::Doctor(_)
         | Command::DiffBuild(_) => {}
     }
+    Ok(())
 }
 
 /// Runs the command `cli` names.
 pub fn run(mut cli: Cli) -> Result<Outcome> {
-    place_project_paths(&mut cli);
+    place_project_paths(&mut cli)?;
     // Rendered images and their locks live in `images/` unless the command names another folder.
     let images_dir = match &cli.command {
         Command::Render(args) => Some(&args.out),
@@ -148,6 +162,11 @@ pub fn run(mut cli: Cli) -> Result<Outcome> {
         Command::Test(args) => Some(&args.manifest),
         _ => None,
     };
+    let building = matches!(&cli.command, Command::Build(args) if !args.dry_run);
+    let by_project = cli.given.iter().any(|g| g == "project");
+    if let Some(note) = crate::project::which_project_note(&cli.matrix, by_project, building) {
+        eprintln!("{note}");
+    }
     let mut project = Project::open(&cli.matrix, cli.knowledge.as_deref());
     if let Some(dir) = images_dir {
         project = project.with_images_dir(dir);

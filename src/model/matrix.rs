@@ -61,7 +61,7 @@ fn location_suffix(line: Option<usize>, column: Option<usize>) -> String {
 
 fn read_hint(error: &std::io::Error) -> &'static str {
     if error.kind() == std::io::ErrorKind::NotFound {
-        "\nhint: run imagegen where matrix.yaml is, pass --matrix PATH, or set IMAGEGEN_MATRIX"
+        "\nhint: run imagegen in the project's folder (where matrix.yaml is), or name it with --project DIR (IMAGEGEN_PROJECT), or the matrix with --matrix PATH (IMAGEGEN_MATRIX)"
     } else {
         ""
     }

@@ -245,13 +245,47 @@ impl<'k> KnownValues<'k> {
         } else {
             alike
         };
-        let near = closest(value, pool, SUGGESTIONS);
+        // Versions are also compared as numbers: the newest known is always named, and a value
+        // above it is said to be newer than the knowledge (2.99.0 is no typo of 2.9.0).
+        let numbers = |text: &str| -> Option<Vec<u64>> {
+            text.split('.').map(|part| part.parse().ok()).collect()
+        };
+        let newest = (key != "os")
+            .then(|| {
+                pool.iter()
+                    .filter_map(|c| numbers(c).map(|n| (n, *c)))
+                    .max()
+                    .map(|(_, c)| c)
+            })
+            .flatten();
+        let mut near = closest(value, pool.iter().copied(), SUGGESTIONS);
+        if let Some(newest) = newest {
+            if !near.contains(&newest) {
+                near.truncate(SUGGESTIONS.saturating_sub(1));
+                near.push(newest);
+            }
+        }
+        let beyond = match (newest.and_then(numbers), numbers(value)) {
+            (Some(newest_numbers), Some(value_numbers)) if value_numbers > newest_numbers => {
+                Some(newest.unwrap_or_default())
+            }
+            _ => None,
+        };
+        let hint = match beyond {
+            Some(newest) => format!(
+                "{value} is newer than every {label} release the knowledge knows (the newest is {newest}); a release newer than the knowledge goes in a --knowledge file (see docs/compatibility.md)"
+            ),
+            None => format!(
+                "closest known: {}{}; a release newer than the knowledge goes in a --knowledge file (see docs/compatibility.md)",
+                near.join(", "),
+                newest
+                    .map(|newest| format!(" (the newest is {newest})"))
+                    .unwrap_or_default()
+            ),
+        };
         (
             format!("{label} {value} is not in the compatibility knowledge"),
-            format!(
-                "closest known: {}; a release newer than the knowledge goes in a --knowledge file (see docs/compatibility.md)",
-                near.join(", ")
-            ),
+            hint,
         )
     }
 
@@ -347,7 +381,20 @@ mod tests {
             error.starts_with("matrix.yaml:3:17: torch 2.99 is not in the compatibility knowledge"),
             "{error}"
         );
-        assert!(error.contains("\nhint: closest known: 2.9"), "{error}");
+        assert!(
+            error.contains("\nhint: 2.99 is newer than every torch release the knowledge knows (the newest is 2.13)"),
+            "{error}"
+        );
+        let error =
+            check(&MINIMAL.replace("[\"2.12\", \"2.13\"]", "[\"2.12\", \"2.19\"]")).unwrap_err();
+        assert!(error.contains("\nhint: 2.19 is newer"), "{error}");
+        let error =
+            check(&MINIMAL.replace("[\"2.12\", \"2.13\"]", "[\"2.12\", \"2.0.9\"]")).unwrap_err();
+        assert!(
+            error.contains("\nhint: closest known: 2.0.0, ")
+                && error.contains("(the newest is 2.13.0)"),
+            "{error}"
+        );
         let error = check(&MINIMAL.replace("[\"12.6\", \"13.0\"]", "[12.10]")).unwrap_err();
         assert!(
             error.starts_with("matrix.yaml:4:8: CUDA 12.10 is not in the compatibility knowledge"),

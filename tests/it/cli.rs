@@ -878,6 +878,7 @@ fn knowledge_derive_names_an_unreachable_index() {
 /// The embedded knowledge of a released torch agrees with the wheels' own metadata on PyPI. This
 /// test needs https://pypi.org: without the network it fails (it does not skip) and says so.
 #[test]
+#[ignore = "slow tier (network): what only PyPI proves, that the derivation reads torch's real wheels' METADATA as the knowledge records it"]
 fn knowledge_derive_agrees_with_pypi_for_a_released_torch() {
     let output = imagegen()
         .args(["knowledge", "derive", "torch", "2.12.1", "--check"])
@@ -1747,5 +1748,74 @@ fn registry_change_renders_nothing_and_a_ca_bundle_change_is_summarized() {
     assert_eq!(
         bundle_lines, 5,
         "two headers, the count, one added, one removed: {stdout}"
+    );
+}
+
+/// Paths follow the project (docs/commands.md, "Paths"): `--project` takes a folder and says
+/// what to write when given a file or a folder that is not there; a missing matrix names
+/// `--project` among the ways to name one; a command run from inside one project that acts on
+/// another says so first; gpu-selftest's folder, when not given, is found from the project
+/// upwards (a project inside the repository, `examples/offline`, finds the repository's
+/// `target/selftest`).
+#[test]
+fn paths_follow_the_project_and_another_project_is_named_first() {
+    let root = tempfile::tempdir().unwrap();
+    let repository = root.path();
+    let project = repository.join("examples/team");
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::create_dir_all(repository.join("target/selftest")).unwrap();
+    let matrix = std::fs::read_to_string(fixture("basic.yaml")).unwrap();
+    std::fs::write(project.join("matrix.yaml"), &matrix).unwrap();
+    std::fs::write(repository.join("matrix.yaml"), &matrix).unwrap();
+
+    let (code, _, stderr) = run_in(
+        repository,
+        &["--project", "examples/team/matrix.yaml", "resolve"],
+    );
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("--project examples/team/matrix.yaml is a file")
+            && stderr
+                .contains("hint: --project examples/team, or --matrix examples/team/matrix.yaml"),
+        "{stderr}"
+    );
+    let (code, _, stderr) = run_in(repository, &["--project", "examples/nothing", "resolve"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("--project examples/nothing: No such file or directory")
+            && stderr.contains("the project's folder"),
+        "{stderr}"
+    );
+    let empty = tempfile::tempdir().unwrap();
+    let (code, _, stderr) = run_in(empty.path(), &["resolve"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("--project DIR (IMAGEGEN_PROJECT)"),
+        "{stderr}"
+    );
+
+    // From the repository's root (which has a matrix of its own), naming the team's project.
+    let (code, stdout, stderr) = run_in(repository, &["--project", "examples/team", "resolve"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!stdout.is_empty());
+    let project_shown = std::fs::canonicalize(&project).unwrap();
+    assert!(
+        stderr.starts_with(&format!(
+            "note: acting on the project in {} (named by --project or IMAGEGEN_PROJECT), not on the matrix.yaml here",
+            project_shown.display()
+        )),
+        "{stderr}"
+    );
+    // In the project itself: no note.
+    let (code, _, stderr) = run_in(&project, &["resolve"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!stderr.contains("note: acting on"), "{stderr}");
+    // doctor in the team's project finds the repository's target/selftest.
+    let (_, stdout, stderr) = run_in(&project, &["doctor", "--timeout", "1"]);
+    let selftest = std::fs::canonicalize(repository.join("target/selftest")).unwrap();
+    assert!(
+        stdout.contains(&selftest.display().to_string()),
+        "doctor names {}:\n{stdout}\n{stderr}",
+        selftest.display()
     );
 }

@@ -583,7 +583,7 @@ fn assert_no_host_key_in_layers(image: &str) {
 /// the real build (which runs them on its own images): `IMAGEGEN_TEST_JUPYTER_IMAGE=…
 /// IMAGEGEN_TEST_SSH_IMAGE=… it flavour_services --ignored`, images whose user is uid 1000 `dev`.
 #[test]
-#[ignore = "needs IMAGEGEN_TEST_JUPYTER_IMAGE and IMAGEGEN_TEST_SSH_IMAGE; the real build runs these checks"]
+#[ignore = "manual, not a tier: needs IMAGEGEN_TEST_JUPYTER_IMAGE and IMAGEGEN_TEST_SSH_IMAGE; the real build runs these checks"]
 fn services_of_flavour_images_given_by_name() {
     let jupyter =
         std::env::var("IMAGEGEN_TEST_JUPYTER_IMAGE").expect("IMAGEGEN_TEST_JUPYTER_IMAGE");

@@ -76,6 +76,7 @@ fn run_in(image: &str, case: &str, script: &str) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+#[ignore = "slow tier: wheels: host on a real Debian base (debootstrap, its apt, python3 and ldconfig), file by file against pip's venv; the quick tier has no real Python in its busybox base"]
 async fn a_venv_made_on_the_host_is_the_venv_pip_makes_in_the_build_file_by_file() {
     crate::support::project::prepare().await;
     crate::support::debian::bookworm_base();

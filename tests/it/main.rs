@@ -25,6 +25,7 @@ mod real_build;
 mod references;
 mod reproducible;
 mod support;
+mod tiers;
 mod upgrade;
 mod wheel_cache;
 

@@ -903,6 +903,7 @@ fn check_pushed_and_verified(
 }
 
 #[test]
+#[ignore = "slow tier: the real torch images from PyPI on a debootstrapped Debian base, built, pushed and verified as the quick start does, their CUDA libraries, compilers and the flavours' services checked; nothing in the quick tier installs a real wheel"]
 fn a_runtime_and_a_devel_image_built_for_real_from_pypi_on_a_debootstrapped_base() {
     let mut phases = Phases {
         started: Instant::now(),
