@@ -178,38 +178,11 @@ pub(super) fn retry_after(value: &str, now: std::time::SystemTime) -> Option<Dur
     Some(Duration::from_secs(at.saturating_sub(now)))
 }
 
-/// An IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`) as seconds since the Unix epoch.
+/// An HTTP-date (RFC 9110: the IMF-fixdate `Sun, 06 Nov 1994 08:49:37 GMT`, and the obsolete
+/// RFC 850 and asctime forms a recipient must accept) as seconds since the Unix epoch.
 fn http_date(text: &str) -> Option<u64> {
-    let parts: Vec<&str> = text.split_whitespace().collect();
-    let [_weekday, day, month, year, time, "GMT"] = parts.as_slice() else {
-        return None;
-    };
-    const MONTHS: [&str; 12] = [
-        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-    ];
-    let month = MONTHS.iter().position(|m| m == month)? as i64 + 1;
-    let day: i64 = day.parse().ok()?;
-    let year: i64 = year.parse().ok()?;
-    let clock: Vec<u64> = time
-        .split(':')
-        .map(|part| part.parse().ok())
-        .collect::<Option<_>>()?;
-    let [hour, minute, second] = clock.as_slice() else {
-        return None;
-    };
-    if !(1..=31).contains(&day) || *hour > 23 || *minute > 59 || *second > 60 {
-        return None;
-    }
-    // Days from civil (proleptic Gregorian), as in Howard Hinnant's algorithm.
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let year_of_era = y - era * 400;
-    let day_of_year = (153 * ((month + 9) % 12) + 2) / 5 + day - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    let days = era * 146_097 + day_of_era - 719_468;
-    u64::try_from(days)
-        .ok()
-        .map(|days| days * 86_400 + hour * 3600 + minute * 60 + second)
+    let at = httpdate::parse_http_date(text).ok()?;
+    Some(at.duration_since(std::time::UNIX_EPOCH).ok()?.as_secs())
 }
 
 pub(super) fn transport_failure(url: &str, error: ureq::Error) -> TransportFailure {
@@ -1306,29 +1279,9 @@ mod tests {
         );
     }
 
-    /// Seconds since the epoch as an IMF-fixdate (civil from days, Howard Hinnant's algorithm).
+    /// Seconds since the epoch as an IMF-fixdate.
     fn imf_fixdate(seconds: u64) -> String {
-        let days = (seconds / 86_400) as i64;
-        let z = days + 719_468;
-        let era = z.div_euclid(146_097);
-        let doe = z - era * 146_097;
-        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-        let mp = (5 * doy + 2) / 153;
-        let day = doy - (153 * mp + 2) / 5 + 1;
-        let month = if mp < 10 { mp + 3 } else { mp - 9 };
-        let year = yoe + era * 400 + i64::from(month <= 2);
-        let months = [
-            "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-        ];
-        let second_of_day = seconds % 86_400;
-        format!(
-            "Mon, {day:02} {} {year} {:02}:{:02}:{:02} GMT",
-            months[month as usize - 1],
-            second_of_day / 3600,
-            second_of_day % 3600 / 60,
-            second_of_day % 60
-        )
+        httpdate::fmt_http_date(std::time::UNIX_EPOCH + Duration::from_secs(seconds))
     }
 
     #[tokio::test]
