@@ -6,8 +6,8 @@
 
 use std::time::Duration;
 
-use crate::docker::registry::https_agent;
 use crate::model::extensions::ExtraIndex;
+use imagegen_oci::https_agent;
 
 use std::str::FromStr;
 
