@@ -102,8 +102,9 @@ pub(crate) fn provenance(record: &ImageRecord, context: &BuildContext) -> Value 
     let mut dependencies = Vec::new();
     let base = record.base_image.as_str();
     let base_digest = base
-        .split_once('@')
-        .and_then(|(_, digest)| digest_hex(digest));
+        .parse::<imagegen_oci::Reference>()
+        .ok()
+        .and_then(|reference| reference.digest().and_then(digest_hex));
     dependencies.push(descriptor(
         "base-image",
         Some(&format!("docker://{base}")),

@@ -55,17 +55,12 @@ pub(crate) fn parse_lock(text: &str) -> Vec<LockedPackage> {
     packages
 }
 
-/// A PyPI name as purl writes it: lowercase, `_` and `.` as `-` (PEP 503).
+/// A PyPI name as purl writes it: normalized (PEP 503: lowercase, runs of `_`, `.` and `-` as
+/// one `-`), by `imagegen_python::PackageName`. A text that is no package name goes lowercased
+/// (purl-encoded where it is written).
 pub fn pypi_name(name: &str) -> String {
-    let lower = name.to_ascii_lowercase().replace(['_', '.'], "-");
-    let mut out = String::new();
-    for character in lower.chars() {
-        if character == '-' && out.ends_with('-') {
-            continue;
-        }
-        out.push(character);
-    }
-    out
+    name.parse::<imagegen_python::PackageName>()
+        .map_or_else(|_| name.to_ascii_lowercase(), |name| name.to_string())
 }
 
 /// Percent-encodes what purl does not allow in a segment.

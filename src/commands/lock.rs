@@ -475,10 +475,11 @@ async fn look_up(engine: Option<&Engine>, registries: &Registries, reference: &s
         if let Ok(Some(local)) = engine.image(reference).await {
             // Pulled or pushed under this name, it has a registry digest of it (an image ID
             // carries the registry digests of every name it was pushed under).
-            let from_registry = local
-                .repo_digests
-                .iter()
-                .any(|entry| entry.split_once('@').is_some_and(|(repo, _)| repo == name));
+            let from_registry = local.repo_digests.iter().any(|entry| {
+                entry
+                    .parse::<imagegen_oci::Reference>()
+                    .is_ok_and(|pinned| pinned.name() == name)
+            });
             if !from_registry {
                 return match Digest::parse(&local.id) {
                     Ok(image_id) => Lookup::Found(BasePin::Daemon { image_id }),
@@ -490,11 +491,11 @@ async fn look_up(engine: Option<&Engine>, registries: &Registries, reference: &s
             }
         }
     }
-    let client = match registries.client(name) {
+    let client = match registries.client(&name) {
         Ok(client) => client,
         Err(error) => return Lookup::Unreachable(error.to_string()),
     };
-    match client.get_manifest(repository_path_of(name), tag).await {
+    match client.get_manifest(repository_path_of(&name), &tag).await {
         Ok(Some(manifest)) => match Digest::parse(&manifest.digest)
             .map_err(|error| error.to_string())
             .and_then(|digest| registry_pin(digest, &manifest.bytes))
@@ -510,11 +511,11 @@ async fn look_up(engine: Option<&Engine>, registries: &Registries, reference: &s
 /// For a vanished tag: whether its registry still serves the pinned digest.
 async fn still_served(registries: &Registries, reference: &str, digest: &Digest) -> String {
     let (name, _) = split_tag(reference);
-    let Ok(client) = registries.client(name) else {
+    let Ok(client) = registries.client(&name) else {
         return String::new();
     };
     match client
-        .manifest_digest(repository_path_of(name), digest.as_str())
+        .manifest_digest(repository_path_of(&name), digest.as_str())
         .await
     {
         Ok(Some(_)) => format!(" (the registry still serves {digest})"),
@@ -523,11 +524,12 @@ async fn still_served(registries: &Registries, reference: &str, digest: &Digest)
     }
 }
 
-/// `name:tag` → (`name`, `tag`); no tag is `latest`. A `:` before the last `/` is a port.
-fn split_tag(reference: &str) -> (&str, &str) {
-    match reference.rsplit_once(':') {
-        Some((name, tag)) if !tag.contains('/') => (name, tag),
-        _ => (reference, "latest"),
+/// `name:tag` → (`name`, `tag`); no tag is `latest`. Parsed as Docker reads a reference (a `:`
+/// in the registry is its port); one that does not parse is all name, and its lookup fails.
+fn split_tag(reference: &str) -> (String, String) {
+    match reference.parse::<imagegen_oci::Reference>() {
+        Ok(parsed) => (parsed.name(), parsed.tag().unwrap_or("latest").to_string()),
+        Err(_) => (reference.to_string(), "latest".to_string()),
     }
 }
 

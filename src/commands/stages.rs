@@ -68,13 +68,8 @@ fn today() -> Result<i64> {
     match std::env::var("IMAGEGEN_TODAY") {
         Ok(text) => crate::model::date::days_since_epoch(&text)
             .ok_or_else(|| anyhow::anyhow!("IMAGEGEN_TODAY={text:?} is not a day (YYYY-MM-DD)")),
-        Err(_) => {
-            let seconds = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|elapsed| elapsed.as_secs())
-                .unwrap_or(0);
-            Ok((seconds / 86_400) as i64)
-        }
+        // Days are whole UTC days: the instant's seconds divided by a day's.
+        Err(_) => Ok(jiff::Timestamp::now().as_second().div_euclid(86_400)),
     }
 }
 

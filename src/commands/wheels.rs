@@ -12,11 +12,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use imagegen_python::Target;
 
 use crate::docker::pypi_index::{credentials, locked_packages, netrc_credentials};
 use crate::docker::wheel_cache::{fetch_all, FetchProgress, IndexSource, WheelCache, WheelNeed};
 use crate::docker::{ContextFile, ContextWheels, DiskFile};
-use crate::model::wheel_tags::Target;
 use crate::pipeline::wheel_install::{self, Venv, VENV_PREFIX};
 use crate::resolve::image::ImageSpec;
 
@@ -158,7 +158,7 @@ pub(crate) fn fetch_for_images(
             version: wanted.version.clone(),
             hashes: wanted.hashes.clone(),
             target: format!("Python {} on {}", wanted.python, wanted.python_platform),
-            accepts: std::sync::Arc::new(move |filename: &str| target.accepts(filename)),
+            accepts: std::sync::Arc::new(move |wheel| target.accepts(wheel)),
             indexes,
         });
     }

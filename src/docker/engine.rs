@@ -28,9 +28,9 @@ use bollard::query_parameters::{
 use bollard::{body_full, Docker};
 use futures_util::StreamExt;
 
-use super::credentials::{registry_host_of, Credentials};
+use imagegen_oci::{is_transient_message, registry_host_of, Credentials, RetryPolicy};
+
 use super::error::DockerError;
-use super::retry::{is_transient_message, RetryPolicy};
 
 /// How many chunks of an image export wait between the daemon and the reader.
 const EXPORT_CHUNKS_BUFFERED: usize = 64;
@@ -253,6 +253,26 @@ pub struct Engine {
 
 /// The text of an error and of all its sources, without repeats ("client error (Connect): tcp
 /// connect error: Connection refused (os error 111)").
+/// The bollard form of `credentials`, for the daemon's `X-Registry-Auth` header.
+fn docker_credentials(
+    credentials: &Credentials,
+    server_address: &str,
+) -> bollard::auth::DockerCredentials {
+    match credentials {
+        Credentials::UsernamePassword { username, password } => bollard::auth::DockerCredentials {
+            username: Some(username.clone()),
+            password: Some(password.clone()),
+            serveraddress: Some(server_address.to_string()),
+            ..Default::default()
+        },
+        Credentials::IdentityToken { token } => bollard::auth::DockerCredentials {
+            identitytoken: Some(token.clone()),
+            serveraddress: Some(server_address.to_string()),
+            ..Default::default()
+        },
+    }
+}
+
 pub(crate) fn error_chain(error: &dyn StdError) -> String {
     let mut parts: Vec<String> = vec![error.to_string()];
     let mut source = error.source();
@@ -833,7 +853,7 @@ impl Engine {
             options = options.platform(platform);
         }
         let docker_credentials = credentials
-            .map(|credentials| credentials.to_docker_credentials(&registry_host_of(reference)));
+            .map(|credentials| docker_credentials(credentials, &registry_host_of(reference)));
         let mut stream = self
             .docker
             .create_image(Some(options.build()), None, docker_credentials);
@@ -1088,7 +1108,7 @@ impl Engine {
     ) -> Result<String, PushAttemptFailure> {
         let options = PushImageOptionsBuilder::default().tag(tag).build();
         let docker_credentials =
-            credentials.map(|credentials| credentials.to_docker_credentials(registry));
+            credentials.map(|credentials| docker_credentials(credentials, registry));
         let mut stream = self
             .docker
             .push_image(repository, Some(options), docker_credentials);

@@ -46,29 +46,24 @@
 //! # }
 //! ```
 
-mod auth;
 mod context;
-mod credentials;
 mod engine;
 mod error;
 pub(crate) mod layer_store;
 pub(crate) mod pypi_index;
-mod registries;
-mod registry;
-mod retry;
 pub(crate) mod run_journal;
 pub(crate) mod wheel_cache;
 
 pub(crate) use context::{append_to_context, context_tar_leaving_out, ContextWheels, DiskFile};
 pub use context::{context_tar, ContextFile};
-pub(crate) use credentials::registry_host_of;
-pub use credentials::{repository_path_of, Credentials, DockerConfig};
 pub(crate) use engine::Removal;
 pub use engine::{build_step_progress, BuildRequest, Engine, LocalImage, RunOutput, RunRequest};
 pub use error::DockerError;
-pub use registries::Registries;
-pub(crate) use registry::DEFAULT_TIMEOUT as DEFAULT_REGISTRY_TIMEOUT;
-pub use registry::{
-    RegistryClient, RegistryManifest, MEDIA_TYPE_DOCKER_MANIFEST, MEDIA_TYPE_OCI_INDEX,
+// The registry edge is its own crate (crates/imagegen-oci); its names are re-exported here, where
+// the commands have always found them.
+pub(crate) use imagegen_oci::registry_host_of;
+pub(crate) use imagegen_oci::DEFAULT_TIMEOUT as DEFAULT_REGISTRY_TIMEOUT;
+pub use imagegen_oci::{
+    repository_path_of, Credentials, DockerConfig, Registries, RegistryClient, RegistryError,
+    RegistryManifest, RetryPolicy, MEDIA_TYPE_DOCKER_MANIFEST, MEDIA_TYPE_OCI_INDEX,
 };
-pub use retry::RetryPolicy;

@@ -6,13 +6,15 @@
 
 use std::time::Duration;
 
-use crate::docker::registry::https_agent;
 use crate::model::extensions::ExtraIndex;
+use imagegen_oci::https_agent;
 
-use crate::model::knowledge::derive::wheel_zip::{self, WheelZipError};
-use crate::model::knowledge::derive::{
-    normalize_name, parse_simple_html, parse_simple_json, IndexFile,
-};
+use std::str::FromStr;
+
+use imagegen_python::wheel_zip::{self, WheelZipError};
+use imagegen_python::{PackageName, Version, WheelFilename};
+
+use crate::model::knowledge::derive::{parse_simple_html, parse_simple_json, IndexFile};
 
 /// Index pages of large projects run to a few MB; metadata files to tens of kB.
 const MAX_BODY_BYTES: u64 = 64 * 1024 * 1024;
@@ -173,9 +175,13 @@ impl IndexClient {
         }
     }
 
-    /// The project page URL (`https://pypi.org/simple/torch/`).
+    /// The project page URL (`https://pypi.org/simple/torch/`), under the normalized name
+    /// (PEP 503); a text that is no package name goes as written (the index answers 404).
     pub(crate) fn page_url(&self, project: &str) -> String {
-        format!("{}/{}/", self.index, normalize_name(project))
+        match PackageName::from_str(project) {
+            Ok(name) => format!("{}/{name}/", self.index),
+            Err(_) => format!("{}/{project}/", self.index),
+        }
     }
 
     /// The files of `project`'s page.
@@ -561,8 +567,12 @@ pub(crate) fn locked_packages(lock: &str) -> Vec<LockedPackage> {
                     .next()
                     .unwrap_or_default()
                     .to_string();
+                // uv writes valid names; one that is not goes on as written, and fails where
+                // it is looked up, naming it.
+                let name = name.trim();
                 packages.push(LockedPackage {
-                    name: normalize_name(name.trim()),
+                    name: PackageName::from_str(name)
+                        .map_or_else(|_| name.to_string(), |name| name.to_string()),
                     version,
                     hashes: Vec::new(),
                     from: None,
@@ -605,9 +615,10 @@ pub(crate) fn fetch_team_wheels(
             .project_files(&package.name)
             .map_err(|error| anyhow::anyhow!("{}: {error}", package.name))?;
         let before = wheels.len();
+        let locked = Version::from_str(&package.version).ok();
         for file in files.iter().filter(|file| {
-            file.filename.ends_with(".whl")
-                && file.filename.split('-').nth(1) == Some(package.version.as_str())
+            WheelFilename::from_str(&file.filename)
+                .is_ok_and(|wheel| Some(wheel.version()) == locked.as_ref())
         }) {
             let bytes = client
                 .download(&file.url)

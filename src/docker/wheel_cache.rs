@@ -11,16 +11,18 @@
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
+use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use imagegen_python::{Version, WheelFilename};
 use sha2::{Digest as _, Sha256};
 
 use crate::docker::pypi_index::{IndexClient, IndexCredentials};
 
 /// Which wheel file names an image can install (the caller's policy: its Python and platform).
-pub(crate) type Accepts = std::sync::Arc<dyn Fn(&str) -> bool + Send + Sync>;
+pub(crate) type Accepts = std::sync::Arc<dyn Fn(&WheelFilename) -> bool + Send + Sync>;
 
 /// One locked package for one Python and platform: fetch a wheel of it the target accepts whose
 /// sha256 the lock allows.
@@ -95,7 +97,9 @@ impl WheelCache {
             };
             let mut names: Vec<String> = listing
                 .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
-                .filter(|name| (need.accepts)(name))
+                .filter(|name| {
+                    WheelFilename::from_str(name).is_ok_and(|wheel| (need.accepts)(&wheel))
+                })
                 .collect();
             names.sort();
             for filename in names {
@@ -148,15 +152,16 @@ impl WheelCache {
                     continue;
                 }
             };
+            let locked = Version::from_str(&need.version).ok();
             let mut candidates: Vec<_> = files
                 .into_iter()
                 .filter(|file| {
-                    file.filename.split('-').nth(1) == Some(need.version.as_str())
-                        && (need.accepts)(&file.filename)
-                        && file
-                            .sha256
-                            .as_ref()
-                            .is_none_or(|sha256| need.hashes.contains(sha256))
+                    WheelFilename::from_str(&file.filename).is_ok_and(|wheel| {
+                        Some(wheel.version()) == locked.as_ref() && (need.accepts)(&wheel)
+                    }) && file
+                        .sha256
+                        .as_ref()
+                        .is_none_or(|sha256| need.hashes.contains(sha256))
                 })
                 .collect();
             // Files whose sha256 the index gives first: they need no download to be judged.
@@ -339,7 +344,9 @@ mod tests {
             hashes: hashes.iter().map(|h| h.to_string()).collect(),
             target: "Python 3.12 on x86_64-manylinux_2_39".into(),
             // What the caller's policy would say for that target, here by file name's end.
-            accepts: std::sync::Arc::new(|name: &str| name.ends_with("-none-any.whl")),
+            accepts: std::sync::Arc::new(|wheel: &WheelFilename| {
+                wheel.as_str().ends_with("-none-any.whl")
+            }),
             // Nothing listens on port 9: a test that reaches the network fails.
             indexes: vec![IndexSource {
                 url: "http://127.0.0.1:9/simple".into(),

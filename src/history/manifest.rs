@@ -946,68 +946,26 @@ pub(crate) fn keep_unknown_fields(current: &mut Extra, previous: &Extra) {
 
 /// Now as RFC 3339 UTC with seconds (`2026-11-30T10:25:21Z`), from the system clock.
 pub(crate) fn now_rfc3339() -> String {
-    let seconds = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    rfc3339(seconds)
+    rfc3339(u64::try_from(jiff::Timestamp::now().as_second()).unwrap_or(0))
 }
 
 /// RFC 3339 UTC with seconds, as [`rfc3339`] writes it (`2026-11-30T10:25:21Z`), as seconds
-/// since the Unix epoch; `None` for anything else.
+/// since the Unix epoch; `None` for anything else (another offset, fractions of a second, a day
+/// the calendar does not have).
 pub(crate) fn parse_rfc3339(text: &str) -> Option<u64> {
-    let (date, time) = text.strip_suffix('Z')?.split_once('T')?;
-    let numbers = |text: &str, separator: char| -> Option<Vec<i64>> {
-        text.split(separator)
-            .map(|part| part.parse().ok())
-            .collect()
-    };
-    let (date, time) = (numbers(date, '-')?, numbers(time, ':')?);
-    let ([year, month, day], [hour, minute, second]) = (date.as_slice(), time.as_slice()) else {
-        return None;
-    };
-    if !(1..=12).contains(month)
-        || !(1..=31).contains(day)
-        || *hour > 23
-        || *minute > 59
-        || *second > 60
-    {
-        return None;
-    }
-    // Days from civil (proleptic Gregorian), the inverse of `rfc3339`.
-    let y = if *month <= 2 { year - 1 } else { *year };
-    let era = y.div_euclid(400);
-    let year_of_era = y - era * 400;
-    let day_of_year = (153 * ((month + 9) % 12) + 2) / 5 + day - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    let days = era * 146_097 + day_of_era - 719_468;
-    u64::try_from(days * 86_400 + hour * 3600 + minute * 60 + second).ok()
+    let civil =
+        jiff::civil::DateTime::strptime("%Y-%m-%dT%H:%M:%S", text.strip_suffix('Z')?).ok()?;
+    let instant = civil.to_zoned(jiff::tz::TimeZone::UTC).ok()?.timestamp();
+    u64::try_from(instant.as_second()).ok()
 }
 
-/// Seconds since the Unix epoch as RFC 3339 UTC (civil-from-days, proleptic Gregorian).
+/// Seconds since the Unix epoch as RFC 3339 UTC with seconds (`2026-11-30T10:25:21Z`).
 pub(crate) fn rfc3339(seconds: u64) -> String {
-    let days = (seconds / 86_400) as i64;
-    let second_of_day = seconds % 86_400;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let day_of_era = z - era * 146_097;
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_index = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
-    let month = if month_index < 10 {
-        month_index + 3
-    } else {
-        month_index - 9
-    };
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        second_of_day / 3600,
-        (second_of_day % 3600) / 60,
-        second_of_day % 60
-    )
+    let instant = i64::try_from(seconds)
+        .ok()
+        .and_then(|seconds| jiff::Timestamp::from_second(seconds).ok())
+        .unwrap_or(jiff::Timestamp::MAX);
+    instant.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
 #[cfg(test)]

@@ -12,7 +12,9 @@
 
 use std::collections::BTreeMap;
 use std::path::{Component, Path};
+use std::str::FromStr;
 
+use imagegen_python::IndexRequirement;
 use serde::{Deserialize, Serialize};
 
 use crate::model::http_url::HttpUrl;
@@ -162,7 +164,10 @@ const RESERVED_ENV_PREFIXES: &[&str] = &["NVIDIA_", "IMAGEGEN_", "PIP_", "LD_"];
 
 /// A PEP 508 requirement from an index: a name, optional `[extras]`, optional version
 /// specifiers, optional `; markers`. No URLs (`name @ https://...`), no pip options, nothing a
-/// requirements file reads as something else.
+/// requirements file reads as something else. The requirement is parsed by `pep508_rs`
+/// (through `imagegen_python::IndexRequirement`); the text is then checked for where it is
+/// written: a line of the lock's input file and a `RUN pip install` line, so only the characters
+/// a requirement needs, and never `--` (pip reads an option).
 pub(crate) fn check_requirement(text: &str) -> Result<(), String> {
     let refuse = |why: &str| {
         Err(format!(
@@ -175,65 +180,17 @@ pub(crate) fn check_requirement(text: &str) -> Result<(), String> {
     if text.len() > 200 {
         return refuse("is longer than 200 characters");
     }
-    if text.contains('@') {
-        return refuse("is a direct reference (`@ URL`), which the lock cannot take from an index");
+    if let Err(error) = IndexRequirement::from_str(text) {
+        return refuse(&error.to_string());
     }
-    let (requirement, marker) = match text.split_once(';') {
-        Some((requirement, marker)) => (requirement.trim_end(), Some(marker.trim())),
-        None => (text, None),
-    };
-    let name_end = requirement
-        .find(|c: char| !(c.is_ascii_alphanumeric() || "._-".contains(c)))
-        .unwrap_or(requirement.len());
-    let name = &requirement[..name_end];
-    if name.is_empty()
-        || !name.starts_with(|c: char| c.is_ascii_alphanumeric())
-        || !name.ends_with(|c: char| c.is_ascii_alphanumeric())
-    {
-        return refuse("does not start with a package name");
+    let plain = |c: char| c.is_ascii_alphanumeric() || " ._-<>=!~'\"()[],;*+".contains(c);
+    if let Some(bad) = text.chars().find(|c| !plain(*c)) {
+        return refuse(&format!(
+            "contains {bad:?}, which a requirement written on a RUN line may not hold"
+        ));
     }
-    let mut rest = requirement[name_end..].trim_start();
-    if let Some(after) = rest.strip_prefix('[') {
-        let Some((extras, after)) = after.split_once(']') else {
-            return refuse("has an unclosed `[`");
-        };
-        if extras.split(',').any(|extra| {
-            let extra = extra.trim();
-            extra.is_empty()
-                || !extra
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
-        }) {
-            return refuse("has a malformed extra");
-        }
-        rest = after.trim_start();
-    }
-    if !rest.is_empty() {
-        for clause in rest.split(',') {
-            let clause = clause.trim();
-            let operator_end = clause
-                .find(|c: char| !"<>=!~".contains(c))
-                .unwrap_or(clause.len());
-            let operator = &clause[..operator_end];
-            let version = clause[operator_end..].trim();
-            if !["==", "!=", "<=", ">=", "<", ">", "~=", "==="].contains(&operator)
-                || version.is_empty()
-                || !version
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || ".*+!-_".contains(c))
-            {
-                return refuse(&format!("has a malformed version clause {clause:?}"));
-            }
-        }
-    }
-    if let Some(marker) = marker {
-        if marker.is_empty()
-            || !marker
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || " ._-<>=!~'\"()".contains(c))
-        {
-            return refuse("has a malformed environment marker");
-        }
+    if text.contains("--") {
+        return refuse("holds `--`, which pip reads as an option");
     }
     Ok(())
 }

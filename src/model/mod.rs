@@ -15,7 +15,6 @@ pub mod knowledge;
 pub mod matrix;
 pub(crate) mod names;
 pub(crate) mod version;
-pub(crate) mod wheel_tags;
 
 /// Which gpu-selftest build serves an image: the rule gpu-selftest itself uses, from the one
 /// file both crates share, so the binary copied into an image and the one the self-test expects

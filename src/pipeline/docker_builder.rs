@@ -1668,16 +1668,8 @@ fn rate(bytes: u64, elapsed: Duration) -> String {
 
 /// `name:tag@sha256:…` as the daemon looks it up: by its digest (the tag may name other bytes).
 fn local_reference(base: &str) -> String {
-    match base.split_once('@') {
-        Some((reference, digest)) => {
-            let name = reference
-                .rsplit_once(':')
-                .filter(|(_, tag)| !tag.contains('/'))
-                .map_or(reference, |(name, _)| name);
-            format!("{name}@{digest}")
-        }
-        None => base.to_string(),
-    }
+    base.parse::<imagegen_oci::Reference>()
+        .map_or_else(|_| base.to_string(), |reference| reference.by_digest())
 }
 
 /// A base pinned by image ID (only the daemon holds it) must still be those bytes.

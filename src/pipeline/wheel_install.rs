@@ -38,12 +38,12 @@
 
 use std::collections::BTreeMap;
 use std::io::{Read, Seek, Write};
+use std::str::FromStr;
 
 use anyhow::{anyhow, bail, Context, Result};
 use base64::Engine as _;
+use imagegen_python::{PackageName, WheelFilename};
 use sha2::{Digest as _, Sha256};
-
-use crate::model::knowledge::derive::normalize_name;
 
 /// The venv every image installs its lock into (the templates' `VIRTUAL_ENV`).
 pub(crate) const VENV_PREFIX: &str = "/opt/venv";
@@ -315,18 +315,10 @@ pub(crate) fn content_of<R: Read + Seek>(
     }
 }
 
-/// The project name of a wheel's file name (`{name}-{version}-…`).
-fn project_name(file_name: &str) -> Result<String> {
-    let stem = file_name
-        .strip_suffix(".whl")
-        .ok_or_else(|| anyhow!("{file_name}: a wheel's file name ends in .whl"))?;
-    let mut parts = stem.split('-');
-    match (parts.next(), parts.next()) {
-        (Some(name), Some(version)) if !name.is_empty() && !version.is_empty() => {
-            Ok(name.to_string())
-        }
-        _ => bail!("{file_name}: not a wheel's file name ({{name}}-{{version}}-…)"),
-    }
+/// The project of a wheel's file name (`{name}-{version}-…`), normalized (PEP 503).
+fn project_name(file_name: &str) -> Result<PackageName> {
+    let wheel = WheelFilename::from_str(file_name).map_err(|error| anyhow!("{error}"))?;
+    Ok(wheel.name().clone())
 }
 
 /// What one wheel installs: its files (path, file), RECORD's path and RECORD's rows.
@@ -370,7 +362,7 @@ fn plan_wheel<R: Read + Seek>(
     };
     let info_stem = info_dir.trim_end_matches(".dist-info");
     let (info_name, _) = info_stem.split_once('-').unwrap_or((info_stem, ""));
-    if normalize_name(info_name) != normalize_name(&name) {
+    if PackageName::from_str(info_name).ok().as_ref() != Some(&name) {
         bail!("{file_name}: its metadata folder {info_dir} is for another project");
     }
     let wheel_metadata = wheel

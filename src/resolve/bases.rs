@@ -8,6 +8,9 @@
 //! tag does not move a pin: only `imagegen lock --bases` does, and it says what moved.
 
 use std::collections::BTreeMap;
+use std::str::FromStr;
+
+use imagegen_oci::Reference;
 
 pub(crate) use crate::model::bases::BasePin;
 pub(crate) use crate::model::bases::{BasePins, BASES_FILE};
@@ -16,16 +19,15 @@ use crate::resolve::image::ImageSpec;
 /// The base reference of a runtime image without the digest its pin added
 /// (`nvidia/cuda:13.0.0-base-ubuntu24.04@sha256:…` → `nvidia/cuda:13.0.0-base-ubuntu24.04`);
 /// `None` for a devel image (built on its runtime image, which imagegen builds) and `scratch`.
-pub(crate) fn base_reference(image: &ImageSpec) -> Option<&str> {
+pub(crate) fn base_reference(image: &ImageSpec) -> Option<String> {
     if image.parent.is_some() || image.base_image == "scratch" {
         return None;
     }
-    Some(
-        image
-            .base_image
-            .split_once('@')
-            .map_or(image.base_image.as_str(), |(reference, _)| reference),
-    )
+    Some(match Reference::from_str(&image.base_image) {
+        Ok(reference) => reference.without_digest(),
+        // Not a reference by Docker's grammar: as written; looking it up then fails, naming it.
+        Err(_) => image.base_image.clone(),
+    })
 }
 
 /// What a Dockerfile's `FROM` names for `reference` with `pin`: the digest where a registry
@@ -42,7 +44,7 @@ pub(crate) fn bases_needed(images: &[ImageSpec]) -> BTreeMap<String, Vec<String>
     let mut needed: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for image in images {
         if let Some(reference) = base_reference(image) {
-            let platforms = needed.entry(reference.to_string()).or_default();
+            let platforms = needed.entry(reference).or_default();
             let platform = image.platform.as_str().to_string();
             if !platforms.contains(&platform) {
                 platforms.push(platform);

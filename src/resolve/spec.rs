@@ -27,11 +27,10 @@ pub(crate) const PYPI_TOOLKIT_EXTRAS: &str = "cccl,crt,cudart,culibos,nvcc,nvvm,
 /// Whether an image reference names NVIDIA's CUDA base (`nvidia/cuda:13.0.0-base-ubuntu24.04`, or
 /// the same repository under a mirror's host or path: `registry.example.com/hub/nvidia/cuda:…`).
 fn is_nvidia_cuda(reference: &str) -> bool {
-    let without_digest = reference.split('@').next().unwrap_or(reference);
-    let repository = match without_digest.rsplit_once(':') {
-        Some((name, tag)) if !tag.contains('/') => name,
-        _ => without_digest,
+    let Ok(reference) = reference.parse::<imagegen_oci::Reference>() else {
+        return false;
     };
+    let repository = reference.name();
     repository == "nvidia/cuda" || repository.ends_with("/nvidia/cuda")
 }
 

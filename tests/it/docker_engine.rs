@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 use crate::support::{base_image, context_dir, engine, unique_name, Cleanup, Registry, BASE_IMAGE};
 use imagegen::docker::{
     build_step_progress, context_tar, BuildRequest, ContextFile, Credentials, DockerConfig,
-    DockerError, Engine, RegistryClient, RetryPolicy, RunRequest, MEDIA_TYPE_DOCKER_MANIFEST,
+    DockerError, Engine, RegistryClient, RegistryError, RetryPolicy, RunRequest,
+    MEDIA_TYPE_DOCKER_MANIFEST,
 };
 use sha2::{Digest, Sha256};
 
@@ -492,7 +493,7 @@ async fn authenticated_registry_needs_credentials_and_never_shows_them() {
         .await
         .unwrap_err();
     assert!(
-        matches!(refused, DockerError::RegistryAuth { status: 401, .. }),
+        matches!(refused, RegistryError::Auth { status: 401, .. }),
         "{refused:?}"
     );
     assert!(refused.to_string().contains(registry.host()), "{refused}");
@@ -502,10 +503,7 @@ async fn authenticated_registry_needs_credentials_and_never_shows_them() {
         .image_labels(&repository_path, "t1")
         .await
         .unwrap_err();
-    assert!(
-        matches!(refused, DockerError::RegistryAuth { .. }),
-        "{refused:?}"
-    );
+    assert!(matches!(refused, RegistryError::Auth { .. }), "{refused:?}");
     let text = format!("{refused} {refused:?} {wrong_client:?}");
     assert!(!text.contains(&wrong_password), "{text}");
 
@@ -567,7 +565,7 @@ async fn registry_down_fails_clearly_after_bounded_retries() {
         .await
         .unwrap_err();
     assert!(started.elapsed() < Duration::from_secs(30));
-    let DockerError::RegistryUnreachable { attempts, .. } = &error else {
+    let RegistryError::Unreachable { attempts, .. } = &error else {
         panic!("expected RegistryUnreachable, got {error:?}");
     };
     assert_eq!(*attempts, 3);
@@ -822,10 +820,7 @@ async fn untrusted_registry_certificate_fails_at_once_with_a_hint() {
         started.elapsed() < Duration::from_secs(5),
         "not retried: {error}"
     );
-    assert!(
-        matches!(error, DockerError::RegistryTls { .. }),
-        "{error:?}"
-    );
+    assert!(matches!(error, RegistryError::Tls { .. }), "{error:?}");
     let text = error.to_string();
     assert!(text.contains(registry.host()), "{text}");
     assert!(

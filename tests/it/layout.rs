@@ -5,8 +5,10 @@
 //! imports nothing of the crate; files are read and written only at the edges
 //! ([`FILE_IO_ALLOWED`]: `project.rs` the loader, `docker/`, the build logs); and only `main.rs`
 //! ends the process; a `pub` item is one another file uses or a `pub` signature shows (else it is
-//! `pub(crate)` or private, where the dead-code lint sees it). Each checker is also run on a small
-//! tree that breaks its rule, so a checker that sees nothing fails.
+//! `pub(crate)` or private, where the dead-code lint sees it); the edge crates under `crates/`
+//! are leaves (no workspace dependency, which Cargo enforces from then on), and registry clients
+//! come from their one factory there. Each checker is also run on a small tree that breaks its
+//! rule, so a checker that sees nothing fails.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -706,21 +708,93 @@ fn registry_client_makers(src: &Path, allowed: &[&str]) -> Vec<String> {
         .collect()
 }
 
-/// One registry factory: every command gets its registry clients from `docker::Registries`
-/// (credentials, CA, deadlines set once); only `docker/registries.rs` and the client's own file
-/// call `RegistryClient::new`.
+/// One registry factory: every command gets its registry clients from `Registries`
+/// (credentials, CA, deadlines set once), which lives beside the client in the registry crate
+/// (`crates/imagegen-oci`); no file of `src/` calls `RegistryClient::new`.
 #[test]
-fn registry_clients_come_from_the_one_factory_in_docker() {
-    let src = crate_src();
-    let allowed = ["docker/registries.rs", "docker/registry.rs"];
-    let makers = registry_client_makers(&src, &allowed);
+fn registry_clients_come_from_the_one_factory() {
+    let makers = registry_client_makers(&crate_src(), &[]);
     assert!(
         makers.is_empty(),
-        "registry clients made outside docker::Registries: {makers:?}"
+        "registry clients made outside imagegen_oci::Registries: {makers:?}"
     );
     // The scan sees the factory's own call.
+    let oci = Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/imagegen-oci/src");
     assert_eq!(
-        registry_client_makers(&src, &["docker/registry.rs"]),
-        vec!["docker/registries.rs".to_string()]
+        registry_client_makers(&oci, &["registry.rs"]),
+        vec!["registries.rs".to_string()]
     );
+}
+
+/// The workspace's packages and, for each, the workspace packages it depends on (path
+/// dependencies), as `cargo metadata` reads the manifests.
+fn workspace_dependencies() -> BTreeMap<String, (PathBuf, BTreeSet<String>)> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let output = std::process::Command::new(cargo)
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+            "--offline",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo metadata");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let metadata: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    metadata["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|package| {
+            let local: BTreeSet<String> = package["dependencies"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|dependency| dependency["path"].is_string())
+                .map(|dependency| dependency["name"].as_str().unwrap().to_string())
+                .collect();
+            let manifest = PathBuf::from(package["manifest_path"].as_str().unwrap());
+            (
+                package["name"].as_str().unwrap().to_string(),
+                (manifest, local),
+            )
+        })
+        .collect()
+}
+
+/// The edges are crates under `crates/`, each a leaf: it depends on no package of the workspace
+/// (Cargo then keeps imagegen's code out of it: nothing it does not name can be imported), and
+/// imagegen depends on each.
+#[test]
+fn the_edge_crates_are_leaves_imagegen_depends_on() {
+    let packages = workspace_dependencies();
+    let crates_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("crates");
+    let edges: Vec<&String> = packages
+        .iter()
+        .filter(|(_, (manifest, _))| manifest.starts_with(&crates_dir))
+        .map(|(name, _)| name)
+        .collect();
+    for expected in ["imagegen-oci", "imagegen-python"] {
+        assert!(
+            edges.iter().any(|name| *name == expected),
+            "{expected} is not a workspace crate under crates/: {edges:?}"
+        );
+    }
+    for name in &edges {
+        let (_, local) = &packages[*name];
+        assert!(
+            local.is_empty(),
+            "{name} depends on workspace packages {local:?}: an edge crate is a leaf"
+        );
+        assert!(
+            packages["imagegen"].1.contains(*name),
+            "imagegen does not depend on {name}"
+        );
+    }
 }

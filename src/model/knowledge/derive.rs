@@ -9,16 +9,22 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
+use std::str::FromStr;
 
 use serde::Deserialize;
+
+use imagegen_python::{
+    linux_cpython, parse_requirement, pinned_version, MarkerEnvironment, PackageName, Version,
+    WheelFilename, WheelFilenameError,
+};
 
 use crate::model::knowledge::{Knowledge, PypiWheel, PLATFORM_AMD64, PLATFORM_ARM64};
 use crate::model::version::{DottedVersion, TorchVersion, VersionText};
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub(crate) enum DeriveError {
-    #[error("`{name}` is not a wheel filename: {why}")]
-    Filename { name: String, why: String },
+    #[error(transparent)]
+    Filename(#[from] WheelFilenameError),
     #[error("{what}: {why}")]
     Index { what: String, why: String },
     #[error("{file}: {why}")]
@@ -37,108 +43,20 @@ pub(crate) enum DeriveError {
     },
 }
 
-/// A wheel filename, split (PEP 427): `{name}-{version}(-{build})?-{python}-{abi}-{platform}.whl`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct WheelName {
-    pub(crate) distribution: String,
-    pub(crate) version: String,
-    /// The build tag's number (`torch-2.10.0-3-cp310-…` re-uploads as build 3).
-    pub(crate) build: Option<u64>,
-    pub(crate) python_tags: Vec<String>,
-    pub(crate) abi_tags: Vec<String>,
-    pub(crate) platform_tags: Vec<String>,
-}
-
-impl WheelName {
-    pub(crate) fn parse(filename: &str) -> Result<WheelName, DeriveError> {
-        let error = |why: &str| DeriveError::Filename {
-            name: filename.to_string(),
-            why: why.to_string(),
-        };
-        let stem = filename
-            .strip_suffix(".whl")
-            .ok_or_else(|| error("it does not end in .whl"))?;
-        let parts: Vec<&str> = stem.split('-').collect();
-        let (distribution, version, build, python, abi, platform) = match parts.as_slice() {
-            [d, v, p, a, pl] => (*d, *v, None, *p, *a, *pl),
-            [d, v, b, p, a, pl] => (*d, *v, Some(*b), *p, *a, *pl),
-            _ => return Err(error("it does not have 5 or 6 dash-separated fields")),
-        };
-        let build = build
-            .map(|b| {
-                let digits: String = b.chars().take_while(char::is_ascii_digit).collect();
-                digits
-                    .parse::<u64>()
-                    .map_err(|_| error("its build tag does not start with a digit"))
-            })
-            .transpose()?;
-        let split = |tags: &str| tags.split('.').map(str::to_string).collect::<Vec<_>>();
-        Ok(WheelName {
-            distribution: distribution.to_string(),
-            version: version.to_string(),
-            build,
-            python_tags: split(python),
-            abi_tags: split(abi),
-            platform_tags: split(platform),
-        })
-    }
-
-    /// The container platform (`linux/amd64`, `linux/arm64`) of a manylinux/musllinux-free Linux
-    /// wheel; `None` for other operating systems and architectures.
-    pub(crate) fn linux_platform(&self) -> Option<&'static str> {
-        let tag = self
-            .platform_tags
-            .iter()
-            .find(|t| t.starts_with("manylinux") || t.starts_with("linux_"))?;
-        if tag.ends_with("_x86_64") {
-            Some(PLATFORM_AMD64)
-        } else if tag.ends_with("_aarch64") {
-            Some(PLATFORM_ARM64)
-        } else {
-            None
-        }
-    }
-
-    /// The lowest glibc any of the manylinux tags asks for (PEP 600; legacy aliases PEP 513/571/599).
-    pub(crate) fn glibc_floor(&self) -> Option<DottedVersion> {
-        self.platform_tags
-            .iter()
-            .filter_map(|tag| manylinux_glibc(tag))
-            .min()
-    }
-
-    /// CPython versions of the tags (`cp312` → `3.12`), and whether the ABI is free-threaded.
-    pub(crate) fn cpython(&self) -> Vec<(String, bool)> {
-        let free_threaded = self.abi_tags.iter().any(|abi| abi.ends_with('t'));
-        self.python_tags
-            .iter()
-            .filter_map(|tag| {
-                let digits = tag.strip_prefix("cp")?;
-                let (major, minor) = digits.split_at(1);
-                (!minor.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()))
-                    .then(|| (format!("{major}.{minor}"), free_threaded))
-            })
-            .collect()
+/// The container platform (`linux/amd64`, `linux/arm64`) of a manylinux or plain Linux wheel;
+/// `None` for other operating systems and machines.
+pub(crate) fn linux_platform(wheel: &WheelFilename) -> Option<&'static str> {
+    match wheel.linux_machine()? {
+        "x86_64" => Some(PLATFORM_AMD64),
+        "aarch64" => Some(PLATFORM_ARM64),
+        _ => None,
     }
 }
 
-/// The glibc floor a manylinux platform tag names.
-fn manylinux_glibc(tag: &str) -> Option<DottedVersion> {
-    let legacy = |text: &str| DottedVersion::parse_kind(text, "glibc", 2).ok();
-    if tag.starts_with("manylinux1_") {
-        legacy("2.5")
-    } else if tag.starts_with("manylinux2010_") {
-        legacy("2.12")
-    } else if tag.starts_with("manylinux2014_") {
-        legacy("2.17")
-    } else {
-        let rest = tag.strip_prefix("manylinux_")?;
-        let mut fields = rest.splitn(3, '_');
-        let major = fields.next()?;
-        let minor = fields.next()?;
-        fields.next()?;
-        DottedVersion::parse_kind(&format!("{major}.{minor}"), "glibc", 2).ok()
-    }
+/// The lowest glibc any of the wheel's manylinux tags asks for.
+pub(crate) fn glibc_floor(wheel: &WheelFilename) -> Option<DottedVersion> {
+    let (major, minor) = wheel.glibc_floor()?;
+    DottedVersion::parse_kind(&format!("{major}.{minor}"), "glibc", 2).ok()
 }
 
 /// One file of a simple index page.
@@ -242,52 +160,20 @@ fn html_unescape(text: &str) -> String {
         .replace("&amp;", "&")
 }
 
-/// `reference` resolved against `base` (RFC 3986 for the forms indexes use), fragment dropped.
+/// `reference` resolved against `base` (the WHATWG URL parser's join, as a browser reads an
+/// index page's links), fragment dropped. A reference that does not resolve is kept as written
+/// (without its fragment): fetching it then fails, naming it.
 pub(crate) fn resolve_url(base: &str, reference: &str) -> String {
-    let reference = reference.split('#').next().unwrap_or_default();
-    if reference.contains("://") {
-        return reference.to_string();
-    }
-    let (scheme, after_scheme) = base.split_once("://").unwrap_or(("https", base));
-    let authority_end = after_scheme.find('/').unwrap_or(after_scheme.len());
-    let authority = &after_scheme[..authority_end];
-    if let Some(rest) = reference.strip_prefix("//") {
-        return format!("{scheme}://{rest}");
-    }
-    let base_path = after_scheme[authority_end..]
-        .split(['?', '#'])
-        .next()
-        .unwrap_or_default();
-    let joined = if reference.starts_with('/') {
-        reference.to_string()
-    } else {
-        let directory = &base_path[..base_path.rfind('/').map_or(0, |i| i + 1)];
-        format!("{directory}{reference}")
-    };
-    let (path, query) = match joined.split_once('?') {
-        Some((path, query)) => (path.to_string(), Some(query.to_string())),
-        None => (joined, None),
-    };
-    let mut segments: Vec<&str> = Vec::new();
-    let ends_with_slash = path.ends_with('/') || path.ends_with("/.") || path.ends_with("/..");
-    for segment in path.split('/') {
-        match segment {
-            "" | "." => {}
-            ".." => {
-                segments.pop();
-            }
-            other => segments.push(other),
+    let joined = url::Url::parse(base)
+        .and_then(|base| base.join(reference))
+        .or_else(|_| url::Url::parse(reference));
+    match joined {
+        Ok(mut url) => {
+            url.set_fragment(None);
+            url.into()
         }
+        Err(_) => reference.split('#').next().unwrap_or_default().to_string(),
     }
-    let mut url = format!("{scheme}://{authority}/{}", segments.join("/"));
-    if ends_with_slash && !segments.is_empty() {
-        url.push('/');
-    }
-    if let Some(query) = query {
-        url.push('?');
-        url.push_str(&query);
-    }
-    url
 }
 
 /// The fields of a METADATA file this module reads.
@@ -329,278 +215,13 @@ pub(crate) fn parse_metadata(text: &str, file: &str) -> Result<Metadata, DeriveE
     Ok(metadata)
 }
 
-/// A `Requires-Dist` line, split (PEP 508).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Requirement {
-    /// Normalized (PEP 503): lower case, runs of `-_.` as `-`.
-    pub(crate) name: String,
-    pub(crate) extras: Vec<String>,
-    /// Without spaces and parentheses, e.g. `==9.20.0.48` or `<14,>=13.0.3`.
-    pub(crate) specifier: String,
-    pub(crate) marker: Option<String>,
-}
-
-impl Requirement {
-    pub(crate) fn parse(line: &str) -> Requirement {
-        let (requirement, marker) = match line.split_once(';') {
-            Some((requirement, marker)) => (requirement, Some(marker.trim().to_string())),
-            None => (line, None),
-        };
-        let requirement = requirement.trim();
-        let name_end = requirement
-            .find(|c: char| !(c.is_ascii_alphanumeric() || "-_.".contains(c)))
-            .unwrap_or(requirement.len());
-        let name = normalize_name(&requirement[..name_end]);
-        let mut rest = requirement[name_end..].trim_start();
-        let mut extras = Vec::new();
-        if let Some(inner) = rest.strip_prefix('[') {
-            let end = inner.find(']').unwrap_or(inner.len());
-            extras = inner[..end]
-                .split(',')
-                .map(|e| normalize_name(e.trim()))
-                .filter(|e| !e.is_empty())
-                .collect();
-            rest = inner.get(end + 1..).unwrap_or_default();
-        }
-        let specifier: String = rest
-            .chars()
-            .filter(|c| !c.is_whitespace() && *c != '(' && *c != ')')
-            .collect();
-        Requirement {
-            name,
-            extras,
-            specifier,
-            marker,
-        }
-    }
-
-    /// The version of an exact `==X` pin.
-    pub(crate) fn pinned(&self) -> Option<&str> {
-        let version = self.specifier.strip_prefix("==")?;
-        (!version.is_empty() && !version.contains([',', '*'])).then_some(version)
-    }
-}
-
-pub(crate) fn normalize_name(name: &str) -> String {
-    let mut normalized = String::new();
-    for c in name.chars() {
-        if "-_.".contains(c) {
-            if !normalized.ends_with('-') {
-                normalized.push('-');
-            }
-        } else {
-            normalized.push(c.to_ascii_lowercase());
-        }
-    }
-    normalized
-}
-
-/// The environment a marker is evaluated in: a CPython on Linux.
-#[derive(Debug, Clone)]
-pub(crate) struct MarkerEnvironment {
-    pub(crate) platform_machine: String,
-    pub(crate) python_version: String,
-}
-
-impl MarkerEnvironment {
-    fn value(&self, variable: &str) -> Option<String> {
-        Some(match variable {
-            "platform_system" => "Linux".into(),
-            "sys_platform" => "linux".into(),
-            "os_name" => "posix".into(),
-            "platform_machine" => self.platform_machine.clone(),
-            "python_version" => self.python_version.clone(),
-            "python_full_version" => format!("{}.0", self.python_version),
-            "implementation_name" => "cpython".into(),
-            "platform_python_implementation" => "CPython".into(),
-            // No extra is requested.
-            "extra" => String::new(),
-            _ => return None,
-        })
-    }
-}
-
-/// Evaluates a PEP 508 marker; an unknown variable or malformed marker is an error.
-pub(crate) fn evaluate_marker(
-    marker: &str,
-    environment: &MarkerEnvironment,
-) -> Result<bool, String> {
-    let tokens = tokenize(marker)?;
-    let mut parser = MarkerParser {
-        tokens: &tokens,
-        at: 0,
-        environment,
-    };
-    let value = parser.or()?;
-    if parser.at != tokens.len() {
-        return Err(format!(
-            "unexpected `{}` in marker `{marker}`",
-            tokens[parser.at]
-        ));
-    }
-    Ok(value)
-}
-
-fn tokenize(marker: &str) -> Result<Vec<String>, String> {
-    let mut tokens = Vec::new();
-    let chars: Vec<char> = marker.chars().collect();
-    let mut i = 0;
-    while i < chars.len() {
-        let c = chars[i];
-        if c.is_whitespace() {
-            i += 1;
-        } else if c == '(' || c == ')' {
-            tokens.push(c.to_string());
-            i += 1;
-        } else if c == '"' || c == '\'' {
-            let end = chars[i + 1..]
-                .iter()
-                .position(|&d| d == c)
-                .ok_or_else(|| format!("unterminated string in marker `{marker}`"))?;
-            let literal: String = chars[i..i + end + 2].iter().collect();
-            tokens.push(literal);
-            i += end + 2;
-        } else if "=!<>~".contains(c) {
-            let mut op = String::new();
-            while i < chars.len() && "=!<>~".contains(chars[i]) {
-                op.push(chars[i]);
-                i += 1;
-            }
-            tokens.push(op);
-        } else {
-            let mut word = String::new();
-            while i < chars.len() && !chars[i].is_whitespace() && !"()\"'=!<>~".contains(chars[i]) {
-                word.push(chars[i]);
-                i += 1;
-            }
-            tokens.push(word);
-        }
-    }
-    Ok(tokens)
-}
-
-struct MarkerParser<'a> {
-    tokens: &'a [String],
-    at: usize,
-    environment: &'a MarkerEnvironment,
-}
-
-impl MarkerParser<'_> {
-    fn peek(&self) -> Option<&str> {
-        self.tokens.get(self.at).map(String::as_str)
-    }
-
-    fn next(&mut self) -> Result<String, String> {
-        let token = self
-            .tokens
-            .get(self.at)
-            .cloned()
-            .ok_or("the marker ends early")?;
-        self.at += 1;
-        Ok(token)
-    }
-
-    fn or(&mut self) -> Result<bool, String> {
-        let mut value = self.and()?;
-        while self.peek() == Some("or") {
-            self.at += 1;
-            let right = self.and()?;
-            value = value || right;
-        }
-        Ok(value)
-    }
-
-    fn and(&mut self) -> Result<bool, String> {
-        let mut value = self.atom()?;
-        while self.peek() == Some("and") {
-            self.at += 1;
-            let right = self.atom()?;
-            value = value && right;
-        }
-        Ok(value)
-    }
-
-    fn atom(&mut self) -> Result<bool, String> {
-        if self.peek() == Some("(") {
-            self.at += 1;
-            let value = self.or()?;
-            if self.next()? != ")" {
-                return Err("a parenthesis is not closed".into());
-            }
-            return Ok(value);
-        }
-        let left = self.operand()?;
-        let mut op = self.next()?;
-        if op == "not" {
-            if self.next()? != "in" {
-                return Err("`not` must be followed by `in`".into());
-            }
-            op = "not in".into();
-        }
-        let right = self.operand()?;
-        compare_marker_values(&left, &op, &right)
-    }
-
-    fn operand(&mut self) -> Result<String, String> {
-        let token = self.next()?;
-        if let Some(literal) = token
-            .strip_prefix('"')
-            .and_then(|t| t.strip_suffix('"'))
-            .or_else(|| token.strip_prefix('\'').and_then(|t| t.strip_suffix('\'')))
-        {
-            return Ok(literal.to_string());
-        }
-        self.environment
-            .value(&token)
-            .ok_or_else(|| format!("unknown marker variable `{token}`"))
-    }
-}
-
-fn compare_marker_values(left: &str, op: &str, right: &str) -> Result<bool, String> {
-    let versions = (
-        DottedVersion::parse_kind(left, "", 6),
-        DottedVersion::parse_kind(right, "", 6),
-    );
-    Ok(match (op, versions) {
-        ("==" | "===", _) => left == right,
-        ("!=", _) => left != right,
-        ("in", _) => right.contains(left),
-        ("not in", _) => !right.contains(left),
-        ("<", (Ok(l), Ok(r))) => l < r,
-        ("<=", (Ok(l), Ok(r))) => l <= r,
-        (">", (Ok(l), Ok(r))) => l > r,
-        (">=", (Ok(l), Ok(r))) => l >= r,
-        ("~=", (Ok(l), Ok(r))) => {
-            let prefix_len = r.parts().len().saturating_sub(1).max(1);
-            let prefix = DottedVersion::parse_kind(
-                &r.parts()[..prefix_len]
-                    .iter()
-                    .map(u64::to_string)
-                    .collect::<Vec<_>>()
-                    .join("."),
-                "",
-                6,
-            )
-            .map_err(|e| e.to_string())?;
-            l >= r && l.starts_with(&prefix)
-        }
-        // Not versions on both sides: PEP 508 falls back to comparing the strings.
-        ("<", _) => left < right,
-        ("<=", _) => left <= right,
-        (">", _) => left > right,
-        (">=", _) => left >= right,
-        ("~=", _) => false,
-        (other, _) => return Err(format!("unknown marker operator `{other}`")),
-    })
-}
-
 /// What one wheel's METADATA pins for its own platform and Python.
 pub(crate) fn cuda_pins(
     metadata: &Metadata,
     environment: &MarkerEnvironment,
     file: &str,
 ) -> Result<PypiWheel, DeriveError> {
-    let platform = match environment.platform_machine.as_str() {
+    let platform = match environment.platform_machine() {
         "aarch64" => PLATFORM_ARM64,
         _ => PLATFORM_AMD64,
     };
@@ -612,21 +233,20 @@ pub(crate) fn cuda_pins(
         nccl: None,
     };
     for line in &metadata.requires_dist {
-        let requirement = Requirement::parse(line);
-        if let Some(marker) = &requirement.marker {
-            let applies =
-                evaluate_marker(marker, environment).map_err(|why| DeriveError::Metadata {
-                    file: file.to_string(),
-                    why,
-                })?;
-            if !applies {
-                continue;
-            }
+        // Markers are parsed with the requirement: one that does not parse, or names a variable
+        // PEP 508 does not have, is an error here.
+        let requirement = parse_requirement(line).map_err(|why| DeriveError::Metadata {
+            file: file.to_string(),
+            why: format!("Requires-Dist {line:?}: {why}"),
+        })?;
+        if !requirement.evaluate_markers(environment, &[]) {
+            continue;
         }
-        let Some(version) = requirement.pinned() else {
+        let Some(version) = pinned_version(&requirement) else {
             continue;
         };
-        let name = requirement.name.as_str();
+        let version = version.to_string();
+        let name: &str = requirement.name.as_ref();
         let family = |prefix: &str| {
             name.strip_prefix(prefix)
                 .is_some_and(|rest| rest.is_empty() || rest.starts_with("-cu"))
@@ -636,13 +256,17 @@ pub(crate) fn cuda_pins(
         } else if family("nvidia-nccl") {
             &mut wheel.nccl
         } else if family("nvidia-cuda-runtime")
-            || (name == "cuda-toolkit" && requirement.extras.iter().any(|e| e == "cudart"))
+            || (name == "cuda-toolkit"
+                && requirement
+                    .extras
+                    .iter()
+                    .any(|extra| extra.as_ref() == "cudart"))
         {
             &mut wheel.cuda_runtime
         } else {
             continue;
         };
-        let parsed = VersionText::parse(version).map_err(|e| DeriveError::Metadata {
+        let parsed = VersionText::parse(&version).map_err(|e| DeriveError::Metadata {
             file: file.to_string(),
             why: format!("{name}: {e}"),
         })?;
@@ -655,7 +279,19 @@ pub(crate) fn cuda_pins(
 }
 
 /// The Linux wheels of a release per platform (`linux/amd64`, `linux/arm64`), with their files.
-pub(crate) type LinuxWheels = BTreeMap<&'static str, Vec<(WheelName, IndexFile)>>;
+pub(crate) type LinuxWheels = BTreeMap<&'static str, Vec<(WheelFilename, IndexFile)>>;
+
+/// `project` and `version` as a package name and a PEP 440 version, or an error naming them.
+fn wanted(project: &str, version: &str) -> Result<(PackageName, Version), DeriveError> {
+    let error = |why: String| DeriveError::Index {
+        what: format!("{project} {version}"),
+        why,
+    };
+    Ok((
+        PackageName::from_str(project).map_err(|e| error(e.to_string()))?,
+        Version::from_str(version).map_err(|e| error(e.to_string()))?,
+    ))
+}
 
 /// The Linux wheels of `version` on an index page, per platform; of wheels that differ only in
 /// their build tag, the highest (what pip installs). Yanked files are left out.
@@ -664,31 +300,23 @@ pub(crate) fn linux_wheels(
     project: &str,
     version: &str,
 ) -> Result<LinuxWheels, DeriveError> {
-    let mut best: BTreeMap<(&'static str, String), (WheelName, IndexFile)> = BTreeMap::new();
+    let (project, version) = wanted(project, version)?;
+    let mut best: BTreeMap<(&'static str, String), (WheelFilename, IndexFile)> = BTreeMap::new();
     for file in files
         .iter()
         .filter(|f| !f.yanked && f.filename.ends_with(".whl"))
     {
-        let name = WheelName::parse(&file.filename)?;
-        if normalize_name(&name.distribution) != normalize_name(project) || name.version != version
-        {
+        let name = WheelFilename::from_str(&file.filename)?;
+        if name.name() != &project || name.version() != &version {
             continue;
         }
-        let Some(platform) = name.linux_platform() else {
+        let Some(platform) = linux_platform(&name) else {
             continue;
         };
-        let key = (
-            platform,
-            format!(
-                "{}-{}-{}",
-                name.python_tags.join("."),
-                name.abi_tags.join("."),
-                name.platform_tags.join(".")
-            ),
-        );
+        let key = (platform, name.tags_key());
         let newer = best
             .get(&key)
-            .is_none_or(|(kept, _)| name.build.unwrap_or(0) > kept.build.unwrap_or(0));
+            .is_none_or(|(kept, _)| name.build().unwrap_or(0) > kept.build().unwrap_or(0));
         if newer {
             best.insert(key, (name, file.clone()));
         }
@@ -751,6 +379,7 @@ pub(crate) fn derive_release(
             version: version.to_string(),
         });
     }
+    let (wanted_project, wanted_version) = wanted(project, version)?;
     let mut platforms = Vec::new();
     for (platform, list) in wheels {
         let machine = if *platform == PLATFORM_ARM64 {
@@ -774,22 +403,24 @@ pub(crate) fn derive_release(
                 }
             }
             manylinux.extend(
-                name.platform_tags
+                name.platform_tags()
                     .iter()
                     .filter(|t| t.starts_with("manylinux"))
                     .cloned(),
             );
-            if let Some(glibc) = name.glibc_floor() {
+            if let Some(glibc) = glibc_floor(name) {
                 floor = Some(floor.map_or(glibc.clone(), |f| f.min(glibc)));
             }
             match metadata.get(&file.filename) {
                 None => missing.push(file.filename.clone()),
                 Some(text) => {
                     let parsed = parse_metadata(text, &file.filename)?;
-                    let local_free = parsed.version.split('+').next().unwrap_or_default();
-                    if normalize_name(&parsed.name) != normalize_name(project)
-                        || local_free != version
-                    {
+                    // `2.12.1+cu128` is release 2.12.1 (PEP 440 local versions).
+                    let same_project = PackageName::from_str(&parsed.name)
+                        .is_ok_and(|name| name == wanted_project);
+                    let same_version = Version::from_str(&parsed.version)
+                        .is_ok_and(|found| found.without_local() == wanted_version);
+                    if !same_project || !same_version {
                         return Err(DeriveError::Metadata {
                             file: file.filename.clone(),
                             why: format!(
@@ -803,10 +434,12 @@ pub(crate) fn derive_release(
                         .first()
                         .map(|(v, _)| v.clone())
                         .unwrap_or_else(|| "3.12".into());
-                    let environment = MarkerEnvironment {
-                        platform_machine: machine.into(),
-                        python_version,
-                    };
+                    let environment = linux_cpython(machine, &python_version).map_err(|why| {
+                        DeriveError::Metadata {
+                            file: file.filename.clone(),
+                            why,
+                        }
+                    })?;
                     pins.push((
                         file.filename.clone(),
                         cuda_pins(&parsed, &environment, &file.filename)?,
@@ -893,11 +526,9 @@ fn quoted_list(items: &[String]) -> String {
 
 /// The source key a derivation cites (`pypi-torch` for pypi.org, else `index-torch`).
 pub(crate) fn source_key(derived: &DerivedRelease) -> String {
-    let host = derived
-        .page_url
-        .split("://")
-        .nth(1)
-        .and_then(|rest| rest.split('/').next())
+    let host = url::Url::parse(&derived.page_url)
+        .ok()
+        .and_then(|url| url.host_str().map(str::to_string))
         .unwrap_or_default();
     if host == "pypi.org" {
         format!("pypi-{}", derived.project)
@@ -1128,8 +759,6 @@ pub(crate) fn compare(
     }
     comparison
 }
-
-pub(crate) mod wheel_zip;
 
 #[cfg(test)]
 mod tests;

@@ -5,7 +5,7 @@
 //! Authentication: anonymous, `Basic`, and the `Bearer` token flow announced by
 //! `WWW-Authenticate` (user/password or identity token). Every request has a deadline
 //! ([`RegistryClient::with_timeout`], 60 s by default): a registry that accepts the connection and
-//! never answers fails with [`DockerError::RegistryTimeout`], naming it and the deadline.
+//! never answers fails with [`RegistryError::Timeout`], naming it and the deadline.
 //! Transient failures (connection refused or reset, timeouts, 5xx, 429) are retried with the
 //! client's [`RetryPolicy`].
 //!
@@ -18,9 +18,9 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
-use super::credentials::Credentials;
-use super::error::DockerError;
-use super::retry::RetryPolicy;
+use crate::credentials::Credentials;
+use crate::error::RegistryError;
+use crate::retry::RetryPolicy;
 
 pub(crate) const MEDIA_TYPE_OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 pub const MEDIA_TYPE_OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
@@ -36,7 +36,7 @@ const MANIFEST_ACCEPT: &str = "application/vnd.oci.image.index.v1+json, \
 const DOCKER_HUB_API_HOST: &str = "registry-1.docker.io";
 
 /// The default deadline of one registry request.
-pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Manifests and configs are small; anything above this is not what we asked for.
 pub(super) const MAX_BODY_BYTES: u64 = 64 << 20;
@@ -152,7 +152,7 @@ fn is_loopback_host(host: &str) -> bool {
 /// imagegen's HTTP(S) client: the platform's trust store, like dockerd (a registry or a package
 /// index behind a private CA works when the CA is installed system-wide), `timeout` for the
 /// whole of each call, and statuses as answers rather than errors.
-pub(crate) fn https_agent(timeout: Duration) -> ureq::Agent {
+pub fn https_agent(timeout: Duration) -> ureq::Agent {
     let tls = ureq::tls::TlsConfig::builder()
         .root_certs(ureq::tls::RootCerts::PlatformVerifier)
         .build();
@@ -178,43 +178,16 @@ pub(super) fn retry_after(value: &str, now: std::time::SystemTime) -> Option<Dur
     Some(Duration::from_secs(at.saturating_sub(now)))
 }
 
-/// An IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`) as seconds since the Unix epoch.
+/// An HTTP-date (RFC 9110: the IMF-fixdate `Sun, 06 Nov 1994 08:49:37 GMT`, and the obsolete
+/// RFC 850 and asctime forms a recipient must accept) as seconds since the Unix epoch.
 fn http_date(text: &str) -> Option<u64> {
-    let parts: Vec<&str> = text.split_whitespace().collect();
-    let [_weekday, day, month, year, time, "GMT"] = parts.as_slice() else {
-        return None;
-    };
-    const MONTHS: [&str; 12] = [
-        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-    ];
-    let month = MONTHS.iter().position(|m| m == month)? as i64 + 1;
-    let day: i64 = day.parse().ok()?;
-    let year: i64 = year.parse().ok()?;
-    let clock: Vec<u64> = time
-        .split(':')
-        .map(|part| part.parse().ok())
-        .collect::<Option<_>>()?;
-    let [hour, minute, second] = clock.as_slice() else {
-        return None;
-    };
-    if !(1..=31).contains(&day) || *hour > 23 || *minute > 59 || *second > 60 {
-        return None;
-    }
-    // Days from civil (proleptic Gregorian), as in Howard Hinnant's algorithm.
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let year_of_era = y - era * 400;
-    let day_of_year = (153 * ((month + 9) % 12) + 2) / 5 + day - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    let days = era * 146_097 + day_of_era - 719_468;
-    u64::try_from(days)
-        .ok()
-        .map(|days| days * 86_400 + hour * 3600 + minute * 60 + second)
+    let at = httpdate::parse_http_date(text).ok()?;
+    Some(at.duration_since(std::time::UNIX_EPOCH).ok()?.as_secs())
 }
 
 pub(super) fn transport_failure(url: &str, error: ureq::Error) -> TransportFailure {
     use std::io::ErrorKind;
-    let reason = super::engine::error_chain(&error);
+    let reason = crate::error_chain(&error);
     let lower = reason.to_ascii_lowercase();
     let timeout = matches!(error, ureq::Error::Timeout(_))
         || matches!(&error, ureq::Error::Io(io_error) if io_error.kind() == ErrorKind::TimedOut);
@@ -330,7 +303,7 @@ impl RegistryClient {
     }
 
     /// The host this client talks to.
-    pub(crate) fn host(&self) -> &str {
+    pub fn host(&self) -> &str {
         &self.inner.host
     }
 
@@ -346,15 +319,15 @@ impl RegistryClient {
 
     async fn blocking<T: Send + 'static>(
         &self,
-        work: impl FnOnce(&RegistryClient) -> Result<T, DockerError> + Send + 'static,
-    ) -> Result<T, DockerError> {
+        work: impl FnOnce(&RegistryClient) -> Result<T, RegistryError> + Send + 'static,
+    ) -> Result<T, RegistryError> {
         let client = self.clone();
         match tokio::task::spawn_blocking(move || work(&client)).await {
             Ok(result) => result,
             Err(join_error) if join_error.is_panic() => {
                 std::panic::resume_unwind(join_error.into_panic())
             }
-            Err(join_error) => Err(DockerError::RegistryProtocol {
+            Err(join_error) => Err(RegistryError::Protocol {
                 host: self.inner.host.clone(),
                 action: "a registry request".into(),
                 reason: format!("the request task was cancelled: {join_error}"),
@@ -363,7 +336,7 @@ impl RegistryClient {
     }
 
     /// Answers `GET /v2/` (authenticating if asked): the registry is up and accepts us.
-    pub async fn ping(&self) -> Result<(), DockerError> {
+    pub async fn ping(&self) -> Result<(), RegistryError> {
         self.blocking(|client| {
             let answer = client.send(Call {
                 method: "GET",
@@ -385,7 +358,7 @@ impl RegistryClient {
         &self,
         repository: &str,
         reference: &str,
-    ) -> Result<Option<String>, DockerError> {
+    ) -> Result<Option<String>, RegistryError> {
         let repository = self.api_repository(repository);
         let reference = reference.to_string();
         self.blocking(move |client| {
@@ -419,7 +392,7 @@ impl RegistryClient {
         &self,
         repository: &str,
         reference: &str,
-    ) -> Result<Option<RegistryManifest>, DockerError> {
+    ) -> Result<Option<RegistryManifest>, RegistryError> {
         let repository = self.api_repository(repository);
         let reference = reference.to_string();
         self.blocking(move |client| client.fetch_manifest(&repository, &reference))
@@ -434,7 +407,7 @@ impl RegistryClient {
         reference: &str,
         media_type: &str,
         bytes: Vec<u8>,
-    ) -> Result<String, DockerError> {
+    ) -> Result<String, RegistryError> {
         let repository = self.api_repository(repository);
         let reference = reference.to_string();
         let media_type = media_type.to_string();
@@ -460,12 +433,12 @@ impl RegistryClient {
     /// Stores an OCI 1.1 referrer (a manifest with a `subject`) by its digest; returns its digest
     /// and whether the registry answered `OCI-Subject` (it serves the referrers API, so no
     /// fallback tag is needed).
-    pub(crate) async fn put_referrer(
+    pub async fn put_referrer(
         &self,
         repository: &str,
         media_type: &str,
         bytes: Vec<u8>,
-    ) -> Result<(String, bool), DockerError> {
+    ) -> Result<(String, bool), RegistryError> {
         let repository = self.api_repository(repository);
         let media_type = media_type.to_string();
         let reference = sha256_digest(&bytes);
@@ -493,7 +466,7 @@ impl RegistryClient {
         &self,
         repository: &str,
         reference: &str,
-    ) -> Result<Option<BTreeMap<String, String>>, DockerError> {
+    ) -> Result<Option<BTreeMap<String, String>>, RegistryError> {
         let repository = self.api_repository(repository);
         let reference = reference.to_string();
         self.blocking(move |client| client.fetch_labels(&repository, &reference))
@@ -501,7 +474,7 @@ impl RegistryClient {
     }
 
     /// Whether the registry holds blob `digest` in `repository` (a `HEAD`).
-    pub async fn has_blob(&self, repository: &str, digest: &str) -> Result<bool, DockerError> {
+    pub async fn has_blob(&self, repository: &str, digest: &str) -> Result<bool, RegistryError> {
         let repository = self.api_repository(repository);
         let digest = digest.to_string();
         self.blocking(move |client| {
@@ -524,7 +497,7 @@ impl RegistryClient {
         &self,
         repository: &str,
         bytes: impl Into<bytes::Bytes>,
-    ) -> Result<String, DockerError> {
+    ) -> Result<String, RegistryError> {
         let repository = self.api_repository(repository);
         let bytes: bytes::Bytes = bytes.into();
         self.blocking(move |client| {
@@ -575,7 +548,7 @@ impl RegistryClient {
         &self,
         repository: &str,
         digest: &str,
-    ) -> Result<Option<Vec<u8>>, DockerError> {
+    ) -> Result<Option<Vec<u8>>, RegistryError> {
         let repository = self.api_repository(repository);
         let digest = digest.to_string();
         self.blocking(move |client| {
@@ -610,7 +583,7 @@ impl RegistryClient {
         digest: &str,
         scope: String,
         action: &str,
-    ) -> Result<Answer, DockerError> {
+    ) -> Result<Answer, RegistryError> {
         self.send(Call {
             method: "HEAD",
             path: format!("/v2/{repository}/blobs/{digest}"),
@@ -626,7 +599,7 @@ impl RegistryClient {
         &self,
         repository: &str,
         reference: &str,
-    ) -> Result<Option<RegistryManifest>, DockerError> {
+    ) -> Result<Option<RegistryManifest>, RegistryError> {
         let action = format!("reading manifest {repository}:{reference}");
         let answer = self.send(Call {
             method: "GET",
@@ -668,7 +641,7 @@ impl RegistryClient {
         &self,
         repository: &str,
         reference: &str,
-    ) -> Result<Option<BTreeMap<String, String>>, DockerError> {
+    ) -> Result<Option<BTreeMap<String, String>>, RegistryError> {
         let Some(mut manifest) = self.fetch_manifest(repository, reference)? else {
             return Ok(None);
         };
@@ -735,8 +708,8 @@ impl RegistryClient {
         Ok(Some(labels))
     }
 
-    pub(super) fn protocol_error(&self, action: &str, reason: String) -> DockerError {
-        DockerError::RegistryProtocol {
+    pub(super) fn protocol_error(&self, action: &str, reason: String) -> RegistryError {
+        RegistryError::Protocol {
             host: self.inner.host.clone(),
             action: action.to_string(),
             reason,
@@ -751,7 +724,7 @@ impl RegistryClient {
     }
 
     /// Maps a non-success answer to an error naming the host and action.
-    fn expect_success(&self, answer: &Answer, action: &str) -> Result<(), DockerError> {
+    fn expect_success(&self, answer: &Answer, action: &str) -> Result<(), RegistryError> {
         if (200..300).contains(&answer.status) {
             return Ok(());
         }
@@ -775,14 +748,14 @@ impl RegistryClient {
             } else {
                 detail
             };
-            return Err(DockerError::RegistryAuth {
+            return Err(RegistryError::Auth {
                 host: self.inner.host.clone(),
                 action: action.to_string(),
                 status: answer.status,
                 detail,
             });
         }
-        Err(DockerError::Registry {
+        Err(RegistryError::Status {
             host: self.inner.host.clone(),
             action: action.to_string(),
             status: answer.status,
@@ -794,7 +767,7 @@ impl RegistryClient {
     /// the policy's backoff, or as long as a 429 or 503 answer's `Retry-After` asks when it asks
     /// for no longer than the request deadline (one that asks for longer fails at once, saying
     /// so).
-    fn send(&self, call: Call<'_>) -> Result<Answer, DockerError> {
+    fn send(&self, call: Call<'_>) -> Result<Answer, RegistryError> {
         let total_attempts = self.inner.retry.total_attempts();
         let mut attempt = 1;
         let mut wait = Duration::ZERO;
@@ -815,7 +788,7 @@ impl RegistryClient {
             };
             if let (Some(asked), Ok(Ok(answer))) = (asked, &outcome) {
                 if attempt < total_attempts && asked > self.timeout() {
-                    return Err(DockerError::Registry {
+                    return Err(RegistryError::Status {
                         host: self.inner.host.clone(),
                         action: call.action.clone(),
                         status: answer.status,
@@ -830,18 +803,18 @@ impl RegistryClient {
             if !retryable || attempt >= total_attempts {
                 return match outcome {
                     Ok(Ok(answer)) => Ok(answer),
-                    Ok(Err(failure)) if failure.tls => Err(DockerError::RegistryTls {
+                    Ok(Err(failure)) if failure.tls => Err(RegistryError::Tls {
                         host: self.inner.host.clone(),
                         url: failure.url,
                         reason: self.redact(&failure.reason),
                     }),
-                    Ok(Err(failure)) if failure.timeout => Err(DockerError::RegistryTimeout {
+                    Ok(Err(failure)) if failure.timeout => Err(RegistryError::Timeout {
                         host: self.inner.host.clone(),
                         url: failure.url,
                         attempts: attempt,
                         seconds: self.timeout().as_secs(),
                     }),
-                    Ok(Err(failure)) => Err(DockerError::RegistryUnreachable {
+                    Ok(Err(failure)) => Err(RegistryError::Unreachable {
                         host: self.inner.host.clone(),
                         url: failure.url,
                         attempts: attempt,
@@ -1171,7 +1144,7 @@ mod tests {
         );
         let error = client.manifest_digest("team/app", "1").await.unwrap_err();
         assert!(
-            matches!(error, DockerError::RegistryAuth { status: 401, .. }),
+            matches!(error, RegistryError::Auth { status: 401, .. }),
             "{error:?}"
         );
         let text = format!("{error} {error:?}");
@@ -1213,7 +1186,7 @@ mod tests {
         *calls.lock().unwrap() = 0;
         let error = client.manifest_digest("team/app", "1").await.unwrap_err();
         assert!(
-            matches!(error, DockerError::Registry { status: 503, .. }),
+            matches!(error, RegistryError::Status { status: 503, .. }),
             "{error:?}"
         );
     }
@@ -1306,29 +1279,9 @@ mod tests {
         );
     }
 
-    /// Seconds since the epoch as an IMF-fixdate (civil from days, Howard Hinnant's algorithm).
+    /// Seconds since the epoch as an IMF-fixdate.
     fn imf_fixdate(seconds: u64) -> String {
-        let days = (seconds / 86_400) as i64;
-        let z = days + 719_468;
-        let era = z.div_euclid(146_097);
-        let doe = z - era * 146_097;
-        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-        let mp = (5 * doy + 2) / 153;
-        let day = doy - (153 * mp + 2) / 5 + 1;
-        let month = if mp < 10 { mp + 3 } else { mp - 9 };
-        let year = yoe + era * 400 + i64::from(month <= 2);
-        let months = [
-            "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-        ];
-        let second_of_day = seconds % 86_400;
-        format!(
-            "Mon, {day:02} {} {year} {:02}:{:02}:{:02} GMT",
-            months[month as usize - 1],
-            second_of_day / 3600,
-            second_of_day % 3600 / 60,
-            second_of_day % 60
-        )
+        httpdate::fmt_http_date(std::time::UNIX_EPOCH + Duration::from_secs(seconds))
     }
 
     #[tokio::test]
@@ -1353,7 +1306,7 @@ mod tests {
         assert!(
             matches!(
                 error,
-                DockerError::RegistryTimeout {
+                RegistryError::Timeout {
                     attempts: 2,
                     seconds: 1,
                     ..

@@ -16,7 +16,7 @@ use std::process::{Command, Stdio};
 use base64::Engine as _;
 use serde::Deserialize;
 
-use super::error::DockerError;
+use crate::error::RegistryError;
 
 /// Key the docker CLI uses for Docker Hub in `auths` and in credential helpers.
 const DOCKER_HUB_AUTH_KEY: &str = "https://index.docker.io/v1/";
@@ -65,7 +65,7 @@ impl Credentials {
 
     /// Replaces every occurrence of the secret (and of its basic-auth encoding) in `text` with
     /// `<redacted>`; used on any text from a daemon or registry before it goes into an error.
-    pub(crate) fn redact(&self, text: &str) -> String {
+    pub fn redact(&self, text: &str) -> String {
         let mut redacted = text.to_string();
         let mut secrets = vec![self.secret().to_string()];
         if let Credentials::UsernamePassword { username, password } = self {
@@ -77,28 +77,6 @@ impl Credentials {
             redacted = redacted.replace(secret.as_str(), "<redacted>");
         }
         redacted
-    }
-
-    /// The bollard form, for the daemon's `X-Registry-Auth` header.
-    pub(crate) fn to_docker_credentials(
-        &self,
-        server_address: &str,
-    ) -> bollard::auth::DockerCredentials {
-        match self {
-            Credentials::UsernamePassword { username, password } => {
-                bollard::auth::DockerCredentials {
-                    username: Some(username.clone()),
-                    password: Some(password.clone()),
-                    serveraddress: Some(server_address.to_string()),
-                    ..Default::default()
-                }
-            }
-            Credentials::IdentityToken { token } => bollard::auth::DockerCredentials {
-                identitytoken: Some(token.clone()),
-                serveraddress: Some(server_address.to_string()),
-                ..Default::default()
-            },
-        }
     }
 
     /// `Authorization: Basic ...` value, for registries that ask for basic auth.
@@ -117,31 +95,6 @@ impl Credentials {
             Credentials::IdentityToken { token } => Some(token),
             Credentials::UsernamePassword { .. } => None,
         }
-    }
-}
-
-/// The registry host of a repository reference: `127.0.0.1:5000/team/app` → `127.0.0.1:5000`,
-/// `ghcr.io/org/app` → `ghcr.io`, `library/ubuntu` or `ubuntu` → `docker.io`.
-pub(crate) fn registry_host_of(repository: &str) -> String {
-    match repository.split_once('/') {
-        Some((first, _)) if first.contains('.') || first.contains(':') || first == "localhost" => {
-            first.to_string()
-        }
-        _ => "docker.io".to_string(),
-    }
-}
-
-/// The repository's name inside its registry, as the distribution API wants it:
-/// `127.0.0.1:5000/team/app` → `team/app`, `ghcr.io/org/app` → `org/app`, `ubuntu` → `ubuntu`.
-/// Pairs with [`registry_host_of`].
-pub fn repository_path_of(repository: &str) -> &str {
-    match repository.split_once('/') {
-        Some((first, rest))
-            if first.contains('.') || first.contains(':') || first == "localhost" =>
-        {
-            rest
-        }
-        _ => repository,
     }
 }
 
@@ -213,7 +166,7 @@ impl DockerConfig {
 
     /// Loads the configuration from [`DockerConfig::default_dir`]; no directory or no file means
     /// an empty configuration (anonymous access everywhere).
-    pub(crate) fn load_default() -> Result<DockerConfig, DockerError> {
+    pub(crate) fn load_default() -> Result<DockerConfig, RegistryError> {
         match Self::default_dir() {
             Some(dir) => Self::load(&dir),
             None => Ok(DockerConfig {
@@ -226,11 +179,11 @@ impl DockerConfig {
 
     /// Loads `dir/config.json`; a missing file is an empty configuration, an unreadable or
     /// malformed one is an error naming the file.
-    pub fn load(dir: &Path) -> Result<DockerConfig, DockerError> {
+    pub fn load(dir: &Path) -> Result<DockerConfig, RegistryError> {
         let path = dir.join("config.json");
         let file = match std::fs::read(&path) {
             Ok(bytes) => serde_json::from_slice::<ConfigFile>(&bytes).map_err(|error| {
-                DockerError::Credentials {
+                RegistryError::Credentials {
                     registry: "any registry".into(),
                     origin: path.display().to_string(),
                     // serde_json errors name a line and column, never the value.
@@ -239,7 +192,7 @@ impl DockerConfig {
             })?,
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => ConfigFile::default(),
             Err(error) => {
-                return Err(DockerError::Credentials {
+                return Err(RegistryError::Credentials {
                     registry: "any registry".into(),
                     origin: path.display().to_string(),
                     reason: error.to_string(),
@@ -262,7 +215,10 @@ impl DockerConfig {
 
     /// Credentials for `registry_host` (as [`registry_host_of`] returns it), or `None` for
     /// anonymous access. Order: `credHelpers`, `credsStore`, then `auths`.
-    pub fn credentials_for(&self, registry_host: &str) -> Result<Option<Credentials>, DockerError> {
+    pub fn credentials_for(
+        &self,
+        registry_host: &str,
+    ) -> Result<Option<Credentials>, RegistryError> {
         let wanted = normalize_registry_key(registry_host);
         let server_address = if wanted == "docker.io" {
             DOCKER_HUB_AUTH_KEY.to_string()
@@ -317,8 +273,12 @@ impl DockerConfig {
         }
     }
 
-    fn decode_auth(&self, encoded: &str, registry_host: &str) -> Result<Credentials, DockerError> {
-        let invalid = |reason: &str| DockerError::Credentials {
+    fn decode_auth(
+        &self,
+        encoded: &str,
+        registry_host: &str,
+    ) -> Result<Credentials, RegistryError> {
+        let invalid = |reason: &str| RegistryError::Credentials {
             registry: registry_host.to_string(),
             origin: self.path.display().to_string(),
             reason: reason.to_string(),
@@ -352,9 +312,9 @@ impl DockerConfig {
         helper: &str,
         server_address: &str,
         registry_host: &str,
-    ) -> Result<Option<Credentials>, DockerError> {
+    ) -> Result<Option<Credentials>, RegistryError> {
         let program = self.helper_program(helper);
-        let helper_error = |reason: String| DockerError::Credentials {
+        let helper_error = |reason: String| RegistryError::Credentials {
             registry: registry_host.to_string(),
             origin: format!(
                 "credential helper `{}` (configured in {})",
@@ -427,6 +387,7 @@ impl DockerConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::reference::registry_host_of;
     use std::os::unix::fs::PermissionsExt;
 
     fn config_dir(json: &str) -> tempfile::TempDir {
@@ -473,20 +434,6 @@ mod tests {
                 token: "tok-123".into()
             })
         );
-    }
-
-    #[test]
-    fn repository_references_split_into_host_and_path() {
-        for (repository, host, path) in [
-            ("127.0.0.1:5000/team/app", "127.0.0.1:5000", "team/app"),
-            ("ghcr.io/org/app", "ghcr.io", "org/app"),
-            ("localhost/app", "localhost", "app"),
-            ("team/app", "docker.io", "team/app"),
-            ("ubuntu", "docker.io", "ubuntu"),
-        ] {
-            assert_eq!(registry_host_of(repository), host, "{repository}");
-            assert_eq!(repository_path_of(repository), path, "{repository}");
-        }
     }
 
     #[test]

@@ -8,10 +8,11 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use super::credentials::{registry_host_of, Credentials, DockerConfig};
-use super::error::DockerError;
-use super::registry::{RegistryClient, DEFAULT_TIMEOUT};
-use super::retry::RetryPolicy;
+use crate::credentials::{Credentials, DockerConfig};
+use crate::error::RegistryError;
+use crate::reference::registry_host_of;
+use crate::registry::{RegistryClient, DEFAULT_TIMEOUT};
+use crate::retry::RetryPolicy;
 
 /// Registry clients by host, with the user's credentials, one deadline and one retry policy.
 pub struct Registries {
@@ -40,7 +41,7 @@ impl Default for Registries {
 impl Registries {
     /// Clients whose requests each have `timeout` (`--registry-timeout`) and are retried by
     /// `retry`.
-    pub(crate) fn new(timeout: Duration, retry: RetryPolicy) -> Registries {
+    pub fn new(timeout: Duration, retry: RetryPolicy) -> Registries {
         Registries {
             timeout,
             retry,
@@ -52,7 +53,7 @@ impl Registries {
 
     /// The credentials for the registry of `repository` (`host/path`), from the Docker
     /// configuration (`auths`, `credsStore`, `credHelpers`).
-    pub fn credentials(&self, repository: &str) -> Result<Option<Credentials>, DockerError> {
+    pub fn credentials(&self, repository: &str) -> Result<Option<Credentials>, RegistryError> {
         let host = registry_host_of(repository);
         if let Some(found) = self
             .credentials
@@ -80,7 +81,7 @@ impl Registries {
     }
 
     /// The client of the registry of `repository` (shared by every repository of that host).
-    pub fn client(&self, repository: &str) -> Result<RegistryClient, DockerError> {
+    pub fn client(&self, repository: &str) -> Result<RegistryClient, RegistryError> {
         let host = registry_host_of(repository);
         if let Some(client) = self.clients.lock().expect("clients lock").get(&host) {
             return Ok(client.clone());

@@ -4,9 +4,9 @@
 
 use std::collections::HashMap;
 
-use super::credentials::Credentials;
-use super::error::DockerError;
-use super::registry::{
+use crate::credentials::Credentials;
+use crate::error::RegistryError;
+use crate::registry::{
     transport_failure, Answer, Call, RegistryClient, TransportFailure, MAX_BODY_BYTES,
 };
 
@@ -78,7 +78,7 @@ impl RegistryClient {
     pub(super) fn send_authenticated(
         &self,
         call: &Call<'_>,
-    ) -> Result<Result<Answer, TransportFailure>, DockerError> {
+    ) -> Result<Result<Answer, TransportFailure>, RegistryError> {
         let authorization = self.cached_authorization(&call.scope);
         let answer = match self.transmit(call, authorization.as_deref()) {
             Ok(answer) => answer,
@@ -156,7 +156,7 @@ impl RegistryClient {
         service: Option<&str>,
         scope: &str,
         action: &str,
-    ) -> Result<Result<String, TransportFailure>, DockerError> {
+    ) -> Result<Result<String, TransportFailure>, RegistryError> {
         let credentials = self.inner.credentials.as_ref();
         let result = match credentials.and_then(Credentials::identity_token) {
             Some(refresh_token) => {
@@ -206,7 +206,7 @@ impl RegistryClient {
                 .chars()
                 .take(400)
                 .collect();
-            return Err(DockerError::RegistryAuth {
+            return Err(RegistryError::Auth {
                 host: self.inner.host.clone(),
                 action: format!("a token for {action} (from {realm})"),
                 status,

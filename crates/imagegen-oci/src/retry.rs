@@ -36,7 +36,7 @@ impl RetryPolicy {
     }
 
     /// The wait before attempt number `attempt` (1-based); zero before the first.
-    pub(crate) fn delay_before(&self, attempt: u32) -> Duration {
+    pub fn delay_before(&self, attempt: u32) -> Duration {
         if attempt <= 1 {
             return Duration::ZERO;
         }
@@ -47,7 +47,7 @@ impl RetryPolicy {
     }
 
     /// The attempts, never below 1.
-    pub(crate) fn total_attempts(&self) -> u32 {
+    pub fn total_attempts(&self) -> u32 {
         self.attempts.max(1)
     }
 }
@@ -55,7 +55,7 @@ impl RetryPolicy {
 /// Whether a failure message from a push or a registry call describes a transient condition
 /// (network trouble, a 5xx answer, a timeout) rather than a permanent one (denied, unknown).
 /// Permanent markers win: "denied" in a message is never retried even if it also says "timeout".
-pub(crate) fn is_transient_message(message: &str) -> bool {
+pub fn is_transient_message(message: &str) -> bool {
     let lower = message.to_ascii_lowercase();
     const PERMANENT: &[&str] = &[
         "denied",

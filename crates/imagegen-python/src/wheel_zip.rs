@@ -3,12 +3,12 @@
 //! holds, the member's local header, and its data. `knowledge derive` reads a wheel's
 //! `*.dist-info/METADATA` this way when the index serves no PEP 658 `.metadata` file, so a 2 GB
 //! torch wheel costs a few hundred kB. Pure: byte slices in, offsets and text out; the requests
-//! are made in `docker::pypi_index`.
+//! are made by the caller (imagegen's `docker::pypi_index`).
 
 /// How many bytes of a wheel's tail to ask for first: the end of central directory record (22
 /// bytes plus a comment of at most 64 kB), the ZIP64 locator and record, and in practice the end
 /// of the central directory, where `bdist_wheel` writes the `.dist-info` members.
-pub(crate) const TAIL_BYTES: u64 = 256 * 1024;
+pub const TAIL_BYTES: u64 = 256 * 1024;
 
 /// The largest METADATA member inflated (torch's is a few kB).
 const MAX_METADATA_BYTES: usize = 4 * 1024 * 1024;
@@ -19,10 +19,10 @@ const ZIP64_END_OF_CENTRAL_DIRECTORY: u32 = 0x0606_4b50;
 const CENTRAL_HEADER: u32 = 0x0201_4b50;
 const LOCAL_HEADER: u32 = 0x0403_4b50;
 /// A local file header's fixed part.
-pub(crate) const LOCAL_HEADER_BYTES: u64 = 30;
+pub const LOCAL_HEADER_BYTES: u64 = 30;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub(crate) enum WheelZipError {
+pub enum WheelZipError {
     #[error("not a zip file: {0}")]
     Format(String),
     #[error("the wheel has no {0} member")]
@@ -37,19 +37,19 @@ pub(crate) enum WheelZipError {
 
 /// Where the central directory lies in the file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct CentralDirectory {
-    pub(crate) offset: u64,
-    pub(crate) size: u64,
+pub struct CentralDirectory {
+    pub offset: u64,
+    pub size: u64,
 }
 
 /// One central directory entry: what is needed to fetch and inflate the member.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Member {
-    pub(crate) name: String,
-    pub(crate) method: u16,
-    pub(crate) compressed_size: u64,
-    pub(crate) uncompressed_size: u64,
-    pub(crate) local_header_offset: u64,
+pub struct Member {
+    pub name: String,
+    pub method: u16,
+    pub compressed_size: u64,
+    pub uncompressed_size: u64,
+    pub local_header_offset: u64,
 }
 
 fn u16_at(bytes: &[u8], at: usize) -> Option<u16> {
@@ -70,10 +70,7 @@ fn format_error(why: &str) -> WheelZipError {
 
 /// The central directory's place, from the file's last bytes (`tail`, which starts at
 /// `tail_start` in the file).
-pub(crate) fn central_directory(
-    tail: &[u8],
-    tail_start: u64,
-) -> Result<CentralDirectory, WheelZipError> {
+pub fn central_directory(tail: &[u8], tail_start: u64) -> Result<CentralDirectory, WheelZipError> {
     // The record is 22 bytes plus a comment; search backwards for its signature.
     let end = (0..tail.len().saturating_sub(21))
         .rev()
@@ -180,7 +177,7 @@ pub(crate) fn is_metadata(name: &str) -> bool {
 
 /// The METADATA entry found in a part of the central directory (such as the part the tail
 /// holds) by its signature; the caller confirms it against the local header's name.
-pub(crate) fn metadata_in_part(part: &[u8]) -> Option<Member> {
+pub fn metadata_in_part(part: &[u8]) -> Option<Member> {
     (0..part.len().saturating_sub(3))
         .filter(|&at| u32_at(part, at) == Some(CENTRAL_HEADER))
         .filter_map(|at| entry_at(part, at).map(|(member, _)| member))
@@ -188,7 +185,7 @@ pub(crate) fn metadata_in_part(part: &[u8]) -> Option<Member> {
 }
 
 /// The METADATA entry of a whole central directory.
-pub(crate) fn metadata_member(directory: &[u8]) -> Result<Member, WheelZipError> {
+pub fn metadata_member(directory: &[u8]) -> Result<Member, WheelZipError> {
     members(directory)?
         .into_iter()
         .find(|member| is_metadata(&member.name))
@@ -197,7 +194,7 @@ pub(crate) fn metadata_member(directory: &[u8]) -> Result<Member, WheelZipError>
 
 /// Where the member's data starts, from its local header (the fixed part and at least the name):
 /// the header's own name and extra lengths count, not the central directory's.
-pub(crate) fn data_offset(member: &Member, header: &[u8]) -> Result<u64, WheelZipError> {
+pub fn data_offset(member: &Member, header: &[u8]) -> Result<u64, WheelZipError> {
     if u32_at(header, 0) != Some(LOCAL_HEADER) {
         return Err(format_error(&format!(
             "no local header at byte {} for {}",
@@ -222,7 +219,7 @@ pub(crate) fn data_offset(member: &Member, header: &[u8]) -> Result<u64, WheelZi
 }
 
 /// The member's text from its (compressed) data.
-pub(crate) fn inflate(member: &Member, data: &[u8]) -> Result<String, WheelZipError> {
+pub fn inflate(member: &Member, data: &[u8]) -> Result<String, WheelZipError> {
     let bytes = match member.method {
         0 => data.to_vec(),
         8 => miniz_oxide::inflate::decompress_to_vec_with_limit(data, MAX_METADATA_BYTES)
@@ -238,11 +235,11 @@ mod tests {
 
     fn wheel() -> Vec<u8> {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/pypi/wheel-torch-2.12.1-layout.whl");
+            .join("../../tests/fixtures/pypi/wheel-torch-2.12.1-layout.whl");
         std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
     }
 
-    /// Reads the METADATA the way `docker::pypi_index` does, from slices of the file only.
+    /// Reads the METADATA the way imagegen's `docker::pypi_index` does, from slices of the file only.
     fn read_by_ranges(file: &[u8], tail_length: usize) -> String {
         let tail_start = file.len().saturating_sub(tail_length);
         let directory = central_directory(&file[tail_start..], tail_start as u64).unwrap();
@@ -267,7 +264,7 @@ mod tests {
         let file = wheel();
         let expected =
             std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(
-                "tests/fixtures/pypi/torch-2.12.1-cp311-cp311-manylinux_2_28_aarch64.whl.metadata",
+                "../../tests/fixtures/pypi/torch-2.12.1-cp311-cp311-manylinux_2_28_aarch64.whl.metadata",
             ))
             .unwrap();
         // The whole central directory in the tail, then only its last part.

@@ -2,23 +2,25 @@
 //! compatibility tags (PEP 427, PEP 425, PEP 600), and the image's lock says its Python and its
 //! platform (`3.12`, `x86_64-manylinux_2_39`, as uv was asked for them). A lock allows every file
 //! of a version (every platform's sha256); the host-side wheel cache fetches only the ones that
-//! fit the image. Pure: file names and the lock's values in, a verdict out.
+//! fit the image. Pure: parsed file names and the lock's values in, a verdict out.
+
+use crate::wheel_filename::{manylinux_glibc, WheelFilename};
 
 /// The Python and platform of one image's lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Target {
+pub struct Target {
     /// `3.12` as (3, 12).
-    pub(crate) python: (u32, u32),
+    pub python: (u32, u32),
     /// `x86_64` or `aarch64`.
-    pub(crate) machine: String,
+    pub machine: String,
     /// The glibc the platform allows, `manylinux_2_39` as (2, 39).
-    pub(crate) glibc: (u32, u32),
+    pub glibc: (u32, u32),
 }
 
 impl Target {
     /// The target of a lock's `python` (`3.12`) and `python_platform` (`x86_64-manylinux_2_39`);
     /// `None` when either is not in that form.
-    pub(crate) fn parse(python: &str, python_platform: &str) -> Option<Target> {
+    pub fn parse(python: &str, python_platform: &str) -> Option<Target> {
         let (major, minor) = python.split_once('.')?;
         let (machine, manylinux) = python_platform.split_once('-')?;
         let (glibc_major, glibc_minor) = manylinux.strip_prefix("manylinux_")?.split_once('_')?;
@@ -29,30 +31,26 @@ impl Target {
         })
     }
 
-    /// Whether pip on this target would install the wheel `filename`
-    /// (`torch-2.13.0-cp312-cp312-manylinux_2_28_x86_64.whl`). Not a wheel: false.
-    pub(crate) fn accepts(&self, filename: &str) -> bool {
-        let Some(stem) = filename.strip_suffix(".whl") else {
-            return false;
-        };
-        let parts: Vec<&str> = stem.split('-').collect();
-        if !(5..=6).contains(&parts.len()) {
-            return false;
-        }
-        let [python_tags, abi_tags, platform_tags] = [
-            parts[parts.len() - 3],
-            parts[parts.len() - 2],
-            parts[parts.len() - 1],
-        ];
-        let interpreter_fits = python_tags.split('.').any(|python_tag| {
-            abi_tags
-                .split('.')
+    /// Whether pip on this target would install `wheel`.
+    pub fn accepts(&self, wheel: &WheelFilename) -> bool {
+        let interpreter_fits = wheel.python_tags().iter().any(|python_tag| {
+            wheel
+                .abi_tags()
+                .iter()
                 .any(|abi_tag| self.interpreter_accepts(python_tag, abi_tag))
         });
         interpreter_fits
-            && platform_tags
-                .split('.')
+            && wheel
+                .platform_tags()
+                .iter()
                 .any(|platform_tag| self.platform_accepts(platform_tag))
+    }
+
+    /// Whether `filename` is a wheel pip on this target would install; not a wheel: false.
+    pub fn accepts_filename(&self, filename: &str) -> bool {
+        filename
+            .parse::<WheelFilename>()
+            .is_ok_and(|wheel| self.accepts(&wheel))
     }
 
     fn interpreter_accepts(&self, python_tag: &str, abi_tag: &str) -> bool {
@@ -87,23 +85,11 @@ impl Target {
         let Some(rest) = platform_tag.strip_suffix(&format!("_{}", self.machine)) else {
             return false;
         };
-        let glibc = match rest {
-            "linux" => return true,
-            "manylinux1" => (2, 5),
-            "manylinux2010" => (2, 12),
-            "manylinux2014" => (2, 17),
-            _ => {
-                let Some((glibc_major, glibc_minor)) = rest
-                    .strip_prefix("manylinux_")
-                    .and_then(|version| version.split_once('_'))
-                else {
-                    return false;
-                };
-                match (glibc_major.parse(), glibc_minor.parse()) {
-                    (Ok(glibc_major), Ok(glibc_minor)) => (glibc_major, glibc_minor),
-                    _ => return false,
-                }
-            }
+        if rest == "linux" {
+            return true;
+        }
+        let Some(glibc) = manylinux_glibc(platform_tag) else {
+            return false;
         };
         glibc <= self.glibc
     }
@@ -131,7 +117,7 @@ mod tests {
             "pkg-1.0-1build-py312-none-any.whl",
             "ninja-1.13.0-py3-none-manylinux_2_12_x86_64.manylinux2010_x86_64.whl",
         ] {
-            assert!(target.accepts(accepted), "{accepted}");
+            assert!(target.accepts_filename(accepted), "{accepted}");
         }
     }
 
@@ -151,7 +137,7 @@ mod tests {
             "torch-2.13.0.tar.gz",
             "not-a-wheel.whl",
         ] {
-            assert!(!target.accepts(refused), "{refused}");
+            assert!(!target.accepts_filename(refused), "{refused}");
         }
     }
 
@@ -160,7 +146,7 @@ mod tests {
         let arm = Target::parse("3.10", "aarch64-manylinux_2_35").unwrap();
         assert_eq!(arm.python, (3, 10));
         assert_eq!(arm.glibc, (2, 35));
-        assert!(arm.accepts("torch-2.12.1-cp310-cp310-manylinux_2_28_aarch64.whl"));
+        assert!(arm.accepts_filename("torch-2.12.1-cp310-cp310-manylinux_2_28_aarch64.whl"));
         assert!(Target::parse("3", "x86_64-manylinux_2_39").is_none());
         assert!(Target::parse("3.12", "x86_64-musllinux_1_2").is_none());
     }
