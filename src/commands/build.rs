@@ -6,7 +6,7 @@
 //! table and what was left undone; removes every container the run started, on every path; exit
 //! 1 if any image failed, 130/143 on SIGINT/SIGTERM.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -20,6 +20,7 @@ use crate::commands::attest;
 use crate::commands::ledger::{this_owner, wait_for_lock, Liveness, ManifestLedger, RunId};
 use crate::commands::outcome::Outcome;
 use crate::commands::output::{count, emit, note, table};
+use crate::commands::plan::steps_text;
 use crate::commands::signals::{Signal, Signals};
 use crate::commands::stages::{lock_problems, no_images, render_project};
 use crate::commands::wheels;
@@ -37,10 +38,11 @@ use crate::pipeline::docker_builder::{
     Contexts, EngineBuilder, EngineBuilderSettings, RegistryAliases, RUN_LABEL,
 };
 use crate::pipeline::executor::{execute, Claim, ExecOptions, ImageResult, Journal, Status};
-use crate::pipeline::plan::{plan, select_for_build, Plan, PlannedImage, Shard};
+use crate::pipeline::plan::{plan, select_for_build, Plan, PlanOptions, PlannedImage, Shard};
 use crate::pipeline::progress::Progress;
 use crate::pipeline::record::record;
 use crate::pipeline::selftest::check_baseline;
+use crate::pipeline::steps::RunStep;
 use crate::project::{self, read_selftest_baseline, ManifestFile, Project, ProjectLock};
 use crate::resolve::bases::{pin_problems, BASES_FILE};
 use crate::resolve::image::ImageSpec;
@@ -149,6 +151,12 @@ pub(crate) fn run(project: &Project, args: &BuildArgs) -> Result<Outcome> {
             ));
         }
     }
+    // A signing key that cannot be used stops the build before anything is built.
+    let signer = if args.push {
+        attest::load_signer(&args.signing)?
+    } else {
+        None
+    };
     let plan = plan(
         &resolution.images,
         &selected,
@@ -156,13 +164,15 @@ pub(crate) fn run(project: &Project, args: &BuildArgs) -> Result<Outcome> {
         &manifest,
         baseline_digest.as_ref(),
         &project.matrix()?.tests.require,
+        &PlanOptions {
+            push: args.push,
+            test: !args.no_test,
+            require_gpu: args.require_gpu,
+            move_untested_aliases: args.move_untested_aliases,
+            sign: signer.is_some(),
+            wheels: wheel_source,
+        },
     );
-    // A signing key that cannot be used stops the build before anything is built.
-    let signer = if args.push {
-        attest::load_signer(&args.signing)?
-    } else {
-        None
-    };
     if args.dry_run {
         match args.format {
             Format::Table => emit(plan_table(&plan, &manifest))?,
@@ -170,19 +180,43 @@ pub(crate) fn run(project: &Project, args: &BuildArgs) -> Result<Outcome> {
         }
         return Ok(Outcome::Success);
     }
-    if wheel_source != WheelSource::Index {
-        contexts.wheels = wheels::fetch_for_images(
-            &selected,
-            &project.locks()?,
-            &wheels::cache_root(args.wheel_cache.as_deref()),
-            args.wheel_jobs as usize,
-        )?;
-    }
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
+    // The run's own steps, before any image's: the one `match` over them.
+    for step in &plan.before {
+        match step {
+            RunStep::FetchWheels { images } => {
+                let images: Vec<ImageSpec> = selected
+                    .iter()
+                    .filter(|spec| images.contains(&spec.name))
+                    .cloned()
+                    .collect();
+                contexts.wheels = wheels::fetch_for_images(
+                    &images,
+                    &project.locks()?,
+                    &wheels::cache_root(args.wheel_cache.as_deref()),
+                    args.wheel_jobs as usize,
+                )?;
+            }
+            RunStep::SettleAliasMoves { repositories } => {
+                let registries = Registries::new(
+                    Duration::from_secs(args.deadlines.registry_timeout),
+                    RetryPolicy {
+                        attempts: args.push_attempts.max(1),
+                        ..RetryPolicy::default()
+                    },
+                );
+                runtime.block_on(settle_pending_moves(
+                    &manifest_file,
+                    repositories,
+                    &registries,
+                ));
+            }
+        }
+    }
     runtime.block_on(execute_plan(
         project,
         args,
@@ -260,25 +294,6 @@ async fn execute_plan(
         ),
     }
     outcome
-}
-
-/// The images of `plan` nothing of this run runs on this host, where `pushed_untested` (the run
-/// pushes and runs no self-test): those no other image of the plan is built `FROM`.
-fn run_nothing_here(plan: &Plan, pushed_untested: bool) -> BTreeSet<String> {
-    if !pushed_untested {
-        return BTreeSet::new();
-    }
-    plan.images
-        .iter()
-        .map(|image| &image.spec)
-        .filter(|spec| {
-            !plan
-                .images
-                .iter()
-                .any(|other| other.spec.parent.as_ref() == Some(&spec.name))
-        })
-        .map(|spec| spec.name.clone())
-        .collect()
 }
 
 /// Removes the containers earlier runs left behind when they were killed before their own
@@ -447,14 +462,6 @@ async fn build_and_record(
             commit.clone(),
         );
     }
-    if settings.push {
-        settle_pending_moves(
-            &manifest_file,
-            &plan,
-            &Registries::new(registry_timeout, retry),
-        )
-        .await;
-    }
     let signing = signer.map(|signer| {
         let mut context = attest::SignContext::of(project);
         context.build.selftest_binaries = contexts.selftest_digests.clone();
@@ -478,7 +485,6 @@ async fn build_and_record(
             selftest_baseline,
             journal,
             layer_store: Some(Arc::new(LayerStore::in_dir(&state_dir(&settings.log_dir)))),
-            unloaded: run_nothing_here(&plan, settings.push && settings.no_test),
             ..Default::default()
         },
     ));
@@ -497,10 +503,6 @@ async fn build_and_record(
     });
     let options = ExecOptions {
         jobs: settings.jobs,
-        push: settings.push,
-        test: !settings.no_test,
-        require_gpu: settings.require_gpu,
-        move_untested_aliases: settings.move_untested_aliases,
         owner,
     };
     note(format!(
@@ -620,20 +622,19 @@ fn record_apt_lock(images_dir: &Path, result: &ImageResult) -> (Vec<String>, Vec
 /// write down as done, by what the registry serves for each alias. A move whose alias another
 /// live run holds is that run's to finish, and is left alone; a registry that cannot be asked
 /// leaves them for later (the build moves its aliases anyway).
-async fn settle_pending_moves(manifest_file: &ManifestFile, plan: &Plan, registries: &Registries) {
+async fn settle_pending_moves(
+    manifest_file: &ManifestFile,
+    repositories: &[String],
+    registries: &Registries,
+) {
     let Ok(manifest) = manifest_file.read() else {
         return;
     };
-    let repositories: std::collections::BTreeSet<&str> = plan
-        .images
-        .iter()
-        .map(|image| image.spec.repository.as_str())
-        .collect();
     let aliases = RegistryAliases(registries);
     for (alias, pending) in &manifest.pending_aliases {
         let Some(repository) = manifest
             .repository_of(&pending.tag)
-            .filter(|r| repositories.contains(r))
+            .filter(|repository| repositories.iter().any(|r| r == repository))
         else {
             continue;
         };
@@ -816,6 +817,8 @@ fn plan_table(plan: &Plan, manifest: &Manifest) -> String {
             out.push_str(&format!("held: {alias}: {reason}\n"));
         }
     }
+    out.push('\n');
+    out.push_str(&steps_text(plan));
     out
 }
 
@@ -1032,7 +1035,9 @@ fn left_undone(
                 "{}: not {} (failed at {}); after fixing it: {}",
                 result.name,
                 if push { "pushed" } else { "built" },
-                result.failed_stage.as_deref().unwrap_or("an earlier image"),
+                result
+                    .failed_stage
+                    .map_or("an earlier image".to_string(), |stage| stage.to_string()),
                 rerun(&result.name)
             )),
             Status::Built | Status::Reused => {}
@@ -1090,39 +1095,6 @@ fn team_wheels(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn only_images_nothing_of_the_run_builds_on_go_unloaded_when_it_pushes_untested() {
-        let specs = crate::resolve::test_images(
-            "registry: r.example\nrepository: t/p\ntorch: [\"2.7\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\n",
-        );
-        let plan = crate::pipeline::plan::plan(
-            &specs,
-            &crate::resolve::select::select(&specs, None, None),
-            &BTreeMap::new(),
-            &Manifest::new(),
-            None,
-            &[],
-        );
-        let names: Vec<&str> = plan
-            .images
-            .iter()
-            .map(|image| image.spec.name.as_str())
-            .collect();
-        assert_eq!(names.len(), 2, "{names:?}");
-        // The devel image is built FROM the runtime one: only the devel image is left unloaded.
-        let unloaded = run_nothing_here(&plan, true);
-        let devel: Vec<&str> = names
-            .iter()
-            .copied()
-            .filter(|name| name.contains("-devel-"))
-            .collect();
-        assert_eq!(
-            unloaded.iter().map(String::as_str).collect::<Vec<_>>(),
-            devel
-        );
-        assert!(run_nothing_here(&plan, false).is_empty());
-    }
 
     #[test]
     fn the_summary_names_held_aliases_beside_moved_ones() {

@@ -6,7 +6,7 @@
 //! whatever a cancellation left behind. Policy (what to build, when aliases move) stays in the
 //! executor; wire protocols stay in `docker`.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -40,6 +40,7 @@ use crate::pipeline::relabel::{
     Parent, Step,
 };
 use crate::pipeline::selftest::{binary_record, interpret_selftest, parse_packages, LIST_PACKAGES};
+use crate::pipeline::steps::Wheels;
 use crate::render::HOST_VENV_SCRIPT;
 use crate::resolve::image::ImageSpec;
 
@@ -143,8 +144,7 @@ impl Contexts {
 pub(crate) struct EngineBuilderSettings {
     /// Labels added at build time (created, revision): they are not part of the Dockerfile.
     pub(crate) build_labels: BTreeMap<String, String>,
-    /// This run pushes: check the registry for an image with the same build key, and keep each
-    /// normalized image in memory until it is pushed.
+    /// This run pushes: keep each normalized image in memory until it is pushed.
     pub(crate) check_registry: bool,
     /// `/dev/shm` size of the self-test container.
     pub(crate) selftest_shm_bytes: i64,
@@ -164,10 +164,6 @@ pub(crate) struct EngineBuilderSettings {
     /// What earlier runs normalized: a build whose layers are an earlier build's is not exported
     /// nor normalized again.
     pub(crate) layer_store: Option<Arc<LayerStore>>,
-    /// Images (by name) this run pushes and runs nothing of on this host: no self-test, no image
-    /// of the run built `FROM` them. Those built with `wheels: host` are pushed from memory and
-    /// not loaded into the daemon (as `docker buildx build --push` leaves its daemon alone).
-    pub(crate) unloaded: BTreeSet<String>,
 }
 
 impl Default for EngineBuilderSettings {
@@ -183,7 +179,6 @@ impl Default for EngineBuilderSettings {
             selftest_baseline: None,
             journal: None,
             layer_store: None,
-            unloaded: BTreeSet::new(),
         }
     }
 }
@@ -269,17 +264,21 @@ impl EngineBuilder {
     /// Makes sure the base image a runtime image is built `FROM` is in the daemon, pulling it
     /// when it is not; the error says what to do when it cannot be had. A devel image's base is
     /// its runtime image, built first in the plan.
-    async fn ensure_base(&self, image: &PlannedImage) -> Result<()> {
-        let base = &image.spec.base_image;
-        if image.spec.parent.is_some() {
+    async fn ensure_base(
+        &self,
+        image: &PlannedImage,
+        base: &str,
+        pinned_id: Option<&Digest>,
+        built_first: bool,
+    ) -> Result<()> {
+        if built_first {
             return self.ensure_loaded(base).await;
         }
         if base == "scratch" {
             return Ok(());
         }
-        let cell = Arc::clone(self.bases.lock().await.entry(base.clone()).or_default());
+        let cell = Arc::clone(self.bases.lock().await.entry(base.to_string()).or_default());
         let name = &image.spec.name;
-        let pinned_id = image.spec.base_image_id.as_ref();
         let outcome = cell
             .get_or_init(|| async {
                 // `name:tag@sha256:…` is looked up by its digest: the tag may name other bytes now.
@@ -322,7 +321,7 @@ impl EngineBuilder {
     }
 
     /// Loads `reference` into the daemon where this run made it and did not load it (a
-    /// `wheels: host` image in [`EngineBuilderSettings::unloaded`]).
+    /// `wheels: host` image whose plan's build step does not load it).
     async fn ensure_loaded(&self, reference: &str) -> Result<()> {
         let pending = self
             .unloaded
@@ -333,6 +332,20 @@ impl EngineBuilder {
             Some(normalized) => self.load(reference, reference, &normalized).await,
             None => Ok(()),
         }
+    }
+
+    /// A failed build of `name` as the summary shows it: the error itself kept in the image's
+    /// log (not only that the build failed), and the log named.
+    fn build_failed(&self, name: &str, error: anyhow::Error) -> anyhow::Error {
+        self.progress.log_only(name, "== error");
+        for line in format!("{error:#}").lines() {
+            self.progress.log_only(name, line);
+        }
+        self.progress.stage(name, "build failed");
+        anyhow!(
+            "{error:#}\nfull log: {}",
+            self.progress.log_path(name).display()
+        )
     }
 
     async fn credentials_for(
@@ -368,7 +381,11 @@ impl EngineBuilder {
 }
 
 impl Builder for EngineBuilder {
-    async fn find_existing(&self, image: &PlannedImage) -> Result<Option<Existing>> {
+    async fn find_existing(
+        &self,
+        image: &PlannedImage,
+        in_registry: Option<&Digest>,
+    ) -> Result<Option<Existing>> {
         if let Some(local) = self
             .engine
             .find_image_with_labels(
@@ -382,7 +399,7 @@ impl Builder for EngineBuilder {
         {
             return Ok(Some(Existing::Local(daemon_image_id(&local.id)?)));
         }
-        if let (true, Some(recorded)) = (self.settings.check_registry, &image.recorded_digest) {
+        if let Some(recorded) = in_registry {
             let client = self.registry(&image.spec.repository).await?;
             let path = repository_path_of(&image.spec.repository);
             if let Some(labels) = client.image_labels(path, &image.spec.tag).await? {
@@ -390,7 +407,7 @@ impl Builder for EngineBuilder {
                 {
                     if let Some(digest) = client.manifest_digest(path, &image.spec.tag).await? {
                         let digest = registry_digest(&digest, &image.spec.repository)?;
-                        if &digest == recorded {
+                        if digest == *recorded {
                             return Ok(Some(Existing::Registry(digest)));
                         }
                     }
@@ -400,7 +417,21 @@ impl Builder for EngineBuilder {
         Ok(None)
     }
 
-    async fn build(&self, image: &PlannedImage) -> Result<Digest> {
+    async fn resolve_base(
+        &self,
+        image: &PlannedImage,
+        base: &str,
+        pinned_id: Option<&Digest>,
+        built_first: bool,
+    ) -> Result<()> {
+        let name = &image.spec.name;
+        self.progress.start(name, "building");
+        self.ensure_base(image, base, pinned_id, built_first)
+            .await
+            .map_err(|error| self.build_failed(name, error))
+    }
+
+    async fn build(&self, image: &PlannedImage, wheels: Wheels, load: bool) -> Result<Digest> {
         let name = &image.spec.name;
         let context = self
             .contexts
@@ -410,15 +441,22 @@ impl Builder for EngineBuilder {
             .ok_or_else(|| anyhow!("no build context assembled for {name}"))?;
         // `wheels: host`: the venv is made on the host after the Docker build, whose context
         // takes no wheels.
-        let host_script = file_of_context(&context, HOST_VENV_SCRIPT)
-            .with_context(|| format!("reading {name}'s build context"))?;
-        let context = match self.contexts.wheels.get(name) {
-            Some(_) if host_script.is_some() => context,
-            Some(wheels) => {
+        let host_script = match wheels {
+            Wheels::Host => Some(
+                file_of_context(&context, HOST_VENV_SCRIPT)
+                    .with_context(|| format!("reading {name}'s build context"))?
+                    .ok_or_else(|| {
+                        anyhow!("{name}'s build context has no {HOST_VENV_SCRIPT}, which `wheels: host` renders beside its Dockerfile\nhint: run `imagegen render`")
+                    })?,
+            ),
+            Wheels::Index | Wheels::Context => None,
+        };
+        let context = match (wheels, self.contexts.wheels.get(name)) {
+            (Wheels::Context, Some(wheels)) => {
                 append_to_context(&context, "wheels", &wheels.files, &wheels.small_files)
                     .with_context(|| format!("the wheels of {name}'s build context"))?
             }
-            None => context,
+            _ => context,
         };
         let mut request = BuildRequest::new(image.reference.clone(), context);
         // The daemon's build stays untagged: only its normalized image is ever tagged with the
@@ -429,15 +467,13 @@ impl Builder for EngineBuilder {
         request
             .labels
             .insert(BUILD_KEY_LABEL.into(), image.build_key.to_string());
-        self.progress.start(name, "building");
         let limit = self.settings.build_timeout;
         let log = self.progress.log_path(name);
-        let based = self.ensure_base(image).await;
         // Labels alone changed since a kept build of the same inputs: no Docker build at all. (Not
         // for a venv made on the host: the kept builds are the Docker build's layers only.)
-        let inputs = match &based {
-            Ok(()) if host_script.is_some() => None,
-            Ok(()) => match self.relabel_inputs(image, &request.labels).await {
+        let inputs = match &host_script {
+            Some(_) => None,
+            None => match self.relabel_inputs(image, &request.labels).await {
                 Ok(inputs) => Some(inputs),
                 Err(why) => {
                     let why = format!("a change of its labels alone cannot skip the build: {why}");
@@ -445,7 +481,6 @@ impl Builder for EngineBuilder {
                     None
                 }
             },
-            Err(_) => None,
         };
         if let Some(inputs) = &inputs {
             if let Some(done) = self.relabel(image, inputs).await {
@@ -453,48 +488,45 @@ impl Builder for EngineBuilder {
             }
         }
         // The venv's layer of `wheels: host` needs only the wheels: written beside the build.
-        let early_venv = match (&based, &host_script) {
-            (Ok(()), Some(script)) => {
-                self.early_venv_layer(image, script, &listing_script(image))
+        let early_venv = match &host_script {
+            Some(script) => {
+                self.early_venv_layer(image, script, &listing_script(image), load)
                     .await
             }
-            _ => None,
+            None => None,
         };
-        let built = match based {
-            Ok(()) => {
-                let progress = Arc::clone(&self.progress);
-                let log_name = name.clone();
-                let journal = self.settings.journal.clone();
-                let mut steps = StepImages::default();
-                let building = self.engine.build(request, move |line| {
-                    if let (Some(journal), Some(image)) = (&journal, steps.see(line)) {
-                        if let Err(error) = journal.record(image) {
-                            progress.line(
-                                &log_name,
-                                &format!(
-                                    "== warning: could not write step image {image} to {}: {error}",
-                                    journal.path().display()
-                                ),
-                            );
-                        }
-                    }
-                    progress.line(&log_name, line)
-                });
-                match tokio::time::timeout(limit, building).await {
-                    Ok(result) => result.map_err(anyhow::Error::from),
-                    Err(_) => {
-                        self.progress
-                            .stage(name, "build stopped: past its deadline");
-                        return Err(anyhow!(
-                            "building {} did not finish within {} s; it was stopped\nfull log: {}\nhint: --build-timeout (IMAGEGEN_BUILD_TIMEOUT) sets how long one build may take",
-                            image.reference,
-                            limit.as_secs(),
-                            log.display()
-                        ));
+        let built = {
+            let progress = Arc::clone(&self.progress);
+            let log_name = name.clone();
+            let journal = self.settings.journal.clone();
+            let mut steps = StepImages::default();
+            let building = self.engine.build(request, move |line| {
+                if let (Some(journal), Some(image)) = (&journal, steps.see(line)) {
+                    if let Err(error) = journal.record(image) {
+                        progress.line(
+                            &log_name,
+                            &format!(
+                                "== warning: could not write step image {image} to {}: {error}",
+                                journal.path().display()
+                            ),
+                        );
                     }
                 }
+                progress.line(&log_name, line)
+            });
+            match tokio::time::timeout(limit, building).await {
+                Ok(result) => result.map_err(anyhow::Error::from),
+                Err(_) => {
+                    self.progress
+                        .stage(name, "build stopped: past its deadline");
+                    return Err(anyhow!(
+                        "building {} did not finish within {} s; it was stopped\nfull log: {}\nhint: --build-timeout (IMAGEGEN_BUILD_TIMEOUT) sets how long one build may take",
+                        image.reference,
+                        limit.as_secs(),
+                        log.display()
+                    ));
+                }
             }
-            Err(error) => Err(error),
         };
         match built {
             Ok(id) => {
@@ -509,14 +541,7 @@ impl Builder for EngineBuilder {
                         .await
                         .with_context(|| format!("normalizing {}", image.reference))?;
                     let (normalized, listed) = self
-                        .host_venv(
-                            image,
-                            &id,
-                            &around,
-                            script,
-                            &listing_script(image),
-                            early_venv,
-                        )
+                        .host_venv(image, &id, &around, script, early_venv, load)
                         .await
                         .with_context(|| {
                             format!("making the venv of {} on the host", image.reference)
@@ -525,7 +550,7 @@ impl Builder for EngineBuilder {
                         .lock()
                         .expect("listed lock")
                         .insert(name.clone(), listed);
-                    if self.settings.unloaded.contains(name) {
+                    if !load {
                         self.progress.stage(
                             name,
                             "not loaded into the Docker daemon: this run pushes it and runs nothing of it here (`docker pull` it to run it here)",
@@ -571,15 +596,7 @@ impl Builder for EngineBuilder {
                 };
                 Ok(self.built(normalized))
             }
-            Err(error) => {
-                // The log holds the error itself, not only that the build failed.
-                self.progress.log_only(name, "== error");
-                for line in format!("{error:#}").lines() {
-                    self.progress.log_only(name, line);
-                }
-                self.progress.stage(name, "build failed");
-                Err(anyhow!("{error:#}\nfull log: {}", log.display()))
-            }
+            Err(error) => Err(self.build_failed(name, error)),
         }
     }
 
