@@ -449,10 +449,10 @@ impl Builder for EngineBuilder {
                         anyhow!("{name}'s build context has no {HOST_VENV_SCRIPT}, which `wheels: host` renders beside its Dockerfile\nhint: run `imagegen render`")
                     })?,
             ),
-            Wheels::Index | Wheels::Context => None,
+            Wheels::Index | Wheels::Cache => None,
         };
         let context = match (wheels, self.contexts.wheels.get(name)) {
-            (Wheels::Context, Some(wheels)) => {
+            (Wheels::Cache, Some(wheels)) => {
                 append_to_context(&context, "wheels", &wheels.files, &wheels.small_files)
                     .with_context(|| format!("the wheels of {name}'s build context"))?
             }

@@ -161,7 +161,7 @@ fn image_steps(image: &PlannedImage, options: &PlanOptions, built_on: bool) -> V
     } else if options.wheels == WheelSource::Index {
         Wheels::Index
     } else {
-        Wheels::Context
+        Wheels::Cache
     };
     // A venv made on the host is pushed from memory, not loaded, where nothing of this run
     // runs the image here: pushed, untested, and no image of the plan built `FROM` it.
@@ -667,7 +667,7 @@ mod tests {
                     load: true
                 },
                 Step::Build {
-                    wheels: Wheels::Context,
+                    wheels: Wheels::Cache,
                     load: true
                 }
             ]

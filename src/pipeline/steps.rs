@@ -87,10 +87,10 @@ impl fmt::Display for RunStep {
 pub(crate) enum Wheels {
     /// pip in the Docker build downloads the lock from the indexes (`wheels: index`).
     Index,
-    /// The lock's wheels, fetched on the host ([`RunStep::FetchWheels`]), go into the build
-    /// context, and a build stage installs them with no index (`wheels: cache`; devel and
-    /// flavour images of `wheels: host`).
-    Context,
+    /// The lock's wheels, fetched on the host into its cache ([`RunStep::FetchWheels`]), go
+    /// into the build context, and a build stage installs them with no index (`wheels: cache`;
+    /// devel and flavour images of `wheels: host`).
+    Cache,
     /// The venv is made on the host (`wheels: host`, runtime images): its layer is written from
     /// the fetched wheels beside the Docker build, host-venv.sh runs in a container of that
     /// build, and both layers go above the build's normalized ones.
@@ -285,7 +285,7 @@ impl fmt::Display for Step {
             Step::Build { wheels, load } => {
                 let wheels = match wheels {
                     Wheels::Index => "wheels: index",
-                    Wheels::Context => "wheels: cache",
+                    Wheels::Cache => "wheels: cache",
                     Wheels::Host => "venv made on the host",
                 };
                 if *load {
