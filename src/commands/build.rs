@@ -20,9 +20,9 @@ use crate::commands::attest;
 use crate::commands::ledger::{this_owner, wait_for_lock, Liveness, ManifestLedger, RunId};
 use crate::commands::outcome::Outcome;
 use crate::commands::output::{count, emit, note, table};
-use crate::commands::plan::steps_text;
 use crate::commands::signals::{Signal, Signals};
 use crate::commands::stages::{lock_problems, no_images, render_project};
+use crate::commands::steps::steps_text;
 use crate::commands::wheels;
 use crate::docker::layer_store::LayerStore;
 use crate::docker::pypi_index::team_context_files;
@@ -34,8 +34,9 @@ use crate::history::manifest::{now_rfc3339, Manifest};
 use crate::model::digest::Digest;
 use crate::model::matrix::WheelSource;
 use crate::pipeline::alias_move::{AliasLedger, AliasRegistry};
+use crate::pipeline::docker_builder::contexts::Contexts;
 use crate::pipeline::docker_builder::{
-    Contexts, EngineBuilder, EngineBuilderSettings, RegistryAliases, RUN_LABEL,
+    EngineBuilder, EngineBuilderSettings, RegistryAliases, RUN_LABEL,
 };
 use crate::pipeline::executor::{execute, Claim, ExecOptions, ImageResult, Journal, Status};
 use crate::pipeline::plan::{plan, select_for_build, Plan, PlanOptions, PlannedImage, Shard};

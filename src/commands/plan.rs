@@ -16,6 +16,7 @@ use crate::commands::attest::signing_configured;
 use crate::commands::outcome::Outcome;
 use crate::commands::output::{emit, note, short, table};
 use crate::commands::stages::render_project;
+use crate::commands::steps::steps_text;
 use crate::commands::waiting::waiting_text;
 use crate::history::manifest::Manifest;
 use crate::history::upgrade::{InputChange, UpgradePlan};
@@ -110,23 +111,6 @@ impl PlanJson<'_> {
                 .collect(),
         }
     }
-}
-
-/// The steps of the plan for a terminal: the run's, then each image's in build order, one line
-/// each (`imagegen plan` and `build --dry-run`).
-pub(crate) fn steps_text(plan: &Plan) -> String {
-    let mut out = String::from(
-        "steps (in order; an earlier build found by its build key passes over resolve-base and build):\n",
-    );
-    if !plan.before.is_empty() {
-        let before: Vec<String> = plan.before.iter().map(ToString::to_string).collect();
-        writeln!(out, "  before the images: {}", before.join(" → ")).ok();
-    }
-    for image in &plan.images {
-        let steps: Vec<String> = image.steps.iter().map(ToString::to_string).collect();
-        writeln!(out, "  {}: {}", image.spec.tag, steps.join(" → ")).ok();
-    }
-    out
 }
 
 /// The plan as text for a terminal.

@@ -20,10 +20,10 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, Context, Result};
 use serde_json::Value;
 
-use super::{
-    layer_of_stored, listing_script, rate, repository_path_of, stored_layer, EngineBuilder,
-};
+use super::layers::{layer_of_stored, stored_layer};
+use super::{listing_script, rate, EngineBuilder};
 use crate::docker::layer_store::StoredHostVenv;
+use crate::docker::repository_path_of;
 use crate::docker::{ContextWheels, RunRequest};
 use crate::history::manifest::{human_bytes, rfc3339};
 use crate::model::digest::Digest;
