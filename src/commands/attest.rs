@@ -66,6 +66,13 @@ pub(crate) fn key_mode_problem(mode: u32) -> Option<String> {
 
 /// The signing key: `--signing-key`/`IMAGEGEN_SIGNING_KEY_FILE`, else `IMAGEGEN_SIGNING_KEY`
 /// (PEM text); `None` when neither is set.
+/// Whether a signing key is set (`--signing-key`, or the key's text in [`KEY_ENV`]), without
+/// reading it: what `imagegen plan` needs to say that `build --push` signs.
+pub(crate) fn signing_configured(signing: &SigningArgs) -> bool {
+    signing.signing_key.is_some()
+        || std::env::var(KEY_ENV).is_ok_and(|text| !text.trim().is_empty())
+}
+
 pub(crate) fn load_signer(signing: &SigningArgs) -> Result<Option<Signer>> {
     if let Some(path) = &signing.signing_key {
         return read_key_file(path).map(Some);

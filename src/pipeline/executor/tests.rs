@@ -9,12 +9,13 @@ use std::time::Duration;
 
 use super::*;
 use crate::history::manifest::{ImageSize, Manifest, Packages};
-use crate::pipeline::plan::plan;
+use crate::pipeline::plan::{plan, PlanOptions};
 use crate::pipeline::record::record;
 use crate::resolve::select::select;
 
 #[derive(Default)]
 struct FakeBuilder {
+    fail_base: BTreeSet<String>,
     fail_build: BTreeSet<String>,
     fail_test: BTreeSet<String>,
     no_gpu: bool,
@@ -41,13 +42,35 @@ impl FakeBuilder {
 }
 
 impl Builder for FakeBuilder {
-    async fn find_existing(&self, image: &PlannedImage) -> anyhow::Result<Option<Existing>> {
+    async fn find_existing(
+        &self,
+        image: &PlannedImage,
+        _in_registry: Option<&Digest>,
+    ) -> anyhow::Result<Option<Existing>> {
         Ok(self
             .existing
             .contains(&image.spec.name)
             .then(|| Existing::Local(Digest::of(format!("old-{}", image.spec.name).as_bytes()))))
     }
-    async fn build(&self, image: &PlannedImage) -> anyhow::Result<Digest> {
+    async fn resolve_base(
+        &self,
+        image: &PlannedImage,
+        base: &str,
+        _pinned_id: Option<&Digest>,
+        built_first: bool,
+    ) -> anyhow::Result<()> {
+        self.record(format!("base {} {base} {built_first}", image.spec.name));
+        if self.fail_base.contains(&image.spec.name) {
+            anyhow::bail!("base image {base} is not in the Docker daemon");
+        }
+        Ok(())
+    }
+    async fn build(
+        &self,
+        image: &PlannedImage,
+        _wheels: Wheels,
+        _load: bool,
+    ) -> anyhow::Result<Digest> {
         let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
         self.max_running.fetch_max(now, Ordering::SeqCst);
         self.record(format!("build {}", image.spec.name));
@@ -233,7 +256,9 @@ impl AliasLedger for MemoryJournal {
     }
 }
 
-fn test_plan() -> Plan {
+/// Two runtime images and their devel images, planned with `options`, the test policy wanting
+/// passes on `require` (any GPU when empty).
+fn test_plan_with(options: &PlanOptions, require: &[String]) -> Plan {
     let specs = crate::resolve::test_images("registry: r.example\nrepository: t/p\ntorch: [\"2.7\"]\ncuda: [\"12.6\", \"12.8\"]\nos: [ubuntu24.04]\n");
     plan(
         &specs,
@@ -241,38 +266,54 @@ fn test_plan() -> Plan {
         &BTreeMap::new(),
         &crate::history::manifest::Manifest::new(),
         None,
-        &[],
+        require,
+        options,
     )
 }
 
-fn options(jobs: usize) -> ExecOptions {
-    ExecOptions {
-        jobs,
-        push: true,
-        test: true,
-        require_gpu: false,
-        move_untested_aliases: false,
-        owner: crate::history::alias_transaction::Owner {
-            run: "test-run".into(),
-            by: "pid 1 (test)".into(),
+fn test_plan() -> Plan {
+    test_plan_with(&options(1).plan, &[])
+}
+
+/// How a test runs: the executor's options, and the build's flags the plan is made with.
+#[derive(Clone)]
+struct Options {
+    exec: ExecOptions,
+    plan: PlanOptions,
+}
+
+/// `build --push --jobs N` with a signing key.
+fn options(jobs: usize) -> Options {
+    Options {
+        exec: ExecOptions {
+            jobs,
+            owner: crate::history::alias_transaction::Owner {
+                run: "test-run".into(),
+                by: "pid 1 (test)".into(),
+            },
+        },
+        plan: PlanOptions {
+            push: true,
+            sign: true,
+            ..PlanOptions::default()
         },
     }
 }
 
-async fn run(builder: &Arc<FakeBuilder>, options: &ExecOptions) -> Vec<ImageResult> {
+async fn run(builder: &Arc<FakeBuilder>, options: &Options) -> Vec<ImageResult> {
     run_with(builder, &Arc::new(MemoryJournal::default()), options).await
 }
 
 async fn run_with(
     builder: &Arc<FakeBuilder>,
     journal: &Arc<MemoryJournal>,
-    options: &ExecOptions,
+    options: &Options,
 ) -> Vec<ImageResult> {
     execute(
-        &test_plan(),
+        &test_plan_with(&options.plan, &[]),
         Arc::clone(builder),
         Arc::clone(journal),
-        options,
+        &options.exec,
         std::future::pending(),
         |_| {},
     )
@@ -362,7 +403,7 @@ async fn one_failed_build_does_not_stop_the_others() {
         Status::Built
     );
     let failed = results.iter().find(|r| r.name == RUNTIME_126).unwrap();
-    assert_eq!(failed.failed_stage.as_deref(), Some("build"));
+    assert_eq!(failed.failed_stage, Some(Stage::Build));
     assert!(failed
         .error
         .as_deref()
@@ -383,7 +424,7 @@ async fn a_failed_test_means_no_push_and_no_alias() {
     let results = run(&builder, &options(2)).await;
     let failed = results.iter().find(|r| r.name == RUNTIME_126).unwrap();
     assert_eq!(failed.status, Status::Failed);
-    assert_eq!(failed.failed_stage.as_deref(), Some("test"));
+    assert_eq!(failed.failed_stage, Some(Stage::Test));
     assert!(failed.aliases_moved.is_empty());
     let calls = builder.calls();
     assert!(
@@ -405,15 +446,12 @@ async fn a_pass_on_one_gpu_model_moves_aliases_only_when_it_is_all_the_policy_wa
         ..Default::default()
     });
     let journal = Arc::new(MemoryJournal::default());
-    let mut plan = test_plan();
-    for image in &mut plan.images {
-        image.tests_missing = vec!["H100".into(), "H200".into()];
-    }
+    let plan = test_plan_with(&options(2).plan, &["H100".into(), "H200".into()]);
     let results = execute(
         &plan,
         builder.clone(),
         journal.clone(),
-        &options(2),
+        &options(2).exec,
         std::future::pending(),
         |_| {},
     )
@@ -435,14 +473,12 @@ async fn a_pass_on_one_gpu_model_moves_aliases_only_when_it_is_all_the_policy_wa
         gpu_name: Some("NVIDIA H200".into()),
         ..Default::default()
     });
-    for image in &mut plan.images {
-        image.tests_missing = vec!["H200".into()];
-    }
+    let plan = test_plan_with(&options(2).plan, &["H200".into()]);
     let results = execute(
         &plan,
         builder,
         Arc::new(MemoryJournal::default()),
-        &options(2),
+        &options(2).exec,
         std::future::pending(),
         |_| {},
     )
@@ -475,8 +511,11 @@ async fn without_gpus_images_are_pushed_and_aliases_wait_for_test_results() {
     let awaiting: usize = results.iter().map(|r| r.aliases_awaiting.len()).sum();
     assert_eq!(awaiting, held.len());
 
-    let moving = ExecOptions {
-        move_untested_aliases: true,
+    let moving = Options {
+        plan: PlanOptions {
+            move_untested_aliases: true,
+            ..options(2).plan
+        },
         ..options(2)
     };
     let results = run(
@@ -489,8 +528,11 @@ async fn without_gpus_images_are_pushed_and_aliases_wait_for_test_results() {
     .await;
     assert!(results.iter().any(|r| !r.aliases_moved.is_empty()));
 
-    let strict = ExecOptions {
-        require_gpu: true,
+    let strict = Options {
+        plan: PlanOptions {
+            require_gpu: true,
+            ..options(2).plan
+        },
         ..options(2)
     };
     let results = run(
@@ -539,7 +581,7 @@ async fn cancellation_reports_what_was_interrupted() {
         &test_plan(),
         Arc::clone(&builder),
         Arc::new(MemoryJournal::default()),
-        &options(2),
+        &options(2).exec,
         tokio::time::sleep(Duration::from_millis(50)),
         |r| seen.push(r.status),
     )
@@ -591,7 +633,7 @@ async fn a_failed_alias_push_keeps_the_pushed_full_tag_and_leaves_the_move_pendi
     let results = run_with(&builder, &journal, &options(1)).await;
     let failed = results.iter().find(|r| r.name == RUNTIME_126).unwrap();
     assert_eq!(failed.status, Status::Failed);
-    assert_eq!(failed.failed_stage.as_deref(), Some("alias"));
+    assert_eq!(failed.failed_stage, Some(Stage::Alias));
     assert!(
         failed.error.as_deref().unwrap().contains("pending"),
         "{failed:?}"
@@ -628,7 +670,7 @@ async fn a_failed_signing_fails_the_image_and_holds_its_aliases() {
     let results = run_with(&builder, &journal, &options(1)).await;
     let failed = results.iter().find(|r| r.name == RUNTIME_126).unwrap();
     assert_eq!(failed.status, Status::Failed);
-    assert_eq!(failed.failed_stage.as_deref(), Some("sign"));
+    assert_eq!(failed.failed_stage, Some(Stage::Sign));
     assert!(
         failed
             .error
@@ -732,7 +774,7 @@ async fn an_interruption_names_the_step_each_image_was_at() {
         &test_plan(),
         Arc::clone(&builder),
         Arc::new(MemoryJournal::default()),
-        &options(1),
+        &options(1).exec,
         tokio::time::sleep(Duration::from_millis(50)),
         |_| {},
     )
@@ -798,6 +840,7 @@ async fn a_flavour_is_recorded_with_its_flavour_and_the_digest_of_its_parent() {
         &Manifest::new(),
         None,
         &[],
+        &options(2).plan,
     );
     let flavour_tag = format!("{RUNTIME_126}-tools");
     let builder = Arc::new(FakeBuilder::default());
@@ -806,7 +849,7 @@ async fn a_flavour_is_recorded_with_its_flavour_and_the_digest_of_its_parent() {
         &plan,
         Arc::clone(&builder),
         Arc::clone(&journal),
-        &options(2),
+        &options(2).exec,
         std::future::pending(),
         |_| {},
     )
@@ -897,6 +940,7 @@ async fn sizes_are_measured_for_built_images_and_kept_for_reused_ones() {
         &manifest,
         None,
         &[],
+        &options(2).plan,
     );
     let planned = again
         .images
@@ -916,7 +960,7 @@ async fn sizes_are_measured_for_built_images_and_kept_for_reused_ones() {
         &again,
         Arc::clone(&builder),
         Arc::clone(&journal),
-        &options(2),
+        &options(2).exec,
         std::future::pending(),
         |_| {},
     )
@@ -924,4 +968,118 @@ async fn sizes_are_measured_for_built_images_and_kept_for_reused_ones() {
     assert_eq!(result(&results, RUNTIME_126).status, Status::Reused);
     assert_eq!(result(&results, RUNTIME_126).size, Some(recorded));
     assert_eq!(journal.manifest().images[RUNTIME_126].size, Some(recorded));
+}
+
+/// The executor runs the plan's step values and nothing else: a plan without the alias and
+/// push steps moves and pushes nothing, and the builder is asked for what each step names.
+#[tokio::test]
+async fn the_executor_runs_the_plans_steps_and_only_those() {
+    let builder = Arc::new(FakeBuilder::default());
+    let journal = Arc::new(MemoryJournal::default());
+    let mut plan = test_plan();
+    for image in &mut plan.images {
+        image.steps.retain(|step| {
+            !matches!(
+                step,
+                Step::Push | Step::RecordPush | Step::Attest | Step::MoveAlias { .. }
+            )
+        });
+    }
+    let results = execute(
+        &plan,
+        Arc::clone(&builder),
+        Arc::clone(&journal),
+        &options(1).exec,
+        std::future::pending(),
+        |_| {},
+    )
+    .await;
+    assert!(results.iter().all(|r| r.status == Status::Built));
+    assert!(results
+        .iter()
+        .all(|r| r.aliases_moved.is_empty() && r.digest.is_none()));
+    let calls = builder.calls();
+    assert!(!calls.iter().any(|c| c.starts_with("push")), "{calls:#?}");
+    // Each image: its base, its build, its packages, its test, in the plan's order.
+    let of_runtime: Vec<&str> = calls
+        .iter()
+        .filter(|c| c.split_whitespace().nth(1) == Some(RUNTIME_126))
+        .map(String::as_str)
+        .collect();
+    let base = base_of(&plan.images[0]);
+    assert_eq!(
+        of_runtime,
+        [
+            format!("base {RUNTIME_126} {base} false").as_str(),
+            &format!("build {RUNTIME_126}"),
+            &format!("built {RUNTIME_126}"),
+            &format!("contents {RUNTIME_126}"),
+            &format!("test {RUNTIME_126}"),
+        ]
+    );
+    let log = journal.log();
+    assert!(log.contains(&format!("claim {RUNTIME_126}")), "{log:#?}");
+    assert!(!log.iter().any(|e| e.starts_with("sign")), "{log:#?}");
+}
+
+/// The base a plan's `resolve-base` step names.
+fn base_of(image: &PlannedImage) -> String {
+    image
+        .steps
+        .iter()
+        .find_map(|step| match step {
+            Step::ResolveBase { base, .. } => Some(base.clone()),
+            _ => None,
+        })
+        .expect("a resolve-base step")
+}
+
+/// A base that cannot be had fails the image at its build stage, before any Docker build, and
+/// the devel image on it is not attempted; a devel image's base is its runtime image, built
+/// first.
+#[tokio::test]
+async fn a_missing_base_fails_the_build_stage_before_the_build() {
+    let builder = Arc::new(FakeBuilder {
+        fail_base: [RUNTIME_126.to_string()].into(),
+        ..Default::default()
+    });
+    let results = run(&builder, &options(1)).await;
+    let failed = results.iter().find(|r| r.name == RUNTIME_126).unwrap();
+    assert_eq!(failed.status, Status::Failed);
+    assert_eq!(failed.failed_stage, Some(Stage::Build));
+    assert!(failed
+        .error
+        .as_deref()
+        .unwrap()
+        .contains("is not in the Docker daemon"));
+    let calls = builder.calls();
+    assert!(
+        !calls.contains(&format!("build {RUNTIME_126}")),
+        "{calls:#?}"
+    );
+    let devel = results.iter().find(|r| r.name == DEVEL_126).unwrap();
+    assert_eq!(devel.status, Status::Skipped);
+    assert!(
+        calls
+            .iter()
+            .any(|c| c.starts_with("base 2.7.1-cuda12.8-cudnn9-devel") && c.ends_with(" true")),
+        "a devel image's base is built first: {calls:#?}"
+    );
+}
+
+/// An image found by its build key passes over `resolve-base` and `build`.
+#[tokio::test]
+async fn a_reused_image_passes_over_its_base_and_build() {
+    let builder = Arc::new(FakeBuilder {
+        existing: [RUNTIME_126.to_string()].into(),
+        ..Default::default()
+    });
+    run(&builder, &options(1)).await;
+    let calls = builder.calls();
+    assert!(
+        !calls
+            .iter()
+            .any(|c| c.starts_with(&format!("base {RUNTIME_126} "))),
+        "{calls:#?}"
+    );
 }

@@ -1,14 +1,16 @@
 //! The `build` command: check that `images/` is rendered from the matrix, assemble the build
-//! contexts, compute the plan, then (unless `--dry-run`) connect to Docker, settle alias moves an
-//! earlier run left in between, execute the plan and write down every change in the manifest
-//! as it happens (under the manifest's lock, merged into the manifest as it is then, so another
-//! run's records survive), so Ctrl-C, SIGTERM or a crash keeps what finished. Prints a summary
-//! table and what was left undone; removes every container the run started, on every path; exit
-//! 1 if any image failed, 130/143 on SIGINT/SIGTERM.
+//! contexts, compute the plan (`pipeline::plan`: every image's steps), then (unless `--dry-run`,
+//! which prints it) run the plan's run steps (fetch the wheels, settle alias moves an earlier run
+//! left in between), connect to Docker, remove what killed runs left (`leftovers`), and hand the
+//! plan to the executor, which writes down every change in the manifest as it happens (under the
+//! manifest's lock, merged into the manifest as it is then, so another run's records survive),
+//! so Ctrl-C, SIGTERM or a crash keeps what finished. Prints a summary table and what was left
+//! undone (`report`); removes every container the run started, on every path; exit 1 if any
+//! image failed, 130/143 on SIGINT/SIGTERM.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -19,31 +21,41 @@ use crate::cli::{BuildArgs, Format};
 use crate::commands::attest;
 use crate::commands::ledger::{this_owner, wait_for_lock, Liveness, ManifestLedger, RunId};
 use crate::commands::outcome::Outcome;
-use crate::commands::output::{count, emit, note, table};
+use crate::commands::output::{count, emit, note};
 use crate::commands::signals::{Signal, Signals};
 use crate::commands::stages::{lock_problems, no_images, render_project};
 use crate::commands::wheels;
 use crate::docker::layer_store::LayerStore;
 use crate::docker::pypi_index::team_context_files;
-use crate::docker::run_journal::{self, RunJournal};
-use crate::docker::{ContextFile, Engine, Registries, Removal, RetryPolicy};
+use crate::docker::run_journal::RunJournal;
+use crate::docker::{ContextFile, Engine, Registries, RetryPolicy};
 use crate::history::alias_transaction::settle_one;
 use crate::history::apt_lock::{apt_moves, AptLock, APT_LOCK_FILE};
 use crate::history::manifest::{now_rfc3339, Manifest};
 use crate::model::digest::Digest;
 use crate::model::matrix::WheelSource;
 use crate::pipeline::alias_move::{AliasLedger, AliasRegistry};
+use crate::pipeline::docker_builder::contexts::Contexts;
 use crate::pipeline::docker_builder::{
-    Contexts, EngineBuilder, EngineBuilderSettings, RegistryAliases, RUN_LABEL,
+    EngineBuilder, EngineBuilderSettings, RegistryAliases, RUN_LABEL,
 };
-use crate::pipeline::executor::{execute, Claim, ExecOptions, ImageResult, Journal, Status};
-use crate::pipeline::plan::{plan, select_for_build, Plan, PlannedImage, Shard};
+use crate::pipeline::executor::{execute, Claim, ExecOptions, ImageResult, Journal};
+use crate::pipeline::plan::{plan, select_for_build, Plan, PlanOptions, PlannedImage, Shard};
 use crate::pipeline::progress::Progress;
 use crate::pipeline::record::record;
 use crate::pipeline::selftest::check_baseline;
+use crate::pipeline::steps::RunStep;
 use crate::project::{self, read_selftest_baseline, ManifestFile, Project, ProjectLock};
 use crate::resolve::bases::{pin_problems, BASES_FILE};
 use crate::resolve::image::ImageSpec;
+
+mod leftovers;
+mod report;
+
+use leftovers::{
+    journal_dir, remove_images_of_dead_runs, remove_leftovers_of_dead_runs, state_dir,
+};
+use report::{left_undone, one_line, plan_table, summary_table};
 
 pub(crate) fn run(project: &Project, args: &BuildArgs) -> Result<Outcome> {
     let shard = args
@@ -149,6 +161,12 @@ pub(crate) fn run(project: &Project, args: &BuildArgs) -> Result<Outcome> {
             ));
         }
     }
+    // A signing key that cannot be used stops the build before anything is built.
+    let signer = if args.push {
+        attest::load_signer(&args.signing)?
+    } else {
+        None
+    };
     let plan = plan(
         &resolution.images,
         &selected,
@@ -156,13 +174,15 @@ pub(crate) fn run(project: &Project, args: &BuildArgs) -> Result<Outcome> {
         &manifest,
         baseline_digest.as_ref(),
         &project.matrix()?.tests.require,
+        &PlanOptions {
+            push: args.push,
+            test: !args.no_test,
+            require_gpu: args.require_gpu,
+            move_untested_aliases: args.move_untested_aliases,
+            sign: signer.is_some(),
+            wheels: wheel_source,
+        },
     );
-    // A signing key that cannot be used stops the build before anything is built.
-    let signer = if args.push {
-        attest::load_signer(&args.signing)?
-    } else {
-        None
-    };
     if args.dry_run {
         match args.format {
             Format::Table => emit(plan_table(&plan, &manifest))?,
@@ -170,19 +190,43 @@ pub(crate) fn run(project: &Project, args: &BuildArgs) -> Result<Outcome> {
         }
         return Ok(Outcome::Success);
     }
-    if wheel_source != WheelSource::Index {
-        contexts.wheels = wheels::fetch_for_images(
-            &selected,
-            &project.locks()?,
-            &wheels::cache_root(args.wheel_cache.as_deref()),
-            args.wheel_jobs as usize,
-        )?;
-    }
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
+    // The run's own steps, before any image's: the one `match` over them.
+    for step in &plan.before {
+        match step {
+            RunStep::FetchWheels { images } => {
+                let images: Vec<ImageSpec> = selected
+                    .iter()
+                    .filter(|spec| images.contains(&spec.name))
+                    .cloned()
+                    .collect();
+                contexts.wheels = wheels::fetch_for_images(
+                    &images,
+                    &project.locks()?,
+                    &wheels::cache_root(args.wheel_cache.as_deref()),
+                    args.wheel_jobs as usize,
+                )?;
+            }
+            RunStep::SettleAliasMoves { repositories } => {
+                let registries = Registries::new(
+                    Duration::from_secs(args.deadlines.registry_timeout),
+                    RetryPolicy {
+                        attempts: args.push_attempts.max(1),
+                        ..RetryPolicy::default()
+                    },
+                );
+                runtime.block_on(settle_pending_moves(
+                    &manifest_file,
+                    repositories,
+                    &registries,
+                ));
+            }
+        }
+    }
     runtime.block_on(execute_plan(
         project,
         args,
@@ -215,8 +259,8 @@ async fn execute_plan(
             .with_push_idle_timeout(registry_timeout);
     let run_id = RunId::this_process().to_string();
     let journals = journal_dir(&settings.log_dir);
-    remove_leftovers_of_dead_runs(&engine).await;
-    remove_images_of_dead_runs(&engine, &journals).await;
+    remove_leftovers_of_dead_runs(&engine, RUN_LABEL, run_is_gone).await;
+    remove_images_of_dead_runs(&engine, &journals, run_is_gone).await;
     // Written before the first build starts: the step images of this run, should it be killed.
     let journal = match RunJournal::create(&journals, &run_id) {
         Ok(journal) => Some(Arc::new(journal)),
@@ -262,156 +306,10 @@ async fn execute_plan(
     outcome
 }
 
-/// The images of `plan` nothing of this run runs on this host, where `pushed_untested` (the run
-/// pushes and runs no self-test): those no other image of the plan is built `FROM`.
-fn run_nothing_here(plan: &Plan, pushed_untested: bool) -> BTreeSet<String> {
-    if !pushed_untested {
-        return BTreeSet::new();
-    }
-    plan.images
-        .iter()
-        .map(|image| &image.spec)
-        .filter(|spec| {
-            !plan
-                .images
-                .iter()
-                .any(|other| other.spec.parent.as_ref() == Some(&spec.name))
-        })
-        .map(|spec| spec.name.clone())
-        .collect()
-}
-
-/// Removes the containers earlier runs left behind when they were killed before their own
-/// cleanup (SIGKILL, a crash): those labelled with a run of this machine's boot whose process is
-/// gone. A live run's containers, and those of runs this machine cannot judge (another host on a
-/// shared daemon, an earlier boot, an older imagegen's run id), are left alone.
-async fn remove_leftovers_of_dead_runs(engine: &Engine) {
-    let containers = match engine.containers_labelled(RUN_LABEL).await {
-        Ok(containers) => containers,
-        Err(error) => {
-            eprintln!("warning: could not look for containers earlier runs left behind: {error}");
-            return;
-        }
-    };
-    let dead: std::collections::BTreeSet<String> = containers
-        .iter()
-        .map(|(_, run)| run.clone())
-        .filter(|run| RunId::parse(run).is_some_and(|id| id.liveness() == Liveness::Gone))
-        .collect();
-    for run in dead {
-        match engine.remove_containers_with_label(RUN_LABEL, &run).await {
-            Ok(0) => {}
-            Ok(count) => {
-                eprintln!("removed {count} container(s) left behind by run {run}, which is gone")
-            }
-            Err(error) => eprintln!(
-                "warning: could not remove the containers of run {run}, which is gone: {error}"
-            ),
-        }
-    }
-}
-
-/// Where runs write their journals of step images: `runs/` beside the build logs
-/// (`.imagegen/runs`).
-fn journal_dir(log_dir: &Path) -> PathBuf {
-    state_dir(log_dir).join("runs")
-}
-
-/// The folder of imagegen's state beside the logs (`.imagegen/`): the run journals and the
-/// layer store.
-fn state_dir(log_dir: &Path) -> PathBuf {
-    log_dir
-        .parent()
-        .filter(|parent| !parent.as_os_str().is_empty())
-        .unwrap_or(Path::new("."))
-        .to_path_buf()
-}
-
-/// How long a run waits, before its builds, for the daemon to let go of the images of a run killed
-/// mid-build: it stops and removes the killed step's container on its own time, and refuses to
-/// remove that container's image ("being used by running container") for a moment even after
-/// the container has left its list.
-const DEAD_RUN_IMAGES_PATIENCE: Duration = Duration::from_secs(15);
-
-/// Removes the images that builds of runs killed mid-build left (the classic builder's images of
-/// the steps finished before the kill), from those runs' journals: only runs of this machine's
-/// boot whose process is gone, and only images with no tag that no image is built on and no
-/// container uses (the daemon judges that; nothing is forced). A live run's journal, and one of
-/// a run this machine cannot judge, stay.
-///
-/// It runs before this run's builds and waits (within [`DEAD_RUN_IMAGES_PATIENCE`]) while a
-/// container still holds one: a build started meanwhile would take the killed run's step images
-/// as its cache and build on them, and an image built on is no longer a leftover to remove.
-async fn remove_images_of_dead_runs(engine: &Engine, dir: &Path) {
-    let found = match run_journal::journals(dir) {
-        Ok(found) => found,
-        Err(error) => {
-            eprintln!(
-                "warning: could not read the image journals of earlier runs in {}: {error}",
-                dir.display()
-            );
-            return;
-        }
-    };
-    let deadline = std::time::Instant::now() + DEAD_RUN_IMAGES_PATIENCE;
-    for entry in found {
-        let gone = RunId::parse(&entry.run).is_some_and(|id| id.liveness() == Liveness::Gone);
-        if !gone {
-            continue;
-        }
-        let mut removed = 0;
-        let (in_use, failed) = loop {
-            // Kept for a later run to try again when the daemon failed or a container still
-            // holds an image past the patience.
-            let mut failed = false;
-            let mut in_use = None;
-            // Newest first: each step's image is the parent of the next. One built on by an
-            // image that is not the run's (a later build took it as cache) is that image's
-            // layer now, and stays, like a tagged one.
-            for image in entry.images.iter().rev() {
-                match engine.remove_untagged_image(image).await {
-                    Ok(Removal::Removed) => removed += 1,
-                    Ok(Removal::Absent | Removal::Tagged | Removal::HasChildren(_)) => {}
-                    Ok(Removal::InUse(reason)) => {
-                        in_use = Some(format!("{image}: {reason}"));
-                        // Its parents are held by it: they are tried with it next time.
-                        break;
-                    }
-                    Err(error) => {
-                        failed = true;
-                        eprintln!(
-                            "warning: could not remove image {image} left behind by run {}, which is gone: {error}",
-                            entry.run
-                        );
-                    }
-                }
-            }
-            if in_use.is_none() || std::time::Instant::now() >= deadline {
-                break (in_use, failed);
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        };
-        if removed > 0 {
-            eprintln!(
-                "removed {removed} image(s) left behind by run {}, which is gone",
-                entry.run
-            );
-        }
-        if let Some(reason) = &in_use {
-            eprintln!(
-                "note: a container still uses an image left behind by run {}, which is gone ({reason}); a later run removes its images",
-                entry.run
-            );
-        }
-        if in_use.is_none() && !failed {
-            if let Err(error) = run_journal::remove(&entry.path) {
-                eprintln!(
-                    "warning: could not remove {}: {error}",
-                    entry.path.display()
-                );
-            }
-        }
-    }
+/// Whether the run `run` (a run id of a container label or a journal) was of this machine's
+/// boot and its process is gone; a run this machine cannot judge is not.
+fn run_is_gone(run: &str) -> bool {
+    RunId::parse(run).is_some_and(|id| id.liveness() == Liveness::Gone)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -447,14 +345,6 @@ async fn build_and_record(
             commit.clone(),
         );
     }
-    if settings.push {
-        settle_pending_moves(
-            &manifest_file,
-            &plan,
-            &Registries::new(registry_timeout, retry),
-        )
-        .await;
-    }
     let signing = signer.map(|signer| {
         let mut context = attest::SignContext::of(project);
         context.build.selftest_binaries = contexts.selftest_digests.clone();
@@ -478,7 +368,6 @@ async fn build_and_record(
             selftest_baseline,
             journal,
             layer_store: Some(Arc::new(LayerStore::in_dir(&state_dir(&settings.log_dir)))),
-            unloaded: run_nothing_here(&plan, settings.push && settings.no_test),
             ..Default::default()
         },
     ));
@@ -497,10 +386,6 @@ async fn build_and_record(
     });
     let options = ExecOptions {
         jobs: settings.jobs,
-        push: settings.push,
-        test: !settings.no_test,
-        require_gpu: settings.require_gpu,
-        move_untested_aliases: settings.move_untested_aliases,
         owner,
     };
     note(format!(
@@ -620,20 +505,19 @@ fn record_apt_lock(images_dir: &Path, result: &ImageResult) -> (Vec<String>, Vec
 /// write down as done, by what the registry serves for each alias. A move whose alias another
 /// live run holds is that run's to finish, and is left alone; a registry that cannot be asked
 /// leaves them for later (the build moves its aliases anyway).
-async fn settle_pending_moves(manifest_file: &ManifestFile, plan: &Plan, registries: &Registries) {
+async fn settle_pending_moves(
+    manifest_file: &ManifestFile,
+    repositories: &[String],
+    registries: &Registries,
+) {
     let Ok(manifest) = manifest_file.read() else {
         return;
     };
-    let repositories: std::collections::BTreeSet<&str> = plan
-        .images
-        .iter()
-        .map(|image| image.spec.repository.as_str())
-        .collect();
     let aliases = RegistryAliases(registries);
     for (alias, pending) in &manifest.pending_aliases {
         let Some(repository) = manifest
             .repository_of(&pending.tag)
-            .filter(|r| repositories.contains(r))
+            .filter(|repository| repositories.iter().any(|r| r == repository))
         else {
             continue;
         };
@@ -771,291 +655,6 @@ impl AliasLedger for ManifestJournal {
     }
 }
 
-fn one_line(result: &ImageResult) -> String {
-    let mut text = format!("{:?}", result.status).to_lowercase();
-    if let Some(test) = &result.test {
-        text.push_str(&format!(", self-test {}", test.status()));
-    }
-    if let Some(digest) = &result.digest {
-        text.push_str(&format!(", {digest}"));
-    }
-    if let Some(stage) = &result.failed_stage {
-        text.push_str(&format!(" (failed at {stage})"));
-    }
-    text
-}
-
-fn plan_table(plan: &Plan, manifest: &Manifest) -> String {
-    let mut rows = vec![["IMAGE", "BUILD KEY", "AFTER", "ACTION", "ALIASES"]
-        .map(String::from)
-        .to_vec()];
-    for image in &plan.images {
-        let known = manifest
-            .images
-            .get(&image.spec.tag)
-            .is_some_and(|r| r.build_key == image.build_key);
-        rows.push(vec![
-            image.reference.clone(),
-            image.build_key.hex()[..12].to_string(),
-            image.depends_on.clone().unwrap_or_else(|| "-".into()),
-            if known {
-                "reuse if present, else build".into()
-            } else {
-                "build".into()
-            },
-            alias_cell(&image.aliases, &image.aliases_blocked),
-        ]);
-    }
-    let mut out = table(&rows);
-    out.push_str(&format!(
-        "\n{} planned\n",
-        count(plan.images.len(), "image")
-    ));
-    for image in &plan.images {
-        for (alias, reason) in &image.aliases_blocked {
-            out.push_str(&format!("held: {alias}: {reason}\n"));
-        }
-    }
-    out
-}
-
-/// The aliases column: those moved (or to move) and those held, both named.
-fn alias_cell(moved: &[String], held: &[(String, String)]) -> String {
-    let mut parts = Vec::new();
-    if !moved.is_empty() {
-        parts.push(moved.join(", "));
-    }
-    if !held.is_empty() {
-        parts.push(format!(
-            "held: {}",
-            held.iter()
-                .map(|(alias, _)| alias.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
-    }
-    if parts.is_empty() {
-        "-".into()
-    } else {
-        parts.join("; ")
-    }
-}
-
-fn summary_table(results: &[ImageResult]) -> String {
-    let mut rows = vec![[
-        "IMAGE", "RESULT", "TEST", "DIGEST", "SIZE", "SECONDS", "ALIASES",
-    ]
-    .map(String::from)
-    .to_vec()];
-    for result in results {
-        let moved = if result.aliases_moved.is_empty() {
-            String::new()
-        } else {
-            format!("moved: {}", result.aliases_moved.join(", "))
-        };
-        let aliases = match (moved.is_empty(), result.aliases_held.is_empty()) {
-            (true, true) => "-".to_string(),
-            (false, true) => moved,
-            (true, false) => held_text(result),
-            (false, false) => format!("{moved}; {}", held_text(result)),
-        };
-        rows.push(vec![
-            result.name.clone(),
-            format!("{:?}", result.status).to_lowercase(),
-            result
-                .test
-                .as_ref()
-                .map(|t| t.status().to_string())
-                .unwrap_or_else(|| "-".into()),
-            result
-                .digest
-                .as_ref()
-                .map(|d| d.short().to_string())
-                .unwrap_or_else(|| "-".into()),
-            result
-                .size
-                .map(|size| size.to_string())
-                .unwrap_or_else(|| "-".into()),
-            format!("{:.1}", result.seconds),
-            aliases,
-        ]);
-    }
-    let mut out = String::from("\n");
-    out.push_str(&table(&rows));
-    for result in results.iter().filter(|r| !r.notes.is_empty()) {
-        out.push_str(&format!("\n{}: {}\n", result.name, result.notes.join("; ")));
-    }
-    // Each reason once, with every alias it holds (a run without GPUs holds them all alike).
-    let mut reasons: Vec<(&str, Vec<String>)> = Vec::new();
-    for result in results {
-        for (alias, reason) in &result.aliases_held {
-            let held = format!("{alias} ({})", result.name);
-            match reasons
-                .iter_mut()
-                .find(|(known, _)| *known == reason.as_str())
-            {
-                Some((_, aliases)) => aliases.push(held),
-                None => reasons.push((reason, vec![held])),
-            }
-        }
-    }
-    for (reason, aliases) in &reasons {
-        out.push_str(&format!("\nheld: {}: {reason}", aliases.join(", ")));
-    }
-    if !reasons.is_empty() {
-        out.push('\n');
-    }
-    // One entry per cause: images that failed with the same error (a missing base image, a
-    // registry down) share it, each with its own log.
-    let mut causes: Vec<(String, Vec<&ImageResult>)> = Vec::new();
-    for result in results.iter().filter(|r| !r.succeeded()) {
-        let cause = cause_of(result);
-        match causes.iter_mut().find(|(known, _)| *known == cause) {
-            Some((_, members)) => members.push(result),
-            None => causes.push((cause, vec![result])),
-        }
-    }
-    for (cause, members) in &causes {
-        let names: Vec<String> = members
-            .iter()
-            .map(|r| format!("{} {}", r.name, format!("{:?}", r.status).to_lowercase()))
-            .collect();
-        out.push_str(&format!(
-            "\n{}:\n  {}\n",
-            names.join(", "),
-            cause.replace('\n', "\n  ")
-        ));
-        for log in members.iter().filter_map(|r| full_log_of(r)) {
-            out.push_str(&format!("  {log}\n"));
-        }
-    }
-    let failed = results.iter().filter(|r| !r.succeeded()).count();
-    out.push_str(&format!(
-        "\n{}: {} ok, {} not ok\n",
-        count(results.len(), "image"),
-        results.len() - failed,
-        failed
-    ));
-    out
-}
-
-/// A result's error without its `full log:` line, so images failing alike group together; devel
-/// images not built because their runtime image failed share one cause.
-fn cause_of(result: &ImageResult) -> String {
-    let error = result.error.as_deref().unwrap_or("");
-    if result.status == Status::Skipped && error.starts_with("not built: the image it builds on") {
-        return "not built: the runtime image each builds on failed (above)".into();
-    }
-    result
-        .error
-        .as_deref()
-        .unwrap_or("")
-        .lines()
-        .filter(|line| !line.starts_with("full log: "))
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-/// The `full log: ...` line of a result's error, if it has one.
-fn full_log_of(result: &ImageResult) -> Option<&str> {
-    result
-        .error
-        .as_deref()?
-        .lines()
-        .find(|line| line.starts_with("full log: "))
-}
-
-/// `held (reason): a, b` for one reason, or each alias with its own.
-/// The held aliases of an image, by name; their reasons follow the table, each once.
-fn held_text(result: &ImageResult) -> String {
-    let names: Vec<&str> = result
-        .aliases_held
-        .iter()
-        .map(|(a, _)| a.as_str())
-        .collect();
-    format!("held (reason below): {}", names.join(", "))
-}
-
-/// What this run did not get to: images interrupted or failed before they were pushed, aliases
-/// that did not move, and alias moves it began and did not finish (pending in the manifest),
-/// each with the command that finishes it.
-fn left_undone(
-    plan: &Plan,
-    results: &[ImageResult],
-    manifest: &Manifest,
-    by: &str,
-    push: bool,
-) -> String {
-    let mut lines = Vec::new();
-    let rerun = |name: &str| {
-        format!(
-            "imagegen build{} --only {name}",
-            if push { " --push" } else { "" }
-        )
-    };
-    for result in results {
-        let Some(planned) = plan.images.iter().find(|i| i.spec.name == result.name) else {
-            continue;
-        };
-        let unmoved: Vec<&str> = planned
-            .aliases
-            .iter()
-            .filter(|alias| {
-                !result.aliases_moved.contains(alias)
-                    && !result.aliases_held.iter().any(|(held, _)| held == *alias)
-            })
-            .map(String::as_str)
-            .collect();
-        match result.status {
-            Status::Interrupted => lines.push(format!(
-                "{}: {}; to finish: {}",
-                result.name,
-                result.error.as_deref().unwrap_or("interrupted"),
-                rerun(&result.name)
-            )),
-            Status::Failed | Status::Skipped if result.digest.is_some() => lines.push(format!(
-                "{}: pushed as {}, but aliases not moved: {}; to finish: {}",
-                result.name,
-                result
-                    .digest
-                    .as_ref()
-                    .map(Digest::to_string)
-                    .unwrap_or_default(),
-                if unmoved.is_empty() {
-                    "-".to_string()
-                } else {
-                    unmoved.join(", ")
-                },
-                rerun(&result.name)
-            )),
-            Status::Failed | Status::Skipped => lines.push(format!(
-                "{}: not {} (failed at {}); after fixing it: {}",
-                result.name,
-                if push { "pushed" } else { "built" },
-                result.failed_stage.as_deref().unwrap_or("an earlier image"),
-                rerun(&result.name)
-            )),
-            Status::Built | Status::Reused => {}
-        }
-    }
-    for (alias, pending) in &manifest.pending_aliases {
-        if pending.by == by {
-            lines.push(format!(
-                "alias {alias}: the move to {} ({}) is written down as pending, not as done; `imagegen verify --adopt` settles it by what the registry serves, `imagegen build --push` makes it",
-                pending.to, pending.tag
-            ));
-        }
-    }
-    if lines.is_empty() {
-        return String::new();
-    }
-    let mut out = String::from("\nleft undone:\n");
-    for line in lines {
-        out.push_str(&format!("  {line}\n"));
-    }
-    out
-}
-
 /// The team's wheels of each image whose matrix names extra indexes, fetched here on the host
 /// with the host's credentials (the environment or netrc: none enters a build) and checked
 /// against the lock's sha256, as the `extension-wheels/` files of its build context.
@@ -1085,67 +684,4 @@ fn team_wheels(
         files.insert(image.name.clone(), context_files);
     }
     Ok(files)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_images_nothing_of_the_run_builds_on_go_unloaded_when_it_pushes_untested() {
-        let specs = crate::resolve::test_images(
-            "registry: r.example\nrepository: t/p\ntorch: [\"2.7\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\n",
-        );
-        let plan = crate::pipeline::plan::plan(
-            &specs,
-            &crate::resolve::select::select(&specs, None, None),
-            &BTreeMap::new(),
-            &Manifest::new(),
-            None,
-            &[],
-        );
-        let names: Vec<&str> = plan
-            .images
-            .iter()
-            .map(|image| image.spec.name.as_str())
-            .collect();
-        assert_eq!(names.len(), 2, "{names:?}");
-        // The devel image is built FROM the runtime one: only the devel image is left unloaded.
-        let unloaded = run_nothing_here(&plan, true);
-        let devel: Vec<&str> = names
-            .iter()
-            .copied()
-            .filter(|name| name.contains("-devel-"))
-            .collect();
-        assert_eq!(
-            unloaded.iter().map(String::as_str).collect::<Vec<_>>(),
-            devel
-        );
-        assert!(run_nothing_here(&plan, false).is_empty());
-    }
-
-    #[test]
-    fn the_summary_names_held_aliases_beside_moved_ones() {
-        let mut result =
-            ImageResult::new("2.7.0-cuda12.6-cudnn9-runtime-ubuntu24.04", Status::Built);
-        result.aliases_moved = vec!["2.7-cuda12.6-runtime-ubuntu24.04".into()];
-        result.aliases_held = vec![(
-            "2.7-cuda12.6-runtime".into(),
-            "2.7-cuda12.6-runtime would move backwards from torch 2.7.1".into(),
-        )];
-        let summary = summary_table(&[result]);
-        assert!(
-            summary.contains("moved: 2.7-cuda12.6-runtime-ubuntu24.04; held (reason below): 2.7-cuda12.6-runtime"),
-            "{summary}"
-        );
-        assert!(
-            summary.contains("held: 2.7-cuda12.6-runtime (2.7.0-cuda12.6-cudnn9-runtime-ubuntu24.04): 2.7-cuda12.6-runtime would move backwards"),
-            "{summary}"
-        );
-        assert_eq!(
-            summary.matches("would move backwards").count(),
-            1,
-            "{summary}"
-        );
-    }
 }
