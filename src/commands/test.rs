@@ -8,8 +8,8 @@
 //! name handed to it, and records the result under the digest (`history::test_results`). `test
 //! import` reads gpu-selftest JSON reports, refuses any that does not name a recorded digest and a
 //! node (nothing is recorded then), and records the rest. Both then move the aliases waiting on
-//! an image once the matrix's test policy holds, each through `pipeline::alias_move` (the one
-//! alias transaction).
+//! an image once the matrix's test policy holds, each through `history::alias_transaction::move_alias` (the
+//! one alias transaction).
 //!
 //! With a signing key (`--signing-key`, `IMAGEGEN_SIGNING_KEY_FILE`, `IMAGEGEN_SIGNING_KEY`, as
 //! `build --push`), every image whose result was recorded is attested again
@@ -26,18 +26,18 @@ use serde::Serialize;
 use crate::attest::dsse::Signer;
 use crate::cli::{Format, TestAction, TestArgs, TestImportArgs, TestSettleArgs};
 use crate::commands::attest::{attest_image, load_signer, SignContext};
-use crate::commands::ledger::{this_owner, ManifestLedger, RunId};
+use crate::commands::ledger::{this_owner, RunId};
 use crate::commands::outcome::Outcome;
 use crate::commands::output::{emit, note, table};
 use crate::docker::{Engine, Registries, RetryPolicy};
-use crate::history::alias_transaction::AliasTarget;
+use crate::history::alias_transaction::{move_alias, AliasOutcome, AliasRequest, AliasTarget};
 use crate::history::aliases::recorded_candidate;
+use crate::history::ledger::Transaction;
 use crate::history::manifest::{now_rfc3339, GpuTestResult, Manifest, RecordStatus, TestStatus};
 use crate::history::test_results::{
-    judge, read_report, record_result, result_from_report, results_of, valid_node_name,
+    judge, read_report, result_from_report, results_of, valid_node_name,
 };
 use crate::model::digest::Digest;
-use crate::pipeline::alias_move::{move_alias, AliasLedger, AliasOutcome, AliasRequest};
 use crate::pipeline::docker_builder::{DigestTester, RegistryAliases, RUN_LABEL};
 use crate::pipeline::executor::TestOutcome;
 use crate::pipeline::plan::matches_filter;
@@ -100,7 +100,7 @@ fn choose(manifest: &Manifest, args: &TestArgs) -> Result<Vec<Chosen>> {
         }
         return Ok(chosen);
     }
-    for record in manifest.images.values() {
+    for record in manifest.images().values() {
         let Some(digest) = &record.digest else {
             continue;
         };
@@ -182,7 +182,7 @@ fn run_tests(project: &Project, args: &TestArgs) -> Result<Outcome> {
         if !gpus {
             note("no GPU runtime on this Docker daemon: gpu-selftest runs without GPUs (a report that says it could not run records nothing)");
         }
-        let ledger = ManifestLedger::new(file.clone());
+        let ledger = file.clone();
         let mut lines = Vec::new();
         for image in &chosen {
             let line = test_one(&tester, &ledger, image, gpus, baseline_digest.as_ref()).await;
@@ -198,7 +198,7 @@ fn run_tests(project: &Project, args: &TestArgs) -> Result<Outcome> {
             None => true,
         };
         if args.no_move {
-            list_waiting(&ledger.file.read()?, &require, &mut lines);
+            list_waiting(&ledger.read()?, &require, &mut lines);
         } else {
             move_ready_aliases(
                 &RegistryAliases(&tester.registries),
@@ -218,7 +218,7 @@ fn run_tests(project: &Project, args: &TestArgs) -> Result<Outcome> {
 async fn attest_recorded(
     project: &Project,
     signer: &Signer,
-    ledger: &ManifestLedger,
+    ledger: &ManifestFile,
     registries: &Registries,
     lines: &[Line],
 ) -> bool {
@@ -232,7 +232,7 @@ async fn attest_recorded(
             continue;
         }
         let attested = async {
-            let manifest = ledger.file.read()?;
+            let manifest = ledger.read()?;
             let record = manifest
                 .all_records()
                 .find(|r| r.digest.as_ref() == Some(&line.digest))
@@ -245,11 +245,9 @@ async fn attest_recorded(
                 .and_then(|report| report["node_name"].as_str())
                 .map(String::from);
             let attested = attest_image(registries, signer, record, &line.digest, &context).await?;
-            ledger.file.update(|current| {
-                current
-                    .attestations
-                    .insert(line.digest.clone(), attested.clone());
-            })?;
+            let mut transaction = Transaction::begin(ledger)?;
+            transaction.record_attestation(line.digest.clone(), attested.clone());
+            transaction.commit()?;
             anyhow::Ok(attested)
         }
         .await;
@@ -260,7 +258,6 @@ async fn attest_recorded(
                 attested.attestations.tag,
                 &attested.key_id[..12.min(attested.key_id.len())],
                 ledger
-                    .file
                     .read()
                     .ok()
                     .and_then(|m| m
@@ -281,7 +278,7 @@ async fn attest_recorded(
 /// Tests one image: the tag must still serve the recorded digest; pull by digest; run; record.
 async fn test_one(
     tester: &DigestTester,
-    ledger: &ManifestLedger,
+    ledger: &ManifestFile,
     image: &Chosen,
     gpus: bool,
     baseline: Option<&Digest>,
@@ -357,19 +354,20 @@ async fn test_one(
     line
 }
 
-/// Records `result` under `digest` in the manifest (under its lock).
-fn record(ledger: &ManifestLedger, digest: &Digest, result: &GpuTestResult) -> Result<()> {
-    ledger
-        .write(|manifest| record_result(manifest, digest, result))?
-        .map(|_| ())
-        .ok_or_else(|| anyhow!("the manifest no longer records {digest}"))
+/// Records `result` under `digest` in the manifest (one transaction).
+fn record(ledger: &ManifestFile, digest: &Digest, result: &GpuTestResult) -> Result<()> {
+    let mut transaction = Transaction::begin(ledger)?;
+    transaction
+        .record_test_result(digest, result)
+        .ok_or_else(|| anyhow!("the manifest no longer records {digest}"))?;
+    transaction.commit()
 }
 
 /// For each image of `lines` whose aliases wait: once the policy holds on its results, moves
 /// them (the alias transaction), and says what still waits and for what.
 async fn move_ready_aliases(
     registry: &RegistryAliases<'_>,
-    ledger: &ManifestLedger,
+    ledger: &ManifestFile,
     require: &[String],
     lines: &mut [Line],
 ) -> Result<()> {
@@ -379,9 +377,9 @@ async fn move_ready_aliases(
         if line.verdict == "refused" {
             continue;
         }
-        let manifest = ledger.file.read()?;
+        let manifest = ledger.read()?;
         let Some(record) = manifest
-            .images
+            .images()
             .get(&line.tag)
             .filter(|r| r.digest.as_ref() == Some(&line.digest))
         else {
@@ -434,17 +432,10 @@ async fn move_ready_aliases(
 
 /// Writes down that the record of `tag` at `digest` no longer awaits `alias` (moved, or held for
 /// good).
-fn drop_awaiting(ledger: &ManifestLedger, tag: &str, digest: &Digest, alias: &str) -> Result<()> {
-    ledger.write(|manifest| {
-        if let Some(image) = manifest
-            .images
-            .get_mut(tag)
-            .filter(|r| r.digest.as_ref() == Some(digest))
-        {
-            image.awaiting_aliases.retain(|a| a != alias);
-        }
-    })?;
-    Ok(())
+fn drop_awaiting(ledger: &ManifestFile, tag: &str, digest: &Digest, alias: &str) -> Result<()> {
+    let mut transaction = Transaction::begin(ledger)?;
+    transaction.drop_awaiting(tag, digest, alias);
+    transaction.commit()
 }
 
 /// Prints the lines; the outcome: refused digests are an error (exit 2), a failed test exit 1.
@@ -575,12 +566,12 @@ fn run_import(project: &Project, args: &TestImportArgs) -> Result<Outcome> {
         }
         reads.push((record.tag.clone(), path, read));
     }
-    let ledger = ManifestLedger::new(file.clone());
-    ledger.write(|manifest| {
-        for (_, _, read) in &reads {
-            record_result(manifest, &read.digest, &read.result);
-        }
-    })?;
+    let ledger = file.clone();
+    let mut transaction = Transaction::begin(&ledger)?;
+    for (_, _, read) in &reads {
+        transaction.record_test_result(&read.digest, &read.result);
+    }
+    transaction.commit()?;
     let mut lines: Vec<Line> = reads
         .iter()
         .map(|(tag, _, read)| Line {
@@ -636,7 +627,7 @@ fn run_import(project: &Project, args: &TestImportArgs) -> Result<Outcome> {
 fn list_waiting(manifest: &Manifest, require: &[String], lines: &mut [Line]) {
     for line in lines {
         if let Some(record) = manifest
-            .images
+            .images()
             .get(&line.tag)
             .filter(|r| r.digest.as_ref() == Some(&line.digest))
         {
@@ -654,7 +645,7 @@ fn run_settle(project: &Project, args: &TestSettleArgs) -> Result<Outcome> {
     let file = ManifestFile::new(&args.manifest, Duration::from_secs(args.lock.lock_timeout));
     let manifest = file.read()?;
     let mut lines: Vec<Line> = manifest
-        .images
+        .images()
         .values()
         .filter(|record| !record.awaiting_aliases.is_empty())
         .filter_map(|record| {
@@ -679,7 +670,7 @@ fn run_settle(project: &Project, args: &TestSettleArgs) -> Result<Outcome> {
     }
     let timeout = Duration::from_secs(args.deadlines.registry_timeout);
     let registries = Registries::new(timeout, RetryPolicy::default());
-    let ledger = ManifestLedger::new(file.clone());
+    let ledger = file.clone();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

@@ -14,6 +14,7 @@ pub(crate) mod aliases;
 pub(crate) mod apt_lock;
 pub(crate) mod attestations;
 pub(crate) mod diff;
+pub(crate) mod ledger;
 pub(crate) mod manifest;
 pub(crate) mod merge;
 pub(crate) mod prune;

@@ -427,7 +427,7 @@ fn for_records_with(
 /// Records `result` for `digest` on every record that carries it (the full tag's current record,
 /// or an earlier one in a history). Returns the full tags, or `None` when no record has the
 /// digest (a report for an unknown digest is refused by the caller).
-pub(crate) fn record_result(
+pub(in crate::history) fn record_result(
     manifest: &mut Manifest,
     digest: &Digest,
     result: &GpuTestResult,

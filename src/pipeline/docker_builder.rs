@@ -21,12 +21,12 @@ use crate::docker::{
     ContextWheels, Engine, Registries, RegistryClient, RegistryManifest, RetryPolicy, RunRequest,
     DEFAULT_REGISTRY_TIMEOUT,
 };
+use crate::history::alias_transaction::AliasRegistry;
 use crate::history::apt_lock::{
     installed_with_extras, APT_DEPENDS, APT_DEPENDS_MARKER, APT_LOCK_FILE,
 };
 use crate::history::manifest::{human_bytes, BinaryRecord, ImageSize, Packages};
 use crate::model::digest::Digest;
-use crate::pipeline::alias_move::AliasRegistry;
 use crate::pipeline::executor::{Builder, Existing, TestOutcome};
 use crate::pipeline::normalize::{
     assemble, config_from_template, config_from_template_flagged, epoch_of_created, known_prefix,
