@@ -2,9 +2,11 @@
 //! transactions (`refs.c`: `ref_transaction_begin`, `_update`, `_commit`). A [`Transaction`] is
 //! begun on a [`Store`] (the manifest file, `project::ManifestFile`, or [`MemoryStore`]): it
 //! takes the record's lock and reads the record as it is now, so another run's records written
-//! meanwhile are kept; the caller asks for changes (record an image, a failure, a test result,
-//! an index, an attestation; point an alias tagged on this host; release a hold; prune), each a
-//! method that keeps the record's tables in step; [`Transaction::commit`] writes the result
+//! meanwhile are kept; the caller asks for changes, each a method that keeps the record's tables
+//! in step: `record_image` (with the aliases tagged on this host), `note_error`,
+//! `record_failure`, `drop_awaiting`, `record_index`, `record_attestation`, `release_alias` and
+//! `replace` here; `record_test_result` in `history::test_results` and `prune` in
+//! `history::prune`, beside the rules they apply. [`Transaction::commit`] writes the result
 //! (atomically, `updated_at` set) when it differs, and the lock goes. A transaction dropped
 //! without a commit writes nothing.
 //!
@@ -22,11 +24,7 @@ use anyhow::Result;
 use futures_util::future::BoxFuture;
 
 use crate::history::attestations::AttestationRecord;
-use crate::history::manifest::{
-    now_rfc3339, AliasHold, GpuTestResult, ImageRecord, IndexRecord, Manifest,
-};
-use crate::history::prune::{prune, Removed};
-use crate::history::test_results::record_result;
+use crate::history::manifest::{now_rfc3339, AliasHold, ImageRecord, IndexRecord, Manifest};
 use crate::model::digest::Digest;
 
 /// Kept while something is held (the record's lock, an alias being moved, a tag being
@@ -88,7 +86,8 @@ impl<'s> Transaction<'s> {
         &self.manifest
     }
 
-    /// The record to change, for the rest of `history/` (the alias transaction, settling).
+    /// The record to change, for the rest of `history/` (the alias transaction, settling, test
+    /// results, pruning).
     pub(in crate::history) fn manifest_mut(&mut self) -> &mut Manifest {
         &mut self.manifest
     }
@@ -130,16 +129,6 @@ impl<'s> Transaction<'s> {
         self.manifest.record_failure(record, error);
     }
 
-    /// Records one node's self-test `result` on every record that carries `digest`; the full
-    /// tags, or `None` when no record has it.
-    pub(crate) fn record_test_result(
-        &mut self,
-        digest: &Digest,
-        result: &GpuTestResult,
-    ) -> Option<Vec<String>> {
-        record_result(&mut self.manifest, digest, result)
-    }
-
     /// The record of `tag` at `digest` no longer awaits `alias` (moved, or held for good).
     pub(crate) fn drop_awaiting(&mut self, tag: &str, digest: &Digest, alias: &str) {
         if let Some(image) = self
@@ -165,14 +154,6 @@ impl<'s> Transaction<'s> {
     /// Clears the hold a rollback put on `alias`; the hold it had, if any.
     pub(crate) fn release_alias(&mut self, alias: &str) -> Option<AliasHold> {
         self.manifest.release_alias(alias)
-    }
-
-    /// Drops what `history::prune` says may go (`keep`: earlier records kept per image); what
-    /// was removed, and why.
-    pub(crate) fn prune(&mut self, keep: Option<usize>) -> Vec<Removed> {
-        let (after, removed) = prune(&self.manifest, keep);
-        self.manifest = after;
-        removed
     }
 
     /// The record becomes `manifest` (the merge of CI shards' manifests, `history::merge`),

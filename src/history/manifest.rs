@@ -23,7 +23,6 @@ use std::collections::BTreeMap;
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
-use crate::history::aliases::{CurrentTarget, RecordedTorch};
 use crate::history::attestations::AttestationRecord;
 use crate::model::axes::{OsName, Variant, VersionText};
 use crate::model::digest::Digest;
@@ -595,17 +594,6 @@ impl Manifest {
             .get(tag)
             .map(|r| r.torch.as_str())
             .or_else(|| self.indexes.get(tag).map(|i| i.torch.as_str()))
-    }
-
-    /// What an alias points at now: its tag, and the torch release the tag's record gives, read
-    /// for the never-backwards guard (which holds the move when there is no record, or when the
-    /// release cannot be compared).
-    pub(crate) fn alias_target(&self, alias: &str) -> Option<CurrentTarget> {
-        let record = self.aliases.get(alias)?;
-        Some(CurrentTarget {
-            tag: record.tag.clone(),
-            torch: RecordedTorch::of(self.torch_of(&record.tag)),
-        })
     }
 
     /// Records a published index; an earlier, different one under the tag moves to its history.
