@@ -7,13 +7,13 @@
 //!
 //! 1. Hold the alias's lock: a second run moving the same alias waits here until the first is
 //!    done, or gives up after the lock deadline naming it.
-//! 2. Intent ([`begin`]): under the manifest's lock, the never-backwards guard is applied (when
+//! 2. Intent (`begin`): under the manifest's lock, the never-backwards guard is applied (when
 //!    the caller asks for it) and the move is written down as pending, carrying its owner's run
 //!    id: state [`TxState::Intent`]. A move an earlier (dead) run left in between is settled
 //!    first, by what the registry serves.
-//! 3. Pushed ([`AliasTransaction::pushed`]): the registry was asked to store the alias (unless it
+//! 3. Pushed (`AliasTransaction::pushed`): the registry was asked to store the alias (unless it
 //!    served the target already) and, read back, serves the target: state [`TxState::Pushed`].
-//! 4. Recorded ([`AliasTransaction::record`]): under the manifest's lock, the move is written
+//! 4. Recorded (`AliasTransaction::record`): under the manifest's lock, the move is written
 //!    down as done and the intent dropped — only when the pending move is still this
 //!    transaction's own. A move someone else began or recorded meanwhile is never overwritten:
 //!    it is refused, naming who. State [`TxState::Recorded`].
@@ -59,7 +59,7 @@ pub(crate) struct AliasTarget<'a> {
     pub(crate) guard_torch: Option<&'a TorchText>,
 }
 
-/// Who moves: a run id unique to one process (`pipeline::alias_move::RunOwner`), and the words
+/// Who moves: a run id unique to one process (`commands::ledger::RunId`), and the words
 /// people read (`pid 4242 (imagegen rollback ...)`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Owner {
@@ -81,15 +81,15 @@ pub(crate) struct AliasTransaction {
     pub(crate) recorded_before: bool,
 }
 
-/// What [`begin`] decided.
+/// What `begin` decided.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Begun {
     /// The intent is written down: make the move in the registry, then
-    /// [`AliasTransaction::pushed`] and [`AliasTransaction::record`].
+    /// `AliasTransaction::pushed` and `AliasTransaction::record`.
     Move(AliasTransaction),
     /// A move of this alias that another run began is still pending. The caller holds the
-    /// alias's lock, so that run is gone: settle it first ([`settle_one`], by what the registry
-    /// serves), then begin again. Nothing was written.
+    /// alias's lock, so that run is gone: settle it first (`settle_held`, by what the
+    /// registry serves), then begin again. Nothing was written.
     Leftover(PendingMove),
     /// It may not move: it would go backwards. Nothing was written.
     Held(String),

@@ -17,6 +17,10 @@
 //! record held before: the failure is noted beside the last good record. Fields of image, alias
 //! and index records that this version does not know (written by a newer imagegen or by hand)
 //! are kept on every write; unknown top-level keys are refused.
+//!
+//! The tables are private to `history/`, and so is every method that changes them: code
+//! elsewhere reads the manifest through its accessors and changes it only through
+//! `history::ledger::Transaction`.
 
 use std::collections::BTreeMap;
 
