@@ -724,7 +724,8 @@ impl Journal for ManifestJournal {
                 transaction,
                 image,
                 result,
-                (self.source_commit.as_deref(), &now_rfc3339()),
+                self.source_commit.as_deref(),
+                &now_rfc3339(),
                 aliases,
             )
         })

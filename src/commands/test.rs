@@ -182,10 +182,9 @@ fn run_tests(project: &Project, args: &TestArgs) -> Result<Outcome> {
         if !gpus {
             note("no GPU runtime on this Docker daemon: gpu-selftest runs without GPUs (a report that says it could not run records nothing)");
         }
-        let ledger = file.clone();
         let mut lines = Vec::new();
         for image in &chosen {
-            let line = test_one(&tester, &ledger, image, gpus, baseline_digest.as_ref()).await;
+            let line = test_one(&tester, &file, image, gpus, baseline_digest.as_ref()).await;
             lines.push(line);
         }
         let _ = engine
@@ -193,16 +192,16 @@ fn run_tests(project: &Project, args: &TestArgs) -> Result<Outcome> {
             .await;
         let signed = match &signer {
             Some(signer) => {
-                attest_recorded(project, signer, &ledger, &tester.registries, &lines).await
+                attest_recorded(project, signer, &file, &tester.registries, &lines).await
             }
             None => true,
         };
         if args.no_move {
-            list_waiting(&ledger.read()?, &require, &mut lines);
+            list_waiting(&file.read()?, &require, &mut lines);
         } else {
             move_ready_aliases(
                 &RegistryAliases(&tester.registries),
-                &ledger,
+                &file,
                 &require,
                 &mut lines,
             )
@@ -218,7 +217,7 @@ fn run_tests(project: &Project, args: &TestArgs) -> Result<Outcome> {
 async fn attest_recorded(
     project: &Project,
     signer: &Signer,
-    ledger: &ManifestFile,
+    file: &ManifestFile,
     registries: &Registries,
     lines: &[Line],
 ) -> bool {
@@ -232,7 +231,7 @@ async fn attest_recorded(
             continue;
         }
         let attested = async {
-            let manifest = ledger.read()?;
+            let manifest = file.read()?;
             let record = manifest
                 .all_records()
                 .find(|r| r.digest.as_ref() == Some(&line.digest))
@@ -245,7 +244,7 @@ async fn attest_recorded(
                 .and_then(|report| report["node_name"].as_str())
                 .map(String::from);
             let attested = attest_image(registries, signer, record, &line.digest, &context).await?;
-            let mut transaction = Transaction::begin(ledger)?;
+            let mut transaction = Transaction::begin(file)?;
             transaction.record_attestation(line.digest.clone(), attested.clone());
             transaction.commit()?;
             anyhow::Ok(attested)
@@ -257,8 +256,7 @@ async fn attest_recorded(
                 line.tag,
                 attested.attestations.tag,
                 &attested.key_id[..12.min(attested.key_id.len())],
-                ledger
-                    .read()
+                file.read()
                     .ok()
                     .and_then(|m| m
                         .all_records()
@@ -278,7 +276,7 @@ async fn attest_recorded(
 /// Tests one image: the tag must still serve the recorded digest; pull by digest; run; record.
 async fn test_one(
     tester: &DigestTester,
-    ledger: &ManifestFile,
+    file: &ManifestFile,
     image: &Chosen,
     gpus: bool,
     baseline: Option<&Digest>,
@@ -347,7 +345,7 @@ async fn test_one(
     );
     result.baseline = baseline.cloned();
     line.gpus = result.gpus.clone();
-    if let Err(error) = record(ledger, &image.digest, &result) {
+    if let Err(error) = record(file, &image.digest, &result) {
         line.verdict = "error".into();
         line.summary = format!("{}; not recorded: {error:#}", line.summary);
     }
@@ -355,8 +353,8 @@ async fn test_one(
 }
 
 /// Records `result` under `digest` in the manifest (one transaction).
-fn record(ledger: &ManifestFile, digest: &Digest, result: &GpuTestResult) -> Result<()> {
-    let mut transaction = Transaction::begin(ledger)?;
+fn record(file: &ManifestFile, digest: &Digest, result: &GpuTestResult) -> Result<()> {
+    let mut transaction = Transaction::begin(file)?;
     transaction
         .record_test_result(digest, result)
         .ok_or_else(|| anyhow!("the manifest no longer records {digest}"))?;
@@ -367,7 +365,7 @@ fn record(ledger: &ManifestFile, digest: &Digest, result: &GpuTestResult) -> Res
 /// them (the alias transaction), and says what still waits and for what.
 async fn move_ready_aliases(
     registry: &RegistryAliases<'_>,
-    ledger: &ManifestFile,
+    file: &ManifestFile,
     require: &[String],
     lines: &mut [Line],
 ) -> Result<()> {
@@ -377,7 +375,7 @@ async fn move_ready_aliases(
         if line.verdict == "refused" {
             continue;
         }
-        let manifest = ledger.read()?;
+        let manifest = file.read()?;
         let Some(record) = manifest
             .images()
             .get(&line.tag)
@@ -398,7 +396,7 @@ async fn move_ready_aliases(
                 Ok(torch) => torch,
                 Err(reason) => {
                     note(format!("{}: {alias} not moved: {reason}", record.tag));
-                    drop_awaiting(ledger, &line.tag, &line.digest, &alias)?;
+                    drop_awaiting(file, &line.tag, &line.digest, &alias)?;
                     continue;
                 }
             };
@@ -412,7 +410,7 @@ async fn move_ready_aliases(
                 },
                 owner: &owner,
             };
-            match move_alias(registry, ledger, &request).await {
+            match move_alias(registry, file, &request).await {
                 Ok(AliasOutcome::Held(reason)) => {
                     note(format!("{}: {alias} not moved: {reason}", record.tag));
                 }
@@ -424,7 +422,7 @@ async fn move_ready_aliases(
                 }
             }
             // Moved, or held for good (it would go backwards): it no longer waits.
-            drop_awaiting(ledger, &line.tag, &line.digest, &alias)?;
+            drop_awaiting(file, &line.tag, &line.digest, &alias)?;
         }
     }
     Ok(())
@@ -432,8 +430,8 @@ async fn move_ready_aliases(
 
 /// Writes down that the record of `tag` at `digest` no longer awaits `alias` (moved, or held for
 /// good).
-fn drop_awaiting(ledger: &ManifestFile, tag: &str, digest: &Digest, alias: &str) -> Result<()> {
-    let mut transaction = Transaction::begin(ledger)?;
+fn drop_awaiting(file: &ManifestFile, tag: &str, digest: &Digest, alias: &str) -> Result<()> {
+    let mut transaction = Transaction::begin(file)?;
     transaction.drop_awaiting(tag, digest, alias);
     transaction.commit()
 }
@@ -566,8 +564,7 @@ fn run_import(project: &Project, args: &TestImportArgs) -> Result<Outcome> {
         }
         reads.push((record.tag.clone(), path, read));
     }
-    let ledger = file.clone();
-    let mut transaction = Transaction::begin(&ledger)?;
+    let mut transaction = Transaction::begin(&file)?;
     for (_, _, read) in &reads {
         transaction.record_test_result(&read.digest, &read.result);
     }
@@ -592,13 +589,9 @@ fn run_import(project: &Project, args: &TestImportArgs) -> Result<Outcome> {
         .enable_all()
         .build()?;
     let signed = match &signer {
-        Some(signer) => runtime.block_on(attest_recorded(
-            project,
-            signer,
-            &ledger,
-            &registries,
-            &lines,
-        )),
+        Some(signer) => {
+            runtime.block_on(attest_recorded(project, signer, &file, &registries, &lines))
+        }
         None => true,
     };
     if args.no_move {
@@ -608,7 +601,7 @@ fn run_import(project: &Project, args: &TestImportArgs) -> Result<Outcome> {
     }
     runtime.block_on(move_ready_aliases(
         &RegistryAliases(&registries),
-        &ledger,
+        &file,
         &require,
         &mut lines,
     ))?;
@@ -670,13 +663,12 @@ fn run_settle(project: &Project, args: &TestSettleArgs) -> Result<Outcome> {
     }
     let timeout = Duration::from_secs(args.deadlines.registry_timeout);
     let registries = Registries::new(timeout, RetryPolicy::default());
-    let ledger = file.clone();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     runtime.block_on(move_ready_aliases(
         &RegistryAliases(&registries),
-        &ledger,
+        &file,
         &require,
         &mut lines,
     ))?;

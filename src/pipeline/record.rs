@@ -30,7 +30,8 @@ pub(crate) fn record(
     transaction: &mut Transaction,
     planned: &PlannedImage,
     result: &ImageResult,
-    (source_commit, now): (Option<&str>, &str),
+    source_commit: Option<&str>,
+    now: &str,
     aliases: AliasesMoved,
 ) {
     let manifest = transaction.manifest();

@@ -189,7 +189,8 @@ impl Journal for MemoryJournal {
             &mut transaction,
             image,
             result,
-            (None, "t1"),
+            None,
+            "t1",
             AliasesMoved::InRegistry,
         );
         transaction.commit()
@@ -780,7 +781,8 @@ fn recording_an_image_again_keeps_its_build_and_test_times() {
                 transaction,
                 image,
                 result,
-                (None, at),
+                None,
+                at,
                 AliasesMoved::InRegistry,
             )
         })
@@ -875,7 +877,8 @@ async fn a_flavour_is_recorded_with_its_flavour_and_the_digest_of_its_parent() {
             transaction,
             flavour_planned,
             result,
-            (None, "t2"),
+            None,
+            "t2",
             AliasesMoved::InRegistry,
         )
     });
