@@ -37,6 +37,7 @@ use crate::commands::outcome::Outcome;
 use crate::commands::output::table;
 use crate::docker::{repository_path_of, Registries, RegistryClient, RetryPolicy};
 use crate::history::attestations::{Artifact as ArtifactRecord, AttestationRecord};
+use crate::history::ledger::Transaction;
 use crate::history::manifest::{now_rfc3339, ImageRecord, IndexRecord, Manifest};
 use crate::model::digest::Digest;
 use crate::project::{
@@ -214,7 +215,7 @@ pub(crate) async fn attest_index(
     let mut platforms = Vec::new();
     for (platform, digest) in platform_digests(index) {
         let record = manifest
-            .images
+            .images()
             .values()
             .find(|record| record.digest.as_ref() == Some(&digest))
             .with_context(|| {
@@ -446,11 +447,11 @@ fn chosen_with_indexes<'a>(
     if wanted.is_empty() {
         return Ok((
             manifest
-                .images
+                .images()
                 .values()
                 .filter(|record| record.digest.is_some())
                 .collect(),
-            manifest.indexes.values().collect(),
+            manifest.indexes().values().collect(),
         ));
     }
     let names = |repository: &str, tag: &str, name: &str| {
@@ -460,13 +461,13 @@ fn chosen_with_indexes<'a>(
     let mut indexes = Vec::new();
     for name in wanted {
         if let Some(record) = manifest
-            .images
+            .images()
             .values()
             .find(|record| names(&record.repository, &record.tag, name))
         {
             images.push(record);
         } else if let Some(index) = manifest
-            .indexes
+            .indexes()
             .values()
             .find(|index| names(&index.repository, &index.tag, name))
         {
@@ -518,9 +519,9 @@ fn run_sign(project: &Project, args: &AttestSignArgs) -> Result<Outcome> {
             attested.attestations.tag
         );
         let digest = digest.clone();
-        file.update(|current| {
-            current.attestations.insert(digest, attested);
-        })?;
+        let mut transaction = Transaction::begin(&file)?;
+        transaction.record_attestation(digest, attested);
+        transaction.commit()?;
         signed += 1;
     }
     // Indexes after their platform images, whose records they are made from.
@@ -543,9 +544,9 @@ fn run_sign(project: &Project, args: &AttestSignArgs) -> Result<Outcome> {
             attested.attestations.tag
         );
         let digest = index.digest.clone();
-        file.update(|current| {
-            current.attestations.insert(digest, attested);
-        })?;
+        let mut transaction = Transaction::begin(&file)?;
+        transaction.record_attestation(digest, attested);
+        transaction.commit()?;
         signed += 1;
     }
     println!(
@@ -645,11 +646,11 @@ pub(crate) async fn verify_attestations(
     let mut verdicts = Vec::new();
     // Every pushed image, then every index (what a node resolves a multi-platform alias to).
     let images = manifest
-        .images
+        .images()
         .values()
         .filter_map(|r| Some((&r.repository, &r.tag, r.digest.as_ref()?)));
     let indexes = manifest
-        .indexes
+        .indexes()
         .values()
         .map(|index| (&index.repository, &index.tag, &index.digest));
     for (repository, tag, recorded) in images.chain(indexes) {

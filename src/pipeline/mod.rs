@@ -1,8 +1,7 @@
-//! Building: the pure build plan (`plan`), the one alias move every command makes (`alias_move`), the executor over a [`executor::Builder`] trait
+//! Building: the pure build plan (`plan`), the executor over a [`executor::Builder`] trait
 //! (`executor`), and the Docker adapter that implements it (`docker_builder`), with the build
 //! output for people (`progress`). Bollard types never leave the `docker` module.
 
-pub(crate) mod alias_move;
 pub(crate) mod docker_builder;
 pub(crate) mod executor;
 pub(crate) mod image_diff;

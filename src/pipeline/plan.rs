@@ -63,7 +63,7 @@ pub(crate) fn plan(
         let build_key = fingerprint(&inputs);
         build_keys.insert(spec.name.clone(), build_key.clone());
         let recorded = manifest
-            .images
+            .images()
             .get(&spec.tag)
             .filter(|r| r.build_key == build_key && r.status == RecordStatus::Ok);
         let (aliases, aliases_blocked) = spec.aliases.iter().cloned().fold(

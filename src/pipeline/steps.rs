@@ -101,7 +101,7 @@ pub(crate) enum Wheels {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub(crate) enum AliasVia {
-    /// In the registry (`--push`), through the one alias move (`pipeline::alias_move`): stored
+    /// In the registry (`--push`), through the one alias move (`history::alias_transaction`): stored
     /// as exactly the manifest the full tag serves; the daemon's tag follows.
     Registry,
     /// In the daemon only: a tag of the image.

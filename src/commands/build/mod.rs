@@ -8,18 +8,19 @@
 //! undone (`report`); removes every container the run started, on every path; exit 1 if any
 //! image failed, 130/143 on SIGINT/SIGTERM.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::IsTerminal;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use futures_util::future::BoxFuture;
 
 use crate::attest::dsse::Signer;
 use crate::cli::{BuildArgs, Format};
 use crate::commands::attest;
-use crate::commands::ledger::{this_owner, wait_for_lock, Liveness, ManifestLedger, RunId};
+use crate::commands::ledger::{this_owner, Liveness, RunId};
 use crate::commands::outcome::Outcome;
 use crate::commands::output::{count, emit, note};
 use crate::commands::signals::{Signal, Signals};
@@ -29,12 +30,12 @@ use crate::docker::layer_store::LayerStore;
 use crate::docker::pypi_index::team_context_files;
 use crate::docker::run_journal::RunJournal;
 use crate::docker::{ContextFile, Engine, Registries, RetryPolicy};
-use crate::history::alias_transaction::settle_one;
+use crate::history::alias_transaction::{settle_leftovers, SettleOutcome, Settled, Settlement};
 use crate::history::apt_lock::{apt_moves, AptLock, APT_LOCK_FILE};
+use crate::history::ledger::{CommitToken, MemoryStore, Store, Transaction};
 use crate::history::manifest::{now_rfc3339, Manifest};
 use crate::model::digest::Digest;
 use crate::model::matrix::WheelSource;
-use crate::pipeline::alias_move::{AliasLedger, AliasRegistry};
 use crate::pipeline::docker_builder::contexts::Contexts;
 use crate::pipeline::docker_builder::{
     EngineBuilder, EngineBuilderSettings, RegistryAliases, RUN_LABEL,
@@ -42,10 +43,10 @@ use crate::pipeline::docker_builder::{
 use crate::pipeline::executor::{execute, Claim, ExecOptions, ImageResult, Journal};
 use crate::pipeline::plan::{plan, select_for_build, Plan, PlanOptions, PlannedImage, Shard};
 use crate::pipeline::progress::Progress;
-use crate::pipeline::record::record;
+use crate::pipeline::record::{record, AliasesMoved};
 use crate::pipeline::selftest::check_baseline;
 use crate::pipeline::steps::RunStep;
-use crate::project::{self, read_selftest_baseline, ManifestFile, Project, ProjectLock};
+use crate::project::{self, read_selftest_baseline, wait_for_lock, ManifestFile, Project};
 use crate::resolve::bases::{pin_problems, BASES_FILE};
 use crate::resolve::image::ImageSpec;
 
@@ -139,19 +140,14 @@ pub(crate) fn run(project: &Project, args: &BuildArgs) -> Result<Outcome> {
     let mut manifest = manifest_file.read()?;
     if args.release_holds {
         // Only the aliases this build may move; a dry run releases them in what it prints only.
-        let aliases: std::collections::BTreeSet<&String> =
-            selected.iter().flat_map(|image| &image.aliases).collect();
-        let release = |manifest: &mut Manifest| -> Vec<String> {
-            aliases
-                .iter()
-                .filter(|alias| manifest.release_alias(alias).is_some())
-                .map(|alias| alias.to_string())
-                .collect()
-        };
+        let aliases: BTreeSet<&String> = selected.iter().flat_map(|image| &image.aliases).collect();
         let released = if args.dry_run {
-            release(&mut manifest)
+            let preview = MemoryStore::new(manifest);
+            let released = release_holds(&preview, &aliases)?;
+            manifest = preview.manifest();
+            released
         } else {
-            let released = manifest_file.update(release)?;
+            let released = release_holds(&manifest_file, &aliases)?;
             manifest = manifest_file.read()?;
             released
         };
@@ -235,6 +231,19 @@ pub(crate) fn run(project: &Project, args: &BuildArgs) -> Result<Outcome> {
         manifest_file,
         (baseline, signer),
     ))
+}
+
+/// Releases the holds rollbacks put on `aliases` (`--release-holds`), in one transaction;
+/// the aliases released.
+fn release_holds(store: &dyn Store, aliases: &BTreeSet<&String>) -> Result<Vec<String>> {
+    let mut transaction = Transaction::begin(store)?;
+    let released = aliases
+        .iter()
+        .filter(|alias| transaction.release_alias(alias).is_some())
+        .map(|alias| alias.to_string())
+        .collect();
+    transaction.commit()?;
+    Ok(released)
 }
 
 async fn execute_plan(
@@ -375,14 +384,13 @@ async fn build_and_record(
     let by = owner.by.clone();
     let ledger_progress = Arc::clone(&progress);
     let journal = Arc::new(ManifestJournal {
-        file: manifest_file.clone(),
+        file: manifest_file
+            .clone()
+            .with_waiting_lines(move |line| ledger_progress.line("alias", &format!("== {line}"))),
         source_commit,
         progress: Arc::clone(&progress),
         signing,
-        ledger: ManifestLedger {
-            file: manifest_file.clone(),
-            on_wait: Box::new(move |line| ledger_progress.line("alias", &format!("== {line}"))),
-        },
+        push: settings.push,
     });
     let options = ExecOptions {
         jobs: settings.jobs,
@@ -502,54 +510,44 @@ fn record_apt_lock(images_dir: &Path, result: &ImageResult) -> (Vec<String>, Vec
 }
 
 /// Settles the alias moves an earlier run of these images' repositories began and did not
-/// write down as done, by what the registry serves for each alias. A move whose alias another
-/// live run holds is that run's to finish, and is left alone; a registry that cannot be asked
-/// leaves them for later (the build moves its aliases anyway).
+/// write down as done, by what the registry serves for each alias (the settle loop of
+/// `history::alias_transaction`). A move whose alias another live run holds is that run's to
+/// finish, and is left alone; a registry that cannot be asked leaves them for later (the build
+/// moves its aliases anyway).
 async fn settle_pending_moves(
     manifest_file: &ManifestFile,
     repositories: &[String],
     registries: &Registries,
 ) {
-    let Ok(manifest) = manifest_file.read() else {
+    let Ok(settled) = settle_leftovers(
+        &RegistryAliases(registries),
+        manifest_file,
+        |_, repository| repositories.iter().any(|r| r == repository),
+    )
+    .await
+    else {
         return;
     };
-    let aliases = RegistryAliases(registries);
-    for (alias, pending) in &manifest.pending_aliases {
-        let Some(repository) = manifest
-            .repository_of(&pending.tag)
-            .filter(|repository| repositories.iter().any(|r| r == repository))
-        else {
-            continue;
-        };
-        let held = manifest_file
-            .alias_lock_path(alias)
-            .and_then(|path| ProjectLock::try_acquire(&path));
-        let _lock = match held {
-            Ok(Ok(lock)) => lock,
-            Ok(Err(holder)) => {
-                eprintln!("{alias}: a move of it is under way ({holder}); left to that run");
-                continue;
-            }
-            Err(error) => {
-                eprintln!(
-                    "warning: could not settle the move of {alias} left in between: {error:#}"
-                );
-                continue;
-            }
-        };
-        let settled = match aliases.served(repository, alias).await {
-            Ok(served) => manifest_file.update(|m| settle_one(m, alias, &served, &now_rfc3339())),
-            Err(error) => Err(error),
-        };
-        match settled {
-            Ok(Some(outcome)) => eprintln!(
-                "settled the move of {alias} to {} that an earlier run left in between: {outcome}",
-                pending.to
-            ),
-            Ok(None) => eprintln!(
+    for Settled {
+        alias,
+        pending,
+        outcome,
+    } in settled
+    {
+        match outcome {
+            Ok(SettleOutcome::Settled(Settlement::Elsewhere, _)) => eprintln!(
                 "warning: {alias}: a move to {} was left in between and the registry serves neither its origin nor its target; `imagegen verify` shows it",
                 pending.to
             ),
+            Ok(SettleOutcome::Settled(settlement, _)) => eprintln!(
+                "settled the move of {alias} to {} that an earlier run left in between: {}",
+                pending.to,
+                settlement.as_str()
+            ),
+            Ok(SettleOutcome::Busy(holder)) => {
+                eprintln!("{alias}: a move of it is under way ({holder}); left to that run")
+            }
+            Ok(SettleOutcome::Gone) => {}
             Err(error) => eprintln!(
                 "warning: could not settle the move of {alias} left in between: {error:#}"
             ),
@@ -557,16 +555,17 @@ async fn settle_pending_moves(
     }
 }
 
-/// The manifest file as the executor's [`Journal`]: each write takes the manifest's lock,
-/// reads the manifest as it is now, applies the pure fold of `pipeline::record`, and writes.
+/// The manifest file as the executor's [`Journal`]: each write is one transaction (the
+/// manifest's lock, the manifest as it is now, the fold of `pipeline::record`, the write); alias
+/// moves hold the alias's lock beside it (its waiting line goes to the build's progress).
 struct ManifestJournal {
     file: ManifestFile,
     source_commit: Option<String>,
     progress: Arc<Progress>,
     /// With `--signing-key`: what signs each pushed image before its aliases move.
     signing: Option<Signing>,
-    /// Alias moves: the alias's lock and the manifest's.
-    ledger: ManifestLedger,
+    /// Whether the run pushes: then its alias moves are the alias transaction's, else tags here.
+    push: bool,
 }
 
 /// The key and the build's facts the attestations of `build --push --signing-key` carry.
@@ -577,9 +576,13 @@ struct Signing {
 }
 
 impl ManifestJournal {
-    /// A write under the lock, off the async workers (waiting for the lock blocks).
-    fn update<T>(&self, change: impl FnOnce(&mut Manifest) -> T) -> Result<T> {
-        tokio::task::block_in_place(|| self.file.update(change))
+    /// One transaction, off the async workers (waiting for the lock blocks).
+    fn write(&self, change: impl FnOnce(&mut Transaction)) -> Result<()> {
+        tokio::task::block_in_place(|| {
+            let mut transaction = Transaction::begin(&self.file)?;
+            change(&mut transaction);
+            transaction.commit()
+        })
     }
 }
 
@@ -595,13 +598,19 @@ impl Journal for ManifestJournal {
     }
 
     fn image(&self, image: &PlannedImage, result: &ImageResult) -> Result<()> {
-        self.update(|manifest| {
+        let aliases = if self.push {
+            AliasesMoved::InRegistry
+        } else {
+            AliasesMoved::OnThisHost
+        };
+        self.write(|transaction| {
             record(
-                manifest,
+                transaction,
                 image,
                 result,
                 self.source_commit.as_deref(),
                 &now_rfc3339(),
+                aliases,
             )
         })
     }
@@ -612,7 +621,7 @@ impl Journal for ManifestJournal {
         };
         let manifest = tokio::task::block_in_place(|| self.file.read())?;
         let record = manifest
-            .images
+            .images()
             .values()
             .find(|record| record.digest.as_ref() == Some(digest))
             .with_context(|| {
@@ -629,11 +638,7 @@ impl Journal for ManifestJournal {
             &signing.context,
         )
         .await?;
-        self.update(|current| {
-            current
-                .attestations
-                .insert(digest.clone(), attested.clone());
-        })?;
+        self.write(|transaction| transaction.record_attestation(digest.clone(), attested.clone()))?;
         self.progress.line(
             &image.spec.name,
             &format!(
@@ -645,13 +650,26 @@ impl Journal for ManifestJournal {
     }
 }
 
-impl AliasLedger for ManifestJournal {
-    async fn hold_alias(&self, alias: &str) -> Result<Claim> {
-        self.ledger.hold_alias(alias).await
+/// The journal's record is its manifest file's.
+impl Store for ManifestJournal {
+    fn read(&self) -> Result<Manifest> {
+        self.file.read()
     }
 
-    fn write<T>(&self, change: impl FnOnce(&mut Manifest) -> T) -> Result<T> {
-        self.ledger.write(change)
+    fn lock(&self) -> Result<Claim> {
+        Store::lock(&self.file)
+    }
+
+    fn write(&self, manifest: &Manifest, token: CommitToken) -> Result<()> {
+        Store::write(&self.file, manifest, token)
+    }
+
+    fn hold_alias<'a>(&'a self, alias: &'a str) -> BoxFuture<'a, Result<Claim>> {
+        self.file.hold_alias(alias)
+    }
+
+    fn try_hold_alias(&self, alias: &str) -> Result<Result<Claim, String>> {
+        self.file.try_hold_alias(alias)
     }
 }
 

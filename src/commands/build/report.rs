@@ -30,7 +30,7 @@ pub(super) fn plan_table(plan: &Plan, manifest: &Manifest) -> String {
         .to_vec()];
     for image in &plan.images {
         let known = manifest
-            .images
+            .images()
             .get(&image.spec.tag)
             .is_some_and(|r| r.build_key == image.build_key);
         rows.push(vec![
@@ -281,7 +281,7 @@ pub(super) fn left_undone(
             Status::Built | Status::Reused => {}
         }
     }
-    for (alias, pending) in &manifest.pending_aliases {
+    for (alias, pending) in manifest.pending_aliases() {
         if pending.by == by {
             lines.push(format!(
                 "alias {alias}: the move to {} ({}) is written down as pending, not as done; `imagegen verify --adopt` settles it by what the registry serves, `imagegen build --push` makes it",

@@ -28,7 +28,7 @@ use crate::docker::{
 use crate::history::apt_lock::APT_DEPENDS;
 use crate::history::manifest::{human_bytes, ImageSize, Packages};
 use crate::model::digest::Digest;
-use crate::pipeline::alias_move::AliasRegistry;
+use crate::history::alias_transaction::AliasRegistry;
 use crate::pipeline::executor::{Builder, Existing, TestOutcome};
 use crate::pipeline::normalize::{KnownLayer, NormalizedImage};
 use crate::pipeline::planned::PlannedImage;

@@ -19,14 +19,14 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use crate::history::alias_transaction::{AliasTarget, Owner};
+use crate::history::alias_transaction::{
+    move_alias, AliasOutcome, AliasRegistry, AliasRequest, AliasTarget, Owner,
+};
+pub(crate) use crate::history::ledger::Claim;
+use crate::history::ledger::Store;
 use crate::history::manifest::{ImageSize, Packages};
 use crate::history::test_results::{gpu_is, ANY_GPU};
 use crate::model::digest::Digest;
-pub(crate) use crate::pipeline::alias_move::Claim;
-use crate::pipeline::alias_move::{
-    move_alias, AliasLedger, AliasOutcome, AliasRegistry, AliasRequest,
-};
 use crate::pipeline::planned::{Plan, PlannedImage};
 pub(crate) use crate::pipeline::results::{Existing, ImageResult, Status, TestOutcome};
 use crate::pipeline::steps::{AliasVia, Stage, Step, Wheels};
@@ -90,9 +90,9 @@ pub(crate) trait Builder: AliasRegistry + Send + Sync + 'static {
 }
 
 /// Where the executor writes down what it changed, as it changes it (see the module docs); alias
-/// moves are written down through its [`AliasLedger`] side. The writes are short and
-/// synchronous, so cancelling a build never leaves one half done.
-pub(crate) trait Journal: AliasLedger + Send + Sync + 'static {
+/// moves are written down through its [`Store`] side (the manifest's ledger). The writes are
+/// short and synchronous, so cancelling a build never leaves one half done.
+pub(crate) trait Journal: Store + Send + Sync + 'static {
     /// Waits until no other run publishes `image` (its full tag and aliases), and keeps others
     /// out until the claim is dropped.
     fn claim(&self, image: &PlannedImage) -> impl Future<Output = anyhow::Result<Claim>> + Send;

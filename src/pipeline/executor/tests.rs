@@ -7,10 +7,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
+
 use super::*;
+use crate::history::ledger::{changed, CommitToken, MemoryStore, Transaction};
 use crate::history::manifest::{ImageSize, Manifest, Packages};
 use crate::pipeline::plan::{plan, PlanOptions};
-use crate::pipeline::record::record;
+use crate::pipeline::record::{record, AliasesMoved};
 use crate::resolve::select::select;
 
 #[derive(Default)]
@@ -168,18 +171,24 @@ impl AliasRegistry for FakeBuilder {
 /// of what was written in which order.
 #[derive(Default)]
 struct MemoryJournal {
-    manifest: Mutex<Manifest>,
+    store: MemoryStore,
     log: Mutex<Vec<String>>,
     /// Images whose signing fails.
     refuse_signing: BTreeSet<String>,
 }
 
 impl MemoryJournal {
+    fn with(manifest: Manifest) -> MemoryJournal {
+        MemoryJournal {
+            store: MemoryStore::new(manifest),
+            ..Default::default()
+        }
+    }
     fn log(&self) -> Vec<String> {
         self.log.lock().unwrap().clone()
     }
     fn manifest(&self) -> Manifest {
-        self.manifest.lock().unwrap().clone()
+        self.store.manifest()
     }
 }
 
@@ -198,21 +207,21 @@ impl Journal for MemoryJournal {
             result.status,
             result.digest.is_some()
         ));
+        let mut transaction = Transaction::begin(self)?;
         record(
-            &mut self.manifest.lock().unwrap(),
+            &mut transaction,
             image,
             result,
             None,
             "t1",
+            AliasesMoved::InRegistry,
         );
-        Ok(())
+        transaction.commit()
     }
     async fn attest(&self, image: &PlannedImage, digest: &Digest) -> anyhow::Result<()> {
         let recorded = self
-            .manifest
-            .lock()
-            .unwrap()
-            .images
+            .manifest()
+            .images()
             .values()
             .any(|record| record.digest.as_ref() == Some(digest));
         anyhow::ensure!(
@@ -231,28 +240,35 @@ impl Journal for MemoryJournal {
     }
 }
 
-impl AliasLedger for MemoryJournal {
-    async fn hold_alias(&self, alias: &str) -> anyhow::Result<Claim> {
-        self.log.lock().unwrap().push(format!("hold {alias}"));
-        Ok(Box::new(()))
+impl Store for MemoryJournal {
+    fn read(&self) -> anyhow::Result<Manifest> {
+        self.store.read()
+    }
+    fn lock(&self) -> anyhow::Result<Claim> {
+        self.store.lock()
     }
     /// Logs the intents begun (`intent A`) and the moves recorded (`moved A`) by each write.
-    fn write<T>(&self, change: impl FnOnce(&mut Manifest) -> T) -> anyhow::Result<T> {
-        let mut manifest = self.manifest.lock().unwrap();
-        let before = manifest.clone();
-        let result = change(&mut manifest);
+    fn write(&self, manifest: &Manifest, token: CommitToken) -> anyhow::Result<()> {
+        let before = self.store.manifest();
         let mut log = self.log.lock().unwrap();
-        for alias in manifest.pending_aliases.keys() {
-            if !before.pending_aliases.contains_key(alias) {
+        for alias in manifest.pending_aliases().keys() {
+            if !before.pending_aliases().contains_key(alias) {
                 log.push(format!("intent {alias}"));
             }
         }
-        for (alias, record) in &manifest.aliases {
-            if before.aliases.get(alias) != Some(record) {
+        for (alias, record) in manifest.aliases() {
+            if before.aliases().get(alias) != Some(record) {
                 log.push(format!("moved {alias}"));
             }
         }
-        Ok(result)
+        self.store.write(manifest, token)
+    }
+    fn hold_alias<'a>(&'a self, alias: &'a str) -> BoxFuture<'a, anyhow::Result<Claim>> {
+        self.log.lock().unwrap().push(format!("hold {alias}"));
+        self.store.hold_alias(alias)
+    }
+    fn try_hold_alias(&self, alias: &str) -> anyhow::Result<Result<Claim, String>> {
+        self.store.try_hold_alias(alias)
     }
 }
 
@@ -616,9 +632,9 @@ async fn the_full_tag_is_written_down_before_its_aliases_and_each_alias_before_a
     );
     assert!(position("intent 2.7-cuda12.6-runtime") < position("moved 2.7-cuda12.6-runtime"));
     let manifest = journal.manifest();
-    assert!(manifest.pending_aliases.is_empty(), "every move finished");
+    assert!(manifest.pending_aliases().is_empty(), "every move finished");
     assert_eq!(
-        manifest.aliases["2.7-cuda12.6-runtime"].digest,
+        manifest.aliases()["2.7-cuda12.6-runtime"].digest,
         Some(Digest::of(format!("digest-{RUNTIME_126}").as_bytes()))
     );
 }
@@ -641,7 +657,7 @@ async fn a_failed_alias_push_keeps_the_pushed_full_tag_and_leaves_the_move_pendi
     let digest = Digest::of(format!("digest-{RUNTIME_126}").as_bytes());
     assert_eq!(failed.digest.as_ref(), Some(&digest));
     let manifest = journal.manifest();
-    let record = &manifest.images[RUNTIME_126];
+    let record = &manifest.images()[RUNTIME_126];
     assert_eq!(
         record.status,
         crate::history::manifest::RecordStatus::Ok,
@@ -654,10 +670,11 @@ async fn a_failed_alias_push_keeps_the_pushed_full_tag_and_leaves_the_move_pendi
         .unwrap()
         .contains("registry unreachable"));
     assert_eq!(
-        manifest.pending_aliases["2.7-cuda12.6-runtime"].to, digest,
+        manifest.pending_aliases()["2.7-cuda12.6-runtime"].to,
+        digest,
         "the move begun is written down as pending"
     );
-    assert!(!manifest.aliases.contains_key("2.7-cuda12.6-runtime"));
+    assert!(!manifest.aliases().contains_key("2.7-cuda12.6-runtime"));
 }
 
 #[tokio::test]
@@ -700,13 +717,16 @@ async fn a_failed_signing_fails_the_image_and_holds_its_aliases() {
     let digest = Digest::of(format!("digest-{RUNTIME_126}").as_bytes());
     let manifest = journal.manifest();
     assert_eq!(
-        manifest.images[RUNTIME_126].digest.as_ref(),
+        manifest.images()[RUNTIME_126].digest.as_ref(),
         Some(&digest),
         "the pushed full tag stays recorded"
     );
     for alias in &held {
-        assert!(!manifest.aliases.contains_key(*alias), "{alias} not moved");
-        assert!(!manifest.pending_aliases.contains_key(*alias));
+        assert!(
+            !manifest.aliases().contains_key(*alias),
+            "{alias} not moved"
+        );
+        assert!(!manifest.pending_aliases().contains_key(*alias));
         let pushed_alias = format!(":{alias}");
         assert!(!builder.calls().iter().any(|c| c.ends_with(&pushed_alias)));
     }
@@ -728,26 +748,16 @@ async fn a_failed_signing_fails_the_image_and_holds_its_aliases() {
 #[tokio::test]
 async fn an_alias_another_run_moved_forward_meanwhile_is_held_not_moved_back() {
     let builder = Arc::new(FakeBuilder::default());
-    let journal = Arc::new(MemoryJournal::default());
     // Another run recorded 2.7-cuda12.6-runtime at a newer torch release after this plan was made.
-    {
-        let mut manifest = journal.manifest.lock().unwrap();
-        let mut newer = crate::pipeline::record::image_record(
-            &test_plan().images[0].spec,
-            &Digest::of(b"k"),
-            "t0",
-        );
-        newer.tag = "2.7.9-cuda12.6-cudnn9-runtime-ubuntu24.04".into();
-        newer.torch = "2.7.9".into();
-        newer.digest = Some(Digest::of(b"newer"));
-        manifest.record_success(newer);
-        manifest.move_alias(
-            "2.7-cuda12.6-runtime",
-            "2.7.9-cuda12.6-cudnn9-runtime-ubuntu24.04",
-            Some(Digest::of(b"newer")),
-            "t0",
-        );
-    }
+    let mut newer =
+        crate::pipeline::record::image_record(&test_plan().images[0].spec, &Digest::of(b"k"), "t0");
+    newer.tag = "2.7.9-cuda12.6-cudnn9-runtime-ubuntu24.04".into();
+    newer.torch = "2.7.9".into();
+    newer.digest = Some(Digest::of(b"newer"));
+    let journal = Arc::new(MemoryJournal::with(changed(
+        Manifest::new(),
+        |transaction| transaction.record_image(newer, &["2.7-cuda12.6-runtime".into()], "t0"),
+    )));
     let results = run_with(&builder, &journal, &options(1)).await;
     let runtime = results.iter().find(|r| r.name == RUNTIME_126).unwrap();
     assert_eq!(runtime.status, Status::Built);
@@ -759,7 +769,7 @@ async fn an_alias_another_run_moved_forward_meanwhile_is_held_not_moved_back() {
         .aliases_moved
         .contains(&"2.7-cuda12.6-runtime".to_string()));
     assert_eq!(
-        journal.manifest().aliases["2.7-cuda12.6-runtime"].digest,
+        journal.manifest().aliases()["2.7-cuda12.6-runtime"].digest,
         Some(Digest::of(b"newer"))
     );
 }
@@ -807,10 +817,21 @@ fn recording_an_image_again_keeps_its_build_and_test_times() {
     result.test = Some(TestOutcome::Skipped {
         summary: "no GPU".into(),
     });
-    let mut manifest = crate::history::manifest::Manifest::new();
-    record(&mut manifest, image, &result, None, "2026-12-02T10:00:00Z");
-    record(&mut manifest, image, &result, None, "2026-12-02T10:00:01Z");
-    let recorded = &manifest.images[&image.spec.tag];
+    let record_at = |manifest: Manifest, result: &ImageResult, at: &str| {
+        changed(manifest, |transaction| {
+            record(
+                transaction,
+                image,
+                result,
+                None,
+                at,
+                AliasesMoved::InRegistry,
+            )
+        })
+    };
+    let manifest = record_at(Manifest::new(), &result, "2026-12-02T10:00:00Z");
+    let manifest = record_at(manifest, &result, "2026-12-02T10:00:01Z");
+    let recorded = &manifest.images()[&image.spec.tag];
     assert_eq!(recorded.built_at, "2026-12-02T10:00:00Z");
     assert_eq!(
         recorded.selftest.as_ref().unwrap().at,
@@ -818,8 +839,8 @@ fn recording_an_image_again_keeps_its_build_and_test_times() {
     );
     // Another build of the same tag (another image id) is recorded at its own time.
     result.image_id = Some(Digest::parse(&format!("sha256:{}", "2".repeat(64))).unwrap());
-    record(&mut manifest, image, &result, None, "2026-12-02T11:00:00Z");
-    let recorded = &manifest.images[&image.spec.tag];
+    let manifest = record_at(manifest, &result, "2026-12-02T11:00:00Z");
+    let recorded = &manifest.images()[&image.spec.tag];
     assert_eq!(recorded.built_at, "2026-12-02T11:00:00Z");
     assert_eq!(
         recorded.selftest.as_ref().unwrap().at,
@@ -862,9 +883,9 @@ async fn a_flavour_is_recorded_with_its_flavour_and_the_digest_of_its_parent() {
     let position = |call: &str| calls.iter().position(|c| c == call).unwrap();
     assert!(position(&format!("built {RUNTIME_126}")) < position(&format!("build {flavour_tag}")));
     let manifest = journal.manifest();
-    let parent = &manifest.images[RUNTIME_126];
+    let parent = &manifest.images()[RUNTIME_126];
     assert_eq!(parent.flavour, None);
-    let flavour = manifest.images[&flavour_tag].flavour.clone().unwrap();
+    let flavour = manifest.images()[&flavour_tag].flavour.clone().unwrap();
     assert_eq!(flavour.name, "tools");
     assert_eq!(flavour.parent, RUNTIME_126);
     assert_eq!(
@@ -883,16 +904,28 @@ async fn a_flavour_is_recorded_with_its_flavour_and_the_digest_of_its_parent() {
     );
 
     // The parent's record is of another build (another fingerprint): no digest is claimed.
-    let mut stale = manifest.clone();
-    stale.images.get_mut(RUNTIME_126).unwrap().fingerprint = Digest::of(b"another build");
+    let mut another = manifest.images()[RUNTIME_126].clone();
+    another.fingerprint = Digest::of(b"another build");
+    let stale = changed(manifest.clone(), |transaction| {
+        transaction.record_image(another, &[], "t2")
+    });
     let flavour_planned = plan
         .images
         .iter()
         .find(|i| i.spec.tag == flavour_tag)
         .unwrap();
     let result = results.iter().find(|r| r.name == flavour_tag).unwrap();
-    record(&mut stale, flavour_planned, result, None, "t2");
-    let flavour = stale.images[&flavour_tag].flavour.clone().unwrap();
+    let stale = changed(stale, |transaction| {
+        record(
+            transaction,
+            flavour_planned,
+            result,
+            None,
+            "t2",
+            AliasesMoved::InRegistry,
+        )
+    });
+    let flavour = stale.images()[&flavour_tag].flavour.clone().unwrap();
     assert_eq!(flavour.describe(), format!("tools FROM {RUNTIME_126}"));
     assert_eq!(
         (flavour.parent_digest, flavour.parent_image_id),
@@ -919,19 +952,22 @@ async fn sizes_are_measured_for_built_images_and_kept_for_reused_ones() {
     let measured = fake_size(devel.image_id.as_ref().unwrap());
     assert_eq!(devel.size, Some(measured));
     let manifest = journal.manifest();
-    assert_eq!(manifest.images[DEVEL_126].size, Some(measured));
+    assert_eq!(manifest.images()[DEVEL_126].size, Some(measured));
     assert_eq!(result(&results, RUNTIME_126).status, Status::Reused);
     assert_eq!(result(&results, RUNTIME_126).size, None);
-    assert_eq!(manifest.images[RUNTIME_126].size, None);
+    assert_eq!(manifest.images()[RUNTIME_126].size, None);
 
     // The manifest knows the reused image's size (an earlier run measured it): kept.
-    let mut manifest = manifest;
     let recorded = ImageSize {
         compressed_bytes: 7,
         unpacked_bytes: 9,
         layers: 2,
     };
-    manifest.images.get_mut(RUNTIME_126).unwrap().size = Some(recorded);
+    let mut measured_before = manifest.images()[RUNTIME_126].clone();
+    measured_before.size = Some(recorded);
+    let manifest = changed(manifest, |transaction| {
+        transaction.record_image(measured_before, &[], "t1")
+    });
     let specs = crate::resolve::test_images("registry: r.example\nrepository: t/p\ntorch: [\"2.7\"]\ncuda: [\"12.6\", \"12.8\"]\nos: [ubuntu24.04]\n");
     let again = plan(
         &specs,
@@ -952,10 +988,7 @@ async fn sizes_are_measured_for_built_images_and_kept_for_reused_ones() {
         existing: [RUNTIME_126.to_string()].into(),
         ..Default::default()
     });
-    let journal = Arc::new(MemoryJournal {
-        manifest: Mutex::new(manifest),
-        ..Default::default()
-    });
+    let journal = Arc::new(MemoryJournal::with(manifest));
     let results = execute(
         &again,
         Arc::clone(&builder),
@@ -967,7 +1000,10 @@ async fn sizes_are_measured_for_built_images_and_kept_for_reused_ones() {
     .await;
     assert_eq!(result(&results, RUNTIME_126).status, Status::Reused);
     assert_eq!(result(&results, RUNTIME_126).size, Some(recorded));
-    assert_eq!(journal.manifest().images[RUNTIME_126].size, Some(recorded));
+    assert_eq!(
+        journal.manifest().images()[RUNTIME_126].size,
+        Some(recorded)
+    );
 }
 
 /// The executor runs the plan's step values and nothing else: a plan without the alias and
