@@ -778,16 +778,44 @@ async fn a_quiet_step_prints_still_lines_in_ci() {
     let log = text(&output);
     let still: Vec<&str> = log
         .lines()
-        .filter(|line| line.contains("] still at Step ") && line.contains("sleep 5"))
+        .filter(|line| {
+            line.contains("] still building the image (docker build): at Step ")
+                && line.contains("sleep 5")
+        })
         .collect();
     assert!(
         still.len() >= 3,
-        "a line a second while the step sleeps:\n{log}"
+        "a line a second while the step sleeps, naming the phase and its step:\n{log}"
     );
     assert!(
-        still.iter().all(|line| line.ends_with("s in)")),
+        still
+            .iter()
+            .all(|line| line.contains("s in this phase, ") && line.ends_with("s in)")),
         "{still:?}"
     );
+    // Every heartbeat names a phase that runs, never an event that happened (`built …`,
+    // `normalized …`, `pushed …`, an alias `moving …`).
+    let heartbeats: Vec<&str> = log
+        .lines()
+        .filter(|line| line.contains("] still "))
+        .collect();
+    assert!(!heartbeats.is_empty());
+    for line in &heartbeats {
+        let phase = line.split("] still ").nth(1).unwrap();
+        assert!(
+            ![
+                "built ",
+                "normalized ",
+                "pushed ",
+                "moving ",
+                "exported ",
+                "loaded "
+            ]
+            .iter()
+            .any(|event| phase.starts_with(event)),
+            "{line}"
+        );
+    }
 }
 
 /// `imagegen doctor` against the real daemon and a real registry: everything a build needs is

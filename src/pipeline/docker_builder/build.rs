@@ -88,6 +88,8 @@ impl EngineBuilder {
             }
             None => None,
         };
+        self.progress
+            .phase(name, "building the image (docker build)");
         let built = {
             let progress = Arc::clone(&self.progress);
             let log_name = name.clone();

@@ -483,10 +483,10 @@ impl EngineBuilder {
         let lower = self.upload_ahead(image, around, lower, load).await;
         let opened = open_wheels(wheels)?;
         let wheel_count = opened.len();
-        self.progress.line(
+        self.progress.phase(
             name,
             &format!(
-                "venv on the host: {wheel_count} wheels, {} files planned in {:.1} s",
+                "making the venv on the host: {wheel_count} wheels, {} files planned in {:.1} s; host-venv.sh runs",
                 install.files.len(),
                 started.elapsed().as_secs_f64()
             ),

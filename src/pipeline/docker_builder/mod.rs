@@ -25,10 +25,10 @@ use crate::docker::{
     repository_path_of, Engine, Registries, RegistryClient, RegistryManifest, RetryPolicy,
     RunRequest, DEFAULT_REGISTRY_TIMEOUT,
 };
+use crate::history::alias_transaction::AliasRegistry;
 use crate::history::apt_lock::APT_DEPENDS;
 use crate::history::manifest::{human_bytes, ImageSize, Packages};
 use crate::model::digest::Digest;
-use crate::history::alias_transaction::AliasRegistry;
 use crate::pipeline::executor::{Builder, Existing, TestOutcome};
 use crate::pipeline::normalize::{KnownLayer, NormalizedImage};
 use crate::pipeline::planned::PlannedImage;

@@ -67,6 +67,10 @@ impl EngineBuilder {
         known: &[KnownLayer],
     ) -> Result<Arc<NormalizedImage>> {
         let known = known.to_vec();
+        self.progress.phase(
+            name,
+            "exporting its layers from the daemon and normalizing them",
+        );
         // The export streams into the normalizing as the daemon sends it: one pass, no file.
         let started = std::time::Instant::now();
         let archive = self.engine.export_image(id);
@@ -80,7 +84,7 @@ impl EngineBuilder {
             let reader = std::io::BufReader::with_capacity(1 << 20, archive);
             normalize_archive(reader, epoch, &known, |layer_unpacked, layer_packed, taken| {
                 if taken {
-                    progress.line(
+                    progress.detail(
                         &log_name,
                         &format!(
                             "normalizing: a layer of {} ({} compressed) is a layer this run normalized already: taken as it is",
@@ -93,7 +97,7 @@ impl EngineBuilder {
                 packed += layer_packed;
                 if last_line.elapsed() >= PROGRESS_EVERY {
                     last_line = std::time::Instant::now();
-                    progress.line(
+                    progress.detail(
                         &log_name,
                         &format!(
                             "normalizing: {} compressed to {} {}",
@@ -346,6 +350,8 @@ impl EngineBuilder {
         reference: &str,
         normalized: &NormalizedImage,
     ) -> Result<()> {
+        self.progress
+            .phase(name, "loading the normalized image into the daemon");
         let archive = normalized.load_archive(reference)?;
         self.engine.load_image_pieces(archive).await?;
         let loaded = self.engine.image(reference).await?.map(|image| image.id);

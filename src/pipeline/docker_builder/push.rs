@@ -40,7 +40,7 @@ impl EngineBuilder {
             }
         }
         self.progress
-            .line(tag, &format!("== pushing {repository}:{tag}"));
+            .phase(tag, &format!("pushing {repository}:{tag}"));
         let mut normalized = self.normalized_of(repository, tag).await?;
         // A layer taken as its parent's has no bytes here: the parent's push put it in the
         // registry. Where it is not there (another repository, the parent not pushed), the
@@ -179,10 +179,10 @@ impl EngineBuilder {
             sent += size;
             if last_line.elapsed() >= PROGRESS_EVERY {
                 last_line = std::time::Instant::now();
-                self.progress.line(
+                self.progress.detail(
                     tag,
                     &format!(
-                        "pushing: {} of {} {}",
+                        "{} of {} sent {}",
                         human_bytes(sent),
                         human_bytes(total),
                         rate(sent, started.elapsed())

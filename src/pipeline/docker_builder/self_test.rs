@@ -30,10 +30,12 @@ impl EngineBuilder {
         }
         let gpus = self.gpus().await;
         if gpus {
-            self.progress.stage(name, "gpu-selftest on all GPUs");
+            self.progress
+                .phase(name, "testing: gpu-selftest on all GPUs");
         } else {
             self.progress.note_once(NO_GPU_NOTE);
-            self.progress.stage(name, "gpu-selftest without GPUs");
+            self.progress
+                .phase(name, "testing: gpu-selftest without GPUs");
         }
         let request = selftest_request(
             &image.reference,
