@@ -46,7 +46,9 @@ fn independent(project: &Project, public: &Path) -> Output {
         .arg("--key")
         .arg(public)
         .arg("--schema")
-        .arg(repository_root().join("src/attest/gpu-selftest-result.v1.schema.json"))
+        .arg(
+            repository_root().join("crates/imagegen-attest/src/gpu-selftest-result.v1.schema.json"),
+        )
         .output()
         .unwrap()
 }
@@ -281,7 +283,11 @@ async fn signed_attestations_verify_and_every_kind_of_bad_one_is_refused() {
     let tampered = project.tag("2.7.0", "runtime");
     let other_subject = project.tag("2.7.0", "devel");
     let missing = project.tag("2.8.0", "runtime");
-    let att_of = |tag: &str| attestation_tag(&digest_of(tag));
+    let att_of = |tag: &str| {
+        attestation_tag(&imagegen_attest::Digest::from_sha256(
+            digest_of(tag).sha256_bytes(),
+        ))
+    };
     let original = client
         .get_manifest(repository, &att_of(&tampered))
         .await

@@ -292,7 +292,7 @@ fn indexes_carry_their_platforms_statements(project: &Project, index_digest: &st
         .arg("--schema")
         .arg(
             std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("src/attest/gpu-selftest-result.v1.schema.json"),
+                .join("crates/imagegen-attest/src/gpu-selftest-result.v1.schema.json"),
         )
         .output()
         .unwrap();
