@@ -389,7 +389,6 @@ impl Builder for EngineBuilder {
                 if labels.get(BUILD_KEY_LABEL).map(String::as_str) == Some(image.build_key.as_str())
                 {
                     if let Some(digest) = client.manifest_digest(path, &image.spec.tag).await? {
-                        let digest = registry_digest(&digest, &image.spec.repository)?;
                         if &digest == recorded {
                             return Ok(Some(Existing::Registry(digest)));
                         }
@@ -700,7 +699,7 @@ impl Builder for EngineBuilder {
                 // The same content is there already (pushed by an earlier or a concurrent run):
                 // pushing this build again would replace the tag's digest under the others.
                 if let Some(manifest) = client.get_manifest(path, tag).await? {
-                    let digest = registry_digest(&manifest.digest, repository)?;
+                    let digest = manifest.digest.clone();
                     self.progress.line(
                         tag,
                         &format!("== {repository}:{tag} is in the registry with this build key already ({digest}); not pushed again"),
@@ -721,7 +720,7 @@ impl Builder for EngineBuilder {
             .iter()
             .filter(|layer| layer.gzip.is_none())
         {
-            if !client.has_blob(path, layer.digest.as_str()).await? {
+            if !client.has_blob(path, &layer.digest).await? {
                 self.progress.line(
                     tag,
                     &format!(
@@ -758,7 +757,7 @@ impl Builder for EngineBuilder {
                 client.host()
             )
         })?;
-        let digest = registry_digest(&served.digest, repository)?;
+        let digest = served.digest.clone();
         if digest != pushed {
             anyhow::bail!(
                 "the registry serves {repository}:{tag} as {digest} right after this run pushed {pushed}: another run pushed the tag at the same time"
@@ -784,11 +783,9 @@ impl Builder for EngineBuilder {
 impl AliasRegistry for EngineBuilder {
     async fn served(&self, repository: &str, alias: &str) -> Result<Option<Digest>> {
         let client = self.registry(repository).await?;
-        client
+        Ok(client
             .manifest_digest(repository_path_of(repository), alias)
-            .await?
-            .map(|text| registry_digest(&text, repository))
-            .transpose()
+            .await?)
     }
 
     async fn point(&self, repository: &str, alias: &str, digest: &Digest) -> Result<()> {
@@ -814,11 +811,9 @@ pub(crate) struct RegistryAliases<'a>(pub &'a Registries);
 impl AliasRegistry for RegistryAliases<'_> {
     async fn served(&self, repository: &str, alias: &str) -> Result<Option<Digest>> {
         let client = self.0.client(repository)?;
-        client
+        Ok(client
             .manifest_digest(repository_path_of(repository), alias)
-            .await?
-            .map(|text| registry_digest(&text, repository))
-            .transpose()
+            .await?)
     }
 
     async fn point(&self, repository: &str, alias: &str, digest: &Digest) -> Result<()> {
@@ -852,7 +847,7 @@ async fn point_alias(
     let written = client
         .put_manifest(path, alias, &manifest.media_type, manifest.bytes)
         .await?;
-    if written != digest.as_str() {
+    if written != *digest {
         anyhow::bail!("the registry stored {repository}:{alias} as {written}, not {digest}");
     }
     Ok(())
@@ -1500,7 +1495,6 @@ impl EngineBuilder {
         let written = client
             .put_manifest(path, tag, MEDIA_TYPE_MANIFEST, normalized.manifest.clone())
             .await?;
-        let written = registry_digest(&written, repository)?;
         if written != normalized.manifest_digest {
             anyhow::bail!(
                 "the registry stored {repository}:{tag} as {written}, not as its manifest's digest {}",
@@ -1699,11 +1693,6 @@ fn missing_base_text(base: &str, reason: &str) -> String {
 fn daemon_image_id(text: &str) -> Result<Digest> {
     Digest::parse(text)
         .with_context(|| format!("the Docker daemon gave a malformed image ID {text:?}"))
-}
-
-fn registry_digest(text: &str, repository: &str) -> Result<Digest> {
-    Digest::parse(text)
-        .with_context(|| format!("the registry answered for {repository} with a malformed digest"))
 }
 
 /// The self-test of images already pushed (`imagegen test`): pulled by digest, never by tag, and

@@ -111,7 +111,7 @@ async fn signed_attestations_verify_and_every_kind_of_bad_one_is_refused() {
             .await
             .unwrap();
         assert_eq!(
-            served.as_deref(),
+            served.as_ref().map(|digest| digest.as_str()),
             attested["attestations"]["digest"].as_str(),
             "the manifest records the .att digest the registry serves"
         );
@@ -312,7 +312,10 @@ async fn signed_attestations_verify_and_every_kind_of_bad_one_is_refused() {
         .find(|layer| layer["annotations"]["predicateType"] == "https://slsa.dev/provenance/v1")
         .unwrap();
     let blob = client
-        .get_blob(repository, layer["digest"].as_str().unwrap())
+        .get_blob(
+            repository,
+            &Digest::parse(layer["digest"].as_str().unwrap()).unwrap(),
+        )
         .await
         .unwrap()
         .unwrap();
@@ -330,7 +333,7 @@ async fn signed_attestations_verify_and_every_kind_of_bad_one_is_refused() {
     envelope["payload"] = Value::String(engine.encode(changed));
     let bytes = serde_json::to_vec(&envelope).unwrap();
     let new_digest = client.put_blob(repository, bytes.clone()).await.unwrap();
-    layer["digest"] = Value::String(new_digest);
+    layer["digest"] = Value::String(new_digest.to_string());
     layer["size"] = Value::from(bytes.len());
     client
         .put_manifest(

@@ -88,6 +88,12 @@ impl PartialEq<str> for Digest {
     }
 }
 
+impl PartialEq<String> for Digest {
+    fn eq(&self, other: &String) -> bool {
+        self.as_str() == other
+    }
+}
+
 impl PartialEq<&str> for Digest {
     fn eq(&self, other: &&str) -> bool {
         self.as_str() == *other
