@@ -303,6 +303,21 @@ pub(crate) struct PlanArgs {
     /// How to print the plan: a table for a terminal, JSON, or markdown for a pull request.
     #[arg(long, value_enum, default_value_t = PlanFormat::Table)]
     pub(crate) format: PlanFormat,
+    /// The steps of `build --push`: each image pushed, signed where a key is set, its aliases
+    /// moved in the registry.
+    #[arg(long)]
+    pub(crate) push: bool,
+    /// The steps of `build --no-test`.
+    #[arg(long)]
+    pub(crate) no_test: bool,
+    /// The steps of `build --require-gpu`.
+    #[arg(long)]
+    pub(crate) require_gpu: bool,
+    /// The steps of `build --move-untested-aliases`.
+    #[arg(long)]
+    pub(crate) move_untested_aliases: bool,
+    #[command(flatten)]
+    pub(crate) signing: SigningArgs,
 }
 
 #[derive(Debug, Args)]

@@ -17,11 +17,14 @@ use std::cell::OnceCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
+use futures_util::future::BoxFuture;
 
 use crate::history::apt_lock::{AptLock, APT_LOCK_FILE};
+use crate::history::ledger::{Claim, CommitToken, Store};
 use crate::history::manifest::{now_rfc3339, Manifest};
 use crate::model::bases::{BasePins, BASES_FILE};
 use crate::model::knowledge::{Knowledge, KnowledgeError};
@@ -133,7 +136,7 @@ impl Project {
         Ok(load_manifest_if_present(&self.manifest_path)?
             .map(|manifest| {
                 manifest
-                    .images
+                    .images()
                     .iter()
                     .filter(|(_, record)| record.status == RecordStatus::Ok)
                     .map(|(tag, record)| (tag.clone(), record.fingerprint.clone()))
@@ -371,7 +374,7 @@ pub(crate) fn which_project_note(
         ))
     } else if building {
         Some(format!(
-            "building the project in {} ({}); --project DIR names another",
+            "the project: {} ({}); --project DIR names another",
             project.display(),
             matrix.display()
         ))
@@ -587,20 +590,28 @@ fn read_manifest_text(path: &Path) -> Result<Option<String>> {
     }
 }
 
-/// Writes the manifest atomically: temporary file, fsync, rename. Callers that share the
-/// manifest with other runs use [`ManifestFile::update`], which does this under its lock.
-/// Writes `manifest` to `path` atomically, its `updated_at` set to now: every write says when.
-pub(crate) fn save_manifest(path: &Path, manifest: &Manifest) -> Result<()> {
-    let mut written = manifest.clone();
-    written.updated_at = now_rfc3339();
-    write_atomically(path, written.to_json().as_bytes())
-}
-
-/// The manifest file of a command that writes it: every write is a locked read-change-write.
-#[derive(Debug, Clone)]
+/// The manifest file of a command: the `history::ledger::Store` every change of it goes
+/// through (a `history::ledger::Transaction` takes its lock, reads it, and writes it atomically:
+/// temporary file, fsync, rename, through a symbolic link to its target), with its lock and the
+/// locks of its aliases beside it.
+#[derive(Clone)]
 pub struct ManifestFile {
     pub(crate) path: PathBuf,
     lock_timeout: Duration,
+    /// Where a "waiting for alias ..." line goes (stderr unless set).
+    on_wait: Option<WaitingLines>,
+}
+
+/// Where the waiting lines of a lock go.
+type WaitingLines = Arc<dyn Fn(&str) + Send + Sync>;
+
+impl std::fmt::Debug for ManifestFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ManifestFile")
+            .field("path", &self.path)
+            .field("lock_timeout", &self.lock_timeout)
+            .finish_non_exhaustive()
+    }
 }
 
 impl ManifestFile {
@@ -609,7 +620,17 @@ impl ManifestFile {
         ManifestFile {
             path: path.to_path_buf(),
             lock_timeout,
+            on_wait: None,
         }
+    }
+
+    /// The same file, its "waiting for alias ..." lines sent to `on_wait` (a build's progress).
+    pub(crate) fn with_waiting_lines(
+        mut self,
+        on_wait: impl Fn(&str) + Send + Sync + 'static,
+    ) -> ManifestFile {
+        self.on_wait = Some(Arc::new(on_wait));
+        self
     }
 
     /// The manifest as it is now; a missing file is an empty manifest.
@@ -660,21 +681,6 @@ impl ManifestFile {
         })
     }
 
-    /// Locks the manifest, reads it as it is now, applies `change`, writes it back when it
-    /// changed (atomically, through a symbolic link to its target), and unlocks. Another run's
-    /// records, written since this run started, are kept: they are in what is read here.
-    pub(crate) fn update<T>(&self, change: impl FnOnce(&mut Manifest) -> T) -> Result<T> {
-        let _lock = self.lock()?;
-        let mut manifest = self.read()?;
-        let before = manifest.clone();
-        let result = change(&mut manifest);
-        if manifest != before {
-            save_manifest(&self.path, &manifest)
-                .with_context(|| format!("cannot write the manifest {}", self.path.display()))?;
-        }
-        Ok(result)
-    }
-
     /// The lock file that keeps two runs from publishing `reference` (`repository:tag`) at the
     /// same time; see [`ProjectLock::try_acquire`].
     pub fn publish_lock_path(&self, reference: &str) -> Result<PathBuf> {
@@ -684,7 +690,7 @@ impl ManifestFile {
     }
 
     /// The lock file held while an alias of this manifest is being moved (see
-    /// `pipeline::alias_move`): two runs never move one alias at the same time.
+    /// `history::alias_transaction`): two runs never move one alias at the same time.
     pub(crate) fn alias_lock_path(&self, alias: &str) -> Result<PathBuf> {
         Ok(self
             .lock_dir()?
@@ -693,6 +699,80 @@ impl ManifestFile {
 
     pub(crate) fn lock_timeout(&self) -> Duration {
         self.lock_timeout
+    }
+}
+
+impl Store for ManifestFile {
+    fn read(&self) -> Result<Manifest> {
+        load_manifest(&self.path)
+    }
+
+    fn lock(&self) -> Result<Claim> {
+        // Waiting for the lock blocks: off the async workers where there are several.
+        let lock = match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+            Ok(tokio::runtime::RuntimeFlavor::MultiThread) => {
+                tokio::task::block_in_place(|| ManifestFile::lock(self))
+            }
+            _ => ManifestFile::lock(self),
+        }?;
+        Ok(Box::new(lock))
+    }
+
+    fn write(&self, manifest: &Manifest, _: CommitToken) -> Result<()> {
+        write_atomically(&self.path, manifest.to_json().as_bytes())
+            .with_context(|| format!("cannot write the manifest {}", self.path.display()))
+    }
+
+    fn hold_alias<'a>(&'a self, alias: &'a str) -> BoxFuture<'a, Result<Claim>> {
+        Box::pin(async move {
+            let path = self.alias_lock_path(alias)?;
+            let what = format!("alias {alias}, which another run is moving");
+            let lock = wait_for_lock(&path, &what, self.lock_timeout, |line| {
+                match &self.on_wait {
+                    Some(on_wait) => on_wait(line),
+                    None => eprintln!("{line}"),
+                }
+            })
+            .await?;
+            Ok(Box::new(lock) as Claim)
+        })
+    }
+
+    fn try_hold_alias(&self, alias: &str) -> Result<std::result::Result<Claim, String>> {
+        Ok(
+            match ProjectLock::try_acquire(&self.alias_lock_path(alias)?)? {
+                Ok(lock) => Ok(Box::new(lock)),
+                Err(holder) => Err(holder.to_string()),
+            },
+        )
+    }
+}
+
+/// Takes the lock at `path` from async code, waiting (without blocking a worker) up to
+/// `timeout`; `on_wait` gets one "waiting for ..." line, and the deadline is an error naming the
+/// holder.
+pub(crate) async fn wait_for_lock(
+    path: &Path,
+    what: &str,
+    timeout: Duration,
+    mut on_wait: impl FnMut(&str),
+) -> Result<ProjectLock> {
+    let start = Instant::now();
+    let mut announced = false;
+    loop {
+        match ProjectLock::try_acquire(path)? {
+            Ok(lock) => return Ok(lock),
+            Err(holder) => {
+                if start.elapsed() >= timeout {
+                    return Err(lock_timeout_error(what, &holder, timeout));
+                }
+                if !announced {
+                    on_wait(&waiting_line(what, &holder));
+                    announced = true;
+                }
+                tokio::time::sleep(LOCK_POLL).await;
+            }
+        }
     }
 }
 
@@ -1326,8 +1406,16 @@ pub(crate) fn free_bytes(path: &Path) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::history::ledger::Transaction;
     use crate::history::manifest::ImageRecord;
     use crate::model::digest::Digest;
+
+    /// Records `record` in `file` through one transaction, as a build does.
+    fn record(file: &ManifestFile, record: ImageRecord) -> Result<()> {
+        let mut transaction = Transaction::begin(file)?;
+        transaction.record_image(record, &[], "t");
+        transaction.commit()
+    }
 
     fn image(tag: &str, digest: &str) -> ImageRecord {
         serde_json::from_value(serde_json::json!({
@@ -1342,7 +1430,7 @@ mod tests {
     }
 
     #[test]
-    fn updates_merge_into_the_manifest_as_it_is_at_write_time() {
+    fn transactions_merge_into_the_manifest_as_it_is_at_write_time() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("imagegen-manifest.json");
         let first = ManifestFile::new(&path, Duration::from_secs(5));
@@ -1351,12 +1439,10 @@ mod tests {
         assert_eq!(first.read().unwrap(), Manifest::new());
         assert_eq!(second.read().unwrap(), Manifest::new());
         // ... and each writes its own record: neither erases the other's.
-        first.update(|m| m.record_success(image("a", "1"))).unwrap();
-        second
-            .update(|m| m.record_success(image("b", "2")))
-            .unwrap();
+        record(&first, image("a", "1")).unwrap();
+        record(&second, image("b", "2")).unwrap();
         let both = load_manifest(&path).unwrap();
-        assert_eq!(both.images.keys().collect::<Vec<_>>(), vec!["a", "b"]);
+        assert_eq!(both.images().keys().collect::<Vec<_>>(), vec!["a", "b"]);
     }
 
     #[test]
@@ -1385,11 +1471,11 @@ mod tests {
         assert!(error.contains(&format!("held by pid {pid}")), "{error}");
         assert!(error.contains("hint:"), "{error}");
         assert!(
-            file.update(|_| ()).is_err(),
+            Transaction::begin(&file).is_err(),
             "no write while another holds it"
         );
         drop(held);
-        file.update(|m| m.record_success(image("a", "1"))).unwrap();
+        record(&file, image("a", "1")).unwrap();
         assert!(ProjectLock::try_acquire(&file.lock_path().unwrap())
             .unwrap()
             .is_ok());
@@ -1403,13 +1489,13 @@ mod tests {
         let held = file.lock().unwrap();
         let waiter = {
             let file = file.clone();
-            std::thread::spawn(move || file.update(|m| m.record_success(image("w", "1"))))
+            std::thread::spawn(move || record(&file, image("w", "1")))
         };
         std::thread::sleep(Duration::from_millis(200));
-        assert!(load_manifest(&path).unwrap().images.is_empty());
+        assert!(load_manifest(&path).unwrap().images().is_empty());
         drop(held);
         waiter.join().unwrap().unwrap();
-        assert!(load_manifest(&path).unwrap().images.contains_key("w"));
+        assert!(load_manifest(&path).unwrap().images().contains_key("w"));
     }
 
     #[test]
@@ -1421,13 +1507,13 @@ mod tests {
         let link = dir.path().join("imagegen-manifest.json");
         std::os::unix::fs::symlink("records/manifest.json", &link).unwrap();
         let file = ManifestFile::new(&link, Duration::from_secs(5));
-        file.update(|m| m.record_success(image("a", "1"))).unwrap();
-        file.update(|m| m.record_success(image("b", "2"))).unwrap();
+        record(&file, image("a", "1")).unwrap();
+        record(&file, image("b", "2")).unwrap();
         assert!(std::fs::symlink_metadata(&link)
             .unwrap()
             .file_type()
             .is_symlink());
-        assert_eq!(load_manifest(&target).unwrap().images.len(), 2);
+        assert_eq!(load_manifest(&target).unwrap().images().len(), 2);
         assert!(
             records.join(".imagegen/locks/manifest.json.lock").exists(),
             "the lock lives beside the file the link resolves to, named after it"

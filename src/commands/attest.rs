@@ -38,6 +38,7 @@ use crate::commands::outcome::Outcome;
 use crate::commands::output::table;
 use crate::docker::{repository_path_of, Registries, RegistryClient, RetryPolicy};
 use crate::history::attestations::{Artifact as ArtifactRecord, AttestationRecord};
+use crate::history::ledger::Transaction;
 use crate::history::manifest::{now_rfc3339, ImageRecord, IndexRecord, Manifest};
 use crate::model::digest::Digest;
 use crate::project::{
@@ -67,6 +68,13 @@ pub(crate) fn key_mode_problem(mode: u32) -> Option<String> {
 
 /// The signing key: `--signing-key`/`IMAGEGEN_SIGNING_KEY_FILE`, else `IMAGEGEN_SIGNING_KEY`
 /// (PEM text); `None` when neither is set.
+/// Whether a signing key is set (`--signing-key`, or the key's text in [`KEY_ENV`]), without
+/// reading it: what `imagegen plan` needs to say that `build --push` signs.
+pub(crate) fn signing_configured(signing: &SigningArgs) -> bool {
+    signing.signing_key.is_some()
+        || std::env::var(KEY_ENV).is_ok_and(|text| !text.trim().is_empty())
+}
+
 pub(crate) fn load_signer(signing: &SigningArgs) -> Result<Option<Signer>> {
     if let Some(path) = &signing.signing_key {
         return read_key_file(path).map(Some);
@@ -214,7 +222,7 @@ pub(crate) async fn attest_index(
     let mut platforms = Vec::new();
     for (platform, digest) in platform_digests(index) {
         let record = manifest
-            .images
+            .images()
             .values()
             .find(|record| record.digest.as_ref() == Some(&digest))
             .with_context(|| {
@@ -440,11 +448,11 @@ fn chosen_with_indexes<'a>(
     if wanted.is_empty() {
         return Ok((
             manifest
-                .images
+                .images()
                 .values()
                 .filter(|record| record.digest.is_some())
                 .collect(),
-            manifest.indexes.values().collect(),
+            manifest.indexes().values().collect(),
         ));
     }
     let names = |repository: &str, tag: &str, name: &str| {
@@ -454,13 +462,13 @@ fn chosen_with_indexes<'a>(
     let mut indexes = Vec::new();
     for name in wanted {
         if let Some(record) = manifest
-            .images
+            .images()
             .values()
             .find(|record| names(&record.repository, &record.tag, name))
         {
             images.push(record);
         } else if let Some(index) = manifest
-            .indexes
+            .indexes()
             .values()
             .find(|index| names(&index.repository, &index.tag, name))
         {
@@ -512,9 +520,9 @@ fn run_sign(project: &Project, args: &AttestSignArgs) -> Result<Outcome> {
             attested.attestations.tag
         );
         let digest = digest.clone();
-        file.update(|current| {
-            current.attestations.insert(digest, attested);
-        })?;
+        let mut transaction = Transaction::begin(&file)?;
+        transaction.record_attestation(digest, attested);
+        transaction.commit()?;
         signed += 1;
     }
     // Indexes after their platform images, whose records they are made from.
@@ -537,9 +545,9 @@ fn run_sign(project: &Project, args: &AttestSignArgs) -> Result<Outcome> {
             attested.attestations.tag
         );
         let digest = index.digest.clone();
-        file.update(|current| {
-            current.attestations.insert(digest, attested);
-        })?;
+        let mut transaction = Transaction::begin(&file)?;
+        transaction.record_attestation(digest, attested);
+        transaction.commit()?;
         signed += 1;
     }
     println!(
@@ -639,11 +647,11 @@ pub(crate) async fn verify_attestations(
     let mut verdicts = Vec::new();
     // Every pushed image, then every index (what a node resolves a multi-platform alias to).
     let images = manifest
-        .images
+        .images()
         .values()
         .filter_map(|r| Some((&r.repository, &r.tag, r.digest.as_ref()?)));
     let indexes = manifest
-        .indexes
+        .indexes()
         .values()
         .map(|index| (&index.repository, &index.tag, &index.digest));
     for (repository, tag, recorded) in images.chain(indexes) {

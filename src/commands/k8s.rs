@@ -49,7 +49,7 @@ pub(crate) fn run(project: &Project, args: &K8sArgs) -> Result<Outcome> {
         let digest = recorded.alias_digest(alias);
         if let Some(target) = images.iter().find(|spec| spec.tag == record.tag) {
             named = vec![target];
-        } else if !recorded.indexes.contains_key(&record.tag) {
+        } else if !recorded.indexes().contains_key(&record.tag) {
             note(format!(
                 "note: {alias} points at {}, which the matrix no longer makes; the Job keeps the driver floor of {}",
                 record.tag, named[0].tag
@@ -70,7 +70,7 @@ pub(crate) fn run(project: &Project, args: &K8sArgs) -> Result<Outcome> {
     // A digest pins one image; an index of several platforms runs by its tag.
     if let [image] = named.as_slice() {
         settings.digest = recorded
-            .images
+            .images()
             .get(&image.tag)
             .filter(|record| {
                 record.status == RecordStatus::Ok && record.fingerprint == image.fingerprint
@@ -99,11 +99,11 @@ fn recorded_alias<'a>(
     text: &'a str,
     named: &[&ImageSpec],
 ) -> Option<(&'a str, &'a AliasRecord)> {
-    let alias = match manifest.aliases.get_key_value(text) {
+    let alias = match manifest.aliases().get_key_value(text) {
         Some((alias, _)) => alias.as_str(),
         None => text.rsplit_once(':').map(|(_, alias)| alias)?,
     };
-    let record = manifest.aliases.get(alias)?;
+    let record = manifest.aliases().get(alias)?;
     named
         .iter()
         .any(|spec| spec.aliases.iter().any(|a| a == alias))
@@ -191,7 +191,7 @@ fn policy(args: &K8sArgs) -> Result<Outcome> {
     let verifier = attest::load_verifier(Some(key), &SigningArgs::default())?;
     let manifest = load_manifest(&args.manifest)?;
     let repositories: BTreeSet<String> = manifest
-        .images
+        .images()
         .values()
         .filter(|record| record.digest.is_some())
         .map(|record| record.repository.clone())

@@ -1,21 +1,10 @@
-//! The manifest file as the record side of alias moves ([`ManifestLedger`], the
-//! `pipeline::alias_move::AliasLedger` of `build`, `publish` and `rollback`), this run's identity
-//! ([`RunId`]: which machine boot, which process, started when), and waiting for a lock from async
-//! code. A run id names a process so exactly that a later run can tell whether it is gone: the
-//! cleanup of leftovers of dead runs never touches a live run's.
-
-use std::path::Path;
-use std::time::Instant;
-
-use anyhow::Result;
+//! This run's identity in the ledger: [`RunId`] (which machine boot, which process, started
+//! when) and the [`Owner`] of the alias moves it makes. A run id names a process so exactly that
+//! a later run can tell whether it is gone: the cleanup of leftovers of dead runs never touches a
+//! live run's. It changes nothing itself: the manifest changes through `history::ledger`.
 
 use crate::history::alias_transaction::Owner;
-use crate::history::manifest::Manifest;
-use crate::pipeline::alias_move::{AliasLedger, Claim};
-use crate::project::{
-    boot_id, lock_timeout_error, process_start, waiting_line, LockHolder, ManifestFile,
-    ProjectLock, LOCK_POLL,
-};
+use crate::project::{boot_id, process_start, LockHolder};
 
 /// One process on one machine boot: `<boot>-<pid>-<start>`, where `boot` is the first 12 hex
 /// digits of the kernel's boot id and `start` the process start time in clock ticks since boot.
@@ -85,74 +74,6 @@ pub(crate) fn this_owner() -> Owner {
     Owner {
         run: RunId::this_process().to_string(),
         by: LockHolder::this_run(),
-    }
-}
-
-/// Takes the lock at `path` from async code, waiting (without blocking a worker) up to
-/// `timeout`; `on_wait` gets one "waiting for ..." line, and the deadline is an error naming the
-/// holder.
-pub(crate) async fn wait_for_lock(
-    path: &Path,
-    what: &str,
-    timeout: std::time::Duration,
-    mut on_wait: impl FnMut(&str),
-) -> Result<ProjectLock> {
-    let start = Instant::now();
-    let mut announced = false;
-    loop {
-        match ProjectLock::try_acquire(path)? {
-            Ok(lock) => return Ok(lock),
-            Err(holder) => {
-                if start.elapsed() >= timeout {
-                    return Err(lock_timeout_error(what, &holder, timeout));
-                }
-                if !announced {
-                    on_wait(&waiting_line(what, &holder));
-                    announced = true;
-                }
-                tokio::time::sleep(LOCK_POLL).await;
-            }
-        }
-    }
-}
-
-/// The manifest file as the ledger of alias moves: an alias's lock beside the manifest's, and
-/// every write a locked read-change-write.
-pub(crate) struct ManifestLedger {
-    pub(crate) file: ManifestFile,
-    /// Where the "waiting for alias ..." line goes.
-    pub(crate) on_wait: Box<dyn Fn(&str) + Send + Sync>,
-}
-
-impl ManifestLedger {
-    /// A ledger that prints its waiting line on stderr.
-    pub(crate) fn new(file: ManifestFile) -> ManifestLedger {
-        ManifestLedger {
-            file,
-            on_wait: Box::new(|line| eprintln!("{line}")),
-        }
-    }
-}
-
-impl AliasLedger for ManifestLedger {
-    async fn hold_alias(&self, alias: &str) -> Result<Claim> {
-        let path = self.file.alias_lock_path(alias)?;
-        let what = format!("alias {alias}, which another run is moving");
-        let lock = wait_for_lock(&path, &what, self.file.lock_timeout(), |line| {
-            (self.on_wait)(line)
-        })
-        .await?;
-        Ok(Box::new(lock))
-    }
-
-    fn write<T>(&self, change: impl FnOnce(&mut Manifest) -> T) -> Result<T> {
-        // Waiting for the manifest's lock blocks: off the async workers where there are several.
-        match tokio::runtime::Handle::try_current().map(|handle| handle.runtime_flavor()) {
-            Ok(tokio::runtime::RuntimeFlavor::MultiThread) => {
-                tokio::task::block_in_place(|| self.file.update(change))
-            }
-            _ => self.file.update(change),
-        }
     }
 }
 

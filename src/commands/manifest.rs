@@ -1,11 +1,12 @@
 //! `imagegen manifest prune [--keep N] [--apply]`: what `history::prune` drops, said, and written
-//! only with `--apply` (under the manifest's lock).
+//! only with `--apply` (one transaction).
 //!
 //! `imagegen manifest merge A B ... [--out FILE]`: one manifest from several (one per CI shard);
 //! the rules are `history::merge`'s. Every input must exist: a missing shard artefact is an
 //! error, never an empty manifest. Inputs that conflict (see `history::merge::conflicts`) are
-//! reported, nothing is written, and the exit code is 3. With `--out`, the output's lock is taken first and the inputs
-//! are read under it (the output is often one of them), so a concurrent writer is not erased.
+//! reported, nothing is written, and the exit code is 3. With `--out`, the merge is one
+//! transaction of the output: its lock is taken first and the inputs are read under it (the
+//! output is often one of them), so a concurrent writer is not erased.
 
 use std::time::Duration;
 
@@ -14,10 +15,11 @@ use anyhow::Result;
 use crate::cli::{MergeArgs, PruneArgs};
 use crate::commands::outcome::Outcome;
 use crate::commands::output::{count, emit, note};
+use crate::history::ledger::Transaction;
 use crate::history::manifest::Manifest;
 use crate::history::merge::{merge_checked, Conflict};
 use crate::history::prune::{prune as pruned, Removed};
-use crate::project::{load_existing_manifest, save_manifest, ManifestFile, Project};
+use crate::project::{load_existing_manifest, ManifestFile, Project};
 
 /// `imagegen manifest merge A B ... [--out FILE]`.
 pub(crate) fn merge(_project: &Project, args: &MergeArgs) -> Result<Outcome> {
@@ -43,17 +45,19 @@ pub(crate) fn merge(_project: &Project, args: &MergeArgs) -> Result<Outcome> {
     match out {
         Some(path) => {
             let file = ManifestFile::new(path, Duration::from_secs(args.lock.lock_timeout));
-            let _lock = file.lock()?;
+            let mut transaction = Transaction::begin(&file)?;
             let merged = match read_all()? {
                 Ok(merged) => merged,
                 Err(conflicts) => return Ok(report(conflicts)),
             };
-            save_manifest(path, &merged)?;
+            let (images, aliases) = (merged.images().len(), merged.aliases().len());
+            transaction.replace(merged);
+            transaction.commit()?;
             note(format!(
                 "wrote {} ({}, {}, from {})",
                 path.display(),
-                count(merged.images.len(), "image"),
-                count(merged.aliases.len(), "alias"),
+                count(images, "image"),
+                count(aliases, "alias"),
                 count(inputs.len(), "manifest")
             ));
         }
@@ -86,11 +90,9 @@ pub(crate) fn prune(args: &PruneArgs) -> Result<Outcome> {
         }
     };
     if args.apply {
-        let removed = file.update(|manifest| {
-            let (after, removed) = pruned(manifest, args.keep);
-            *manifest = after;
-            removed
-        })?;
+        let mut transaction = Transaction::begin(&file)?;
+        let removed = transaction.prune(args.keep);
+        transaction.commit()?;
         say(&removed, "removed");
         note(format!(
             "{} removed from {}",

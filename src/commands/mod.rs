@@ -26,6 +26,7 @@ pub(crate) mod restore;
 pub(crate) mod rollback;
 pub(crate) mod signals;
 pub(crate) mod stages;
+pub(crate) mod steps;
 pub(crate) mod test;
 pub(crate) mod verify;
 pub(crate) mod waiting;

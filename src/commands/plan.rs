@@ -1,22 +1,27 @@
 //! `imagegen plan`: what a build would change, compared with the manifest, as a table for a
-//! terminal, JSON, or markdown for a pull-request comment. It prints the review part of the one
-//! plan `build` executes (`pipeline::plan::plan`, over every image of the matrix); this file only
-//! prints it. Build keys, which need the build contexts and gpu-selftest binaries, are not part
-//! of what it prints (`build --dry-run` shows them).
+//! terminal, JSON, or markdown for a pull-request comment, and the steps it would run for each
+//! image. It prints the one plan `build` executes (`pipeline::plan::plan`, over every image of
+//! the matrix, with the flags `build` would get); this file only prints it. Build keys, which
+//! need the build contexts and gpu-selftest binaries, are not part of what it prints
+//! (`build --dry-run` shows them).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use anyhow::Result;
+use serde::Serialize;
 
 use crate::cli::{PlanArgs, PlanFormat};
+use crate::commands::attest::signing_configured;
 use crate::commands::outcome::Outcome;
 use crate::commands::output::{emit, note, short, table};
 use crate::commands::stages::render_project;
+use crate::commands::steps::steps_text;
 use crate::commands::waiting::waiting_text;
 use crate::history::manifest::Manifest;
 use crate::history::upgrade::{InputChange, UpgradePlan};
-use crate::pipeline::plan::plan;
+use crate::pipeline::plan::{plan, Plan, PlanOptions};
+use crate::pipeline::steps::{RunStep, Step};
 use crate::project::{load_manifest_if_present, Project};
 
 pub(crate) fn run(project: &Project, args: &PlanArgs) -> Result<Outcome> {
@@ -35,7 +40,7 @@ pub(crate) fn run(project: &Project, args: &PlanArgs) -> Result<Outcome> {
     // Rendered in memory, not only resolved: what `render` and `build` would refuse (a step
     // fragment, a template) is refused here too, at its file and line.
     let (resolution, _) = render_project(project)?;
-    // The review does not depend on the build contexts: planned without them.
+    // The review and the steps do not depend on the build contexts: planned without them.
     let plan = plan(
         &resolution.images,
         &resolution.images,
@@ -43,14 +48,69 @@ pub(crate) fn run(project: &Project, args: &PlanArgs) -> Result<Outcome> {
         &manifest,
         None,
         &project.matrix()?.tests.require,
-    )
-    .review;
+        &PlanOptions {
+            push: args.push,
+            test: !args.no_test,
+            require_gpu: args.require_gpu,
+            move_untested_aliases: args.move_untested_aliases,
+            sign: args.push && signing_configured(&args.signing),
+            wheels: project.matrix()?.wheels,
+        },
+    );
     match args.format {
-        PlanFormat::Json => emit(format!("{}\n", serde_json::to_string_pretty(&plan)?))?,
-        PlanFormat::Table => emit(plan_text(&plan))?,
-        PlanFormat::Markdown => emit(plan_markdown(&plan))?,
+        PlanFormat::Json => emit(format!(
+            "{}\n",
+            serde_json::to_string_pretty(&PlanJson::of(&plan))?
+        ))?,
+        PlanFormat::Table => emit(format!(
+            "{}\n{}",
+            plan_text(&plan.review),
+            steps_text(&plan)
+        ))?,
+        PlanFormat::Markdown => emit(plan_markdown(&plan.review))?,
     }
     Ok(Outcome::Success)
+}
+
+/// What `imagegen plan --format json` prints (docs/building.md, "The plan"): the review's
+/// fields, then the steps of the run (`before`) and of each image in build order (`images`).
+#[derive(Serialize)]
+struct PlanJson<'a> {
+    #[serde(flatten)]
+    review: &'a UpgradePlan,
+    before: &'a [RunStep],
+    images: Vec<ImageSteps<'a>>,
+}
+
+/// One image's steps, as `imagegen plan --format json` prints them.
+#[derive(Serialize)]
+struct ImageSteps<'a> {
+    /// The full tag.
+    image: &'a str,
+    /// `repository:tag`.
+    reference: &'a str,
+    /// The image of the plan it is built `FROM`, built first.
+    after: Option<&'a str>,
+    steps: &'a [Step],
+}
+
+impl PlanJson<'_> {
+    fn of(plan: &Plan) -> PlanJson<'_> {
+        PlanJson {
+            review: &plan.review,
+            before: &plan.before,
+            images: plan
+                .images
+                .iter()
+                .map(|image| ImageSteps {
+                    image: &image.spec.tag,
+                    reference: &image.reference,
+                    after: image.depends_on.as_deref(),
+                    steps: &image.steps,
+                })
+                .collect(),
+        }
+    }
 }
 
 /// The plan as text for a terminal.

@@ -4,7 +4,7 @@
 //!
 //! It refuses an index when a platform the matrix promises is missing, stale, failed, or (without
 //! `--allow-untested`) untested, and says which. Aliases move only when every platform passed its
-//! self-test, and never backwards; each move is `pipeline::alias_move`'s, the one alias
+//! self-test, and never backwards; each move is `history::alias_transaction::move_alias`'s, the one alias
 //! transaction. Every manifest write (the index, each alias move before and after) is a locked
 //! read-change-write; SIGINT/SIGTERM stop it between steps.
 
@@ -16,7 +16,7 @@ use anyhow::{anyhow, Context, Result};
 use crate::attest::dsse::Signer;
 use crate::cli::PublishArgs;
 use crate::commands::attest;
-use crate::commands::ledger::{this_owner, ManifestLedger};
+use crate::commands::ledger::this_owner;
 use crate::commands::outcome::Outcome;
 use crate::commands::output::{emit, note, table};
 use crate::commands::signals::Signals;
@@ -26,10 +26,10 @@ use crate::generate::oci_index::{
     index_document, index_readiness, split_platform, IndexEntry, IndexPlatform, ReadyPlatform,
     MEDIA_TYPE_OCI_INDEX,
 };
-use crate::history::alias_transaction::AliasTarget;
+use crate::history::alias_transaction::{move_alias, AliasOutcome, AliasRequest, AliasTarget};
+use crate::history::ledger::Transaction;
 use crate::history::manifest::{now_rfc3339, IndexRecord, PlatformImage};
 use crate::model::digest::Digest;
-use crate::pipeline::alias_move::{move_alias, AliasOutcome, AliasRequest};
 use crate::pipeline::docker_builder::RegistryAliases;
 use crate::project::{ManifestFile, Project};
 use crate::resolve::image::{ImageSpec, ResolveOptions};
@@ -219,7 +219,9 @@ async fn publish_one(
         history: Vec::new(),
         extra: Default::default(),
     };
-    file.update(|manifest| manifest.record_index(index.clone()))?;
+    let mut transaction = Transaction::begin(file)?;
+    transaction.record_index(index.clone());
+    transaction.commit()?;
     // Signed before any alias moves to it, as `build --push` signs an image before its aliases.
     if let Some((signer, context)) = signing {
         let current = file.read()?;
@@ -230,12 +232,11 @@ async fn publish_one(
             "{}:{index_tag}: signed index {digest} (gpu-selftest {}): {}",
             spec.repository, attested.gpu_selftest, attested.attestations.tag
         ));
-        file.update(|manifest| {
-            manifest.attestations.insert(digest.clone(), attested);
-        })?;
+        let mut transaction = Transaction::begin(file)?;
+        transaction.record_attestation(digest.clone(), attested);
+        transaction.commit()?;
     }
     let owner = this_owner();
-    let ledger = ManifestLedger::new(file.clone());
     let aliases_registry = RegistryAliases(&registries);
     let mut moved = Vec::new();
     let mut held = Vec::new();
@@ -256,7 +257,7 @@ async fn publish_one(
             },
             owner: &owner,
         };
-        match move_alias(&aliases_registry, &ledger, &request)
+        match move_alias(&aliases_registry, file, &request)
             .await
             .with_context(|| format!("moving {alias} to {index_tag}"))?
         {

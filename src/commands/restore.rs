@@ -10,18 +10,17 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 
 use crate::cli::RestoreArgs;
-use crate::commands::ledger::wait_for_lock;
 use crate::commands::outcome::Outcome;
 use crate::commands::output::emit;
 use crate::commands::signals::Signals;
 use crate::docker::{registry_host_of, repository_path_of, Registries, RetryPolicy};
 use crate::model::digest::Digest;
-use crate::project::{load_existing_manifest, ManifestFile, Project};
+use crate::project::{load_existing_manifest, wait_for_lock, ManifestFile, Project};
 
 pub(crate) fn run(_project: &Project, args: &RestoreArgs) -> Result<Outcome> {
     let tag = args.tag.as_str();
     let manifest = load_existing_manifest(&args.manifest)?;
-    let (repository, digest) = match (manifest.images.get(tag), manifest.indexes.get(tag)) {
+    let (repository, digest) = match (manifest.images().get(tag), manifest.indexes().get(tag)) {
         (Some(record), _) => (
             record.repository.clone(),
             record.digest.clone().ok_or_else(|| {
@@ -29,7 +28,7 @@ pub(crate) fn run(_project: &Project, args: &RestoreArgs) -> Result<Outcome> {
             })?,
         ),
         (None, Some(index)) => (index.repository.clone(), index.digest.clone()),
-        (None, None) if manifest.aliases.contains_key(tag) => bail!(
+        (None, None) if manifest.aliases().contains_key(tag) => bail!(
             "{tag} is an alias, not a full tag\nhint: `imagegen rollback {tag} --to DIGEST` moves an alias"
         ),
         (None, None) => bail!(

@@ -1,10 +1,12 @@
 //! `imagegen rollback`: re-points an alias in the registry to a digest the manifest recorded,
 //! through the registry API (no rebuild), and records the move. Which digest is
-//! `history::rollback::rollback_target`'s decision; whether anything moves is
-//! the alias transaction's, by what the registry serves (the registry is the truth about an alias, the
-//! manifest may lag after a failed push). Order: the target must exist in the registry (HEAD)
-//! before the alias is touched; then the move is `pipeline::alias_move`'s, the one alias
-//! transaction (under the alias's lock: a second rollback of the alias waits for the first).
+//! `history::rollback::rollback_target`'s decision, on the manifest with a move of the alias left
+//! in between settled first (the settle loop of `history::alias_transaction`); whether anything
+//! moves is the alias transaction's, by what the registry serves (the registry is the truth about
+//! an alias, the manifest may lag after a failed push). Order: the target must exist in the
+//! registry (HEAD) before the alias is touched; then the move is
+//! `history::alias_transaction::move_alias`'s (under the alias's lock: a second rollback of the
+//! alias waits for the first).
 //! SIGINT/SIGTERM stop it between steps.
 
 use std::time::{Duration, Instant};
@@ -12,16 +14,17 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 
 use crate::cli::RollbackArgs;
-use crate::commands::ledger::{this_owner, ManifestLedger};
+use crate::commands::ledger::this_owner;
 use crate::commands::outcome::Outcome;
 use crate::commands::output::{emit, short};
 use crate::commands::signals::Signals;
 use crate::docker::{registry_host_of, repository_path_of, Registries, RetryPolicy};
-use crate::history::alias_transaction::{settle_one, AliasTarget};
-use crate::history::manifest::now_rfc3339;
+use crate::history::alias_transaction::{
+    move_alias, settle_leftovers, AliasOutcome, AliasRequest, AliasTarget, SettleOutcome,
+    Settlement,
+};
 use crate::history::rollback::{recorded_digest, rollback_target};
 use crate::model::digest::Digest;
-use crate::pipeline::alias_move::{move_alias, AliasOutcome, AliasRegistry, AliasRequest};
 use crate::pipeline::docker_builder::RegistryAliases;
 use crate::project::{ManifestFile, Project};
 
@@ -41,7 +44,7 @@ pub(crate) fn run(_project: &Project, args: &RollbackArgs) -> Result<Outcome> {
     // With a move of this alias pending, `--previous` is only known once it is settled.
     let repository = match (
         rollback_target(&manifest, alias, to.as_ref(), args.previous),
-        manifest.pending_aliases.get(alias),
+        manifest.pending_aliases().get(alias),
     ) {
         (Ok(target), _) => target.repository,
         (Err(_), Some(pending)) if to.is_none() => manifest
@@ -88,13 +91,18 @@ async fn roll_back(
     let host = registry_host_of(repository);
 
     // Which digest: judged on the manifest with a move left in between settled by what the
-    // registry serves (the transaction settles it for real, under the alias's lock).
-    let served = aliases.served(repository, alias).await?;
-    let mut view = file.read()?;
-    if let Some(outcome) = settle_one(&mut view, alias, &served, &now_rfc3339()) {
-        eprintln!("settled the move of {alias} an earlier run left in between: {outcome}");
+    // registry serves (one another live run is making is left to it: the move waits for it).
+    for settled in settle_leftovers(&aliases, file, |wanted, _| wanted == alias).await? {
+        if let SettleOutcome::Settled(settlement @ (Settlement::Moved | Settlement::NotMoved), _) =
+            settled.outcome?
+        {
+            eprintln!(
+                "settled the move of {alias} an earlier run left in between: {}",
+                settlement.as_str()
+            );
+        }
     }
-    let target = rollback_target(&view, alias, to.as_ref(), previous)?;
+    let target = rollback_target(&file.read()?, alias, to.as_ref(), previous)?;
     let (target_tag, digest) = (target.tag, target.digest);
 
     // The target must exist in the registry before the alias is touched.
@@ -109,7 +117,6 @@ async fn roll_back(
         );
     }
     let owner = this_owner();
-    let ledger = ManifestLedger::new(file.clone());
     let request = AliasRequest {
         repository,
         target: AliasTarget {
@@ -121,7 +128,7 @@ async fn roll_back(
         },
         owner: &owner,
     };
-    match move_alias(&aliases, &ledger, &request).await? {
+    match move_alias(&aliases, file, &request).await? {
         AliasOutcome::AlreadyThere => {
             bail!("alias {alias} already points at {digest} (in the registry and in the manifest)")
         }

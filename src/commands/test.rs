@@ -8,8 +8,8 @@
 //! name handed to it, and records the result under the digest (`history::test_results`). `test
 //! import` reads gpu-selftest JSON reports, refuses any that does not name a recorded digest and a
 //! node (nothing is recorded then), and records the rest. Both then move the aliases waiting on
-//! an image once the matrix's test policy holds, each through `pipeline::alias_move` (the one
-//! alias transaction).
+//! an image once the matrix's test policy holds, each through `history::alias_transaction::move_alias` (the
+//! one alias transaction).
 //!
 //! With a signing key (`--signing-key`, `IMAGEGEN_SIGNING_KEY_FILE`, `IMAGEGEN_SIGNING_KEY`, as
 //! `build --push`), every image whose result was recorded is attested again
@@ -26,18 +26,18 @@ use serde::Serialize;
 use crate::attest::dsse::Signer;
 use crate::cli::{Format, TestAction, TestArgs, TestImportArgs, TestSettleArgs};
 use crate::commands::attest::{attest_image, load_signer, SignContext};
-use crate::commands::ledger::{this_owner, ManifestLedger, RunId};
+use crate::commands::ledger::{this_owner, RunId};
 use crate::commands::outcome::Outcome;
 use crate::commands::output::{emit, note, table};
 use crate::docker::{Engine, Registries, RetryPolicy};
-use crate::history::alias_transaction::AliasTarget;
+use crate::history::alias_transaction::{move_alias, AliasOutcome, AliasRequest, AliasTarget};
 use crate::history::aliases::recorded_candidate;
+use crate::history::ledger::Transaction;
 use crate::history::manifest::{now_rfc3339, GpuTestResult, Manifest, RecordStatus, TestStatus};
 use crate::history::test_results::{
-    judge, read_report, record_result, result_from_report, results_of, valid_node_name,
+    judge, read_report, result_from_report, results_of, valid_node_name,
 };
 use crate::model::digest::Digest;
-use crate::pipeline::alias_move::{move_alias, AliasLedger, AliasOutcome, AliasRequest};
 use crate::pipeline::docker_builder::{DigestTester, RegistryAliases, RUN_LABEL};
 use crate::pipeline::executor::TestOutcome;
 use crate::pipeline::plan::matches_filter;
@@ -100,7 +100,7 @@ fn choose(manifest: &Manifest, args: &TestArgs) -> Result<Vec<Chosen>> {
         }
         return Ok(chosen);
     }
-    for record in manifest.images.values() {
+    for record in manifest.images().values() {
         let Some(digest) = &record.digest else {
             continue;
         };
@@ -182,10 +182,9 @@ fn run_tests(project: &Project, args: &TestArgs) -> Result<Outcome> {
         if !gpus {
             note("no GPU runtime on this Docker daemon: gpu-selftest runs without GPUs (a report that says it could not run records nothing)");
         }
-        let ledger = ManifestLedger::new(file.clone());
         let mut lines = Vec::new();
         for image in &chosen {
-            let line = test_one(&tester, &ledger, image, gpus, baseline_digest.as_ref()).await;
+            let line = test_one(&tester, &file, image, gpus, baseline_digest.as_ref()).await;
             lines.push(line);
         }
         let _ = engine
@@ -193,16 +192,16 @@ fn run_tests(project: &Project, args: &TestArgs) -> Result<Outcome> {
             .await;
         let signed = match &signer {
             Some(signer) => {
-                attest_recorded(project, signer, &ledger, &tester.registries, &lines).await
+                attest_recorded(project, signer, &file, &tester.registries, &lines).await
             }
             None => true,
         };
         if args.no_move {
-            list_waiting(&ledger.file.read()?, &require, &mut lines);
+            list_waiting(&file.read()?, &require, &mut lines);
         } else {
             move_ready_aliases(
                 &RegistryAliases(&tester.registries),
-                &ledger,
+                &file,
                 &require,
                 &mut lines,
             )
@@ -218,7 +217,7 @@ fn run_tests(project: &Project, args: &TestArgs) -> Result<Outcome> {
 async fn attest_recorded(
     project: &Project,
     signer: &Signer,
-    ledger: &ManifestLedger,
+    file: &ManifestFile,
     registries: &Registries,
     lines: &[Line],
 ) -> bool {
@@ -232,7 +231,7 @@ async fn attest_recorded(
             continue;
         }
         let attested = async {
-            let manifest = ledger.file.read()?;
+            let manifest = file.read()?;
             let record = manifest
                 .all_records()
                 .find(|r| r.digest.as_ref() == Some(&line.digest))
@@ -245,11 +244,9 @@ async fn attest_recorded(
                 .and_then(|report| report["node_name"].as_str())
                 .map(String::from);
             let attested = attest_image(registries, signer, record, &line.digest, &context).await?;
-            ledger.file.update(|current| {
-                current
-                    .attestations
-                    .insert(line.digest.clone(), attested.clone());
-            })?;
+            let mut transaction = Transaction::begin(file)?;
+            transaction.record_attestation(line.digest.clone(), attested.clone());
+            transaction.commit()?;
             anyhow::Ok(attested)
         }
         .await;
@@ -259,9 +256,7 @@ async fn attest_recorded(
                 line.tag,
                 attested.attestations.tag,
                 &attested.key_id[..12.min(attested.key_id.len())],
-                ledger
-                    .file
-                    .read()
+                file.read()
                     .ok()
                     .and_then(|m| m
                         .all_records()
@@ -281,7 +276,7 @@ async fn attest_recorded(
 /// Tests one image: the tag must still serve the recorded digest; pull by digest; run; record.
 async fn test_one(
     tester: &DigestTester,
-    ledger: &ManifestLedger,
+    file: &ManifestFile,
     image: &Chosen,
     gpus: bool,
     baseline: Option<&Digest>,
@@ -350,26 +345,27 @@ async fn test_one(
     );
     result.baseline = baseline.cloned();
     line.gpus = result.gpus.clone();
-    if let Err(error) = record(ledger, &image.digest, &result) {
+    if let Err(error) = record(file, &image.digest, &result) {
         line.verdict = "error".into();
         line.summary = format!("{}; not recorded: {error:#}", line.summary);
     }
     line
 }
 
-/// Records `result` under `digest` in the manifest (under its lock).
-fn record(ledger: &ManifestLedger, digest: &Digest, result: &GpuTestResult) -> Result<()> {
-    ledger
-        .write(|manifest| record_result(manifest, digest, result))?
-        .map(|_| ())
-        .ok_or_else(|| anyhow!("the manifest no longer records {digest}"))
+/// Records `result` under `digest` in the manifest (one transaction).
+fn record(file: &ManifestFile, digest: &Digest, result: &GpuTestResult) -> Result<()> {
+    let mut transaction = Transaction::begin(file)?;
+    transaction
+        .record_test_result(digest, result)
+        .ok_or_else(|| anyhow!("the manifest no longer records {digest}"))?;
+    transaction.commit()
 }
 
 /// For each image of `lines` whose aliases wait: once the policy holds on its results, moves
 /// them (the alias transaction), and says what still waits and for what.
 async fn move_ready_aliases(
     registry: &RegistryAliases<'_>,
-    ledger: &ManifestLedger,
+    file: &ManifestFile,
     require: &[String],
     lines: &mut [Line],
 ) -> Result<()> {
@@ -379,9 +375,9 @@ async fn move_ready_aliases(
         if line.verdict == "refused" {
             continue;
         }
-        let manifest = ledger.file.read()?;
+        let manifest = file.read()?;
         let Some(record) = manifest
-            .images
+            .images()
             .get(&line.tag)
             .filter(|r| r.digest.as_ref() == Some(&line.digest))
         else {
@@ -400,7 +396,7 @@ async fn move_ready_aliases(
                 Ok(torch) => torch,
                 Err(reason) => {
                     note(format!("{}: {alias} not moved: {reason}", record.tag));
-                    drop_awaiting(ledger, &line.tag, &line.digest, &alias)?;
+                    drop_awaiting(file, &line.tag, &line.digest, &alias)?;
                     continue;
                 }
             };
@@ -414,7 +410,7 @@ async fn move_ready_aliases(
                 },
                 owner: &owner,
             };
-            match move_alias(registry, ledger, &request).await {
+            match move_alias(registry, file, &request).await {
                 Ok(AliasOutcome::Held(reason)) => {
                     note(format!("{}: {alias} not moved: {reason}", record.tag));
                 }
@@ -426,7 +422,7 @@ async fn move_ready_aliases(
                 }
             }
             // Moved, or held for good (it would go backwards): it no longer waits.
-            drop_awaiting(ledger, &line.tag, &line.digest, &alias)?;
+            drop_awaiting(file, &line.tag, &line.digest, &alias)?;
         }
     }
     Ok(())
@@ -434,17 +430,10 @@ async fn move_ready_aliases(
 
 /// Writes down that the record of `tag` at `digest` no longer awaits `alias` (moved, or held for
 /// good).
-fn drop_awaiting(ledger: &ManifestLedger, tag: &str, digest: &Digest, alias: &str) -> Result<()> {
-    ledger.write(|manifest| {
-        if let Some(image) = manifest
-            .images
-            .get_mut(tag)
-            .filter(|r| r.digest.as_ref() == Some(digest))
-        {
-            image.awaiting_aliases.retain(|a| a != alias);
-        }
-    })?;
-    Ok(())
+fn drop_awaiting(file: &ManifestFile, tag: &str, digest: &Digest, alias: &str) -> Result<()> {
+    let mut transaction = Transaction::begin(file)?;
+    transaction.drop_awaiting(tag, digest, alias);
+    transaction.commit()
 }
 
 /// Prints the lines; the outcome: refused digests are an error (exit 2), a failed test exit 1.
@@ -575,12 +564,11 @@ fn run_import(project: &Project, args: &TestImportArgs) -> Result<Outcome> {
         }
         reads.push((record.tag.clone(), path, read));
     }
-    let ledger = ManifestLedger::new(file.clone());
-    ledger.write(|manifest| {
-        for (_, _, read) in &reads {
-            record_result(manifest, &read.digest, &read.result);
-        }
-    })?;
+    let mut transaction = Transaction::begin(&file)?;
+    for (_, _, read) in &reads {
+        transaction.record_test_result(&read.digest, &read.result);
+    }
+    transaction.commit()?;
     let mut lines: Vec<Line> = reads
         .iter()
         .map(|(tag, _, read)| Line {
@@ -601,13 +589,9 @@ fn run_import(project: &Project, args: &TestImportArgs) -> Result<Outcome> {
         .enable_all()
         .build()?;
     let signed = match &signer {
-        Some(signer) => runtime.block_on(attest_recorded(
-            project,
-            signer,
-            &ledger,
-            &registries,
-            &lines,
-        )),
+        Some(signer) => {
+            runtime.block_on(attest_recorded(project, signer, &file, &registries, &lines))
+        }
         None => true,
     };
     if args.no_move {
@@ -617,7 +601,7 @@ fn run_import(project: &Project, args: &TestImportArgs) -> Result<Outcome> {
     }
     runtime.block_on(move_ready_aliases(
         &RegistryAliases(&registries),
-        &ledger,
+        &file,
         &require,
         &mut lines,
     ))?;
@@ -636,7 +620,7 @@ fn run_import(project: &Project, args: &TestImportArgs) -> Result<Outcome> {
 fn list_waiting(manifest: &Manifest, require: &[String], lines: &mut [Line]) {
     for line in lines {
         if let Some(record) = manifest
-            .images
+            .images()
             .get(&line.tag)
             .filter(|r| r.digest.as_ref() == Some(&line.digest))
         {
@@ -654,7 +638,7 @@ fn run_settle(project: &Project, args: &TestSettleArgs) -> Result<Outcome> {
     let file = ManifestFile::new(&args.manifest, Duration::from_secs(args.lock.lock_timeout));
     let manifest = file.read()?;
     let mut lines: Vec<Line> = manifest
-        .images
+        .images()
         .values()
         .filter(|record| !record.awaiting_aliases.is_empty())
         .filter_map(|record| {
@@ -679,13 +663,12 @@ fn run_settle(project: &Project, args: &TestSettleArgs) -> Result<Outcome> {
     }
     let timeout = Duration::from_secs(args.deadlines.registry_timeout);
     let registries = Registries::new(timeout, RetryPolicy::default());
-    let ledger = ManifestLedger::new(file.clone());
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     runtime.block_on(move_ready_aliases(
         &RegistryAliases(&registries),
-        &ledger,
+        &file,
         &require,
         &mut lines,
     ))?;

@@ -1,8 +1,9 @@
 //! `imagegen verify`: every full tag, alias and index the manifest records, against what the
 //! registry serves (a HEAD of each tag); exit 1 on any difference, each named with the command
 //! that fixes it. It reads and never writes, except with `--adopt`, which settles alias moves
-//! left in between (begun, not written down as done) by what the registry serves, under the
-//! manifest's lock. The comparison is `history::verify`'s; this file asks and prints.
+//! left in between (begun, not written down as done) by what the registry serves, through the
+//! settle loop of `history::alias_transaction`. The comparison is `history::verify`'s; this file
+//! asks and prints.
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -16,11 +17,11 @@ use crate::commands::output::table;
 use crate::commands::signals::Signals;
 use crate::commands::waiting::waiting_text;
 use crate::docker::{repository_path_of, Registries, RetryPolicy};
-use crate::history::manifest::now_rfc3339;
+use crate::history::alias_transaction::{settle_leftovers, SettleOutcome};
 use crate::history::test_results::waiting;
-use crate::history::verify::{adopt, compare, references, Adopted, Finding, Reference, Served};
+use crate::history::verify::{compare, references, Adopted, Answers, Finding, Reference, Served};
 use crate::model::digest::Digest;
-use crate::project::{load_existing_manifest, ManifestFile, Project, ProjectLock};
+use crate::project::{load_existing_manifest, ManifestFile, Project};
 
 pub(crate) fn run(project: &Project, args: &VerifyArgs) -> Result<Outcome> {
     // The test policy says what waiting aliases wait for; a matrix that cannot be read (verify
@@ -117,23 +118,28 @@ async fn verify(
     let mut served = registry.ask(&references(&manifest)).await?;
     let mut adopted: Vec<Adopted> = Vec::new();
     let manifest = if args.adopt {
-        // A move another live run is making (it holds the alias's lock) is that run's to finish:
-        // not settled here.
-        let mut _held = Vec::new();
-        for alias in manifest.pending_aliases.keys() {
-            match ProjectLock::try_acquire(&file.alias_lock_path(alias)?)? {
-                Ok(lock) => _held.push(lock),
-                Err(holder) => {
-                    eprintln!("{alias}: a move of it is under way ({holder}); not settled");
-                    served.retain(|reference, _| reference.tag != *alias);
+        // The one settle loop, by the answers just collected. A move another live run is making
+        // (it holds the alias's lock) is that run's to finish: not settled here.
+        let settled = settle_leftovers(&Answers(&served), file, |alias, repository| {
+            served.contains_key(&Reference {
+                repository: repository.to_string(),
+                tag: alias.to_string(),
+            })
+        })
+        .await?;
+        for one in settled {
+            match one.outcome? {
+                SettleOutcome::Busy(holder) => {
+                    eprintln!(
+                        "{}: a move of it is under way ({holder}); not settled",
+                        one.alias
+                    );
+                    served.retain(|reference, _| reference.tag != one.alias);
                 }
+                outcome => adopted.extend(Adopted::of(&one.alias, &outcome)),
             }
         }
-        let (changes, updated) = file.update(|current| {
-            let changes = adopt(current, &served, &now_rfc3339());
-            (changes, current.clone())
-        })?;
-        adopted = changes;
+        let updated = file.read()?;
         // Another run may have written references meanwhile: ask about those too.
         let unasked: Vec<Reference> = references(&updated)
             .into_iter()

@@ -37,7 +37,7 @@ pub(crate) fn index_readiness(
     let mut problems = Vec::new();
     for spec in platform_images {
         let platform = &spec.platform;
-        let Some(record) = manifest.images.get(&spec.tag) else {
+        let Some(record) = manifest.images().get(&spec.tag) else {
             problems.push(format!("{platform} is missing: {} was never built (run `imagegen build --platform {platform} --push` on a {platform} runner)", spec.tag));
             continue;
         };
@@ -179,6 +179,7 @@ mod tests {
 
     #[test]
     fn readiness_names_every_missing_or_failed_platform() {
+        use crate::history::ledger::changed;
         use crate::history::manifest::TestRecord;
         let specs = crate::resolve::test_images("registry: r.example\nrepository: t/p\ntorch: [\"2.13\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\nvariants: [runtime]\nplatforms: [linux/amd64, linux/arm64]\n");
         let group: Vec<&ImageSpec> = specs.iter().collect();
@@ -202,8 +203,12 @@ mod tests {
             });
             record
         };
-        manifest.record_success(record(&specs[0], TestStatus::Pass));
-        manifest.record_success(record(&specs[1], TestStatus::Skipped));
+        manifest = changed(manifest, |transaction| {
+            transaction.record_image(record(&specs[0], TestStatus::Pass), &[], "t")
+        });
+        manifest = changed(manifest, |transaction| {
+            transaction.record_image(record(&specs[1], TestStatus::Skipped), &[], "t")
+        });
         let problems = index_readiness(&group, &manifest, &[], false).unwrap_err();
         assert_eq!(
             problems,
@@ -218,7 +223,9 @@ mod tests {
             vec![true, false]
         );
 
-        manifest.record_success(record(&specs[1], TestStatus::Fail));
+        manifest = changed(manifest, |transaction| {
+            transaction.record_image(record(&specs[1], TestStatus::Fail), &[], "t")
+        });
         assert!(
             index_readiness(&group, &manifest, &[], true).unwrap_err()[0]
                 .contains("self-test fail"),
@@ -240,7 +247,9 @@ mod tests {
             extra: Default::default(),
         };
         tested.test_results = vec![h200(TestStatus::Pass)];
-        manifest.record_success(tested.clone());
+        manifest = changed(manifest, |transaction| {
+            transaction.record_image(tested.clone(), &[], "t")
+        });
         // A build-time pass without a report names no GPU model: under a policy, amd64 needs
         // its own result too.
         let h200_only = ["H200".to_string()];
@@ -249,7 +258,9 @@ mod tests {
         assert!(problems[0].starts_with("linux/amd64"), "{problems:?}");
         let mut amd64 = record(&specs[0], TestStatus::Pass);
         amd64.test_results = vec![h200(TestStatus::Pass)];
-        manifest.record_success(amd64);
+        manifest = changed(manifest, |transaction| {
+            transaction.record_image(amd64, &[], "t")
+        });
         let ready = index_readiness(&group, &manifest, &h200_only, false).unwrap();
         assert_eq!(ready[1].tag, specs[1].tag);
         assert!(ready[1].passed);
@@ -264,12 +275,16 @@ mod tests {
         );
         // A failed result never counts as passing.
         tested.test_results = vec![h200(TestStatus::Fail)];
-        manifest.record_success(tested);
+        manifest = changed(manifest, |transaction| {
+            transaction.record_image(tested, &[], "t")
+        });
         assert!(index_readiness(&group, &manifest, &h200_only, false).is_err());
 
         let mut stale = record(&specs[1], TestStatus::Pass);
         stale.fingerprint = Digest::of(b"sha256:other");
-        manifest.record_success(stale);
+        manifest = changed(manifest, |transaction| {
+            transaction.record_image(stale, &[], "t")
+        });
         assert!(
             index_readiness(&group, &manifest, &[], true).unwrap_err()[0]
                 .contains("built from other inputs")

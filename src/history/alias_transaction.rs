@@ -1,27 +1,36 @@
-//! The alias transaction: the one home of an alias move, as a pure state machine over the
-//! manifest (modelled on git's ref transactions: begin, update, commit). Every command that moves
-//! an alias in a registry (`build --push`, `publish`, `rollback`) goes through it, by way of
-//! `pipeline::alias_move`, which does the registry calls and the locking around these steps:
+//! The alias transaction: the one home of an alias move in a registry, modelled on git's ref
+//! transactions (begin, update, commit). Every command that moves an alias (`build --push`,
+//! `publish`, `rollback`, `test`) calls [`move_alias`], and every command that settles moves left
+//! in between (`build --push`, `rollback`, `verify --adopt`, and [`move_alias`] itself) calls
+//! [`settle_leftovers`] or its step. The registry is an [`AliasRegistry`], the record a
+//! `history::ledger::Store`; each manifest step is one `history::ledger::Transaction`:
 //!
-//! 1. [`begin`]: under the manifest's lock, the never-backwards guard is applied (when the caller
-//!    asks for it) and the intent is written down as a pending move carrying its owner's run id:
-//!    state [`TxState::Intent`]. A move an earlier run left in between is handed back first, to
-//!    be settled by what the registry serves ([`settle_one`]).
-//! 2. [`AliasTransaction::pushed`]: the registry was asked to store the alias and, read back,
-//!    serves the target: state [`TxState::Pushed`].
-//! 3. [`AliasTransaction::record`]: under the manifest's lock, the move is written down as done
-//!    and the intent dropped — only when the pending move is still this transaction's own. A
-//!    move someone else began or recorded meanwhile is never overwritten: it is refused, naming
-//!    who. State [`TxState::Recorded`].
+//! 1. Hold the alias's lock: a second run moving the same alias waits here until the first is
+//!    done, or gives up after the lock deadline naming it.
+//! 2. Intent (`begin`): under the manifest's lock, the never-backwards guard is applied (when
+//!    the caller asks for it) and the move is written down as pending, carrying its owner's run
+//!    id: state [`TxState::Intent`]. A move an earlier (dead) run left in between is settled
+//!    first, by what the registry serves.
+//! 3. Pushed (`AliasTransaction::pushed`): the registry was asked to store the alias (unless it
+//!    served the target already) and, read back, serves the target: state [`TxState::Pushed`].
+//! 4. Recorded (`AliasTransaction::record`): under the manifest's lock, the move is written
+//!    down as done and the intent dropped — only when the pending move is still this
+//!    transaction's own. A move someone else began or recorded meanwhile is never overwritten:
+//!    it is refused, naming who. State [`TxState::Recorded`].
 //!
-//! A crash leaves the manifest in a state the next run finishes or undoes: after 1, a pending
-//! move the registry either made (recorded by the next settle) or did not (dropped); after 2, the
-//! same; after 3, nothing pending. Pure: values in, values and manifest changes out.
+//! A crash leaves the manifest in a state the next run finishes or undoes: after 2, a pending
+//! move the registry either made (recorded by the next settle) or did not (dropped); after 3, the
+//! same; after 4, nothing pending. The state machine is pure (values and manifest changes out);
+//! only [`move_alias`] and the settle loop ask the registry, through the trait.
 
+use anyhow::{Context, Result};
 use serde::Serialize;
 
+use std::future::Future;
+
 use crate::history::aliases::alias_guard;
-use crate::history::manifest::{AliasHold, Extra, Manifest, PendingMove};
+use crate::history::ledger::{Store, Transaction};
+use crate::history::manifest::{now_rfc3339, AliasHold, Extra, Manifest, PendingMove};
 use crate::model::digest::Digest;
 use crate::model::version::TorchText;
 
@@ -50,7 +59,7 @@ pub(crate) struct AliasTarget<'a> {
     pub(crate) guard_torch: Option<&'a TorchText>,
 }
 
-/// Who moves: a run id unique to one process (`pipeline::alias_move::RunOwner`), and the words
+/// Who moves: a run id unique to one process (`commands::ledger::RunId`), and the words
 /// people read (`pid 4242 (imagegen rollback ...)`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Owner {
@@ -72,15 +81,15 @@ pub(crate) struct AliasTransaction {
     pub(crate) recorded_before: bool,
 }
 
-/// What [`begin`] decided.
+/// What `begin` decided.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Begun {
     /// The intent is written down: make the move in the registry, then
-    /// [`AliasTransaction::pushed`] and [`AliasTransaction::record`].
+    /// `AliasTransaction::pushed` and `AliasTransaction::record`.
     Move(AliasTransaction),
     /// A move of this alias that another run began is still pending. The caller holds the
-    /// alias's lock, so that run is gone: settle it first ([`settle_one`], by what the registry
-    /// serves), then begin again. Nothing was written.
+    /// alias's lock, so that run is gone: settle it first (`settle_held`, by what the
+    /// registry serves), then begin again. Nothing was written.
     Leftover(PendingMove),
     /// It may not move: it would go backwards. Nothing was written.
     Held(String),
@@ -112,12 +121,7 @@ pub(crate) enum TxError {
 /// Begins the move of `target.alias` by `owner`: the never-backwards guard (when the caller
 /// asks for it), then the intent, written down as a pending move from where the manifest says
 /// the alias points. Nothing is asked of the registry before the intent is written.
-pub(crate) fn begin(
-    manifest: &mut Manifest,
-    target: &AliasTarget<'_>,
-    owner: &Owner,
-    now: &str,
-) -> Begun {
+fn begin(manifest: &mut Manifest, target: &AliasTarget<'_>, owner: &Owner, now: &str) -> Begun {
     if let Some(pending) = manifest.pending_aliases.get(target.alias) {
         if pending.run != owner.run || pending.run.is_empty() {
             return Begun::Leftover(pending.clone());
@@ -169,7 +173,7 @@ pub(crate) fn begin(
 impl AliasTransaction {
     /// The registry was asked to store the alias, and read back it serves `served`: the move is
     /// made when that is the target.
-    pub(crate) fn pushed(mut self, served: &Option<Digest>) -> Result<AliasTransaction, TxError> {
+    fn pushed(mut self, served: &Option<Digest>) -> Result<AliasTransaction, TxError> {
         self.expect(TxState::Intent)?;
         if served.as_ref() != Some(&self.to) {
             return Err(TxError::NotServed {
@@ -189,11 +193,7 @@ impl AliasTransaction {
     /// under its lock) is still this transaction's. Someone else's pending move, or a record of
     /// the alias somewhere else with nothing pending, is refused and left as it is. A record
     /// that already says what this move did (a `verify --adopt` meanwhile) is fine.
-    pub(crate) fn record(
-        mut self,
-        manifest: &mut Manifest,
-        now: &str,
-    ) -> Result<AliasTransaction, TxError> {
+    fn record(mut self, manifest: &mut Manifest, now: &str) -> Result<AliasTransaction, TxError> {
         self.expect(TxState::Pushed)?;
         match manifest.pending_aliases.get(&self.alias) {
             Some(pending) if pending.run == self.owner.run && pending.to == self.to => {
@@ -291,6 +291,17 @@ pub(crate) enum Settlement {
     Elsewhere,
 }
 
+impl Settlement {
+    /// `moved`, `not moved`, `elsewhere`: as `verify --adopt` reports it.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Settlement::Moved => "moved",
+            Settlement::NotMoved => "not moved",
+            Settlement::Elsewhere => "elsewhere",
+        }
+    }
+}
+
 /// Settles one pending move by what the registry serves for its alias.
 pub(crate) fn settle(pending: &PendingMove, served: &Option<Digest>) -> Settlement {
     if served.as_ref() == Some(&pending.to) {
@@ -302,33 +313,235 @@ pub(crate) fn settle(pending: &PendingMove, served: &Option<Digest>) -> Settleme
     }
 }
 
-/// Settles the pending move of `alias` (if any) by what the registry serves for it:
-/// `Some("moved")` or `Some("not moved")` when the manifest changed, `None` when there was
-/// nothing to settle or the registry serves a third digest (then it stays, for a person).
-pub(crate) fn settle_one(
+/// Settles the pending move of `alias` (if any) by what the registry serves for it: a move the
+/// registry made is recorded as done (at `now`), one it did not make is dropped, and one whose
+/// alias it serves at a third digest stays, for a person. `None` when nothing is pending.
+pub(in crate::history) fn settle_one(
     manifest: &mut Manifest,
     alias: &str,
     served: &Option<Digest>,
     now: &str,
-) -> Option<&'static str> {
+) -> Option<Settlement> {
     let pending = manifest.pending_aliases.get(alias)?.clone();
-    match settle(&pending, served) {
+    let settlement = settle(&pending, served);
+    match settlement {
         Settlement::Moved => {
             manifest.pending_aliases.remove(alias);
             record_move(manifest, alias, &pending, now);
-            Some("moved")
         }
         Settlement::NotMoved => {
             manifest.pending_aliases.remove(alias);
-            Some("not moved")
         }
-        Settlement::Elsewhere => None,
+        Settlement::Elsewhere => {}
     }
+    Some(settlement)
+}
+
+/// The registry side of an alias move: the Docker builder, a registry client, what `verify`
+/// asked, or memory in tests.
+pub(crate) trait AliasRegistry: Send + Sync {
+    /// What the registry serves for `repository:alias` now; `None` when there is no such tag.
+    fn served(
+        &self,
+        repository: &str,
+        alias: &str,
+    ) -> impl Future<Output = Result<Option<Digest>>> + Send;
+    /// Stores under `repository:alias` exactly the manifest that `digest` names (already in the
+    /// registry), so the alias serves that digest.
+    fn point(
+        &self,
+        repository: &str,
+        alias: &str,
+        digest: &Digest,
+    ) -> impl Future<Output = Result<()>> + Send;
+}
+
+/// One move to make.
+#[derive(Debug, Clone)]
+pub(crate) struct AliasRequest<'a> {
+    pub(crate) repository: &'a str,
+    pub(crate) target: AliasTarget<'a>,
+    pub(crate) owner: &'a Owner,
+}
+
+/// What came of a move.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum AliasOutcome {
+    /// The registry moved it and the manifest records it.
+    Moved { from: Option<Digest> },
+    /// The registry already served the target; only the manifest was brought in line.
+    Recorded { from: Option<Digest> },
+    /// Registry and manifest both already had it there.
+    AlreadyThere,
+    /// Not moved: it would go backwards, or a rollback holds it (the reason).
+    Held(String),
+}
+
+/// Moves one alias (see the module documentation). An error says what is left: a move written
+/// down as pending stays so, for `verify --adopt` or the next run to settle.
+pub(crate) async fn move_alias<R: AliasRegistry + ?Sized>(
+    registry: &R,
+    store: &dyn Store,
+    request: &AliasRequest<'_>,
+) -> Result<AliasOutcome> {
+    let (repository, alias) = (request.repository, request.target.alias);
+    let _held = store.hold_alias(alias).await?;
+    let pending = "the move stays written down as pending (`imagegen verify --adopt` or the next `imagegen build --push` settles it against the registry)";
+    let mut settled = false;
+    let transaction = loop {
+        let mut ledger = Transaction::begin(store)?;
+        let begun = begin(
+            ledger.manifest_mut(),
+            &request.target,
+            request.owner,
+            &now_rfc3339(),
+        );
+        ledger.commit()?;
+        match begun {
+            Begun::Move(transaction) => break transaction,
+            Begun::Held(reason) => return Ok(AliasOutcome::Held(reason)),
+            Begun::Leftover(_) if !settled => {
+                // Left by a run that is gone (this run holds the alias's lock): settled by what
+                // the registry serves; a third digest stays for a person, and this move replaces it.
+                settle_held(registry, store, repository, alias, Elsewhere::Replace).await?;
+                settled = true;
+            }
+            Begun::Leftover(leftover) => anyhow::bail!(
+                "the move of {alias} that {} began stays pending after it was settled",
+                leftover.by
+            ),
+        }
+    };
+    let before = registry.served(repository, alias).await.with_context(|| {
+        format!("cannot ask the registry where {repository}:{alias} points; {pending}")
+    })?;
+    let there = before.as_ref() == Some(&transaction.to);
+    if !there {
+        registry
+            .point(repository, alias, &transaction.to)
+            .await
+            .with_context(|| format!("moving {alias} to {} failed; {pending}", transaction.to))?;
+    }
+    let served = registry.served(repository, alias).await.with_context(|| {
+        format!("cannot read {repository}:{alias} back after moving it; {pending}")
+    })?;
+    let recorded_before = transaction.recorded_before;
+    let transaction = transaction.pushed(&served)?;
+    let recorded = (|| {
+        let mut ledger = Transaction::begin(store)?;
+        let recorded = transaction.record(ledger.manifest_mut(), &now_rfc3339());
+        ledger.commit()?;
+        anyhow::Ok(recorded)
+    })()
+    .with_context(|| {
+        format!("the registry moved {alias}, but the manifest could not record it; {pending}")
+    })?;
+    recorded?;
+    Ok(match (there, recorded_before) {
+        (true, true) => AliasOutcome::AlreadyThere,
+        (true, false) => AliasOutcome::Recorded { from: before },
+        (false, _) => AliasOutcome::Moved { from: before },
+    })
+}
+
+/// What a settle does with a move whose alias the registry serves at a third digest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Elsewhere {
+    /// Leave it pending, for a person (`imagegen verify` names it).
+    Keep,
+    /// Drop it: the caller's own move replaces it.
+    Replace,
+}
+
+/// Settles the pending move of `alias`, whose lock the caller holds, by what the registry serves
+/// for it now: asked first, then written under the manifest's lock against the pending move as
+/// it is then. What the registry served and what came of it; `None` when nothing was pending.
+async fn settle_held<R: AliasRegistry + ?Sized>(
+    registry: &R,
+    store: &dyn Store,
+    repository: &str,
+    alias: &str,
+    elsewhere: Elsewhere,
+) -> Result<Option<(Settlement, Option<Digest>)>> {
+    let served = registry
+        .served(repository, alias)
+        .await
+        .with_context(|| format!("cannot ask the registry where {repository}:{alias} points"))?;
+    let mut ledger = Transaction::begin(store)?;
+    let manifest = ledger.manifest_mut();
+    let settlement = settle_one(manifest, alias, &served, &now_rfc3339());
+    if settlement == Some(Settlement::Elsewhere) && elsewhere == Elsewhere::Replace {
+        manifest.pending_aliases.remove(alias);
+    }
+    ledger.commit()?;
+    Ok(settlement.map(|settlement| (settlement, served)))
+}
+
+/// One move left in between that [`settle_leftovers`] looked at, and what came of it.
+#[derive(Debug)]
+pub(crate) struct Settled {
+    pub(crate) alias: String,
+    /// The move as it was pending when the loop began.
+    pub(crate) pending: PendingMove,
+    pub(crate) outcome: Result<SettleOutcome>,
+}
+
+/// What the settle loop did with one move left in between.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum SettleOutcome {
+    /// Settled by what the registry serves (the digest, or nothing): recorded as moved,
+    /// dropped as not moved, or (elsewhere) left for a person.
+    Settled(Settlement, Option<Digest>),
+    /// Another live run holds the alias's lock: the move is that run's to finish (who holds it).
+    Busy(String),
+    /// Nothing was pending any more once the alias's lock was held: another run settled it.
+    Gone,
+}
+
+/// The one settle loop: each alias move left in between (begun, not written down as done) whose
+/// alias and repository `wanted` selects is settled by what `registry` serves for the alias,
+/// under the alias's lock (a move whose alias another live run holds is left to that run) and,
+/// for the write, the manifest's. Moves whose target the manifest does not locate in a
+/// repository are not looked at. Each move comes back with what came of it.
+pub(crate) async fn settle_leftovers<R: AliasRegistry + ?Sized>(
+    registry: &R,
+    store: &dyn Store,
+    wanted: impl Fn(&str, &str) -> bool,
+) -> Result<Vec<Settled>> {
+    let manifest = store.read()?;
+    let mut settled = Vec::new();
+    for (alias, pending) in manifest.pending_aliases() {
+        let Some(repository) = manifest
+            .repository_of(&pending.tag)
+            .filter(|repository| wanted(alias, repository))
+        else {
+            continue;
+        };
+        let outcome = async {
+            match store.try_hold_alias(alias)? {
+                Err(holder) => Ok(SettleOutcome::Busy(holder)),
+                Ok(_held) => Ok(
+                    match settle_held(registry, store, repository, alias, Elsewhere::Keep).await? {
+                        Some((settlement, served)) => SettleOutcome::Settled(settlement, served),
+                        None => SettleOutcome::Gone,
+                    },
+                ),
+            }
+        }
+        .await;
+        settled.push(Settled {
+            alias: alias.clone(),
+            pending: pending.clone(),
+            outcome,
+        });
+    }
+    Ok(settled)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::history::ledger::MemoryStore;
     use crate::history::manifest::ImageRecord;
 
     fn d(label: &str) -> Digest {
@@ -453,7 +666,7 @@ mod tests {
         };
         assert_eq!(
             settle_one(&mut manifest, "a", &Some(d("new")), "t2"),
-            Some("moved")
+            Some(Settlement::Moved)
         );
         assert!(manifest.aliases["a"].held.is_some());
     }
@@ -567,7 +780,7 @@ mod tests {
         assert_eq!(manifest, before, "nothing written");
         assert_eq!(
             settle_one(&mut manifest, "a", &Some(d("new")), "t1"),
-            Some("moved")
+            Some(Settlement::Moved)
         );
         let held = begin(&mut manifest, &back, &owner("r1"), "t1");
         assert!(
@@ -594,5 +807,169 @@ mod tests {
             tx.record(&mut manifest, "t2"),
             Err(TxError::OutOfOrder { .. })
         ));
+    }
+
+    /// A registry in memory: what each alias serves; aliases in `fail` cannot be stored.
+    #[derive(Default)]
+    struct MemoryRegistry {
+        served: std::sync::Mutex<std::collections::BTreeMap<String, Digest>>,
+        fail: std::collections::BTreeSet<String>,
+    }
+
+    impl AliasRegistry for MemoryRegistry {
+        async fn served(&self, _repository: &str, alias: &str) -> Result<Option<Digest>> {
+            Ok(self.served.lock().unwrap().get(alias).cloned())
+        }
+        async fn point(&self, _repository: &str, alias: &str, digest: &Digest) -> Result<()> {
+            if self.fail.contains(alias) {
+                anyhow::bail!("registry unreachable while moving {alias}");
+            }
+            self.served
+                .lock()
+                .unwrap()
+                .insert(alias.to_string(), digest.clone());
+            Ok(())
+        }
+    }
+
+    fn request<'a>(digest: &'a Digest, owner: &'a Owner) -> AliasRequest<'a> {
+        AliasRequest {
+            repository: "r/p",
+            target: AliasTarget {
+                alias: "latest",
+                tag: "t",
+                digest,
+                guard_torch: None,
+            },
+            owner,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_move_is_pushed_read_back_and_recorded() {
+        let registry = MemoryRegistry::default();
+        let store = MemoryStore::default();
+        let (digest, owner) = (d("x"), owner("r1"));
+        let request = request(&digest, &owner);
+        assert_eq!(
+            move_alias(&registry, &store, &request).await.unwrap(),
+            AliasOutcome::Moved { from: None }
+        );
+        let manifest = store.manifest();
+        assert!(manifest.pending_aliases.is_empty());
+        assert_eq!(manifest.aliases["latest"].digest, Some(digest.clone()));
+        assert_eq!(
+            move_alias(&registry, &store, &request).await.unwrap(),
+            AliasOutcome::AlreadyThere
+        );
+    }
+
+    #[tokio::test]
+    async fn a_failed_push_leaves_the_intent_pending() {
+        let registry = MemoryRegistry {
+            fail: ["latest".to_string()].into(),
+            ..Default::default()
+        };
+        let store = MemoryStore::default();
+        let (digest, owner) = (d("x"), owner("r1"));
+        let error = move_alias(&registry, &store, &request(&digest, &owner))
+            .await
+            .unwrap_err();
+        assert!(format!("{error:#}").contains("stays written down as pending"));
+        let manifest = store.manifest();
+        assert_eq!(manifest.pending_aliases["latest"].run, "r1");
+        assert!(!manifest.aliases.contains_key("latest"));
+    }
+
+    #[tokio::test]
+    async fn a_leftover_is_settled_before_the_move_and_replaced_when_served_elsewhere() {
+        // A dead run's move the registry made: recorded, then this move goes on from there.
+        let mut begun = manifest();
+        begun.pending_move("a", "new", &d("new"), "t1", "dead");
+        let store = MemoryStore::new(begun.clone());
+        let registry = MemoryRegistry::default();
+        registry.served.lock().unwrap().insert("a".into(), d("new"));
+        let me = owner("r1");
+        let back = AliasRequest {
+            repository: "r/p",
+            target: AliasTarget {
+                alias: "a",
+                tag: "old",
+                digest: &d("old"),
+                guard_torch: None,
+            },
+            owner: &me,
+        };
+        let outcome = move_alias(&registry, &store, &back).await.unwrap();
+        assert_eq!(
+            outcome,
+            AliasOutcome::Moved {
+                from: Some(d("new"))
+            }
+        );
+        let manifest = store.manifest();
+        assert_eq!(manifest.aliases["a"].history[0].digest, Some(d("new")));
+        assert!(manifest.pending_aliases.is_empty());
+
+        // Served at a third digest: the leftover is dropped, this move replaces it.
+        let store = MemoryStore::new(begun);
+        registry
+            .served
+            .lock()
+            .unwrap()
+            .insert("a".into(), d("third"));
+        let outcome = move_alias(&registry, &store, &back).await.unwrap();
+        assert_eq!(
+            outcome,
+            AliasOutcome::Moved {
+                from: Some(d("third"))
+            }
+        );
+        assert!(store.manifest().pending_aliases.is_empty());
+    }
+
+    #[tokio::test]
+    async fn the_settle_loop_settles_what_it_is_asked_and_leaves_a_third_digest() {
+        let mut begun = manifest();
+        begun.pending_move("a", "new", &d("new"), "t1", "dead");
+        begun.pending_move("b", "new", &d("new"), "t1", "dead");
+        begun.pending_move("c", "new", &d("new"), "t1", "dead");
+        let store = MemoryStore::new(begun);
+        let registry = MemoryRegistry::default();
+        registry.served.lock().unwrap().insert("a".into(), d("new"));
+        registry
+            .served
+            .lock()
+            .unwrap()
+            .insert("b".into(), d("third"));
+        let settled = settle_leftovers(&registry, &store, |alias, repository| {
+            alias != "c" && repository == "r/p"
+        })
+        .await
+        .unwrap();
+        let outcomes: Vec<(&str, &SettleOutcome)> = settled
+            .iter()
+            .map(|s| (s.alias.as_str(), s.outcome.as_ref().unwrap()))
+            .collect();
+        assert_eq!(
+            outcomes,
+            vec![
+                (
+                    "a",
+                    &SettleOutcome::Settled(Settlement::Moved, Some(d("new")))
+                ),
+                (
+                    "b",
+                    &SettleOutcome::Settled(Settlement::Elsewhere, Some(d("third")))
+                ),
+            ]
+        );
+        let manifest = store.manifest();
+        assert_eq!(manifest.aliases["a"].digest, Some(d("new")));
+        assert_eq!(
+            manifest.pending_aliases.keys().collect::<Vec<_>>(),
+            vec!["b", "c"],
+            "a third digest is left for a person, an alias not asked for is left alone"
+        );
     }
 }

@@ -3,6 +3,7 @@
 //! record without one, or one that is not a version) holds the move: the guard never lets a
 //! move through because it could not judge it. Pure.
 
+use crate::history::manifest::Manifest;
 use crate::model::version::{TorchText, TorchVersion, VersionError, VersionText};
 
 /// Where an alias points now, as the guard reads it from the manifest: the tag, and the torch
@@ -34,6 +35,20 @@ impl RecordedTorch {
             Some(Ok(torch)) => RecordedTorch::Release(torch),
             Some(Err(error)) => RecordedTorch::Uncomparable(error),
         }
+    }
+}
+
+/// The manifest as the guard reads it (here, so the schema does not depend on the guard).
+impl Manifest {
+    /// What an alias points at now: its tag, and the torch release the tag's record gives, read
+    /// for the never-backwards guard (which holds the move when there is no record, or when the
+    /// release cannot be compared).
+    pub(crate) fn alias_target(&self, alias: &str) -> Option<CurrentTarget> {
+        let record = self.aliases.get(alias)?;
+        Some(CurrentTarget {
+            tag: record.tag.clone(),
+            torch: RecordedTorch::of(self.torch_of(&record.tag)),
+        })
     }
 }
 

@@ -17,13 +17,16 @@
 //! record held before: the failure is noted beside the last good record. Fields of image, alias
 //! and index records that this version does not know (written by a newer imagegen or by hand)
 //! are kept on every write; unknown top-level keys are refused.
+//!
+//! The tables are private to `history/`, and so is every method that changes them: code
+//! elsewhere reads the manifest through its accessors and changes it only through
+//! `history::ledger::Transaction`.
 
 use std::collections::BTreeMap;
 
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
-use crate::history::aliases::{CurrentTarget, RecordedTorch};
 use crate::history::attestations::AttestationRecord;
 use crate::model::axes::{OsName, Variant, VersionText};
 use crate::model::digest::Digest;
@@ -37,27 +40,27 @@ pub(crate) const HISTORY_LIMIT: usize = 50;
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct Manifest {
-    pub(crate) schema_version: u32,
+    pub(in crate::history) schema_version: u32,
     #[serde(default)]
-    pub(crate) updated_at: String,
+    pub(in crate::history) updated_at: String,
     #[serde(default, deserialize_with = "unique_keys::images")]
-    pub(crate) images: BTreeMap<String, ImageRecord>,
+    pub(in crate::history) images: BTreeMap<String, ImageRecord>,
     #[serde(default, deserialize_with = "unique_keys::aliases")]
-    pub(crate) aliases: BTreeMap<String, AliasRecord>,
+    pub(in crate::history) aliases: BTreeMap<String, AliasRecord>,
     /// Multi-platform OCI image indexes published by `imagegen publish`, by full tag.
     #[serde(
         default,
         skip_serializing_if = "BTreeMap::is_empty",
         deserialize_with = "unique_keys::indexes"
     )]
-    pub(crate) indexes: BTreeMap<String, IndexRecord>,
+    pub(in crate::history) indexes: BTreeMap<String, IndexRecord>,
     /// Alias moves begun and not yet recorded as done, by alias.
     #[serde(
         default,
         skip_serializing_if = "BTreeMap::is_empty",
         deserialize_with = "unique_keys::pending_aliases"
     )]
-    pub(crate) pending_aliases: BTreeMap<String, PendingMove>,
+    pub(in crate::history) pending_aliases: BTreeMap<String, PendingMove>,
     /// Signed attestations pushed per image digest (`imagegen attest`, `build --push` with a
     /// signing key); see `history::attestations`.
     #[serde(
@@ -65,7 +68,7 @@ pub(crate) struct Manifest {
         skip_serializing_if = "BTreeMap::is_empty",
         deserialize_with = "unique_keys::attestations"
     )]
-    pub(crate) attestations: BTreeMap<Digest, AttestationRecord>,
+    pub(in crate::history) attestations: BTreeMap<Digest, AttestationRecord>,
 }
 
 /// The record tables, read so that a key given twice (a git conflict resolved by keeping both
@@ -569,6 +572,26 @@ pub(crate) struct AliasTarget {
 }
 
 impl Manifest {
+    /// By full tag, the current record of every image (each with its `history`).
+    pub(crate) fn images(&self) -> &BTreeMap<String, ImageRecord> {
+        &self.images
+    }
+
+    /// By alias, where it points and where it pointed before.
+    pub(crate) fn aliases(&self) -> &BTreeMap<String, AliasRecord> {
+        &self.aliases
+    }
+
+    /// By full tag, the multi-platform indexes `imagegen publish` published.
+    pub(crate) fn indexes(&self) -> &BTreeMap<String, IndexRecord> {
+        &self.indexes
+    }
+
+    /// By alias, the moves written down as begun and not yet as done.
+    pub(crate) fn pending_aliases(&self) -> &BTreeMap<String, PendingMove> {
+        &self.pending_aliases
+    }
+
     /// The torch release behind a full tag, per-platform tag or index tag.
     pub(crate) fn torch_of(&self, tag: &str) -> Option<&str> {
         self.images
@@ -577,19 +600,8 @@ impl Manifest {
             .or_else(|| self.indexes.get(tag).map(|i| i.torch.as_str()))
     }
 
-    /// What an alias points at now: its tag, and the torch release the tag's record gives, read
-    /// for the never-backwards guard (which holds the move when there is no record, or when the
-    /// release cannot be compared).
-    pub(crate) fn alias_target(&self, alias: &str) -> Option<CurrentTarget> {
-        let record = self.aliases.get(alias)?;
-        Some(CurrentTarget {
-            tag: record.tag.clone(),
-            torch: RecordedTorch::of(self.torch_of(&record.tag)),
-        })
-    }
-
     /// Records a published index; an earlier, different one under the tag moves to its history.
-    pub(crate) fn record_index(&mut self, mut index: IndexRecord) {
+    pub(in crate::history) fn record_index(&mut self, mut index: IndexRecord) {
         if let Some(mut previous) = self.indexes.remove(&index.tag) {
             keep_unknown_fields(&mut index.extra, &previous.extra);
             let mut history = std::mem::take(&mut previous.history);
@@ -698,7 +710,7 @@ impl Manifest {
     }
 
     /// Records a successful build of `record.tag`; an earlier, different record moves to history.
-    pub(crate) fn record_success(&mut self, mut record: ImageRecord) {
+    pub(in crate::history) fn record_success(&mut self, mut record: ImageRecord) {
         if let Some(mut previous) = self.images.remove(&record.tag) {
             keep_unknown_fields(&mut record.extra, &previous.extra);
             // Results and waiting aliases belong to the digest: a record of the same digest
@@ -737,7 +749,7 @@ impl Manifest {
 
     /// Drops from each image's `awaiting_aliases` those the alias table points at it already
     /// (moved by another shard, or by hand with `rollback`).
-    pub(crate) fn drop_awaiting_moved(&mut self) {
+    pub(in crate::history) fn drop_awaiting_moved(&mut self) {
         let aliases = &self.aliases;
         for record in self.images.values_mut() {
             record.awaiting_aliases.retain(|alias| {
@@ -749,7 +761,7 @@ impl Manifest {
     }
 
     /// Sets each image's and index's `aliases` list from the alias table.
-    pub(crate) fn relist_aliases(&mut self) {
+    pub(in crate::history) fn relist_aliases(&mut self) {
         let lists: Vec<(String, Vec<String>)> = self
             .images
             .values()
@@ -788,7 +800,7 @@ impl Manifest {
 
     /// Records a failure of `record.tag`. An existing good record stays as it is, with the error
     /// noted beside it; only an image never built before gets a `failed` record.
-    pub(crate) fn record_failure(&mut self, mut record: ImageRecord, error: &str) {
+    pub(in crate::history) fn record_failure(&mut self, mut record: ImageRecord, error: &str) {
         match self.images.get_mut(&record.tag) {
             Some(existing) => existing.last_error = Some(error.to_string()),
             None => {
@@ -801,7 +813,13 @@ impl Manifest {
 
     /// Points `alias` at `tag`/`digest`, keeping the earlier target in the alias's history, and
     /// keeps the image records' alias lists in step.
-    pub(crate) fn move_alias(&mut self, alias: &str, tag: &str, digest: Option<Digest>, at: &str) {
+    pub(in crate::history) fn move_alias(
+        &mut self,
+        alias: &str,
+        tag: &str,
+        digest: Option<Digest>,
+        at: &str,
+    ) {
         let previous = self.aliases.remove(alias);
         let mut history = Vec::new();
         let mut extra = Extra::new();
@@ -896,7 +914,7 @@ impl Manifest {
     }
 
     /// Clears the hold on `alias`; the hold it had, if any.
-    pub(crate) fn release_alias(&mut self, alias: &str) -> Option<AliasHold> {
+    pub(in crate::history) fn release_alias(&mut self, alias: &str) -> Option<AliasHold> {
         self.aliases.get_mut(alias)?.held.take()
     }
 
@@ -913,7 +931,14 @@ impl Manifest {
 impl Manifest {
     /// A pending move of `alias` to `tag`/`to` from where the manifest says it points, as a run
     /// that then died would leave it (tests of settling and merging).
-    pub(crate) fn pending_move(&mut self, alias: &str, tag: &str, to: &Digest, at: &str, by: &str) {
+    pub(in crate::history) fn pending_move(
+        &mut self,
+        alias: &str,
+        tag: &str,
+        to: &Digest,
+        at: &str,
+        by: &str,
+    ) {
         let from = self.alias_digest(alias);
         self.pending_aliases.insert(
             alias.to_string(),
@@ -931,7 +956,7 @@ impl Manifest {
     }
 
     /// Records the pending move of `alias` as done, as its owner would.
-    pub(crate) fn finish_pending_move(&mut self, alias: &str, at: &str) {
+    pub(in crate::history) fn finish_pending_move(&mut self, alias: &str, at: &str) {
         let pending = self.pending_aliases.remove(alias).expect("a pending move");
         self.move_alias(alias, &pending.tag, Some(pending.to), at);
     }

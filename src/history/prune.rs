@@ -10,7 +10,18 @@
 
 use std::collections::BTreeMap;
 
+use crate::history::ledger::Transaction;
 use crate::history::manifest::{ImageRecord, Manifest, RecordStatus};
+
+impl Transaction<'_> {
+    /// Drops what [`prune`] says may go (`keep`: earlier records kept per image); what was
+    /// removed, and why.
+    pub(crate) fn prune(&mut self, keep: Option<usize>) -> Vec<Removed> {
+        let (after, removed) = prune(self.manifest(), keep);
+        *self.manifest_mut() = after;
+        removed
+    }
+}
 
 /// One record `prune` removes.
 #[derive(Debug, Clone, PartialEq)]

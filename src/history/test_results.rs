@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::history::ledger::Transaction;
 use crate::history::manifest::{
     checks_summary, parse_rfc3339, Extra, GpuTestResult, ImageRecord, Manifest, TestStatus, Waiting,
 };
@@ -424,10 +425,22 @@ fn for_records_with(
     tags
 }
 
+impl Transaction<'_> {
+    /// Records one node's self-test `result` on every record that carries `digest`; the full
+    /// tags, or `None` when no record has it.
+    pub(crate) fn record_test_result(
+        &mut self,
+        digest: &Digest,
+        result: &GpuTestResult,
+    ) -> Option<Vec<String>> {
+        record_result(self.manifest_mut(), digest, result)
+    }
+}
+
 /// Records `result` for `digest` on every record that carries it (the full tag's current record,
 /// or an earlier one in a history). Returns the full tags, or `None` when no record has the
 /// digest (a report for an unknown digest is refused by the caller).
-pub(crate) fn record_result(
+pub(in crate::history) fn record_result(
     manifest: &mut Manifest,
     digest: &Digest,
     result: &GpuTestResult,

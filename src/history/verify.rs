@@ -1,14 +1,15 @@
 //! The manifest against the registry: which references the manifest makes a claim about (every
 //! pushed full tag, alias and index), how each compares with what the registry serves, the
-//! command that fixes each difference, and the settling of alias moves left in between (an
-//! intent written down, its result not). Pure: the manifest and the registry's answers in,
-//! findings and manifest changes out; asking the registry is the command's.
+//! command that fixes each difference, and what `--adopt` reports of the alias moves left in
+//! between (an intent written down, its result not) that the settle loop of
+//! `history::alias_transaction` settled. Pure: the manifest and the registry's answers in,
+//! findings out; asking the registry, and settling, is the command's.
 
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::history::alias_transaction::{settle, settle_one, Settlement};
+use crate::history::alias_transaction::{settle, AliasRegistry, SettleOutcome, Settlement};
 use crate::history::manifest::{Manifest, PendingMove, RecordStatus};
 use crate::model::digest::Digest;
 
@@ -371,42 +372,49 @@ pub(crate) struct Adopted {
     pub(crate) outcome: &'static str,
 }
 
-/// Adopts the registry's state for alias moves left in between: a move the registry made is
-/// recorded as done (at `now`), a move it did not make is dropped. A pending move whose alias the
-/// registry serves at a third digest, or that was not asked about, is left as it is. Only
-/// pending moves change; every other record stays as the manifest has it.
-pub(crate) fn adopt(manifest: &mut Manifest, served: &Served, now: &str) -> Vec<Adopted> {
-    let mut adopted = Vec::new();
-    let pending: Vec<(String, PendingMove)> = manifest
-        .pending_aliases
-        .iter()
-        .map(|(alias, pending)| (alias.clone(), pending.clone()))
-        .collect();
-    for (alias, pending) in pending {
-        let Some(repository) = manifest.repository_of(&pending.tag).map(String::from) else {
-            continue;
-        };
-        let key = Reference {
-            repository,
-            tag: alias.clone(),
-        };
-        let Some(now_served) = served.get(&key) else {
-            continue;
-        };
-        if let Some(outcome) = settle_one(manifest, &alias, now_served, now) {
-            adopted.push(Adopted {
-                alias: alias.clone(),
-                digest: now_served.clone(),
-                outcome,
-            });
+/// The registry's answers `verify` collected, as the registry of the settle loop: `--adopt`
+/// settles by what was asked once for the whole comparison. It never moves an alias.
+pub(crate) struct Answers<'a>(pub(crate) &'a Served);
+
+impl AliasRegistry for Answers<'_> {
+    async fn served(&self, repository: &str, alias: &str) -> anyhow::Result<Option<Digest>> {
+        self.0
+            .get(&Reference {
+                repository: repository.to_string(),
+                tag: alias.to_string(),
+            })
+            .cloned()
+            .ok_or_else(|| anyhow::anyhow!("the registry was not asked for {repository}:{alias}"))
+    }
+
+    async fn point(&self, repository: &str, alias: &str, _: &Digest) -> anyhow::Result<()> {
+        anyhow::bail!("verify never moves an alias ({repository}:{alias})")
+    }
+}
+
+impl Adopted {
+    /// What `verify --adopt` reports of the move of `alias` the settle loop
+    /// (`history::alias_transaction::settle_leftovers`) looked at: a move recorded as done or
+    /// dropped; `None` for one left as it was (a third digest, another run's, already gone).
+    pub(crate) fn of(alias: &str, outcome: &SettleOutcome) -> Option<Adopted> {
+        match outcome {
+            SettleOutcome::Settled(
+                settlement @ (Settlement::Moved | Settlement::NotMoved),
+                served,
+            ) => Some(Adopted {
+                alias: alias.to_string(),
+                digest: served.clone(),
+                outcome: settlement.as_str(),
+            }),
+            _ => None,
         }
     }
-    adopted
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::history::alias_transaction::settle_one;
     use crate::history::manifest::ImageRecord;
 
     fn d(label: &str) -> Digest {
@@ -514,20 +522,24 @@ mod tests {
         assert_eq!(finding.state, State::PendingMoved);
         assert!(finding.fix.unwrap().contains("verify --adopt"));
         let mut adopted = begun.clone();
-        let changes = adopt(&mut adopted, &moved, "t3");
-        assert_eq!(changes[0].outcome, "moved");
+        let settled = settle_one(&mut adopted, "a", &Some(d("new")), "t3");
+        assert_eq!(settled, Some(Settlement::Moved));
         assert!(adopted.pending_aliases.is_empty());
         assert_eq!(adopted.aliases["a"].tag, "new");
         assert_eq!(adopted.aliases["a"].digest, Some(d("new")));
         assert_eq!(adopted.aliases["a"].history[0].digest, Some(d("old")));
         assert_eq!(adopted.images["new"].aliases, vec!["a"]);
+        let report = Adopted::of(
+            "a",
+            &SettleOutcome::Settled(Settlement::Moved, Some(d("new"))),
+        );
+        assert_eq!(report.map(|r| r.outcome), Some("moved"));
 
-        // It did not: adopt drops the intent and the alias stays.
-        let not_moved = served(&[("a", Some(d("old")))]);
+        // It did not: the intent is dropped and the alias stays.
         let mut dropped = begun.clone();
         assert_eq!(
-            adopt(&mut dropped, &not_moved, "t3")[0].outcome,
-            "not moved"
+            settle_one(&mut dropped, "a", &Some(d("old")), "t3"),
+            Some(Settlement::NotMoved)
         );
         assert_eq!(dropped.aliases, manifest().aliases);
         assert!(dropped.pending_aliases.is_empty());
@@ -535,8 +547,16 @@ mod tests {
         // Someone else moved it: left for a person, reported as a difference.
         let elsewhere = served(&[("a", Some(d("third")))]);
         let mut untouched = begun.clone();
-        assert!(adopt(&mut untouched, &elsewhere, "t3").is_empty());
+        assert_eq!(
+            settle_one(&mut untouched, "a", &Some(d("third")), "t3"),
+            Some(Settlement::Elsewhere)
+        );
         assert_eq!(untouched, begun);
+        assert!(Adopted::of(
+            "a",
+            &SettleOutcome::Settled(Settlement::Elsewhere, Some(d("third")))
+        )
+        .is_none());
         let finding = compare(&begun, &elsewhere)
             .into_iter()
             .find(|f| f.name == "a")

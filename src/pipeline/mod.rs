@@ -1,8 +1,7 @@
-//! Building: the pure build plan (`plan`), the one alias move every command makes (`alias_move`), the executor over a [`executor::Builder`] trait
+//! Building: the pure build plan (`plan`), the executor over a [`executor::Builder`] trait
 //! (`executor`), and the Docker adapter that implements it (`docker_builder`), with the build
 //! output for people (`progress`). Bollard types never leave the `docker` module.
 
-pub(crate) mod alias_move;
 pub(crate) mod docker_builder;
 pub(crate) mod executor;
 pub(crate) mod image_diff;
@@ -14,4 +13,5 @@ pub(crate) mod record;
 pub(crate) mod relabel;
 pub(crate) mod results;
 pub(crate) mod selftest;
+pub(crate) mod steps;
 pub(crate) mod wheel_install;

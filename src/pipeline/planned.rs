@@ -1,12 +1,15 @@
 //! The plan as data: every image a build will make, in order, with its build key, what it
-//! depends on, and the aliases it may move. Computed by `plan::plan` before the first Docker
-//! call; read by the executor, the manifest fold and the command's tables.
+//! depends on, the aliases it may move and the steps ([`Step`]) the executor runs for it; and
+//! the steps of the run before any image's. Computed by `plan::plan` before the first Docker
+//! call; run by the executor and the command, printed by `build --dry-run` and `imagegen plan`,
+//! read by the manifest fold and the command's tables.
 
 use serde::Serialize;
 
 use crate::history::manifest::ImageSize;
 use crate::history::upgrade::UpgradePlan;
 use crate::model::digest::Digest;
+use crate::pipeline::steps::{RunStep, Step};
 use crate::resolve::image::ImageSpec;
 
 /// One image of the plan.
@@ -37,12 +40,16 @@ pub(crate) struct PlannedImage {
     /// judged on the results the manifest records for this build key: GPU models without a
     /// passing result, `any GPU`, or nothing.
     pub(crate) tests_missing: Vec<String>,
+    /// What the executor does for this image, in order (`executor::run_step` runs each).
+    pub(crate) steps: Vec<Step>,
 }
 
 /// The whole plan: the images to build, in build order, and what that changes compared with
 /// the manifest (the review `imagegen plan` prints), from one computation.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Plan {
+    /// The steps of the run before any image's: what serves every image at once.
+    pub(crate) before: Vec<RunStep>,
     pub(crate) images: Vec<PlannedImage>,
     /// New and rebuilt images and why, alias moves and holds, rising driver minimums, images no
     /// longer produced: over every image of the matrix, not only those selected to build.

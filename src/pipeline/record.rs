@@ -1,25 +1,44 @@
-//! The fold of build results into the manifest: pure functions applied to the manifest as it is
-//! on disk at the moment of writing (the command re-reads it under its lock), so another run's
-//! records written meanwhile are kept. Each result is applied as soon as it is known (an image
-//! once its full tag is pushed, and again at the end; each alias move before and after), so an
-//! interruption keeps what finished.
+//! The fold of build results into the manifest: what a result says of its image's record, asked
+//! of a `history::ledger::Transaction`, which holds the manifest as it is on disk at the moment
+//! of writing (read under its lock), so another run's records written meanwhile are kept. Each
+//! result is applied as soon as it is known (an image once its full tag is pushed, and again at
+//! the end), so an interruption keeps what finished. The aliases a push moved are not written
+//! here: the alias transaction wrote each as it moved it. This module decides what a record
+//! says; it changes the manifest only through the transaction.
 
+use crate::history::ledger::Transaction;
 use crate::history::manifest::{FlavourRecord, ImageRecord, Manifest, RecordStatus, TestRecord};
 use crate::model::digest::Digest;
 use crate::pipeline::planned::PlannedImage;
 use crate::pipeline::results::{ImageResult, Status, TestOutcome};
 use crate::resolve::image::ImageSpec;
 
+/// Where the aliases a result moved were moved, and so who writes them down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AliasesMoved {
+    /// In the registry (`build --push`): each through the alias transaction, which recorded it
+    /// as it moved it (`history::alias_transaction::move_alias`); the record leaves them alone.
+    InRegistry,
+    /// As tags on this host (a build without `--push`): written down with the image's record.
+    OnThisHost,
+}
+
 /// Applies one result to the manifest: a built or reused image's record (keeping the test report
-/// and packages of the run that tested a reused build key), the aliases it moved, or a failure
-/// noted beside the last good record. An interrupted image changes nothing.
+/// and packages of the run that tested a reused build key), the aliases it tagged on this host,
+/// or a failure noted beside the last good record. An interrupted image changes nothing.
 pub(crate) fn record(
-    manifest: &mut Manifest,
+    transaction: &mut Transaction,
     planned: &PlannedImage,
     result: &ImageResult,
     source_commit: Option<&str>,
     now: &str,
+    aliases: AliasesMoved,
 ) {
+    let manifest = transaction.manifest();
+    let tagged_here: &[String] = match aliases {
+        AliasesMoved::InRegistry => &[],
+        AliasesMoved::OnThisHost => &result.aliases_moved,
+    };
     let now = now.to_string();
     let mut record = image_record(&planned.spec, &planned.build_key, &now);
     record.image_id = result.image_id.clone();
@@ -27,7 +46,7 @@ pub(crate) fn record(
     record.source_commit = source_commit.map(String::from);
     record.flavour = flavour_record(&planned.spec, manifest);
     let previous = manifest
-        .images
+        .images()
         .get(&planned.spec.tag)
         .filter(|p| p.build_key == planned.build_key)
         .cloned();
@@ -81,12 +100,7 @@ pub(crate) fn record(
             if record.digest.is_some() {
                 record.awaiting_aliases = result.aliases_awaiting.clone();
             }
-            let digest = record.digest.clone();
-            manifest.record_success(record);
-            for alias in &result.aliases_moved {
-                manifest.move_alias(alias, &planned.spec.tag, digest.clone(), &now);
-            }
-            manifest.drop_awaiting_moved();
+            transaction.record_image(record, tagged_here, &now);
         }
         // Pushed, then a later step failed (an alias): the registry serves the full tag with
         // this digest, so it is recorded as such, with the failure beside it.
@@ -97,18 +111,14 @@ pub(crate) fn record(
                 record.build_seconds = previous.build_seconds;
             }
             record.awaiting_aliases = result.aliases_awaiting.clone();
-            let digest = record.digest.clone();
-            manifest.record_success(record);
-            for alias in &result.aliases_moved {
-                manifest.move_alias(alias, &planned.spec.tag, digest.clone(), &now);
-            }
-            manifest.drop_awaiting_moved();
-            if let Some(image) = manifest.images.get_mut(&planned.spec.tag) {
-                image.last_error = Some(result.error.clone().unwrap_or_else(|| "failed".into()));
-            }
+            transaction.record_image(record, tagged_here, &now);
+            transaction.note_error(
+                &planned.spec.tag,
+                result.error.as_deref().unwrap_or("failed"),
+            );
         }
         Status::Failed | Status::Skipped => {
-            manifest.record_failure(record, result.error.as_deref().unwrap_or("failed"))
+            transaction.record_failure(record, result.error.as_deref().unwrap_or("failed"))
         }
         Status::Interrupted => {}
     }
@@ -122,7 +132,7 @@ fn flavour_record(spec: &ImageSpec, manifest: &Manifest) -> Option<FlavourRecord
     let flavour = spec.flavour.as_ref()?;
     let parent = spec.parent.as_ref()?;
     let built_on = manifest
-        .images
+        .images()
         .get(parent)
         .filter(|record| record.status == RecordStatus::Ok)
         .filter(|record| {
@@ -180,6 +190,7 @@ pub(crate) fn image_record(spec: &ImageSpec, build_key: &Digest, at: &str) -> Im
 #[cfg(test)]
 pub(crate) mod test_support {
     use super::image_record;
+    use crate::history::ledger::changed;
     use crate::history::manifest::Manifest;
     use crate::model::digest::Digest;
     use crate::resolve::image::ImageSpec;
@@ -194,17 +205,18 @@ pub(crate) mod test_support {
     /// A manifest recording every spec as built (its digest made from its tag) and each
     /// `(alias, full tag)` as moved there.
     pub(crate) fn manifest_with(specs: &[ImageSpec], alias_targets: &[(&str, &str)]) -> Manifest {
-        let mut manifest = Manifest::new();
-        for spec in specs {
-            let mut record = image_record(spec, &Digest::of(b"key"), "t0");
-            record.digest = Some(Digest::of(spec.tag.as_bytes()));
-            record.flavour = super::flavour_record(spec, &manifest);
-            manifest.record_success(record);
-        }
-        for (alias, tag) in alias_targets {
-            let digest = manifest.images[*tag].digest.clone();
-            manifest.move_alias(alias, tag, digest, "t0");
-        }
-        manifest
+        changed(Manifest::new(), |transaction| {
+            for spec in specs {
+                let mut record = image_record(spec, &Digest::of(b"key"), "t0");
+                record.digest = Some(Digest::of(spec.tag.as_bytes()));
+                record.flavour = super::flavour_record(spec, transaction.manifest());
+                let tagged: Vec<String> = alias_targets
+                    .iter()
+                    .filter(|(_, tag)| *tag == spec.tag)
+                    .map(|(alias, _)| alias.to_string())
+                    .collect();
+                transaction.record_image(record, &tagged, "t0");
+            }
+        })
     }
 }

@@ -24,7 +24,7 @@
 //! variable, a parent with `ONBUILD` triggers.
 //!
 //! Everything here is values in, values out; the daemon's answers and the store are the Docker
-//! adapter's (`pipeline/docker_builder.rs`, `docker/layer_store.rs`).
+//! adapter's (`pipeline/docker_builder/`, `docker/layer_store.rs`).
 
 use std::collections::BTreeMap;
 

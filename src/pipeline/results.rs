@@ -6,6 +6,7 @@ use serde::Serialize;
 
 use crate::history::manifest::{ImageSize, Packages, TestStatus};
 use crate::model::digest::Digest;
+use crate::pipeline::steps::Stage;
 
 /// What the self-test said.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -99,8 +100,9 @@ pub(crate) struct ImageResult {
     /// Of those, the aliases that wait for the test policy (`tests.require`): recorded on the
     /// image so that `imagegen test` moves them once the results hold.
     pub(crate) aliases_awaiting: Vec<String>,
-    /// Which stage failed: `lookup` (local or registry), `build`, `test`, `push`, `alias`.
-    pub(crate) failed_stage: Option<String>,
+    /// Which stage failed: `lookup` (local or registry), `build`, `test`, `push`, `sign`,
+    /// `alias`, `record`; the stage of the step that failed ([`crate::pipeline::steps::Step::stage`]).
+    pub(crate) failed_stage: Option<Stage>,
     pub(crate) error: Option<String>,
     pub(crate) seconds: f64,
 }

@@ -382,6 +382,14 @@ pub(crate) fn check_ca_bundle(text: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Whether `image`'s venv is made on the host (`wheels: host`): a runtime image's only; devel and
+/// flavour images install their few packages over it with pip. The build plan reads the same rule.
+pub(crate) fn venv_on_host(wheels: crate::model::matrix::WheelSource, image: &ImageSpec) -> bool {
+    wheels == crate::model::matrix::WheelSource::Host
+        && image.variant == Variant::Runtime
+        && image.flavour.is_none()
+}
+
 fn render_one(
     environment: &Environment<'_>,
     image: &ImageSpec,
@@ -392,9 +400,7 @@ fn render_one(
     let template_name = template_of(image);
     // The runtime image's venv made on the host (`wheels: host`): the team's steps run on the
     // installed venv inside the Docker build, which then holds no venv.
-    let host_venv = matrix.wheels == crate::model::matrix::WheelSource::Host
-        && image.variant == Variant::Runtime
-        && image.flavour.is_none();
+    let host_venv = venv_on_host(matrix.wheels, image);
     if host_venv {
         if let Some(steps) = &image.extensions.steps {
             return Err(RenderError::HostVenv {

@@ -59,6 +59,57 @@ fn plan_of_a_first_build_for_people_and_pull_requests() {
     insta::assert_snapshot!("plan_first_build", format!("{table}\n---\n{markdown}"));
 }
 
+/// `imagegen plan --format json` for `build --push`: the review, then the steps of the run and
+/// of each image in build order (the shape docs/building.md documents), one snapshot; the table
+/// lists the same steps.
+#[test]
+fn plan_json_lists_the_steps_of_each_image() {
+    let dir = tempfile::tempdir().unwrap();
+    write_matrix(
+        dir.path(),
+        "registry: registry.example.com\nrepository: team/pytorch\ntorch: [\"2.7\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\n",
+    );
+    let json = stdout_of(imagegen().current_dir(dir.path()).args([
+        "plan",
+        "--format",
+        "json",
+        "--push",
+        "--signing-key",
+        "team.key",
+    ]));
+    insta::assert_snapshot!("plan_json_push", json);
+    let plan: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let table = stdout_of(imagegen().current_dir(dir.path()).args([
+        "plan",
+        "--push",
+        "--signing-key",
+        "team.key",
+    ]));
+    for image in plan["images"].as_array().unwrap() {
+        let names: Vec<&str> = image["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|step| step["step"].as_str().unwrap())
+            .collect();
+        let line = table
+            .lines()
+            .find(|line| {
+                line.trim_start()
+                    .starts_with(&format!("{}: ", image["image"].as_str().unwrap()))
+            })
+            .unwrap_or_else(|| panic!("no steps of {} in:\n{table}", image["image"]));
+        let shown: Vec<&str> = line
+            .split_once(": ")
+            .unwrap()
+            .1
+            .split(" → ")
+            .map(|step| step.split(' ').next().unwrap())
+            .collect();
+        assert_eq!(shown, names, "{line}");
+    }
+}
+
 #[test]
 fn resolve_json_has_every_documented_field() {
     let dir = workspace("basic.yaml");

@@ -7,8 +7,10 @@
 //! ends the process; a `pub` item is one another file uses or a `pub` signature shows (else it is
 //! `pub(crate)` or private, where the dead-code lint sees it); the edge crates under `crates/`
 //! are leaves (no workspace dependency, which Cargo enforces from then on), and registry clients
-//! come from their one factory there. Each checker is also run on a small tree that breaks its
-//! rule, so a checker that sees nothing fails.
+//! come from their one factory there; nothing outside `history/` can change the manifest but
+//! through `history::ledger` (the declarations that make the compiler refuse it, see
+//! [`ledger_doors_left_open`]). Each checker is also run on a small tree that breaks its rule, so
+//! a checker that sees nothing fails.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -797,4 +799,130 @@ fn the_edge_crates_are_leaves_imagegen_depends_on() {
             "imagegen does not depend on {name}"
         );
     }
+}
+
+/// Where the manifest's door could be left open, in the `src/` at `src`. The compiler keeps the
+/// manifest behind `history::ledger` (a `Transaction` is the only way to change and write it)
+/// because of a few declarations; this checks those declarations, so that widening one fails
+/// here with the reason instead of silently letting code elsewhere change the record:
+///
+/// 1. `struct Manifest`'s tables are `pub(in crate::history)` or private: outside `history/`,
+///    `manifest.images.insert(..)` and the like do not compile.
+/// 2. No function of `history/` that changes a manifest (`&mut self` in `impl Manifest`, or a
+///    `&mut Manifest` parameter) is `pub` or `pub(crate)`: outside `history/`, the only changes
+///    are the `Transaction`'s methods.
+/// 3. `CommitToken` keeps its field private and is made only in `history/ledger.rs`: only a
+///    transaction's commit can call `Store::write`.
+/// 4. No code outside `history/` (its tests included) names `&mut Manifest`: with 1 and 2 it
+///    could only replace the whole record behind the ledger's back.
+fn ledger_doors_left_open(src: &Path) -> Vec<String> {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    files.sort();
+    let mut open = Vec::new();
+    for file in &files {
+        let relative = file.strip_prefix(src).unwrap().display().to_string();
+        let text = std::fs::read_to_string(file).unwrap();
+        let in_history = relative.starts_with("history/");
+        let widely = |line: &str| {
+            let line = line.trim_start();
+            line.starts_with("pub ") || line.starts_with("pub(crate) ")
+        };
+        if relative == "history/manifest.rs" {
+            let Some(start) = text.find("struct Manifest {") else {
+                open.push(format!("{relative}: no `struct Manifest {{`"));
+                continue;
+            };
+            let fields = &text[start..start + text[start..].find("\n}").unwrap_or(0)];
+            for field in fields.lines().skip(1).filter(|line| widely(line)) {
+                open.push(format!("{relative}: Manifest field `{}`", field.trim()));
+            }
+        }
+        if in_history {
+            let code = code_of(&text);
+            let lines: Vec<&str> = code.lines().collect();
+            let mut in_impl_manifest = false;
+            for (index, line) in lines.iter().enumerate() {
+                if line.starts_with("impl Manifest {") {
+                    in_impl_manifest = true;
+                } else if line.starts_with('}') {
+                    in_impl_manifest = false;
+                }
+                if !widely(line) || !line.contains(" fn ") {
+                    continue;
+                }
+                // The signature runs to its body's `{` (or a trait method's `;`).
+                let end = lines[index..]
+                    .iter()
+                    .position(|line| line.contains('{') || line.contains(';'))
+                    .map_or(lines.len(), |at| index + at + 1);
+                let signature = lines[index..end].join(" ");
+                let parameters = signature.split("->").next().unwrap_or_default();
+                if parameters.contains("&mut Manifest")
+                    || (in_impl_manifest && parameters.contains("&mut self"))
+                {
+                    open.push(format!(
+                        "{relative}:{}: `{}` changes a manifest and is seen outside history/",
+                        index + 1,
+                        line.trim()
+                    ));
+                }
+            }
+        }
+        if relative == "history/ledger.rs" && !text.contains("pub(crate) struct CommitToken(());") {
+            open.push(format!("{relative}: CommitToken's field is not private"));
+        }
+        if relative != "history/ledger.rs" && text.contains("CommitToken(") {
+            open.push(format!("{relative}: makes a CommitToken"));
+        }
+        if !in_history && names(&text, "&mut Manifest") {
+            open.push(format!("{relative}: names `&mut Manifest`"));
+        }
+    }
+    open
+}
+
+/// Nothing outside `history/` changes the manifest: every change is a
+/// `history::ledger::Transaction` (see [`ledger_doors_left_open`] for what is checked and why).
+#[test]
+fn only_history_changes_the_manifest() {
+    let open = ledger_doors_left_open(&crate_src());
+    assert!(
+        open.is_empty(),
+        "the manifest changes only through history::ledger::Transaction (docs/manifest.md): {open:#?}"
+    );
+    // The checker fails on a tree that leaves each door open, and passes what stays closed.
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    let files = [
+        (
+            "history/manifest.rs",
+            "pub(crate) struct Manifest {\n    pub(crate) images: u8,\n    pub(in crate::history) aliases: u8,\n}\n\nimpl Manifest {\n    pub(crate) fn record(&mut self) {}\n    pub(in crate::history) fn kept(&mut self) {}\n    pub(crate) fn images(&self) -> u8 {\n        self.images\n    }\n}\n",
+        ),
+        (
+            "history/prune.rs",
+            "pub(crate) fn prune(\n    manifest: &mut Manifest,\n) {\n}\npub(crate) fn pruned(manifest: &Manifest) -> Manifest {\n    manifest.clone()\n}\n",
+        ),
+        ("history/ledger.rs", "pub(crate) struct CommitToken(pub(crate) ());\n"),
+        (
+            "commands/x.rs",
+            "fn f(manifest: &mut Manifest) {\n    let _ = CommitToken(());\n}\n",
+        ),
+    ];
+    for (path, text) in files {
+        let path = src.join(path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+    assert_eq!(
+        ledger_doors_left_open(&src),
+        vec![
+            "commands/x.rs: makes a CommitToken".to_string(),
+            "commands/x.rs: names `&mut Manifest`".to_string(),
+            "history/ledger.rs: CommitToken's field is not private".to_string(),
+            "history/manifest.rs: Manifest field `pub(crate) images: u8,`".to_string(),
+            "history/manifest.rs:7: `pub(crate) fn record(&mut self) {}` changes a manifest and is seen outside history/".to_string(),
+            "history/prune.rs:1: `pub(crate) fn prune(` changes a manifest and is seen outside history/".to_string(),
+        ]
+    );
 }

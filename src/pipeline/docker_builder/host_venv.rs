@@ -20,8 +20,10 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, Context, Result};
 use serde_json::Value;
 
-use super::{layer_of_stored, rate, repository_path_of, stored_layer, EngineBuilder};
+use super::layers::{layer_of_stored, stored_layer};
+use super::{listing_script, rate, EngineBuilder};
 use crate::docker::layer_store::StoredHostVenv;
+use crate::docker::repository_path_of;
 use crate::docker::{ContextWheels, RunRequest};
 use crate::history::manifest::{human_bytes, rfc3339};
 use crate::model::digest::Digest;
@@ -281,10 +283,11 @@ impl EngineBuilder {
         &self,
         image: &PlannedImage,
         key: &str,
+        load: bool,
     ) -> Option<(Vec<NormalizedLayer>, String)> {
         let name = &image.spec.name;
         let store = self.settings.layer_store.as_ref()?;
-        if !self.settings.unloaded.contains(name) {
+        if load {
             return None;
         }
         let kept = store.host_venv(key)?;
@@ -320,7 +323,7 @@ impl EngineBuilder {
     }
 
     /// `lower` finished, on a task of its own. Where `image` is pushed right after its build
-    /// (it is in `unloaded`), the task first uploads the layers of `around` that have bytes here,
+    /// (not `load`ed), the task first uploads the layers of `around` that have bytes here,
     /// then the lower layer as soon as it is written, so the push finds them in the registry (it
     /// asks before sending a blob). An upload that fails is only written to the log: the push
     /// sends the layer again and reports what stops it.
@@ -329,9 +332,10 @@ impl EngineBuilder {
         image: &PlannedImage,
         around: &NormalizedImage,
         lower: VenvLayer,
+        load: bool,
     ) -> tokio::task::JoinHandle<Result<(NormalizedLayer, Duration)>> {
         let name = image.spec.name.clone();
-        let client = if self.settings.unloaded.contains(&name) {
+        let client = if !load {
             self.registry(&image.spec.repository).await.ok()
         } else {
             None
@@ -382,13 +386,15 @@ impl EngineBuilder {
 
     /// The venv's lower layer of `image` (`wheels: host`, host-venv.sh `script`, listing script
     /// `listing`), started before its Docker build, on the wheels and the epoch alone. Not where
-    /// a venv of the same wheels is kept and the run may take it (it pushes `image` unloaded):
+    /// a venv of the same wheels is kept and the run may take it (it pushes `image` unloaded, not
+    /// `load`):
     /// whether it does depends on the build, and a layer written for nothing would slow it.
     pub(super) async fn early_venv_layer(
         &self,
         image: &PlannedImage,
         script: &[u8],
         listing: &str,
+        load: bool,
     ) -> Option<VenvLayer> {
         let name = &image.spec.name;
         let wheels = self.contexts.wheels.get(name)?;
@@ -396,7 +402,7 @@ impl EngineBuilder {
         let venv = venv_of(image);
         if let Some(store) = &self.settings.layer_store {
             let wheels_key = wheels_key_of(script, listing, &venv, wheels, epoch);
-            if self.settings.unloaded.contains(name) && store.has_host_venv_of_wheels(&wheels_key) {
+            if !load && store.has_host_venv_of_wheels(&wheels_key) {
                 self.progress.log_only(
                     name,
                     "== a venv of these wheels is kept: its layer waits for the Docker build, which decides whether it is needed",
@@ -425,19 +431,20 @@ impl EngineBuilder {
 
     /// The image `image` whose Docker build (daemon image `built`, normalized as `around`) holds
     /// no venv packages: the venv's two layers made on the host added above `around`'s (not
-    /// loaded), and what the package listing script `listing` printed in the container that
+    /// loaded), and what the image's package listing script printed in the container that
     /// made them, after host-venv.sh. `early` is the venv's lower layer where it was started
-    /// beside the Docker build.
+    /// beside the Docker build; `load` is the plan's word on loading the image.
     pub(super) async fn host_venv(
         &self,
         image: &PlannedImage,
         built: &str,
         around: &NormalizedImage,
         script: Vec<u8>,
-        listing: &str,
         early: Option<VenvLayer>,
+        load: bool,
     ) -> Result<(Arc<NormalizedImage>, String)> {
         let name = &image.spec.name;
+        let listing = &listing_script(image);
         let wheels = self.contexts.wheels.get(name).ok_or_else(|| {
             anyhow!("{name}: wheels: host, but no wheels were fetched for its lock")
         })?;
@@ -446,7 +453,7 @@ impl EngineBuilder {
         let started = Instant::now();
         let wheels_key = wheels_key_of(&script, listing, &venv, wheels, epoch);
         let key = key_of(&wheels_key, around)?;
-        if let Some((venv_layers, listed)) = self.kept_venv(image, &key).await {
+        if let Some((venv_layers, listed)) = self.kept_venv(image, &key, load).await {
             drop(early);
             let mut layers = around.layers.clone();
             layers.extend(venv_layers);
@@ -478,7 +485,7 @@ impl EngineBuilder {
                 .with_context(|| format!("installing the wheels of {name}"))?;
             anyhow::bail!("{name}: the venv's layer ended without its install plan");
         };
-        let lower = self.upload_ahead(image, around, lower).await;
+        let lower = self.upload_ahead(image, around, lower, load).await;
         let opened = open_wheels(wheels)?;
         let wheel_count = opened.len();
         self.progress.line(

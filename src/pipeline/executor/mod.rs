@@ -1,5 +1,6 @@
-//! The executor: walks a plan, calling a [`Builder`] for each image (reuse or build, test, push,
-//! move aliases), up to `jobs` at a time, a devel image only after its runtime image succeeded.
+//! The executor: walks a plan, running each image's steps (the plan's [`Step`] values, one
+//! `match` in [`run_step`]) through a [`Builder`], up to `jobs` images at a time, a devel image
+//! only after its runtime image succeeded. `build --dry-run` prints the same step values.
 //! One failed image does not stop the others. Ctrl-C or SIGTERM (the `cancel` future) stops
 //! launching, drops what is in flight, and reports it as interrupted, with the step it was at.
 //!
@@ -18,28 +19,46 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use crate::history::alias_transaction::{AliasTarget, Owner};
+use crate::history::alias_transaction::{
+    move_alias, AliasOutcome, AliasRegistry, AliasRequest, AliasTarget, Owner,
+};
+pub(crate) use crate::history::ledger::Claim;
+use crate::history::ledger::Store;
 use crate::history::manifest::{ImageSize, Packages};
 use crate::history::test_results::{gpu_is, ANY_GPU};
 use crate::model::digest::Digest;
-pub(crate) use crate::pipeline::alias_move::Claim;
-use crate::pipeline::alias_move::{
-    move_alias, AliasLedger, AliasOutcome, AliasRegistry, AliasRequest,
-};
 use crate::pipeline::planned::{Plan, PlannedImage};
 pub(crate) use crate::pipeline::results::{Existing, ImageResult, Status, TestOutcome};
+use crate::pipeline::steps::{AliasVia, Stage, Step, Wheels};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 
 /// The Docker operations the executor needs (errors are already worded for people); alias moves
 /// go through its [`AliasRegistry`] side.
 pub(crate) trait Builder: AliasRegistry + Send + Sync + 'static {
-    /// An image carrying this image's build key, locally or (when pushing) in the registry.
+    /// An image carrying this image's build key: locally, or in the registry with the digest
+    /// `in_registry` (what the manifest records for the key, when pushing).
     fn find_existing(
         &self,
         image: &PlannedImage,
+        in_registry: Option<&Digest>,
     ) -> impl Future<Output = anyhow::Result<Option<Existing>>> + Send;
-    /// Builds and tags the full reference; returns the image id.
-    fn build(&self, image: &PlannedImage) -> impl Future<Output = anyhow::Result<Digest>> + Send;
+    /// Makes sure `base`, the image `image` is built `FROM`, is in the daemon (`built_first`:
+    /// an image of this plan; else pulled when missing, and checked against `pinned_id`).
+    fn resolve_base(
+        &self,
+        image: &PlannedImage,
+        base: &str,
+        pinned_id: Option<&Digest>,
+        built_first: bool,
+    ) -> impl Future<Output = anyhow::Result<()>> + Send;
+    /// Makes the image (see [`Step::Build`]) and tags the full reference (unless not `load`ed);
+    /// returns the image id.
+    fn build(
+        &self,
+        image: &PlannedImage,
+        wheels: Wheels,
+        load: bool,
+    ) -> impl Future<Output = anyhow::Result<Digest>> + Send;
     /// Runs the self-test in a container from the image.
     fn test(&self, image: &PlannedImage) -> impl Future<Output = TestOutcome> + Send;
     /// Reads the packages inside the built image (pip and OS); `None` when the image cannot run
@@ -71,9 +90,9 @@ pub(crate) trait Builder: AliasRegistry + Send + Sync + 'static {
 }
 
 /// Where the executor writes down what it changed, as it changes it (see the module docs); alias
-/// moves are written down through its [`AliasLedger`] side. The writes are short and
-/// synchronous, so cancelling a build never leaves one half done.
-pub(crate) trait Journal: AliasLedger + Send + Sync + 'static {
+/// moves are written down through its [`Store`] side (the manifest's ledger). The writes are
+/// short and synchronous, so cancelling a build never leaves one half done.
+pub(crate) trait Journal: Store + Send + Sync + 'static {
     /// Waits until no other run publishes `image` (its full tag and aliases), and keeps others
     /// out until the claim is dropped.
     fn claim(&self, image: &PlannedImage) -> impl Future<Output = anyhow::Result<Claim>> + Send;
@@ -95,11 +114,11 @@ pub(crate) trait Journal: AliasLedger + Send + Sync + 'static {
 struct Steps(Arc<Mutex<BTreeMap<String, &'static str>>>);
 
 impl Steps {
-    fn set(&self, name: &str, step: &'static str) {
+    fn set(&self, name: &str, step: &Step) {
         self.0
             .lock()
             .expect("steps lock")
-            .insert(name.to_string(), step);
+            .insert(name.to_string(), step.doing());
     }
 
     fn get(&self, name: &str) -> Option<&'static str> {
@@ -107,15 +126,11 @@ impl Steps {
     }
 }
 
+/// How the executor runs, beside what the plan's steps say: how many images at once, and who
+/// owns the alias moves.
 #[derive(Debug, Clone)]
 pub(crate) struct ExecOptions {
     pub(crate) jobs: usize,
-    pub(crate) push: bool,
-    pub(crate) test: bool,
-    /// A skipped test (no GPU) fails the image.
-    pub(crate) require_gpu: bool,
-    /// Move aliases of images whose test was skipped (never of failed ones).
-    pub(crate) move_untested_aliases: bool,
     /// The run that owns the alias moves this execution makes.
     pub(crate) owner: Owner,
 }
@@ -139,7 +154,7 @@ pub(crate) async fn execute<B: Builder, J: Journal>(
         if let Some(planned) = by_name.get(result.name.as_str()) {
             if let Err(error) = journal.image(planned, result) {
                 result.status = Status::Failed;
-                result.failed_stage = Some("record".into());
+                result.failed_stage = Some(Stage::Record);
                 result.error = Some(format!(
                     "{}could not be written to the manifest: {error:#}",
                     result
@@ -226,7 +241,8 @@ pub(crate) async fn execute<B: Builder, J: Journal>(
         .collect()
 }
 
-/// One image from start to finish.
+/// One image from start to finish: its plan's steps, in order, each run by [`run_step`]; the
+/// first that fails ends the image.
 async fn run_one<B: Builder, J: Journal>(
     builder: Arc<B>,
     journal: Arc<J>,
@@ -234,174 +250,383 @@ async fn run_one<B: Builder, J: Journal>(
     options: ExecOptions,
     steps: Steps,
 ) -> ImageResult {
-    let start = Instant::now();
-    let name = image.spec.name.clone();
-    let step = |what: &'static str| steps.set(&name, what);
-    let mut result = ImageResult::new(&image.spec.name, Status::Built);
-    result.aliases_held = image.aliases_blocked.clone();
-    let fail = |mut result: ImageResult, stage: &str, error: String| {
-        result.status = Status::Failed;
-        result.failed_stage = Some(stage.to_string());
-        result.error = Some(error);
-        result.seconds = start.elapsed().as_secs_f64();
-        result
-    };
-
-    step("looking for an earlier build");
-    let existing = match builder.find_existing(&image).await {
-        Ok(existing) => existing,
-        Err(error) => return fail(result, "lookup", format!("{error:#}")),
-    };
-    // Built, tested and pushed by an earlier run (the manifest records it) and not present
-    // here: nothing to build, test or push; only aliases that run did not move are moved.
-    let in_registry_only = matches!(existing, Some(Existing::Registry(_)));
-    match existing {
-        Some(Existing::Registry(digest)) => {
-            result.status = Status::Reused;
-            result.digest = Some(digest);
+    let mut run = ImageRun::new(&image);
+    for step in &image.steps {
+        steps.set(&image.spec.name, step);
+        let done = run_step(&*builder, &*journal, &image, step, &options, &mut run).await;
+        if let Err(failure) = done {
+            return run.failed(failure);
         }
-        Some(Existing::Local(id)) => {
-            result.status = Status::Reused;
-            // Make sure the full tag points at the reused image (it may only carry another tag).
-            if let Err(error) = builder
-                .tag(id.as_str(), &image.spec.repository, &image.spec.tag)
+    }
+    run.finished()
+}
+
+/// Why a step failed its image: the phase it names, and the error for people.
+struct Failure {
+    stage: Stage,
+    error: String,
+}
+
+impl Failure {
+    fn at(stage: Stage, error: impl Into<String>) -> Failure {
+        Failure {
+            stage,
+            error: error.into(),
+        }
+    }
+}
+
+/// One image's run between its steps: the result as it stands, and what a step learned that a
+/// later one reads.
+struct ImageRun {
+    start: Instant,
+    result: ImageResult,
+    /// What `find-earlier-build` found.
+    existing: Option<Existing>,
+    /// The self-test's outcome (or what stands for it), from `self-test`.
+    test: Option<TestOutcome>,
+    /// Whether the aliases may move, from `judge-aliases`.
+    gate: Option<Gate>,
+    /// Held until the image's steps end: another run publishing the tag waits, then finds it
+    /// done.
+    claim: Option<Claim>,
+}
+
+impl ImageRun {
+    fn new(image: &PlannedImage) -> ImageRun {
+        ImageRun {
+            start: Instant::now(),
+            result: ImageResult::new(&image.spec.name, Status::Built),
+            existing: None,
+            test: None,
+            gate: None,
+            claim: None,
+        }
+    }
+
+    /// An image with this build key was found: nothing is made.
+    fn reused(&self) -> bool {
+        self.existing.is_some()
+    }
+
+    /// Built, tested and pushed by an earlier run (the manifest records it) and not present
+    /// here: nothing is built, tested or pushed; only aliases that run did not move are moved.
+    fn in_registry_only(&self) -> bool {
+        matches!(self.existing, Some(Existing::Registry(_)))
+    }
+
+    /// Reused, and the manifest records a pass for its build key: not tested again.
+    fn known_good(&self, image: &PlannedImage) -> bool {
+        self.reused() && image.passed_before
+    }
+
+    /// What this run measured of the image, else what the manifest records for its build key
+    /// (the same content: a reused image is not normalized again unless it is pushed).
+    fn measure(&mut self, builder: &impl Builder, image: &PlannedImage) {
+        self.result.size = self
+            .result
+            .image_id
+            .as_ref()
+            .and_then(|id| builder.size(id))
+            .or(image.recorded_size);
+    }
+
+    fn failed(mut self, failure: Failure) -> ImageResult {
+        self.result.status = Status::Failed;
+        self.result.failed_stage = Some(failure.stage);
+        self.result.error = Some(failure.error);
+        self.finished()
+    }
+
+    fn finished(mut self) -> ImageResult {
+        self.result.seconds = self.start.elapsed().as_secs_f64();
+        drop(self.claim.take());
+        self.result
+    }
+}
+
+/// Runs one step of `image`: the one `match` over the plan's step values (see [`Step`] for what
+/// each does, and when one is passed over).
+async fn run_step<B: Builder, J: Journal>(
+    builder: &B,
+    journal: &J,
+    image: &PlannedImage,
+    step: &Step,
+    options: &ExecOptions,
+    run: &mut ImageRun,
+) -> Result<(), Failure> {
+    let failure = |error: anyhow::Error| Failure::at(step.stage(), format!("{error:#}"));
+    let spec = &image.spec;
+    match step {
+        Step::HoldAlias { alias, reason } => {
+            run.result
+                .aliases_held
+                .push((alias.clone(), reason.clone()));
+        }
+        Step::FindEarlierBuild { in_registry } => {
+            let existing = builder
+                .find_existing(image, in_registry.as_ref())
                 .await
-            {
-                return fail(result, "build", format!("{error:#}"));
+                .map_err(failure)?;
+            match &existing {
+                Some(Existing::Registry(digest)) => {
+                    run.result.status = Status::Reused;
+                    run.result.digest = Some(digest.clone());
+                }
+                Some(Existing::Local(id)) => {
+                    run.result.status = Status::Reused;
+                    // The full tag points at the reused image (it may only carry another tag).
+                    builder
+                        .tag(id.as_str(), &spec.repository, &spec.tag)
+                        .await
+                        .map_err(|error| Failure::at(Stage::Build, format!("{error:#}")))?;
+                    run.result.image_id = Some(id.clone());
+                }
+                None => {}
             }
-            result.image_id = Some(id);
-        }
-        None => {
-            step("building");
-            match builder.build(&image).await {
-                Ok(id) => result.image_id = Some(id),
-                Err(error) => return fail(result, "build", format!("{error:#}")),
+            if existing.is_some() {
+                run.existing = existing;
+                run.measure(builder, image);
             }
         }
-    }
-    // What this run measured of the image, else what the manifest records for its build key
-    // (the same content: a reused image is not normalized again unless it is pushed).
-    result.size = result
-        .image_id
-        .as_ref()
-        .and_then(|id| builder.size(id))
-        .or(image.recorded_size);
-
-    let known_good = result.status == Status::Reused && image.passed_before;
-    if !known_good && !in_registry_only {
-        step("reading its packages");
-        // An image without a shell or for another platform still builds; its packages are unknown.
-        match builder.contents(&image).await {
-            Ok(Some(packages)) => result.packages = Some(packages),
-            Ok(None) => result
-                .notes
-                .push("packages not read: the image is for another platform than this host".into()),
-            Err(error) => result.notes.push(format!("packages not read: {error:#}")),
-        }
-    }
-    let test = if known_good {
-        TestOutcome::Pass {
-            summary: "passed when this build key was first tested (see the manifest)".into(),
-            report: None,
-        }
-    } else if in_registry_only {
-        TestOutcome::Skipped {
-            summary: "not tested by this run (only in the registry) and the manifest records no pass for this build key".into(),
-        }
-    } else if options.test {
-        step("running its self-test");
-        builder.test(&image).await
-    } else {
-        TestOutcome::Skipped {
-            summary: "not run (--no-test)".into(),
-        }
-    };
-    if !in_registry_only {
-        result.test = Some(test.clone());
-    }
-    match &test {
-        TestOutcome::Fail { summary, .. } => {
-            return fail(result, "test", format!("gpu-selftest failed: {summary}"))
-        }
-        TestOutcome::Error { summary, .. } => {
-            return fail(
-                result,
-                "test",
-                format!("gpu-selftest could not run: {summary}"),
-            )
-        }
-        TestOutcome::Skipped { summary }
-            if options.require_gpu && options.test && !in_registry_only =>
-        {
-            return fail(
-                result,
-                "test",
-                format!("--require-gpu: the self-test was skipped ({summary})"),
-            )
-        }
-        _ => {}
-    }
-
-    // Held until the aliases moved: another run publishing this image waits, then finds it done.
-    let mut _claim = None;
-    if options.push {
-        step("waiting for another run that publishes the same tag");
-        match journal.claim(&image).await {
-            Ok(claim) => _claim = Some(claim),
-            Err(error) => return fail(result, "push", format!("{error:#}")),
-        }
-        if !in_registry_only {
-            step("pushing its full tag");
-            match builder
-                .push(
-                    &image.spec.repository,
-                    &image.spec.tag,
-                    Some(&image.build_key),
-                )
-                .await
-            {
-                Ok(digest) => result.digest = Some(digest),
-                Err(error) => return fail(result, "push", format!("{error:#}")),
+        Step::ResolveBase {
+            base,
+            pinned_id,
+            parent,
+        } => {
+            if !run.reused() {
+                builder
+                    .resolve_base(image, base, pinned_id.as_ref(), parent.is_some())
+                    .await
+                    .map_err(failure)?;
             }
-            // A reused image is normalized for its push: measured now.
-            if let Some(size) = result.image_id.as_ref().and_then(|id| builder.size(id)) {
-                result.size = Some(size);
+        }
+        Step::Build { wheels, load } => {
+            if !run.reused() {
+                let id = builder
+                    .build(image, *wheels, *load)
+                    .await
+                    .map_err(failure)?;
+                run.result.image_id = Some(id);
+                run.measure(builder, image);
             }
+        }
+        Step::ReadPackages => {
+            if !run.known_good(image) && !run.in_registry_only() {
+                // An image without a shell or for another platform still builds; its packages
+                // are unknown.
+                match builder.contents(image).await {
+                    Ok(Some(packages)) => run.result.packages = Some(packages),
+                    Ok(None) => run.result.notes.push(
+                        "packages not read: the image is for another platform than this host"
+                            .into(),
+                    ),
+                    Err(error) => run
+                        .result
+                        .notes
+                        .push(format!("packages not read: {error:#}")),
+                }
+            }
+        }
+        Step::SelfTest {
+            run: run_it,
+            require_gpu,
+            baseline: _,
+        } => {
+            let registry_only = run.in_registry_only();
+            // The baseline is the builder's (it hands it to every self-test); the plan's digest
+            // of it is what `passed_before` was judged against.
+            let test = if run.known_good(image) {
+                TestOutcome::Pass {
+                    summary: "passed when this build key was first tested (see the manifest)"
+                        .into(),
+                    report: None,
+                }
+            } else if registry_only {
+                TestOutcome::Skipped {
+                    summary: "not tested by this run (only in the registry) and the manifest records no pass for this build key".into(),
+                }
+            } else if *run_it {
+                builder.test(image).await
+            } else {
+                TestOutcome::Skipped {
+                    summary: "not run (--no-test)".into(),
+                }
+            };
+            if !registry_only {
+                run.result.test = Some(test.clone());
+            }
+            run.test = Some(test.clone());
+            match &test {
+                TestOutcome::Fail { summary, .. } => {
+                    return Err(Failure::at(
+                        Stage::Test,
+                        format!("gpu-selftest failed: {summary}"),
+                    ))
+                }
+                TestOutcome::Error { summary, .. } => {
+                    return Err(Failure::at(
+                        Stage::Test,
+                        format!("gpu-selftest could not run: {summary}"),
+                    ))
+                }
+                TestOutcome::Skipped { summary } if *require_gpu && *run_it && !registry_only => {
+                    return Err(Failure::at(
+                        Stage::Test,
+                        format!("--require-gpu: the self-test was skipped ({summary})"),
+                    ))
+                }
+                _ => {}
+            }
+        }
+        Step::ClaimTag => {
+            run.claim = Some(journal.claim(image).await.map_err(failure)?);
+        }
+        Step::Push => {
+            if !run.in_registry_only() {
+                let digest = builder
+                    .push(&spec.repository, &spec.tag, Some(&image.build_key))
+                    .await
+                    .map_err(failure)?;
+                run.result.digest = Some(digest);
+                // A reused image is normalized for its push: measured now.
+                if let Some(size) = run.result.image_id.as_ref().and_then(|id| builder.size(id)) {
+                    run.result.size = Some(size);
+                }
+            }
+        }
+        Step::RecordPush => {
             // The full tag is in the registry: written down now, so that nothing that fails
             // later (an alias, an interruption) loses its digest.
-            if let Err(error) = journal.image(&image, &result) {
-                return fail(
-                    result,
-                    "record",
-                    format!("pushed, but could not be written to the manifest: {error:#}"),
-                );
+            if !run.in_registry_only() {
+                journal.image(image, &run.result).map_err(|error| {
+                    Failure::at(
+                        step.stage(),
+                        format!("pushed, but could not be written to the manifest: {error:#}"),
+                    )
+                })?;
             }
         }
-    }
-
-    // Signed before any alias moves: an alias never serves an image without its attestations.
-    if options.push {
-        if let Some(digest) = result.digest.clone() {
-            step("signing its attestations");
-            if let Err(error) = journal.attest(&image, &digest).await {
-                for alias in &image.aliases {
-                    result
-                        .aliases_held
-                        .push((alias.clone(), "not moved: the image is not signed".into()));
+        Step::Attest => {
+            // Signed before any alias moves: an alias never serves an image without its
+            // attestations.
+            if let Some(digest) = run.result.digest.clone() {
+                if let Err(error) = journal.attest(image, &digest).await {
+                    for alias in &image.aliases {
+                        run.result
+                            .aliases_held
+                            .push((alias.clone(), "not moved: the image is not signed".into()));
+                    }
+                    return Err(Failure::at(step.stage(), format!("not signed: {error:#}")));
                 }
-                return fail(result, "sign", format!("not signed: {error:#}"));
             }
         }
+        Step::JudgeAliases {
+            move_untested,
+            wait_for,
+            untested_wait,
+        } => {
+            run.gate = Some(judge(
+                run.test.as_ref(),
+                *move_untested && !run.in_registry_only(),
+                wait_for,
+                *untested_wait,
+            ));
+        }
+        Step::MoveAlias { alias, via } => {
+            match run.gate.as_ref().unwrap_or(&Gate::Unjudged) {
+                Gate::Move => {}
+                Gate::Hold(reason) => {
+                    run.result
+                        .aliases_held
+                        .push((alias.clone(), reason.clone()));
+                    return Ok(());
+                }
+                Gate::Unjudged => {
+                    run.result.aliases_held.push((
+                        alias.clone(),
+                        "not moved: the plan judged no self-test for it".into(),
+                    ));
+                    return Ok(());
+                }
+                Gate::Await(missing) => {
+                    run.result.aliases_held.push((
+                        alias.clone(),
+                        format!(
+                            "waits for passing self-test results on {} (matrix.yaml `tests`); `imagegen test` on such a node moves it",
+                            missing.join(", ")
+                        ),
+                    ));
+                    run.result.aliases_awaiting.push(alias.clone());
+                    return Ok(());
+                }
+            }
+            if *via == AliasVia::Registry {
+                let Some(digest) = run.result.digest.clone() else {
+                    return Err(Failure::at(
+                        step.stage(),
+                        "no digest to move the alias to (the full tag was not pushed)",
+                    ));
+                };
+                let request = AliasRequest {
+                    repository: &spec.repository,
+                    target: AliasTarget {
+                        alias,
+                        tag: &spec.tag,
+                        digest: &digest,
+                        guard_torch: Some(&spec.torch),
+                    },
+                    owner: &options.owner,
+                };
+                if let AliasOutcome::Held(reason) = move_alias(builder, journal, &request)
+                    .await
+                    .map_err(failure)?
+                {
+                    run.result.aliases_held.push((alias.clone(), reason));
+                    return Ok(());
+                }
+            }
+            // The daemon's tag follows the registry's (after the move, so a held alias is not
+            // tagged here either); without a push it is the only one.
+            if *via == AliasVia::Daemon || !run.in_registry_only() {
+                builder
+                    .tag(&image.reference, &spec.repository, alias)
+                    .await
+                    .map_err(failure)?;
+            }
+            run.result.aliases_moved.push(alias.clone());
+        }
+        // Written by `execute` once the result is final, as for an image that never ran (not
+        // built because the image under it failed, or interrupted): see `execute`'s `finish`.
+        Step::Record => {}
     }
+    Ok(())
+}
 
-    // Whether the aliases may move now: after a pass that leaves nothing the test policy still
-    // wants; they wait (recorded on the image, for `imagegen test`) when the policy wants results
-    // from GPUs this run did not have; otherwise they are held.
-    let gate = match &test {
-        TestOutcome::Pass { report, .. } => {
+/// What may happen to an image's aliases after its test.
+enum Gate {
+    Move,
+    /// They wait for results from these GPU models (or `any GPU`).
+    Await(Vec<String>),
+    Hold(String),
+    /// No `judge-aliases` step ran before (a plan that moves aliases always has one).
+    Unjudged,
+}
+
+/// Whether the aliases may move now: after a pass that leaves nothing the test policy still
+/// wants (`wait_for`); they wait (recorded on the image, for `imagegen test`) when the policy
+/// wants results from GPUs this run did not have, or the test was skipped and `untested_wait`;
+/// otherwise they are held.
+fn judge(
+    test: Option<&TestOutcome>,
+    move_untested: bool,
+    wait_for: &[String],
+    untested_wait: bool,
+) -> Gate {
+    match test {
+        Some(TestOutcome::Pass { report, .. }) => {
             let gpus = tested_gpus(report.as_ref());
-            let still: Vec<String> = image
-                .tests_missing
+            let still: Vec<String> = wait_for
                 .iter()
                 .filter(|model| {
                     model.as_str() != ANY_GPU && !gpus.iter().any(|gpu| gpu_is(gpu, model))
@@ -414,97 +639,12 @@ async fn run_one<B: Builder, J: Journal>(
                 Gate::Await(still)
             }
         }
-        TestOutcome::Skipped { .. } if options.move_untested_aliases && !in_registry_only => {
-            Gate::Move
-        }
-        TestOutcome::Skipped { .. } if image.tests_missing.is_empty() => Gate::Move,
-        TestOutcome::Skipped { .. } if options.push => Gate::Await(image.tests_missing.clone()),
-        other => Gate::Hold(format!("self-test {}: {}", other.status(), other.summary())),
-    };
-    step("moving its aliases");
-    for alias in &image.aliases {
-        if let Some(index) = &image.spec.index {
-            let reason = format!(
-                "moved by `imagegen publish` with the {index} index, once every platform passed"
-            );
-            result.aliases_held.push((alias.clone(), reason));
-            continue;
-        }
-        match &gate {
-            Gate::Move => {}
-            Gate::Hold(reason) => {
-                result.aliases_held.push((alias.clone(), reason.clone()));
-                continue;
-            }
-            Gate::Await(missing) => {
-                result.aliases_held.push((
-                    alias.clone(),
-                    format!(
-                        "waits for passing self-test results on {} (matrix.yaml `tests`); `imagegen test` on such a node moves it",
-                        missing.join(", ")
-                    ),
-                ));
-                result.aliases_awaiting.push(alias.clone());
-                continue;
-            }
-        }
-        if !options.push {
-            if let Err(error) = builder
-                .tag(&image.reference, &image.spec.repository, alias)
-                .await
-            {
-                return fail(result, "alias", format!("{error:#}"));
-            }
-            result.aliases_moved.push(alias.clone());
-            continue;
-        }
-        let Some(digest) = result.digest.clone() else {
-            return fail(
-                result,
-                "alias",
-                "no digest to move the alias to (the full tag was not pushed)".into(),
-            );
-        };
-        let request = AliasRequest {
-            repository: &image.spec.repository,
-            target: AliasTarget {
-                alias,
-                tag: &image.spec.tag,
-                digest: &digest,
-                guard_torch: Some(&image.spec.torch),
-            },
-            owner: &options.owner,
-        };
-        match move_alias(&*builder, &*journal, &request).await {
-            Ok(AliasOutcome::Held(reason)) => {
-                result.aliases_held.push((alias.clone(), reason));
-                continue;
-            }
-            Ok(_) => {}
-            Err(error) => return fail(result, "alias", format!("{error:#}")),
-        }
-        // The daemon's tag follows the registry's (after the move, so a held alias is not
-        // tagged here either).
-        if !in_registry_only {
-            if let Err(error) = builder
-                .tag(&image.reference, &image.spec.repository, alias)
-                .await
-            {
-                return fail(result, "alias", format!("{error:#}"));
-            }
-        }
-        result.aliases_moved.push(alias.clone());
+        Some(TestOutcome::Skipped { .. }) if move_untested => Gate::Move,
+        Some(TestOutcome::Skipped { .. }) if wait_for.is_empty() => Gate::Move,
+        Some(TestOutcome::Skipped { .. }) if untested_wait => Gate::Await(wait_for.to_vec()),
+        Some(other) => Gate::Hold(format!("self-test {}: {}", other.status(), other.summary())),
+        None => Gate::Unjudged,
     }
-    result.seconds = start.elapsed().as_secs_f64();
-    result
-}
-
-/// What may happen to an image's aliases after its test.
-enum Gate {
-    Move,
-    /// They wait for results from these GPU models (or `any GPU`).
-    Await(Vec<String>),
-    Hold(String),
 }
 
 /// The GPU names of a self-test report's inventory.

@@ -7,14 +7,18 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
+
 use super::*;
+use crate::history::ledger::{changed, CommitToken, MemoryStore, Transaction};
 use crate::history::manifest::{ImageSize, Manifest, Packages};
-use crate::pipeline::plan::plan;
-use crate::pipeline::record::record;
+use crate::pipeline::plan::{plan, PlanOptions};
+use crate::pipeline::record::{record, AliasesMoved};
 use crate::resolve::select::select;
 
 #[derive(Default)]
 struct FakeBuilder {
+    fail_base: BTreeSet<String>,
     fail_build: BTreeSet<String>,
     fail_test: BTreeSet<String>,
     no_gpu: bool,
@@ -41,13 +45,35 @@ impl FakeBuilder {
 }
 
 impl Builder for FakeBuilder {
-    async fn find_existing(&self, image: &PlannedImage) -> anyhow::Result<Option<Existing>> {
+    async fn find_existing(
+        &self,
+        image: &PlannedImage,
+        _in_registry: Option<&Digest>,
+    ) -> anyhow::Result<Option<Existing>> {
         Ok(self
             .existing
             .contains(&image.spec.name)
             .then(|| Existing::Local(Digest::of(format!("old-{}", image.spec.name).as_bytes()))))
     }
-    async fn build(&self, image: &PlannedImage) -> anyhow::Result<Digest> {
+    async fn resolve_base(
+        &self,
+        image: &PlannedImage,
+        base: &str,
+        _pinned_id: Option<&Digest>,
+        built_first: bool,
+    ) -> anyhow::Result<()> {
+        self.record(format!("base {} {base} {built_first}", image.spec.name));
+        if self.fail_base.contains(&image.spec.name) {
+            anyhow::bail!("base image {base} is not in the Docker daemon");
+        }
+        Ok(())
+    }
+    async fn build(
+        &self,
+        image: &PlannedImage,
+        _wheels: Wheels,
+        _load: bool,
+    ) -> anyhow::Result<Digest> {
         let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
         self.max_running.fetch_max(now, Ordering::SeqCst);
         self.record(format!("build {}", image.spec.name));
@@ -145,18 +171,24 @@ impl AliasRegistry for FakeBuilder {
 /// of what was written in which order.
 #[derive(Default)]
 struct MemoryJournal {
-    manifest: Mutex<Manifest>,
+    store: MemoryStore,
     log: Mutex<Vec<String>>,
     /// Images whose signing fails.
     refuse_signing: BTreeSet<String>,
 }
 
 impl MemoryJournal {
+    fn with(manifest: Manifest) -> MemoryJournal {
+        MemoryJournal {
+            store: MemoryStore::new(manifest),
+            ..Default::default()
+        }
+    }
     fn log(&self) -> Vec<String> {
         self.log.lock().unwrap().clone()
     }
     fn manifest(&self) -> Manifest {
-        self.manifest.lock().unwrap().clone()
+        self.store.manifest()
     }
 }
 
@@ -175,21 +207,21 @@ impl Journal for MemoryJournal {
             result.status,
             result.digest.is_some()
         ));
+        let mut transaction = Transaction::begin(self)?;
         record(
-            &mut self.manifest.lock().unwrap(),
+            &mut transaction,
             image,
             result,
             None,
             "t1",
+            AliasesMoved::InRegistry,
         );
-        Ok(())
+        transaction.commit()
     }
     async fn attest(&self, image: &PlannedImage, digest: &Digest) -> anyhow::Result<()> {
         let recorded = self
-            .manifest
-            .lock()
-            .unwrap()
-            .images
+            .manifest()
+            .images()
             .values()
             .any(|record| record.digest.as_ref() == Some(digest));
         anyhow::ensure!(
@@ -208,32 +240,41 @@ impl Journal for MemoryJournal {
     }
 }
 
-impl AliasLedger for MemoryJournal {
-    async fn hold_alias(&self, alias: &str) -> anyhow::Result<Claim> {
-        self.log.lock().unwrap().push(format!("hold {alias}"));
-        Ok(Box::new(()))
+impl Store for MemoryJournal {
+    fn read(&self) -> anyhow::Result<Manifest> {
+        self.store.read()
+    }
+    fn lock(&self) -> anyhow::Result<Claim> {
+        self.store.lock()
     }
     /// Logs the intents begun (`intent A`) and the moves recorded (`moved A`) by each write.
-    fn write<T>(&self, change: impl FnOnce(&mut Manifest) -> T) -> anyhow::Result<T> {
-        let mut manifest = self.manifest.lock().unwrap();
-        let before = manifest.clone();
-        let result = change(&mut manifest);
+    fn write(&self, manifest: &Manifest, token: CommitToken) -> anyhow::Result<()> {
+        let before = self.store.manifest();
         let mut log = self.log.lock().unwrap();
-        for alias in manifest.pending_aliases.keys() {
-            if !before.pending_aliases.contains_key(alias) {
+        for alias in manifest.pending_aliases().keys() {
+            if !before.pending_aliases().contains_key(alias) {
                 log.push(format!("intent {alias}"));
             }
         }
-        for (alias, record) in &manifest.aliases {
-            if before.aliases.get(alias) != Some(record) {
+        for (alias, record) in manifest.aliases() {
+            if before.aliases().get(alias) != Some(record) {
                 log.push(format!("moved {alias}"));
             }
         }
-        Ok(result)
+        self.store.write(manifest, token)
+    }
+    fn hold_alias<'a>(&'a self, alias: &'a str) -> BoxFuture<'a, anyhow::Result<Claim>> {
+        self.log.lock().unwrap().push(format!("hold {alias}"));
+        self.store.hold_alias(alias)
+    }
+    fn try_hold_alias(&self, alias: &str) -> anyhow::Result<Result<Claim, String>> {
+        self.store.try_hold_alias(alias)
     }
 }
 
-fn test_plan() -> Plan {
+/// Two runtime images and their devel images, planned with `options`, the test policy wanting
+/// passes on `require` (any GPU when empty).
+fn test_plan_with(options: &PlanOptions, require: &[String]) -> Plan {
     let specs = crate::resolve::test_images("registry: r.example\nrepository: t/p\ntorch: [\"2.7\"]\ncuda: [\"12.6\", \"12.8\"]\nos: [ubuntu24.04]\n");
     plan(
         &specs,
@@ -241,38 +282,54 @@ fn test_plan() -> Plan {
         &BTreeMap::new(),
         &crate::history::manifest::Manifest::new(),
         None,
-        &[],
+        require,
+        options,
     )
 }
 
-fn options(jobs: usize) -> ExecOptions {
-    ExecOptions {
-        jobs,
-        push: true,
-        test: true,
-        require_gpu: false,
-        move_untested_aliases: false,
-        owner: crate::history::alias_transaction::Owner {
-            run: "test-run".into(),
-            by: "pid 1 (test)".into(),
+fn test_plan() -> Plan {
+    test_plan_with(&options(1).plan, &[])
+}
+
+/// How a test runs: the executor's options, and the build's flags the plan is made with.
+#[derive(Clone)]
+struct Options {
+    exec: ExecOptions,
+    plan: PlanOptions,
+}
+
+/// `build --push --jobs N` with a signing key.
+fn options(jobs: usize) -> Options {
+    Options {
+        exec: ExecOptions {
+            jobs,
+            owner: crate::history::alias_transaction::Owner {
+                run: "test-run".into(),
+                by: "pid 1 (test)".into(),
+            },
+        },
+        plan: PlanOptions {
+            push: true,
+            sign: true,
+            ..PlanOptions::default()
         },
     }
 }
 
-async fn run(builder: &Arc<FakeBuilder>, options: &ExecOptions) -> Vec<ImageResult> {
+async fn run(builder: &Arc<FakeBuilder>, options: &Options) -> Vec<ImageResult> {
     run_with(builder, &Arc::new(MemoryJournal::default()), options).await
 }
 
 async fn run_with(
     builder: &Arc<FakeBuilder>,
     journal: &Arc<MemoryJournal>,
-    options: &ExecOptions,
+    options: &Options,
 ) -> Vec<ImageResult> {
     execute(
-        &test_plan(),
+        &test_plan_with(&options.plan, &[]),
         Arc::clone(builder),
         Arc::clone(journal),
-        options,
+        &options.exec,
         std::future::pending(),
         |_| {},
     )
@@ -362,7 +419,7 @@ async fn one_failed_build_does_not_stop_the_others() {
         Status::Built
     );
     let failed = results.iter().find(|r| r.name == RUNTIME_126).unwrap();
-    assert_eq!(failed.failed_stage.as_deref(), Some("build"));
+    assert_eq!(failed.failed_stage, Some(Stage::Build));
     assert!(failed
         .error
         .as_deref()
@@ -383,7 +440,7 @@ async fn a_failed_test_means_no_push_and_no_alias() {
     let results = run(&builder, &options(2)).await;
     let failed = results.iter().find(|r| r.name == RUNTIME_126).unwrap();
     assert_eq!(failed.status, Status::Failed);
-    assert_eq!(failed.failed_stage.as_deref(), Some("test"));
+    assert_eq!(failed.failed_stage, Some(Stage::Test));
     assert!(failed.aliases_moved.is_empty());
     let calls = builder.calls();
     assert!(
@@ -405,15 +462,12 @@ async fn a_pass_on_one_gpu_model_moves_aliases_only_when_it_is_all_the_policy_wa
         ..Default::default()
     });
     let journal = Arc::new(MemoryJournal::default());
-    let mut plan = test_plan();
-    for image in &mut plan.images {
-        image.tests_missing = vec!["H100".into(), "H200".into()];
-    }
+    let plan = test_plan_with(&options(2).plan, &["H100".into(), "H200".into()]);
     let results = execute(
         &plan,
         builder.clone(),
         journal.clone(),
-        &options(2),
+        &options(2).exec,
         std::future::pending(),
         |_| {},
     )
@@ -435,14 +489,12 @@ async fn a_pass_on_one_gpu_model_moves_aliases_only_when_it_is_all_the_policy_wa
         gpu_name: Some("NVIDIA H200".into()),
         ..Default::default()
     });
-    for image in &mut plan.images {
-        image.tests_missing = vec!["H200".into()];
-    }
+    let plan = test_plan_with(&options(2).plan, &["H200".into()]);
     let results = execute(
         &plan,
         builder,
         Arc::new(MemoryJournal::default()),
-        &options(2),
+        &options(2).exec,
         std::future::pending(),
         |_| {},
     )
@@ -475,8 +527,11 @@ async fn without_gpus_images_are_pushed_and_aliases_wait_for_test_results() {
     let awaiting: usize = results.iter().map(|r| r.aliases_awaiting.len()).sum();
     assert_eq!(awaiting, held.len());
 
-    let moving = ExecOptions {
-        move_untested_aliases: true,
+    let moving = Options {
+        plan: PlanOptions {
+            move_untested_aliases: true,
+            ..options(2).plan
+        },
         ..options(2)
     };
     let results = run(
@@ -489,8 +544,11 @@ async fn without_gpus_images_are_pushed_and_aliases_wait_for_test_results() {
     .await;
     assert!(results.iter().any(|r| !r.aliases_moved.is_empty()));
 
-    let strict = ExecOptions {
-        require_gpu: true,
+    let strict = Options {
+        plan: PlanOptions {
+            require_gpu: true,
+            ..options(2).plan
+        },
         ..options(2)
     };
     let results = run(
@@ -539,7 +597,7 @@ async fn cancellation_reports_what_was_interrupted() {
         &test_plan(),
         Arc::clone(&builder),
         Arc::new(MemoryJournal::default()),
-        &options(2),
+        &options(2).exec,
         tokio::time::sleep(Duration::from_millis(50)),
         |r| seen.push(r.status),
     )
@@ -574,9 +632,9 @@ async fn the_full_tag_is_written_down_before_its_aliases_and_each_alias_before_a
     );
     assert!(position("intent 2.7-cuda12.6-runtime") < position("moved 2.7-cuda12.6-runtime"));
     let manifest = journal.manifest();
-    assert!(manifest.pending_aliases.is_empty(), "every move finished");
+    assert!(manifest.pending_aliases().is_empty(), "every move finished");
     assert_eq!(
-        manifest.aliases["2.7-cuda12.6-runtime"].digest,
+        manifest.aliases()["2.7-cuda12.6-runtime"].digest,
         Some(Digest::of(format!("digest-{RUNTIME_126}").as_bytes()))
     );
 }
@@ -591,7 +649,7 @@ async fn a_failed_alias_push_keeps_the_pushed_full_tag_and_leaves_the_move_pendi
     let results = run_with(&builder, &journal, &options(1)).await;
     let failed = results.iter().find(|r| r.name == RUNTIME_126).unwrap();
     assert_eq!(failed.status, Status::Failed);
-    assert_eq!(failed.failed_stage.as_deref(), Some("alias"));
+    assert_eq!(failed.failed_stage, Some(Stage::Alias));
     assert!(
         failed.error.as_deref().unwrap().contains("pending"),
         "{failed:?}"
@@ -599,7 +657,7 @@ async fn a_failed_alias_push_keeps_the_pushed_full_tag_and_leaves_the_move_pendi
     let digest = Digest::of(format!("digest-{RUNTIME_126}").as_bytes());
     assert_eq!(failed.digest.as_ref(), Some(&digest));
     let manifest = journal.manifest();
-    let record = &manifest.images[RUNTIME_126];
+    let record = &manifest.images()[RUNTIME_126];
     assert_eq!(
         record.status,
         crate::history::manifest::RecordStatus::Ok,
@@ -612,10 +670,11 @@ async fn a_failed_alias_push_keeps_the_pushed_full_tag_and_leaves_the_move_pendi
         .unwrap()
         .contains("registry unreachable"));
     assert_eq!(
-        manifest.pending_aliases["2.7-cuda12.6-runtime"].to, digest,
+        manifest.pending_aliases()["2.7-cuda12.6-runtime"].to,
+        digest,
         "the move begun is written down as pending"
     );
-    assert!(!manifest.aliases.contains_key("2.7-cuda12.6-runtime"));
+    assert!(!manifest.aliases().contains_key("2.7-cuda12.6-runtime"));
 }
 
 #[tokio::test]
@@ -628,7 +687,7 @@ async fn a_failed_signing_fails_the_image_and_holds_its_aliases() {
     let results = run_with(&builder, &journal, &options(1)).await;
     let failed = results.iter().find(|r| r.name == RUNTIME_126).unwrap();
     assert_eq!(failed.status, Status::Failed);
-    assert_eq!(failed.failed_stage.as_deref(), Some("sign"));
+    assert_eq!(failed.failed_stage, Some(Stage::Sign));
     assert!(
         failed
             .error
@@ -658,13 +717,16 @@ async fn a_failed_signing_fails_the_image_and_holds_its_aliases() {
     let digest = Digest::of(format!("digest-{RUNTIME_126}").as_bytes());
     let manifest = journal.manifest();
     assert_eq!(
-        manifest.images[RUNTIME_126].digest.as_ref(),
+        manifest.images()[RUNTIME_126].digest.as_ref(),
         Some(&digest),
         "the pushed full tag stays recorded"
     );
     for alias in &held {
-        assert!(!manifest.aliases.contains_key(*alias), "{alias} not moved");
-        assert!(!manifest.pending_aliases.contains_key(*alias));
+        assert!(
+            !manifest.aliases().contains_key(*alias),
+            "{alias} not moved"
+        );
+        assert!(!manifest.pending_aliases().contains_key(*alias));
         let pushed_alias = format!(":{alias}");
         assert!(!builder.calls().iter().any(|c| c.ends_with(&pushed_alias)));
     }
@@ -686,26 +748,16 @@ async fn a_failed_signing_fails_the_image_and_holds_its_aliases() {
 #[tokio::test]
 async fn an_alias_another_run_moved_forward_meanwhile_is_held_not_moved_back() {
     let builder = Arc::new(FakeBuilder::default());
-    let journal = Arc::new(MemoryJournal::default());
     // Another run recorded 2.7-cuda12.6-runtime at a newer torch release after this plan was made.
-    {
-        let mut manifest = journal.manifest.lock().unwrap();
-        let mut newer = crate::pipeline::record::image_record(
-            &test_plan().images[0].spec,
-            &Digest::of(b"k"),
-            "t0",
-        );
-        newer.tag = "2.7.9-cuda12.6-cudnn9-runtime-ubuntu24.04".into();
-        newer.torch = "2.7.9".into();
-        newer.digest = Some(Digest::of(b"newer"));
-        manifest.record_success(newer);
-        manifest.move_alias(
-            "2.7-cuda12.6-runtime",
-            "2.7.9-cuda12.6-cudnn9-runtime-ubuntu24.04",
-            Some(Digest::of(b"newer")),
-            "t0",
-        );
-    }
+    let mut newer =
+        crate::pipeline::record::image_record(&test_plan().images[0].spec, &Digest::of(b"k"), "t0");
+    newer.tag = "2.7.9-cuda12.6-cudnn9-runtime-ubuntu24.04".into();
+    newer.torch = "2.7.9".into();
+    newer.digest = Some(Digest::of(b"newer"));
+    let journal = Arc::new(MemoryJournal::with(changed(
+        Manifest::new(),
+        |transaction| transaction.record_image(newer, &["2.7-cuda12.6-runtime".into()], "t0"),
+    )));
     let results = run_with(&builder, &journal, &options(1)).await;
     let runtime = results.iter().find(|r| r.name == RUNTIME_126).unwrap();
     assert_eq!(runtime.status, Status::Built);
@@ -717,7 +769,7 @@ async fn an_alias_another_run_moved_forward_meanwhile_is_held_not_moved_back() {
         .aliases_moved
         .contains(&"2.7-cuda12.6-runtime".to_string()));
     assert_eq!(
-        journal.manifest().aliases["2.7-cuda12.6-runtime"].digest,
+        journal.manifest().aliases()["2.7-cuda12.6-runtime"].digest,
         Some(Digest::of(b"newer"))
     );
 }
@@ -732,7 +784,7 @@ async fn an_interruption_names_the_step_each_image_was_at() {
         &test_plan(),
         Arc::clone(&builder),
         Arc::new(MemoryJournal::default()),
-        &options(1),
+        &options(1).exec,
         tokio::time::sleep(Duration::from_millis(50)),
         |_| {},
     )
@@ -765,10 +817,21 @@ fn recording_an_image_again_keeps_its_build_and_test_times() {
     result.test = Some(TestOutcome::Skipped {
         summary: "no GPU".into(),
     });
-    let mut manifest = crate::history::manifest::Manifest::new();
-    record(&mut manifest, image, &result, None, "2026-12-02T10:00:00Z");
-    record(&mut manifest, image, &result, None, "2026-12-02T10:00:01Z");
-    let recorded = &manifest.images[&image.spec.tag];
+    let record_at = |manifest: Manifest, result: &ImageResult, at: &str| {
+        changed(manifest, |transaction| {
+            record(
+                transaction,
+                image,
+                result,
+                None,
+                at,
+                AliasesMoved::InRegistry,
+            )
+        })
+    };
+    let manifest = record_at(Manifest::new(), &result, "2026-12-02T10:00:00Z");
+    let manifest = record_at(manifest, &result, "2026-12-02T10:00:01Z");
+    let recorded = &manifest.images()[&image.spec.tag];
     assert_eq!(recorded.built_at, "2026-12-02T10:00:00Z");
     assert_eq!(
         recorded.selftest.as_ref().unwrap().at,
@@ -776,8 +839,8 @@ fn recording_an_image_again_keeps_its_build_and_test_times() {
     );
     // Another build of the same tag (another image id) is recorded at its own time.
     result.image_id = Some(Digest::parse(&format!("sha256:{}", "2".repeat(64))).unwrap());
-    record(&mut manifest, image, &result, None, "2026-12-02T11:00:00Z");
-    let recorded = &manifest.images[&image.spec.tag];
+    let manifest = record_at(manifest, &result, "2026-12-02T11:00:00Z");
+    let recorded = &manifest.images()[&image.spec.tag];
     assert_eq!(recorded.built_at, "2026-12-02T11:00:00Z");
     assert_eq!(
         recorded.selftest.as_ref().unwrap().at,
@@ -798,6 +861,7 @@ async fn a_flavour_is_recorded_with_its_flavour_and_the_digest_of_its_parent() {
         &Manifest::new(),
         None,
         &[],
+        &options(2).plan,
     );
     let flavour_tag = format!("{RUNTIME_126}-tools");
     let builder = Arc::new(FakeBuilder::default());
@@ -806,7 +870,7 @@ async fn a_flavour_is_recorded_with_its_flavour_and_the_digest_of_its_parent() {
         &plan,
         Arc::clone(&builder),
         Arc::clone(&journal),
-        &options(2),
+        &options(2).exec,
         std::future::pending(),
         |_| {},
     )
@@ -819,9 +883,9 @@ async fn a_flavour_is_recorded_with_its_flavour_and_the_digest_of_its_parent() {
     let position = |call: &str| calls.iter().position(|c| c == call).unwrap();
     assert!(position(&format!("built {RUNTIME_126}")) < position(&format!("build {flavour_tag}")));
     let manifest = journal.manifest();
-    let parent = &manifest.images[RUNTIME_126];
+    let parent = &manifest.images()[RUNTIME_126];
     assert_eq!(parent.flavour, None);
-    let flavour = manifest.images[&flavour_tag].flavour.clone().unwrap();
+    let flavour = manifest.images()[&flavour_tag].flavour.clone().unwrap();
     assert_eq!(flavour.name, "tools");
     assert_eq!(flavour.parent, RUNTIME_126);
     assert_eq!(
@@ -840,16 +904,28 @@ async fn a_flavour_is_recorded_with_its_flavour_and_the_digest_of_its_parent() {
     );
 
     // The parent's record is of another build (another fingerprint): no digest is claimed.
-    let mut stale = manifest.clone();
-    stale.images.get_mut(RUNTIME_126).unwrap().fingerprint = Digest::of(b"another build");
+    let mut another = manifest.images()[RUNTIME_126].clone();
+    another.fingerprint = Digest::of(b"another build");
+    let stale = changed(manifest.clone(), |transaction| {
+        transaction.record_image(another, &[], "t2")
+    });
     let flavour_planned = plan
         .images
         .iter()
         .find(|i| i.spec.tag == flavour_tag)
         .unwrap();
     let result = results.iter().find(|r| r.name == flavour_tag).unwrap();
-    record(&mut stale, flavour_planned, result, None, "t2");
-    let flavour = stale.images[&flavour_tag].flavour.clone().unwrap();
+    let stale = changed(stale, |transaction| {
+        record(
+            transaction,
+            flavour_planned,
+            result,
+            None,
+            "t2",
+            AliasesMoved::InRegistry,
+        )
+    });
+    let flavour = stale.images()[&flavour_tag].flavour.clone().unwrap();
     assert_eq!(flavour.describe(), format!("tools FROM {RUNTIME_126}"));
     assert_eq!(
         (flavour.parent_digest, flavour.parent_image_id),
@@ -876,19 +952,22 @@ async fn sizes_are_measured_for_built_images_and_kept_for_reused_ones() {
     let measured = fake_size(devel.image_id.as_ref().unwrap());
     assert_eq!(devel.size, Some(measured));
     let manifest = journal.manifest();
-    assert_eq!(manifest.images[DEVEL_126].size, Some(measured));
+    assert_eq!(manifest.images()[DEVEL_126].size, Some(measured));
     assert_eq!(result(&results, RUNTIME_126).status, Status::Reused);
     assert_eq!(result(&results, RUNTIME_126).size, None);
-    assert_eq!(manifest.images[RUNTIME_126].size, None);
+    assert_eq!(manifest.images()[RUNTIME_126].size, None);
 
     // The manifest knows the reused image's size (an earlier run measured it): kept.
-    let mut manifest = manifest;
     let recorded = ImageSize {
         compressed_bytes: 7,
         unpacked_bytes: 9,
         layers: 2,
     };
-    manifest.images.get_mut(RUNTIME_126).unwrap().size = Some(recorded);
+    let mut measured_before = manifest.images()[RUNTIME_126].clone();
+    measured_before.size = Some(recorded);
+    let manifest = changed(manifest, |transaction| {
+        transaction.record_image(measured_before, &[], "t1")
+    });
     let specs = crate::resolve::test_images("registry: r.example\nrepository: t/p\ntorch: [\"2.7\"]\ncuda: [\"12.6\", \"12.8\"]\nos: [ubuntu24.04]\n");
     let again = plan(
         &specs,
@@ -897,6 +976,7 @@ async fn sizes_are_measured_for_built_images_and_kept_for_reused_ones() {
         &manifest,
         None,
         &[],
+        &options(2).plan,
     );
     let planned = again
         .images
@@ -908,20 +988,134 @@ async fn sizes_are_measured_for_built_images_and_kept_for_reused_ones() {
         existing: [RUNTIME_126.to_string()].into(),
         ..Default::default()
     });
-    let journal = Arc::new(MemoryJournal {
-        manifest: Mutex::new(manifest),
-        ..Default::default()
-    });
+    let journal = Arc::new(MemoryJournal::with(manifest));
     let results = execute(
         &again,
         Arc::clone(&builder),
         Arc::clone(&journal),
-        &options(2),
+        &options(2).exec,
         std::future::pending(),
         |_| {},
     )
     .await;
     assert_eq!(result(&results, RUNTIME_126).status, Status::Reused);
     assert_eq!(result(&results, RUNTIME_126).size, Some(recorded));
-    assert_eq!(journal.manifest().images[RUNTIME_126].size, Some(recorded));
+    assert_eq!(
+        journal.manifest().images()[RUNTIME_126].size,
+        Some(recorded)
+    );
+}
+
+/// The executor runs the plan's step values and nothing else: a plan without the alias and
+/// push steps moves and pushes nothing, and the builder is asked for what each step names.
+#[tokio::test]
+async fn the_executor_runs_the_plans_steps_and_only_those() {
+    let builder = Arc::new(FakeBuilder::default());
+    let journal = Arc::new(MemoryJournal::default());
+    let mut plan = test_plan();
+    for image in &mut plan.images {
+        image.steps.retain(|step| {
+            !matches!(
+                step,
+                Step::Push | Step::RecordPush | Step::Attest | Step::MoveAlias { .. }
+            )
+        });
+    }
+    let results = execute(
+        &plan,
+        Arc::clone(&builder),
+        Arc::clone(&journal),
+        &options(1).exec,
+        std::future::pending(),
+        |_| {},
+    )
+    .await;
+    assert!(results.iter().all(|r| r.status == Status::Built));
+    assert!(results
+        .iter()
+        .all(|r| r.aliases_moved.is_empty() && r.digest.is_none()));
+    let calls = builder.calls();
+    assert!(!calls.iter().any(|c| c.starts_with("push")), "{calls:#?}");
+    // Each image: its base, its build, its packages, its test, in the plan's order.
+    let of_runtime: Vec<&str> = calls
+        .iter()
+        .filter(|c| c.split_whitespace().nth(1) == Some(RUNTIME_126))
+        .map(String::as_str)
+        .collect();
+    let base = base_of(&plan.images[0]);
+    assert_eq!(
+        of_runtime,
+        [
+            format!("base {RUNTIME_126} {base} false").as_str(),
+            &format!("build {RUNTIME_126}"),
+            &format!("built {RUNTIME_126}"),
+            &format!("contents {RUNTIME_126}"),
+            &format!("test {RUNTIME_126}"),
+        ]
+    );
+    let log = journal.log();
+    assert!(log.contains(&format!("claim {RUNTIME_126}")), "{log:#?}");
+    assert!(!log.iter().any(|e| e.starts_with("sign")), "{log:#?}");
+}
+
+/// The base a plan's `resolve-base` step names.
+fn base_of(image: &PlannedImage) -> String {
+    image
+        .steps
+        .iter()
+        .find_map(|step| match step {
+            Step::ResolveBase { base, .. } => Some(base.clone()),
+            _ => None,
+        })
+        .expect("a resolve-base step")
+}
+
+/// A base that cannot be had fails the image at its build stage, before any Docker build, and
+/// the devel image on it is not attempted; a devel image's base is its runtime image, built
+/// first.
+#[tokio::test]
+async fn a_missing_base_fails_the_build_stage_before_the_build() {
+    let builder = Arc::new(FakeBuilder {
+        fail_base: [RUNTIME_126.to_string()].into(),
+        ..Default::default()
+    });
+    let results = run(&builder, &options(1)).await;
+    let failed = results.iter().find(|r| r.name == RUNTIME_126).unwrap();
+    assert_eq!(failed.status, Status::Failed);
+    assert_eq!(failed.failed_stage, Some(Stage::Build));
+    assert!(failed
+        .error
+        .as_deref()
+        .unwrap()
+        .contains("is not in the Docker daemon"));
+    let calls = builder.calls();
+    assert!(
+        !calls.contains(&format!("build {RUNTIME_126}")),
+        "{calls:#?}"
+    );
+    let devel = results.iter().find(|r| r.name == DEVEL_126).unwrap();
+    assert_eq!(devel.status, Status::Skipped);
+    assert!(
+        calls
+            .iter()
+            .any(|c| c.starts_with("base 2.7.1-cuda12.8-cudnn9-devel") && c.ends_with(" true")),
+        "a devel image's base is built first: {calls:#?}"
+    );
+}
+
+/// An image found by its build key passes over `resolve-base` and `build`.
+#[tokio::test]
+async fn a_reused_image_passes_over_its_base_and_build() {
+    let builder = Arc::new(FakeBuilder {
+        existing: [RUNTIME_126.to_string()].into(),
+        ..Default::default()
+    });
+    run(&builder, &options(1)).await;
+    let calls = builder.calls();
+    assert!(
+        !calls
+            .iter()
+            .any(|c| c.starts_with(&format!("base {RUNTIME_126} "))),
+        "{calls:#?}"
+    );
 }
