@@ -1,23 +1,17 @@
-//! The SLSA provenance v1 predicate (<https://slsa.dev/spec/v1.0/provenance>) of one image record:
-//! the matrix cell as external parameters (with the source repository and commit when known),
-//! the resolved dependencies the fingerprint covers (base image, lock, templates, CA bundle, the
-//! exact build context, which holds the gpu-selftest binary), imagegen as the builder with its
-//! version, and the build's start and finish times.
+//! The SLSA provenance of one image record (the predicate's shape is
+//! `imagegen_attest::provenance`'s): the matrix cell as external parameters (with the source
+//! repository and commit when known), the resolved dependencies the fingerprint covers (base
+//! image, lock, templates, CA bundle, the exact build context, which holds the gpu-selftest
+//! binary), imagegen as the builder with its version, and the build's start and finish times.
 
 use std::collections::BTreeMap;
 
+use imagegen_attest::provenance::{Provenance, ResourceDescriptor, BUILD_TYPE};
 use serde_json::{json, Map, Value};
 
-use crate::history::manifest::{parse_rfc3339, rfc3339, ImageRecord};
+use super::to_attest;
+use crate::history::manifest::{parse_rfc3339, ImageRecord};
 use crate::model::digest::Digest;
-
-pub(crate) const PREDICATE_TYPE: &str = "https://slsa.dev/provenance/v1";
-
-/// What an imagegen build is, as SLSA's `buildType`; documented in docs/attestations.md.
-pub(crate) const BUILD_TYPE: &str = "urn:imagegen:build-type:docker-build:v1";
-
-/// The builder's identity, as SLSA's `builder.id`.
-pub(crate) const BUILDER_ID: &str = "urn:imagegen:builder";
 
 /// Facts about the run that the image record does not hold.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,30 +27,17 @@ pub(crate) struct BuildContext {
     pub(crate) selftest_binaries: BTreeMap<String, Digest>,
 }
 
-/// A resolved dependency as an in-toto ResourceDescriptor.
-fn descriptor(name: &str, uri: Option<&str>, digest: Option<&str>) -> Value {
-    let mut entry = Map::new();
-    entry.insert("name".into(), json!(name));
-    if let Some(uri) = uri {
-        entry.insert("uri".into(), json!(uri));
-    }
-    if let Some(hex) = digest {
-        entry.insert("digest".into(), json!({ "sha256": hex }));
-    }
-    Value::Object(entry)
+/// An input digest of the record: `sha256:<hex>` or the bare 64 hex digits.
+fn input_digest(text: &str) -> Option<imagegen_attest::Digest> {
+    let text = text.trim();
+    imagegen_attest::Digest::parse(text)
+        .or_else(|_| imagegen_attest::Digest::parse_hex(text))
+        .ok()
 }
 
-/// `sha256:<hex>` or a bare 64-hex digest, as the hex.
-fn digest_hex(text: &str) -> Option<String> {
-    let text = text.trim();
-    let full = if text.starts_with("sha256:") {
-        text.to_string()
-    } else {
-        format!("sha256:{text}")
-    };
-    Digest::parse(&full)
-        .ok()
-        .map(|digest| digest.hex().to_string())
+/// Seconds since the Unix epoch as an instant.
+pub(super) fn instant(seconds: u64) -> Option<jiff::Timestamp> {
+    jiff::Timestamp::from_second(i64::try_from(seconds).ok()?).ok()
 }
 
 /// The provenance predicate of `record`.
@@ -104,75 +85,64 @@ pub(crate) fn provenance(record: &ImageRecord, context: &BuildContext) -> Value 
     let base_digest = base
         .parse::<imagegen_oci::Reference>()
         .ok()
-        .and_then(|reference| reference.digest().and_then(digest_hex));
-    dependencies.push(descriptor(
+        .and_then(|reference| reference.digest().and_then(input_digest));
+    dependencies.push(ResourceDescriptor::new(
         "base-image",
-        Some(&format!("docker://{base}")),
-        base_digest.as_deref(),
+        Some(format!("docker://{base}")),
+        base_digest,
     ));
-    if let Some(lock) = input("lock").and_then(digest_hex) {
-        dependencies.push(descriptor("requirements.lock", None, Some(&lock)));
-    }
-    if let Some(templates) = input("templates").and_then(digest_hex) {
-        dependencies.push(descriptor("templates", None, Some(&templates)));
-    }
-    if let Some(bundle) = input("ca_bundle").and_then(digest_hex) {
-        dependencies.push(descriptor("ca-bundle", None, Some(&bundle)));
+    for (input_name, name) in [
+        ("lock", "requirements.lock"),
+        ("templates", "templates"),
+        ("ca_bundle", "ca-bundle"),
+    ] {
+        if let Some(digest) = input(input_name).and_then(input_digest) {
+            dependencies.push(ResourceDescriptor::new(name, None, Some(digest)));
+        }
     }
     if let Some(selftest) = input("selftest") {
         // The binary's bytes are also in the build context, whose digest follows.
-        dependencies.push(descriptor(
+        dependencies.push(ResourceDescriptor::new(
             "gpu-selftest",
-            Some(&format!("urn:imagegen:gpu-selftest:{selftest}")),
+            Some(format!("urn:imagegen:gpu-selftest:{selftest}")),
             context
                 .selftest_binaries
                 .get(selftest)
-                .map(Digest::hex)
                 // Signed after the build (`attest sign`, `imagegen test`): the sha256 the record's
                 // package record read from the binary in the image.
-                .or_else(|| recorded_selftest_sha256(record)),
+                .or_else(|| recorded_selftest_sha256(record))
+                .map(to_attest),
         ));
     }
-    dependencies.push(descriptor(
+    dependencies.push(ResourceDescriptor::new(
         "build-context",
         None,
-        Some(record.build_key.hex()),
+        Some(to_attest(&record.build_key)),
     ));
 
-    let mut metadata = Map::new();
-    if let Some(id) = &context.invocation_id {
-        metadata.insert("invocationId".into(), json!(id));
+    let finished = parse_rfc3339(&record.built_at);
+    let started = finished
+        .map(|finished| finished.saturating_sub(record.build_seconds.max(0.0).round() as u64));
+    Provenance {
+        build_type: BUILD_TYPE,
+        external_parameters: external,
+        internal_parameters: Some(json!({ "inputs": record.inputs })),
+        resolved_dependencies: dependencies,
+        imagegen_version: context.imagegen_version.clone(),
+        invocation_id: context.invocation_id.clone(),
+        started_on: started.and_then(instant),
+        finished_on: finished.and_then(instant),
     }
-    if let Some(finished) = parse_rfc3339(&record.built_at) {
-        let started = finished.saturating_sub(record.build_seconds.max(0.0).round() as u64);
-        metadata.insert("startedOn".into(), json!(rfc3339(started)));
-        metadata.insert("finishedOn".into(), json!(rfc3339(finished)));
-    }
-
-    json!({
-        "buildDefinition": {
-            "buildType": BUILD_TYPE,
-            "externalParameters": external,
-            "internalParameters": { "inputs": record.inputs },
-            "resolvedDependencies": dependencies,
-        },
-        "runDetails": {
-            "builder": {
-                "id": BUILDER_ID,
-                "version": { "imagegen": context.imagegen_version },
-            },
-            "metadata": metadata,
-        },
-    })
+    .predicate()
 }
 
 /// The sha256 of the gpu-selftest binary the record's package record found in the image.
-fn recorded_selftest_sha256(record: &ImageRecord) -> Option<&str> {
+fn recorded_selftest_sha256(record: &ImageRecord) -> Option<&Digest> {
     record
         .packages
         .as_ref()?
         .binaries
         .iter()
         .find(|binary| binary.path.ends_with("/gpu-selftest"))
-        .map(|binary| binary.sha256.hex())
+        .map(|binary| &binary.sha256)
 }

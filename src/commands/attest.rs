@@ -11,13 +11,14 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
+use imagegen_python::{parse_lock, LockedPackage};
 
 use crate::attest::check::{check_image, Fetched, ImageCheck};
 use crate::attest::cosign::{
     artifact, attestation_layer, attestation_tag, layer_refs, signature_layer, signature_tag,
     simple_signing_payload, Artifact, OCI_MANIFEST,
 };
-use crate::attest::dsse::{envelope_bytes, Signer, Verifier};
+use crate::attest::dsse::{envelope_bytes, KeyId, Signer, Verifier};
 use crate::attest::index::{
     index_provenance, index_sbom, index_selftest, platform_digests, PlatformPredicates,
 };
@@ -26,10 +27,10 @@ use crate::attest::referrers::{
     fallback_tag, referrer_manifest, updated_fallback_index, SubjectManifest,
     ATTESTATION_ARTIFACT_TYPE, EMPTY_CONFIG, OCI_INDEX as REFERRERS_INDEX, SIGNATURE_ARTIFACT_TYPE,
 };
-use crate::attest::sbom::{parse_lock, sbom, LockedPackage};
+use crate::attest::sbom::sbom;
 use crate::attest::selftest::selftest_result;
 use crate::attest::statement::{statement_bytes, Subject};
-use crate::attest::PredicateKind;
+use crate::attest::{from_attest, to_attest, PredicateKind};
 use crate::cli::{
     AttestAction, AttestArgs, AttestSbomArgs, AttestShowArgs, AttestSignArgs, SigningArgs,
 };
@@ -113,15 +114,22 @@ pub(crate) fn load_verifier(key: Option<&Path>, signing: &SigningArgs) -> Result
 /// The lock of `record` when the project holds the very lock it was built from (its digest is
 /// the one the record's inputs name); otherwise none, and the SBOM lists the packages read
 /// from the image without hashes.
-fn lock_of(locks: &BTreeMap<String, String>, record: &ImageRecord) -> Vec<LockedPackage> {
+fn lock_of(locks: &BTreeMap<String, String>, record: &ImageRecord) -> Result<Vec<LockedPackage>> {
     let Some(wanted) = record.inputs.get("lock") else {
-        return Vec::new();
+        return Ok(Vec::new());
     };
-    locks
-        .values()
-        .find(|text| Digest::of(text.as_bytes()).as_str() == wanted)
-        .map(|text| parse_lock(text))
-        .unwrap_or_default()
+    let Some((path, text)) = locks
+        .iter()
+        .find(|(_, text)| Digest::of(text.as_bytes()).as_str() == wanted)
+    else {
+        return Ok(Vec::new());
+    };
+    parse_lock(text).with_context(|| {
+        format!(
+            "{path}: the lock {}:{} was built from",
+            record.repository, record.tag
+        )
+    })
 }
 
 /// What signing one image needs besides the record.
@@ -163,10 +171,9 @@ async fn push_artifact(
     for layer in &built.layers {
         client.put_blob(repository, layer.bytes.clone()).await?;
     }
-    let digest = client
+    Ok(client
         .put_manifest(repository, tag, OCI_MANIFEST, built.manifest.clone())
-        .await?;
-    Digest::parse(&digest).with_context(|| format!("the registry answered {tag} with a bad digest"))
+        .await?)
 }
 
 /// Builds, signs and pushes the attestations and signature of the image `record` describes,
@@ -178,7 +185,7 @@ pub(crate) async fn attest_image(
     digest: &Digest,
     context: &SignContext,
 ) -> Result<AttestationRecord> {
-    let lock = lock_of(&context.locks, record);
+    let lock = lock_of(&context.locks, record)?;
     let version = context.build.imagegen_version.as_str();
     let predicates = [
         (
@@ -224,7 +231,7 @@ pub(crate) async fn attest_index(
                     index.repository, index.tag
                 )
             })?;
-        let lock = lock_of(&context.locks, record);
+        let lock = lock_of(&context.locks, record)?;
         platforms.push(PlatformPredicates {
             platform,
             sbom: sbom(record, &digest, &lock, version),
@@ -238,10 +245,7 @@ pub(crate) async fn attest_index(
             PredicateKind::Sbom,
             index_sbom(index, &index.digest, &platforms, version),
         ),
-        (
-            PredicateKind::GpuSelftest,
-            index_selftest(index, &platforms),
-        ),
+        (PredicateKind::GpuSelftest, index_selftest(&platforms)),
     ];
     sign_and_push(
         registries,
@@ -264,7 +268,7 @@ async fn sign_and_push(
 ) -> Result<AttestationRecord> {
     let subject = Subject {
         name: repository_name.to_string(),
-        digest: digest.clone(),
+        digest: to_attest(digest),
     };
     let gpu_selftest = predicates[2].1["result"]
         .as_str()
@@ -275,17 +279,17 @@ async fn sign_and_push(
     for (kind, predicate) in predicates {
         let envelope = signer.sign(&statement_bytes(&subject, kind.uri(), predicate));
         let layer = attestation_layer(envelope_bytes(&envelope), kind.uri());
-        statements.insert(kind.name().to_string(), layer.digest());
+        statements.insert(kind.name().to_string(), from_attest(&layer.digest()));
         layers.push(layer);
     }
     let client = registries.client(repository_name)?;
     let repository = repository_path_of(repository_name);
-    let att_tag = attestation_tag(digest);
+    let att_tag = attestation_tag(&subject.digest);
     let attestations = artifact(layers);
     let att_digest = push_artifact(&client, repository, &att_tag, &attestations).await?;
-    let payload = simple_signing_payload(repository_name, digest);
+    let payload = simple_signing_payload(repository_name, &subject.digest);
     let signature = BASE64.encode(signer.sign_bytes(&payload));
-    let sig_tag = signature_tag(digest);
+    let sig_tag = signature_tag(&subject.digest);
     let signatures = artifact(vec![signature_layer(payload, signature)]);
     let sig_digest = push_artifact(&client, repository, &sig_tag, &signatures).await?;
     let (referrers, referrers_tag) = push_referrers(
@@ -334,7 +338,7 @@ async fn push_referrers(
         .with_context(|| format!("the registry no longer serves {repository}@{digest}"))?;
     let subject = SubjectManifest {
         media_type: image.media_type,
-        digest: digest.clone(),
+        digest: to_attest(digest),
         size: image.bytes.len() as u64,
     };
     client.put_blob(repository, EMPTY_CONFIG.to_vec()).await?;
@@ -345,12 +349,9 @@ async fn push_referrers(
         let (stored, indexed) = client
             .put_referrer(repository, OCI_MANIFEST, manifest.clone())
             .await?;
-        digests.push(
-            Digest::parse(&stored)
-                .with_context(|| format!("the registry answered a referrer with {stored}"))?,
-        );
+        digests.push(stored);
         if !indexed {
-            let tag = fallback_tag(digest);
+            let tag = fallback_tag(&subject.digest);
             let existing = client.get_manifest(repository, &tag).await?;
             let index = updated_fallback_index(
                 existing.as_ref().map(|found| found.bytes.as_slice()),
@@ -381,7 +382,7 @@ async fn fetch_layers(
     let mut fetched = Vec::new();
     for layer in refs {
         let bytes = client
-            .get_blob(repository, layer.digest.as_str())
+            .get_blob(repository, &from_attest(&layer.digest))
             .await?
             .with_context(|| format!("{repository}:{tag}: layer {} is missing", layer.digest))?;
         fetched.push(Fetched { layer, bytes });
@@ -407,11 +408,11 @@ pub(crate) async fn check_served(
             },
         ));
     };
-    let served = Digest::parse(&served)?;
-    let attestations = fetch_layers(&client, repository, &attestation_tag(&served)).await?;
-    let signatures = fetch_layers(&client, repository, &signature_tag(&served)).await?;
+    let subject = to_attest(&served);
+    let attestations = fetch_layers(&client, repository, &attestation_tag(&subject)).await?;
+    let signatures = fetch_layers(&client, repository, &signature_tag(&subject)).await?;
     let check = check_image(
-        &served,
+        &subject,
         attestations.as_deref(),
         signatures.as_deref(),
         verifier,
@@ -575,7 +576,7 @@ fn run_sbom(project: &Project, args: &AttestSbomArgs) -> Result<Outcome> {
             record.tag
         );
     }
-    let lock = lock_of(&project.locks().unwrap_or_default(), record);
+    let lock = lock_of(&project.locks().unwrap_or_default(), record)?;
     if lock.is_empty() {
         eprintln!(
             "{}: the project holds no lock with the digest the record names; Python packages are listed without hashes",
@@ -683,7 +684,7 @@ pub(crate) fn all_whole(verdicts: &[ImageVerdict]) -> bool {
 }
 
 /// The verdicts as a table, each problem named after it, and a last line.
-pub(crate) fn verdict_table(verdicts: &[ImageVerdict], key_id: &str) -> String {
+pub(crate) fn verdict_table(verdicts: &[ImageVerdict], key_id: &KeyId) -> String {
     let mut rows = vec![vec![
         "image".to_string(),
         "digest".to_string(),
@@ -717,7 +718,7 @@ pub(crate) fn verdict_table(verdicts: &[ImageVerdict], key_id: &str) -> String {
     out.push_str(&format!(
         "{} image(s) checked with key {}: {}\n",
         verdicts.len(),
-        &key_id[..12.min(key_id.len())],
+        key_id.short(),
         if count == 0 {
             "every statement and signature verifies".to_string()
         } else {

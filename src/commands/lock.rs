@@ -496,10 +496,7 @@ async fn look_up(engine: Option<&Engine>, registries: &Registries, reference: &s
         Err(error) => return Lookup::Unreachable(error.to_string()),
     };
     match client.get_manifest(repository_path_of(&name), &tag).await {
-        Ok(Some(manifest)) => match Digest::parse(&manifest.digest)
-            .map_err(|error| error.to_string())
-            .and_then(|digest| registry_pin(digest, &manifest.bytes))
-        {
+        Ok(Some(manifest)) => match registry_pin(manifest.digest, &manifest.bytes) {
             Ok(pin) => Lookup::Found(pin),
             Err(why) => Lookup::Unreachable(format!("{} answered: {why}", client.host())),
         },

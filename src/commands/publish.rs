@@ -180,15 +180,15 @@ async fn publish_one(
     let document = index_document(entries);
     let digest = Digest::of(&document);
     let existing = client.manifest_digest(path, index_tag).await?;
-    let result = match existing.as_deref() {
-        Some(current) if current == digest.as_str() => "unchanged".to_string(),
+    let result = match existing {
+        Some(current) if current == digest => "unchanged".to_string(),
         Some(current) => anyhow::bail!(
             "refusing to publish {}:{index_tag}: the registry already has this tag as {current}, and the platform images now give {digest}; full tags are immutable\nhint: publish a rebuild under a new tag (a revision suffix in tags.full)",
             spec.repository
         ),
         None => {
             let written = client.put_manifest(path, index_tag, MEDIA_TYPE_OCI_INDEX, document.clone()).await?;
-            if written != digest.as_str() {
+            if written != digest {
                 anyhow::bail!("the registry stored {index_tag} as {written}, expected {digest}");
             }
             "published".to_string()

@@ -213,16 +213,10 @@ impl Registry {
             let client = self.registries.client(&repository);
             async move {
                 let client = client?;
-                let answer = client
+                let digest = client
                     .manifest_digest(repository_path_of(&repository), &reference.tag)
                     .await
                     .with_context(|| format!("cannot check {reference}"))?;
-                let digest = answer
-                    .map(|text| Digest::parse(&text))
-                    .transpose()
-                    .with_context(|| {
-                        format!("the registry answered for {reference} with a malformed digest")
-                    })?;
                 anyhow::Ok((reference.clone(), digest))
             }
         });

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use imagegen_python::Target;
+use imagegen_python::{PackageName, Target, Version};
 
 use crate::docker::pypi_index::{credentials, locked_packages, netrc_credentials};
 use crate::docker::wheel_cache::{fetch_all, FetchProgress, IndexSource, WheelCache, WheelNeed};
@@ -60,8 +60,9 @@ pub(crate) fn needed(
     let Some(spec) = &image.lock else {
         return Ok(Vec::new());
     };
-    let installed: BTreeSet<(String, String)> = parent_lock
+    let installed: BTreeSet<(PackageName, Version)> = parent_lock
         .map(locked_packages)
+        .transpose()?
         .unwrap_or_default()
         .into_iter()
         .map(|package| (package.name, package.version))
@@ -76,11 +77,11 @@ pub(crate) fn needed(
             .map(|index| index.url.to_string()),
     );
     let mut needed = Vec::new();
-    for package in locked_packages(lock) {
+    for package in locked_packages(lock)? {
         if installed.contains(&(package.name.clone(), package.version.clone())) {
             continue;
         }
-        if package.hashes.is_empty() {
+        if package.sha256.is_empty() {
             anyhow::bail!(
                 "{}: {}=={} has no sha256 in the lock\nhint: run `imagegen lock --upgrade --only {}`",
                 image.name,
@@ -90,13 +91,13 @@ pub(crate) fn needed(
             );
         }
         needed.push(Needed {
-            indexes: match &package.from {
+            indexes: match &package.index {
                 Some(from) => vec![from.clone()],
                 None => default_indexes.clone(),
             },
-            name: package.name,
-            version: package.version,
-            hashes: package.hashes,
+            name: package.name.to_string(),
+            version: package.version.to_string(),
+            hashes: package.sha256.iter().map(ToString::to_string).collect(),
             python: spec.python.clone(),
             python_platform: spec.python_platform.clone(),
         });

@@ -12,7 +12,7 @@ use imagegen_oci::https_agent;
 use std::str::FromStr;
 
 use imagegen_python::wheel_zip::{self, WheelZipError};
-use imagegen_python::{PackageName, Version, WheelFilename};
+use imagegen_python::{LockedPackage, PackageName, WheelFilename};
 
 use crate::model::knowledge::derive::{parse_simple_html, parse_simple_json, IndexFile};
 
@@ -546,51 +546,11 @@ pub(crate) fn credentials(index: &ExtraIndex) -> anyhow::Result<Option<IndexCred
     Ok(env_credentials(index)?.or_else(|| netrc_credentials(&index.url)))
 }
 
-/// One package of a lock: name, version, the sha256 hashes it allows, and the index uv took it
-/// from (`# from URL`, which `imagegen lock` asks uv for when the matrix has extra indexes).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct LockedPackage {
-    pub(crate) name: String,
-    pub(crate) version: String,
-    pub(crate) hashes: Vec<String>,
-    pub(crate) from: Option<String>,
-}
-
-/// The packages of a lock's text.
-pub(crate) fn locked_packages(lock: &str) -> Vec<LockedPackage> {
-    let mut packages: Vec<LockedPackage> = Vec::new();
-    for line in lock.lines() {
-        if !line.starts_with([' ', '#']) {
-            if let Some((name, rest)) = line.split_once("==") {
-                let version = rest
-                    .split([' ', ';', '\\'])
-                    .next()
-                    .unwrap_or_default()
-                    .to_string();
-                // uv writes valid names; one that is not goes on as written, and fails where
-                // it is looked up, naming it.
-                let name = name.trim();
-                packages.push(LockedPackage {
-                    name: PackageName::from_str(name)
-                        .map_or_else(|_| name.to_string(), |name| name.to_string()),
-                    version,
-                    hashes: Vec::new(),
-                    from: None,
-                });
-            }
-            continue;
-        }
-        let Some(package) = packages.last_mut() else {
-            continue;
-        };
-        let item = line.trim().trim_end_matches('\\').trim();
-        if let Some(hash) = item.strip_prefix("--hash=sha256:") {
-            package.hashes.push(hash.to_string());
-        } else if let Some(url) = item.strip_prefix("# from ") {
-            package.from = Some(url.trim().to_string());
-        }
-    }
-    packages
+/// The packages of a lock's text (`imagegen_python::lock`: names, PEP 440 versions, sha256
+/// hashes, the index uv took each from, `# from URL`, which `imagegen lock` asks uv for when the
+/// matrix has extra indexes); a lock that does not read is an error naming its line.
+pub(crate) fn locked_packages(lock: &str) -> anyhow::Result<Vec<LockedPackage>> {
+    imagegen_python::parse_lock(lock).map_err(|error| anyhow::anyhow!("the lock, {error}"))
 }
 
 /// The wheels of the lock's packages that uv took from one of `indexes`: every wheel of the
@@ -604,26 +564,26 @@ pub(crate) fn fetch_team_wheels(
     let sha256_hex = |bytes: &[u8]| crate::model::digest::Digest::of(bytes).hex().to_string();
     let same = |a: &str, b: &str| a.trim_end_matches('/') == b.trim_end_matches('/');
     let mut wheels = Vec::new();
-    for package in locked_packages(lock) {
-        let Some(from) = &package.from else { continue };
+    for package in locked_packages(lock)? {
+        let Some(from) = &package.index else { continue };
         let Some(index) = indexes.iter().find(|index| same(&index.url, from)) else {
             continue;
         };
         let client =
             IndexClient::new(&index.url, timeout).with_credentials(credentials(index)?.as_ref());
         let files = client
-            .project_files(&package.name)
+            .project_files(package.name.as_ref())
             .map_err(|error| anyhow::anyhow!("{}: {error}", package.name))?;
         let before = wheels.len();
-        let locked = Version::from_str(&package.version).ok();
         for file in files.iter().filter(|file| {
             WheelFilename::from_str(&file.filename)
-                .is_ok_and(|wheel| Some(wheel.version()) == locked.as_ref())
+                .is_ok_and(|wheel| *wheel.version() == package.version)
         }) {
             let bytes = client
                 .download(&file.url)
                 .map_err(|error| anyhow::anyhow!("{}: {error}", package.name))?;
-            if package.hashes.contains(&sha256_hex(&bytes)) {
+            let sha256 = sha256_hex(&bytes);
+            if package.sha256.iter().any(|allowed| allowed.hex() == sha256) {
                 wheels.push((file.filename.clone(), bytes));
             }
         }
@@ -679,14 +639,21 @@ mod team_index_tests {
 
     #[test]
     fn a_lock_says_where_each_package_is_from() {
-        let lock = "einops==0.8.1 \\\n    --hash=sha256:aa \\\n    --hash=sha256:bb\n    # via -r requirements.in\n    # from https://pypi.org/simple\nteam_lib==0.1.0 \\\n    --hash=sha256:cc\n    # from http://127.0.0.1:9/simple\n";
-        let packages = locked_packages(lock);
+        let (aa, bb, cc) = ("a".repeat(64), "b".repeat(64), "c".repeat(64));
+        let lock = format!("einops==0.8.1 \\\n    --hash=sha256:{aa} \\\n    --hash=sha256:{bb}\n    # via -r requirements.in\n    # from https://pypi.org/simple\nteam_lib==0.1.0 \\\n    --hash=sha256:{cc}\n    # from http://127.0.0.1:9/simple\n");
+        let packages = locked_packages(&lock).unwrap();
         assert_eq!(packages.len(), 2);
-        assert_eq!(packages[0].hashes, ["aa", "bb"]);
-        assert_eq!(packages[1].name, "team-lib");
+        let hashes: Vec<&str> = packages[0].sha256.iter().map(|hash| hash.hex()).collect();
+        assert_eq!(hashes, [aa.as_str(), bb.as_str()]);
+        assert_eq!(packages[1].name.as_ref(), "team-lib");
         assert_eq!(
-            packages[1].from.as_deref(),
+            packages[1].index.as_deref(),
             Some("http://127.0.0.1:9/simple")
+        );
+        let error = locked_packages("einops==0.8.1 --hash=sha256:aa\n").unwrap_err();
+        assert!(
+            error.to_string().starts_with("the lock, line 1: "),
+            "{error}"
         );
     }
 

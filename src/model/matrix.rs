@@ -1287,11 +1287,18 @@ fn check_base_image_pattern(pattern: &str) -> Result<(), String> {
     check_image_reference(&sample)
 }
 
-/// A full image reference `host/repo:tag` or `repo@sha256:...`.
+/// An image reference (`host/repo:tag`, `repo@sha256:...`, or a repository alone), parsed by
+/// Docker's reference grammar (`imagegen_oci::Reference`, as dockerd reads it). A Dockerfile
+/// takes the text as written, so the parsed value must show as that very text: the grammar
+/// leaves no room for a space, a quote or a `$`, and nothing is filled in.
 pub(crate) fn check_image_reference(value: &str) -> Result<(), String> {
-    let allowed = |c: char| c.is_ascii_alphanumeric() || "._-/:@".contains(c);
-    if value.is_empty() || value.chars().any(|c| !allowed(c)) || value.starts_with('-') {
-        return Err(format!("{value:?} is not a valid image reference"));
+    let reference: imagegen_oci::Reference = value
+        .parse()
+        .map_err(|error: imagegen_oci::ReferenceError| error.to_string())?;
+    if reference.to_string() != value {
+        return Err(format!(
+            "{value:?} reads as the image reference {reference}, not as written"
+        ));
     }
     Ok(())
 }
@@ -1813,7 +1820,34 @@ mod tests {
         let error = error_of(&format!(
             "{MINIMAL}base_images:\n  runtime: \"x/y:1 && curl\"\n"
         ));
-        assert!(error.contains("not a valid image reference"), "{error}");
+        assert!(
+            error.contains(r#""x/y:1 && curl" is not an image reference: the tag"#),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn image_references_are_read_by_dockers_grammar() {
+        let digest = format!("sha256:{}", "e".repeat(64));
+        for good in [
+            "nvidia/cuda:13.0.2-runtime-ubuntu24.04".to_string(),
+            "127.0.0.1:5000/team/pytorch".to_string(),
+            format!("docker.io/library/ubuntu:22.04@{digest}"),
+            format!("ubuntu@{digest}"),
+        ] {
+            assert_eq!(check_image_reference(&good), Ok(()), "{good}");
+        }
+        for bad in [
+            "",
+            "-x",
+            "x y",
+            "Team/App:1",
+            "x/y:$TAG",
+            "x@sha256:abc",
+            "x:1:2",
+        ] {
+            assert!(check_image_reference(bad).is_err(), "{bad:?} must not pass");
+        }
     }
 
     #[test]

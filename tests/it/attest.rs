@@ -46,7 +46,9 @@ fn independent(project: &Project, public: &Path) -> Output {
         .arg("--key")
         .arg(public)
         .arg("--schema")
-        .arg(repository_root().join("src/attest/gpu-selftest-result.v1.schema.json"))
+        .arg(
+            repository_root().join("crates/imagegen-attest/src/gpu-selftest-result.v1.schema.json"),
+        )
         .output()
         .unwrap()
 }
@@ -109,7 +111,7 @@ async fn signed_attestations_verify_and_every_kind_of_bad_one_is_refused() {
             .await
             .unwrap();
         assert_eq!(
-            served.as_deref(),
+            served.as_ref().map(|digest| digest.as_str()),
             attested["attestations"]["digest"].as_str(),
             "the manifest records the .att digest the registry serves"
         );
@@ -281,7 +283,11 @@ async fn signed_attestations_verify_and_every_kind_of_bad_one_is_refused() {
     let tampered = project.tag("2.7.0", "runtime");
     let other_subject = project.tag("2.7.0", "devel");
     let missing = project.tag("2.8.0", "runtime");
-    let att_of = |tag: &str| attestation_tag(&digest_of(tag));
+    let att_of = |tag: &str| {
+        attestation_tag(&imagegen_attest::Digest::from_sha256(
+            digest_of(tag).sha256_bytes(),
+        ))
+    };
     let original = client
         .get_manifest(repository, &att_of(&tampered))
         .await
@@ -306,7 +312,10 @@ async fn signed_attestations_verify_and_every_kind_of_bad_one_is_refused() {
         .find(|layer| layer["annotations"]["predicateType"] == "https://slsa.dev/provenance/v1")
         .unwrap();
     let blob = client
-        .get_blob(repository, layer["digest"].as_str().unwrap())
+        .get_blob(
+            repository,
+            &Digest::parse(layer["digest"].as_str().unwrap()).unwrap(),
+        )
         .await
         .unwrap()
         .unwrap();
@@ -324,7 +333,7 @@ async fn signed_attestations_verify_and_every_kind_of_bad_one_is_refused() {
     envelope["payload"] = Value::String(engine.encode(changed));
     let bytes = serde_json::to_vec(&envelope).unwrap();
     let new_digest = client.put_blob(repository, bytes.clone()).await.unwrap();
-    layer["digest"] = Value::String(new_digest);
+    layer["digest"] = Value::String(new_digest.to_string());
     layer["size"] = Value::from(bytes.len());
     client
         .put_manifest(

@@ -39,6 +39,7 @@ async fn push_other_image(client: &RegistryClient, repository: &str, tag: &str) 
         )
         .await
         .unwrap()
+        .to_string()
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -301,7 +301,8 @@ async fn push_returns_the_registry_digest_and_labels_are_readable_remotely() {
         client
             .manifest_digest(&repository_path, "t1")
             .await
-            .unwrap(),
+            .unwrap()
+            .map(|digest| digest.to_string()),
         Some(digest.clone()),
         "the push digest is the registry's Docker-Content-Digest"
     );
@@ -367,14 +368,16 @@ async fn push_returns_the_registry_digest_and_labels_are_readable_remotely() {
         client
             .manifest_digest(&repository_path, "alias")
             .await
-            .unwrap(),
+            .unwrap()
+            .map(|digest| digest.to_string()),
         Some(digest.clone())
     );
     assert_eq!(
         client
             .manifest_digest(&repository_path, &digest)
             .await
-            .unwrap(),
+            .unwrap()
+            .map(|digest| digest.to_string()),
         Some(digest.clone()),
         "lookup by digest works too"
     );
@@ -476,7 +479,8 @@ async fn authenticated_registry_needs_credentials_and_never_shows_them() {
         authenticated
             .manifest_digest(&repository_path, "t1")
             .await
-            .unwrap(),
+            .unwrap()
+            .map(|digest| digest.to_string()),
         Some(digest)
     );
     let remote_labels = authenticated

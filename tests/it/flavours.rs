@@ -552,7 +552,11 @@ async fn flavour_images_build_push_record_run_in_k8s_and_roll_back_like_any_imag
     let path = imagegen::docker::repository_path_of(&project.repository);
     let first = digest(&manifest, &old_tools);
     assert_eq!(
-        client.manifest_digest(path, ALIAS).await.unwrap(),
+        client
+            .manifest_digest(path, ALIAS)
+            .await
+            .unwrap()
+            .map(|digest| digest.to_string()),
         Some(first.clone())
     );
     let k8s = |project: &Project| {
@@ -601,7 +605,11 @@ async fn flavour_images_build_push_record_run_in_k8s_and_roll_back_like_any_imag
         );
     }
     assert_eq!(
-        client.manifest_digest(path, ALIAS).await.unwrap(),
+        client
+            .manifest_digest(path, ALIAS)
+            .await
+            .unwrap()
+            .map(|digest| digest.to_string()),
         Some(second.clone())
     );
     // Rolled back: the registry serves the first flavour image again, the manifest says so, and
@@ -612,7 +620,11 @@ async fn flavour_images_build_push_record_run_in_k8s_and_roll_back_like_any_imag
         .unwrap();
     assert_code(&rollback, 0);
     assert_eq!(
-        client.manifest_digest(path, ALIAS).await.unwrap(),
+        client
+            .manifest_digest(path, ALIAS)
+            .await
+            .unwrap()
+            .map(|digest| digest.to_string()),
         Some(first.clone())
     );
     assert_eq!(

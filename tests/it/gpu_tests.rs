@@ -243,7 +243,8 @@ async fn images_built_without_gpus_are_tested_elsewhere_and_aliases_move_once_th
                 .manifest_digest(&project.repository, alias)
                 .await
                 .unwrap()
-                .as_deref(),
+                .as_ref()
+                .map(|digest| digest.as_str()),
             Some(digest.as_str()),
             "{alias} after the policy held"
         );

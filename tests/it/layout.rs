@@ -782,7 +782,7 @@ fn the_edge_crates_are_leaves_imagegen_depends_on() {
         .filter(|(_, (manifest, _))| manifest.starts_with(&crates_dir))
         .map(|(name, _)| name)
         .collect();
-    for expected in ["imagegen-oci", "imagegen-python"] {
+    for expected in ["imagegen-attest", "imagegen-oci", "imagegen-python"] {
         assert!(
             edges.iter().any(|name| *name == expected),
             "{expected} is not a workspace crate under crates/: {edges:?}"

@@ -131,7 +131,10 @@ async fn check_recorded_size(
     let (mut unpacked, mut file_data) = (0u64, 0u64);
     for layer in layers {
         let blob = client
-            .get_blob(&project.repository, layer["digest"].as_str().unwrap())
+            .get_blob(
+                &project.repository,
+                &imagegen::model::digest::Digest::parse(layer["digest"].as_str().unwrap()).unwrap(),
+            )
             .await
             .unwrap()
             .expect("the layer blob is in the registry");

@@ -111,7 +111,8 @@ async fn plan_upgrade_roll_back_and_refuse_to_go_backwards() {
             .manifest_digest(&project.repository, ALIAS)
             .await
             .unwrap()
-            .as_deref(),
+            .as_ref()
+            .map(|digest| digest.as_str()),
         Some(new_digest.as_str())
     );
 
@@ -144,7 +145,8 @@ async fn plan_upgrade_roll_back_and_refuse_to_go_backwards() {
             .manifest_digest(&project.repository, ALIAS)
             .await
             .unwrap()
-            .as_deref(),
+            .as_ref()
+            .map(|digest| digest.as_str()),
         Some(old_digest.as_str())
     );
     let manifest = project.manifest();
@@ -166,7 +168,8 @@ async fn plan_upgrade_roll_back_and_refuse_to_go_backwards() {
             .manifest_digest(&project.repository, ALIAS)
             .await
             .unwrap()
-            .as_deref(),
+            .as_ref()
+            .map(|digest| digest.as_str()),
         Some(new_digest.as_str())
     );
     let unknown = project
@@ -236,7 +239,8 @@ async fn plan_upgrade_roll_back_and_refuse_to_go_backwards() {
             .manifest_digest(&project.repository, ALIAS)
             .await
             .unwrap()
-            .as_deref(),
+            .as_ref()
+            .map(|digest| digest.as_str()),
         Some(new_digest.as_str()),
         "the alias stayed"
     );
@@ -283,7 +287,8 @@ async fn full_tags_are_immutable_in_the_registry() {
             .manifest_digest(&project.repository, &tag)
             .await
             .unwrap()
-            .as_deref(),
+            .as_ref()
+            .map(|digest| digest.as_str()),
         Some(pushed.as_str()),
         "the registry is unchanged"
     );

@@ -1,4 +1,5 @@
-//! imagegen's OCI registry edge, for what the Docker daemon cannot answer: [`Reference`], an image
+//! imagegen's OCI registry edge, for what the Docker daemon cannot answer: [`Digest`], a content
+//! digest (`sha256:` and 64 hex digits) checked when made; [`Reference`], an image
 //! reference parsed once by the `distribution/reference` grammar; [`RegistryClient`], a small
 //! client of the distribution API (registry v2) over HTTP(S) (whether a tag exists and under
 //! which digest, image labels, raw manifests, blobs, OCI 1.1 referrers); [`Registries`], the one
@@ -29,6 +30,7 @@
 
 mod auth;
 mod credentials;
+mod digest;
 mod error;
 mod reference;
 mod registries;
@@ -36,6 +38,7 @@ mod registry;
 mod retry;
 
 pub use credentials::{Credentials, DockerConfig};
+pub use digest::{Digest, DigestError};
 pub use error::RegistryError;
 pub use reference::{registry_host_of, repository_path_of, Reference, ReferenceError, DOCKER_HUB};
 pub use registries::Registries;

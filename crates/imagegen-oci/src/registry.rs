@@ -16,7 +16,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sha2::{Digest, Sha256};
+use url::{Host, Url};
+
+use crate::digest::Digest;
 
 use crate::credentials::Credentials;
 use crate::error::RegistryError;
@@ -46,8 +48,8 @@ pub(super) const MAX_BODY_BYTES: u64 = 64 << 20;
 pub struct RegistryManifest {
     pub media_type: String,
     pub bytes: Vec<u8>,
-    /// `sha256:...` of `bytes`, as the registry reports it.
-    pub digest: String,
+    /// The digest of `bytes` (checked against what the registry reports).
+    pub digest: Digest,
 }
 
 /// A client for one registry host. Cheap to clone; clones share the token cache.
@@ -119,34 +121,48 @@ pub(super) struct TransportFailure {
     pub(super) timeout: bool,
 }
 
-fn sha256_digest(bytes: &[u8]) -> String {
-    let hash = Sha256::digest(bytes);
-    let hex: String = hash.iter().map(|byte| format!("{byte:02x}")).collect();
-    format!("sha256:{hex}")
+/// The `Docker-Content-Digest` of an answer, when it is a digest.
+fn reported_digest(answer: &Answer) -> Option<Digest> {
+    answer
+        .digest_header
+        .as_deref()
+        .and_then(|text| Digest::parse(text).ok())
 }
 
-/// The request path that closes an upload at `location` (absolute on this registry, or a
-/// path) with `digest`; `None` when the location is on another host.
-fn upload_path(base_url: &str, location: &str, digest: &str) -> Option<String> {
-    let path = if location.starts_with('/') {
-        location.to_string()
-    } else {
-        location.strip_prefix(base_url)?.to_string()
+/// The request path that closes an upload at `location` (an absolute URL or a path, resolved
+/// against `base_url` as a browser would) with `digest`; `None` when the location is on another
+/// origin (scheme, host and port), where this client's credentials must not go.
+fn upload_path(base_url: &str, location: &str, digest: &Digest) -> Option<String> {
+    let base = Url::parse(base_url).ok()?;
+    let target = base.join(location).ok()?;
+    if target.origin() != base.origin() {
+        return None;
+    }
+    // A digest is `sha256:` and hex digits: nothing in it needs escaping in a query.
+    let query = match target.query() {
+        Some(query) => format!("{query}&digest={digest}"),
+        None => format!("digest={digest}"),
     };
-    let separator = if path.contains('?') { '&' } else { '?' };
-    Some(format!("{path}{separator}digest={digest}"))
+    Some(format!("{}?{query}", target.path()))
 }
 
-fn is_loopback_host(host: &str) -> bool {
-    let name = if host.starts_with('[') {
-        host.split(']')
-            .next()
-            .unwrap_or(host)
-            .trim_start_matches('[')
-    } else {
-        host.split(':').next().unwrap_or(host)
-    };
-    name == "localhost" || name == "::1" || name.starts_with("127.")
+/// Whether `url`'s host is this machine: `localhost`, `127.0.0.0/8` or `::1`.
+fn is_loopback(url: &Url) -> bool {
+    match url.host() {
+        Some(Host::Domain(name)) => name == "localhost",
+        Some(Host::Ipv4(address)) => address.is_loopback(),
+        Some(Host::Ipv6(address)) => address.is_loopback(),
+        None => false,
+    }
+}
+
+/// `host[:port]` of `url`, IPv6 addresses in brackets, the scheme's default port left out.
+fn host_and_port(url: &Url) -> Option<String> {
+    let host = url.host_str()?;
+    Some(match url.port() {
+        Some(port) => format!("{host}:{port}"),
+        None => host.to_string(),
+    })
 }
 
 /// imagegen's HTTP(S) client: the platform's trust store, like dockerd (a registry or a package
@@ -224,16 +240,30 @@ impl RegistryClient {
     /// A client for `host` (`registry.example.com`, `127.0.0.1:5000`). A leading `http://` or
     /// `https://` forces the scheme; otherwise loopback hosts use HTTP and others HTTPS.
     pub fn new(host: &str, credentials: Option<Credentials>) -> Self {
-        let (scheme, bare_host) = if let Some(rest) = host.strip_prefix("http://") {
-            ("http", rest)
-        } else if let Some(rest) = host.strip_prefix("https://") {
-            ("https", rest)
-        } else if is_loopback_host(host) {
-            ("http", host)
-        } else {
-            ("https", host)
+        // A URL names its scheme; a bare host (`localhost:5000` reads as a URL of the scheme
+        // `localhost`, so only http and https count) is read as the host of an https URL.
+        let (url, scheme_named) = match Url::parse(host) {
+            Ok(url) if matches!(url.scheme(), "http" | "https") => (Some(url), true),
+            _ => (Url::parse(&format!("https://{host}")).ok(), false),
         };
-        let bare_host = bare_host.trim_end_matches('/');
+        let (scheme, bare_host) = match url
+            .as_ref()
+            .and_then(|url| Some((url, host_and_port(url)?)))
+        {
+            Some((url, bare_host)) => {
+                let scheme = if scheme_named {
+                    url.scheme()
+                } else if is_loopback(url) {
+                    "http"
+                } else {
+                    "https"
+                };
+                (scheme, bare_host)
+            }
+            // Not a host: kept as written, so the first request fails naming it.
+            None => ("https", host.to_string()),
+        };
+        let bare_host = bare_host.as_str();
         // Docker Hub's names are not its API endpoint.
         let api_host = match bare_host {
             "docker.io" | "index.docker.io" => DOCKER_HUB_API_HOST,
@@ -358,7 +388,7 @@ impl RegistryClient {
         &self,
         repository: &str,
         reference: &str,
-    ) -> Result<Option<String>, RegistryError> {
+    ) -> Result<Option<Digest>, RegistryError> {
         let repository = self.api_repository(repository);
         let reference = reference.to_string();
         self.blocking(move |client| {
@@ -376,7 +406,7 @@ impl RegistryClient {
                 return Ok(None);
             }
             client.expect_success(&answer, &action)?;
-            match answer.digest_header {
+            match reported_digest(&answer) {
                 Some(digest) => Ok(Some(digest)),
                 // Some registries omit the header on HEAD; the body's hash is the digest.
                 None => Ok(client
@@ -407,7 +437,7 @@ impl RegistryClient {
         reference: &str,
         media_type: &str,
         bytes: Vec<u8>,
-    ) -> Result<String, RegistryError> {
+    ) -> Result<Digest, RegistryError> {
         let repository = self.api_repository(repository);
         let reference = reference.to_string();
         let media_type = media_type.to_string();
@@ -423,9 +453,7 @@ impl RegistryClient {
                 action: action.clone(),
             })?;
             client.expect_success(&answer, &action)?;
-            Ok(answer
-                .digest_header
-                .unwrap_or_else(|| sha256_digest(&bytes)))
+            Ok(reported_digest(&answer).unwrap_or_else(|| Digest::of(&bytes)))
         })
         .await
     }
@@ -438,10 +466,10 @@ impl RegistryClient {
         repository: &str,
         media_type: &str,
         bytes: Vec<u8>,
-    ) -> Result<(String, bool), RegistryError> {
+    ) -> Result<(Digest, bool), RegistryError> {
         let repository = self.api_repository(repository);
         let media_type = media_type.to_string();
-        let reference = sha256_digest(&bytes);
+        let reference = Digest::of(&bytes);
         self.blocking(move |client| {
             let action = format!("storing referrer {repository}@{reference}");
             let answer = client.send(Call {
@@ -455,7 +483,7 @@ impl RegistryClient {
             })?;
             client.expect_success(&answer, &action)?;
             let indexed = answer.oci_subject.is_some();
-            Ok((answer.digest_header.unwrap_or(reference), indexed))
+            Ok((reported_digest(&answer).unwrap_or(reference), indexed))
         })
         .await
     }
@@ -474,9 +502,9 @@ impl RegistryClient {
     }
 
     /// Whether the registry holds blob `digest` in `repository` (a `HEAD`).
-    pub async fn has_blob(&self, repository: &str, digest: &str) -> Result<bool, RegistryError> {
+    pub async fn has_blob(&self, repository: &str, digest: &Digest) -> Result<bool, RegistryError> {
         let repository = self.api_repository(repository);
-        let digest = digest.to_string();
+        let digest = digest.clone();
         self.blocking(move |client| {
             let action = format!("looking for blob {digest} in {repository}");
             let scope = format!("repository:{repository}:pull");
@@ -497,11 +525,11 @@ impl RegistryClient {
         &self,
         repository: &str,
         bytes: impl Into<bytes::Bytes>,
-    ) -> Result<String, RegistryError> {
+    ) -> Result<Digest, RegistryError> {
         let repository = self.api_repository(repository);
         let bytes: bytes::Bytes = bytes.into();
         self.blocking(move |client| {
-            let digest = sha256_digest(&bytes);
+            let digest = Digest::of(&bytes);
             let action = format!("uploading blob {digest} to {repository}");
             let scope = format!("repository:{repository}:pull,push");
             let exists = client.head_blob(&repository, &digest, scope.clone(), &action)?;
@@ -547,10 +575,10 @@ impl RegistryClient {
     pub async fn get_blob(
         &self,
         repository: &str,
-        digest: &str,
+        digest: &Digest,
     ) -> Result<Option<Vec<u8>>, RegistryError> {
         let repository = self.api_repository(repository);
-        let digest = digest.to_string();
+        let digest = digest.clone();
         self.blocking(move |client| {
             let action = format!("reading blob {digest} of {repository}");
             let answer = client.send(Call {
@@ -566,7 +594,7 @@ impl RegistryClient {
                 return Ok(None);
             }
             client.expect_success(&answer, &action)?;
-            if sha256_digest(&answer.body) != digest {
+            if Digest::of(&answer.body) != digest {
                 return Err(
                     client.protocol_error(&action, format!("the blob does not hash to {digest}"))
                 );
@@ -580,7 +608,7 @@ impl RegistryClient {
     fn head_blob(
         &self,
         repository: &str,
-        digest: &str,
+        digest: &Digest,
         scope: String,
         action: &str,
     ) -> Result<Answer, RegistryError> {
@@ -614,9 +642,9 @@ impl RegistryClient {
             return Ok(None);
         }
         self.expect_success(&answer, &action)?;
-        let computed = sha256_digest(&answer.body);
-        if let Some(reported) = &answer.digest_header {
-            if reported.starts_with("sha256:") && *reported != computed {
+        let computed = Digest::of(&answer.body);
+        if let Some(reported) = reported_digest(&answer) {
+            if reported != computed {
                 return Err(self.protocol_error(
                     &action,
                     format!("the manifest hashes to {computed}, but the registry says {reported}"),
@@ -673,10 +701,11 @@ impl RegistryClient {
         }
         let config_digest = document["config"]["digest"]
             .as_str()
-            .ok_or_else(|| {
-                self.protocol_error(&action, "the manifest has no config digest".into())
-            })?
-            .to_string();
+            .ok_or_else(|| self.protocol_error(&action, "the manifest has no config digest".into()))
+            .and_then(|text| {
+                Digest::parse(text)
+                    .map_err(|error| self.protocol_error(&action, format!("the config: {error}")))
+            })?;
         let answer = self.send(Call {
             method: "GET",
             path: format!("/v2/{repository}/blobs/{config_digest}"),
@@ -687,7 +716,7 @@ impl RegistryClient {
             action: action.clone(),
         })?;
         self.expect_success(&answer, &action)?;
-        if sha256_digest(&answer.body) != config_digest {
+        if Digest::of(&answer.body) != config_digest {
             return Err(self.protocol_error(
                 &action,
                 format!("the config blob does not hash to {config_digest}"),
@@ -917,22 +946,28 @@ mod tests {
     #[test]
     fn an_upload_closes_at_its_location_on_this_registry_only() {
         let base = "http://127.0.0.1:5000";
+        let digest = Digest::of(b"blob");
         assert_eq!(
             upload_path(
                 base,
                 "http://127.0.0.1:5000/v2/r/blobs/uploads/u?_state=s",
-                "sha256:d"
+                &digest
             ),
-            Some("/v2/r/blobs/uploads/u?_state=s&digest=sha256:d".to_string())
+            Some(format!("/v2/r/blobs/uploads/u?_state=s&digest={digest}"))
         );
         assert_eq!(
-            upload_path(base, "/v2/r/blobs/uploads/u", "sha256:d"),
-            Some("/v2/r/blobs/uploads/u?digest=sha256:d".to_string())
+            upload_path(base, "/v2/r/blobs/uploads/u", &digest),
+            Some(format!("/v2/r/blobs/uploads/u?digest={digest}"))
         );
-        assert_eq!(
-            upload_path(base, "http://evil.example/v2/x", "sha256:d"),
-            None
-        );
+        // Another host, another port, another scheme: not this registry.
+        for elsewhere in [
+            "http://evil.example/v2/x",
+            "http://127.0.0.1:5001/v2/x",
+            "https://127.0.0.1:5000/v2/x",
+            "//evil.example/v2/x",
+        ] {
+            assert_eq!(upload_path(base, elsewhere, &digest), None, "{elsewhere}");
+        }
     }
 
     #[test]
@@ -971,11 +1006,26 @@ mod tests {
     }
 
     #[test]
-    fn digest_is_sha256_of_bytes() {
-        assert_eq!(
-            sha256_digest(b""),
-            "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
-        );
+    fn a_host_or_a_url_names_the_registry() {
+        for (named, base_url, host) in [
+            ("127.0.0.5:5000", "http://127.0.0.5:5000", "127.0.0.5:5000"),
+            ("localhost", "http://localhost", "localhost"),
+            (
+                "https://127.0.0.1:5000/",
+                "https://127.0.0.1:5000",
+                "127.0.0.1:5000",
+            ),
+            (
+                "registry.example:5000",
+                "https://registry.example:5000",
+                "registry.example:5000",
+            ),
+            ("http://[::1]:5000", "http://[::1]:5000", "[::1]:5000"),
+        ] {
+            let client = RegistryClient::new(named, None);
+            assert_eq!(client.inner.base_url, base_url, "{named}");
+            assert_eq!(client.host(), host, "{named}");
+        }
     }
 
     /// A request as the fake server saw it.
@@ -1071,7 +1121,10 @@ mod tests {
                 200,
                 vec![
                     ("Content-Type".into(), MEDIA_TYPE_OCI_MANIFEST.into()),
-                    ("Docker-Content-Digest".into(), sha256_digest(MANIFEST)),
+                    (
+                        "Docker-Content-Digest".into(),
+                        Digest::of(MANIFEST).to_string(),
+                    ),
                 ],
                 if request.method == "HEAD" {
                     vec![]
@@ -1105,7 +1158,7 @@ mod tests {
         assert_eq!(manifest.media_type, MEDIA_TYPE_OCI_MANIFEST);
         assert_eq!(
             client.manifest_digest("team/app", "1").await.unwrap(),
-            Some(sha256_digest(MANIFEST))
+            Some(Digest::of(MANIFEST))
         );
         let token_requests = seen
             .lock()
@@ -1131,7 +1184,7 @@ mod tests {
         );
         assert_eq!(
             client.manifest_digest("team/app", "1").await.unwrap(),
-            Some(sha256_digest(MANIFEST))
+            Some(Digest::of(MANIFEST))
         );
     }
 

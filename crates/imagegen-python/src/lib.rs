@@ -5,16 +5,20 @@
 //! an [`IndexRequirement`] is a PEP 508 requirement (through `pep508_rs`, uv's parser) naming a
 //! package an index serves; [`linux_cpython`] is the marker environment of a CPython on Linux;
 //! [`Target`] says which wheels pip installs on an image's Python and platform; [`wheel_zip`]
-//! reads a wheel's `METADATA` from the few byte ranges an HTTP server hands out.
+//! reads a wheel's `METADATA` from the few byte ranges an HTTP server hands out; [`lock`] reads
+//! the pip requirements file a lock is into [`LockedPackage`]s (name, PEP 440 version, [`Sha256`]
+//! hashes, the index uv took it from).
 //!
 //! Pure and leaf: text and bytes in, values out; no I/O, and nothing of imagegen's. The model
 //! is uv's leaf crates (`uv-normalize`, `uv-pep508`, `uv-distribution-filename`).
 
+pub mod lock;
 mod requirement;
 mod tags;
 mod wheel_filename;
 pub mod wheel_zip;
 
+pub use lock::{parse_lock, LockError, LockedPackage, Sha256, Sha256Error};
 pub use pep508_rs::pep440_rs::{Operator, Version, VersionParseError};
 pub use pep508_rs::{ExtraName, InvalidNameError, MarkerEnvironment, PackageName, Requirement};
 pub use requirement::{

@@ -3,7 +3,7 @@
 
 use anyhow::{Context, Result};
 
-use super::{registry_digest, EngineBuilder, BUILD_KEY_LABEL};
+use super::{EngineBuilder, BUILD_KEY_LABEL};
 use crate::docker::repository_path_of;
 use crate::model::digest::Digest;
 use crate::pipeline::executor::Existing;
@@ -36,7 +36,6 @@ impl EngineBuilder {
                 if labels.get(BUILD_KEY_LABEL).map(String::as_str) == Some(image.build_key.as_str())
                 {
                     if let Some(digest) = client.manifest_digest(path, &image.spec.tag).await? {
-                        let digest = registry_digest(&digest, &image.spec.repository)?;
                         if digest == *recorded {
                             return Ok(Some(Existing::Registry(digest)));
                         }

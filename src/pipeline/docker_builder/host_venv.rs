@@ -295,7 +295,12 @@ impl EngineBuilder {
         let path = repository_path_of(&image.spec.repository);
         let mut layers = Vec::new();
         for layer in &kept.layers {
-            match client.has_blob(path, &layer.digest).await {
+            // A stored digest that is not one names no blob the registry could hold.
+            let held = match Digest::parse(&layer.digest) {
+                Ok(digest) => client.has_blob(path, &digest).await,
+                Err(_) => Ok(false),
+            };
+            match held {
                 Ok(true) => {}
                 Ok(false) => {
                     self.progress.line(

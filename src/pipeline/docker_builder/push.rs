@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use anyhow::{anyhow, Result};
 
-use super::{rate, registry_digest, EngineBuilder, BUILD_KEY_LABEL, PROGRESS_EVERY};
+use super::{rate, EngineBuilder, BUILD_KEY_LABEL, PROGRESS_EVERY};
 use crate::docker::{repository_path_of, RegistryClient, RegistryManifest};
 use crate::history::manifest::human_bytes;
 use crate::model::digest::Digest;
@@ -29,7 +29,7 @@ impl EngineBuilder {
                 // The same content is there already (pushed by an earlier or a concurrent run):
                 // pushing this build again would replace the tag's digest under the others.
                 if let Some(manifest) = client.get_manifest(path, tag).await? {
-                    let digest = registry_digest(&manifest.digest, repository)?;
+                    let digest = manifest.digest.clone();
                     self.progress.line(
                         tag,
                         &format!("== {repository}:{tag} is in the registry with this build key already ({digest}); not pushed again"),
@@ -50,7 +50,7 @@ impl EngineBuilder {
             .iter()
             .filter(|layer| layer.gzip.is_none())
         {
-            if !client.has_blob(path, layer.digest.as_str()).await? {
+            if !client.has_blob(path, &layer.digest).await? {
                 self.progress.line(
                     tag,
                     &format!(
@@ -87,7 +87,7 @@ impl EngineBuilder {
                 client.host()
             )
         })?;
-        let digest = registry_digest(&served.digest, repository)?;
+        let digest = served.digest.clone();
         if digest != pushed {
             anyhow::bail!(
                 "the registry serves {repository}:{tag} as {digest} right after this run pushed {pushed}: another run pushed the tag at the same time"
@@ -193,7 +193,6 @@ impl EngineBuilder {
         let written = client
             .put_manifest(path, tag, MEDIA_TYPE_MANIFEST, normalized.manifest.clone())
             .await?;
-        let written = registry_digest(&written, repository)?;
         if written != normalized.manifest_digest {
             anyhow::bail!(
                 "the registry stored {repository}:{tag} as {written}, not as its manifest's digest {}",

@@ -8,31 +8,34 @@ use std::collections::BTreeMap;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 
-use super::cosign::{LayerRef, DSSE_MEDIA_TYPE, SIGNATURE_ANNOTATION};
-use super::dsse::{parse_envelope, Verifier};
-use super::statement::{parse_statement, Statement};
-use super::PredicateKind;
-use crate::model::digest::Digest;
+use crate::cosign::{
+    attestation_tag, signature_tag, LayerRef, DSSE_MEDIA_TYPE, PREDICATE_TYPE_ANNOTATION,
+    SIGNATURE_ANNOTATION,
+};
+use crate::digest::Digest;
+use crate::dsse::{parse_envelope, Verifier};
+use crate::statement::{parse_statement, Statement};
+use crate::PredicateKind;
 
 /// A layer with its bytes, as fetched.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Fetched {
-    pub(crate) layer: LayerRef,
-    pub(crate) bytes: Vec<u8>,
+pub struct Fetched {
+    pub layer: LayerRef,
+    pub bytes: Vec<u8>,
 }
 
 /// The verdict on one image.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct ImageCheck {
+pub struct ImageCheck {
     /// The statements that verified, by kind.
-    pub(crate) statements: BTreeMap<PredicateKind, Statement>,
+    pub statements: BTreeMap<PredicateKind, Statement>,
     /// What is missing or bad, each naming what; empty when the image is whole.
-    pub(crate) problems: Vec<String>,
+    pub problems: Vec<String>,
 }
 
 /// Checks the attestation layers (`None`: no `.att` tag) and signature layers (`None`: no
 /// `.sig` tag) served for the image whose digest the registry serves as `served`.
-pub(crate) fn check_image(
+pub fn check_image(
     served: &Digest,
     attestations: Option<&[Fetched]>,
     signatures: Option<&[Fetched]>,
@@ -42,7 +45,7 @@ pub(crate) fn check_image(
     match attestations {
         None => check.problems.push(format!(
             "no attestations: the registry has no tag {}",
-            super::cosign::attestation_tag(served)
+            attestation_tag(served)
         )),
         Some(layers) => {
             for fetched in layers {
@@ -62,7 +65,7 @@ pub(crate) fn check_image(
     match signatures {
         None => check.problems.push(format!(
             "signature: missing: the registry has no tag {}",
-            super::cosign::signature_tag(served)
+            signature_tag(served)
         )),
         Some(layers) => {
             let verified = layers.iter().any(|fetched| {
@@ -100,7 +103,7 @@ fn check_attestation(
     let annotated = fetched
         .layer
         .annotations
-        .get("predicateType")
+        .get(PREDICATE_TYPE_ANNOTATION)
         .cloned()
         .unwrap_or_default();
     let label = PredicateKind::from_uri(&annotated)

@@ -1,8 +1,9 @@
 //! DSSE envelopes (<https://github.com/secure-systems-lab/dsse/blob/v1.0.0/envelope.md>) signed
 //! with ECDSA P-256 over SHA-256, the signature in ASN.1 DER as cosign and securesystemslib
 //! write it. Keys arrive as PEM text (PKCS#8 `PRIVATE KEY` or SEC1 `EC PRIVATE KEY`; public
-//! keys as `PUBLIC KEY`); no message here ever holds key material. The key id is the sha256 of
-//! the public key's DER SubjectPublicKeyInfo, in hex.
+//! keys as `PUBLIC KEY`); no message here ever holds key material. The key id ([`KeyId`]) is the
+//! sha256 of the public key's DER SubjectPublicKeyInfo, in hex, as cosign and securesystemslib
+//! compute it.
 
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
@@ -11,32 +12,34 @@ use p256::ecdsa::{Signature, SigningKey, VerifyingKey};
 use p256::pkcs8::{DecodePrivateKey as _, DecodePublicKey as _, EncodePublicKey as _, LineEnding};
 use serde::{Deserialize, Serialize};
 
-use crate::model::digest::Digest;
+use crate::digest::Digest;
 
 /// The DSSE payload type of an in-toto statement.
-pub(crate) const PAYLOAD_TYPE: &str = "application/vnd.in-toto+json";
+pub const PAYLOAD_TYPE: &str = "application/vnd.in-toto+json";
 
 /// A DSSE envelope as stored in the registry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Envelope {
+pub struct Envelope {
     #[serde(rename = "payloadType")]
-    pub(crate) payload_type: String,
+    pub payload_type: String,
     /// Base64 (standard, padded) of the payload bytes.
-    pub(crate) payload: String,
-    pub(crate) signatures: Vec<EnvelopeSignature>,
+    pub payload: String,
+    pub signatures: Vec<EnvelopeSignature>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct EnvelopeSignature {
+pub struct EnvelopeSignature {
+    /// The signer's key id as the envelope names it (anyone's text: it is not trusted, the
+    /// signature is checked with the key the caller holds).
     #[serde(default)]
-    pub(crate) keyid: String,
+    pub keyid: String,
     /// Base64 of the DER signature over the PAE.
-    pub(crate) sig: String,
+    pub sig: String,
 }
 
 /// Why a key cannot be used. Never holds the key's text.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum KeyError {
+pub enum KeyError {
     #[error("the private key is encrypted; imagegen reads unencrypted PKCS#8 or SEC1 keys (see docs/attestations.md, \"The key\")")]
     Encrypted,
     #[error("the private key is not an ECDSA P-256 key in PEM (`BEGIN PRIVATE KEY` or `BEGIN EC PRIVATE KEY`): {0}")]
@@ -47,7 +50,7 @@ pub(crate) enum KeyError {
 
 /// Why an envelope does not verify.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum EnvelopeError {
+pub enum EnvelopeError {
     #[error("the envelope is not DSSE JSON: {0}")]
     NotJson(String),
     #[error("the payload type is {0:?}, not {PAYLOAD_TYPE:?}")]
@@ -57,7 +60,7 @@ pub(crate) enum EnvelopeError {
     #[error("the envelope has no signature")]
     Unsigned,
     #[error("no signature verifies with key {key_id} ({count} signature(s) tried)")]
-    BadSignature { key_id: String, count: usize },
+    BadSignature { key_id: KeyId, count: usize },
 }
 
 /// The kind of a PEM private key that is not ECDSA P-256, read from the key's own algorithm
@@ -104,10 +107,52 @@ fn other_key_algorithm(text: &str) -> Option<String> {
     Some(format!("{named} (algorithm {algorithm})"))
 }
 
+/// A key id: the sha256 of a public key's DER SubjectPublicKeyInfo, 64 hex digits (what a DSSE
+/// signature's `keyid` and cosign's key ids hold). Made only from a key, so it is always one.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct KeyId(Digest);
+
+impl KeyId {
+    fn of(key: &VerifyingKey) -> KeyId {
+        let der = key
+            .to_public_key_der()
+            .expect("a P-256 public key always encodes");
+        KeyId(Digest::of(der.as_bytes()))
+    }
+
+    /// The 64 hex digits.
+    pub fn as_str(&self) -> &str {
+        self.0.hex()
+    }
+
+    /// The first 12 hex digits, for tables.
+    pub fn short(&self) -> &str {
+        &self.as_str()[..12]
+    }
+}
+
+impl std::fmt::Display for KeyId {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str(self.as_str())
+    }
+}
+
+impl Serialize for KeyId {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl PartialEq<str> for KeyId {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
 /// A signing key and its key id.
-pub(crate) struct Signer {
+pub struct Signer {
     key: SigningKey,
-    key_id: String,
+    key_id: KeyId,
 }
 
 impl std::fmt::Debug for Signer {
@@ -118,7 +163,7 @@ impl std::fmt::Debug for Signer {
 
 impl Signer {
     /// Reads a PEM private key.
-    pub(crate) fn from_pem(text: &str) -> Result<Signer, KeyError> {
+    pub fn from_pem(text: &str) -> Result<Signer, KeyError> {
         let text = text.trim();
         if text.contains("ENCRYPTED") {
             return Err(KeyError::Encrypted);
@@ -139,16 +184,16 @@ impl Signer {
                 KeyError::NotPrivateKey(error.to_string())
             })?
         };
-        let key_id = key_id(key.verifying_key());
+        let key_id = KeyId::of(key.verifying_key());
         Ok(Signer { key, key_id })
     }
 
-    pub(crate) fn key_id(&self) -> &str {
+    pub fn key_id(&self) -> &KeyId {
         &self.key_id
     }
 
     /// The public half, as verification needs it.
-    pub(crate) fn verifier(&self) -> Verifier {
+    pub fn verifier(&self) -> Verifier {
         Verifier {
             key: *self.key.verifying_key(),
             key_id: self.key_id.clone(),
@@ -156,19 +201,19 @@ impl Signer {
     }
 
     /// The DER signature over `message`.
-    pub(crate) fn sign_bytes(&self, message: &[u8]) -> Vec<u8> {
+    pub fn sign_bytes(&self, message: &[u8]) -> Vec<u8> {
         let signature: Signature = self.key.sign(message);
         signature.to_der().as_bytes().to_vec()
     }
 
     /// Signs `payload` (an in-toto statement) as a DSSE envelope.
-    pub(crate) fn sign(&self, payload: &[u8]) -> Envelope {
+    pub fn sign(&self, payload: &[u8]) -> Envelope {
         let signature = self.sign_bytes(&pae(PAYLOAD_TYPE, payload));
         Envelope {
             payload_type: PAYLOAD_TYPE.to_string(),
             payload: BASE64.encode(payload),
             signatures: vec![EnvelopeSignature {
-                keyid: self.key_id.clone(),
+                keyid: self.key_id.to_string(),
                 sig: BASE64.encode(signature),
             }],
         }
@@ -177,40 +222,40 @@ impl Signer {
 
 /// A public key and its key id.
 #[derive(Debug, Clone)]
-pub(crate) struct Verifier {
+pub struct Verifier {
     key: VerifyingKey,
-    key_id: String,
+    key_id: KeyId,
 }
 
 impl Verifier {
     /// Reads a PEM public key (`BEGIN PUBLIC KEY`, as `openssl ec -pubout` writes it).
-    pub(crate) fn from_pem(text: &str) -> Result<Verifier, KeyError> {
+    pub fn from_pem(text: &str) -> Result<Verifier, KeyError> {
         let key = VerifyingKey::from_public_key_pem(text.trim())
             .map_err(|error| KeyError::NotPublicKey(error.to_string()))?;
-        let key_id = key_id(&key);
+        let key_id = KeyId::of(&key);
         Ok(Verifier { key, key_id })
     }
 
-    pub(crate) fn key_id(&self) -> &str {
+    pub fn key_id(&self) -> &KeyId {
         &self.key_id
     }
 
     /// The public key as PEM.
-    pub(crate) fn to_pem(&self) -> String {
+    pub fn to_pem(&self) -> String {
         self.key
             .to_public_key_pem(LineEnding::LF)
             .expect("a P-256 public key always encodes")
     }
 
     /// Whether `signature` (DER) is this key's over `message`.
-    pub(crate) fn verify_bytes(&self, message: &[u8], signature: &[u8]) -> bool {
+    pub fn verify_bytes(&self, message: &[u8], signature: &[u8]) -> bool {
         Signature::from_der(signature)
             .map(|signature| self.key.verify(message, &signature).is_ok())
             .unwrap_or(false)
     }
 
     /// The payload of `envelope` if one of its signatures is this key's over its PAE.
-    pub(crate) fn open(&self, envelope: &Envelope) -> Result<Vec<u8>, EnvelopeError> {
+    pub fn open(&self, envelope: &Envelope) -> Result<Vec<u8>, EnvelopeError> {
         if envelope.payload_type != PAYLOAD_TYPE {
             return Err(EnvelopeError::PayloadType(envelope.payload_type.clone()));
         }
@@ -238,17 +283,17 @@ impl Verifier {
 }
 
 /// Reads an envelope's JSON.
-pub(crate) fn parse_envelope(bytes: &[u8]) -> Result<Envelope, EnvelopeError> {
+pub fn parse_envelope(bytes: &[u8]) -> Result<Envelope, EnvelopeError> {
     serde_json::from_slice(bytes).map_err(|error| EnvelopeError::NotJson(error.to_string()))
 }
 
 /// The envelope's JSON bytes, as pushed.
-pub(crate) fn envelope_bytes(envelope: &Envelope) -> Vec<u8> {
+pub fn envelope_bytes(envelope: &Envelope) -> Vec<u8> {
     serde_json::to_vec(envelope).expect("an envelope always serializes")
 }
 
 /// DSSE's pre-authentication encoding: `DSSEv1 <len> <type> <len> <payload>`.
-pub(crate) fn pae(payload_type: &str, payload: &[u8]) -> Vec<u8> {
+pub fn pae(payload_type: &str, payload: &[u8]) -> Vec<u8> {
     let mut out = format!(
         "DSSEv1 {} {} {} ",
         payload_type.len(),
@@ -260,21 +305,13 @@ pub(crate) fn pae(payload_type: &str, payload: &[u8]) -> Vec<u8> {
     out
 }
 
-/// sha256 of the key's DER SubjectPublicKeyInfo, hex.
-fn key_id(key: &VerifyingKey) -> String {
-    let der = key
-        .to_public_key_der()
-        .expect("a P-256 public key always encodes");
-    Digest::of(der.as_bytes()).hex().to_string()
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
 
     /// Test keys only (tests/fixtures/attest/README.md says how they were made).
-    pub(crate) const TEST_KEY: &str = include_str!("../../tests/fixtures/attest/team.pem");
-    pub(crate) const OTHER_KEY: &str = include_str!("../../tests/fixtures/attest/other.pem");
+    pub(crate) const TEST_KEY: &str = include_str!("../../../tests/fixtures/attest/team.pem");
+    pub(crate) const OTHER_KEY: &str = include_str!("../../../tests/fixtures/attest/other.pem");
 
     #[test]
     fn pae_is_as_the_spec_writes_it() {

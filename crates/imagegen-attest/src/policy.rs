@@ -7,11 +7,11 @@
 
 use serde_json::{json, Value};
 
-use crate::attest::selftest::PREDICATE_TYPE;
+use crate::selftest::PREDICATE_TYPE;
 
 /// The policy named `name` for the images of `repositories` (each `registry/path`), signed by
 /// the PEM public key `public_key`.
-pub(crate) fn cluster_image_policy(name: &str, repositories: &[String], public_key: &str) -> Value {
+pub fn cluster_image_policy(name: &str, repositories: &[String], public_key: &str) -> Value {
     let globs: Vec<Value> = repositories
         .iter()
         .map(|repository| json!({ "glob": format!("{repository}**") }))
@@ -40,7 +40,7 @@ pub(crate) fn cluster_image_policy(name: &str, repositories: &[String], public_k
 /// a wrong type, a missing required field, or a field the schema does not name (which the API
 /// server would prune or refuse), each as `path: problem`.
 #[cfg(test)]
-pub(crate) fn schema_problems(value: &Value, schema: &Value, path: &str) -> Vec<String> {
+fn schema_problems(value: &Value, schema: &Value, path: &str) -> Vec<String> {
     let mut problems = Vec::new();
     let expected = schema.get("type").and_then(Value::as_str);
     let fits = match expected {
@@ -95,7 +95,7 @@ mod tests {
     /// The `v1beta1` openAPIV3Schema of policy-controller's CRD (tests/fixtures/policy-controller).
     fn v1beta1_schema() -> Value {
         let text =
-            include_str!("../../tests/fixtures/policy-controller/300-clusterimagepolicy.yaml");
+            include_str!("../../../tests/fixtures/policy-controller/300-clusterimagepolicy.yaml");
         let crd: Value = serde_yaml::from_str(text).unwrap();
         assert_eq!(crd["spec"]["names"]["kind"], "ClusterImagePolicy");
         assert_eq!(crd["spec"]["group"], "policy.sigstore.dev");

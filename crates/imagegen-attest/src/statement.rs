@@ -4,29 +4,29 @@
 
 use serde_json::{json, Value};
 
-use crate::model::digest::Digest;
+use crate::digest::Digest;
 
-pub(crate) const STATEMENT_TYPE: &str = "https://in-toto.io/Statement/v1";
+pub const STATEMENT_TYPE: &str = "https://in-toto.io/Statement/v1";
 
 /// What a statement is about: an image repository and its manifest digest.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Subject {
+pub struct Subject {
     /// The repository, e.g. `127.0.0.1:5000/team/pytorch` (cosign uses the repository name).
-    pub(crate) name: String,
-    pub(crate) digest: Digest,
+    pub name: String,
+    pub digest: Digest,
 }
 
 /// A statement read back from an envelope's payload.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Statement {
-    pub(crate) subjects: Vec<Subject>,
-    pub(crate) predicate_type: String,
-    pub(crate) predicate: Value,
+pub struct Statement {
+    pub subjects: Vec<Subject>,
+    pub predicate_type: String,
+    pub predicate: Value,
 }
 
 /// Why a payload is not an in-toto statement v1 imagegen can check.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum StatementError {
+pub enum StatementError {
     #[error("the payload is not JSON: {0}")]
     NotJson(String),
     #[error("`_type` is {found:?}, not {STATEMENT_TYPE:?}")]
@@ -40,7 +40,7 @@ pub(crate) enum StatementError {
 }
 
 /// The statement's JSON.
-pub(crate) fn statement(subject: &Subject, predicate_type: &str, predicate: Value) -> Value {
+pub fn statement(subject: &Subject, predicate_type: &str, predicate: Value) -> Value {
     json!({
         "_type": STATEMENT_TYPE,
         "subject": [{
@@ -53,17 +53,13 @@ pub(crate) fn statement(subject: &Subject, predicate_type: &str, predicate: Valu
 }
 
 /// The statement's bytes, as signed: compact JSON with sorted keys.
-pub(crate) fn statement_bytes(
-    subject: &Subject,
-    predicate_type: &str,
-    predicate: Value,
-) -> Vec<u8> {
+pub fn statement_bytes(subject: &Subject, predicate_type: &str, predicate: Value) -> Vec<u8> {
     serde_json::to_vec(&statement(subject, predicate_type, predicate))
         .expect("a JSON value always serializes")
 }
 
 /// Reads a statement back, checking its type and that every subject names a sha256 digest.
-pub(crate) fn parse_statement(bytes: &[u8]) -> Result<Statement, StatementError> {
+pub fn parse_statement(bytes: &[u8]) -> Result<Statement, StatementError> {
     let value: Value = serde_json::from_slice(bytes)
         .map_err(|error| StatementError::NotJson(error.to_string()))?;
     let found = value["_type"].as_str().unwrap_or_default();
@@ -79,11 +75,9 @@ pub(crate) fn parse_statement(bytes: &[u8]) -> Result<Statement, StatementError>
     let mut subjects = Vec::new();
     for (index, entry) in entries.iter().enumerate() {
         let hex = entry["digest"]["sha256"].as_str().unwrap_or_default();
-        let digest = Digest::parse(&format!("sha256:{hex}")).map_err(|error| {
-            StatementError::BadSubject {
-                index,
-                reason: error.to_string(),
-            }
+        let digest = Digest::parse_hex(hex).map_err(|error| StatementError::BadSubject {
+            index,
+            reason: error.to_string(),
         })?;
         subjects.push(Subject {
             name: entry["name"].as_str().unwrap_or_default().to_string(),

@@ -10,15 +10,14 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
 
-use crate::model::digest::Digest;
+use crate::digest::Digest;
 
-pub(crate) const DSSE_MEDIA_TYPE: &str = "application/vnd.dsse.envelope.v1+json";
-pub(crate) const SIMPLE_SIGNING_MEDIA_TYPE: &str =
-    "application/vnd.dev.cosign.simplesigning.v1+json";
-pub(crate) const SIGNATURE_ANNOTATION: &str = "dev.cosignproject.cosign/signature";
-pub(crate) const PREDICATE_TYPE_ANNOTATION: &str = "predicateType";
+pub const DSSE_MEDIA_TYPE: &str = "application/vnd.dsse.envelope.v1+json";
+pub const SIMPLE_SIGNING_MEDIA_TYPE: &str = "application/vnd.dev.cosign.simplesigning.v1+json";
+pub const SIGNATURE_ANNOTATION: &str = "dev.cosignproject.cosign/signature";
+pub const PREDICATE_TYPE_ANNOTATION: &str = "predicateType";
 pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
-pub(crate) const OCI_CONFIG: &str = "application/vnd.oci.image.config.v1+json";
+pub const OCI_CONFIG: &str = "application/vnd.oci.image.config.v1+json";
 
 /// The tag holding the attestations of `digest`.
 pub fn attestation_tag(digest: &Digest) -> String {
@@ -26,34 +25,34 @@ pub fn attestation_tag(digest: &Digest) -> String {
 }
 
 /// The tag holding the signature of `digest`.
-pub(crate) fn signature_tag(digest: &Digest) -> String {
+pub fn signature_tag(digest: &Digest) -> String {
     format!("sha256-{}.sig", digest.hex())
 }
 
 /// One layer: its bytes and how the manifest describes them.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Layer {
-    pub(crate) media_type: String,
-    pub(crate) annotations: BTreeMap<String, String>,
-    pub(crate) bytes: Vec<u8>,
+pub struct Layer {
+    pub media_type: String,
+    pub annotations: BTreeMap<String, String>,
+    pub bytes: Vec<u8>,
 }
 
 impl Layer {
-    pub(crate) fn digest(&self) -> Digest {
+    pub fn digest(&self) -> Digest {
         Digest::of(&self.bytes)
     }
 }
 
 /// An OCI artifact to push: blobs first (config, layers), then the manifest.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Artifact {
-    pub(crate) config: Vec<u8>,
-    pub(crate) layers: Vec<Layer>,
-    pub(crate) manifest: Vec<u8>,
+pub struct Artifact {
+    pub config: Vec<u8>,
+    pub layers: Vec<Layer>,
+    pub manifest: Vec<u8>,
 }
 
 /// A DSSE envelope as an attestation layer.
-pub(crate) fn attestation_layer(envelope: Vec<u8>, predicate_type: &str) -> Layer {
+pub fn attestation_layer(envelope: Vec<u8>, predicate_type: &str) -> Layer {
     let mut annotations = BTreeMap::new();
     annotations.insert(SIGNATURE_ANNOTATION.to_string(), String::new());
     annotations.insert(
@@ -68,7 +67,7 @@ pub(crate) fn attestation_layer(envelope: Vec<u8>, predicate_type: &str) -> Laye
 }
 
 /// cosign's simple-signing payload for `repository@digest`.
-pub(crate) fn simple_signing_payload(repository: &str, digest: &Digest) -> Vec<u8> {
+pub fn simple_signing_payload(repository: &str, digest: &Digest) -> Vec<u8> {
     serde_json::to_vec(&json!({
         "critical": {
             "identity": { "docker-reference": repository },
@@ -81,7 +80,7 @@ pub(crate) fn simple_signing_payload(repository: &str, digest: &Digest) -> Vec<u
 }
 
 /// The signature layer: the payload, its base64 DER signature as the annotation.
-pub(crate) fn signature_layer(payload: Vec<u8>, signature_base64: String) -> Layer {
+pub fn signature_layer(payload: Vec<u8>, signature_base64: String) -> Layer {
     let mut annotations = BTreeMap::new();
     annotations.insert(SIGNATURE_ANNOTATION.to_string(), signature_base64);
     Layer {
@@ -92,7 +91,7 @@ pub(crate) fn signature_layer(payload: Vec<u8>, signature_base64: String) -> Lay
 }
 
 /// The manifest and config (as go-containerregistry writes cosign's) around `layers`.
-pub(crate) fn artifact(layers: Vec<Layer>) -> Artifact {
+pub fn artifact(layers: Vec<Layer>) -> Artifact {
     let diff_ids: Vec<String> = layers.iter().map(|l| l.digest().to_string()).collect();
     let config = serde_json::to_vec(&json!({
         "architecture": "",
@@ -134,14 +133,14 @@ pub(crate) fn artifact(layers: Vec<Layer>) -> Artifact {
 
 /// A layer as a manifest describes it, before its bytes are fetched.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct LayerRef {
-    pub(crate) media_type: String,
-    pub(crate) digest: Digest,
-    pub(crate) annotations: BTreeMap<String, String>,
+pub struct LayerRef {
+    pub media_type: String,
+    pub digest: Digest,
+    pub annotations: BTreeMap<String, String>,
 }
 
 /// The layers a manifest lists.
-pub(crate) fn layer_refs(manifest: &[u8]) -> Result<Vec<LayerRef>, String> {
+pub fn layer_refs(manifest: &[u8]) -> Result<Vec<LayerRef>, String> {
     let value: Value =
         serde_json::from_slice(manifest).map_err(|error| format!("not JSON: {error}"))?;
     let layers = value["layers"]

@@ -8,29 +8,29 @@
 
 use serde_json::{json, Value};
 
-use super::cosign::Artifact;
-use crate::model::digest::Digest;
+use crate::cosign::Artifact;
+use crate::digest::Digest;
 
 /// The `artifactType` of the in-toto attestations (DSSE envelopes, one layer per statement).
-pub(crate) const ATTESTATION_ARTIFACT_TYPE: &str = "application/vnd.in-toto+json";
+pub const ATTESTATION_ARTIFACT_TYPE: &str = "application/vnd.in-toto+json";
 /// The `artifactType` of cosign's simple-signing signature.
-pub(crate) const SIGNATURE_ARTIFACT_TYPE: &str = "application/vnd.dev.cosign.simplesigning.v1+json";
+pub const SIGNATURE_ARTIFACT_TYPE: &str = "application/vnd.dev.cosign.simplesigning.v1+json";
 /// The OCI empty descriptor's media type and content (`{}`), the config of an artifact manifest.
-pub(crate) const EMPTY_MEDIA_TYPE: &str = "application/vnd.oci.empty.v1+json";
-pub(crate) const EMPTY_CONFIG: &[u8] = b"{}";
-const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
-pub(crate) const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
+pub const EMPTY_MEDIA_TYPE: &str = "application/vnd.oci.empty.v1+json";
+pub const EMPTY_CONFIG: &[u8] = b"{}";
+use crate::cosign::OCI_MANIFEST;
+pub const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
 
 /// The subject of a referrer: the image manifest it is about.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct SubjectManifest {
-    pub(crate) media_type: String,
-    pub(crate) digest: Digest,
-    pub(crate) size: u64,
+pub struct SubjectManifest {
+    pub media_type: String,
+    pub digest: Digest,
+    pub size: u64,
 }
 
 /// The referrer manifest of `artifact` (whose blobs are pushed already) about `subject`.
-pub(crate) fn referrer_manifest(
+pub fn referrer_manifest(
     artifact: &Artifact,
     artifact_type: &str,
     subject: &SubjectManifest,
@@ -67,7 +67,7 @@ pub(crate) fn referrer_manifest(
 }
 
 /// The fallback tag of the referrers of `subject`: `sha256-<hex>`.
-pub(crate) fn fallback_tag(subject: &Digest) -> String {
+pub fn fallback_tag(subject: &Digest) -> String {
     format!("sha256-{}", subject.hex())
 }
 
@@ -75,7 +75,7 @@ pub(crate) fn fallback_tag(subject: &Digest) -> String {
 /// same artifact type is replaced (signing again supersedes, as cosign's `.att` tag is replaced);
 /// entries of other types (another tool's referrers) are kept. `existing`: the index the tag
 /// serves now, if any; one that is not an index is an error.
-pub(crate) fn updated_fallback_index(
+pub fn updated_fallback_index(
     existing: Option<&[u8]>,
     manifest: &[u8],
     artifact_type: &str,
@@ -109,7 +109,7 @@ pub(crate) fn updated_fallback_index(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::attest::cosign::{artifact, signature_layer};
+    use crate::cosign::{artifact, signature_layer};
 
     fn subject() -> SubjectManifest {
         SubjectManifest {
