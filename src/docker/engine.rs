@@ -231,6 +231,8 @@ pub struct RunRequest {
     pub labels: BTreeMap<String, String>,
     /// Kill and remove the container after this long; `None` waits indefinitely.
     pub timeout: Option<Duration>,
+    /// Runs the command as this `uid:gid` (or name) instead of the image's `USER`.
+    pub user: Option<String>,
 }
 
 /// What a finished container left behind.
@@ -1285,6 +1287,7 @@ impl Engine {
         };
         let body = ContainerCreateBody {
             image: Some(request.image.clone()),
+            user: request.user.clone(),
             cmd: (!request.cmd.is_empty()).then(|| request.cmd.clone()),
             // The API clears the entrypoint on `[""]`; an empty list would mean "keep it".
             entrypoint: request.entrypoint.as_ref().map(|entrypoint| {
@@ -1351,7 +1354,9 @@ impl Engine {
                 .run_created(&container_id, &request, &container_error)
                 .await?;
             let mut downloaded = Vec::new();
-            if let Some(path) = download {
+            // A command that failed wrote nothing to fetch: its exit code and output are the
+            // caller's to report, not a missing file.
+            if let Some(path) = download.filter(|_| output.exit_code == 0) {
                 let mut archive = Vec::new();
                 let mut stream = self.docker.download_from_container(
                     &container_id,

@@ -19,23 +19,74 @@ pub(crate) struct RollbackTarget {
 /// image or a multi-platform index, current or historical), or `--previous` target of the alias.
 /// The digest the alias points at now is a valid target too: whether anything moves is
 /// the alias transaction's decision, with what the registry serves.
+/// Why `alias` cannot be rolled back when the manifest records no alias of that name: the aliases
+/// it is closest to (a typo), or, when none has moved yet, that aliases move only after a passing
+/// GPU self-test, and which wait for one.
+fn unknown_alias(manifest: &Manifest, alias: &str) -> anyhow::Error {
+    let mut waiting: Vec<&str> = Vec::new();
+    for alias in manifest
+        .images
+        .values()
+        .flat_map(|record| record.awaiting_aliases.iter().map(String::as_str))
+    {
+        if !waiting.contains(&alias) {
+            waiting.push(alias);
+        }
+    }
+    if manifest.aliases.is_empty() {
+        let mut message = format!(
+            "alias {alias} is not in the manifest, which records no alias yet: an alias moves only after its image passed a self-test on GPUs"
+        );
+        if waiting.is_empty() {
+            message.push_str("\nhint: `imagegen build --push` on a machine with GPUs, or `imagegen test` of the pushed images there, moves them");
+        } else {
+            let shown: Vec<&str> = waiting.iter().copied().take(4).collect();
+            message.push_str(&format!(
+                "\nhint: {} wait for a GPU self-test ({}{}); `imagegen test` on a GPU machine, or `imagegen test import` of a report, moves them",
+                if waiting.len() == 1 { "1 alias".to_string() } else { format!("{} aliases", waiting.len()) },
+                shown.join(", "),
+                if waiting.len() > shown.len() { ", …" } else { "" }
+            ));
+        }
+        return anyhow!(message);
+    }
+    let near = crate::model::names::closest(alias, manifest.aliases.keys().map(String::as_str), 3);
+    let mut message = format!("alias {alias} is not in the manifest");
+    if let Some(best) = near.first() {
+        if crate::model::names::edit_distance(alias, best) <= 2.max(alias.len() / 3) {
+            message.push_str(&format!("; did you mean {best}?"));
+        }
+    }
+    message.push_str(&format!(
+        "\nhint: the recorded aliases closest to it: {}{}",
+        near.join(", "),
+        if manifest.aliases.len() > near.len() {
+            format!(
+                " ({} in all: `imagegen verify` lists them)",
+                manifest.aliases.len()
+            )
+        } else {
+            String::new()
+        }
+    ));
+    if waiting.contains(&alias) {
+        message.push_str(&format!(
+            "\nnote: {alias} waits for a GPU self-test of its image: it has not moved yet, so there is nothing to roll back"
+        ));
+    }
+    anyhow!(message)
+}
+
 pub(crate) fn rollback_target(
     manifest: &Manifest,
     alias: &str,
     to: Option<&Digest>,
     previous: bool,
 ) -> Result<RollbackTarget> {
-    let current = manifest.aliases.get(alias).ok_or_else(|| {
-        let known: Vec<&str> = manifest.aliases.keys().map(String::as_str).collect();
-        anyhow!(
-            "alias {alias} is not in the manifest (it records: {})",
-            if known.is_empty() {
-                "no aliases".to_string()
-            } else {
-                known.join(", ")
-            }
-        )
-    })?;
+    let current = manifest
+        .aliases
+        .get(alias)
+        .ok_or_else(|| unknown_alias(manifest, alias))?;
     let digest = match (to, previous) {
         (Some(digest), _) => digest.clone(),
         (None, true) => current
@@ -127,6 +178,47 @@ pub(crate) fn recorded_digest(manifest: &Manifest, text: &str) -> Result<Digest>
 mod tests {
     use super::*;
     use crate::pipeline::record::test_support::{manifest_with, specs_for};
+
+    #[test]
+    fn an_unknown_alias_gets_the_closest_recorded_ones_or_why_none_moved_yet() {
+        let specs = specs_for("2.7.1", "12.6");
+        let tag = specs[0].tag.clone();
+        let manifest = manifest_with(&specs, &[("2.7-runtime", tag.as_str())]);
+        let error = rollback_target(&manifest, "2.7-runtme", None, true)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.starts_with("alias 2.7-runtme is not in the manifest; did you mean 2.7-runtime?\nhint: the recorded aliases closest to it: 2.7-runtime"),
+            "{error}"
+        );
+        // Far from every recorded alias: no guess, the list alone.
+        let error = rollback_target(&manifest, "nightly", None, true)
+            .unwrap_err()
+            .to_string();
+        assert!(!error.contains("did you mean"), "{error}");
+        assert!(error.contains("closest to it: 2.7-runtime"), "{error}");
+
+        // Nothing moved yet: why, and which aliases wait for a GPU self-test.
+        let mut manifest = manifest_with(&specs, &[]);
+        let error = rollback_target(&manifest, "latest", None, true)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("records no alias yet: an alias moves only after its image passed a self-test on GPUs")
+                && error.contains("hint: `imagegen build --push` on a machine with GPUs"),
+            "{error}"
+        );
+        for record in manifest.images.values_mut() {
+            record.awaiting_aliases = vec!["latest".into(), "2.7-runtime".into()];
+        }
+        let error = rollback_target(&manifest, "latest", None, true)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("hint: 2 aliases wait for a GPU self-test (latest, 2.7-runtime)"),
+            "{error}"
+        );
+    }
 
     #[test]
     fn a_short_digest_names_the_one_recorded_digest_it_starts() {

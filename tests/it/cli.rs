@@ -1870,3 +1870,31 @@ fn paths_follow_the_project_and_another_project_is_named_first() {
         selftest.display()
     );
 }
+
+/// A rollback of an alias the manifest does not record, as a user on a machine without GPUs
+/// meets it: nothing moved yet, so it says why and which aliases wait for a GPU self-test; the
+/// manifest is left as it was and the registry is never asked.
+#[test]
+fn rollback_of_an_alias_that_never_moved_says_why_and_what_waits() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["matrix.yaml", "imagegen-manifest.json"] {
+        std::fs::copy(fixture("test-import").join(name), dir.path().join(name)).unwrap();
+    }
+    let before = std::fs::read(dir.path().join("imagegen-manifest.json")).unwrap();
+    let output = imagegen()
+        .current_dir(dir.path())
+        .args(["rollback", "latest", "--previous"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("alias latest is not in the manifest, which records no alias yet: an alias moves only after its image passed a self-test on GPUs")
+            && stderr.contains("hint: 2 aliases wait for a GPU self-test (2.7-runtime, latest)"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read(dir.path().join("imagegen-manifest.json")).unwrap(),
+        before
+    );
+}

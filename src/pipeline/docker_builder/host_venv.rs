@@ -541,6 +541,9 @@ impl EngineBuilder {
             ],
             entrypoint: Some(vec![]),
             timeout: Some(HELPER_TIMEOUT),
+            // As root: the venv is root's, as pip leaves it in the build, and the image's own
+            // `USER` (the matrix's `user:`, last in the Dockerfile) may write none of it.
+            user: Some("0:0".into()),
             labels: self.container_labels("imagegen.host-venv", name),
             ..Default::default()
         };

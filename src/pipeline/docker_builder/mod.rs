@@ -444,6 +444,8 @@ fn selftest_request(
         timeout: Some(SELFTEST_TIMEOUT),
         labels,
         env,
+        // As the image's `USER`: the self-test runs as the team's workloads will.
+        user: None,
     }
 }
 

@@ -593,3 +593,54 @@ pub fn context_dir(files: &[(&str, &str)]) -> tempfile::TempDir {
     }
     directory
 }
+
+/// Fails the test, before it makes anything, when the Docker daemon's disk or the temporary
+/// folder's disk (where a test's project, its wheel cache and a host-made venv go) has less than
+/// `needed_gib` free: a slow test that runs out of disk half-way fails on a symptom (a layer that
+/// will not commit, a truncated wheel) and leaves gigabytes behind. `what` says what needs it.
+pub fn require_free_disk(needed_gib: u64, what: &str) {
+    let root = Command::new("docker")
+        .args(["info", "--format", "{{.DockerRootDir}}"])
+        .output()
+        .expect("docker info");
+    let root = String::from_utf8_lossy(&root.stdout).trim().to_string();
+    let root = if root.is_empty() {
+        "/var/lib/docker".to_string()
+    } else {
+        root
+    };
+    let temp = std::env::temp_dir().display().to_string();
+    // `df -P -k PATH`: the second line is `filesystem blocks used available capacity mount`.
+    let mut seen = std::collections::BTreeMap::new();
+    for (name, path) in [
+        ("the Docker daemon's disk", root),
+        ("the temporary folder's disk", temp),
+    ] {
+        let df = Command::new("df")
+            .args(["-P", "-k", &path])
+            .output()
+            .expect("df");
+        let listing = String::from_utf8_lossy(&df.stdout).to_string();
+        let fields: Vec<&str> = listing
+            .lines()
+            .nth(1)
+            .unwrap_or_default()
+            .split_whitespace()
+            .collect();
+        assert!(
+            df.status.success() && fields.len() >= 6,
+            "df -P -k {path}:\n{listing}"
+        );
+        let free_kib: u64 = fields[3].parse().expect("df's available column");
+        seen.entry(fields[0].to_string())
+            .or_insert((name, path, free_kib));
+    }
+    for (name, path, free_kib) in seen.values() {
+        let free_gib = *free_kib as f64 / (1024.0 * 1024.0);
+        assert!(
+            free_gib >= needed_gib as f64,
+            "{what} needs {needed_gib} GiB free on {name} ({path}); {free_gib:.1} GiB are free: free some (docker system prune, an old target/) and run it again"
+        );
+        eprintln!("{what}: {free_gib:.1} GiB free on {name} ({path}), {needed_gib} GiB needed");
+    }
+}
