@@ -506,6 +506,8 @@ async fn the_workdir_step_hands_over_only_a_folder_it_makes() {
 #[test]
 #[ignore = "slow tier: real apt (Debian's archive) on a debootstrapped base, what dpkg in the image reports; the quick tier's busybox base has no apt"]
 fn apt_lock_records_the_extras_installed_versions_and_says_what_moved() {
+    // Its peak, measured: 0.3 GiB (the base and two small apt layers).
+    crate::support::require_free_disk(1, "apt_lock");
     crate::support::debian::bookworm_base();
     let project = Project::from_fixture("apt-lock", "registry.invalid", SELFTEST_NO_GPU);
     let tag = "2.7.0-cuda12.6-cudnn9-runtime-ubuntu24.04";

@@ -16,6 +16,14 @@
 //! the wheels, and `-lcuda` links against the stub. The jupyter and ssh flavours are built on the
 //! runtime image and started (`flavour_services.rs`).
 //!
+//! The runtime venv is made on the host (`wheels: host`, the fast path: torch's 5.7 GB written
+//! once, straight into a normalized layer); pip installing the lock inside the Docker build is
+//! checked file by file against it in `host_venv.rs` on stand-in wheels, and the team's step runs
+//! in the devel image (a runtime image with `wheels: host` takes no step). Same inputs giving the
+//! same digest is the quick tier's `reproducible::two_clean_builds_of_the_same_inputs_push_one_digest`
+//! and `host_venv.rs`'s fourth build; for this real image it was measured by
+//! `bench/real_push_rebuild.sh` (BENCHMARKS.md), not built a second time here (9 minutes).
+//!
 //! The build is the README quick start's: `imagegen build --push` to a registry on 127.0.0.1, each
 //! image pushed as it was normalized (a derived image's parent layers are in the registry once),
 //! its aliases waiting for a self-test on a GPU (none here), and then `imagegen verify` (exit 0:
@@ -39,14 +47,17 @@ use crate::support::{unique_name, Registry};
 
 /// The base image this test makes (removed at the end of the run unless
 /// `IMAGEGEN_TEST_KEEP_BASES=1`), or finds from an earlier run.
-const BASE_IMAGE: &str = "imagegen-test/bookworm-minbase:1";
+const BASE_IMAGE: &str = crate::support::debian::BOOKWORM_BASE;
 /// Where the runtime image gets its CA bundle, as containers on this host need it.
 const HOST_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
 const TORCH: &str = "2.13.0";
 /// The free disk the test needs before it starts (the daemon's and the temporary folder's, one
-/// disk here): its peak use measured by `.ci/diskpeak.sh` (BENCHMARKS.md, "CI and the test tiers")
-/// plus room for the daemon's and the registry's bookkeeping.
-const FREE_DISK_GIB: u64 = 20;
+/// disk here). Its peak, sampled every 5 s alone on the 2-core machine (2026-12-06, BENCHMARKS.md,
+/// "CI and the test tiers"): 19.7 GiB while the devel image and the flavours build on the runtime
+/// image (of it 5.9 GiB in the temporary folder: the wheel cache and the venv's layer kept for the
+/// next build), 25.5 GiB before syft read the package databases out of the image instead of
+/// saving the whole image; plus a margin for the daemon's and the registry's bookkeeping.
+const FREE_DISK_GIB: u64 = 21;
 
 fn repository_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -71,18 +82,6 @@ fn docker(args: &[&str]) -> Output {
         .args(args)
         .output()
         .expect("the docker CLI (docker.io)")
-}
-
-/// Root commands (debootstrap, reading its root-owned files) through `sudo -n` when not root.
-fn as_root(program: &str) -> Command {
-    let root = run("id", &["-u"]).trim() == "0";
-    if root {
-        Command::new(program)
-    } else {
-        let mut command = Command::new("sudo");
-        command.args(["-n", program]);
-        command
-    }
 }
 
 /// Phase timer: prints `[  12.3 s] what` to stderr and keeps the marks for the summary.
@@ -196,81 +195,18 @@ impl Built {
     }
 }
 
-/// The base image: a minbase debootstrap of bookworm with Debian's own sources (archive, updates,
-/// security, as the debian:12 image has them), imported under its own name; made when it is not
-/// there, and then removed when the test process exits (see `support::remove_at_exit`).
+/// The base image: the minbase debootstrap of bookworm the slow tier's tests share
+/// (`support::debian::bookworm_base`: one made per test process, under a lock, so that the tests
+/// of the tier running beside each other debootstrap once), with the phase's time.
 fn base_image(phases: &mut Phases) -> String {
-    let inspect = docker(&["image", "inspect", "--format", "{{.Id}}", BASE_IMAGE]);
-    if inspect.status.success() {
-        phases.mark(&format!("base image {BASE_IMAGE} is there"));
-        return String::from_utf8_lossy(&inspect.stdout).trim().to_string();
-    }
-    assert!(
-        Path::new("/usr/sbin/debootstrap").exists(),
-        "/usr/sbin/debootstrap is missing; run .ci/install-deps.sh (debootstrap)"
-    );
-    let folder = tempfile::tempdir().unwrap();
-    let rootfs = folder.path().join("rootfs");
-    let rootfs_text = rootfs.to_str().unwrap();
-    let output = as_root("/usr/sbin/debootstrap")
-        .args([
-            "--variant=minbase",
-            "bookworm",
-            rootfs_text,
-            "http://deb.debian.org/debian",
-        ])
-        .output()
-        .expect("debootstrap");
-    assert!(
-        output.status.success(),
-        "debootstrap failed (it needs root and deb.debian.org):\n{}",
-        text(&output)
-    );
-    let sources = "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm bookworm-updates\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n\nTypes: deb\nURIs: http://deb.debian.org/debian-security\nSuites: bookworm-security\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n";
-    let mut write = as_root("tee")
-        .arg(format!(
-            "{rootfs_text}/etc/apt/sources.list.d/debian.sources"
-        ))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    write
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(sources.as_bytes())
-        .unwrap();
-    assert!(write.wait().unwrap().success());
-    // What a base image does not carry: the .deb files, apt's lists, logs, the old-style list.
-    let cleanup = as_root("sh")
-        .arg("-c")
-        .arg(format!(
-            "rm -rf {0}/etc/apt/sources.list {0}/var/cache/apt/archives/*.deb {0}/var/cache/apt/*.bin {0}/var/lib/apt/lists/* {0}/var/log/* {0}/tmp/*",
-            rootfs_text
-        ))
-        .status()
-        .unwrap();
-    assert!(cleanup.success());
-    let mut tar = as_root("tar")
-        .args(["--numeric-owner", "-C", rootfs_text, "-c", "."])
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("tar");
-    let import = Command::new("docker")
-        .args(["import", "--change", "CMD [\"bash\"]", "-", BASE_IMAGE])
-        .stdin(tar.stdout.take().unwrap())
-        .output()
-        .expect("docker import");
-    assert!(tar.wait().unwrap().success(), "tar of the rootfs failed");
-    assert!(import.status.success(), "docker import: {}", text(&import));
-    crate::support::remove_at_exit(BASE_IMAGE);
-    let _ = as_root("rm").args(["-rf", rootfs_text]).status();
-    phases.mark(&format!(
-        "base image {BASE_IMAGE} made (debootstrap, import)"
-    ));
-    let inspect = docker(&["image", "inspect", "--format", "{{.Id}}", BASE_IMAGE]);
-    String::from_utf8_lossy(&inspect.stdout).trim().to_string()
+    let there = docker(&["image", "inspect", BASE_IMAGE]).status.success();
+    let id = crate::support::debian::bookworm_base();
+    phases.mark(&if there {
+        format!("base image {BASE_IMAGE} is there")
+    } else {
+        format!("base image {BASE_IMAGE} made (debootstrap, import), or waited for")
+    });
+    id
 }
 
 /// A tool of `.ci/venv`: `$variable`, the one `.ci/install-deps.sh` puts in `.ci/venv`, or `name`
@@ -738,11 +674,29 @@ fn sbom_holds_what_syft_finds(project: &Path, name: &str, tag: &str) -> (usize, 
             ))
         })
         .collect();
+    // What syft's two catalogers read, taken out of the image: every `.dist-info` and `.egg-info`
+    // of the venv, dpkg's database and the os-release file, as the image holds them. syft's
+    // `docker:` source would first save the whole image (torch's 5.7 GB) to the temporary
+    // folder and unpack it: 10 GB of disk at the slow tier's peak for the same findings.
+    let tree = folder.path().join("tree");
+    std::fs::create_dir(&tree).unwrap();
+    let extract = Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "set -o pipefail; docker run --rm --user 0:0 --network none --entrypoint sh {tag} -c \
+             \"find /opt/venv \\( -name '*.dist-info' -o -name '*.egg-info' \\) -prune -print \
+               | tar -c -f - -T - /var/lib/dpkg /etc/os-release /usr/lib/os-release\" \
+             | tar -x -f - --no-same-owner -C {}",
+            tree.display()
+        ))
+        .output()
+        .unwrap();
+    assert!(extract.status.success(), "{}", text(&extract));
     let scanned = run(
         syft().to_str().unwrap(),
         &[
             "scan",
-            &format!("docker:{tag}"),
+            &format!("dir:{}", tree.display()),
             "--override-default-catalogers",
             "python-installed-package-cataloger,dpkg-db-cataloger",
             "-o",

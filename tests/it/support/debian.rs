@@ -3,7 +3,7 @@
 //! `imagegen-test/bookworm-minbase:1`, the name the real-build test gives the same base, so one
 //! kept base (`IMAGEGEN_TEST_KEEP_BASES=1`) serves both. Made when it is not there (debootstrap
 //! needs root, or `sudo -n`, and deb.debian.org), removed when the test process exits unless kept.
-//! real_build.rs keeps its own copy of these steps (with its phase marks).
+//! The slow tier's tests run beside each other and share it: one debootstrap per test process.
 
 use std::io::Write;
 use std::path::Path;
