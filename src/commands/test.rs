@@ -437,6 +437,13 @@ fn drop_awaiting(file: &ManifestFile, tag: &str, digest: &Digest, alias: &str) -
 }
 
 /// Prints the lines; the outcome: refused digests are an error (exit 2), a failed test exit 1.
+/// Whether `line`'s result went into the manifest: a verdict of a test that ran (pass, fail or
+/// error of the self-test), not a skip, a refusal or an image that could not be pulled.
+fn is_recorded(line: &Line) -> bool {
+    matches!(line.verdict.as_str(), "pass" | "fail" | "error")
+        && !line.summary.starts_with("cannot pull ")
+}
+
 fn finish(lines: Vec<Line>, format: Format, manifest: &Path) -> Result<Outcome> {
     match format {
         Format::Json => emit(format!(
@@ -491,9 +498,27 @@ fn finish(lines: Vec<Line>, format: Format, manifest: &Path) -> Result<Outcome> 
                     line.tag, line.verdict, line.summary
                 ));
             }
-            text.push_str(&format!("\nrecorded in {}\n", manifest.display()));
+            let recorded = lines.iter().filter(|l| is_recorded(l)).count();
+            if recorded > 0 {
+                text.push_str(&format!(
+                    "\n{recorded} {} recorded in {}\n",
+                    if recorded == 1 { "result" } else { "results" },
+                    manifest.display()
+                ));
+            } else {
+                text.push_str(&format!("\nnothing recorded in {}\n", manifest.display()));
+            }
             emit(text)?;
         }
+    }
+    // No image could be tested here (no GPU, or no NVIDIA runtime): nothing was recorded and no
+    // alias moved, which is "could not run" (exit 2), not a pass.
+    let skipped = lines.iter().filter(|l| l.verdict == "skipped").count();
+    if skipped > 0 && skipped == lines.len() {
+        bail!(
+            "no image could be tested on this node: gpu-selftest skipped all {skipped} ({}); nothing was recorded and the aliases still wait\nhint: run `imagegen test` on a node with GPUs and the NVIDIA container runtime (`imagegen doctor` checks it), or import a report made there with `imagegen test import`",
+            lines[0].summary
+        );
     }
     let refused: Vec<&Line> = lines.iter().filter(|l| l.verdict == "refused").collect();
     if !refused.is_empty() {

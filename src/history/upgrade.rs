@@ -232,6 +232,20 @@ pub(crate) fn upgrade_plan(
             if unchanged {
                 continue;
             }
+            // The image is built and recorded as it is, and its alias waits for a self-test on
+            // GPUs: no build moves it (`imagegen test`, or a report imported, does), so it is no
+            // move of this plan; the review lists it among the aliases waiting for a test. On a
+            // machine without GPUs the plan then reaches "nothing to build" instead of
+            // announcing the same moves on every run.
+            let awaits_test = spec.index.is_none()
+                && known_digest.is_some()
+                && manifest
+                    .images
+                    .get(&spec.tag)
+                    .is_some_and(|record| record.awaiting_aliases.contains(alias));
+            if awaits_test {
+                continue;
+            }
             let current_driver = current_alias.and_then(|a| {
                 manifest
                     .images
@@ -340,6 +354,41 @@ mod tests {
             "2.7.1-cuda12.6-cudnn9-runtime-ubuntu24.04"
         );
         assert_eq!(plan.removed[0].aliases, vec!["latest"]);
+    }
+
+    #[test]
+    fn an_alias_waiting_for_a_gpu_test_of_an_unchanged_image_is_no_move_of_the_plan() {
+        let specs = specs_for("2.7.1", "12.6");
+        let mut manifest = manifest_with(&specs, &[]);
+        let runtime = "2.7.1-cuda12.6-cudnn9-runtime-ubuntu24.04";
+        let aliases = specs
+            .iter()
+            .find(|spec| spec.tag == runtime)
+            .unwrap()
+            .aliases
+            .clone();
+        assert!(!aliases.is_empty());
+        // Built and recorded, nothing moved: every alias would be a move of the plan.
+        let plan = upgrade_plan(&specs, &manifest, &BTreeMap::new());
+        assert!(plan.alias_moves.iter().any(|m| m.to_tag == runtime));
+        // The same aliases waiting for a GPU test of the unchanged image: no move of a build.
+        manifest.images.get_mut(runtime).unwrap().awaiting_aliases = aliases.clone();
+        let plan = upgrade_plan(&specs, &manifest, &BTreeMap::new());
+        let moved: Vec<&str> = plan
+            .alias_moves
+            .iter()
+            .filter(|m| m.to_tag == runtime)
+            .map(|m| m.alias.as_str())
+            .collect();
+        assert!(moved.is_empty(), "{moved:?}");
+        assert!(plan.new_images.is_empty() && plan.rebuilt.is_empty());
+        // A rebuilt image's aliases are the plan's moves again (its new digest is not known).
+        let mut changed = specs.clone();
+        for spec in &mut changed {
+            spec.fingerprint = crate::model::digest::Digest::of(b"changed");
+        }
+        let plan = upgrade_plan(&changed, &manifest, &BTreeMap::new());
+        assert!(plan.alias_moves.iter().any(|m| m.to_tag == runtime));
     }
 
     #[test]

@@ -95,11 +95,16 @@ pub(crate) struct ImageResult {
     pub(crate) aliases_moved: Vec<String>,
     /// Things worth knowing that did not fail the image (packages not readable, ...).
     pub(crate) notes: Vec<String>,
-    /// Aliases not moved, with why.
+    /// Aliases held, with why: a rollback's hold until `imagegen release`, the never-backwards
+    /// guard, a failed test or signature, a plan that judged no test. Never an alias that only
+    /// waits for a GPU test: that one is in `aliases_awaiting`.
     pub(crate) aliases_held: Vec<(String, String)>,
-    /// Of those, the aliases that wait for the test policy (`tests.require`): recorded on the
-    /// image so that `imagegen test` moves them once the results hold.
+    /// The aliases that wait for the test policy (`tests.require`): recorded on the image so
+    /// that `imagegen test` moves them once the results hold.
     pub(crate) aliases_awaiting: Vec<String>,
+    /// What the test policy still wants for `aliases_awaiting`: the GPU models with no passing
+    /// result yet (`any GPU` where the policy names none).
+    pub(crate) awaiting_results_on: Vec<String>,
     /// Which stage failed: `lookup` (local or registry), `build`, `test`, `push`, `sign`,
     /// `alias`, `record`; the stage of the step that failed ([`crate::pipeline::steps::Step::stage`]).
     pub(crate) failed_stage: Option<Stage>,
@@ -121,6 +126,7 @@ impl ImageResult {
             notes: Vec::new(),
             aliases_held: Vec::new(),
             aliases_awaiting: Vec::new(),
+            awaiting_results_on: Vec::new(),
             failed_stage: None,
             error: None,
             seconds: 0.0,

@@ -157,6 +157,34 @@ async fn images_built_without_gpus_are_tested_elsewhere_and_aliases_move_once_th
                 .any(|l| l.contains(&runtime_tag) && l.contains("H100, H200")),
         "{plan_text}"
     );
+    // The waiting aliases are not moves of a build: a plan on this machine has none to show
+    // for the built images (issue 49: it announced them on every run).
+    let moves = plan_text
+        .split("aliases that would move")
+        .nth(1)
+        .map(|rest| rest.split("\n\n").next().unwrap_or_default())
+        .unwrap_or_default();
+    assert!(!moves.contains(&runtime_tag), "{plan_text}");
+    // `imagegen test` on a node without GPUs tests nothing: exit 2, nothing recorded, and it
+    // says so instead of "recorded in".
+    let before = std::fs::read(project.path().join("imagegen-manifest.json")).unwrap();
+    let output = project
+        .imagegen(&["test", "--node", "cpu-only-1", "--only", &runtime_tag])
+        .output()
+        .unwrap();
+    assert_code(&output, 2);
+    let said = text(&output);
+    assert!(
+        said.contains("nothing recorded in")
+            && !said.contains("result recorded in")
+            && !said.contains("results recorded in")
+            && said.contains("no image could be tested on this node: gpu-selftest skipped all 1"),
+        "{said}"
+    );
+    assert_eq!(
+        std::fs::read(project.path().join("imagegen-manifest.json")).unwrap(),
+        before
+    );
     let verify = project
         .imagegen(&["verify", "--format", "json"])
         .output()

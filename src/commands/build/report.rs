@@ -94,11 +94,23 @@ pub(super) fn summary_table(results: &[ImageResult]) -> String {
         } else {
             format!("moved: {}", result.aliases_moved.join(", "))
         };
-        let aliases = match (moved.is_empty(), result.aliases_held.is_empty()) {
-            (true, true) => "-".to_string(),
-            (false, true) => moved,
-            (true, false) => held_text(result),
-            (false, false) => format!("{moved}; {}", held_text(result)),
+        let mut parts = Vec::new();
+        if !moved.is_empty() {
+            parts.push(moved);
+        }
+        if !result.aliases_awaiting.is_empty() {
+            parts.push(format!(
+                "waiting for a GPU test: {}",
+                result.aliases_awaiting.join(", ")
+            ));
+        }
+        if !result.aliases_held.is_empty() {
+            parts.push(held_text(result));
+        }
+        let aliases = if parts.is_empty() {
+            "-".to_string()
+        } else {
+            parts.join("; ")
         };
         rows.push(vec![
             result.name.clone(),
@@ -126,7 +138,33 @@ pub(super) fn summary_table(results: &[ImageResult]) -> String {
     for result in results.iter().filter(|r| !r.notes.is_empty()) {
         out.push_str(&format!("\n{}: {}\n", result.name, result.notes.join("; ")));
     }
-    // Each reason once, with every alias it holds (a run without GPUs holds them all alike).
+    // The aliases waiting for a GPU test, once per set of GPUs wanted (a run without GPUs leaves
+    // them all alike): waiting is not held, `imagegen test` on such a node moves them.
+    let mut waiting: Vec<(&[String], Vec<String>)> = Vec::new();
+    for result in results.iter().filter(|r| !r.aliases_awaiting.is_empty()) {
+        let named = result
+            .aliases_awaiting
+            .iter()
+            .map(|alias| format!("{alias} ({})", result.name));
+        match waiting
+            .iter_mut()
+            .find(|(wanted, _)| *wanted == result.awaiting_results_on.as_slice())
+        {
+            Some((_, aliases)) => aliases.extend(named),
+            None => waiting.push((&result.awaiting_results_on, named.collect())),
+        }
+    }
+    for (wanted, aliases) in &waiting {
+        out.push_str(&format!(
+            "\nwaiting for a GPU test: {}: waits for passing self-test results on {} (matrix.yaml `tests`); `imagegen test` on such a node moves them",
+            aliases.join(", "),
+            wanted.join(", ")
+        ));
+    }
+    if !waiting.is_empty() {
+        out.push('\n');
+    }
+    // Each reason once, with every alias it holds.
     let mut reasons: Vec<(&str, Vec<String>)> = Vec::new();
     for result in results {
         for (alias, reason) in &result.aliases_held {
@@ -243,6 +281,7 @@ pub(super) fn left_undone(
             .iter()
             .filter(|alias| {
                 !result.aliases_moved.contains(alias)
+                    && !result.aliases_awaiting.contains(alias)
                     && !result.aliases_held.iter().any(|(held, _)| held == *alias)
             })
             .map(String::as_str)
@@ -302,6 +341,43 @@ pub(super) fn left_undone(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn aliases_waiting_for_a_gpu_test_are_waiting_never_held() {
+        let mut runtime =
+            ImageResult::new("2.7.0-cuda12.6-cudnn9-runtime-ubuntu24.04", Status::Built);
+        runtime.aliases_awaiting = vec!["2.7-runtime".into(), "latest".into()];
+        runtime.awaiting_results_on = vec!["H100".into(), "H200".into()];
+        let mut devel = ImageResult::new("2.7.0-cuda12.6-cudnn9-devel-ubuntu24.04", Status::Built);
+        devel.aliases_awaiting = vec!["2.7-devel".into()];
+        devel.awaiting_results_on = vec!["H100".into(), "H200".into()];
+        devel.aliases_held = vec![(
+            "latest-devel".into(),
+            "held by a rollback until `imagegen release latest-devel`".into(),
+        )];
+        let summary = summary_table(&[runtime, devel]);
+        assert!(
+            summary.contains("waiting for a GPU test: 2.7-runtime, latest\n")
+                && summary.contains(
+                    "waiting for a GPU test: 2.7-devel; held (reason below): latest-devel"
+                ),
+            "{summary}"
+        );
+        // One line for both images (the same GPUs wanted), and the rollback's hold on its own.
+        assert_eq!(
+            summary
+                .matches("waits for passing self-test results")
+                .count(),
+            1,
+            "{summary}"
+        );
+        assert!(
+            summary.contains("\nwaiting for a GPU test: 2.7-runtime (2.7.0-cuda12.6-cudnn9-runtime-ubuntu24.04), latest (2.7.0-cuda12.6-cudnn9-runtime-ubuntu24.04), 2.7-devel (2.7.0-cuda12.6-cudnn9-devel-ubuntu24.04): waits for passing self-test results on H100, H200")
+                && summary.contains("\nheld: latest-devel (2.7.0-cuda12.6-cudnn9-devel-ubuntu24.04): held by a rollback"),
+            "{summary}"
+        );
+        assert!(!summary.contains("held: 2.7-runtime"), "{summary}");
+    }
 
     #[test]
     fn the_summary_names_held_aliases_beside_moved_ones() {

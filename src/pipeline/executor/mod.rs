@@ -550,14 +550,9 @@ async fn run_step<B: Builder, J: Journal>(
                     return Ok(());
                 }
                 Gate::Await(missing) => {
-                    run.result.aliases_held.push((
-                        alias.clone(),
-                        format!(
-                            "waits for passing self-test results on {} (matrix.yaml `tests`); `imagegen test` on such a node moves it",
-                            missing.join(", ")
-                        ),
-                    ));
+                    // Waiting, not held: `imagegen test` on a node with these GPUs moves it.
                     run.result.aliases_awaiting.push(alias.clone());
+                    run.result.awaiting_results_on = missing.clone();
                     return Ok(());
                 }
             }
