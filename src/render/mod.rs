@@ -872,14 +872,19 @@ mod tests {
             "m.yaml",
         )
         .unwrap();
-        let runtime_lock = "nvidia-cuda-runtime==13.0.96 \\\n    --hash=sha256:aa\n";
-        let devel_lock =
-            format!("{runtime_lock}nvidia-cuda-nvcc==13.0.88 \\\n    --hash=sha256:bb\n");
+        let runtime_lock = format!(
+            "nvidia-cuda-runtime==13.0.96 \\\n    --hash=sha256:{}\n",
+            "a".repeat(64)
+        );
+        let devel_lock = format!(
+            "{runtime_lock}nvidia-cuda-nvcc==13.0.88 \\\n    --hash=sha256:{}\n",
+            "b".repeat(64)
+        );
         let mut options = ResolveOptions::default();
         for os in ["debian12", "ubuntu24.04"] {
             options.locked_cuda.insert(
                 format!("2.13.0-cuda13.0-cudnn9-runtime-{os}"),
-                crate::resolve::lock::locked_cuda(runtime_lock).unwrap(),
+                crate::resolve::lock::locked_cuda(&runtime_lock).unwrap(),
             );
             options.locked_cuda.insert(
                 format!("2.13.0-cuda13.0-cudnn9-devel-{os}"),

@@ -241,25 +241,20 @@ pub(crate) fn lock_status(spec: &LockSpec, text: Option<&str>) -> LockStatus {
 }
 
 /// The CUDA wheels `text` (a lock) pins: `nvidia-cuda-runtime` and `nvidia-cuda-nvcc`, with or
-/// without the `-cuXY` suffix of CUDA 12 and older. Names are compared as PEP 503 normalizes them.
-/// A pin whose version is not a plain version is refused as `line: why`, for the caller to
-/// prefix with the lock's path.
+/// without the `-cuXY` suffix of CUDA 12 and older. The lock is read by the one lock reader
+/// (`imagegen_python::lock::parse_lock`: PEP 508 requirements, PEP 503 names, PEP 440 versions,
+/// full sha256 hashes); a lock it cannot read, or a pin whose version is not a plain version, is
+/// refused as `line: why`, for the caller to prefix with the lock's path.
 pub(crate) fn locked_cuda(text: &str) -> Result<LockedCuda, String> {
+    let packages = imagegen_python::lock::parse_lock(text)
+        .map_err(|error| format!("{}: {}", error.line, error.reason))?;
     let mut locked = LockedCuda::default();
-    for (index, line) in text.lines().enumerate() {
-        if line.starts_with([' ', '#']) {
-            continue;
-        }
-        let Some((name, version)) = line.split_once("==") else {
-            continue;
-        };
-        let name = name.trim().to_lowercase().replace(['_', '.'], "-");
-        // `13.0.96 \`, or `13.0.96 ; sys_platform == 'linux' \` where a lock keeps markers.
-        let version = version.split([' ', ';', '\\']).next().unwrap_or_default();
-        let is = |package: &str| {
-            name == package
+    for package in packages {
+        let name = package.name.to_string();
+        let is = |wanted: &str| {
+            name == wanted
                 || name
-                    .strip_prefix(package)
+                    .strip_prefix(wanted)
                     .and_then(|rest| rest.strip_prefix("-cu"))
                     .is_some_and(|major| major.chars().all(|c| c.is_ascii_digit()))
         };
@@ -270,11 +265,11 @@ pub(crate) fn locked_cuda(text: &str) -> Result<LockedCuda, String> {
         } else {
             continue;
         };
-        let parsed = VersionText::parse(version).map_err(|error| {
+        let version = package.version.to_string();
+        let parsed = VersionText::parse(&version).map_err(|error| {
             format!(
                 "{}: {name} pins {version:?}, not a plain version: {}",
-                index + 1,
-                error.why
+                package.line, error.why
             )
         })?;
         *slot = Some(parsed);
@@ -317,18 +312,24 @@ pub(crate) fn cuda_line_constraints(cuda: &VersionText) -> Vec<String> {
 mod tests {
     #[test]
     fn the_cuda_wheels_of_a_lock_are_read_with_or_without_their_suffix() {
-        let lock = "# imagegen-lock-inputs: sha256:00\nnvidia-cuda-runtime==13.0.96 \\\n    --hash=sha256:aa\nnvidia-cuda-nvcc==13.0.88 \\\n    --hash=sha256:bb\nnvidia-cuda-runtime-dev==1.0 \\\n";
+        let lock = format!(
+            "# imagegen-lock-inputs: sha256:00\nnvidia-cuda-runtime==13.0.96 \\\n    --hash=sha256:{}\nnvidia-cuda-nvcc==13.0.88 \\\n    --hash=sha256:{}\nnvidia-cuda-runtime-dev==1.0\n",
+            "a".repeat(64),
+            "b".repeat(64)
+        );
+        let lock = lock.as_str();
         let locked = super::locked_cuda(lock).unwrap();
         assert_eq!(locked.runtime.as_deref(), Some("13.0.96"));
         assert_eq!(locked.nvcc.as_deref(), Some("13.0.88"));
-        let old =
-            super::locked_cuda("nvidia_cuda_runtime_cu12==12.6.77 \\\n    --hash=sha256:cc\n")
-                .unwrap();
+        let old = super::locked_cuda(&format!(
+            "nvidia_cuda_runtime_cu12==12.6.77 \\\n    --hash=sha256:{}\n",
+            "c".repeat(64)
+        ))
+        .unwrap();
         assert_eq!(old.runtime.as_deref(), Some("12.6.77"));
         assert_eq!(old.nvcc, None);
         let marked =
-            super::locked_cuda("nvidia-cuda-runtime==13.0.96 ; sys_platform == 'linux' \\\n")
-                .unwrap();
+            super::locked_cuda("nvidia-cuda-runtime==13.0.96 ; sys_platform == 'linux'\n").unwrap();
         assert_eq!(marked.runtime.as_deref(), Some("13.0.96"));
         assert_eq!(
             super::locked_cuda("torch==2.13.0\n").unwrap(),
@@ -338,12 +339,18 @@ mod tests {
 
     #[test]
     fn a_cuda_pin_that_is_not_a_version_is_refused_with_its_line() {
-        let lock = "# header\ntorch==2.13.0\nnvidia-cuda-nvcc==13.0.88rc1 \\\n";
+        let lock = "# header\ntorch==2.13.0\nnvidia-cuda-nvcc==13.0.88rc1\n";
         let error = super::locked_cuda(lock).unwrap_err();
         assert!(
             error.starts_with("3: nvidia-cuda-nvcc pins \"13.0.88rc1\", not a plain version"),
             "{error}"
         );
+        // What the lock reader refuses (a hash cut short) is refused here too, at its line.
+        let error = super::locked_cuda(
+            "torch==2.13.0\nnvidia-cuda-nvcc==13.0.88 \\\n    --hash=sha256:bb\n",
+        )
+        .unwrap_err();
+        assert!(error.starts_with("2: "), "{error}");
     }
 
     use super::*;

@@ -76,6 +76,8 @@ pub struct LockedPackage {
     pub sha256: Vec<Sha256>,
     /// The index uv took it from (`# from URL`), as uv wrote it.
     pub index: Option<String>,
+    /// The line (1-based) its requirement starts on, for messages about it.
+    pub line: usize,
 }
 
 /// Why a lock cannot be read: its line (1-based) and what is wrong there.
@@ -165,6 +167,7 @@ fn package(line: &str, number: usize) -> Result<Option<LockedPackage>, LockError
         version,
         sha256,
         index: None,
+        line: number,
     }))
 }
 

@@ -5,8 +5,9 @@ use std::path::{Path, PathBuf};
 
 /// A stand-in for uv in these offline tests (the real uv locks real images in `real_build`):
 /// it answers `--version`, records each call's arguments in `$FAKE_UV_LOG`, and "resolves" by
-/// pinning each requirement as written (`ninja` as 1.13.2), with a hash derived from the line,
-/// which is all `imagegen lock` reads of uv's output.
+/// pinning each requirement: an exact pin as written, any other at 1.13.2 by its name alone
+/// (`ninja`, `jupyterlab>=4.2,<5` become `ninja==1.13.2`, `jupyterlab==1.13.2`), with a full
+/// sha256 derived from the line: a lock the one lock reader (`imagegen_python::lock`) reads.
 pub const FAKE_UV: &str = r#"#!/bin/sh
 if [ "$1" = "--version" ]; then echo "uv 0.13.9 (test stand-in)"; exit 0; fi
 echo "$*" >> "$FAKE_UV_LOG"
@@ -17,7 +18,10 @@ while [ $# -gt 0 ]; do
 done
 : > "$out.new"
 while read -r requirement; do
-  case "$requirement" in *==*) pin="$requirement" ;; *) pin="$requirement==1.13.2" ;; esac
+  case "$requirement" in
+    *==*) pin="$requirement" ;;
+    *) pin="$(printf %s "$requirement" | sed 's/[][<>=!~; ].*//')==1.13.2" ;;
+  esac
   printf '%s \
     --hash=sha256:%s
     # via -r requirements.in
