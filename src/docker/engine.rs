@@ -1238,8 +1238,9 @@ impl Engine {
     }
 
     /// [`Engine::run`] with the tar `upload` (a stream of its bytes) extracted at `/` of the
-    /// container before it starts, and the file `download` read from it after it stopped (its
-    /// bytes; an empty `Vec` when none is asked).
+    /// container before it starts, and the file `download` read from it after it stopped with
+    /// exit 0 (its bytes; an empty `Vec` when none is asked or the command failed: its exit code
+    /// and output say why, not a missing file).
     pub(crate) async fn run_with_files(
         &self,
         request: RunRequest,
