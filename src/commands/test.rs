@@ -68,6 +68,9 @@ struct Line {
     aliases_waiting: Vec<String>,
     /// What the policy still wants for the waiting aliases.
     missing: Vec<String>,
+    /// Whether its test result went into the manifest (a test that ran and was recorded, or a
+    /// report imported); a skip, a refusal, a pull that failed or `settle` record none.
+    recorded: bool,
 }
 
 /// One image to test: its full tag, repository and recorded digest.
@@ -291,6 +294,7 @@ async fn test_one(
         aliases_moved: Vec::new(),
         aliases_waiting: Vec::new(),
         missing: Vec::new(),
+        recorded: false,
     };
     let repository = &image.repository;
     match tester.served(repository, &image.tag).await {
@@ -345,9 +349,12 @@ async fn test_one(
     );
     result.baseline = baseline.cloned();
     line.gpus = result.gpus.clone();
-    if let Err(error) = record(file, &image.digest, &result) {
-        line.verdict = "error".into();
-        line.summary = format!("{}; not recorded: {error:#}", line.summary);
+    match record(file, &image.digest, &result) {
+        Ok(()) => line.recorded = true,
+        Err(error) => {
+            line.verdict = "error".into();
+            line.summary = format!("{}; not recorded: {error:#}", line.summary);
+        }
     }
     line
 }
@@ -436,14 +443,8 @@ fn drop_awaiting(file: &ManifestFile, tag: &str, digest: &Digest, alias: &str) -
     transaction.commit()
 }
 
-/// Prints the lines; the outcome: refused digests are an error (exit 2), a failed test exit 1.
-/// Whether `line`'s result went into the manifest: a verdict of a test that ran (pass, fail or
-/// error of the self-test), not a skip, a refusal or an image that could not be pulled.
-fn is_recorded(line: &Line) -> bool {
-    matches!(line.verdict.as_str(), "pass" | "fail" | "error")
-        && !line.summary.starts_with("cannot pull ")
-}
-
+/// Prints the lines, ending with what went into the manifest; the outcome: refused digests are an
+/// error (exit 2), and so is a run that could test no image; a failed test exit 1.
 fn finish(lines: Vec<Line>, format: Format, manifest: &Path) -> Result<Outcome> {
     match format {
         Format::Json => emit(format!(
@@ -498,15 +499,29 @@ fn finish(lines: Vec<Line>, format: Format, manifest: &Path) -> Result<Outcome> 
                     line.tag, line.verdict, line.summary
                 ));
             }
-            let recorded = lines.iter().filter(|l| is_recorded(l)).count();
+            let recorded = lines.iter().filter(|l| l.recorded).count();
+            let moved: usize = lines.iter().map(|l| l.aliases_moved.len()).sum();
+            let mut written = Vec::new();
             if recorded > 0 {
+                written.push(format!(
+                    "{recorded} test {}",
+                    if recorded == 1 { "result" } else { "results" }
+                ));
+            }
+            if moved > 0 {
+                written.push(format!(
+                    "{moved} alias {}",
+                    if moved == 1 { "move" } else { "moves" }
+                ));
+            }
+            if written.is_empty() {
+                text.push_str(&format!("\nnothing recorded in {}\n", manifest.display()));
+            } else {
                 text.push_str(&format!(
-                    "\n{recorded} {} recorded in {}\n",
-                    if recorded == 1 { "result" } else { "results" },
+                    "\n{} recorded in {}\n",
+                    written.join(" and "),
                     manifest.display()
                 ));
-            } else {
-                text.push_str(&format!("\nnothing recorded in {}\n", manifest.display()));
             }
             emit(text)?;
         }
@@ -606,6 +621,8 @@ fn run_import(project: &Project, args: &TestImportArgs) -> Result<Outcome> {
             aliases_moved: Vec::new(),
             aliases_waiting: Vec::new(),
             missing: Vec::new(),
+            // Imported in the transaction committed above.
+            recorded: true,
         })
         .collect();
     let timeout = Duration::from_secs(args.deadlines.registry_timeout);
@@ -679,6 +696,7 @@ fn run_settle(project: &Project, args: &TestSettleArgs) -> Result<Outcome> {
                 aliases_moved: Vec::new(),
                 aliases_waiting: Vec::new(),
                 missing: Vec::new(),
+                recorded: false,
             })
         })
         .collect();
