@@ -1408,7 +1408,6 @@ mod tests {
     use super::*;
     use crate::history::ledger::Transaction;
     use crate::history::manifest::ImageRecord;
-    use crate::model::digest::Digest;
 
     /// Records `record` in `file` through one transaction, as a build does.
     fn record(file: &ManifestFile, record: ImageRecord) -> Result<()> {
@@ -1418,15 +1417,7 @@ mod tests {
     }
 
     fn image(tag: &str, digest: &str) -> ImageRecord {
-        serde_json::from_value(serde_json::json!({
-            "repository": "r/p", "tag": tag, "digest": Digest::of(digest.as_bytes()),
-            "fingerprint": Digest::of(b"f"), "build_key": Digest::of(b"k"), "variant": "runtime",
-            "torch": "2.7.1", "torchvision": "0.22.1", "cuda": "12.6", "cuda_full": "12.6.3",
-            "cudnn": "9", "python": "3.12", "os": "ubuntu24.04", "base_image": "b",
-            "driver_min": "560.35.05", "driver_min_compat": "525.60.13",
-            "require_cuda": "cuda>=12.6", "built_at": "t", "status": "ok"
-        }))
-        .unwrap()
+        crate::history::ledger::sample_record(tag, digest, "t")
     }
 
     #[test]

@@ -247,20 +247,27 @@ pub(crate) fn changed(manifest: Manifest, change: impl FnOnce(&mut Transaction))
     manifest
 }
 
+/// A pushed runtime image's record under `tag`, its digest made from `digest`, built at
+/// `built_at`: the record the ledger's tests (here and in `project`) write.
+#[cfg(test)]
+pub(crate) fn sample_record(tag: &str, digest: &str, built_at: &str) -> ImageRecord {
+    serde_json::from_value(serde_json::json!({
+        "repository": "r/p", "tag": tag, "digest": Digest::of(digest.as_bytes()),
+        "fingerprint": Digest::of(b"f"), "build_key": Digest::of(b"k"), "variant": "runtime",
+        "torch": "2.7.1", "torchvision": "0.22.1", "cuda": "12.6", "cuda_full": "12.6.3",
+        "cudnn": "9", "python": "3.12", "os": "ubuntu24.04", "base_image": "b",
+        "driver_min": "560.35.05", "driver_min_compat": "525.60.13",
+        "require_cuda": "cuda>=12.6", "built_at": built_at, "status": "ok"
+    }))
+    .unwrap()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn image(tag: &str, digest: &str) -> ImageRecord {
-        serde_json::from_value(serde_json::json!({
-            "repository": "r/p", "tag": tag, "digest": Digest::of(digest.as_bytes()),
-            "fingerprint": Digest::of(b"f"), "build_key": Digest::of(b"k"), "variant": "runtime",
-            "torch": "2.7.1", "torchvision": "0.22.1", "cuda": "12.6", "cuda_full": "12.6.3",
-            "cudnn": "9", "python": "3.12", "os": "ubuntu24.04", "base_image": "b",
-            "driver_min": "560.35.05", "driver_min_compat": "525.60.13",
-            "require_cuda": "cuda>=12.6", "built_at": "t0", "status": "ok"
-        }))
-        .unwrap()
+        sample_record(tag, digest, "t0")
     }
 
     #[test]

@@ -94,6 +94,46 @@ pub(super) struct Call<'a> {
     pub(super) action: String,
 }
 
+impl<'a> Call<'a> {
+    /// A read (`HEAD` or `GET`) of `repository`'s manifest `reference`, with the pull scope.
+    fn read_manifest(
+        method: &'static str,
+        repository: &str,
+        reference: &str,
+        action: &str,
+    ) -> Self {
+        Call {
+            method,
+            path: format!("/v2/{repository}/manifests/{reference}"),
+            accept: Some(MANIFEST_ACCEPT),
+            content_type: None,
+            body: None,
+            scope: format!("repository:{repository}:pull"),
+            action: action.to_string(),
+        }
+    }
+
+    /// A `PUT` of `body`, a manifest of `media_type`, under `repository`'s `reference` (a tag or
+    /// its digest), with the push scope.
+    fn put_manifest(
+        repository: &str,
+        reference: &dyn std::fmt::Display,
+        media_type: &'a str,
+        body: &'a [u8],
+        action: &str,
+    ) -> Self {
+        Call {
+            method: "PUT",
+            path: format!("/v2/{repository}/manifests/{reference}"),
+            accept: None,
+            content_type: Some(media_type),
+            body: Some(body),
+            scope: format!("repository:{repository}:pull,push"),
+            action: action.to_string(),
+        }
+    }
+}
+
 /// The parts of an answer this client uses.
 pub(super) struct Answer {
     pub(super) status: u16,
@@ -393,15 +433,12 @@ impl RegistryClient {
         let reference = reference.to_string();
         self.blocking(move |client| {
             let action = format!("checking manifest {repository}:{reference}");
-            let answer = client.send(Call {
-                method: "HEAD",
-                path: format!("/v2/{repository}/manifests/{reference}"),
-                accept: Some(MANIFEST_ACCEPT),
-                content_type: None,
-                body: None,
-                scope: format!("repository:{repository}:pull"),
-                action: action.clone(),
-            })?;
+            let answer = client.send(Call::read_manifest(
+                "HEAD",
+                &repository,
+                &reference,
+                &action,
+            ))?;
             if answer.status == 404 {
                 return Ok(None);
             }
@@ -443,15 +480,13 @@ impl RegistryClient {
         let media_type = media_type.to_string();
         self.blocking(move |client| {
             let action = format!("storing manifest {repository}:{reference}");
-            let answer = client.send(Call {
-                method: "PUT",
-                path: format!("/v2/{repository}/manifests/{reference}"),
-                accept: None,
-                content_type: Some(&media_type),
-                body: Some(&bytes),
-                scope: format!("repository:{repository}:pull,push"),
-                action: action.clone(),
-            })?;
+            let answer = client.send(Call::put_manifest(
+                &repository,
+                &reference,
+                &media_type,
+                &bytes,
+                &action,
+            ))?;
             client.expect_success(&answer, &action)?;
             Ok(reported_digest(&answer).unwrap_or_else(|| Digest::of(&bytes)))
         })
@@ -472,15 +507,13 @@ impl RegistryClient {
         let reference = Digest::of(&bytes);
         self.blocking(move |client| {
             let action = format!("storing referrer {repository}@{reference}");
-            let answer = client.send(Call {
-                method: "PUT",
-                path: format!("/v2/{repository}/manifests/{reference}"),
-                accept: None,
-                content_type: Some(&media_type),
-                body: Some(&bytes),
-                scope: format!("repository:{repository}:pull,push"),
-                action: action.clone(),
-            })?;
+            let answer = client.send(Call::put_manifest(
+                &repository,
+                &reference,
+                &media_type,
+                &bytes,
+                &action,
+            ))?;
             client.expect_success(&answer, &action)?;
             let indexed = answer.oci_subject.is_some();
             Ok((reported_digest(&answer).unwrap_or(reference), indexed))
@@ -629,15 +662,7 @@ impl RegistryClient {
         reference: &str,
     ) -> Result<Option<RegistryManifest>, RegistryError> {
         let action = format!("reading manifest {repository}:{reference}");
-        let answer = self.send(Call {
-            method: "GET",
-            path: format!("/v2/{repository}/manifests/{reference}"),
-            accept: Some(MANIFEST_ACCEPT),
-            content_type: None,
-            body: None,
-            scope: format!("repository:{repository}:pull"),
-            action: action.clone(),
-        })?;
+        let answer = self.send(Call::read_manifest("GET", repository, reference, &action))?;
         if answer.status == 404 {
             return Ok(None);
         }
