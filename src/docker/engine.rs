@@ -12,7 +12,6 @@
 //! build, which tags to use or whether a test passed; that is the executor's job.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::error::Error as StdError;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -275,18 +274,9 @@ fn docker_credentials(
     }
 }
 
-pub(crate) fn error_chain(error: &dyn StdError) -> String {
-    let mut parts: Vec<String> = vec![error.to_string()];
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let text = cause.to_string();
-        if !parts.iter().any(|part| part.contains(&text)) {
-            parts.push(text);
-        }
-        source = cause.source();
-    }
-    parts.join(": ")
-}
+/// An error and its sources as one line, each cause once: the registry crate's, so that a
+/// daemon's and a registry's errors read alike.
+pub(crate) use imagegen_oci::error_chain;
 
 fn is_connection_failure(error: &BollardError) -> bool {
     matches!(

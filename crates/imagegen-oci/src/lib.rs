@@ -48,8 +48,9 @@ pub use registry::{
 };
 pub use retry::{is_transient_message, RetryPolicy};
 
-/// An error and its sources as one line, each cause once.
-pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
+/// An error and its sources as one line, each cause once. Public for imagegen's Docker edge,
+/// which words the daemon's errors the same way.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
     let mut parts: Vec<String> = vec![error.to_string()];
     let mut source = error.source();
     while let Some(cause) = source {
