@@ -97,7 +97,15 @@ pub(crate) struct StoredHostVenv {
     /// build that may find its venv here does not start writing one beside the Docker build.
     #[serde(default)]
     pub(crate) wheels: String,
+    /// The venv's layers, those placed below the image's base first (`pipeline::venv_cut`).
     pub(crate) layers: Vec<StoredLayer>,
+    /// What each layer holds (its history entry), one per layer; empty in a record written
+    /// before the layers were cut along the wheels, which is not used.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) holds: Vec<String>,
+    /// How many of `layers` go below the base.
+    #[serde(default)]
+    pub(crate) below: usize,
     pub(crate) listing: String,
 }
 
@@ -328,6 +336,8 @@ mod tests {
             key: key.into(),
             wheels: format!("wheels of {listing}"),
             layers: image(1, "sha256:a", "sha256:x").layers,
+            holds: vec!["the venv".into()],
+            below: 0,
             listing: listing.into(),
         };
         assert_eq!(store.host_venv("sha256:k"), None, "an empty store");

@@ -83,6 +83,7 @@ pub(crate) fn diff_records(from: &ImageRecord, to: &ImageRecord) -> ImageDiff {
             (
                 "size",
                 r.size
+                    .as_ref()
                     .map(|size| size.to_string())
                     .unwrap_or_else(|| "(unknown)".into()),
             ),
@@ -304,6 +305,7 @@ mod tests {
                 compressed_bytes,
                 unpacked_bytes: 5_216_000_000,
                 layers: 9,
+                parts: Vec::new(),
             });
             record
         };

@@ -418,11 +418,27 @@ pub(crate) struct ImageRecord {
 /// uncompressed tars (their diff_ids' content: file data plus tar headers, whiteouts and files a
 /// later layer replaces counted in the layer that holds them), about what Docker reports as the
 /// image's size once pulled; `layers` is how many there are.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct ImageSize {
     pub(crate) compressed_bytes: u64,
     pub(crate) unpacked_bytes: u64,
     pub(crate) layers: u32,
+    /// Each layer, bottom first: what an upgrade's pull cost is computed from
+    /// (`history::pull_cost`) without asking the registry. Absent from records written before
+    /// issue 48 (they still load: the schema version stays 1).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) parts: Vec<LayerRecord>,
+}
+
+/// One layer of an image as the manifest records it: its digest (the blob a pull downloads), its
+/// compressed size and what it holds (its history entry: the wheels of a venv layer, the build
+/// step of a build layer).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct LayerRecord {
+    pub(crate) digest: String,
+    pub(crate) compressed_bytes: u64,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub(crate) holds: String,
 }
 
 impl std::fmt::Display for ImageSize {
@@ -1121,6 +1137,7 @@ mod tests {
             compressed_bytes: 1_934_000_000,
             unpacked_bytes: 5_216_000_000,
             layers: 9,
+            parts: Vec::new(),
         };
         assert_eq!(size.to_string(), "1.93 GB compressed, 5.22 GB unpacked");
     }
@@ -1133,6 +1150,7 @@ mod tests {
             compressed_bytes: 1_934_000_123,
             unpacked_bytes: 5_216_000_456,
             layers: 9,
+            parts: Vec::new(),
         });
         manifest.record_success(sized);
         manifest.record_success(record("u", "sha256:2", "k2"));

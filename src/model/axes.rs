@@ -93,6 +93,21 @@ pub enum WheelSource {
     Index,
 }
 
+/// How a `wheels: host` runtime image's venv is cut into layers (`venv_layers:` in matrix.yaml).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum VenvLayers {
+    /// Along the wheels (`pipeline::venv_cut`): a layer of its own for each large wheel, below
+    /// the base, and the small ones in eight groups by name, above the build; each wheel's
+    /// bytecode and RECORD in a layer beside. A layer's bytes depend only on the wheels it holds,
+    /// so an upgrade pulls only what changed.
+    #[default]
+    Wheels,
+    /// The whole venv in one layer above the build (with its bytecode in a second): the layout
+    /// before issue 48, for a registry or runtime that counts layers tightly.
+    One,
+}
+
 /// A target platform: `linux/amd64` or `linux/arm64` (SBSA: Grace Hopper, Grace Blackwell).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(transparent)]

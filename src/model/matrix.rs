@@ -419,6 +419,10 @@ pub struct Matrix {
     /// build (`index`).
     #[serde(default)]
     pub(crate) wheels: WheelSource,
+    /// How a `wheels: host` runtime venv is cut into layers: along the wheels (`wheels`,
+    /// default) or as one layer (`one`); see `pipeline::venv_cut`.
+    #[serde(default)]
+    pub(crate) venv_layers: crate::model::axes::VenvLayers,
     /// A PEM file of CA certificates (a TLS-intercepting proxy's), relative to the matrix file:
     /// copied into each build context and installed into the image's system store, where it stays.
     #[serde(default)]
@@ -629,6 +633,7 @@ const TOP_LEVEL_KEYS: &[&str] = &[
     "torch_wheels",
     "devel_toolkit",
     "wheels",
+    "venv_layers",
     "ca_bundle",
     "lock",
     "tests",

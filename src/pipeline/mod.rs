@@ -14,4 +14,5 @@ pub(crate) mod relabel;
 pub(crate) mod results;
 pub(crate) mod selftest;
 pub(crate) mod steps;
+pub(crate) mod venv_cut;
 pub(crate) mod wheel_install;

@@ -46,7 +46,7 @@ use anyhow::{anyhow, Context, Result};
 use serde_json::Value;
 use sha2::{Digest as _, Sha256};
 
-use crate::history::manifest::{parse_rfc3339, rfc3339, ImageSize};
+use crate::history::manifest::{parse_rfc3339, rfc3339, ImageSize, LayerRecord};
 use crate::model::digest::Digest;
 
 /// The label a normalized image carries; its value is the epoch (seconds).
@@ -140,6 +140,44 @@ pub(crate) struct NormalizedImage {
     pub(crate) manifest_digest: Digest,
 }
 
+/// The longest `holds` the manifest records of a layer.
+const MOST_HOLDS_CHARS: usize = 300;
+
+/// What each of `count` layers holds, from the history entries of `config` that made a layer
+/// (`empty_layer` ones made none): their `created_by`, cut at [`MOST_HOLDS_CHARS`]; empty where
+/// the history says nothing or has fewer entries than layers.
+fn layer_holds(config: &[u8], count: usize) -> Vec<String> {
+    let history: Vec<Value> = serde_json::from_slice::<Value>(config)
+        .ok()
+        .and_then(|config| config.get("history").and_then(Value::as_array).cloned())
+        .unwrap_or_default();
+    let mut holds: Vec<String> = history
+        .iter()
+        .filter(|entry| {
+            !entry
+                .get("empty_layer")
+                .and_then(Value::as_bool)
+                .unwrap_or(false)
+        })
+        .map(|entry| {
+            let text = entry
+                .get("created_by")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            let text = text.trim();
+            match text.char_indices().nth(MOST_HOLDS_CHARS) {
+                Some((end, _)) => format!("{}…", &text[..end]),
+                None => text.to_string(),
+            }
+        })
+        .collect();
+    if holds.len() != count {
+        // A history that does not match the layers names none of them.
+        holds = vec![String::new(); count];
+    }
+    holds
+}
+
 impl NormalizedImage {
     /// Sum of the uncompressed layer tars.
     pub(crate) fn unpacked_size(&self) -> u64 {
@@ -149,10 +187,21 @@ impl NormalizedImage {
     /// What the manifest records of this image's size: its layers as the registry manifest
     /// lists them (the config blob left out) and their uncompressed tars.
     pub(crate) fn size(&self) -> ImageSize {
+        let holds = layer_holds(&self.config, self.layers.len());
         ImageSize {
             compressed_bytes: self.layers.iter().map(|layer| layer.compressed_size).sum(),
             unpacked_bytes: self.unpacked_size(),
             layers: u32::try_from(self.layers.len()).unwrap_or(u32::MAX),
+            parts: self
+                .layers
+                .iter()
+                .zip(holds)
+                .map(|(layer, holds)| LayerRecord {
+                    digest: layer.digest.to_string(),
+                    compressed_bytes: layer.compressed_size,
+                    holds,
+                })
+                .collect(),
         }
     }
 

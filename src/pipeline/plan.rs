@@ -91,7 +91,7 @@ pub(crate) fn plan(
             }),
             selftest_baseline: selftest_baseline.cloned(),
             recorded_digest: recorded.and_then(|r| r.digest.clone()),
-            recorded_size: recorded.and_then(|r| r.size),
+            recorded_size: recorded.and_then(|r| r.size.clone()),
             aliases_blocked,
             tests_missing: judge(require, &recorded.map(results_of).unwrap_or_default()).missing,
             steps: Vec::new(),

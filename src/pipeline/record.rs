@@ -81,7 +81,8 @@ pub(crate) fn record(
         .or_else(|| previous.as_ref().and_then(|p| p.packages.clone()));
     record.size = result
         .size
-        .or_else(|| previous.as_ref().and_then(|p| p.size));
+        .clone()
+        .or_else(|| previous.as_ref().and_then(|p| p.size.clone()));
     match result.status {
         Status::Built | Status::Reused => {
             record.digest = result

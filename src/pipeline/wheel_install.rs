@@ -102,6 +102,22 @@ pub(crate) struct InstallPlan {
     sources: BTreeMap<String, Vec<String>>,
     /// The `.pyc` files [`InstallPlan::add_bytecode`] added (paths as in `files`).
     bytecode: std::collections::BTreeSet<String>,
+    /// Every path each wheel installs (by its place in the list given to [`plan`]), a file two
+    /// wheels share in both: a layer of one wheel holds all of its files whatever else the venv
+    /// holds.
+    installs: Vec<std::collections::BTreeSet<String>>,
+    /// Each wheel's RECORD (path as in `files`), by its place in the list given to [`plan`].
+    wheel_records: Vec<String>,
+}
+
+/// Which of a set of wheels' files a layer holds ([`InstallPlan::part`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Part {
+    /// Known before byte-compiling: every file of the wheels but their `.pyc` files and the
+    /// RECORDs of wheels with sources (which gain the `.pyc` rows).
+    Files,
+    /// The `.pyc` files of the wheels' sources and the RECORDs of the wheels with sources.
+    Compiled,
 }
 
 impl InstallPlan {
@@ -110,17 +126,47 @@ impl InstallPlan {
         self.sources.keys().map(|path| format!("/{path}"))
     }
 
-    /// The files of the install known before byte-compiling: every file but the wheels' RECORDs
-    /// (which gain the `.pyc` rows) and the `.pyc` files. Written as the venv's lower layer while
-    /// host-venv.sh byte-compiles; the rest goes into the layer above it ([`upper_tar`]).
-    pub(crate) fn without_records(&self) -> InstallPlan {
+    /// Whether wheel `wheel` (its place in the list given to [`plan`]) installs a source pip
+    /// byte-compiles: its RECORD then gains rows when it is byte-compiled.
+    pub(crate) fn has_sources(&self, wheel: usize) -> bool {
+        self.installs
+            .get(wheel)
+            .is_some_and(|paths| paths.iter().any(|path| self.sources.contains_key(path)))
+    }
+
+    /// The part `part` of the files of `wheels` (places in the list given to [`plan`]): what one
+    /// layer of the venv holds ([`crate::pipeline::venv_cut`]). Every file one of the wheels
+    /// installs is in it, also one another wheel of the venv installs too, so the layer is the
+    /// same whatever else the venv holds.
+    pub(crate) fn part(&self, wheels: &[usize], part: Part) -> InstallPlan {
+        let mut paths = std::collections::BTreeSet::new();
+        let mut compiled_records = std::collections::BTreeSet::new();
+        for &wheel in wheels {
+            let Some(installed) = self.installs.get(wheel) else {
+                continue;
+            };
+            if self.has_sources(wheel) {
+                compiled_records.insert(self.wheel_records[wheel].as_str());
+            }
+            paths.extend(installed.iter().map(String::as_str));
+        }
+        let keep = |path: &str| -> bool {
+            if self.bytecode.contains(path) {
+                return part == Part::Compiled
+                    && source_of_bytecode(path)
+                        .is_some_and(|source| paths.contains(source.as_str()));
+            }
+            let compiled_record = compiled_records.contains(path);
+            match part {
+                Part::Files => paths.contains(path) && !compiled_record,
+                Part::Compiled => compiled_record,
+            }
+        };
         InstallPlan {
             files: self
                 .files
                 .iter()
-                .filter(|(path, _)| {
-                    !self.records.contains_key(*path) && !self.bytecode.contains(*path)
-                })
+                .filter(|(path, _)| keep(path))
                 .map(|(path, file)| (path.clone(), file.clone()))
                 .collect(),
             ..InstallPlan::default()
@@ -262,6 +308,10 @@ pub(crate) fn plan<R: Read + Seek>(wheels: &mut [Wheel<R>], venv: &Venv) -> Resu
             record,
             rows,
         } = plan_wheel(&mut wheels[number], number, venv)?;
+        install
+            .installs
+            .push(files.iter().map(|(path, _)| path.clone()).collect());
+        install.wheel_records.push(record.clone());
         for (path, file) in files {
             if file.from_wheel && path.ends_with(".py") {
                 install
@@ -841,22 +891,24 @@ pub(crate) fn write_layer<R: Read + Seek, W: Write>(
 /// it, as far as it is known before the Docker build of the image around it: this imagegen (its
 /// installer and compressor write the layers), the `wheels` (each as `context-path source-path`:
 /// a file of the content-addressed wheel cache, whose path names its sha256), host-venv.sh
-/// (`script`), the `listing` script, the `venv` and the `epoch` (every mtime of the layers).
+/// (`script`), the `listing` script, the `venv` and the `layout` (how the venv is cut into
+/// layers and their files' time: `pipeline::venv_cut::layout_key`).
 pub(crate) fn venv_wheels_key(
     script: &[u8],
     listing: &str,
     venv: &Venv,
     wheels: &[String],
-    epoch: u64,
+    layout: &str,
 ) -> String {
     let mut hasher = Sha256::new();
     let mut line = |text: &str| {
         hasher.update(text.as_bytes());
         hasher.update(b"\n");
     };
-    // 2: the `.pyc` files and RECORDs in the upper layer, not the venv's.
+    // 2: the `.pyc` files and RECORDs in the upper layer, not the venv's. 3: layers along the
+    // wheels (the layout line).
     line(&format!(
-        "imagegen host venv 2, imagegen {}",
+        "imagegen host venv 3, imagegen {}",
         env!("CARGO_PKG_VERSION")
     ));
     line(&format!(
@@ -868,7 +920,7 @@ pub(crate) fn venv_wheels_key(
     for wheel in wheels {
         line(&format!("wheel {wheel}"));
     }
-    line(&format!("epoch {epoch}"));
+    line(&format!("layout {layout}"));
     crate::model::digest::Digest::from_sha256(hasher.finalize().as_slice()).to_string()
 }
 
@@ -975,7 +1027,7 @@ pub(crate) fn helper_tar<R: Read + Seek, W: Write>(
 
 /// What host-venv.sh wrote ([`HELPER_WRITTEN`], a tar of paths relative to `/`), split: the
 /// `.pyc` files of the install's sources (path, content, executable), for
-/// [`InstallPlan::add_bytecode`]; and every other file and link, for [`upper_tar`]. Folders it
+/// [`InstallPlan::add_bytecode`]; and every other file and link, for [`others_tar`]. Folders it
 /// lists are left to the layers, which make their own.
 pub(crate) fn split_written(
     written: &[u8],
@@ -1020,28 +1072,17 @@ pub(crate) fn split_written(
     Ok((bytecode, others))
 }
 
-/// The layer above the venv's lower one ([`InstallPlan::without_records`]), as a tar to be
-/// normalized (the mtimes of `others` are the container's): the wheels' RECORDs (with the rows
-/// of their `.pyc` files) and the `.pyc` files of `install` after
-/// [`InstallPlan::add_bytecode`], and `others`, what host-venv.sh wrote besides; with every
-/// folder above them (0755, root). A path in both is refused: host-venv.sh must not rewrite a
-/// file of the install.
-pub(crate) fn upper_tar(install: &InstallPlan, others: WrittenOthers) -> Result<Vec<u8>> {
-    let mut files: BTreeMap<&str, Option<&Installed>> = BTreeMap::new();
-    for path in install.records.keys().chain(install.bytecode.iter()) {
-        files.insert(path, install.files.get(path));
-    }
+/// The venv's last layer, as a tar to be normalized (the mtimes are the container's): what
+/// host-venv.sh wrote besides bytecode (the loader cache), with every folder above it (0755,
+/// root). A path of the install is refused: host-venv.sh must not rewrite a file of the wheels.
+pub(crate) fn others_tar(install: &InstallPlan, others: WrittenOthers) -> Result<Vec<u8>> {
     for path in others.keys() {
         if install.files.contains_key(path) {
             bail!("/{path}: host-venv.sh rewrote a file the wheels install");
         }
     }
     let mut folders = std::collections::BTreeSet::new();
-    for path in files
-        .keys()
-        .copied()
-        .chain(others.keys().map(String::as_str))
-    {
+    for path in others.keys() {
         let mut end = path.len();
         while let Some(slash) = path[..end].rfind('/') {
             if !folders.insert(path[..slash].to_string()) {
@@ -1059,23 +1100,6 @@ pub(crate) fn upper_tar(install: &InstallPlan, others: WrittenOthers) -> Result<
         header.set_gid(0);
         header.set_size(0);
         builder.append_data(&mut header, format!("{folder}/"), std::io::empty())?;
-    }
-    for (path, file) in files {
-        let Some(Installed {
-            content: Content::Made(data),
-            executable,
-            ..
-        }) = file
-        else {
-            bail!("/{path}: a RECORD or .pyc of the install that is not made by imagegen");
-        };
-        let mut header = tar::Header::new_gnu();
-        header.set_entry_type(tar::EntryType::Regular);
-        header.set_mode(if *executable { 0o755 } else { 0o644 });
-        header.set_uid(0);
-        header.set_gid(0);
-        header.set_size(data.len() as u64);
-        builder.append_data(&mut header, path, data.as_slice())?;
     }
     for (path, (mut header, link, data)) in others {
         match link {

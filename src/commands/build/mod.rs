@@ -377,6 +377,7 @@ async fn build_and_record(
             selftest_baseline,
             journal,
             layer_store: Some(Arc::new(LayerStore::in_dir(&state_dir(&settings.log_dir)))),
+            venv_layers: project.matrix()?.venv_layers,
             ..Default::default()
         },
     ));

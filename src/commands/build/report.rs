@@ -127,6 +127,7 @@ pub(super) fn summary_table(results: &[ImageResult]) -> String {
                 .unwrap_or_else(|| "-".into()),
             result
                 .size
+                .as_ref()
                 .map(|size| size.to_string())
                 .unwrap_or_else(|| "-".into()),
             format!("{:.1}", result.seconds),

@@ -12,6 +12,7 @@
 //! reads), so the image need not be in the daemon to be listed; the caller loads it where this
 //! host runs it (the self-test, an image built `FROM` it) or where the run does not push it.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -26,14 +27,18 @@ use crate::docker::layer_store::StoredHostVenv;
 use crate::docker::repository_path_of;
 use crate::docker::{ContextWheels, RunRequest};
 use crate::history::manifest::{human_bytes, rfc3339};
+use crate::model::axes::VenvLayers;
 use crate::model::digest::Digest;
 use crate::pipeline::normalize::{
     assemble, normalize_layer_into, GzipWriter, Gzipped, NormalizedImage, NormalizedLayer,
 };
 use crate::pipeline::planned::PlannedImage;
+use crate::pipeline::venv_cut::{
+    cut, layout_key, Place, Unit, WheelFile, DOCKER_LAYER_LIMIT, VENV_EPOCH,
+};
 use crate::pipeline::wheel_install::{
-    self, helper_tar, split_written, upper_tar, venv_key, venv_wheels_key, write_layer,
-    InstallPlan, Venv, Wheel, HELPER_WRITTEN, VENV_PREFIX,
+    self, helper_tar, others_tar, split_written, venv_key, venv_wheels_key, write_layer,
+    InstallPlan, Part, Venv, Wheel, HELPER_WRITTEN, VENV_PREFIX,
 };
 
 /// How long host-venv.sh may take (it byte-compiles thousands of sources on every core).
@@ -109,40 +114,145 @@ fn layer_of(gzipped: Gzipped) -> NormalizedLayer {
     }
 }
 
-/// `config` (a normalized config) with one history entry more per `(created_by, comment)`, made
-/// at `epoch` as every other entry of a normalized config.
-fn with_history(config: &[u8], added: &[(String, &str)], epoch: u64) -> Result<Vec<u8>> {
-    let mut config: Value = serde_json::from_slice(config).context("the image config")?;
+/// One layer of a venv made on the host and what it holds: its history entry's `created_by`,
+/// which the manifest records beside its digest.
+#[derive(Clone)]
+pub(super) struct VenvPart {
+    layer: NormalizedLayer,
+    holds: String,
+}
+
+/// A venv's layers, placed as `pipeline::venv_cut` orders them: `below` the base (the large
+/// wheels' files), `above` the Docker build (their bytecode, the small wheels' groups and what
+/// host-venv.sh wrote).
+#[derive(Clone, Default)]
+pub(super) struct PlacedVenv {
+    below: Vec<VenvPart>,
+    above: Vec<VenvPart>,
+}
+
+impl PlacedVenv {
+    fn parts(&self) -> impl Iterator<Item = &VenvPart> {
+        self.below.iter().chain(&self.above)
+    }
+
+    /// As the layer store keeps it.
+    fn stored(&self, key: String, wheels: String, listing: String) -> StoredHostVenv {
+        StoredHostVenv {
+            key,
+            wheels,
+            layers: self.parts().map(|part| stored_layer(&part.layer)).collect(),
+            holds: self.parts().map(|part| part.holds.clone()).collect(),
+            below: self.below.len(),
+            listing,
+        }
+    }
+
+    /// What the layer store keeps, without bytes; `None` for a record of another layout (one
+    /// written before the layers were cut along the wheels holds no `holds`).
+    fn of_stored(kept: &StoredHostVenv) -> Option<PlacedVenv> {
+        if kept.holds.len() != kept.layers.len() || kept.below > kept.layers.len() {
+            return None;
+        }
+        let mut parts = kept
+            .layers
+            .iter()
+            .zip(&kept.holds)
+            .map(|(layer, holds)| {
+                Some(VenvPart {
+                    layer: layer_of_stored(layer).ok()?,
+                    holds: holds.clone(),
+                })
+            })
+            .collect::<Option<Vec<_>>>()?;
+        let above = parts.split_off(kept.below);
+        Some(PlacedVenv {
+            below: parts,
+            above,
+        })
+    }
+}
+
+/// `around` (the Docker build, normalized) with the venv's layers placed: the config with one
+/// history entry per venv layer where it goes, and the layers, bottom first. More layers than
+/// Docker runs is refused with what to do.
+fn arrange(
+    name: &str,
+    around: &NormalizedImage,
+    venv: &PlacedVenv,
+) -> Result<(Vec<u8>, Vec<NormalizedLayer>)> {
+    let count = venv.below.len() + around.layers.len() + venv.above.len();
+    if count > DOCKER_LAYER_LIMIT {
+        anyhow::bail!(
+            "{name}: {count} layers ({} of the venv cut along its wheels, {} of the base and the build): Docker runs an image of at most {DOCKER_LAYER_LIMIT}\nhint: set `venv_layers: one` in matrix.yaml (the venv in one layer), or make fewer build steps",
+            venv.below.len() + venv.above.len(),
+            around.layers.len()
+        );
+    }
+    let mut config: Value = serde_json::from_slice(&around.config).context("the image config")?;
     let history = config
         .get_mut("history")
         .and_then(Value::as_array_mut)
         .ok_or_else(|| anyhow!("the image config has no history"))?;
-    for (created_by, comment) in added {
-        history.push(serde_json::json!({
-            "created": rfc3339(epoch),
-            "created_by": created_by,
-            "comment": comment,
-        }));
-    }
-    Ok(serde_json::to_vec(&config)?)
+    let entry = |part: &VenvPart| {
+        serde_json::json!({
+            "created": rfc3339(around.epoch),
+            "created_by": part.holds,
+            "comment": "imagegen wheels: host",
+        })
+    };
+    let mut entries: Vec<Value> = venv.below.iter().map(entry).collect();
+    entries.append(history);
+    entries.extend(venv.above.iter().map(entry));
+    *history = entries;
+    let layers = venv
+        .below
+        .iter()
+        .map(|part| part.layer.clone())
+        .chain(around.layers.iter().cloned())
+        .chain(venv.above.iter().map(|part| part.layer.clone()))
+        .collect();
+    Ok((serde_json::to_vec(&config)?, layers))
 }
 
-/// `around`'s config with the history entries of the venv's two layers.
-fn venv_config(around: &NormalizedImage, wheel_count: usize) -> Result<Vec<u8>> {
-    with_history(
-        &around.config,
-        &[
-            (
-                format!("imagegen: the {wheel_count} wheels of requirements.lock installed into {VENV_PREFIX} on the host, RECORDs apart (wheels: host)"),
-                "imagegen wheels: host",
-            ),
-            (
-                "imagegen: the RECORDs and what host-venv.sh wrote (byte-compiled, pip check, loader cache) in a container of the build".to_string(),
-                "imagegen wheels: host",
-            ),
-        ],
-        around.epoch,
+/// The history entry of a unit's files' layer.
+fn files_holds(unit: &Unit, venv: &Venv) -> String {
+    format!(
+        "imagegen: {} installed into {} (Python {}) on the host, RECORDs of wheels with sources apart (wheels: host)",
+        unit.holds, venv.prefix, venv.python
     )
+}
+
+/// The history entry of a unit's bytecode layer.
+fn compiled_holds(unit: &Unit, venv: &Venv) -> String {
+    format!(
+        "imagegen: bytecode and RECORDs of {} in {} (Python {}), byte-compiled by host-venv.sh in a container of the build (wheels: host)",
+        unit.holds, venv.prefix, venv.python
+    )
+}
+
+/// The history entry of the last layer.
+const OTHERS_HOLDS: &str =
+    "imagegen: what host-venv.sh wrote besides bytecode (the loader cache) in a container of the build (wheels: host)";
+
+/// The units `wheels` are cut into (`venv_cut::cut`), by their file names and sizes.
+fn units_of(wheels: &ContextWheels, layout: VenvLayers) -> Result<Vec<Unit>> {
+    let files = wheels
+        .files
+        .iter()
+        .map(|file| {
+            let size = std::fs::metadata(&file.source)
+                .with_context(|| format!("{}", file.source.display()))?
+                .len();
+            let file_name = file
+                .source
+                .file_name()
+                .map(|name| name.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            Ok(WheelFile { file_name, size })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(cut(&files, layout))
 }
 
 /// The venv every image installs its lock into, at `image`'s Python.
@@ -159,14 +269,14 @@ fn wheels_key_of(
     listing: &str,
     venv: &Venv,
     wheels: &ContextWheels,
-    epoch: u64,
+    layout: VenvLayers,
 ) -> String {
     let wheels: Vec<String> = wheels
         .files
         .iter()
         .map(|file| format!("{} {}", file.path, file.source.display()))
         .collect();
-    venv_wheels_key(script, listing, venv, &wheels, epoch)
+    venv_wheels_key(script, listing, venv, &wheels, &layout_key(layout))
 }
 
 /// The key of a venv (`wheel_install::venv_key`) of the wheels of `wheels_key` going into
@@ -207,42 +317,54 @@ impl<W: Write> Write for Stoppable<W> {
     }
 }
 
-/// The venv's lower layer (`InstallPlan::without_records`: every file of the wheels but their
-/// RECORDs, no `.pyc`) being written and compressed from the wheels on a blocking thread. It
-/// needs nothing of the Docker build, so it starts beside it. Dropped unfinished (a kept venv
-/// serves after all, or the build failed), it stops at its next write.
+/// The venv's files' layers (`Part::Files` of each unit of `venv_cut`: every file of the wheels
+/// but the `.pyc` files and the RECORDs of wheels with sources) being written and compressed from
+/// the wheels, one after the other, on a blocking thread. They need nothing of the Docker build,
+/// so they start beside it. Dropped unfinished (a kept venv serves after all, or the build
+/// failed), the thread stops at its next write.
 pub(super) struct VenvLayer {
-    epoch: u64,
     started: Instant,
     stop: StopOnDrop,
-    /// The install plan, sent once the thread made it (the layer is written from it).
+    units: Vec<Unit>,
+    /// The install plan, sent once the thread made it (the layers are written from it).
     plan: Option<tokio::sync::oneshot::Receiver<InstallPlan>>,
-    writing: tokio::task::JoinHandle<Result<Gzipped>>,
+    writing: tokio::task::JoinHandle<Result<Vec<Gzipped>>>,
 }
 
 impl VenvLayer {
-    /// Starts writing the lower layer of `wheels` installed into `venv`, every mtime `epoch`.
-    fn start(wheels: &ContextWheels, venv: &Venv, epoch: u64) -> Result<VenvLayer> {
+    /// Starts writing the files' layers of `wheels` installed into `venv`, cut as `layout`
+    /// says, every mtime [`VENV_EPOCH`].
+    fn start(wheels: &ContextWheels, venv: &Venv, layout: VenvLayers) -> Result<VenvLayer> {
+        let units = units_of(wheels, layout)?;
         let mut opened = open_wheels(wheels)?;
         let venv = venv.clone();
         let stop = Arc::new(AtomicBool::new(false));
-        let writer = Stoppable {
-            inner: GzipWriter::new(),
-            stop: Arc::clone(&stop),
-        };
+        let thread_stop = Arc::clone(&stop);
+        let thread_units = units.clone();
         let (planned, plan) = tokio::sync::oneshot::channel();
-        let writing = tokio::task::spawn_blocking(move || -> Result<Gzipped> {
+        let writing = tokio::task::spawn_blocking(move || -> Result<Vec<Gzipped>> {
             let install = wheel_install::plan(&mut opened, &venv)?;
-            let lower = install.without_records();
+            let parts: Vec<InstallPlan> = thread_units
+                .iter()
+                .map(|unit| install.part(&unit.wheels, Part::Files))
+                .collect();
             // Nobody waits for the plan where a kept venv serves, or the build failed.
             let _ = planned.send(install);
-            let (writer, _) = write_layer(&lower, &mut opened, epoch, writer)?;
-            Ok(writer.inner.finish())
+            let mut layers = Vec::with_capacity(parts.len());
+            for part in parts {
+                let writer = Stoppable {
+                    inner: GzipWriter::new(),
+                    stop: Arc::clone(&thread_stop),
+                };
+                let (writer, _) = write_layer(&part, &mut opened, VENV_EPOCH, writer)?;
+                layers.push(writer.inner.finish());
+            }
+            Ok(layers)
         });
         Ok(VenvLayer {
-            epoch,
             started: Instant::now(),
             stop: StopOnDrop(stop),
+            units,
             plan: Some(plan),
             writing,
         })
@@ -254,13 +376,16 @@ impl VenvLayer {
         self.plan.take()?.await.ok()
     }
 
-    /// The finished layer, and how long it took since it started.
-    async fn finish(self) -> Result<(NormalizedLayer, Duration)> {
+    /// The finished layers, one per unit, and how long they took since they started.
+    async fn finish(self) -> Result<(Vec<NormalizedLayer>, Duration)> {
         let gzipped = self
             .writing
             .await
-            .map_err(|error| anyhow!("the venv layer's thread failed: {error}"))??;
-        Ok((layer_of(gzipped), self.started.elapsed()))
+            .map_err(|error| anyhow!("the venv layers' thread failed: {error}"))??;
+        Ok((
+            gzipped.into_iter().map(layer_of).collect(),
+            self.started.elapsed(),
+        ))
     }
 }
 
@@ -277,35 +402,30 @@ impl Drop for StopOnDrop {
 
 impl EngineBuilder {
     /// The venv an earlier run made under `key`, where this run pushes `image` without loading
-    /// it (a load needs the layers' bytes, which are not kept) and its registry holds both
-    /// layers: the layers without bytes, and the listing.
+    /// it (a load needs the layers' bytes, which are not kept) and its registry holds all its
+    /// layers: the layers without bytes, placed, and the listing.
     async fn kept_venv(
         &self,
         image: &PlannedImage,
         key: &str,
         load: bool,
-    ) -> Option<(Vec<NormalizedLayer>, String)> {
+    ) -> Option<(PlacedVenv, String)> {
         let name = &image.spec.name;
         let store = self.settings.layer_store.as_ref()?;
         if load {
             return None;
         }
         let kept = store.host_venv(key)?;
+        let placed = PlacedVenv::of_stored(&kept)?;
         let client = self.registry(&image.spec.repository).await.ok()?;
         let path = repository_path_of(&image.spec.repository);
-        let mut layers = Vec::new();
-        for layer in &kept.layers {
-            // A stored digest that is not one names no blob the registry could hold.
-            let held = match Digest::parse(&layer.digest) {
-                Ok(digest) => client.has_blob(path, &digest).await,
-                Err(_) => Ok(false),
-            };
-            match held {
+        for part in placed.parts() {
+            match client.has_blob(path, &part.layer.digest).await {
                 Ok(true) => {}
                 Ok(false) => {
                     self.progress.line(
                         name,
-                        &format!("== the venv an earlier run made with these inputs ({key}) has a layer {} that {} no longer holds: making it again", layer.digest, image.spec.repository),
+                        &format!("== the venv an earlier run made with these inputs ({key}) has a layer {} that {} no longer holds: making it again", part.layer.digest, image.spec.repository),
                     );
                     return None;
                 }
@@ -317,23 +437,22 @@ impl EngineBuilder {
                     return None;
                 }
             }
-            layers.push(layer_of_stored(layer).ok()?);
         }
-        Some((layers, kept.listing))
+        Some((placed, kept.listing))
     }
 
-    /// `lower` finished, on a task of its own. Where `image` is pushed right after its build
+    /// `files` finished, on a task of its own. Where `image` is pushed right after its build
     /// (not `load`ed), the task first uploads the layers of `around` that have bytes here,
-    /// then the lower layer as soon as it is written, so the push finds them in the registry (it
-    /// asks before sending a blob). An upload that fails is only written to the log: the push
-    /// sends the layer again and reports what stops it.
+    /// then the venv's files' layers as soon as they are written, so the push finds them in the
+    /// registry (it asks before sending a blob). An upload that fails is only written to the
+    /// log: the push sends the layer again and reports what stops it.
     async fn upload_ahead(
         &self,
         image: &PlannedImage,
         around: &NormalizedImage,
-        lower: VenvLayer,
+        files: VenvLayer,
         load: bool,
-    ) -> tokio::task::JoinHandle<Result<(NormalizedLayer, Duration)>> {
+    ) -> tokio::task::JoinHandle<Result<(Vec<NormalizedLayer>, Duration)>> {
         let name = image.spec.name.clone();
         let client = if !load {
             self.registry(&image.spec.repository).await.ok()
@@ -349,7 +468,7 @@ impl EngineBuilder {
         let progress = Arc::clone(&self.progress);
         tokio::spawn(async move {
             let Some(client) = client else {
-                return lower.finish().await;
+                return files.finish().await;
             };
             let started = Instant::now();
             let mut sent = 0u64;
@@ -363,12 +482,22 @@ impl EngineBuilder {
                 }
                 sent += size;
             }
-            let (layer, took) = lower.finish().await?;
+            let (layers, took) = files.finish().await?;
             if !failed {
-                if let Some(gzip) = layer.gzip.clone() {
+                for layer in &layers {
+                    let Some(gzip) = layer.gzip.clone() else {
+                        continue;
+                    };
+                    // A layer another image of the run (or an earlier run) sent is not sent again.
+                    if let Ok(true) = client.has_blob(&path, &layer.digest).await {
+                        continue;
+                    }
                     match client.put_blob(&path, gzip).await {
                         Ok(_) => sent += layer.compressed_size,
-                        Err(error) => progress.log_only(&name, &format!("== uploading the venv's layer ahead of the push failed ({error}): the push sends it")),
+                        Err(error) => {
+                            progress.log_only(&name, &format!("== uploading a venv layer ahead of the push failed ({error}): the push sends it"));
+                            break;
+                        }
                     }
                 }
                 progress.stage(
@@ -380,15 +509,15 @@ impl EngineBuilder {
                     ),
                 );
             }
-            Ok((layer, took))
+            Ok((layers, took))
         })
     }
 
-    /// The venv's lower layer of `image` (`wheels: host`, host-venv.sh `script`, listing script
-    /// `listing`), started before its Docker build, on the wheels and the epoch alone. Not where
-    /// a venv of the same wheels is kept and the run may take it (it pushes `image` unloaded, not
-    /// `load`):
-    /// whether it does depends on the build, and a layer written for nothing would slow it.
+    /// The venv's files' layers of `image` (`wheels: host`, host-venv.sh `script`, listing
+    /// script `listing`), started before its Docker build, on the wheels alone. Not where a
+    /// venv of the same wheels is kept and the run may take it (it pushes `image` unloaded, not
+    /// `load`): whether it does depends on the build, and layers written for nothing would slow
+    /// it.
     pub(super) async fn early_venv_layer(
         &self,
         image: &PlannedImage,
@@ -398,23 +527,27 @@ impl EngineBuilder {
     ) -> Option<VenvLayer> {
         let name = &image.spec.name;
         let wheels = self.contexts.wheels.get(name)?;
-        let epoch = self.epoch_of(image).await.ok()?;
         let venv = venv_of(image);
+        let layout = self.settings.venv_layers;
         if let Some(store) = &self.settings.layer_store {
-            let wheels_key = wheels_key_of(script, listing, &venv, wheels, epoch);
+            let wheels_key = wheels_key_of(script, listing, &venv, wheels, layout);
             if !load && store.has_host_venv_of_wheels(&wheels_key) {
                 self.progress.log_only(
                     name,
-                    "== a venv of these wheels is kept: its layer waits for the Docker build, which decides whether it is needed",
+                    "== a venv of these wheels is kept: its layers wait for the Docker build, which decides whether they are needed",
                 );
                 return None;
             }
         }
-        match VenvLayer::start(wheels, &venv, epoch) {
+        match VenvLayer::start(wheels, &venv, layout) {
             Ok(layer) => {
                 self.progress.stage(
                     name,
-                    &format!("venv on the host: its layer is written from the {} wheels beside the Docker build", wheels.files.len()),
+                    &format!(
+                        "venv on the host: its {} layers along the wheels are written from the {} wheels beside the Docker build",
+                        layer.units.len(),
+                        wheels.files.len()
+                    ),
                 );
                 Some(layer)
             }
@@ -422,7 +555,7 @@ impl EngineBuilder {
             Err(error) => {
                 self.progress.log_only(
                     name,
-                    &format!("== the venv's layer cannot start: {error:#}"),
+                    &format!("== the venv's layers cannot start: {error:#}"),
                 );
                 None
             }
@@ -430,10 +563,10 @@ impl EngineBuilder {
     }
 
     /// The image `image` whose Docker build (daemon image `built`, normalized as `around`) holds
-    /// no venv packages: the venv's two layers made on the host added above `around`'s (not
-    /// loaded), and what the image's package listing script printed in the container that
-    /// made them, after host-venv.sh. `early` is the venv's lower layer where it was started
-    /// beside the Docker build; `load` is the plan's word on loading the image.
+    /// no venv packages: the venv's layers made on the host placed around `around`'s
+    /// (`venv_cut`; not loaded), and what the image's package listing script printed in the
+    /// container that made them, after host-venv.sh. `early` is the venv's files' layers where
+    /// they were started beside the Docker build; `load` is the plan's word on loading the image.
     pub(super) async fn host_venv(
         &self,
         image: &PlannedImage,
@@ -449,43 +582,45 @@ impl EngineBuilder {
             anyhow!("{name}: wheels: host, but no wheels were fetched for its lock")
         })?;
         let venv = venv_of(image);
+        let layout = self.settings.venv_layers;
         let epoch = around.epoch;
         let started = Instant::now();
-        let wheels_key = wheels_key_of(&script, listing, &venv, wheels, epoch);
+        let wheels_key = wheels_key_of(&script, listing, &venv, wheels, layout);
         let key = key_of(&wheels_key, around)?;
-        if let Some((venv_layers, listed)) = self.kept_venv(image, &key, load).await {
+        if let Some((placed, listed)) = self.kept_venv(image, &key, load).await {
             drop(early);
-            let mut layers = around.layers.clone();
-            layers.extend(venv_layers);
-            let config = venv_config(around, wheels.files.len())?;
+            let (config, layers) = arrange(name, around, &placed)?;
             let normalized = assemble(&config, layers, epoch)?;
             self.progress.stage(
                 name,
                 &format!(
-                    "venv as an earlier run made it from these wheels, scripts and layers (venv {key}): both its layers are in {} already, so nothing is installed; manifest {}",
-                    image.spec.repository, normalized.manifest_digest
+                    "venv as an earlier run made it from these wheels, scripts and layers (venv {key}): its {} layers are in {} already, so nothing is installed; manifest {}",
+                    placed.below.len() + placed.above.len(),
+                    image.spec.repository,
+                    normalized.manifest_digest
                 ),
             );
             self.note_normalized(&normalized);
             return Ok((Arc::new(normalized), listed));
         }
-        // The lower layer: started beside the Docker build, or now, beside host-venv.sh. Where
-        // the image is pushed right after this build, its layers go to the registry as they
-        // are ready, beside host-venv.sh: the push then sends only the upper layer.
-        let mut lower = match early {
-            Some(early) if early.epoch == epoch => early,
-            _ => VenvLayer::start(wheels, &venv, epoch)?,
+        // The files' layers: started beside the Docker build, or now, beside host-venv.sh. Where
+        // the image is pushed right after this build, they go to the registry as they are
+        // ready, beside host-venv.sh: the push then sends only the layers above.
+        let mut files = match early {
+            Some(early) => early,
+            None => VenvLayer::start(wheels, &venv, layout)?,
         };
-        let _stop_lower = StopOnDrop(Arc::clone(&lower.stop.0));
-        // The install plan the layer's thread made (host-venv.sh's files are chosen from it).
-        let Some(mut install) = lower.take_plan().await else {
-            lower
+        let _stop_files = StopOnDrop(Arc::clone(&files.stop.0));
+        let units = files.units.clone();
+        // The install plan the layers' thread made (host-venv.sh's files are chosen from it).
+        let Some(mut install) = files.take_plan().await else {
+            files
                 .finish()
                 .await
                 .with_context(|| format!("installing the wheels of {name}"))?;
-            anyhow::bail!("{name}: the venv's layer ended without its install plan");
+            anyhow::bail!("{name}: the venv's layers ended without their install plan");
         };
-        let lower = self.upload_ahead(image, around, lower, load).await;
+        let files = self.upload_ahead(image, around, files, load).await;
         let opened = open_wheels(wheels)?;
         let wheel_count = opened.len();
         self.progress.phase(
@@ -498,7 +633,8 @@ impl EngineBuilder {
         );
 
         // host-venv.sh in a container of the build, over the sources, metadata and libraries,
-        // which stream to the daemon as they are inflated.
+        // which stream to the daemon as they are inflated. The sources carry the venv's time,
+        // which each `.pyc` records.
         let helper_started = Instant::now();
         let (sender, mut receiver) = tokio::sync::mpsc::channel::<bytes::Bytes>(8);
         let helper_install = std::mem::take(&mut install);
@@ -514,7 +650,7 @@ impl EngineBuilder {
                 &helper_install,
                 &mut opened,
                 &helper_venv,
-                epoch,
+                VENV_EPOCH,
                 &[
                     (HELPER_SCRIPT, script.as_slice()),
                     (LISTING_SCRIPT, listing.as_bytes()),
@@ -581,40 +717,63 @@ impl EngineBuilder {
             ),
         );
 
-        // Above the venv's layer: the `.pyc` files, the RECORDs listing them, and what
-        // host-venv.sh wrote besides.
-        let upper = upper_tar(&install, others)
+        // Each unit's bytecode and RECORDs where its wheels have sources, and what host-venv.sh
+        // wrote besides (with the image's own time: it is the image's).
+        let others = others_tar(&install, others)
             .with_context(|| format!("what host-venv.sh wrote for {name}"))?;
-        let upper_layer = tokio::task::spawn_blocking(move || -> Result<_> {
-            Ok(normalize_layer_into(&upper, epoch, GzipWriter::new())?.finish())
-        })
+        let compiled_units: Vec<(usize, InstallPlan)> = units
+            .iter()
+            .enumerate()
+            .filter(|(_, unit)| unit.wheels.iter().any(|&wheel| install.has_sources(wheel)))
+            .map(|(number, unit)| (number, install.part(&unit.wheels, Part::Compiled)))
+            .collect();
+        let (compiled_layers, others_layer) = tokio::task::spawn_blocking(
+            move || -> Result<(BTreeMap<usize, NormalizedLayer>, Option<NormalizedLayer>)> {
+                let mut layers = BTreeMap::new();
+                let mut no_wheels: Vec<Wheel<std::io::Cursor<Vec<u8>>>> = Vec::new();
+                for (number, part) in compiled_units {
+                    let (writer, _) =
+                        write_layer(&part, &mut no_wheels, VENV_EPOCH, GzipWriter::new())?;
+                    layers.insert(number, layer_of(writer.finish()));
+                }
+                let others = if others_count > 0 {
+                    Some(layer_of(
+                        normalize_layer_into(&others, epoch, GzipWriter::new())?.finish(),
+                    ))
+                } else {
+                    None
+                };
+                Ok((layers, others))
+            },
+        )
         .await
-        .map_err(|error| anyhow!("the upper venv layer's thread failed: {error}"))??;
-        let upper_layer = layer_of(upper_layer);
+        .map_err(|error| anyhow!("the bytecode layers' thread failed: {error}"))??;
         let waited = Instant::now();
-        let (venv_layer, took) = lower
+        let (file_layers, took) = files
             .await
-            .map_err(|error| anyhow!("the venv layer's task failed: {error}"))??;
+            .map_err(|error| anyhow!("the venv layers' task failed: {error}"))??;
+        let placed = place(&units, file_layers, compiled_layers, others_layer, &venv);
+        let (unpacked, compressed) = placed.parts().fold((0, 0), |(unpacked, compressed), part| {
+            (
+                unpacked + part.layer.unpacked_size,
+                compressed + part.layer.compressed_size,
+            )
+        });
         self.progress.stage(
             name,
             &format!(
-                "venv installed on the host from {wheel_count} wheels: {} unpacked, {} compressed {} (waited {:.1} s for it after host-venv.sh); bytecode and host-venv.sh's layer {} unpacked, {} compressed",
-                human_bytes(venv_layer.unpacked_size),
-                human_bytes(venv_layer.compressed_size),
-                rate(venv_layer.unpacked_size, took),
+                "venv installed on the host from {wheel_count} wheels into {} layers ({} below the base, {} above the build): {} unpacked, {} compressed; the files' layers {} (waited {:.1} s for them after host-venv.sh)",
+                placed.below.len() + placed.above.len(),
+                placed.below.len(),
+                placed.above.len(),
+                human_bytes(unpacked),
+                human_bytes(compressed),
+                rate(unpacked, took),
                 waited.elapsed().as_secs_f64(),
-                human_bytes(upper_layer.unpacked_size),
-                human_bytes(upper_layer.compressed_size),
             ),
         );
-        let config = venv_config(around, wheel_count)?;
         if let Some(store) = &self.settings.layer_store {
-            let kept = StoredHostVenv {
-                key: key.clone(),
-                wheels: wheels_key,
-                layers: vec![stored_layer(&venv_layer), stored_layer(&upper_layer)],
-                listing: output.stdout.clone(),
-            };
+            let kept = placed.stored(key.clone(), wheels_key, output.stdout.clone());
             if let Err(error) = store.remember_host_venv(kept) {
                 self.progress.log_only(
                     name,
@@ -625,9 +784,7 @@ impl EngineBuilder {
                 );
             }
         }
-        let mut layers = around.layers.clone();
-        layers.push(venv_layer);
-        layers.push(upper_layer);
+        let (config, layers) = arrange(name, around, &placed)?;
         let normalized = assemble(&config, layers, epoch)?;
         self.progress.stage(
             name,
@@ -645,9 +802,190 @@ impl EngineBuilder {
     }
 }
 
+/// The venv's layers in `venv_cut`'s order: the files of the units placed below, then above the
+/// build their bytecode, then each unit placed above with its bytecode, then `others`.
+/// `files` holds one layer per unit, `compiled` the bytecode layers by unit number.
+fn place(
+    units: &[Unit],
+    files: Vec<NormalizedLayer>,
+    mut compiled: BTreeMap<usize, NormalizedLayer>,
+    others: Option<NormalizedLayer>,
+    venv: &Venv,
+) -> PlacedVenv {
+    let mut placed = PlacedVenv::default();
+    let mut above_units = Vec::new();
+    for (number, (unit, layer)) in units.iter().zip(files).enumerate() {
+        let part = VenvPart {
+            layer,
+            holds: files_holds(unit, venv),
+        };
+        match unit.place {
+            Place::Below => {
+                placed.below.push(part);
+                if let Some(layer) = compiled.remove(&number) {
+                    placed.above.push(VenvPart {
+                        layer,
+                        holds: compiled_holds(unit, venv),
+                    });
+                }
+            }
+            Place::Above => above_units.push((number, unit, part)),
+        }
+    }
+    for (number, unit, part) in above_units {
+        placed.above.push(part);
+        if let Some(layer) = compiled.remove(&number) {
+            placed.above.push(VenvPart {
+                layer,
+                holds: compiled_holds(unit, venv),
+            });
+        }
+    }
+    if let Some(layer) = others {
+        placed.above.push(VenvPart {
+            layer,
+            holds: OTHERS_HOLDS.to_string(),
+        });
+    }
+    placed
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn layer(name: &str) -> NormalizedLayer {
+        NormalizedLayer {
+            gzip: None,
+            digest: Digest::of(name.as_bytes()),
+            diff_id: Digest::of(format!("tar of {name}").as_bytes()),
+            unpacked_size: 10,
+            compressed_size: 1,
+        }
+    }
+
+    fn unit(wheel: usize, place: Place, holds: &str) -> Unit {
+        Unit {
+            wheels: vec![wheel],
+            place,
+            holds: holds.into(),
+        }
+    }
+
+    /// The layers' digests of `image`, named back by `names`.
+    fn named(layers: &[NormalizedLayer], names: &[&str]) -> Vec<String> {
+        layers
+            .iter()
+            .map(|layer| {
+                names
+                    .iter()
+                    .find(|name| Digest::of(name.as_bytes()) == layer.digest)
+                    .map(|name| name.to_string())
+                    .unwrap_or_else(|| layer.digest.to_string())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn large_wheels_go_below_the_base_and_what_changes_often_goes_last() {
+        let venv = Venv {
+            prefix: VENV_PREFIX.into(),
+            python: "3.12".into(),
+        };
+        let units = [
+            unit(0, Place::Below, "torch-2.13.0.whl"),
+            unit(1, Place::Below, "nvidia_cudnn.whl"),
+            unit(2, Place::Above, "group 3 of 8: einops-0.8.1.whl"),
+        ];
+        let compiled: BTreeMap<usize, NormalizedLayer> =
+            [(0, layer("torch pyc")), (2, layer("group pyc"))].into();
+        let placed = place(
+            &units,
+            vec![layer("torch"), layer("cudnn"), layer("group")],
+            compiled,
+            Some(layer("loader cache")),
+            &venv,
+        );
+        let config = serde_json::json!({
+            "architecture": "amd64",
+            "os": "linux",
+            "config": {},
+            "rootfs": {"type": "layers", "diff_ids": []},
+            "history": [
+                {"created_by": "the base"},
+                {"created_by": "ENV A=1", "empty_layer": true},
+                {"created_by": "RUN apt-get install python3"},
+            ],
+        });
+        let around = assemble(
+            &serde_json::to_vec(&config).unwrap(),
+            vec![layer("base"), layer("apt")],
+            1_700_000_000,
+        )
+        .unwrap();
+        let (config, layers) = arrange("runtime", &around, &placed).unwrap();
+        let names = [
+            "torch",
+            "cudnn",
+            "base",
+            "apt",
+            "torch pyc",
+            "group",
+            "group pyc",
+            "loader cache",
+        ];
+        assert_eq!(named(&layers, &names), names);
+        let image = assemble(&config, layers, 1_700_000_000).unwrap();
+        let parts = image.size().parts;
+        let holds: Vec<&str> = parts.iter().map(|part| part.holds.as_str()).collect();
+        assert!(
+            holds[0].contains("torch-2.13.0.whl installed into /opt/venv (Python 3.12)"),
+            "{holds:?}"
+        );
+        assert_eq!(holds[2..4], ["the base", "RUN apt-get install python3"]);
+        assert!(
+            holds[4].starts_with("imagegen: bytecode and RECORDs of torch-2.13.0.whl"),
+            "{holds:?}"
+        );
+        assert!(
+            holds[5].contains("group 3 of 8: einops-0.8.1.whl installed"),
+            "{holds:?}"
+        );
+        assert_eq!(holds[7], OTHERS_HOLDS);
+        assert_eq!(parts[0].digest, Digest::of(b"torch").to_string());
+
+        // What the layer store keeps comes back placed the same.
+        let stored = placed.stored("k".into(), "w".into(), "listing".into());
+        assert_eq!(stored.below, 2);
+        let back = PlacedVenv::of_stored(&stored).unwrap();
+        let (_, again) = arrange("runtime", &around, &back).unwrap();
+        assert_eq!(named(&again, &names), names);
+        let old = StoredHostVenv {
+            holds: Vec::new(),
+            ..stored
+        };
+        assert!(
+            PlacedVenv::of_stored(&old).is_none(),
+            "a record of the old layout is not used"
+        );
+
+        // More layers than Docker runs: refused with what to do.
+        let many = PlacedVenv {
+            below: Vec::new(),
+            above: (0..DOCKER_LAYER_LIMIT)
+                .map(|number| VenvPart {
+                    layer: layer(&number.to_string()),
+                    holds: String::new(),
+                })
+                .collect(),
+        };
+        let Err(error) = arrange("runtime", &around, &many) else {
+            panic!("more than {DOCKER_LAYER_LIMIT} layers were arranged");
+        };
+        let error = error.to_string();
+        assert!(error.contains("runtime: 129 layers"), "{error}");
+        assert!(error.contains("venv_layers: one"), "{error}");
+    }
 
     #[test]
     fn a_stopped_layer_fails_at_its_next_write_and_its_compressor_ends() {

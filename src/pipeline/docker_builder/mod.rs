@@ -87,6 +87,8 @@ pub(crate) struct EngineBuilderSettings {
     /// What earlier runs normalized: a build whose layers are an earlier build's is not exported
     /// nor normalized again.
     pub(crate) layer_store: Option<Arc<LayerStore>>,
+    /// How a `wheels: host` venv is cut into layers (matrix.yaml `venv_layers`).
+    pub(crate) venv_layers: crate::model::axes::VenvLayers,
 }
 
 impl Default for EngineBuilderSettings {
@@ -102,6 +104,7 @@ impl Default for EngineBuilderSettings {
             selftest_baseline: None,
             journal: None,
             layer_store: None,
+            venv_layers: crate::model::axes::VenvLayers::default(),
         }
     }
 }
@@ -263,7 +266,7 @@ impl Builder for EngineBuilder {
             .lock()
             .expect("sizes lock")
             .get(image_id.as_str())
-            .copied()
+            .cloned()
     }
 
     async fn tag(&self, source: &str, repository: &str, tag: &str) -> Result<()> {

@@ -328,7 +328,7 @@ impl ImageRun {
             .image_id
             .as_ref()
             .and_then(|id| builder.size(id))
-            .or(image.recorded_size);
+            .or_else(|| image.recorded_size.clone());
     }
 
     fn failed(mut self, failure: Failure) -> ImageResult {

@@ -147,6 +147,7 @@ fn fake_size(image_id: &Digest) -> ImageSize {
         compressed_bytes: 1_000_000 * seed,
         unpacked_bytes: 2_600_000 * seed,
         layers: 4,
+        parts: Vec::new(),
     }
 }
 
@@ -946,7 +947,7 @@ async fn sizes_are_measured_for_built_images_and_kept_for_reused_ones() {
     let devel = result(&results, DEVEL_126);
     assert_eq!(devel.status, Status::Built);
     let measured = fake_size(devel.image_id.as_ref().unwrap());
-    assert_eq!(devel.size, Some(measured));
+    assert_eq!(devel.size, Some(measured.clone()));
     let manifest = journal.manifest();
     assert_eq!(manifest.images()[DEVEL_126].size, Some(measured));
     assert_eq!(result(&results, RUNTIME_126).status, Status::Reused);
@@ -958,9 +959,10 @@ async fn sizes_are_measured_for_built_images_and_kept_for_reused_ones() {
         compressed_bytes: 7,
         unpacked_bytes: 9,
         layers: 2,
+        parts: Vec::new(),
     };
     let mut measured_before = manifest.images()[RUNTIME_126].clone();
-    measured_before.size = Some(recorded);
+    measured_before.size = Some(recorded.clone());
     let manifest = changed(manifest, |transaction| {
         transaction.record_image(measured_before, &[], "t1")
     });
@@ -979,7 +981,7 @@ async fn sizes_are_measured_for_built_images_and_kept_for_reused_ones() {
         .iter()
         .find(|i| i.spec.tag == RUNTIME_126)
         .unwrap();
-    assert_eq!(planned.recorded_size, Some(recorded));
+    assert_eq!(planned.recorded_size, Some(recorded.clone()));
     let builder = Arc::new(FakeBuilder {
         existing: [RUNTIME_126.to_string()].into(),
         ..Default::default()
@@ -995,7 +997,7 @@ async fn sizes_are_measured_for_built_images_and_kept_for_reused_ones() {
     )
     .await;
     assert_eq!(result(&results, RUNTIME_126).status, Status::Reused);
-    assert_eq!(result(&results, RUNTIME_126).size, Some(recorded));
+    assert_eq!(result(&results, RUNTIME_126).size, Some(recorded.clone()));
     assert_eq!(
         journal.manifest().images()[RUNTIME_126].size,
         Some(recorded)

@@ -231,39 +231,42 @@ fn files_the_wheel_did_not_record_get_rows_without_a_hash_and_odd_paths_are_quot
     assert!(rows.iter().any(|row| row[0] == "demo/a,b \"q\".txt"));
 }
 
+/// A wheel `{name}-1.0` of an `nvidia` namespace: `nvidia/__init__.py` holding `content` and
+/// `nvidia/{name}/lib.so`.
+fn shared(name: &'static str, content: &'static [u8]) -> Wheel<Cursor<Vec<u8>>> {
+    let info: &'static str = Box::leak(format!("{name}-1.0.dist-info").into_boxed_str());
+    let metadata: &'static [u8] = Box::leak(
+        format!("Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+            .into_bytes()
+            .into_boxed_slice(),
+    );
+    let members: Vec<(&str, u32, &[u8])> = vec![
+        ("nvidia/__init__.py", 0o644, content),
+        (
+            Box::leak(format!("nvidia/{name}/lib.so").into_boxed_str()),
+            0o100755,
+            b"lib",
+        ),
+        (
+            Box::leak(format!("{info}/METADATA").into_boxed_str()),
+            0o644,
+            metadata,
+        ),
+        (
+            Box::leak(format!("{info}/WHEEL").into_boxed_str()),
+            0o644,
+            b"Wheel-Version: 1.0\nRoot-Is-Purelib: false\n",
+        ),
+    ];
+    Wheel::new(
+        &format!("{name}-1.0-py3-none-any.whl"),
+        Cursor::new(wheel_bytes(&members, true)),
+    )
+    .unwrap()
+}
+
 #[test]
 fn two_wheels_with_one_file_keep_it_once_and_refuse_it_when_its_content_differs() {
-    let shared = |name: &'static str, content: &'static [u8]| {
-        let info: &'static str = Box::leak(format!("{name}-1.0.dist-info").into_boxed_str());
-        let metadata: &'static [u8] = Box::leak(
-            format!("Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
-                .into_bytes()
-                .into_boxed_slice(),
-        );
-        let members: Vec<(&str, u32, &[u8])> = vec![
-            ("nvidia/__init__.py", 0o644, content),
-            (
-                Box::leak(format!("nvidia/{name}/lib.so").into_boxed_str()),
-                0o100755,
-                b"lib",
-            ),
-            (
-                Box::leak(format!("{info}/METADATA").into_boxed_str()),
-                0o644,
-                metadata,
-            ),
-            (
-                Box::leak(format!("{info}/WHEEL").into_boxed_str()),
-                0o644,
-                b"Wheel-Version: 1.0\nRoot-Is-Purelib: false\n",
-            ),
-        ];
-        Wheel::new(
-            &format!("{name}-1.0-py3-none-any.whl"),
-            Cursor::new(wheel_bytes(&members, true)),
-        )
-        .unwrap()
-    };
     let files = planned(&mut [shared("cublas", b""), shared("cudnn", b"")]);
     assert_eq!(
         files
@@ -895,12 +898,14 @@ fn the_helper_gets_the_sources_the_metadata_the_scripts_and_the_cuda_libraries_a
 }
 
 #[test]
-fn what_the_helper_wrote_goes_above_the_venvs_layer_with_the_bytecode_and_the_records() {
+fn the_bytecode_and_records_go_into_the_compiled_part_and_the_rest_of_what_the_helper_wrote_last() {
     let mut wheels = [demo()];
     let mut install = plan(&mut wheels, &venv()).unwrap();
     let record_path = format!("{SITE}/demo-1.0.dist-info/RECORD");
-    // The lower layer, written before host-venv.sh ran: every file but the RECORDs.
-    let lower = install.without_records();
+    // The files' layer, written before host-venv.sh ran: every file but the RECORD of a wheel
+    // with sources.
+    assert!(install.has_sources(0));
+    let lower = install.part(&[0], Part::Files);
     assert!(!lower.files.contains_key(&record_path));
     assert_eq!(
         lower.files.len(),
@@ -910,6 +915,11 @@ fn what_the_helper_wrote_goes_above_the_venvs_layer_with_the_bytecode_and_the_re
     assert!(lower
         .files
         .contains_key(&format!("{SITE}/demo/__init__.py")));
+    assert!(install
+        .part(&[0], Part::Compiled)
+        .files
+        .keys()
+        .eq([&record_path]));
 
     let pyc = format!("{SITE}/demo/__pycache__/__init__.cpython-311.pyc");
     let stray = format!("{SITE}/other/__pycache__/x.cpython-311.pyc");
@@ -935,42 +945,37 @@ fn what_the_helper_wrote_goes_above_the_venvs_layer_with_the_bytecode_and_the_re
     );
 
     assert_eq!(install.add_bytecode(bytecode, &venv()).unwrap(), 1);
-    let upper = upper_tar(&install, others.clone()).unwrap();
-    let upper_paths = paths_of(&upper);
+    let compiled = install.part(&[0], Part::Compiled);
+    assert_eq!(
+        compiled.files.keys().collect::<Vec<_>>(),
+        [&record_path, &pyc],
+        "the .pyc and the RECORD that lists it"
+    );
+    let last = others_tar(&install, others.clone()).unwrap();
+    let last_paths = paths_of(&last);
     for expected in [
         "etc/".to_string(),
         "etc/ld.so.cache".to_string(),
         stray.clone(),
         link.clone(),
         format!("{SITE}/nvidia/nccl/lib/"),
-        format!("{SITE}/demo/__pycache__/"),
-        pyc.clone(),
-        record_path.clone(),
     ] {
-        assert!(
-            upper_paths.contains(&expected),
-            "{expected}: {upper_paths:?}"
-        );
+        assert!(last_paths.contains(&expected), "{expected}: {last_paths:?}");
     }
-    // Above and below together hold every file of the install once.
-    let lower_paths: std::collections::BTreeSet<&String> = lower.files.keys().collect();
+    // The two parts hold every file of the install once.
     for path in install.files.keys() {
         assert!(
-            lower_paths.contains(path) != upper_paths.contains(path),
-            "/{path}: in exactly one of the two layers"
+            lower.files.contains_key(path) != compiled.files.contains_key(path),
+            "/{path}: in exactly one of the two parts"
         );
     }
     assert!(
-        !upper_paths.contains(&format!("{SITE}/demo/__init__.py")),
-        "sources stay below"
-    );
-    assert!(
         install
-            .without_records()
+            .part(&[0], Part::Files)
             .files
             .keys()
             .eq(lower.files.keys()),
-        "the lower layer is the same after byte-compiling"
+        "the files' part is the same after byte-compiling"
     );
     // host-venv.sh may not rewrite a file of the wheels.
     let mut rewriting = others;
@@ -978,7 +983,7 @@ fn what_the_helper_wrote_goes_above_the_venvs_layer_with_the_bytecode_and_the_re
         format!("{SITE}/demo/__init__.py"),
         rewriting[&"etc/ld.so.cache".to_string()].clone(),
     );
-    assert!(upper_tar(&install, rewriting)
+    assert!(others_tar(&install, rewriting)
         .unwrap_err()
         .to_string()
         .contains("host-venv.sh rewrote a file the wheels install"));
@@ -1033,10 +1038,10 @@ fn what_the_helper_wrote_goes_above_the_venvs_layer_with_the_bytecode_and_the_re
 #[test]
 fn a_venvs_key_changes_with_each_input_but_the_labels() {
     let wheels = vec!["wheels/a.whl cache/sha256-a".to_string()];
-    let base = venv_wheels_key(b"script", "listing", &venv(), &wheels, 1);
+    let base = venv_wheels_key(b"script", "listing", &venv(), &wheels, "a");
     let mut changed = vec![
-        venv_wheels_key(b"other script", "listing", &venv(), &wheels, 1),
-        venv_wheels_key(b"script", "other listing", &venv(), &wheels, 1),
+        venv_wheels_key(b"other script", "listing", &venv(), &wheels, "a"),
+        venv_wheels_key(b"script", "other listing", &venv(), &wheels, "a"),
         venv_wheels_key(
             b"script",
             "listing",
@@ -1045,14 +1050,14 @@ fn a_venvs_key_changes_with_each_input_but_the_labels() {
                 ..venv()
             },
             &wheels,
-            1,
+            "a",
         ),
-        venv_wheels_key(b"script", "listing", &venv(), &[], 1),
-        venv_wheels_key(b"script", "listing", &venv(), &wheels, 2),
+        venv_wheels_key(b"script", "listing", &venv(), &[], "a"),
+        venv_wheels_key(b"script", "listing", &venv(), &wheels, "b"),
     ];
     assert_eq!(
         base,
-        venv_wheels_key(b"script", "listing", &venv(), &wheels, 1)
+        venv_wheels_key(b"script", "listing", &venv(), &wheels, "a")
     );
     let layers = vec!["sha256:l".to_string()];
     let config = serde_json::json!({"Env": ["A=1"], "Labels": {"a": "1"}});
@@ -1068,4 +1073,57 @@ fn a_venvs_key_changes_with_each_input_but_the_labels() {
     changed.push(key);
     let distinct: std::collections::BTreeSet<&String> = changed.iter().collect();
     assert_eq!(distinct.len(), changed.len(), "{changed:?}");
+}
+
+#[test]
+fn a_wheels_layer_is_the_same_whatever_else_the_venv_holds() {
+    let layer = |wheels: &mut [Wheel<Cursor<Vec<u8>>>], of: usize| {
+        let install = plan(wheels, &venv()).unwrap();
+        let part = install.part(&[of], Part::Files);
+        let (tar_bytes, _) = write_layer(&part, wheels, 315_532_800, Vec::new()).unwrap();
+        (paths_of(&tar_bytes), tar_bytes, install.has_sources(of))
+    };
+    // cudnn alone, and cudnn after cublas, which installs the shared nvidia/__init__.py first.
+    let (alone_paths, alone, alone_sources) = layer(&mut [shared("cudnn", b"")], 0);
+    let (beside_paths, beside, _) = layer(
+        &mut [shared("cublas", b""), shared("cudnn", b""), demo()],
+        1,
+    );
+    assert!(
+        alone_paths.contains(&format!("{SITE}/nvidia/__init__.py")),
+        "{alone_paths:?}"
+    );
+    assert_eq!(alone_paths, beside_paths);
+    assert_eq!(
+        alone, beside,
+        "the same bytes: the same layer digest in both images"
+    );
+    // Its one source makes its RECORD wait for the bytecode; a wheel without sources keeps it.
+    assert!(alone_sources);
+    assert!(!alone_paths.iter().any(|path| path.ends_with("RECORD")));
+    let members: Vec<(&str, u32, &[u8])> = vec![
+        ("lib/libx.so", 0o100755, b"lib"),
+        (
+            "libx-1.0.dist-info/METADATA",
+            0o644,
+            b"Metadata-Version: 2.1\nName: libx\nVersion: 1.0\n",
+        ),
+        (
+            "libx-1.0.dist-info/WHEEL",
+            0o644,
+            b"Wheel-Version: 1.0\nRoot-Is-Purelib: false\n",
+        ),
+    ];
+    let mut wheels = [Wheel::new(
+        "libx-1.0-py3-none-any.whl",
+        Cursor::new(wheel_bytes(&members, true)),
+    )
+    .unwrap()];
+    let install = plan(&mut wheels, &venv()).unwrap();
+    assert!(!install.has_sources(0));
+    assert!(install
+        .part(&[0], Part::Files)
+        .files
+        .contains_key(&format!("{SITE}/libx-1.0.dist-info/RECORD")));
+    assert!(install.part(&[0], Part::Compiled).files.is_empty());
 }
