@@ -9,6 +9,7 @@ use crate::cli::DiffArgs;
 use crate::commands::outcome::Outcome;
 use crate::commands::output::{emit, one_line_cell};
 use crate::history::diff::diff_records;
+use crate::history::manifest::human_bytes;
 use crate::project::{load_manifest, Project};
 
 pub(crate) fn run(_project: &Project, args: &DiffArgs) -> Result<Outcome> {
@@ -65,6 +66,24 @@ pub(crate) fn run(_project: &Project, args: &DiffArgs) -> Result<Outcome> {
     }
     if out.is_empty() {
         out.push_str("no difference\n");
+    }
+    match (&diff.pull, diff.new_to_registry) {
+        (Some(pull), Some(added)) => {
+            writeln!(out, "pull: a node holding {from} pulls {pull} for {to}").ok();
+            writeln!(
+                out,
+                "registry: {to} adds {} beside {from}",
+                human_bytes(added)
+            )
+            .ok();
+        }
+        _ => {
+            writeln!(
+                out,
+                "pull: layers not recorded for both images (written before imagegen recorded each layer; rebuilt images record them)"
+            )
+            .ok();
+        }
     }
     emit(&out)?;
     Ok(Outcome::Success)

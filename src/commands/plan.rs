@@ -18,7 +18,8 @@ use crate::commands::output::{emit, note, short, table};
 use crate::commands::stages::render_project;
 use crate::commands::steps::steps_text;
 use crate::commands::waiting::waiting_text;
-use crate::history::manifest::Manifest;
+use crate::history::manifest::{human_bytes, Manifest};
+use crate::history::pull_cost::{alias_pulls, AliasPull, Pins};
 use crate::history::upgrade::{InputChange, UpgradePlan};
 use crate::pipeline::plan::{plan, Plan, PlanOptions};
 use crate::pipeline::steps::{RunStep, Step};
@@ -57,19 +58,113 @@ pub(crate) fn run(project: &Project, args: &PlanArgs) -> Result<Outcome> {
             wheels: project.matrix()?.wheels,
         },
     );
+    let pulls = alias_pulls(
+        &plan.review.alias_moves,
+        &manifest,
+        &resolution.images,
+        &lock_pins(project)?,
+    );
     match args.format {
         PlanFormat::Json => emit(format!(
             "{}\n",
-            serde_json::to_string_pretty(&PlanJson::of(&plan))?
+            serde_json::to_string_pretty(&PlanJson::of(&plan, &pulls))?
         ))?,
         PlanFormat::Table => emit(format!(
-            "{}\n{}",
+            "{}{}\n{}",
+            pulls_text(&pulls),
             plan_text(&plan.review),
             steps_text(&plan)
         ))?,
-        PlanFormat::Markdown => emit(plan_markdown(&plan.review))?,
+        PlanFormat::Markdown => emit(format!(
+            "{}{}",
+            plan_markdown(&plan.review),
+            pulls_markdown(&pulls)
+        ))?,
     }
     Ok(Outcome::Success)
+}
+
+/// What each image's lock pins, by image name (a lock the reader refuses is left out: `render`
+/// and `build` say why).
+fn lock_pins(project: &Project) -> Result<BTreeMap<String, Pins>> {
+    Ok(project
+        .locks()?
+        .into_iter()
+        .filter_map(|(name, text)| {
+            let packages = imagegen_python::parse_lock(&text).ok()?;
+            Some((
+                name,
+                packages
+                    .into_iter()
+                    .map(|package| (package.name, package.version))
+                    .collect(),
+            ))
+        })
+        .collect())
+}
+
+/// The cost of each alias move for a node that runs the alias's current image, as text.
+pub(crate) fn pulls_text(pulls: &[AliasPull]) -> String {
+    if pulls.is_empty() {
+        return String::new();
+    }
+    let mut rows = vec![vec![
+        "ALIAS".to_string(),
+        "FROM".into(),
+        "TO".into(),
+        "A NODE WITH IT PULLS".into(),
+        "NEW TO THE REGISTRY".into(),
+    ]];
+    rows.extend(pulls.iter().map(|pull| {
+        vec![
+            pull.alias.clone(),
+            pull.from_tag.clone(),
+            pull.to_tag.clone(),
+            pull.describe(),
+            pull.new_to_registry
+                .map(|bytes| {
+                    let text = human_bytes(bytes);
+                    if pull.estimated {
+                        format!("about {text}")
+                    } else {
+                        text
+                    }
+                })
+                .unwrap_or_else(|| "-".into()),
+        ]
+    }));
+    let mut out = String::from(
+        "what a node running each alias's image pulls for its new one (Docker Engine; containerd fetches only the blobs it lacks):\n",
+    );
+    for line in table(&rows).lines() {
+        writeln!(out, "  {line}").ok();
+    }
+    out.push('\n');
+    out
+}
+
+/// The same as markdown.
+fn pulls_markdown(pulls: &[AliasPull]) -> String {
+    if pulls.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from("### What a node pulls for each alias move\n\n| alias | from | to | a node with it pulls | new to the registry |\n| --- | --- | --- | --- | --- |\n");
+    for pull in pulls {
+        writeln!(
+            out,
+            "| `{}` | `{}` | `{}` | {} | {} |",
+            pull.alias,
+            pull.from_tag,
+            pull.to_tag,
+            pull.describe(),
+            pull.new_to_registry
+                .map(human_bytes)
+                .unwrap_or_else(|| "-".into())
+        )
+        .ok();
+    }
+    out.push('\n');
+    out
 }
 
 /// What `imagegen plan --format json` prints (docs/building.md, "The plan"): the review's
@@ -78,6 +173,8 @@ pub(crate) fn run(project: &Project, args: &PlanArgs) -> Result<Outcome> {
 struct PlanJson<'a> {
     #[serde(flatten)]
     review: &'a UpgradePlan,
+    /// What each alias move costs a node running the alias's current image.
+    pulls: &'a [AliasPull],
     before: &'a [RunStep],
     images: Vec<ImageSteps<'a>>,
 }
@@ -95,9 +192,10 @@ struct ImageSteps<'a> {
 }
 
 impl PlanJson<'_> {
-    fn of(plan: &Plan) -> PlanJson<'_> {
+    fn of<'a>(plan: &'a Plan, pulls: &'a [AliasPull]) -> PlanJson<'a> {
         PlanJson {
             review: &plan.review,
+            pulls,
             before: &plan.before,
             images: plan
                 .images

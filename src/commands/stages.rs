@@ -13,7 +13,7 @@ use crate::model::digest::Digest;
 use crate::project::Project;
 use crate::render::{render_all, RenderedImage};
 use crate::resolve::image::{Resolution, ResolveOptions};
-use crate::resolve::lock::{lock_status, locked_cuda, LockStatus, LOCK_FILE};
+use crate::resolve::lock::{lock_status, locked_cuda, locked_ensurepip, LockStatus, LOCK_FILE};
 use crate::resolve::resolve;
 
 /// Resolves the project's matrix; `options.template_digest`, the lock digests and the CA bundle's
@@ -48,6 +48,14 @@ pub(crate) fn resolve_with_locks(
             let locked = locked_cuda(text)
                 .map_err(|why| anyhow::anyhow!("images/{name}/{LOCK_FILE}:{why}"))?;
             Ok((name.clone(), locked))
+        })
+        .collect::<Result<_>>()?;
+    options.locked_ensurepip = locks
+        .iter()
+        .map(|(name, text)| {
+            let pinned = locked_ensurepip(text)
+                .map_err(|why| anyhow::anyhow!("images/{name}/{LOCK_FILE}:{why}"))?;
+            Ok((name.clone(), pinned))
         })
         .collect::<Result<_>>()?;
     options.ca_bundle = project

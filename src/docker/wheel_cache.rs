@@ -318,6 +318,23 @@ pub(crate) type WheelReader = std::io::BufReader<std::fs::File>;
 
 /// The wheels at `paths` (files of the cache), opened for reading, each with its file name: what
 /// `pipeline::wheel_install` installs from.
+/// The file name and size of each wheel at `paths` (what `pipeline::venv_cut` cuts by).
+pub(crate) fn wheel_sizes(paths: &[PathBuf]) -> anyhow::Result<Vec<(String, u64)>> {
+    paths
+        .iter()
+        .map(|path| {
+            let name = path
+                .file_name()
+                .map(|name| name.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let size = std::fs::metadata(path)
+                .map_err(|error| anyhow::anyhow!("{}: cannot read it: {error}", path.display()))?
+                .len();
+            Ok((name, size))
+        })
+        .collect()
+}
+
 pub(crate) fn open_wheels(paths: &[PathBuf]) -> anyhow::Result<Vec<(String, WheelReader)>> {
     paths
         .iter()

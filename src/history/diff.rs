@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::history::manifest::{ImageRecord, Packages};
+use crate::history::manifest::{ImageRecord, LayerRecord, Packages};
+use crate::history::pull_cost::{new_to_registry, pull_cost, PullCost};
 use crate::model::digest::Digest;
 
 /// What changed between two recorded images.
@@ -18,6 +19,11 @@ pub(crate) struct ImageDiff {
     pub(crate) crates: ListDiff,
     /// The matrix's `labels` each image was built with (from its recorded inputs), by key.
     pub(crate) labels: ListDiff,
+    /// What a node holding the first image pulls for the second, where both records hold their
+    /// layers.
+    pub(crate) pull: Option<PullCost>,
+    /// Bytes of the second image's layers the first does not hold: what pushing it adds beside it.
+    pub(crate) new_to_registry: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
@@ -123,7 +129,20 @@ pub(crate) fn diff_records(from: &ImageRecord, to: &ImageRecord) -> ImageDiff {
     };
     diff.crates = diff_lists(&crates(a), &crates(b));
     diff.labels = diff_labels(&recorded_labels(from), &recorded_labels(to));
+    if let (Some(a), Some(b)) = (recorded_layers(from), recorded_layers(to)) {
+        diff.pull = Some(pull_cost(a, b));
+        diff.new_to_registry = Some(new_to_registry([a], b));
+    }
     diff
+}
+
+/// The layers a record holds, where it was written with them.
+pub(crate) fn recorded_layers(record: &ImageRecord) -> Option<&[LayerRecord]> {
+    record
+        .size
+        .as_ref()
+        .map(|size| size.parts.as_slice())
+        .filter(|parts| !parts.is_empty())
 }
 
 /// The labels in a record's inputs (`labels`: one `key=value` line each; a line without `=`

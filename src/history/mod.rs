@@ -21,6 +21,7 @@ pub(crate) mod ledger;
 pub(crate) mod manifest;
 pub(crate) mod merge;
 pub(crate) mod prune;
+pub(crate) mod pull_cost;
 pub(crate) mod rollback;
 pub(crate) mod test_results;
 pub(crate) mod upgrade;

@@ -14,6 +14,7 @@ pub(crate) mod http_url;
 pub mod knowledge;
 pub mod matrix;
 pub(crate) mod names;
+pub(crate) mod venv_holds;
 pub(crate) mod version;
 
 /// Which gpu-selftest build serves an image: the rule gpu-selftest itself uses, from the one

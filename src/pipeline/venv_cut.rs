@@ -27,9 +27,9 @@
 //! `2 × (MOST_OWN_LAYERS + GROUPS) + 1` = 65 of them, leaving 62 for the base, the build and the
 //! flavours built on the image; the image is checked when it is put together.
 
-use sha2::{Digest as _, Sha256};
-
 use crate::model::axes::VenvLayers;
+pub(crate) use crate::model::venv_holds::GROUPS;
+use crate::model::venv_holds::{group_of, unit_name};
 
 /// The time of every file of the venv's wheel layers (1980-01-01T00:00:00Z, the earliest time a
 /// zip archive, and so a wheel, can hold): the same in every image and every build, where the
@@ -42,9 +42,6 @@ pub(crate) const OWN_LAYER_MIN_BYTES: u64 = 16 << 20;
 
 /// At most this many wheels get a layer of their own (the largest first).
 pub(crate) const MOST_OWN_LAYERS: usize = 24;
-
-/// The groups the other wheels go into, by a hash of their name.
-pub(crate) const GROUPS: usize = 8;
 
 /// The most layers Docker Engine runs an image of.
 pub(crate) const DOCKER_LAYER_LIMIT: usize = 127;
@@ -71,8 +68,8 @@ pub(crate) struct Unit {
     /// Indexes into the wheels given to [`cut`], in file-name order.
     pub(crate) wheels: Vec<usize>,
     pub(crate) place: Place,
-    /// What the layer holds, for the image's history and the manifest: `torch-2.13.0-….whl`,
-    /// `group 3 of 8: einops-0.8.1-py3-none-any.whl, …`.
+    /// What the layer holds (`model::venv_holds::unit_name`), for the image's history and the
+    /// manifest: `torch-2.13.0-….whl`, `group 3 of 8: einops-0.8.1-py3-none-any.whl, …`.
     pub(crate) holds: String,
 }
 
@@ -85,8 +82,12 @@ pub(crate) fn cut(wheels: &[WheelFile], layout: VenvLayers) -> Vec<Unit> {
         if by_name.is_empty() {
             return Vec::new();
         }
+        let names: Vec<&str> = by_name
+            .iter()
+            .map(|&index| wheels[index].file_name.as_str())
+            .collect();
         return vec![Unit {
-            holds: format!("the {} wheels of the lock", wheels.len()),
+            holds: unit_name(None, &names),
             wheels: by_name,
             place: Place::Above,
         }];
@@ -116,7 +117,7 @@ pub(crate) fn cut(wheels: &[WheelFile], layout: VenvLayers) -> Vec<Unit> {
     let mut groups: Vec<Vec<usize>> = vec![Vec::new(); GROUPS];
     for &index in &by_name {
         if !large.contains(&index) {
-            groups[group_of(&wheels[index].file_name)].push(index);
+            groups[group_of(project_of(&wheels[index].file_name))].push(index);
         }
     }
     for (number, members) in groups.into_iter().enumerate() {
@@ -128,7 +129,7 @@ pub(crate) fn cut(wheels: &[WheelFile], layout: VenvLayers) -> Vec<Unit> {
             .map(|&index| wheels[index].file_name.as_str())
             .collect();
         units.push(Unit {
-            holds: format!("group {} of {GROUPS}: {}", number + 1, names.join(", ")),
+            holds: unit_name(Some(number), &names),
             wheels: members,
             place: Place::Above,
         });
@@ -144,25 +145,9 @@ pub(crate) fn layout_key(layout: VenvLayers) -> String {
     )
 }
 
-/// The group of a wheel: the first byte of the sha256 of its project's normalized name (the file
-/// name's first part, lowercased, runs of `-_.` as one `-`), modulo [`GROUPS`]. The name alone, so
-/// a new version stays in its group.
-pub(crate) fn group_of(file_name: &str) -> usize {
-    let project = file_name.split('-').next().unwrap_or(file_name);
-    let mut normalized = String::with_capacity(project.len());
-    let mut separator = false;
-    for character in project.chars() {
-        if matches!(character, '-' | '_' | '.') {
-            separator = true;
-            continue;
-        }
-        if separator && !normalized.is_empty() {
-            normalized.push('-');
-        }
-        separator = false;
-        normalized.push(character.to_ascii_lowercase());
-    }
-    usize::from(Sha256::digest(normalized.as_bytes())[0]) % GROUPS
+/// The project part of a wheel's file name (`{name}-{version}-…`).
+fn project_of(file_name: &str) -> &str {
+    file_name.split('-').next().unwrap_or(file_name)
 }
 
 #[cfg(test)]
@@ -263,8 +248,8 @@ mod tests {
         assert_eq!(changed.len(), 1, "one unit changed: {changed:?}");
         assert!(changed[0].1.contains("einops-0.8.1"), "{changed:?}");
         assert_eq!(
-            group_of("einops-0.8.0-py3-none-any.whl"),
-            group_of("Einops-0.9.0-py3-none-any.whl"),
+            group_of(project_of("einops-0.8.0-py3-none-any.whl")),
+            group_of(project_of("Einops-0.9.0-py3-none-any.whl")),
             "the group follows the name, not the version"
         );
     }

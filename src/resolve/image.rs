@@ -49,6 +49,9 @@ pub struct ImageSpec {
     pub(crate) cuda_runtime: Option<VersionText>,
     /// The nvcc a devel image holds from the toolkit wheels: the lock's `nvidia-cuda-nvcc`.
     pub(crate) cuda_nvcc: Option<VersionText>,
+    /// The packages of `python3 -m venv` (pip, setuptools, wheel) the lock pins: a venv made on
+    /// the host (`wheels: host`) has them uninstalled in the build, before the lock's come.
+    pub(crate) ensurepip_pinned: Vec<String>,
     /// cuDNN bundled by the torch wheel.
     pub(crate) cudnn: VersionText,
     /// NCCL pinned by the torch wheel, where the knowledge records it.
@@ -256,6 +259,8 @@ pub struct ResolveOptions {
     pub ca_bundle: Option<Digest>,
     /// The CUDA wheels each image's lock pins, by image name (read from the locks on disk).
     pub locked_cuda: BTreeMap<String, LockedCuda>,
+    /// The packages of `python3 -m venv` each image's lock pins (`resolve::lock::locked_ensurepip`).
+    pub locked_ensurepip: BTreeMap<String, Vec<String>>,
     /// Today, in days since 1970-01-01, to judge ends of life by (`None` judges none), and the
     /// day `{date}` gives new content (1970-01-01 when `None`).
     pub today: Option<i64>,

@@ -277,6 +277,26 @@ pub(crate) fn locked_cuda(text: &str) -> Result<LockedCuda, String> {
     Ok(locked)
 }
 
+/// What `python3 -m venv` installs into a venv (ensurepip: pip; setuptools and wheel with older
+/// Pythons), which a runtime image's venv made on the host uninstalls where the lock pins it, so
+/// the lock's own version is the one the venv holds.
+pub(crate) const ENSUREPIP_PACKAGES: &[&str] = &["pip", "setuptools", "wheel"];
+
+/// The [`ENSUREPIP_PACKAGES`] `text` (a lock) pins, by name, sorted; a lock the one lock reader
+/// cannot read is refused as `line: why`.
+pub(crate) fn locked_ensurepip(text: &str) -> Result<Vec<String>, String> {
+    let packages = imagegen_python::lock::parse_lock(text)
+        .map_err(|error| format!("{}: {}", error.line, error.reason))?;
+    let mut pinned: Vec<String> = packages
+        .iter()
+        .map(|package| package.name.to_string())
+        .filter(|name| ENSUREPIP_PACKAGES.contains(&name.as_str()))
+        .collect();
+    pinned.sort();
+    pinned.dedup();
+    Ok(pinned)
+}
+
 /// uv's `--python-platform` for an architecture (`amd64`, `arm64`) and the OS's glibc (`2.39`):
 /// the newest manylinux level the OS runs. uv knows manylinux 2.17, 2.28 and 2.31 to 2.40.
 pub(crate) fn python_platform(arch: &str, glibc: &VersionText) -> String {

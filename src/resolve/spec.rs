@@ -140,6 +140,7 @@ pub(super) fn build_spec(
         base_cuda_toolkit,
         cuda_runtime: None,
         cuda_nvcc: None,
+        ensurepip_pinned: Vec::new(),
         cudnn: found.variant.cudnn.clone(),
         nccl: found.variant.nccl.clone(),
         python: VersionText::of(&found.python),
@@ -205,6 +206,9 @@ pub(super) fn build_spec(
         if let Some(locked) = options.locked_cuda.get(&spec.name) {
             spec.cuda_runtime = locked.runtime.clone();
             spec.cuda_nvcc = locked.nvcc.clone();
+        }
+        if let Some(pinned) = options.locked_ensurepip.get(&spec.name) {
+            spec.ensurepip_pinned = pinned.clone();
         }
     }
     spec.inputs = fingerprint_inputs(&spec, matrix, options);

@@ -7,7 +7,8 @@
 //! loader cache step runs after it) and with `wheels: host` (imagegen installs it on the host,
 //! host-venv.sh byte-compiles and builds the loader cache in a container of the build). The two
 //! images must hold the same venv and the same loader cache, file by file: path, mode and content
-//! (every `.pyc` included), but for INSTALLER (`pip` against `imagegen`) and its row in each
+//! (every `.pyc` included, but the source time it records, which must be its source's), but for
+//! INSTALLER (`pip` against `imagegen`) and its row in each
 //! RECORD; and the same package listing in the manifest, though the host build's was made in
 //! host-venv.sh's container, not in the image. Built a third time with `--push --no-test` into a
 //! real registry, the image is not loaded into the daemon; pulled back, it is the loaded image of
@@ -47,13 +48,36 @@ fn image_id(image: &str) -> Option<String> {
 }
 
 /// Every folder, file and link under the venv and of the loader cache in `image`: path → mode
-/// and sha256 (a file), `link` and target (a link), `dir` and mode (a folder).
+/// and sha256 (a file), `link` and target (a link), `dir` and mode (a folder). A `.pyc` is hashed
+/// without the source time it records (pip's build records the image's epoch, the venv made on
+/// the host its own fixed time: `pipeline::venv_cut::VENV_EPOCH`), and says whether that time is
+/// its source's, as Python checks before it uses it (`fresh`, else `stale`).
 fn tree(image: &str, case: &str) -> BTreeMap<String, String> {
-    let script = r#"cd / && find opt/venv etc/ld.so.cache etc/ld.so.conf.d | LC_ALL=C sort | while IFS= read -r f; do
-  if [ -L "$f" ]; then echo "$f	link $(readlink "$f")";
-  elif [ -d "$f" ]; then echo "$f	dir $(stat -c %a "$f")";
-  else echo "$f	$(stat -c %a "$f") $(sha256sum "$f" | cut -c1-64)"; fi
-done"#;
+    let script = r#"cd / && python3 - <<'PYTHON'
+import hashlib, os, stat
+paths = []
+for top in ("opt/venv", "etc/ld.so.cache", "etc/ld.so.conf.d"):
+    paths.append(top)
+    for root, dirs, files in os.walk(top):
+        paths.extend(os.path.join(root, name) for name in dirs + files)
+for path in sorted(set(paths), key=lambda p: p.encode()):
+    info = os.lstat(path)
+    if stat.S_ISLNK(info.st_mode):
+        print(f"{path}\tlink {os.readlink(path)}")
+    elif stat.S_ISDIR(info.st_mode):
+        print(f"{path}\tdir {stat.S_IMODE(info.st_mode):o}")
+    else:
+        data = open(path, "rb").read()
+        extra = ""
+        if path.endswith(".pyc") and "/__pycache__/" in path:
+            folder, name = path.rsplit("/__pycache__/", 1)
+            source = f"{folder}/{name.split('.')[0]}.py"
+            recorded = int.from_bytes(data[8:12], "little")
+            fresh = recorded == int(os.stat(source).st_mtime) & 0xFFFFFFFF
+            extra = " fresh" if fresh else " stale"
+            data = data[:8] + bytes(4) + data[12:]
+        print(f"{path}\t{stat.S_IMODE(info.st_mode):o} {hashlib.sha256(data).hexdigest()}{extra}")
+PYTHON"#;
     run_in(image, case, script)
         .lines()
         .map(|line| {
@@ -161,7 +185,7 @@ async fn a_venv_made_on_the_host_is_the_venv_pip_makes_in_the_build_file_by_file
         "{log}"
     );
     assert!(
-        log.contains("its layer is written from the 4 wheels beside the Docker build"),
+        log.contains("files' layers are written from the 4 wheels beside the Docker build"),
         "{log}"
     );
     let host_tree = tree(&image, project.case());
@@ -209,6 +233,54 @@ async fn a_venv_made_on_the_host_is_the_venv_pip_makes_in_the_build_file_by_file
         "pip's build only: {:#?}\nthe host's only: {:#?}",
         only(&pip_files, &host_files),
         only(&host_files, &pip_files)
+    );
+    // Every .pyc records its source's time: Python uses it as it is.
+    let fresh = host_files
+        .values()
+        .filter(|what| what.ends_with(" fresh"))
+        .count();
+    assert!(fresh >= 4, "{fresh} .pyc files: {host_files:#?}");
+    assert!(
+        !host_files.values().any(|what| what.ends_with(" stale")),
+        "{host_files:#?}"
+    );
+    // The venv's layers are cut along its wheels (these are small: each in its group of eight),
+    // and the lock is in the last layer, not the Docker build's.
+    let parts = project.manifest()["images"][name]["size"]["parts"].clone();
+    let holds: Vec<String> = parts
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|part| part["holds"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert!(
+        holds
+            .iter()
+            .any(|holds| holds.starts_with("imagegen: group ")
+                && holds.contains("demo_tools-1.0-")
+                && holds.contains(" installed into /opt/venv (Python 3.11) on the host")),
+        "{holds:#?}"
+    );
+    assert!(
+        holds
+            .last()
+            .unwrap()
+            .contains("what host-venv.sh wrote besides bytecode"),
+        "{holds:#?}"
+    );
+    assert!(
+        !holds
+            .iter()
+            .any(|holds| holds.contains("requirements.lock")),
+        "the Docker build does not copy the lock: {holds:#?}"
+    );
+    assert_eq!(
+        run_in(
+            &image,
+            project.case(),
+            "cat /opt/imagegen/requirements.lock"
+        ),
+        std::fs::read_to_string(folder.join("requirements.lock")).unwrap()
     );
     // What the comparison saw: the lock's packages, their .pyc files (none of the module that
     // does not compile), the scripts, the data file, the library in the loader cache.

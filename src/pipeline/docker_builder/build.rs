@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use anyhow::{anyhow, Context, Result};
 
+use super::host_venv::HostVenvFiles;
 use super::{listing_script, EngineBuilder, BUILD_KEY_LABEL};
 use crate::docker::append_to_context;
 use crate::docker::run_journal::StepImages;
@@ -17,6 +18,7 @@ use crate::model::digest::Digest;
 use crate::pipeline::planned::PlannedImage;
 use crate::pipeline::steps::Wheels;
 use crate::render::HOST_VENV_SCRIPT;
+use crate::resolve::lock::LOCK_FILE;
 
 impl EngineBuilder {
     pub(super) async fn build_image(
@@ -40,6 +42,20 @@ impl EngineBuilder {
                     .with_context(|| format!("reading {name}'s build context"))?
                     .ok_or_else(|| {
                         anyhow!("{name}'s build context has no {HOST_VENV_SCRIPT}, which `wheels: host` renders beside its Dockerfile\nhint: run `imagegen render`")
+                    })?,
+            ),
+            Wheels::Index | Wheels::Cache => None,
+        };
+        // Its lock goes into the venv's last layer (/opt/imagegen/requirements.lock), not the
+        // build's: an upgrade of the lock changes none of the build's layers.
+        let host_lock = match wheels {
+            Wheels::Host => Some(
+                file_of_context(&context, LOCK_FILE)
+                    .with_context(|| format!("reading {name}'s build context"))?
+                    .ok_or_else(|| {
+                        anyhow!(
+                            "{name}'s build context has no {LOCK_FILE}\nhint: run `imagegen lock`"
+                        )
                     })?,
             ),
             Wheels::Index | Wheels::Cache => None,
@@ -130,13 +146,14 @@ impl EngineBuilder {
                     Some(inputs) => inputs.epoch,
                     None => self.epoch_of(image).await?,
                 };
-                if let Some(script) = host_script {
+                if let (Some(script), Some(lock)) = (host_script, host_lock) {
+                    let files = HostVenvFiles { script, lock };
                     let around = self
                         .normalize(name, &id, epoch)
                         .await
                         .with_context(|| format!("normalizing {}", image.reference))?;
                     let (normalized, listed) = self
-                        .host_venv(image, &id, &around, script, early_venv, load)
+                        .host_venv(image, &id, &around, files, early_venv, load)
                         .await
                         .with_context(|| {
                             format!("making the venv of {} on the host", image.reference)

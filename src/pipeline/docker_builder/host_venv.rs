@@ -29,6 +29,7 @@ use crate::docker::{ContextWheels, RunRequest};
 use crate::history::manifest::{human_bytes, rfc3339};
 use crate::model::axes::VenvLayers;
 use crate::model::digest::Digest;
+use crate::model::venv_holds::{self, OTHERS_HOLDS};
 use crate::pipeline::normalize::{
     assemble, normalize_layer_into, GzipWriter, Gzipped, NormalizedImage, NormalizedLayer,
 };
@@ -40,6 +41,27 @@ use crate::pipeline::wheel_install::{
     self, helper_tar, others_tar, split_written, venv_key, venv_wheels_key, write_layer,
     InstallPlan, Part, Venv, Wheel, HELPER_WRITTEN, VENV_PREFIX,
 };
+
+/// The files of an image's build context a venv made on the host needs: its host-venv.sh and its
+/// lock (which goes into the venv's last layer, not the Docker build).
+pub(super) struct HostVenvFiles {
+    pub(super) script: Vec<u8>,
+    pub(super) lock: Vec<u8>,
+}
+
+/// Where the image's lock goes, in the venv's last layer (paths relative to `/`).
+const LOCK_IN_IMAGE: &str = "opt/imagegen/requirements.lock";
+
+/// The header of a regular file of `size` bytes, 0644, root's (its time is the normalizing's).
+fn file_header(size: usize) -> tar::Header {
+    let mut header = tar::Header::new_gnu();
+    header.set_entry_type(tar::EntryType::Regular);
+    header.set_mode(0o644);
+    header.set_uid(0);
+    header.set_gid(0);
+    header.set_size(size as u64);
+    header
+}
 
 /// How long host-venv.sh may take (it byte-compiles thousands of sources on every core).
 const HELPER_TIMEOUT: Duration = Duration::from_secs(30 * 60);
@@ -217,41 +239,25 @@ fn arrange(
 
 /// The history entry of a unit's files' layer.
 fn files_holds(unit: &Unit, venv: &Venv) -> String {
-    format!(
-        "imagegen: {} installed into {} (Python {}) on the host, RECORDs of wheels with sources apart (wheels: host)",
-        unit.holds, venv.prefix, venv.python
-    )
+    venv_holds::files_holds(&unit.holds, &venv.prefix, &venv.python)
 }
 
 /// The history entry of a unit's bytecode layer.
 fn compiled_holds(unit: &Unit, venv: &Venv) -> String {
-    format!(
-        "imagegen: bytecode and RECORDs of {} in {} (Python {}), byte-compiled by host-venv.sh in a container of the build (wheels: host)",
-        unit.holds, venv.prefix, venv.python
-    )
+    venv_holds::compiled_holds(&unit.holds, &venv.prefix, &venv.python)
 }
-
-/// The history entry of the last layer.
-const OTHERS_HOLDS: &str =
-    "imagegen: what host-venv.sh wrote besides bytecode (the loader cache) in a container of the build (wheels: host)";
 
 /// The units `wheels` are cut into (`venv_cut::cut`), by their file names and sizes.
 fn units_of(wheels: &ContextWheels, layout: VenvLayers) -> Result<Vec<Unit>> {
-    let files = wheels
+    let paths: Vec<_> = wheels
         .files
         .iter()
-        .map(|file| {
-            let size = std::fs::metadata(&file.source)
-                .with_context(|| format!("{}", file.source.display()))?
-                .len();
-            let file_name = file
-                .source
-                .file_name()
-                .map(|name| name.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            Ok(WheelFile { file_name, size })
-        })
-        .collect::<Result<Vec<_>>>()?;
+        .map(|file| file.source.clone())
+        .collect();
+    let files: Vec<WheelFile> = crate::docker::wheel_cache::wheel_sizes(&paths)?
+        .into_iter()
+        .map(|(file_name, size)| WheelFile { file_name, size })
+        .collect();
     Ok(cut(&files, layout))
 }
 
@@ -544,7 +550,7 @@ impl EngineBuilder {
                 self.progress.stage(
                     name,
                     &format!(
-                        "venv on the host: its {} layers along the wheels are written from the {} wheels beside the Docker build",
+                        "venv on the host: its {} files' layers are written from the {} wheels beside the Docker build",
                         layer.units.len(),
                         wheels.files.len()
                     ),
@@ -572,10 +578,11 @@ impl EngineBuilder {
         image: &PlannedImage,
         built: &str,
         around: &NormalizedImage,
-        script: Vec<u8>,
+        files: HostVenvFiles,
         early: Option<VenvLayer>,
         load: bool,
     ) -> Result<(Arc<NormalizedImage>, String)> {
+        let HostVenvFiles { script, lock } = files;
         let name = &image.spec.name;
         let listing = &listing_script(image);
         let wheels = self.contexts.wheels.get(name).ok_or_else(|| {
@@ -704,9 +711,13 @@ impl EngineBuilder {
                 output.stderr.trim()
             );
         }
-        let (bytecode, others) = split_written(&written, &install)
+        let (bytecode, mut others) = split_written(&written, &install)
             .with_context(|| format!("what host-venv.sh wrote for {name}"))?;
         let others_count = others.len();
+        others.insert(
+            LOCK_IN_IMAGE.to_string(),
+            (file_header(lock.len()), None, lock),
+        );
         let compiled = install.add_bytecode(bytecode, &venv)?;
         self.progress.stage(
             name,
@@ -736,13 +747,9 @@ impl EngineBuilder {
                         write_layer(&part, &mut no_wheels, VENV_EPOCH, GzipWriter::new())?;
                     layers.insert(number, layer_of(writer.finish()));
                 }
-                let others = if others_count > 0 {
-                    Some(layer_of(
-                        normalize_layer_into(&others, epoch, GzipWriter::new())?.finish(),
-                    ))
-                } else {
-                    None
-                };
+                let others = Some(layer_of(
+                    normalize_layer_into(&others, epoch, GzipWriter::new())?.finish(),
+                ));
                 Ok((layers, others))
             },
         )
