@@ -38,6 +38,12 @@ pub(crate) const VENV_ONLY_INPUTS: &[&str] = &[
     "ext.labels",
 ];
 
+/// The inputs whose change may change the image's Python, and so its bytecode. The base's image
+/// ID is not among them: a base rebuilt for a security fix keeps its Python's bytecode, which the
+/// layers' fixed source time makes the same bytes (where it does not, the estimate is low by the
+/// bytecode's layers).
+pub(crate) const INTERPRETER_INPUTS: &[&str] = &["python", "os", "platform", "base_image"];
+
 /// What an image's lock pins: each package's version, by name.
 pub(crate) type Pins = BTreeMap<PackageName, Version>;
 
@@ -130,7 +136,8 @@ pub(crate) fn new_to_registry<'a>(
 /// wheels (read back from what it holds) must all be pinned at the same version in the new lock
 /// (`pins`), and a group must hold the same packages; the base's and the build's layers stay
 /// where only [`VENV_ONLY_INPUTS`] changed (`changed`) and the image makes its venv on the host;
-/// the last layer (the loader cache and the lock) changes with any input. The new layers' sizes
+/// a bytecode layer where also none of [`INTERPRETER_INPUTS`] changed; the last layer (the loader
+/// cache and the lock) changes with any input. The new layers' sizes
 /// are taken as the old ones': an estimate, which the plan says.
 pub(crate) fn estimated_pull(held: &[LayerRecord], changed: &[String], pins: &Pins) -> PullCost {
     let parsed: Vec<Option<VenvHolds>> = held
@@ -143,6 +150,9 @@ pub(crate) fn estimated_pull(held: &[LayerRecord], changed: &[String], pins: &Pi
             && changed
                 .iter()
                 .all(|input| VENV_ONLY_INPUTS.contains(&input.as_str())));
+    let interpreter_same = !changed
+        .iter()
+        .any(|input| INTERPRETER_INPUTS.contains(&input.as_str()));
     // The packages with a layer of their own stay out of the groups.
     let own: BTreeSet<&PackageName> = parsed
         .iter()
@@ -181,7 +191,7 @@ pub(crate) fn estimated_pull(held: &[LayerRecord], changed: &[String], pins: &Pi
                 pinned_same(wheels) && group_same(*group, wheels)
             }
             Some(VenvHolds::Compiled { group, wheels }) => {
-                build_same && pinned_same(wheels) && group_same(*group, wheels)
+                interpreter_same && pinned_same(wheels) && group_same(*group, wheels)
             }
         })
         .collect();
@@ -327,9 +337,9 @@ mod tests {
         );
         let holds = [
             (venv_holds::files_holds(torch, "/opt/venv", "3.11"), 2_000),
+            (venv_holds::compiled_holds(torch, "/opt/venv", "3.11"), 40),
             ("the base".to_string(), 50),
             ("RUN /bin/sh -c apt-get install python3".to_string(), 30),
-            (venv_holds::compiled_holds(torch, "/opt/venv", "3.11"), 40),
             (venv_holds::files_holds(&group, "/opt/venv", "3.11"), 3),
             (venv_holds::compiled_holds(&group, "/opt/venv", "3.11"), 2),
             (venv_holds::OTHERS_HOLDS.to_string(), 1),
@@ -374,10 +384,13 @@ mod tests {
         let same = estimated_pull(&held, &[], &lock("0.8.0"));
         assert_eq!(same.pulled_bytes, 0);
         // The base rebuilt (its image ID changed): the base and everything above it, never
-        // torch's files; on containerd the group's files stay.
+        // torch's files nor its bytecode; on containerd the group's layers stay.
         let rebased = estimated_pull(&held, &inputs(&["base_image_id"]), &lock("0.8.0"));
-        assert_eq!((rebased.pulled_bytes, rebased.pulled_layers), (126, 6));
-        assert_eq!(rebased.by_digest_bytes, 123);
+        assert_eq!((rebased.pulled_bytes, rebased.pulled_layers), (86, 5));
+        assert_eq!(rebased.by_digest_bytes, 81);
+        // Another base (another Python, maybe): torch's bytecode too.
+        let moved = estimated_pull(&held, &inputs(&["base_image"]), &lock("0.8.0"));
+        assert_eq!((moved.pulled_bytes, moved.pulled_layers), (126, 6));
         // torch bumped: from its own layer up, everything.
         let torch = estimated_pull(
             &held,

@@ -17,10 +17,12 @@
 //! elsewhere (moby `distribution/xfer/download.go`). containerd's store keys blobs by digest alone.
 //! So the layers go from the least likely to change to the most: the large wheels' files first,
 //! below the base (the venv's files need nothing of the base: they are files under `/opt/venv`),
-//! then the base and the Docker build's layers, then the large wheels' bytecode, then the groups'
-//! files and bytecode, then what host-venv.sh wrote (the loader cache). A rebuilt base is pulled
-//! with what lies above it, never the large wheels; a bumped small package pulls its group and
-//! what lies above it, a few megabytes.
+//! then their bytecode (which changes only with the interpreter's bytecode, not with the base's
+//! time: the sources it records carry [`VENV_EPOCH`]), then the base and the Docker build's
+//! layers, then the groups' files and bytecode, then what host-venv.sh wrote (the loader cache)
+//! and the lock. A rebuilt base is pulled with what lies above it, never the large wheels nor
+//! their bytecode; a bumped small package pulls its group and what lies above it, a few
+//! megabytes.
 //!
 //! **The limit.** Docker refuses an image of more than [`DOCKER_LAYER_LIMIT`] layers ("max depth
 //! exceeded": overlay's lower-directory limit). The venv takes at most
@@ -56,9 +58,10 @@ pub(crate) struct WheelFile {
 /// Where a unit's layers go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Place {
-    /// Its files below the base; its bytecode above the build, first.
+    /// Its files below the base, and below the base too, after every such unit's files, its
+    /// bytecode.
     Below,
-    /// Files and bytecode above the build, after the [`Place::Below`] units' bytecode.
+    /// Files and bytecode above the Docker build's layers.
     Above,
 }
 

@@ -1125,6 +1125,37 @@ fn a_runtime_and_a_devel_image_built_for_real_from_pypi_on_a_debootstrapped_base
         serde_json::from_str(&std::fs::read_to_string(dir.join("imagegen-manifest.json")).unwrap())
             .unwrap();
     let record = &manifest["images"][&runtime_name];
+    // The venv is cut along its wheels (issue 48): torch's and the large CUDA libraries' files
+    // first, below the base, each in its own layer; the loader cache and the lock last; the
+    // jupyter image, built FROM it, starts with the same layers (a node holding one reuses them).
+    let parts = record["size"]["parts"].as_array().expect("each layer recorded").clone();
+    let holds: Vec<&str> = parts.iter().map(|part| part["holds"].as_str().unwrap_or("")).collect();
+    let below: Vec<&&str> = holds
+        .iter()
+        .take_while(|holds| holds.starts_with("imagegen: ") && holds.contains(" installed into /opt/venv"))
+        .collect();
+    assert!(
+        below.len() >= 4 && below.iter().any(|holds| holds.starts_with("imagegen: torch-2.13.0-")),
+        "the large wheels' layers come first: {holds:#?}"
+    );
+    assert!(!below.iter().any(|holds| holds.contains("group ")), "{holds:#?}");
+    assert!(holds.last().unwrap().contains("what host-venv.sh wrote besides bytecode"), "{holds:#?}");
+    assert!(holds.iter().any(|holds| holds.starts_with("imagegen: group ")), "{holds:#?}");
+    assert!(parts.len() < 127, "{} layers", parts.len());
+    let flavour = manifest["images"][&flavour_names[0]]["size"]["parts"]
+        .as_array()
+        .expect("the flavour's layers recorded")
+        .clone();
+    assert_eq!(
+        flavour[..parts.len()].iter().map(|part| &part["digest"]).collect::<Vec<_>>(),
+        parts.iter().map(|part| &part["digest"]).collect::<Vec<_>>(),
+        "the flavour image starts with its runtime image's layers"
+    );
+    eprintln!(
+        "the runtime image's {} layers: {} of large wheels below the base",
+        parts.len(),
+        below.len()
+    );
     assert_eq!(record["selftest"]["status"], "skipped", "{record:#}");
     assert!(
         record["selftest"]["summary"]

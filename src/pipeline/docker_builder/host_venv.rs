@@ -809,8 +809,8 @@ impl EngineBuilder {
     }
 }
 
-/// The venv's layers in `venv_cut`'s order: the files of the units placed below, then above the
-/// build their bytecode, then each unit placed above with its bytecode, then `others`.
+/// The venv's layers in `venv_cut`'s order: below the base the files of the units placed there,
+/// then their bytecode; above the build each other unit with its bytecode, then `others`.
 /// `files` holds one layer per unit, `compiled` the bytecode layers by unit number.
 fn place(
     units: &[Unit],
@@ -821,6 +821,7 @@ fn place(
 ) -> PlacedVenv {
     let mut placed = PlacedVenv::default();
     let mut above_units = Vec::new();
+    let mut below_compiled = Vec::new();
     for (number, (unit, layer)) in units.iter().zip(files).enumerate() {
         let part = VenvPart {
             layer,
@@ -830,7 +831,7 @@ fn place(
             Place::Below => {
                 placed.below.push(part);
                 if let Some(layer) = compiled.remove(&number) {
-                    placed.above.push(VenvPart {
+                    below_compiled.push(VenvPart {
                         layer,
                         holds: compiled_holds(unit, venv),
                     });
@@ -839,6 +840,7 @@ fn place(
             Place::Above => above_units.push((number, unit, part)),
         }
     }
+    placed.below.extend(below_compiled);
     for (number, unit, part) in above_units {
         placed.above.push(part);
         if let Some(layer) = compiled.remove(&number) {
@@ -934,9 +936,9 @@ mod tests {
         let names = [
             "torch",
             "cudnn",
+            "torch pyc",
             "base",
             "apt",
-            "torch pyc",
             "group",
             "group pyc",
             "loader cache",
@@ -949,11 +951,11 @@ mod tests {
             holds[0].contains("torch-2.13.0.whl installed into /opt/venv (Python 3.12)"),
             "{holds:?}"
         );
-        assert_eq!(holds[2..4], ["the base", "RUN apt-get install python3"]);
         assert!(
-            holds[4].starts_with("imagegen: bytecode and RECORDs of torch-2.13.0.whl"),
+            holds[2].starts_with("imagegen: bytecode and RECORDs of torch-2.13.0.whl"),
             "{holds:?}"
         );
+        assert_eq!(holds[3..5], ["the base", "RUN apt-get install python3"]);
         assert!(
             holds[5].contains("group 3 of 8: einops-0.8.1.whl installed"),
             "{holds:?}"
@@ -963,7 +965,7 @@ mod tests {
 
         // What the layer store keeps comes back placed the same.
         let stored = placed.stored("k".into(), "w".into(), "listing".into());
-        assert_eq!(stored.below, 2);
+        assert_eq!(stored.below, 3);
         let back = PlacedVenv::of_stored(&stored).unwrap();
         let (_, again) = arrange("runtime", &around, &back).unwrap();
         assert_eq!(named(&again, &names), names);
