@@ -1128,26 +1128,54 @@ fn a_runtime_and_a_devel_image_built_for_real_from_pypi_on_a_debootstrapped_base
     // The venv is cut along its wheels (issue 48): torch's and the large CUDA libraries' files
     // first, below the base, each in its own layer; the loader cache and the lock last; the
     // jupyter image, built FROM it, starts with the same layers (a node holding one reuses them).
-    let parts = record["size"]["parts"].as_array().expect("each layer recorded").clone();
-    let holds: Vec<&str> = parts.iter().map(|part| part["holds"].as_str().unwrap_or("")).collect();
+    let parts = record["size"]["parts"]
+        .as_array()
+        .expect("each layer recorded")
+        .clone();
+    let holds: Vec<&str> = parts
+        .iter()
+        .map(|part| part["holds"].as_str().unwrap_or(""))
+        .collect();
     let below: Vec<&&str> = holds
         .iter()
-        .take_while(|holds| holds.starts_with("imagegen: ") && holds.contains(" installed into /opt/venv"))
+        .take_while(|holds| {
+            holds.starts_with("imagegen: ") && holds.contains(" installed into /opt/venv")
+        })
         .collect();
     assert!(
-        below.len() >= 4 && below.iter().any(|holds| holds.starts_with("imagegen: torch-2.13.0-")),
+        below.len() >= 4
+            && below
+                .iter()
+                .any(|holds| holds.starts_with("imagegen: torch-2.13.0-")),
         "the large wheels' layers come first: {holds:#?}"
     );
-    assert!(!below.iter().any(|holds| holds.contains("group ")), "{holds:#?}");
-    assert!(holds.last().unwrap().contains("what host-venv.sh wrote besides bytecode"), "{holds:#?}");
-    assert!(holds.iter().any(|holds| holds.starts_with("imagegen: group ")), "{holds:#?}");
+    assert!(
+        !below.iter().any(|holds| holds.contains("group ")),
+        "{holds:#?}"
+    );
+    assert!(
+        holds
+            .last()
+            .unwrap()
+            .contains("what host-venv.sh wrote besides bytecode"),
+        "{holds:#?}"
+    );
+    assert!(
+        holds
+            .iter()
+            .any(|holds| holds.starts_with("imagegen: group ")),
+        "{holds:#?}"
+    );
     assert!(parts.len() < 127, "{} layers", parts.len());
     let flavour = manifest["images"][&flavour_names[0]]["size"]["parts"]
         .as_array()
         .expect("the flavour's layers recorded")
         .clone();
     assert_eq!(
-        flavour[..parts.len()].iter().map(|part| &part["digest"]).collect::<Vec<_>>(),
+        flavour[..parts.len()]
+            .iter()
+            .map(|part| &part["digest"])
+            .collect::<Vec<_>>(),
         parts.iter().map(|part| &part["digest"]).collect::<Vec<_>>(),
         "the flavour image starts with its runtime image's layers"
     );
