@@ -423,6 +423,45 @@ mod tests {
     }
 
     #[test]
+    fn each_alias_move_of_a_plan_says_what_a_node_pulls() {
+        use crate::history::manifest::ImageSize;
+        use crate::history::upgrade::upgrade_plan;
+        use crate::pipeline::record::test_support::{manifest_with, specs_for};
+        let old = specs_for("2.7.1", "12.6");
+        let tag = old[0].tag.clone();
+        let mut manifest = manifest_with(&old, &[("latest", &tag)]);
+        let parts = venv_image("0.8.0");
+        manifest.images.get_mut(&tag).unwrap().size = Some(ImageSize {
+            compressed_bytes: parts.iter().map(|part| part.compressed_bytes).sum(),
+            unpacked_bytes: 0,
+            layers: parts.len() as u32,
+            parts,
+        });
+        // The lock changed (einops bumped): the image is rebuilt, `latest` moves to it.
+        let mut new = old.clone();
+        new[0].inputs.insert("lock".into(), "sha256:new".into());
+        new[0].fingerprint = crate::model::digest::Digest::of(b"new inputs");
+        let plan = upgrade_plan(&new, &manifest, &BTreeMap::new());
+        let pins: BTreeMap<String, Pins> = [(
+            new[0].name.clone(),
+            pins(&[("torch", "2.13.0"), ("einops", "0.8.1")]),
+        )]
+        .into();
+        let pulls = alias_pulls(&plan.alias_moves, &manifest, &new, &pins);
+        let latest = pulls.iter().find(|pull| pull.alias == "latest").expect("latest moves");
+        assert!(latest.estimated);
+        assert_eq!(latest.cost.unwrap().pulled_bytes, 6);
+        assert_eq!(latest.new_to_registry, Some(6));
+        assert!(latest.describe().starts_with("about 6 B of 2.1 kB"), "{}", latest.describe());
+        // Without the layers recorded: unknown, and said so.
+        let bare = manifest_with(&old, &[("latest", &tag)]);
+        let pulls = alias_pulls(&upgrade_plan(&new, &bare, &BTreeMap::new()).alias_moves, &bare, &new, &pins);
+        let latest = pulls.iter().find(|pull| pull.alias == "latest").unwrap();
+        assert!(latest.cost.is_none());
+        assert!(latest.describe().starts_with("unknown: the manifest records no layers"));
+    }
+
+    #[test]
     fn a_node_pulls_the_layers_above_the_first_that_differs() {
         let held = layers(&[
             ("torch", 900),
