@@ -124,13 +124,14 @@ pub(crate) fn record(
     }
 }
 
-/// What a flavour image's record says of its flavour and parent: the parent's full tag always,
-/// and its digest and image id as the manifest records them, when that record is the build the
-/// flavour was made FROM (its fingerprint is the flavour's `parent_fingerprint` input). The
-/// parent is built and recorded before its flavours, so in a build that holds.
+/// What a flavour image's record says of its flavour and parent: the parent's full tag always
+/// (the tag it was built FROM, its revision filled), and its digest and image id as the manifest
+/// records them, when that record is the build the flavour was made FROM (its fingerprint is the
+/// flavour's `parent_fingerprint` input). The parent is built and recorded before its flavours,
+/// so in a build that holds.
 fn flavour_record(spec: &ImageSpec, manifest: &Manifest) -> Option<FlavourRecord> {
     let flavour = spec.flavour.as_ref()?;
-    let parent = spec.parent.as_ref()?;
+    let parent = spec.parent_tag.as_ref()?;
     let built_on = manifest
         .images()
         .get(parent)
