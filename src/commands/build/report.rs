@@ -36,7 +36,12 @@ pub(super) fn plan_table(plan: &Plan, manifest: &Manifest) -> String {
         rows.push(vec![
             image.reference.clone(),
             image.build_key.hex()[..12].to_string(),
-            image.depends_on.clone().unwrap_or_else(|| "-".into()),
+            image
+                .spec
+                .parent_tag
+                .clone()
+                .or_else(|| image.depends_on.clone())
+                .unwrap_or_else(|| "-".into()),
             if known {
                 "reuse if present, else build".into()
             } else {
@@ -113,7 +118,7 @@ pub(super) fn summary_table(results: &[ImageResult]) -> String {
             parts.join("; ")
         };
         rows.push(vec![
-            result.name.clone(),
+            result.tag.clone(),
             format!("{:?}", result.status).to_lowercase(),
             result
                 .test
@@ -136,7 +141,7 @@ pub(super) fn summary_table(results: &[ImageResult]) -> String {
     let mut out = String::from("\n");
     out.push_str(&table(&rows));
     for result in results.iter().filter(|r| !r.notes.is_empty()) {
-        out.push_str(&format!("\n{}: {}\n", result.name, result.notes.join("; ")));
+        out.push_str(&format!("\n{}: {}\n", result.tag, result.notes.join("; ")));
     }
     // The aliases waiting for a GPU test, once per set of GPUs wanted (a run without GPUs leaves
     // them all alike): waiting is not held, `imagegen test` on such a node moves them.
@@ -145,7 +150,7 @@ pub(super) fn summary_table(results: &[ImageResult]) -> String {
         let named = result
             .aliases_awaiting
             .iter()
-            .map(|alias| format!("{alias} ({})", result.name));
+            .map(|alias| format!("{alias} ({})", result.tag));
         match waiting
             .iter_mut()
             .find(|(wanted, _)| *wanted == result.awaiting_results_on.as_slice())
@@ -168,7 +173,7 @@ pub(super) fn summary_table(results: &[ImageResult]) -> String {
     let mut reasons: Vec<(&str, Vec<String>)> = Vec::new();
     for result in results {
         for (alias, reason) in &result.aliases_held {
-            let held = format!("{alias} ({})", result.name);
+            let held = format!("{alias} ({})", result.tag);
             match reasons
                 .iter_mut()
                 .find(|(known, _)| *known == reason.as_str())
@@ -197,7 +202,7 @@ pub(super) fn summary_table(results: &[ImageResult]) -> String {
     for (cause, members) in &causes {
         let names: Vec<String> = members
             .iter()
-            .map(|r| format!("{} {}", r.name, format!("{:?}", r.status).to_lowercase()))
+            .map(|r| format!("{} {}", r.tag, format!("{:?}", r.status).to_lowercase()))
             .collect();
         out.push_str(&format!(
             "\n{}:\n  {}\n",
@@ -289,13 +294,13 @@ pub(super) fn left_undone(
         match result.status {
             Status::Interrupted => lines.push(format!(
                 "{}: {}; to finish: {}",
-                result.name,
+                result.tag,
                 result.error.as_deref().unwrap_or("interrupted"),
-                rerun(&result.name)
+                rerun(&result.tag)
             )),
             Status::Failed | Status::Skipped if result.digest.is_some() => lines.push(format!(
                 "{}: pushed as {}, but aliases not moved: {}; to finish: {}",
-                result.name,
+                result.tag,
                 result
                     .digest
                     .as_ref()
@@ -306,16 +311,16 @@ pub(super) fn left_undone(
                 } else {
                     unmoved.join(", ")
                 },
-                rerun(&result.name)
+                rerun(&result.tag)
             )),
             Status::Failed | Status::Skipped => lines.push(format!(
                 "{}: not {} (failed at {}); after fixing it: {}",
-                result.name,
+                result.tag,
                 if push { "pushed" } else { "built" },
                 result
                     .failed_stage
                     .map_or("an earlier image".to_string(), |stage| stage.to_string()),
-                rerun(&result.name)
+                rerun(&result.tag)
             )),
             Status::Built | Status::Reused => {}
         }
@@ -344,11 +349,18 @@ mod tests {
 
     #[test]
     fn aliases_waiting_for_a_gpu_test_are_waiting_never_held() {
-        let mut runtime =
-            ImageResult::new("2.7.0-cuda12.6-cudnn9-runtime-ubuntu24.04", Status::Built);
+        let mut runtime = ImageResult::new(
+            "2.7.0-cuda12.6-cudnn9-runtime-ubuntu24.04",
+            "2.7.0-cuda12.6-cudnn9-runtime-ubuntu24.04",
+            Status::Built,
+        );
         runtime.aliases_awaiting = vec!["2.7-runtime".into(), "latest".into()];
         runtime.awaiting_results_on = vec!["H100".into(), "H200".into()];
-        let mut devel = ImageResult::new("2.7.0-cuda12.6-cudnn9-devel-ubuntu24.04", Status::Built);
+        let mut devel = ImageResult::new(
+            "2.7.0-cuda12.6-cudnn9-devel-ubuntu24.04",
+            "2.7.0-cuda12.6-cudnn9-devel-ubuntu24.04",
+            Status::Built,
+        );
         devel.aliases_awaiting = vec!["2.7-devel".into()];
         devel.awaiting_results_on = vec!["H100".into(), "H200".into()];
         devel.aliases_held = vec![(
@@ -381,8 +393,11 @@ mod tests {
 
     #[test]
     fn the_summary_names_held_aliases_beside_moved_ones() {
-        let mut result =
-            ImageResult::new("2.7.0-cuda12.6-cudnn9-runtime-ubuntu24.04", Status::Built);
+        let mut result = ImageResult::new(
+            "2.7.0-cuda12.6-cudnn9-runtime-ubuntu24.04",
+            "2.7.0-cuda12.6-cudnn9-runtime-ubuntu24.04",
+            Status::Built,
+        );
         result.aliases_moved = vec!["2.7-cuda12.6-runtime-ubuntu24.04".into()];
         result.aliases_held = vec![(
             "2.7-cuda12.6-runtime".into(),

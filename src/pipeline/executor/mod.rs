@@ -188,10 +188,16 @@ pub(crate) async fn execute<B: Builder, J: Journal>(
                 Some(None) => index += 1,
                 Some(Some(false)) => {
                     let image = pending.remove(index).expect("index in range");
-                    let mut result = ImageResult::new(&image.spec.name, Status::Skipped);
+                    let mut result =
+                        ImageResult::new(&image.spec.name, &image.spec.tag, Status::Skipped);
                     result.error = Some(format!(
                         "not built: the image it builds on, {}, failed",
-                        image.depends_on.as_deref().unwrap_or("?")
+                        image
+                            .spec
+                            .parent_tag
+                            .as_deref()
+                            .or(image.depends_on.as_deref())
+                            .unwrap_or("?")
                     ));
                     outcomes.insert(image.spec.name.clone(), false);
                     finish(&mut result);
@@ -223,7 +229,8 @@ pub(crate) async fn execute<B: Builder, J: Journal>(
             _ = &mut cancel => {
                 drop(running);
                 for name in in_flight.iter().cloned().chain(pending.iter().map(|p| p.spec.name.clone())) {
-                    let mut result = ImageResult::new(&name, Status::Interrupted);
+                    let tag = by_name.get(name.as_str()).map_or(name.as_str(), |planned| planned.spec.tag.as_str());
+                    let mut result = ImageResult::new(&name, tag, Status::Interrupted);
                     result.error = Some(match steps.get(&name) {
                         Some(step) => format!("interrupted while {step}; nothing more was tagged, pushed or moved for it"),
                         None => "not started".to_string(),
@@ -296,7 +303,7 @@ impl ImageRun {
     fn new(image: &PlannedImage) -> ImageRun {
         ImageRun {
             start: Instant::now(),
-            result: ImageResult::new(&image.spec.name, Status::Built),
+            result: ImageResult::new(&image.spec.name, &image.spec.tag, Status::Built),
             existing: None,
             test: None,
             gate: None,

@@ -807,7 +807,7 @@ async fn an_interruption_names_the_step_each_image_was_at() {
 fn recording_an_image_again_keeps_its_build_and_test_times() {
     let plan = test_plan();
     let image = &plan.images[0];
-    let mut result = ImageResult::new(&image.spec.name, Status::Built);
+    let mut result = ImageResult::new(&image.spec.name, &image.spec.tag, Status::Built);
     result.image_id = Some(Digest::parse(&format!("sha256:{}", "1".repeat(64))).unwrap());
     result.digest = Some(Digest::of(b"pushed"));
     result.test = Some(TestOutcome::Skipped {
