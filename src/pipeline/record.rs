@@ -120,7 +120,8 @@ pub(crate) fn record(
         Status::Failed | Status::Skipped => {
             transaction.record_failure(record, result.error.as_deref().unwrap_or("failed"))
         }
-        Status::Interrupted => {}
+        // Nothing happened to it: its record stays as the push that made it wrote it.
+        Status::Interrupted | Status::Unchecked => {}
     }
 }
 

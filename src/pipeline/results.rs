@@ -77,6 +77,10 @@ pub(crate) enum Status {
     /// Not attempted because the image it builds on failed.
     Skipped,
     Interrupted,
+    /// Unchanged since the push the manifest records (this build key, its digest), and its
+    /// registry did not answer, so not checked that it still serves it: nothing pushed, moved or
+    /// recorded. Not a failure of the image; not a success of the run either.
+    Unchecked,
 }
 
 /// What happened to one image.

@@ -213,11 +213,20 @@ pub(super) fn summary_table(results: &[ImageResult]) -> String {
             out.push_str(&format!("  {log}\n"));
         }
     }
-    let failed = results.iter().filter(|r| !r.succeeded()).count();
+    let unchecked = results
+        .iter()
+        .filter(|r| r.status == Status::Unchecked)
+        .count();
+    let failed = results.iter().filter(|r| !r.succeeded()).count() - unchecked;
     out.push_str(&format!(
-        "\n{}: {} ok, {} not ok\n",
+        "\n{}: {} ok, {}{} not ok\n",
         count(results.len(), "image"),
-        results.len() - failed,
+        results.len() - failed - unchecked,
+        if unchecked > 0 {
+            format!("{unchecked} unchanged but not checked (registry unreachable), ")
+        } else {
+            String::new()
+        },
         failed
     ));
     out
@@ -321,6 +330,15 @@ pub(super) fn left_undone(
                     .failed_stage
                     .map_or("an earlier image".to_string(), |stage| stage.to_string()),
                 rerun(&result.tag)
+            )),
+            Status::Unchecked => lines.push(format!(
+                "{}: unchanged since its recorded push ({}), not checked: its registry did not answer; once it does: imagegen verify",
+                result.tag,
+                result
+                    .digest
+                    .as_ref()
+                    .map(Digest::to_string)
+                    .unwrap_or_default(),
             )),
             Status::Built | Status::Reused => {}
         }
