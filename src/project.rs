@@ -1610,4 +1610,37 @@ mod tests {
         assert!(write(&rendered, &out).is_err());
         assert!(!elsewhere.join("Dockerfile").exists());
     }
+
+    /// The offline example's registry (`examples/offline/registry.yml`, 127.0.0.1:5000) starts
+    /// as README starts it; `:PORT` serves the loopback names too; a project without the file,
+    /// or with one that is not a registry's configuration, knows none.
+    #[test]
+    fn the_registry_start_is_known_where_the_project_holds_its_configuration() {
+        let example = Project::open(Path::new("examples/offline/matrix.yaml"), None);
+        assert_eq!(
+            example.registry_start(),
+            BTreeMap::from([(
+                "127.0.0.1:5000".to_string(),
+                "docker-registry serve examples/offline/registry.yml &".to_string()
+            )])
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let project = Project::open(&dir.path().join("matrix.yaml"), None);
+        assert!(project.registry_start().is_empty());
+        std::fs::write(
+            dir.path().join(REGISTRY_CONFIG_FILE),
+            "http: [not, a, map]\n",
+        )
+        .unwrap();
+        assert!(project.registry_start().is_empty());
+        std::fs::write(
+            dir.path().join(REGISTRY_CONFIG_FILE),
+            "http:\n  addr: :5001\n",
+        )
+        .unwrap();
+        assert_eq!(
+            project.registry_start().keys().collect::<Vec<_>>(),
+            ["127.0.0.1:5001", "localhost:5001"]
+        );
+    }
 }
