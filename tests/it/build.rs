@@ -1,7 +1,7 @@
 //! `imagegen build` against the real Docker daemon and a real registry on 127.0.0.1: build,
 //! push and record digests, skip-unchanged, a changed version rebuilds only what it touches, a
-//! failing build among good ones, a failing self-test, registry down, daemon unreachable,
-//! Ctrl-C mid-build, and credentials never appearing in output.
+//! failing build among good ones, a failing self-test, registry down (before and after a push),
+//! daemon unreachable, Ctrl-C mid-build, and credentials never appearing in output.
 //!
 //! The images start from a local busybox base (no image can be pulled here) and carry a stand-in
 //! `gpu-selftest` script; the real binary is tested in the selftest crate and on the GPU machine.

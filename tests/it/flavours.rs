@@ -5,7 +5,8 @@
 //! its job or with it as a named context), `render --check` after a flavour changed, a flavour
 //! `from: devel`, and what `plan` and `diff` say of a flavour's parent. One test builds flavour
 //! images for real on the build fixture's busybox stand-ins (with `tests/fixtures/flavour`'s
-//! stand-in template): pushed, recorded with their parent's digest, run by `k8s`, rolled back.
+//! stand-in template): pushed, recorded with their parent's digest, run by `k8s`, rolled back;
+//! another runs the `{revision}` workflow (a bump, `--only`, a flavour changed alone).
 //! The built-in flavours built and started for real are in `real_build.rs` and
 //! `flavour_services.rs`.
 
