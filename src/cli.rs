@@ -440,7 +440,7 @@ pub(crate) struct LockImagesArgs {
     /// Directory of rendered images (each lock is written beside its Dockerfile).
     #[arg(long, default_value = "images")]
     pub(crate) out: PathBuf,
-    /// Only the images this names: a full tag or an alias (`latest`, `2.13-cuda13.0-runtime`, with or without `registry/repository:`), or text their full tag contains (`*` matches anything); a selected devel image's runtime lock is used as it is.
+    /// Only the images this names: a full tag, an alias (`latest`, `2.13-cuda13.0-runtime`, with or without `registry/repository:`) or a folder of images/ selects that image alone (not the flavours built on it), other text every image whose full tag contains it (`*` matches anything); a selected devel image's runtime lock is used as it is.
     #[arg(long)]
     pub(crate) only: Option<String>,
     /// Resolve every selected lock again to the newest versions the inputs allow, not only missing and stale ones (which keep the versions they had where they still fit).
@@ -462,7 +462,7 @@ pub(crate) struct LockImagesArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct BuildArgs {
-    /// Only the images this names: a full tag or an alias (`latest`, `2.13-cuda13.0-runtime`, with or without `registry/repository:`), or text their full tag contains (`*` matches anything); runtime images that selected devel images build on come along.
+    /// Only the images this names: a full tag, an alias (`latest`, `2.13-cuda13.0-runtime`, with or without `registry/repository:`) or a folder of images/ selects that image alone (never the flavours built on it: a flavour is named by its own tag); other text selects every image whose full tag contains it (`*` matches anything). The images a selected one is built FROM (a devel image's runtime image, a flavour's parent) come along.
     #[arg(long)]
     pub(crate) only: Option<String>,
     /// How many images to build at once (at least 1).

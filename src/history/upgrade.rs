@@ -282,7 +282,7 @@ pub(crate) fn upgrade_plan(
             Some(PlannedFlavour {
                 tag: spec.tag.clone(),
                 flavour: spec.flavour.as_ref()?.name.clone(),
-                from: spec.parent.clone()?,
+                from: spec.parent_tag.clone()?,
                 recorded: manifest
                     .images
                     .get(&spec.tag)

@@ -121,17 +121,19 @@ pub(crate) fn record(
         Status::Failed | Status::Skipped => {
             transaction.record_failure(record, result.error.as_deref().unwrap_or("failed"))
         }
-        Status::Interrupted => {}
+        // Nothing happened to it: its record stays as the push that made it wrote it.
+        Status::Interrupted | Status::Unchecked => {}
     }
 }
 
-/// What a flavour image's record says of its flavour and parent: the parent's full tag always,
-/// and its digest and image id as the manifest records them, when that record is the build the
-/// flavour was made FROM (its fingerprint is the flavour's `parent_fingerprint` input). The
-/// parent is built and recorded before its flavours, so in a build that holds.
+/// What a flavour image's record says of its flavour and parent: the parent's full tag always
+/// (the tag it was built FROM, its revision filled), and its digest and image id as the manifest
+/// records them, when that record is the build the flavour was made FROM (its fingerprint is the
+/// flavour's `parent_fingerprint` input). The parent is built and recorded before its flavours,
+/// so in a build that holds.
 fn flavour_record(spec: &ImageSpec, manifest: &Manifest) -> Option<FlavourRecord> {
     let flavour = spec.flavour.as_ref()?;
-    let parent = spec.parent.as_ref()?;
+    let parent = spec.parent_tag.as_ref()?;
     let built_on = manifest
         .images()
         .get(parent)

@@ -77,12 +77,20 @@ pub(crate) enum Status {
     /// Not attempted because the image it builds on failed.
     Skipped,
     Interrupted,
+    /// Unchanged since the push the manifest records (this build key, its digest), and its
+    /// registry did not answer, so not checked that it still serves it: nothing pushed, moved or
+    /// recorded. Not a failure of the image; not a success of the run either.
+    Unchecked,
 }
 
 /// What happened to one image.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct ImageResult {
+    /// The image's folder in `images/` (its full tag without `{revision}` and `{date}`): what a
+    /// run keys its images by.
     pub(crate) name: String,
+    /// The full tag it is built and pushed as, its revision and date filled: what people read.
+    pub(crate) tag: String,
     pub(crate) status: Status,
     pub(crate) image_id: Option<Digest>,
     pub(crate) digest: Option<Digest>,
@@ -113,9 +121,10 @@ pub(crate) struct ImageResult {
 }
 
 impl ImageResult {
-    pub(crate) fn new(name: &str, status: Status) -> ImageResult {
+    pub(crate) fn new(name: &str, tag: &str, status: Status) -> ImageResult {
         ImageResult {
             name: name.to_string(),
+            tag: tag.to_string(),
             status,
             image_id: None,
             digest: None,

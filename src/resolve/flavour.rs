@@ -18,6 +18,7 @@ use crate::resolve::fingerprint::fingerprint;
 use crate::resolve::image::{ImageSpec, LockSpec, ParentLock, ResolveOptions};
 use crate::resolve::lock::cuda_line_constraints;
 use crate::resolve::spec::extension_inputs;
+use crate::resolve::tags;
 
 /// `images` with, right after each runtime or devel image, one image per flavour of the matrix
 /// built FROM that variant.
@@ -74,13 +75,16 @@ fn flavour_image(
     let (tag, index) = flavour_tags(parent, &flavour.name);
     let reference = format!("{}:{}", parent.repository, parent.tag);
     let mut image = ImageSpec {
-        name: tag.clone(),
+        // The folder leaves out the tag's revision and date, as every image's does.
+        name: tags::folder_name(&tag),
         tag,
         index,
         aliases: Vec::new(),
         base_image: reference.clone(),
         base_image_id: None,
         parent: Some(parent.name.clone()),
+        // Set with the parent's filled tag, once the manifest decided its revision.
+        parent_tag: None,
         // The flavour's own packages are in `flavour.pip`; the runtime's requirements stay its.
         requirements: Vec::new(),
         lock: None,

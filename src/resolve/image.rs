@@ -64,8 +64,13 @@ pub struct ImageSpec {
     /// The image ID a base only the daemon holds is pinned to; `build` checks it first.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) base_image_id: Option<Digest>,
-    /// For devel images, the name of the runtime image it builds on.
+    /// For devel images, the name of the runtime image it builds on; for a flavour, the runtime
+    /// or devel image it builds on.
     pub(crate) parent: Option<String>,
+    /// The full tag of `parent` as it is pushed (its `{revision}` and `{date}` filled): the tag
+    /// this image is built `FROM`, which a flavour's record names.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) parent_tag: Option<String>,
     /// Toolkit driver minimum (full feature set) of `cuda_full`, or of the torch wheel's own CUDA
     /// runtime when that is a newer release (`driver_min_from`).
     pub(crate) driver_min: DriverVersion,

@@ -193,9 +193,11 @@ pub fn resolve(matrix: &Matrix, knowledge: &Knowledge, options: &ResolveOptions)
             }
         }
     }
-    assign_recorded_fields(&mut images, options);
-    // Flavours build on the runtime images, each after its runtime image (on its filled tag).
+    // Flavours build on the runtime (or devel) images, each after its parent; their tags take
+    // `{revision}` and `{date}` from the manifest like any other (below), so a flavour's folder
+    // leaves them out and a change to a flavour alone gives it the next revision.
     let mut images = flavour::with_flavours(images, matrix, options);
+    assign_recorded_fields(&mut images, options);
     apt_mirror_warnings(&images, matrix, &mut resolution);
 
     reject_tag_collisions(&mut images, &mut resolution);
@@ -231,8 +233,10 @@ pub fn resolve(matrix: &Matrix, knowledge: &Knowledge, options: &ResolveOptions)
 /// [`tags::read_back`]). The images published under one tag (one per platform) share them: a
 /// recorded date and revision is kept when those of them recorded there (a platform may not be
 /// built yet) all have their present fingerprint; otherwise the tag gets today's date and one more than the highest revision
-/// recorded (under today's date, when the tag has one). A devel image's `FROM` follows its
-/// runtime image's filled tag; its fingerprint covers the runtime's content, not its revision.
+/// recorded (under today's date, when the tag has one). An image built on another (a devel
+/// image, a flavour) is built `FROM` its parent's filled tag, which it keeps as `parent_tag`; its
+/// fingerprint covers the parent's content, not its revision, and its own revision counts its own
+/// content (a flavour changed alone takes its next revision; its parent keeps its own).
 fn assign_recorded_fields(images: &mut [ImageSpec], options: &ResolveOptions) {
     let today = crate::model::date::compact_date(options.today.unwrap_or(0));
     let published = |image: &ImageSpec| image.index.clone().unwrap_or_else(|| image.tag.clone());
@@ -241,7 +245,6 @@ fn assign_recorded_fields(images: &mut [ImageSpec], options: &ResolveOptions) {
         .filter(|image| tags::has_recorded_fields(&image.tag))
         .map(published)
         .collect();
-    let mut filled: BTreeMap<String, String> = BTreeMap::new();
     for group in groups {
         let members: Vec<usize> = (0..images.len())
             .filter(|&i| published(&images[i]) == group)
@@ -280,18 +283,26 @@ fn assign_recorded_fields(images: &mut [ImageSpec], options: &ResolveOptions) {
         };
         for &member in &members {
             let image = &mut images[member];
-            let tag = tags::fill_recorded(&image.tag, &date, revision);
-            filled.insert(image.name.clone(), format!("{}:{tag}", image.repository));
-            image.tag = tag;
+            image.tag = tags::fill_recorded(&image.tag, &date, revision);
             image.index = image
                 .index
                 .as_ref()
                 .map(|index| tags::fill_recorded(index, &date, revision));
         }
     }
+    let pushed_as: BTreeMap<String, (String, String)> = images
+        .iter()
+        .map(|image| {
+            (
+                image.name.clone(),
+                (image.repository.clone(), image.tag.clone()),
+            )
+        })
+        .collect();
     for image in images.iter_mut() {
-        if let Some(reference) = image.parent.as_ref().and_then(|p| filled.get(p)) {
-            image.base_image = reference.clone();
+        if let Some((repository, tag)) = image.parent.as_ref().and_then(|p| pushed_as.get(p)) {
+            image.base_image = format!("{repository}:{tag}");
+            image.parent_tag = Some(tag.clone());
         }
     }
 }

@@ -111,12 +111,24 @@ pub(crate) fn select(
     selected
 }
 
-/// Whether `--only pattern` selects `spec`: a name of it, or a substring or glob of its tag.
+/// Whether `--only pattern` selects `spec`. A name (a full tag, an index tag or an alias, as
+/// `k8s` takes them, or an image's folder in `images/`) selects the images it names and no other:
+/// a runtime image's full tag is also the start of its flavours' tags, and selects none of them
+/// (a flavour is selected by its own tag). Anything else is part of a full tag or a `*` glob,
+/// matched against every image's full tag (its revision and date filled), index tag and folder.
 fn only_matches(specs: &[ImageSpec], pattern: &str, spec: &ImageSpec) -> bool {
-    named_images(specs, pattern)
-        .iter()
-        .any(|named| named.name == spec.name)
-        || matches_filter(without_repository(specs, pattern), &spec.name)
+    let bare = without_repository(specs, pattern);
+    let mut named = named_images(specs, pattern);
+    if named.is_empty() {
+        named = specs.iter().filter(|image| image.name == bare).collect();
+    }
+    if !named.is_empty() {
+        return named.iter().any(|image| image.name == spec.name);
+    }
+    std::iter::once(&spec.tag)
+        .chain(spec.index.as_ref())
+        .chain(std::iter::once(&spec.name))
+        .any(|text| matches_filter(bare, text))
 }
 
 /// Why a build selected nothing.

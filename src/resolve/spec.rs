@@ -148,6 +148,7 @@ pub(super) fn build_spec(
         base_image,
         base_image_id,
         parent: None,
+        parent_tag: None,
         driver_min: driver_min.clone(),
         driver_min_from: match &found.runtime_floor {
             Some(floor) => format!("torch wheel's CUDA {} runtime", floor.release),

@@ -1502,6 +1502,19 @@ fn a_devel_flavour_is_selected_and_sharded_with_its_whole_family_parents_first()
             format!("{devel}-build")
         ]
     );
+    // --only a full tag names that image alone (with its parents), never the images built on
+    // it, whose tags start with it; part of a tag selects every image whose tag has it.
+    let runtime = "2.13.0-cuda13.0-cudnn9-runtime-ubuntu24.04";
+    assert_eq!(names(&select(&images, Some(runtime), None)), [runtime]);
+    assert_eq!(names(&select(&images, Some(devel), None)), [runtime, devel]);
+    assert_eq!(
+        names(&select(&images, Some("cudnn9-devel"), None)),
+        [
+            runtime.to_string(),
+            devel.to_string(),
+            format!("{devel}-build")
+        ]
+    );
     // One family (one runtime image and all built on it, the devel flavour too): two shards put
     // it whole in one, parents first, and nothing in the other.
     let shards: Vec<Vec<String>> = (1..=2)

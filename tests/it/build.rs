@@ -1,7 +1,7 @@
 //! `imagegen build` against the real Docker daemon and a real registry on 127.0.0.1: build,
 //! push and record digests, skip-unchanged, a changed version rebuilds only what it touches, a
-//! failing build among good ones, a failing self-test, registry down, daemon unreachable,
-//! Ctrl-C mid-build, and credentials never appearing in output.
+//! failing build among good ones, a failing self-test, registry down (before and after a push),
+//! daemon unreachable, Ctrl-C mid-build, and credentials never appearing in output.
 //!
 //! The images start from a local busybox base (no image can be pulled here) and carry a stand-in
 //! `gpu-selftest` script; the real binary is tested in the selftest crate and on the GPU machine.
@@ -494,6 +494,67 @@ async fn registry_down_is_a_clear_failure_that_loses_nothing() {
             "{reference}"
         );
     }
+}
+
+/// A registry stopped after a push: a second `build --push` with nothing changed says of each
+/// image already pushed what is true (unchanged, recorded, not checked because the registry is
+/// unreachable), never "not built", and asks whether the registry at its address runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stopped_registry_leaves_pushed_images_unchanged_and_says_so() {
+    prepare().await;
+    let mut registry = Registry::start();
+    let project = Project::new(registry.host(), SELFTEST_PASS);
+    let mut args = vec!["--push"];
+    assert_code(&project.build(&args), 0);
+    let before = project.manifest();
+    // The project's own registry configuration, as examples/offline has it: its start is named.
+    std::fs::write(
+        project.path().join("registry.yml"),
+        format!("version: 0.1\nhttp:\n  addr: {}\n", registry.host()),
+    )
+    .unwrap();
+
+    registry.stop();
+    args.extend(["--push-attempts", "1"]);
+    let output = project.build(&args);
+    let log = text(&output);
+    assert_code(&output, 4);
+    let results = results_table(&log);
+    assert_eq!(results.len(), 4, "{log}");
+    for (image, result) in &results {
+        assert_eq!(result, "unchecked", "{image}:\n{log}");
+    }
+    for wrong in ["not built", "skipped", "failed", "not pushed"] {
+        assert!(
+            !log.contains(wrong),
+            "{wrong:?} said of unchanged images:\n{log}"
+        );
+    }
+    for said in [
+        "unchanged since its recorded push, registry unreachable: not checked".to_string(),
+        format!(
+            "hint: is the registry at {} running? This project's registry.yml configures it: `docker-registry serve registry.yml &` starts it. Once it runs, `imagegen verify` checks",
+            registry.host()
+        ),
+        "4 images: 0 ok, 4 unchanged but not checked (registry unreachable), 0 not ok".to_string(),
+    ] {
+        assert!(log.contains(&said), "{said:?} not in:\n{log}");
+    }
+    assert_eq!(project.manifest(), before, "nothing recorded");
+
+    // Without the registry's configuration in the project: the address, asked about.
+    std::fs::remove_file(project.path().join("registry.yml")).unwrap();
+    let output = project.build(&args);
+    assert_code(&output, 4);
+    let log = text(&output);
+    assert!(
+        log.contains(&format!(
+            "hint: is the registry at {} running? Once it runs, `imagegen verify` checks",
+            registry.host()
+        )),
+        "{log}"
+    );
+    assert!(!log.contains("docker-registry serve"), "{log}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -5,7 +5,8 @@
 //! its job or with it as a named context), `render --check` after a flavour changed, a flavour
 //! `from: devel`, and what `plan` and `diff` say of a flavour's parent. One test builds flavour
 //! images for real on the build fixture's busybox stand-ins (with `tests/fixtures/flavour`'s
-//! stand-in template): pushed, recorded with their parent's digest, run by `k8s`, rolled back.
+//! stand-in template): pushed, recorded with their parent's digest, run by `k8s`, rolled back;
+//! another runs the `{revision}` workflow (a bump, `--only`, a flavour changed alone).
 //! The built-in flavours built and started for real are in `real_build.rs` and
 //! `flavour_services.rs`.
 
@@ -672,4 +673,149 @@ fn sha256_hex(bytes: &[u8]) -> String {
         .iter()
         .map(|byte| format!("{byte:02x}"))
         .collect()
+}
+
+/// The `{revision}` workflow as a team runs it, with flavours: `-r{revision}` in `tags.full`, a
+/// build, a change to every image (a label), a second build. The summary names each tag pushed
+/// (with its revision), each flavour's record names the parent tag it was built FROM now and that
+/// image's digest, the folders in `images/` carry no revision (docs/tags.md), and `--only` a
+/// full tag selects that image (with the images it is built FROM), never the flavours built on it.
+/// A change to a flavour alone gives that flavour the next revision, its parent keeps its own.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_revision_bump_names_the_pushed_tags_and_records_each_flavour_on_its_parent() {
+    prepare().await;
+    let registry = Registry::start();
+    let project = build_project(registry.host());
+    project.edit_matrix("torch: [\"2.7.0\", \"2.8.0\"]", "torch: [\"2.8.0\"]");
+    project.edit_matrix(
+        "  default_os: ubuntu24.04\n",
+        "  default_os: ubuntu24.04\n  full: \"{torch}-cuda{cuda}-cudnn{cudnn_major}-{variant}-{os}-r{revision}\"\n",
+    );
+    let (runtime, devel) = (
+        project.tag("2.8.0", "runtime"),
+        project.tag("2.8.0", "devel"),
+    );
+    let folders = || -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(project.path().join("images"))
+            .unwrap()
+            .map(|entry| entry.unwrap())
+            .filter(|entry| entry.path().is_dir())
+            .map(|entry| entry.file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    let expected_folders = [
+        devel.clone(),
+        format!("{devel}-build"),
+        runtime.clone(),
+        format!("{runtime}-tools"),
+    ];
+    assert_eq!(
+        folders(),
+        expected_folders,
+        "no revision in a folder's name"
+    );
+    assert_code(&project.build(&["--push"]), 0);
+
+    // Every image changes (a label): each gets revision 2.
+    let text_of = |path: &str| std::fs::read_to_string(project.path().join(path)).unwrap();
+    std::fs::write(
+        project.path().join("matrix.yaml"),
+        format!(
+            "{}labels:\n  org.example.team: ml\n",
+            text_of("matrix.yaml")
+        ),
+    )
+    .unwrap();
+    project.imagegen(&["render"]).assert().success();
+    assert_eq!(
+        folders(),
+        expected_folders,
+        "a new revision keeps its folder"
+    );
+    let output = project.build(&["--push"]);
+    assert_code(&output, 0);
+    let said = text(&output);
+    let manifest = project.manifest();
+    let tags = [
+        format!("{runtime}-r2"),
+        format!("{devel}-r2"),
+        format!("{runtime}-r2-tools"),
+        format!("{devel}-r2-build"),
+    ];
+    for tag in &tags {
+        assert!(
+            said.lines()
+                .any(|line| line.split_whitespace().next() == Some(tag.as_str())),
+            "the summary names {tag}, the tag pushed:\n{said}"
+        );
+        assert!(
+            manifest["images"][tag]["digest"].is_string(),
+            "{manifest:#}"
+        );
+    }
+    for (flavour, parent) in [(&tags[2], &tags[0]), (&tags[3], &tags[1])] {
+        let record = &manifest["images"][flavour]["flavour"];
+        assert_eq!(record["parent"], parent.as_str(), "{manifest:#}");
+        assert_eq!(
+            record["parent_digest"], manifest["images"][parent]["digest"],
+            "{manifest:#}"
+        );
+    }
+    project.imagegen(&["render", "--check"]).assert().success();
+
+    // `--only` a full tag: that image and what it is built FROM, not the flavours built on it.
+    let selected = |only: &str| -> Vec<String> {
+        let output = project
+            .imagegen(&[
+                "build",
+                "--selftest-dir",
+                "selftest",
+                "--dry-run",
+                "--format",
+                "json",
+                "--only",
+                only,
+            ])
+            .output()
+            .unwrap();
+        assert_code(&output, 0);
+        let plan: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        plan["images"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|image| image["spec"]["tag"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(selected(&tags[0]), [tags[0].clone()]);
+    assert_eq!(selected(&tags[1]), [tags[0].clone(), tags[1].clone()]);
+    assert_eq!(selected(&tags[2]), [tags[0].clone(), tags[2].clone()]);
+    // The folder's name names the image too; part of a tag still selects every image with it.
+    assert_eq!(selected(&runtime), [tags[0].clone()]);
+    assert_eq!(
+        selected("runtime-ubuntu24.04-r2"),
+        [tags[0].clone(), tags[2].clone()]
+    );
+
+    // A change to the flavour alone: its next revision, on its parent's present one.
+    project.edit_matrix("tools: {apt: [git]}", "tools: {apt: [git, less]}");
+    let output = project.build(&["--push"]);
+    assert_code(&output, 0);
+    let manifest = project.manifest();
+    let tools = format!("{runtime}-r3-tools");
+    assert_eq!(
+        manifest["images"][&tools]["flavour"]["parent"],
+        tags[0].as_str(),
+        "{manifest:#}"
+    );
+    assert_eq!(
+        manifest["images"][&tools]["flavour"]["parent_digest"],
+        manifest["images"][&tags[0]]["digest"]
+    );
+    assert!(
+        manifest["images"].get(format!("{runtime}-r3")).is_none(),
+        "the runtime image keeps its revision: {manifest:#}"
+    );
 }

@@ -6,7 +6,8 @@
 //! manifest's lock, merged into the manifest as it is then, so another run's records survive),
 //! so Ctrl-C, SIGTERM or a crash keeps what finished. Prints a summary table and what was left
 //! undone (`report`); removes every container the run started, on every path; exit 1 if any
-//! image failed, 130/143 on SIGINT/SIGTERM.
+//! image failed, 4 if none failed but images already pushed could not be checked (their registry
+//! did not answer), 130/143 on SIGINT/SIGTERM.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::IsTerminal;
@@ -40,7 +41,7 @@ use crate::pipeline::docker_builder::contexts::Contexts;
 use crate::pipeline::docker_builder::{
     EngineBuilder, EngineBuilderSettings, RegistryAliases, RUN_LABEL,
 };
-use crate::pipeline::executor::{execute, Claim, ExecOptions, ImageResult, Journal};
+use crate::pipeline::executor::{execute, Claim, ExecOptions, ImageResult, Journal, Status};
 use crate::pipeline::plan::{plan, select_for_build, Plan, PlanOptions, PlannedImage, Shard};
 use crate::pipeline::progress::Progress;
 use crate::pipeline::record::{record, AliasesMoved};
@@ -396,6 +397,7 @@ async fn build_and_record(
     let options = ExecOptions {
         jobs: settings.jobs,
         owner,
+        registry_start: project.registry_start(),
     };
     note(format!(
         "building {}, {} at a time{}",
@@ -456,8 +458,16 @@ async fn build_and_record(
     if let Some(received) = *signal.lock().expect("signal lock") {
         return Ok(Outcome::Interrupted(received));
     }
+    let unchecked = |result: &ImageResult| result.status == Status::Unchecked;
     Ok(if results.iter().all(ImageResult::succeeded) {
         Outcome::Success
+    } else if results
+        .iter()
+        .all(|result| result.succeeded() || unchecked(result))
+    {
+        // Nothing failed; images already pushed could not be checked (the registry did not
+        // answer).
+        Outcome::Unchecked
     } else {
         Outcome::Failed
     })

@@ -36,7 +36,12 @@ pub(super) fn plan_table(plan: &Plan, manifest: &Manifest) -> String {
         rows.push(vec![
             image.reference.clone(),
             image.build_key.hex()[..12].to_string(),
-            image.depends_on.clone().unwrap_or_else(|| "-".into()),
+            image
+                .spec
+                .parent_tag
+                .clone()
+                .or_else(|| image.depends_on.clone())
+                .unwrap_or_else(|| "-".into()),
             if known {
                 "reuse if present, else build".into()
             } else {
@@ -113,7 +118,7 @@ pub(super) fn summary_table(results: &[ImageResult]) -> String {
             parts.join("; ")
         };
         rows.push(vec![
-            result.name.clone(),
+            result.tag.clone(),
             format!("{:?}", result.status).to_lowercase(),
             result
                 .test
@@ -137,7 +142,7 @@ pub(super) fn summary_table(results: &[ImageResult]) -> String {
     let mut out = String::from("\n");
     out.push_str(&table(&rows));
     for result in results.iter().filter(|r| !r.notes.is_empty()) {
-        out.push_str(&format!("\n{}: {}\n", result.name, result.notes.join("; ")));
+        out.push_str(&format!("\n{}: {}\n", result.tag, result.notes.join("; ")));
     }
     // The aliases waiting for a GPU test, once per set of GPUs wanted (a run without GPUs leaves
     // them all alike): waiting is not held, `imagegen test` on such a node moves them.
@@ -146,7 +151,7 @@ pub(super) fn summary_table(results: &[ImageResult]) -> String {
         let named = result
             .aliases_awaiting
             .iter()
-            .map(|alias| format!("{alias} ({})", result.name));
+            .map(|alias| format!("{alias} ({})", result.tag));
         match waiting
             .iter_mut()
             .find(|(wanted, _)| *wanted == result.awaiting_results_on.as_slice())
@@ -169,7 +174,7 @@ pub(super) fn summary_table(results: &[ImageResult]) -> String {
     let mut reasons: Vec<(&str, Vec<String>)> = Vec::new();
     for result in results {
         for (alias, reason) in &result.aliases_held {
-            let held = format!("{alias} ({})", result.name);
+            let held = format!("{alias} ({})", result.tag);
             match reasons
                 .iter_mut()
                 .find(|(known, _)| *known == reason.as_str())
@@ -198,7 +203,7 @@ pub(super) fn summary_table(results: &[ImageResult]) -> String {
     for (cause, members) in &causes {
         let names: Vec<String> = members
             .iter()
-            .map(|r| format!("{} {}", r.name, format!("{:?}", r.status).to_lowercase()))
+            .map(|r| format!("{} {}", r.tag, format!("{:?}", r.status).to_lowercase()))
             .collect();
         out.push_str(&format!(
             "\n{}:\n  {}\n",
@@ -209,11 +214,20 @@ pub(super) fn summary_table(results: &[ImageResult]) -> String {
             out.push_str(&format!("  {log}\n"));
         }
     }
-    let failed = results.iter().filter(|r| !r.succeeded()).count();
+    let unchecked = results
+        .iter()
+        .filter(|r| r.status == Status::Unchecked)
+        .count();
+    let failed = results.iter().filter(|r| !r.succeeded()).count() - unchecked;
     out.push_str(&format!(
-        "\n{}: {} ok, {} not ok\n",
+        "\n{}: {} ok, {}{} not ok\n",
         count(results.len(), "image"),
-        results.len() - failed,
+        results.len() - failed - unchecked,
+        if unchecked > 0 {
+            format!("{unchecked} unchanged but not checked (registry unreachable), ")
+        } else {
+            String::new()
+        },
         failed
     ));
     out
@@ -290,13 +304,13 @@ pub(super) fn left_undone(
         match result.status {
             Status::Interrupted => lines.push(format!(
                 "{}: {}; to finish: {}",
-                result.name,
+                result.tag,
                 result.error.as_deref().unwrap_or("interrupted"),
-                rerun(&result.name)
+                rerun(&result.tag)
             )),
             Status::Failed | Status::Skipped if result.digest.is_some() => lines.push(format!(
                 "{}: pushed as {}, but aliases not moved: {}; to finish: {}",
-                result.name,
+                result.tag,
                 result
                     .digest
                     .as_ref()
@@ -307,16 +321,25 @@ pub(super) fn left_undone(
                 } else {
                     unmoved.join(", ")
                 },
-                rerun(&result.name)
+                rerun(&result.tag)
             )),
             Status::Failed | Status::Skipped => lines.push(format!(
                 "{}: not {} (failed at {}); after fixing it: {}",
-                result.name,
+                result.tag,
                 if push { "pushed" } else { "built" },
                 result
                     .failed_stage
                     .map_or("an earlier image".to_string(), |stage| stage.to_string()),
-                rerun(&result.name)
+                rerun(&result.tag)
+            )),
+            Status::Unchecked => lines.push(format!(
+                "{}: unchanged since its recorded push ({}), not checked: its registry did not answer; once it does: imagegen verify",
+                result.tag,
+                result
+                    .digest
+                    .as_ref()
+                    .map(Digest::to_string)
+                    .unwrap_or_default(),
             )),
             Status::Built | Status::Reused => {}
         }
@@ -345,11 +368,18 @@ mod tests {
 
     #[test]
     fn aliases_waiting_for_a_gpu_test_are_waiting_never_held() {
-        let mut runtime =
-            ImageResult::new("2.7.0-cuda12.6-cudnn9-runtime-ubuntu24.04", Status::Built);
+        let mut runtime = ImageResult::new(
+            "2.7.0-cuda12.6-cudnn9-runtime-ubuntu24.04",
+            "2.7.0-cuda12.6-cudnn9-runtime-ubuntu24.04",
+            Status::Built,
+        );
         runtime.aliases_awaiting = vec!["2.7-runtime".into(), "latest".into()];
         runtime.awaiting_results_on = vec!["H100".into(), "H200".into()];
-        let mut devel = ImageResult::new("2.7.0-cuda12.6-cudnn9-devel-ubuntu24.04", Status::Built);
+        let mut devel = ImageResult::new(
+            "2.7.0-cuda12.6-cudnn9-devel-ubuntu24.04",
+            "2.7.0-cuda12.6-cudnn9-devel-ubuntu24.04",
+            Status::Built,
+        );
         devel.aliases_awaiting = vec!["2.7-devel".into()];
         devel.awaiting_results_on = vec!["H100".into(), "H200".into()];
         devel.aliases_held = vec![(
@@ -382,8 +412,11 @@ mod tests {
 
     #[test]
     fn the_summary_names_held_aliases_beside_moved_ones() {
-        let mut result =
-            ImageResult::new("2.7.0-cuda12.6-cudnn9-runtime-ubuntu24.04", Status::Built);
+        let mut result = ImageResult::new(
+            "2.7.0-cuda12.6-cudnn9-runtime-ubuntu24.04",
+            "2.7.0-cuda12.6-cudnn9-runtime-ubuntu24.04",
+            Status::Built,
+        );
         result.aliases_moved = vec!["2.7-cuda12.6-runtime-ubuntu24.04".into()];
         result.aliases_held = vec![(
             "2.7-cuda12.6-runtime".into(),

@@ -22,14 +22,14 @@ use tokio::sync::{Mutex, OnceCell};
 use crate::docker::layer_store::LayerStore;
 use crate::docker::run_journal::RunJournal;
 use crate::docker::{
-    repository_path_of, Engine, Registries, RegistryClient, RegistryManifest, RetryPolicy,
-    RunRequest, DEFAULT_REGISTRY_TIMEOUT,
+    repository_path_of, Engine, Registries, RegistryClient, RegistryError, RegistryManifest,
+    RetryPolicy, RunRequest, DEFAULT_REGISTRY_TIMEOUT,
 };
 use crate::history::alias_transaction::AliasRegistry;
 use crate::history::apt_lock::APT_DEPENDS;
 use crate::history::manifest::{human_bytes, ImageSize, Packages};
 use crate::model::digest::Digest;
-use crate::pipeline::executor::{Builder, Existing, TestOutcome};
+use crate::pipeline::executor::{Builder, Existing, TestOutcome, Unreachable};
 use crate::pipeline::normalize::{KnownLayer, NormalizedImage};
 use crate::pipeline::planned::PlannedImage;
 use crate::pipeline::progress::Progress;
@@ -271,6 +271,22 @@ impl Builder for EngineBuilder {
 
     async fn tag(&self, source: &str, repository: &str, tag: &str) -> Result<()> {
         Ok(self.engine.tag(source, repository, tag).await?)
+    }
+
+    fn unreachable_registry(&self, error: &anyhow::Error) -> Option<Unreachable> {
+        error
+            .chain()
+            .find_map(|cause| match cause.downcast_ref::<RegistryError>()? {
+                RegistryError::Unreachable { host, reason, .. } => Some(Unreachable {
+                    host: host.clone(),
+                    reason: reason.clone(),
+                }),
+                RegistryError::Timeout { host, seconds, .. } => Some(Unreachable {
+                    host: host.clone(),
+                    reason: format!("no answer within {seconds} s"),
+                }),
+                _ => None,
+            })
     }
 }
 

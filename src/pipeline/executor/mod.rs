@@ -12,7 +12,10 @@
 //! before any alias moves, so an alias never serves an unsigned image; a failed signing fails
 //! the image and holds its aliases. Policy lives here: a failed test means no push and no
 //! alias; aliases move only after the image passed (or, with `move_untested_aliases`, when no GPU could test it), and
-//! never backwards, judged against the manifest as it is when the alias moves.
+//! never backwards, judged against the manifest as it is when the alias moves. An image
+//! unchanged since the push the manifest records, whose registry does not answer, is
+//! `unchecked`, not failed: nothing is pushed, moved or recorded for it, and the images built on
+//! it go on.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::future::Future;
@@ -87,6 +90,19 @@ pub(crate) trait Builder: AliasRegistry + Send + Sync + 'static {
         repository: &str,
         tag: &str,
     ) -> impl Future<Output = anyhow::Result<()>> + Send;
+    /// Whether `error` (of [`Builder::find_existing`] or [`Builder::push`]) is that a registry
+    /// could not be reached: no connection, or no answer within the deadline, after the retries.
+    /// `None` for any other error (a refusal, other content under a full tag).
+    fn unreachable_registry(&self, error: &anyhow::Error) -> Option<Unreachable>;
+}
+
+/// A registry that could not be reached, as the error of a call to it said.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Unreachable {
+    /// `host[:port]`, as the matrix names the registry.
+    pub(crate) host: String,
+    /// Why, in a few words (`io: Connection refused (os error 111)`, `no answer within 30 s`).
+    pub(crate) reason: String,
 }
 
 /// Where the executor writes down what it changed, as it changes it (see the module docs); alias
@@ -133,6 +149,9 @@ pub(crate) struct ExecOptions {
     pub(crate) jobs: usize,
     /// The run that owns the alias moves this execution makes.
     pub(crate) owner: Owner,
+    /// The command that starts a registry, by its host, where the project knows it (its
+    /// `registry.yml`): named when that registry does not answer.
+    pub(crate) registry_start: BTreeMap<String, String>,
 }
 
 /// Runs `plan`. Each result is written down through `journal` and goes to `on_result` as soon
@@ -188,10 +207,16 @@ pub(crate) async fn execute<B: Builder, J: Journal>(
                 Some(None) => index += 1,
                 Some(Some(false)) => {
                     let image = pending.remove(index).expect("index in range");
-                    let mut result = ImageResult::new(&image.spec.name, Status::Skipped);
+                    let mut result =
+                        ImageResult::new(&image.spec.name, &image.spec.tag, Status::Skipped);
                     result.error = Some(format!(
                         "not built: the image it builds on, {}, failed",
-                        image.depends_on.as_deref().unwrap_or("?")
+                        image
+                            .spec
+                            .parent_tag
+                            .as_deref()
+                            .or(image.depends_on.as_deref())
+                            .unwrap_or("?")
                     ));
                     outcomes.insert(image.spec.name.clone(), false);
                     finish(&mut result);
@@ -217,13 +242,18 @@ pub(crate) async fn execute<B: Builder, J: Journal>(
             Some(mut result) = running.next() => {
                 in_flight.remove(&result.name);
                 finish(&mut result);
-                outcomes.insert(result.name.clone(), result.succeeded());
+                // An unchecked image is here as it was pushed: the images built on it go on.
+                outcomes.insert(
+                    result.name.clone(),
+                    result.succeeded() || result.status == Status::Unchecked,
+                );
                 results.insert(result.name.clone(), result);
             }
             _ = &mut cancel => {
                 drop(running);
                 for name in in_flight.iter().cloned().chain(pending.iter().map(|p| p.spec.name.clone())) {
-                    let mut result = ImageResult::new(&name, Status::Interrupted);
+                    let tag = by_name.get(name.as_str()).map_or(name.as_str(), |planned| planned.spec.tag.as_str());
+                    let mut result = ImageResult::new(&name, tag, Status::Interrupted);
                     result.error = Some(match steps.get(&name) {
                         Some(step) => format!("interrupted while {step}; nothing more was tagged, pushed or moved for it"),
                         None => "not started".to_string(),
@@ -261,10 +291,13 @@ async fn run_one<B: Builder, J: Journal>(
     run.finished()
 }
 
-/// Why a step failed its image: the phase it names, and the error for people.
+/// Why a step ended its image: the phase it names, and the error for people. With `unchecked`
+/// (the digest the manifest records for this build key), the image is not failed: it is
+/// unchanged since that push, and the registry could not be asked whether it still serves it.
 struct Failure {
     stage: Stage,
     error: String,
+    unchecked: Option<Digest>,
 }
 
 impl Failure {
@@ -272,6 +305,33 @@ impl Failure {
         Failure {
             stage,
             error: error.into(),
+            unchecked: None,
+        }
+    }
+
+    /// An image unchanged since the push the manifest records (`recorded`), whose registry did
+    /// not answer.
+    fn unchecked(
+        stage: Stage,
+        recorded: &Digest,
+        unreachable: &Unreachable,
+        options: &ExecOptions,
+    ) -> Failure {
+        let host = &unreachable.host;
+        let start = options
+            .registry_start
+            .get(host)
+            .map(|command| {
+                format!(" This project's registry.yml configures it: `{command}` starts it.")
+            })
+            .unwrap_or_default();
+        Failure {
+            stage,
+            error: format!(
+                "unchanged since its recorded push, registry unreachable: not checked (the registry {host} did not answer: {}); nothing was pushed, moved or recorded for it\nhint: is the registry at {host} running?{start} Once it runs, `imagegen verify` checks that it serves what the manifest records",
+                unreachable.reason,
+            ),
+            unchecked: Some(recorded.clone()),
         }
     }
 }
@@ -296,7 +356,7 @@ impl ImageRun {
     fn new(image: &PlannedImage) -> ImageRun {
         ImageRun {
             start: Instant::now(),
-            result: ImageResult::new(&image.spec.name, Status::Built),
+            result: ImageResult::new(&image.spec.name, &image.spec.tag, Status::Built),
             existing: None,
             test: None,
             gate: None,
@@ -332,8 +392,16 @@ impl ImageRun {
     }
 
     fn failed(mut self, failure: Failure) -> ImageResult {
-        self.result.status = Status::Failed;
-        self.result.failed_stage = Some(failure.stage);
+        match failure.unchecked {
+            Some(recorded) => {
+                self.result.status = Status::Unchecked;
+                self.result.digest = Some(recorded);
+            }
+            None => {
+                self.result.status = Status::Failed;
+                self.result.failed_stage = Some(failure.stage);
+            }
+        }
         self.result.error = Some(failure.error);
         self.finished()
     }
@@ -356,6 +424,17 @@ async fn run_step<B: Builder, J: Journal>(
     run: &mut ImageRun,
 ) -> Result<(), Failure> {
     let failure = |error: anyhow::Error| Failure::at(step.stage(), format!("{error:#}"));
+    // A registry call of an image unchanged since the push the manifest records: a registry
+    // that does not answer leaves it unchecked, not failed.
+    let registry_failure = |error: anyhow::Error| match (
+        image.recorded_digest.as_ref(),
+        builder.unreachable_registry(&error),
+    ) {
+        (Some(recorded), Some(unreachable)) => {
+            Failure::unchecked(step.stage(), recorded, &unreachable, options)
+        }
+        _ => failure(error),
+    };
     let spec = &image.spec;
     match step {
         Step::HoldAlias { alias, reason } => {
@@ -367,7 +446,7 @@ async fn run_step<B: Builder, J: Journal>(
             let existing = builder
                 .find_existing(image, in_registry.as_ref())
                 .await
-                .map_err(failure)?;
+                .map_err(registry_failure)?;
             match &existing {
                 Some(Existing::Registry(digest)) => {
                     run.result.status = Status::Reused;
@@ -487,7 +566,7 @@ async fn run_step<B: Builder, J: Journal>(
                 let digest = builder
                     .push(&spec.repository, &spec.tag, Some(&image.build_key))
                     .await
-                    .map_err(failure)?;
+                    .map_err(registry_failure)?;
                 run.result.digest = Some(digest);
                 // A reused image is normalized for its push: measured now.
                 if let Some(size) = run.result.image_id.as_ref().and_then(|id| builder.size(id)) {

@@ -27,6 +27,8 @@ struct FakeBuilder {
     existing: BTreeSet<String>,
     /// Alias moves that fail (the registry died).
     fail_alias: BTreeSet<String>,
+    /// The registry does not answer: every push fails as unreachable.
+    registry_down: bool,
     build_delay_ms: u64,
     /// What the registry serves for each alias.
     served: Mutex<BTreeMap<String, Digest>>,
@@ -124,6 +126,9 @@ impl Builder for FakeBuilder {
         _build_key: Option<&Digest>,
     ) -> anyhow::Result<Digest> {
         self.record(format!("push {repository}:{tag}"));
+        if self.registry_down {
+            return Err(anyhow::Error::new(FakeUnreachable).context(format!("pushing {tag}")));
+        }
         Ok(Digest::of(format!("digest-{tag}").as_bytes()))
     }
     fn size(&self, image_id: &Digest) -> Option<ImageSize> {
@@ -138,6 +143,15 @@ impl Builder for FakeBuilder {
         self.record(format!("tag {source} {tag}"));
         Ok(())
     }
+    fn unreachable_registry(&self, error: &anyhow::Error) -> Option<Unreachable> {
+        error
+            .chain()
+            .any(|cause| cause.is::<FakeUnreachable>())
+            .then(|| Unreachable {
+                host: "r.example".into(),
+                reason: "connection refused".into(),
+            })
+    }
 }
 
 /// The size the fake builder reports for an image it built, different for each image id.
@@ -150,6 +164,11 @@ fn fake_size(image_id: &Digest) -> ImageSize {
         parts: Vec::new(),
     }
 }
+
+/// The fake registry's "connection refused".
+#[derive(Debug, thiserror::Error)]
+#[error("registry r.example is unreachable: connection refused")]
+struct FakeUnreachable;
 
 impl AliasRegistry for FakeBuilder {
     async fn served(&self, _repository: &str, alias: &str) -> anyhow::Result<Option<Digest>> {
@@ -308,6 +327,7 @@ fn options(jobs: usize) -> Options {
                 run: "test-run".into(),
                 by: "pid 1 (test)".into(),
             },
+            registry_start: BTreeMap::new(),
         },
         plan: PlanOptions {
             push: true,
@@ -808,7 +828,7 @@ async fn an_interruption_names_the_step_each_image_was_at() {
 fn recording_an_image_again_keeps_its_build_and_test_times() {
     let plan = test_plan();
     let image = &plan.images[0];
-    let mut result = ImageResult::new(&image.spec.name, Status::Built);
+    let mut result = ImageResult::new(&image.spec.name, &image.spec.tag, Status::Built);
     result.image_id = Some(Digest::parse(&format!("sha256:{}", "1".repeat(64))).unwrap());
     result.digest = Some(Digest::of(b"pushed"));
     result.test = Some(TestOutcome::Skipped {
@@ -1116,4 +1136,87 @@ async fn a_reused_image_passes_over_its_base_and_build() {
             .any(|c| c.starts_with(&format!("base {RUNTIME_126} "))),
         "{calls:#?}"
     );
+}
+
+/// A registry that does not answer: images unchanged since the push the manifest records are
+/// `unchecked` (their recorded digest, their records untouched, the images built on them going
+/// on, the start command named where the project knows it), never failed or skipped; an image
+/// the registry never had fails as before.
+#[tokio::test]
+async fn a_registry_that_does_not_answer_leaves_pushed_images_unchecked_not_failed() {
+    // The first run pushes and records everything.
+    let journal = Arc::new(MemoryJournal::default());
+    run_with(&Arc::new(FakeBuilder::default()), &journal, &options(2)).await;
+    let before = journal.manifest();
+
+    let specs = crate::resolve::test_images("registry: r.example\nrepository: t/p\ntorch: [\"2.7\"]\ncuda: [\"12.6\", \"12.8\"]\nos: [ubuntu24.04]\n");
+    let again = plan(
+        &specs,
+        &select(&specs, None, None),
+        &BTreeMap::new(),
+        &before,
+        None,
+        &[],
+        &options(2).plan,
+    );
+    let builder = Arc::new(FakeBuilder {
+        existing: specs.iter().map(|spec| spec.name.clone()).collect(),
+        registry_down: true,
+        ..Default::default()
+    });
+    let mut exec = options(2).exec;
+    exec.registry_start.insert(
+        "r.example".into(),
+        "docker-registry serve registry.yml &".into(),
+    );
+    let journal = Arc::new(MemoryJournal::with(before.clone()));
+    let results = execute(
+        &again,
+        Arc::clone(&builder),
+        Arc::clone(&journal),
+        &exec,
+        std::future::pending(),
+        |_| {},
+    )
+    .await;
+    assert_eq!(results.len(), 4);
+    for result in &results {
+        assert_eq!(result.status, Status::Unchecked, "{result:?}");
+        assert_eq!(result.failed_stage, None);
+        assert_eq!(
+            result.digest,
+            before.images()[&result.tag].digest,
+            "the recorded digest"
+        );
+        let error = result.error.as_deref().unwrap();
+        assert!(
+            error.starts_with("unchanged since its recorded push, registry unreachable: not checked (the registry r.example did not answer: connection refused)"),
+            "{error}"
+        );
+        assert!(
+            error.contains("hint: is the registry at r.example running? This project's registry.yml configures it: `docker-registry serve registry.yml &` starts it. Once it runs, `imagegen verify` checks"),
+            "{error}"
+        );
+    }
+    for tag in [RUNTIME_126, DEVEL_126] {
+        assert!(
+            builder
+                .calls()
+                .iter()
+                .any(|call| call.starts_with("push ") && call.ends_with(&format!(":{tag}"))),
+            "{tag}: the devel image goes on to its own push: {:?}",
+            builder.calls()
+        );
+    }
+    assert_eq!(journal.manifest(), before, "nothing recorded");
+
+    // Never pushed: the same registry failure fails the image, as before.
+    let builder = Arc::new(FakeBuilder {
+        registry_down: true,
+        ..Default::default()
+    });
+    let results = run(&builder, &options(2)).await;
+    let runtime = results.iter().find(|r| r.name == RUNTIME_126).unwrap();
+    assert_eq!(runtime.status, Status::Failed);
+    assert_eq!(runtime.failed_stage, Some(Stage::Push));
 }
