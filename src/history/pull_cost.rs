@@ -448,17 +448,31 @@ mod tests {
         )]
         .into();
         let pulls = alias_pulls(&plan.alias_moves, &manifest, &new, &pins);
-        let latest = pulls.iter().find(|pull| pull.alias == "latest").expect("latest moves");
+        let latest = pulls
+            .iter()
+            .find(|pull| pull.alias == "latest")
+            .expect("latest moves");
         assert!(latest.estimated);
         assert_eq!(latest.cost.unwrap().pulled_bytes, 6);
         assert_eq!(latest.new_to_registry, Some(6));
-        assert!(latest.describe().starts_with("about 6 B of 2.1 kB"), "{}", latest.describe());
+        assert!(
+            latest.describe().starts_with("about 6 B of 2.1 kB"),
+            "{}",
+            latest.describe()
+        );
         // Without the layers recorded: unknown, and said so.
         let bare = manifest_with(&old, &[("latest", &tag)]);
-        let pulls = alias_pulls(&upgrade_plan(&new, &bare, &BTreeMap::new()).alias_moves, &bare, &new, &pins);
+        let pulls = alias_pulls(
+            &upgrade_plan(&new, &bare, &BTreeMap::new()).alias_moves,
+            &bare,
+            &new,
+            &pins,
+        );
         let latest = pulls.iter().find(|pull| pull.alias == "latest").unwrap();
         assert!(latest.cost.is_none());
-        assert!(latest.describe().starts_with("unknown: the manifest records no layers"));
+        assert!(latest
+            .describe()
+            .starts_with("unknown: the manifest records no layers"));
     }
 
     #[test]

@@ -1689,26 +1689,69 @@ fn diff_says_what_a_node_pulls_from_the_recorded_layers() {
     let digest = |c: &str| format!("sha256:{}", c.repeat(64));
     let layer = |c: &str, size: u64| serde_json::json!({"digest": digest(c), "compressed_bytes": size, "holds": format!("layer {c}")});
     let sized = |tag: &str, image: &str, layers: Vec<serde_json::Value>| {
-        let mut record = manifest_record(tag, "2.7.1", Some(&digest(image)), "2026-01-01T00:00:00Z", "ok");
-        let total: u64 = layers.iter().map(|layer| layer["compressed_bytes"].as_u64().unwrap()).sum();
+        let mut record = manifest_record(
+            tag,
+            "2.7.1",
+            Some(&digest(image)),
+            "2026-01-01T00:00:00Z",
+            "ok",
+        );
+        let total: u64 = layers
+            .iter()
+            .map(|layer| layer["compressed_bytes"].as_u64().unwrap())
+            .sum();
         record["size"] = serde_json::json!({"compressed_bytes": total, "unpacked_bytes": 2 * total, "layers": layers.len(), "parts": layers});
         record
     };
-    let a = sized("2.7.1-a", "1", vec![layer("a", 3_000_000_000), layer("b", 50_000_000), layer("c", 5_000_000), layer("d", 1_000)]);
-    let b = sized("2.7.1-b", "2", vec![layer("a", 3_000_000_000), layer("b", 50_000_000), layer("e", 5_100_000), layer("d", 1_000)]);
-    let bare = manifest_record("2.7.1-c", "2.7.1", Some(&digest("3")), "2026-01-01T00:00:00Z", "ok");
+    let a = sized(
+        "2.7.1-a",
+        "1",
+        vec![
+            layer("a", 3_000_000_000),
+            layer("b", 50_000_000),
+            layer("c", 5_000_000),
+            layer("d", 1_000),
+        ],
+    );
+    let b = sized(
+        "2.7.1-b",
+        "2",
+        vec![
+            layer("a", 3_000_000_000),
+            layer("b", 50_000_000),
+            layer("e", 5_100_000),
+            layer("d", 1_000),
+        ],
+    );
+    let bare = manifest_record(
+        "2.7.1-c",
+        "2.7.1",
+        Some(&digest("3")),
+        "2026-01-01T00:00:00Z",
+        "ok",
+    );
     let manifest = serde_json::json!({"schema_version": 1, "images": {"2.7.1-a": a, "2.7.1-b": b, "2.7.1-c": bare}, "aliases": {}});
-    std::fs::write(dir.path().join("imagegen-manifest.json"), manifest.to_string()).unwrap();
+    std::fs::write(
+        dir.path().join("imagegen-manifest.json"),
+        manifest.to_string(),
+    )
+    .unwrap();
     let (code, stdout, stderr) = run_in(dir.path(), &["diff", "2.7.1-a", "2.7.1-b"]);
     assert_eq!(code, 0, "{stderr}");
     assert!(
         stdout.contains("pull: a node holding 2.7.1-a pulls 5.1 MB of 3.06 GB (0.2%, 2 of 4 layers; containerd 5.1 MB) for 2.7.1-b\n"),
         "{stdout}"
     );
-    assert!(stdout.contains("registry: 2.7.1-b adds 5.1 MB beside 2.7.1-a\n"), "{stdout}");
+    assert!(
+        stdout.contains("registry: 2.7.1-b adds 5.1 MB beside 2.7.1-a\n"),
+        "{stdout}"
+    );
     let (code, stdout, _) = run_in(dir.path(), &["diff", "2.7.1-a", "2.7.1-c"]);
     assert_eq!(code, 0);
-    assert!(stdout.contains("pull: layers not recorded for both images"), "{stdout}");
+    assert!(
+        stdout.contains("pull: layers not recorded for both images"),
+        "{stdout}"
+    );
 }
 
 /// The project's files are in the matrix's folder: `render --matrix ../x/matrix.yaml` writes

@@ -109,7 +109,8 @@ async fn two_clean_builds_of_the_same_inputs_push_one_digest() {
 }
 
 /// The size the manifest records for `tag` is what the registry and the daemon hold:
-/// `compressed_bytes` the sum of the pushed manifest's layer sizes; `unpacked_bytes` the sum of
+/// `parts` the pushed manifest's layers (digest and size, in order); `compressed_bytes` the sum
+/// of their sizes; `unpacked_bytes` the sum of
 /// the layers' uncompressed tars (each blob fetched and inflated here); and the daemon's own
 /// `.Size` (what `docker images` shows) lies between the file data those tars carry and the tars
 /// themselves: it counts file content only (the storage driver may add symlink targets), never the
@@ -168,15 +169,42 @@ async fn check_recorded_size(
     println!(
         "{tag}: recorded {size}; pushed layers {compressed} B, tars {unpacked} B, file data {file_data} B, docker .Size {docker_size} B"
     );
+    let mut totals = size.clone();
+    let parts = totals
+        .as_object_mut()
+        .and_then(|object| object.remove("parts"))
+        .expect("each layer recorded");
     assert_eq!(
-        size,
-        &serde_json::json!({
+        totals,
+        serde_json::json!({
             "compressed_bytes": compressed,
             "unpacked_bytes": unpacked,
             "layers": layers.len(),
         }),
         "{tag}: the recorded size"
     );
+    // Each layer as pushed, in order: what `plan` and `diff` compute a pull from.
+    let recorded: Vec<(&str, u64)> = parts
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|part| {
+            (
+                part["digest"].as_str().unwrap(),
+                part["compressed_bytes"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let pushed_layers: Vec<(&str, u64)> = layers
+        .iter()
+        .map(|layer| {
+            (
+                layer["digest"].as_str().unwrap(),
+                layer["size"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(recorded, pushed_layers, "{tag}: the recorded layers");
     assert!(
         file_data <= docker_size && docker_size <= unpacked,
         "{tag}: docker's .Size {docker_size} is not between the file data {file_data} and the tars {unpacked}"

@@ -9,8 +9,7 @@ use std::sync::Arc;
 
 use anyhow::{anyhow, Context, Result};
 
-use super::host_venv::HostVenvFiles;
-use super::{listing_script, EngineBuilder, BUILD_KEY_LABEL};
+use super::{listing_script, EngineBuilder, HostVenvFiles, BUILD_KEY_LABEL};
 use crate::docker::append_to_context;
 use crate::docker::run_journal::StepImages;
 use crate::docker::BuildRequest;

@@ -22,7 +22,7 @@ use anyhow::{anyhow, Context, Result};
 use serde_json::Value;
 
 use super::layers::{layer_of_stored, stored_layer};
-use super::{listing_script, rate, EngineBuilder};
+use super::{listing_script, rate, EngineBuilder, HostVenvFiles};
 use crate::docker::layer_store::StoredHostVenv;
 use crate::docker::repository_path_of;
 use crate::docker::{ContextWheels, RunRequest};
@@ -41,13 +41,6 @@ use crate::pipeline::wheel_install::{
     self, helper_tar, others_tar, split_written, venv_key, venv_wheels_key, write_layer,
     InstallPlan, Part, Venv, Wheel, HELPER_WRITTEN, VENV_PREFIX,
 };
-
-/// The files of an image's build context a venv made on the host needs: its host-venv.sh and its
-/// lock (which goes into the venv's last layer, not the Docker build).
-pub(super) struct HostVenvFiles {
-    pub(super) script: Vec<u8>,
-    pub(super) lock: Vec<u8>,
-}
 
 /// Where the image's lock goes, in the venv's last layer (paths relative to `/`).
 const LOCK_IN_IMAGE: &str = "opt/imagegen/requirements.lock";

@@ -63,6 +63,13 @@ const SELFTEST_SHM_BYTES: i64 = 8 << 30;
 /// How long gpu-selftest may run.
 const SELFTEST_TIMEOUT: Duration = Duration::from_secs(600);
 
+/// The files of an image's build context a venv made on the host needs: its host-venv.sh and its
+/// lock (which goes into the venv's last layer, not the Docker build).
+pub(super) struct HostVenvFiles {
+    pub(super) script: Vec<u8>,
+    pub(super) lock: Vec<u8>,
+}
+
 /// Settings of the Docker builder.
 pub(crate) struct EngineBuilderSettings {
     /// Labels added at build time (created, revision): they are not part of the Dockerfile.
