@@ -140,8 +140,8 @@ fn sources_must_locate_something() {
     );
     // An end-of-life date cites its own sources, and must be a day.
     let error = error_of(&edited(
-        "eol: {date: \"2029-04-30\", note: \"the source gives the month; its last day is used\", source: [ubuntu-release-cycle]}",
-        "eol: {date: \"2029-04-30\", source: [NOWHERE]}",
+        "verified: false, source: [ubuntu-release-cycle]}}\n  # nvidia/cuda",
+        "verified: false, source: [NOWHERE]}}\n  # nvidia/cuda",
     ));
     assert!(
         error.contains("OS ubuntu24.04 eol cites unknown source `NOWHERE`"),
@@ -626,6 +626,30 @@ fn fourth_audit_facts_are_recorded_with_what_stays_unconfirmed() {
         release("13.0.2").ubuntu.is_empty(),
         "no 13.0.2 Dockerfile was read"
     );
+}
+
+/// Debian 13 from its archive's release pocket, and Ubuntu 24.04's end of standard support marked
+/// as disputed (the release-cycle table's month against the dates others give).
+#[test]
+fn debian_13_is_known_and_disputed_dates_are_marked() {
+    let knowledge = Knowledge::embedded();
+    let trixie = knowledge.os(&OsName::parse("debian13").unwrap()).unwrap();
+    assert_eq!(
+        (
+            trixie.codename.as_str(),
+            trixie.glibc.as_str(),
+            trixie.python.as_str()
+        ),
+        ("trixie", "2.41", "3.13")
+    );
+    // torch 2.13's wheels run there: Python 3.13 is in its range, glibc 2.41 above its 2.28.
+    let series = knowledge.torch_series(&torch("2.13")).unwrap();
+    assert!(series.python.iter().any(|p| p == "3.13"));
+    let noble = knowledge
+        .os(&OsName::parse("ubuntu24.04").unwrap())
+        .unwrap();
+    let eol = noble.eol.as_ref().unwrap();
+    assert!(!eol.verified && eol.note.as_deref().unwrap().contains("disagree"));
 }
 
 #[test]
