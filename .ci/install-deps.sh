@@ -16,10 +16,12 @@
 #                      package its `python3 -m venv` cannot create a venv
 #   openssh-client   - ssh and ssh-keygen: the real-build test logs into the ssh flavour
 #                      (tests/it/flavour_services.rs)
-#   debootstrap      - the real-build test (tests/it/real_build.rs) makes its Debian bookworm base
+#   debootstrap      - the real-build test (tests/it/real_build.rs) makes its Debian trixie base
 #                      image from a debootstrapped folder, since no image can be pulled
-#   debian-archive-keyring - the keys debootstrap checks bookworm's Release file with (Debian has
-#                      it already; an Ubuntu machine, such as a GitHub-hosted runner, does not)
+#                      (host_venv.rs and the apt-lock test make a bookworm one the same way)
+#   debian-archive-keyring - the keys debootstrap checks trixie's and bookworm's Release files
+#                      with (Debian has it already; an Ubuntu machine, such as a GitHub-hosted
+#                      runner, does not)
 #
 # cargo-auditable (cargo install, into target/tools): see below.
 #

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Benchmark (issue 21, cold): the real runtime image (torch 2.13.0 from PyPI on the debootstrapped
-# Debian bookworm base, as tests/it/real_build.rs builds it, without the team's additions), today's
+# Debian trixie base, as tests/it/real_build.rs builds it, without the team's additions), today's
 # path against imagegen's with the venv made on the host (`wheels: host`), cold, in one run, each
 # pushed to an empty registry on 127.0.0.1:
 #   today, cold     `docker build` (the classic builder) of the context imagegen renders for
@@ -75,7 +75,7 @@ imagegen_round 2
 warm=$imagegen_s warm_start=$imagegen_start
 
 today_cold=$(echo "$today_build + $today_push" | bc)
-printf 'real runtime image %s (torch 2.13.0, PyPI, bookworm), %s cores, %s\n' "$name" "$(nproc)" "$(date -u +%Y-%m-%dT%H:%MZ)"
+printf 'real runtime image %s (torch 2.13.0, PyPI, trixie), %s cores, %s\n' "$name" "$(nproc)" "$(date -u +%Y-%m-%dT%H:%MZ)"
 printf 'today, cold (wheels: index):  docker build %7.1f s + docker push %6.2f s = %7.1f s   digest %s\n' \
   "$today_build" "$today_push" "$today_cold" "$today_digest"
 printf 'imagegen, cold (wheels: host): build --push --no-test                %7.1f s   digest %s   peak memory %s\n' \

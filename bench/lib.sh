@@ -7,7 +7,7 @@
 #   run made), repository (imagegen-bench/NAME-PID), run_repositories (the repositories whose
 #   tags the run makes, on any registry: the script adds its others) and the functions below.
 root=$PWD
-base=imagegen-test/bookworm-minbase:1
+base=imagegen-test/trixie-minbase:1
 if [ -z "${IMAGEGEN_BENCH_LOCKED:-}" ] && [ -d /work/.locks ]; then
   exec env IMAGEGEN_BENCH_LOCKED=1 flock /work/.locks/realbuild bash "$0" "$@"
 fi
@@ -29,8 +29,8 @@ since() { echo "$(now) - $1" | bc; }
 make_base() {
   if ! docker image inspect "$base" >/dev/null 2>&1; then
     local rootfs=$work/rootfs
-    debootstrap --variant=minbase bookworm "$rootfs" http://deb.debian.org/debian >/dev/null
-    printf 'Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm bookworm-updates\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n\nTypes: deb\nURIs: http://deb.debian.org/debian-security\nSuites: bookworm-security\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' > "$rootfs/etc/apt/sources.list.d/debian.sources"
+    debootstrap --variant=minbase trixie "$rootfs" http://deb.debian.org/debian >/dev/null
+    printf 'Types: deb\nURIs: http://deb.debian.org/debian\nSuites: trixie trixie-updates\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n\nTypes: deb\nURIs: http://deb.debian.org/debian-security\nSuites: trixie-security\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' > "$rootfs/etc/apt/sources.list.d/debian.sources"
     rm -rf "$rootfs/etc/apt/sources.list" "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/cache/apt/*.bin "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/log/* "$rootfs"/tmp/*
     tar --numeric-owner -C "$rootfs" -c . | docker import --change 'CMD ["bash"]' - "$base" >/dev/null
     rm -rf "$rootfs"

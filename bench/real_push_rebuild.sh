@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Benchmark (issue 21): the real runtime image (torch 2.13.0 from PyPI on the debootstrapped Debian
-# bookworm base, as tests/it/real_build.rs builds it, without the team's additions; `wheels:
+# trixie base, as tests/it/real_build.rs builds it, without the team's additions; `wheels:
 # index`) built and pushed twice from clean state, in one run:
 #   round 1      `imagegen build --push --no-test` to a registry on 127.0.0.1 (empty): build,
 #                normalize, push through the registry API
@@ -76,7 +76,7 @@ export1=$(seconds_of 1 exported)
 normalize1=$(seconds_of 1 normalized)
 push1=$(seconds_of 1 '== pushed')
 
-printf 'real runtime image %s (torch 2.13.0, PyPI, bookworm), %s cores, %s\n' "$name" "$(nproc)" "$(date -u +%Y-%m-%dT%H:%MZ)"
+printf 'real runtime image %s (torch 2.13.0, PyPI, trixie), %s cores, %s\n' "$name" "$(nproc)" "$(date -u +%Y-%m-%dT%H:%MZ)"
 printf 'round 1, build --push --no-test:        %7.1f s   digest %s\n' "$round1" "$digest1"
 phases_of 1
 printf 'round 2, same inputs, clean daemon:     %7.1f s   digest %s\n' "$round2" "$digest2"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Benchmark (issue 21): today's path against imagegen's for the real runtime image (torch 2.13.0
-# from PyPI on the debootstrapped Debian bookworm base, as tests/it/real_build.rs builds it,
+# from PyPI on the debootstrapped Debian trixie base, as tests/it/real_build.rs builds it,
 # without the team's additions; `wheels: index`), cold and warm (one matrix label changed), in one
 # run, each pushed to an empty registry on 127.0.0.1:
 #   today, cold     `docker build` (the classic builder, as imagegen's) of the context imagegen
@@ -116,7 +116,7 @@ median() { printf '%s\n' "$@" | sort -g | sed -n 2p; }
 
 today_cold=$(echo "$today_cold_build + $today_cold_push" | bc)
 today_warm=$(echo "$today_warm_build + $today_warm_push" | bc)
-printf 'real runtime image %s (torch 2.13.0, PyPI, bookworm, wheels: index), %s cores, %s\n' "$name" "$(nproc)" "$(date -u +%Y-%m-%dT%H:%MZ)"
+printf 'real runtime image %s (torch 2.13.0, PyPI, trixie, wheels: index), %s cores, %s\n' "$name" "$(nproc)" "$(date -u +%Y-%m-%dT%H:%MZ)"
 printf 'today, cold:     docker build %7.1f s + docker push %6.2f s = %7.1f s   digest %s\n' \
   "$today_cold_build" "$today_cold_push" "$today_cold" "$(today_digest 1)"
 printf '                 (cold: %s; %s)\n' "$(today_cached 1)" "$(today_kept 1)"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmark: the real runtime image (torch 2.13.0 from PyPI on the debootstrapped Debian bookworm
+# Benchmark: the real runtime image (torch 2.13.0 from PyPI on the debootstrapped Debian trixie
 # base, as tests/it/real_build.rs builds it, without the team's additions) built by today's path
 # (`wheels: index`: pip inside the build downloads the lock, the templates of main) and by the
 # host-side wheel cache (`wheels: cache`: fetched on the host, installed in a venv stage with no
@@ -67,7 +67,7 @@ if command -v pigz >/dev/null; then
 fi
 cleanup
 
-printf 'real runtime image (torch 2.13.0, PyPI, bookworm), imagegen build --no-test, %s cores, %s\n' "$(nproc)" "$(date -u +%Y-%m-%dT%H:%MZ)"
+printf 'real runtime image (torch 2.13.0, PyPI, trixie), imagegen build --no-test, %s cores, %s\n' "$(nproc)" "$(date -u +%Y-%m-%dT%H:%MZ)"
 printf 'today (wheels: index), cold:              %6.1f s\n' "$index_cold"
 printf 'today (wheels: index), label change:      %6.1f s\n' "$index_label"
 printf 'cache (wheels: cache), cold:              %6.1f s   ratio to today cold %.2f   (fetch phase %s s: %s)\n' "$cache_cold" "$(echo "$cache_cold / $index_cold" | bc -l)" "$fetch" "$fetched"

@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
-# Makes the offline example's base image: a minbase debootstrap of Debian bookworm with Debian's
-# own apt sources (archive, updates, security, as the debian:12 image has them), imported into the
-# Docker daemon. Nothing is pulled from a registry; it needs deb.debian.org (or DEBIAN_MIRROR).
-# The same steps as the real-build test's base (tests/it/real_build.rs, base_image()).
+# Makes the offline example's base image: a minbase debootstrap of a Debian suite (trixie, Debian
+# 13, unless --suite names another) with Debian's own apt sources (archive, updates, security, as
+# the debian:13 image has them), imported into the Docker daemon. Nothing is pulled from a
+# registry; it needs deb.debian.org (or DEBIAN_MIRROR). The same steps as the real-build test's
+# base (tests/it/support/debian.rs).
 #
-# Usage: bash examples/offline/make-base.sh [IMAGE]    IMAGE: default imagegen-example/bookworm:1
+# Usage: bash examples/offline/make-base.sh [--suite SUITE] [IMAGE]
+#          SUITE: trixie by default (the example's os: debian13); bookworm for a debian12 cell
+#          IMAGE: default imagegen-example/SUITE:1
 #        bash examples/offline/make-base.sh --help     prints this text
 # Needs debootstrap and debian-archive-keyring (apt-get install debootstrap debian-archive-keyring),
 # root for debootstrap (through sudo when not root) and access to the Docker daemon.
-# About a minute on 2 cores (BENCHMARKS.md: 61 s); the image is 121 MB (49 MB compressed).
+# About a minute on 2 cores (BENCHMARKS.md: 61 s for bookworm); the bookworm image is 121 MB
+# (49 MB compressed).
 set -euo pipefail
-image="imagegen-example/bookworm:1"
+suite="trixie"
+image=""
 mirror="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 
 fail() {
@@ -18,16 +23,33 @@ fail() {
   exit 2
 }
 
-case "${1:-}" in
-  -h | --help)
-    sed -n '2,/^set -euo pipefail$/p' "${BASH_SOURCE[0]}" | sed '$d' | sed -E 's/^# ?//'
-    exit 0
-    ;;
-  -*) fail "unknown option '$1' (--help prints the usage)" ;;
-  "") ;;
-  *) image="$1" ;;
+while [ "$#" -gt 0 ]; do
+  case "$1" in
+    -h | --help)
+      sed -n '2,/^set -euo pipefail$/p' "${BASH_SOURCE[0]}" | sed '$d' | sed -E 's/^# ?//'
+      exit 0
+      ;;
+    --suite)
+      [ "$#" -ge 2 ] || fail "--suite needs a suite name (--help prints the usage)"
+      suite="$2"
+      shift 2
+      ;;
+    --suite=*)
+      suite="${1#--suite=}"
+      shift
+      ;;
+    -*) fail "unknown option '$1' (--help prints the usage)" ;;
+    *)
+      [ -z "$image" ] || fail "one IMAGE at most (--help prints the usage)"
+      image="$1"
+      shift
+      ;;
+  esac
+done
+case "$suite" in
+  "" | *[!a-z]*) fail "'$suite' is not a Debian suite name (trixie, bookworm, ...)" ;;
 esac
-[ "$#" -le 1 ] || fail "one IMAGE at most (--help prints the usage)"
+image="${image:-imagegen-example/$suite:1}"
 
 command -v docker >/dev/null || fail "the docker CLI is missing (Debian: apt-get install docker.io)"
 [ -x /usr/sbin/debootstrap ] || fail "/usr/sbin/debootstrap is missing (Debian: apt-get install debootstrap debian-archive-keyring)"
@@ -42,19 +64,19 @@ work="$(mktemp -d)"
 cleanup() { "${as_root[@]}" rm -rf "$work"; }
 trap cleanup EXIT
 rootfs="$work/rootfs"
-echo "== [${SECONDS} s] debootstrap --variant=minbase bookworm from $mirror"
-"${as_root[@]}" /usr/sbin/debootstrap --variant=minbase bookworm "$rootfs" "$mirror" >"$work/debootstrap.log" 2>&1 ||
+echo "== [${SECONDS} s] debootstrap --variant=minbase $suite from $mirror"
+"${as_root[@]}" /usr/sbin/debootstrap --variant=minbase "$suite" "$rootfs" "$mirror" >"$work/debootstrap.log" 2>&1 ||
   fail "debootstrap failed (it needs root and $mirror); its log: $(tail -n 20 "$work/debootstrap.log")"
-"${as_root[@]}" tee "$rootfs/etc/apt/sources.list.d/debian.sources" >/dev/null <<'SOURCES'
+"${as_root[@]}" tee "$rootfs/etc/apt/sources.list.d/debian.sources" >/dev/null <<SOURCES
 Types: deb
 URIs: http://deb.debian.org/debian
-Suites: bookworm bookworm-updates
+Suites: $suite $suite-updates
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 
 Types: deb
 URIs: http://deb.debian.org/debian-security
-Suites: bookworm-security
+Suites: $suite-security
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 SOURCES

@@ -4,7 +4,8 @@
 
 use crate::model::axes::Variant;
 use crate::model::knowledge::{
-    wheel_suffix, CudaRelease, Knowledge, OsRelease, TorchCuda, TorchRelease, TorchSeries,
+    wheel_suffix, CudaField, CudaRelease, Knowledge, OsRelease, TorchCuda, TorchRelease,
+    TorchSeries,
 };
 use crate::model::matrix::{DevelToolkit, Matrix, TorchWheels};
 use crate::model::selftest_binary::{binary_for, OLDEST_CUDA};
@@ -47,6 +48,12 @@ pub(super) fn check_cell(
         release,
         variant,
         cuda_release,
+        knowledge,
+        &mut unverified,
+    );
+    note_unconfirmed_driver_min(
+        cuda_release,
+        runtime_floor.as_ref(),
         knowledge,
         &mut unverified,
     );
@@ -465,6 +472,32 @@ fn wheel_runtime_floor(
     }
     let base = cuda_release.driver_min.as_ref()?;
     (floor.driver_min > *base).then_some(floor)
+}
+
+/// Notes a toolkit driver minimum no primary source confirmed, of the release that sets the
+/// image's driver minimum: the wheel's runtime's release when that is newer than the base's, else
+/// the base's (13.0.3's 580.126.20, read from NVIDIA's installer name through third-party copies).
+fn note_unconfirmed_driver_min(
+    cuda_release: &CudaRelease,
+    floor: Option<&RuntimeFloor>,
+    knowledge: &Knowledge,
+    unverified: &mut Vec<String>,
+) {
+    let setting = match floor {
+        Some(floor) => knowledge.cuda.iter().find(|c| c.version == floor.release),
+        None => Some(cuda_release),
+    };
+    let Some(release) = setting else {
+        return;
+    };
+    if let (Some(note), Some(driver_min)) = (release.unconfirmed_driver_min(), &release.driver_min)
+    {
+        unverified.push(format!(
+            "CUDA {} {} {driver_min} (imagegen.driver.min) is unconfirmed: {note}",
+            release.version,
+            CudaField::DriverMin.name()
+        ));
+    }
 }
 
 /// The OS release the cell names.

@@ -1067,20 +1067,40 @@ fn the_wheels_own_cuda_runtime_sets_the_driver_minimum_when_newer_than_the_base(
             .find(|i| i.torch == torch && i.cuda == cuda)
             .unwrap_or_else(|| panic!("no {torch} {cuda} image: {:#?}", resolution.rejected))
     };
-    // PyPI's 2.12.1 pins cuda-toolkit[cudart]==13.0.2 on a 13.0.0 base: 13.0.2's Table 3 driver.
+    // 13.0 builds on 13.0.3, the supported 13.0 set, whose driver minimum (580.126.20, read from
+    // NVIDIA's installer name) is above the 13.0.2 runtime PyPI's 2.12.1 pins: the base's stands,
+    // listed as unconfirmed.
+    let unconfirmed =
+        "CUDA 13.0.3 toolkit driver minimum 580.126.20 (imagegen.driver.min) is unconfirmed: ";
     let image = by_torch("2.12.1", "13.0");
+    assert_eq!(image.cuda_full, "13.0.3");
+    assert_eq!(image.driver_min.to_string(), "580.126.20");
+    assert_eq!(image.driver_min_from, "CUDA 13.0.3 toolkit");
+    assert_eq!(image.driver_min_compat.to_string(), "580");
+    assert_eq!(image.unverified.len(), 1, "{:?}", image.unverified);
+    assert!(
+        image.unverified[0].starts_with(unconfirmed),
+        "{:?}",
+        image.unverified
+    );
+    // 2.13.0 pins 13.0.3 itself: its own release, no lower bound any more.
+    let image = by_torch("2.13.0", "13.0");
+    assert_eq!(image.driver_min.to_string(), "580.126.20");
+    assert_eq!(image.unverified.len(), 1, "{:?}", image.unverified);
+    assert!(
+        image.unverified[0].starts_with(unconfirmed),
+        "{:?}",
+        image.unverified
+    );
+    // On the 13.0.0 base (named exactly), the wheel's 13.0.2 runtime is newer: its Table 3 driver.
+    let pinned_base = run_embedded(
+        "torch: [\"2.12\"]\ncuda: [\"13.0.0\"]\nos: [ubuntu24.04]\nvariants: [runtime]\n",
+    );
+    let image = &pinned_base.images[0];
     assert_eq!(image.cuda_full, "13.0.0");
     assert_eq!(image.driver_min.to_string(), "580.95.05");
     assert_eq!(image.driver_min_from, "torch wheel's CUDA 13.0.2 runtime");
-    assert_eq!(image.driver_min_compat.to_string(), "580");
     assert!(image.unverified.is_empty(), "{:?}", image.unverified);
-    // 2.13.0 pins 13.0.3, which Table 3 (13.1 edition) has no row for: 13.0.2's is a lower bound.
-    let image = by_torch("2.13.0", "13.0");
-    assert_eq!(image.driver_min.to_string(), "580.95.05");
-    assert_eq!(
-        image.unverified,
-        ["torch 2.13.0 cu130 linux/amd64 pins CUDA runtime 13.0.3, whose toolkit driver minimum is not in the knowledge: imagegen.driver.min uses CUDA 13.0.2's (580.95.05), a lower bound"]
-    );
     // 2.10.0's PyPI cu128 pins runtime 12.8.90, which 12.8.1 (the base) ships: the base's driver.
     let image = by_torch("2.10.0", "12.8");
     assert_eq!(image.driver_min.to_string(), "570.124.06");
@@ -1091,19 +1111,30 @@ fn the_wheels_own_cuda_runtime_sets_the_driver_minimum_when_newer_than_the_base(
     );
     assert_eq!(cu126.images[0].driver_min_from, "CUDA 12.6.3 toolkit");
 
-    // resolve --driver agrees: 580.82.07 (13.0.1's) runs the 13.0.0 base but not the wheel.
-    let options = ResolveOptions {
-        driver: Some(DriverVersion::parse("580.82.07").unwrap()),
-        ..Default::default()
+    // resolve --driver agrees: 580.82.07 (13.0.1's) runs the 13.0.0 base but not the wheel, and
+    // 580.95.05 (the wheel's) not the 13.0.3 base.
+    let judged = |driver: &str, cuda: &str| {
+        let options = ResolveOptions {
+            driver: Some(DriverVersion::parse(driver).unwrap()),
+            ..Default::default()
+        };
+        let refused = resolve(
+            &matrix(&format!(
+                "torch: [\"2.12\"]\ncuda: [\"{cuda}\"]\nos: [ubuntu24.04]\nvariants: [runtime]\n"
+            )),
+            &Knowledge::embedded(),
+            &options,
+        );
+        one_reason(&refused)
     };
-    let refused = resolve(
-        &matrix("torch: [\"2.12\"]\ncuda: [\"13.0\"]\nos: [ubuntu24.04]\nvariants: [runtime]\n"),
-        &Knowledge::embedded(),
-        &options,
-    );
-    let reason = one_reason(&refused);
+    let reason = judged("580.82.07", "13.0.0");
     assert!(
         reason.starts_with("needs NVIDIA driver ≥ 580.95.05 (torch wheel's CUDA 13.0.2 runtime driver); driver 580.82.07 is older"),
+        "{reason}"
+    );
+    let reason = judged("580.95.05", "13.0");
+    assert!(
+        reason.starts_with("needs NVIDIA driver ≥ 580.126.20 (CUDA 13.0.3 toolkit driver); driver 580.95.05 is older"),
         "{reason}"
     );
 }
@@ -1116,14 +1147,145 @@ fn pinned_runtimes_map_to_their_toolkit_release() {
     assert_eq!((exact.release.as_str(), exact.exact), ("12.6.2", true));
     assert_eq!(exact.driver_min.to_string(), "560.35.03");
     assert_eq!(floor("13.0.2").unwrap().release, "13.0.2");
-    let bound = floor("13.0.3").unwrap();
-    assert_eq!((bound.release.as_str(), bound.exact), ("13.0.2", false));
+    let own = floor("13.0.3").unwrap();
+    assert_eq!((own.release.as_str(), own.exact), ("13.0.3", true));
+    assert_eq!(own.driver_min.to_string(), "580.126.20");
+    // A toolkit without a row: the newest older release of its line with a verified one bounds
+    // it (13.1.1's row is unverified, so 13.1.0's).
+    let bound = floor("13.1.2").unwrap();
+    assert_eq!((bound.release.as_str(), bound.exact), ("13.1.0", false));
     assert_eq!(
         floor("12.4.999"),
         None,
         "a library version no release ships"
     );
     assert_eq!(floor("14.0.1"), None, "a line the knowledge does not know");
+}
+
+/// CUDA 13.2 (cu132) builds on 13.2.1 on both platforms: NVIDIA's base Dockerfiles whitelist
+/// R535, R570, R580 and R590 for forward compatibility with the current brand list, and the
+/// driver minimum is 13.2.1's (595.58.03, unconfirmed).
+#[test]
+fn cu132_cells_build_on_13_2_1_on_both_platforms() {
+    let resolution = run_embedded(
+        "torch: [\"2.12\", \"2.13\"]\ncuda: [\"13.2\"]\nos: [ubuntu22.04, ubuntu24.04]\nplatforms: [linux/amd64, linux/arm64]\nvariants: [runtime]\n",
+    );
+    assert!(resolution.rejected.is_empty(), "{:#?}", resolution.rejected);
+    assert_eq!(resolution.images.len(), 8);
+    let knowledge = Knowledge::embedded();
+    let brands = knowledge.brand_names("current").unwrap();
+    let mut expected = String::from("cuda>=13.2");
+    for branch in [535, 570, 580, 590] {
+        for brand in brands {
+            expected.push_str(&format!(
+                " brand={brand},driver>={branch},driver<{}",
+                branch + 1
+            ));
+        }
+    }
+    for image in &resolution.images {
+        assert_eq!(image.cuda_full, "13.2.1", "{}", image.name);
+        assert_eq!(image.driver_min.to_string(), "595.58.03", "{}", image.name);
+        assert_eq!(image.forward_compat_branches, [535, 570, 580, 590]);
+        assert_eq!(image.require_cuda, expected, "{}", image.name);
+        assert!(
+            image.unverified.iter().any(|u| u.starts_with(
+                "CUDA 13.2.1 toolkit driver minimum 595.58.03 (imagegen.driver.min) is unconfirmed"
+            )),
+            "{:?}",
+            image.unverified
+        );
+    }
+    let platforms: Vec<&str> = resolution
+        .images
+        .iter()
+        .map(|i| i.platform.as_str())
+        .collect();
+    assert_eq!(platforms.iter().filter(|p| **p == "linux/arm64").count(), 4);
+    // An R590 data-center host runs them through forward compatibility.
+    let options = ResolveOptions {
+        driver: Some(DriverVersion::parse("590.48.01").unwrap()),
+        forward_compat: true,
+        ..Default::default()
+    };
+    let judged = resolve(
+        &matrix("torch: [\"2.13\"]\ncuda: [\"13.2\"]\nos: [ubuntu24.04]\nplatforms: [linux/amd64, linux/arm64]\nvariants: [runtime]\n"),
+        &knowledge,
+        &options,
+    );
+    assert_eq!(judged.images.len(), 2, "{:#?}", judged.rejected);
+}
+
+/// A line builds on the newest nvidia/cuda set NVIDIA still supports, and a set its tag lists
+/// call unsupported is warned about with the tag list named.
+#[test]
+fn images_on_a_set_nvidia_no_longer_supports_are_warned_about_naming_the_tag_list() {
+    let day = crate::model::date::days_since_epoch("2026-12-06").unwrap();
+    let on = |text: &str| {
+        let options = ResolveOptions {
+            today: Some(day),
+            ..ResolveOptions::default()
+        };
+        resolve(&matrix(text), &Knowledge::embedded(), &options)
+    };
+    let images_eol = |resolution: &Resolution| -> Vec<String> {
+        resolution
+            .warnings
+            .iter()
+            .filter(|w| w.starts_with("nvidia/cuda "))
+            .cloned()
+            .collect()
+    };
+    // 13.0 → 13.0.3 (supported): no warning.
+    let supported =
+        on("torch: [\"2.13\"]\ncuda: [\"13.0\"]\nos: [ubuntu24.04]\nvariants: [runtime]\n");
+    assert_eq!(supported.images[0].cuda_full, "13.0.3");
+    assert!(
+        images_eol(&supported).is_empty(),
+        "{:?}",
+        supported.warnings
+    );
+    // 13.0.0 named exactly: unsupported, the tag list of 181367a6 named.
+    let old = on("torch: [\"2.13\"]\ncuda: [\"13.0.0\"]\nos: [ubuntu24.04]\nvariants: [runtime]\n");
+    let warned = images_eol(&old);
+    assert_eq!(warned.len(), 1, "{:?}", old.warnings);
+    assert!(
+        warned[0].starts_with("nvidia/cuda 13.0.0 images reached end of life on 2026-11-30 (6 days ago); source: nvidia-cuda-unsupported-tags-181367a6 (pranavmishra90/nvidia-container-images-cuda doc/unsupported-tags.md @181367a60650bee1a0d32f52b0e96d83d982de0d)"),
+        "{}",
+        warned[0]
+    );
+    // 12.8 has no supported set in the knowledge (12.8.2's facts were not read): it builds on
+    // 12.8.1 and says so.
+    let cu128 = on("torch: [\"2.10\"]\ncuda: [\"12.8\"]\nos: [ubuntu24.04]\nvariants: [runtime]\n");
+    assert_eq!(cu128.images[0].cuda_full, "12.8.1");
+    let warned = images_eol(&cu128);
+    assert!(
+        warned.len() == 1 && warned[0].contains("doc/unsupported-tags.md @181367a6"),
+        "{warned:?}"
+    );
+    // 11.2.2: NVIDIA's two lists disagree; the warning says the date is unverified.
+    let cu112 = on("torch: [\"2.0\"]\ncuda: [\"11.8\"]\nos: [ubuntu22.04]\nvariants: [runtime]\n");
+    assert!(
+        images_eol(&cu112).is_empty(),
+        "11.8.0 is still supported: {:?}",
+        cu112.warnings
+    );
+    let knowledge = Knowledge::embedded();
+    for version in ["11.0.3", "11.1.1", "11.2.2"] {
+        let release = knowledge.cuda_release_for(&version.into()).unwrap();
+        let eol = release.images_eol.as_ref().unwrap();
+        assert!(!eol.verified, "{version}");
+        assert!(
+            eol.note.as_deref().unwrap().contains("disagree"),
+            "{version}"
+        );
+    }
+    // end_of_life: refuse turns it into a rejection.
+    let refused = on("torch: [\"2.13\"]\ncuda: [\"13.0.0\"]\nos: [ubuntu24.04]\nvariants: [runtime]\nend_of_life: refuse\n");
+    assert_eq!(refused.images.len(), 0);
+    assert!(refused.rejected[0]
+        .reason
+        .ends_with("(end_of_life: refuse)"));
 }
 
 #[test]
@@ -1174,7 +1336,7 @@ fn forward_compat_clauses_only_on_bases_with_the_compat_libraries() {
         assert!(
             refused
                 .reason
-                .starts_with("needs NVIDIA driver ≥ 580.95.05"),
+                .starts_with("needs NVIDIA driver ≥ 580.126.20"),
             "{}",
             refused.reason
         );

@@ -64,14 +64,20 @@ fn team_index_packages() -> Vec<String> {
     packages
 }
 
-/// The default base image of `make-base.sh` (`image="..."`).
-fn make_base_image() -> String {
+/// The default base image of `make-base.sh`: `imagegen-example/SUITE:1` of its default suite
+/// (`suite="..."`), and that suite, which the example's Debian OS must be.
+fn make_base_image() -> (String, String) {
     let script = std::fs::read_to_string(example_dir().join("make-base.sh")).unwrap();
-    script
+    let suite = script
         .lines()
-        .find_map(|line| line.strip_prefix("image=\"")?.strip_suffix('"'))
-        .unwrap_or_else(|| panic!("make-base.sh sets no image=\"...\":\n{script}"))
-        .to_string()
+        .find_map(|line| line.strip_prefix("suite=\"")?.strip_suffix('"'))
+        .unwrap_or_else(|| panic!("make-base.sh sets no suite=\"...\":\n{script}"))
+        .to_string();
+    assert!(
+        script.contains("image=\"${image:-imagegen-example/$suite:1}\""),
+        "make-base.sh's default image is not imagegen-example/SUITE:1:\n{script}"
+    );
+    (format!("imagegen-example/{suite}:1"), suite)
 }
 
 /// A Rust string literal's body for `text` (as real_build.rs writes its step fragment).
@@ -97,16 +103,18 @@ fn the_offline_example_is_the_fixture_of_the_real_image_build_but_for_placeholde
     assert_eq!(string_at(&expected, &["registry"]), "REGISTRY");
     assert_eq!(string_at(&expected, &["repository"]), "REPOSITORY");
     assert_eq!(
-        string_at(&expected, &["base_images", "runtime", "debian12"]),
+        string_at(&expected, &["base_images", "runtime", "debian13"]),
         "BASE_IMAGE"
     );
-    let base = string_at(&example, &["base_images", "runtime", "debian12"]);
-    assert_eq!(base, make_base_image());
+    let base = string_at(&example, &["base_images", "runtime", "debian13"]);
+    let (default_image, suite) = make_base_image();
+    assert_eq!(base, default_image);
+    assert_eq!(suite, "trixie", "the example's os is debian13 (trixie)");
     expected.insert(key("registry"), key(registry));
     expected.insert(key("repository"), key(string_at(&example, &["repository"])));
     expected.insert(
         key("base_images"),
-        serde_yaml::from_str(&format!("runtime: {{debian12: \"{base}\"}}")).unwrap(),
+        serde_yaml::from_str(&format!("runtime: {{debian13: \"{base}\"}}")).unwrap(),
     );
 
     // The team's private index: its address (PORT), its credentials and what only it serves.
@@ -314,7 +322,7 @@ fn the_readme_quick_start_runs_on_the_offline_example_up_to_the_build() {
         text(help)
     );
     assert!(
-        text(help).contains("Usage: bash examples/offline/make-base.sh [IMAGE]"),
+        text(help).contains("Usage: bash examples/offline/make-base.sh [--suite SUITE] [IMAGE]"),
         "{}",
         text(help)
     );
@@ -403,7 +411,7 @@ fn the_readme_quick_start_runs_on_the_offline_example_up_to_the_build() {
         }
     }
     assert!(
-        doctor_text.contains("imagegen-example/bookworm:1"),
+        doctor_text.contains("imagegen-example/trixie:1"),
         "{doctor_text}"
     );
     assert!(doctor_text.contains("127.0.0.1:5000"), "{doctor_text}");

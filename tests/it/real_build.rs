@@ -1,5 +1,5 @@
 //! The real build: one runtime image (and the devel image on it) built end to end on the Docker
-//! daemon as a new user would, from the repository's own templates: a Debian bookworm base made
+//! daemon as a new user would, from the repository's own templates: a Debian trixie base made
 //! here (debootstrap into a folder, then `docker import`: nothing can be pulled), torch 2.13.0 and
 //! everything it needs from a plain package index (PyPI) at the versions and hashes `imagegen
 //! lock` resolved with uv, the host's CA bundle, a real gpu-selftest (the CUDA 13 build).
@@ -47,7 +47,7 @@ use crate::support::{unique_name, Registry};
 
 /// The base image this test makes (removed at the end of the run unless
 /// `IMAGEGEN_TEST_KEEP_BASES=1`), or finds from an earlier run.
-const BASE_IMAGE: &str = crate::support::debian::BOOKWORM_BASE;
+const BASE_IMAGE: &str = crate::support::debian::TRIXIE_BASE;
 /// Where the runtime image gets its CA bundle, as containers on this host need it.
 const HOST_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
 const TORCH: &str = "2.13.0";
@@ -196,12 +196,12 @@ impl Built {
     }
 }
 
-/// The base image: the minbase debootstrap of bookworm the slow tier's tests share
-/// (`support::debian::bookworm_base`: one made per test process, under a lock, so that the tests
+/// The base image: the minbase debootstrap of trixie (Debian 13)
+/// (`support::debian::trixie_base`: one made per test process, under a lock, so that the tests
 /// of the tier running beside each other debootstrap once), with the phase's time.
 fn base_image(phases: &mut Phases) -> String {
     let there = docker(&["image", "inspect", BASE_IMAGE]).status.success();
-    let id = crate::support::debian::bookworm_base();
+    let id = crate::support::debian::trixie_base();
     phases.mark(&if there {
         format!("base image {BASE_IMAGE} is there")
     } else {
@@ -807,7 +807,7 @@ fn check_pushed_and_verified(
         } else {
             ("runtime", "")
         };
-        for os in ["", "-debian12"] {
+        for os in ["", "-debian13"] {
             expected
                 .entry(name.to_string())
                 .or_default()
@@ -922,8 +922,8 @@ fn a_runtime_and_a_devel_image_built_for_real_from_pypi_on_a_debootstrapped_base
     outputs.push_str(&text(&lock));
     assert_code(&lock, 0);
     phases.mark("imagegen lock (uv, PyPI, the team's index): 4 locks (2 flavours)");
-    let runtime_name = format!("{TORCH}-cuda13.0-cudnn9-runtime-debian12");
-    let devel_name = format!("{TORCH}-cuda13.0-cudnn9-devel-debian12");
+    let runtime_name = format!("{TORCH}-cuda13.0-cudnn9-runtime-debian13");
+    let devel_name = format!("{TORCH}-cuda13.0-cudnn9-devel-debian13");
     let runtime_tag = format!("{registry_host}/{repository}:{runtime_name}");
     let devel_tag = format!("{registry_host}/{repository}:{devel_name}");
     built.tags.extend([devel_tag.clone(), runtime_tag.clone()]);
@@ -1117,7 +1117,7 @@ fn a_runtime_and_a_devel_image_built_for_real_from_pypi_on_a_debootstrapped_base
         assert!(sources.contains(security), "{sources}");
     } else {
         assert!(
-            build_log.contains(&format!("{security} bookworm-security")),
+            build_log.contains(&format!("{security} trixie-security")),
             "apt reached Debian's security archive through mirrors.debian_security:\n{build_log}"
         );
     }

@@ -323,6 +323,22 @@ pub(crate) struct PypiWheel {
     pub(crate) nccl: Option<VersionText>,
 }
 
+/// A field of a CUDA release that no primary source confirmed: the value is used and every image
+/// whose driver minimum it sets lists it under `unverified`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum CudaField {
+    DriverMin,
+}
+
+impl CudaField {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            CudaField::DriverMin => "toolkit driver minimum",
+        }
+    }
+}
+
 /// One CUDA toolkit release: its driver minimum and the nvidia/cuda images of it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -352,6 +368,10 @@ pub(crate) struct CudaRelease {
     pub(crate) platforms: BTreeMap<String, Vec<u64>>,
     #[serde(default = "default_true")]
     pub(crate) verified: bool,
+    /// Single fields no primary source confirmed (the driver minimum read from a third-party copy
+    /// of NVIDIA's installer name, say); `note` says what was read where.
+    #[serde(default)]
+    pub(crate) unconfirmed: Vec<CudaField>,
     #[serde(default)]
     pub(crate) note: Option<String>,
     pub(crate) source: Vec<String>,
@@ -380,6 +400,13 @@ impl CudaRelease {
     /// The platforms nvidia/cuda publishes this release for.
     pub(crate) fn platforms(&self) -> Vec<&str> {
         self.platforms.keys().map(String::as_str).collect()
+    }
+
+    /// Why the toolkit driver minimum is not confirmed by a primary source, when it is not.
+    pub(crate) fn unconfirmed_driver_min(&self) -> Option<String> {
+        self.unconfirmed
+            .contains(&CudaField::DriverMin)
+            .then(|| self.note.clone().unwrap_or_default())
     }
 
     /// The forward-compatibility branches of the images of `platform`.
@@ -774,6 +801,16 @@ impl Knowledge {
         for cuda in &self.cuda {
             let what = format!("CUDA {}", cuda.version);
             version(&cuda.version, "CUDA", 3)?;
+            if !cuda.unconfirmed.is_empty() && cuda.note.is_none() {
+                return Err(invalid(format!(
+                    "{what} marks fields unconfirmed without a note saying what was read"
+                )));
+            }
+            if cuda.unconfirmed.contains(&CudaField::DriverMin) && cuda.driver_min.is_none() {
+                return Err(invalid(format!(
+                    "{what} marks its driver minimum unconfirmed but records none"
+                )));
+            }
             if let Some(cudart) = &cuda.cudart {
                 exact(cudart, "CUDA runtime")?;
             }
@@ -938,8 +975,9 @@ impl Knowledge {
     }
 
     /// The CUDA release to build on for `cuda`: the exact release when `cuda` has three parts,
-    /// else the newest release of the `major.minor` line that has nvidia/cuda images (`12.6` →
-    /// `12.6.3`), or the newest of the line when none has.
+    /// else the newest release of the `major.minor` line that has nvidia/cuda images NVIDIA still
+    /// supports (no `images_eol`: `12.6` → `12.6.3`, `13.0` → `13.0.3`), else the newest with
+    /// images, or the newest of the line when none has.
     /// Both sides are numbers parsed when they were read (the knowledge's CUDA versions have at
     /// most three parts, checked at load); `cuda` with more than three parts names no release.
     pub(crate) fn cuda_release_for(&self, cuda: &VersionText) -> Option<&CudaRelease> {
@@ -955,7 +993,10 @@ impl Knowledge {
                     version.starts_with(wanted)
                 }
             })
-            .max_by(|a, b| (!a.1.ubuntu.is_empty(), &a.0).cmp(&(!b.1.ubuntu.is_empty(), &b.0)))
+            .max_by_key(|(version, release)| {
+                let images = !release.ubuntu.is_empty();
+                (images, images && release.images_eol.is_none(), *version)
+            })
             .map(|(_, release)| release)
     }
 

@@ -140,8 +140,8 @@ fn sources_must_locate_something() {
     );
     // An end-of-life date cites its own sources, and must be a day.
     let error = error_of(&edited(
-        "eol: {date: \"2029-04-30\", note: \"the source gives the month; its last day is used\", source: [ubuntu-release-cycle]}",
-        "eol: {date: \"2029-04-30\", source: [NOWHERE]}",
+        "verified: false, source: [ubuntu-release-cycle]}}\n  # nvidia/cuda",
+        "verified: false, source: [NOWHERE]}}\n  # nvidia/cuda",
     ));
     assert!(
         error.contains("OS ubuntu24.04 eol cites unknown source `NOWHERE`"),
@@ -302,8 +302,12 @@ fn cuda_lines_resolve_to_the_newest_patch() {
     );
     assert_eq!(
         knowledge.cuda_release_for(&"13.0".into()).unwrap().version,
-        "13.0.0",
-        "the newest 13.0 with images, not 13.0.2"
+        "13.0.3",
+        "the newest 13.0 with images NVIDIA still supports: not 13.0.0 (unsupported), not 13.0.2 (no images recorded)"
+    );
+    assert_eq!(
+        knowledge.cuda_release_for(&"13.2".into()).unwrap().version,
+        "13.2.1"
     );
     assert_eq!(
         knowledge.cuda_release_for(&"11.0".into()).unwrap().version,
@@ -320,7 +324,7 @@ fn cuda_lines_resolve_to_the_newest_patch() {
             .driver_min
             .as_ref()
             .map(|d| d.as_str()),
-        Some("580.65.06")
+        Some("580.126.20")
     );
 }
 
@@ -573,4 +577,103 @@ fn malformed_versions_are_refused_at_their_line() {
     assert!(error.contains("malformed version \"3.14t\""), "{error}");
     let error = error_of(&edited(series, &series.replace("\"2.12\"", "\"2.12-rc\"")));
     assert!(error.starts_with(&format!("k.yaml:{line}:")), "{error}");
+}
+
+/// The fourth audit's facts (issue 46): CUDA 13.2.1 and 13.0.3 from NVIDIA's own Dockerfiles, their
+/// driver minimums marked unconfirmed with the note saying why.
+#[test]
+fn fourth_audit_facts_are_recorded_with_what_stays_unconfirmed() {
+    let knowledge = Knowledge::embedded();
+    let release = |version: &str| {
+        knowledge
+            .cuda
+            .iter()
+            .find(|c| c.version == version)
+            .unwrap_or_else(|| panic!("CUDA {version} missing"))
+    };
+    for (version, branches, cudart, driver) in [
+        ("13.2.1", vec![535, 570, 580, 590], "13.2.75", "595.58.03"),
+        (
+            "13.0.3",
+            vec![535, 550, 565, 570, 575],
+            "13.0.96",
+            "580.126.20",
+        ),
+    ] {
+        let cuda = release(version);
+        assert!(cuda.verified, "{version}");
+        assert_eq!(cuda.brands.as_deref(), Some("current"), "{version}");
+        assert_eq!(cuda.cudart.as_deref(), Some(cudart), "{version}");
+        assert_eq!(cuda.ubuntu, ["22.04", "24.04"], "{version}");
+        assert_eq!(
+            cuda.platforms(),
+            [PLATFORM_AMD64, PLATFORM_ARM64],
+            "{version}"
+        );
+        for platform in [PLATFORM_AMD64, PLATFORM_ARM64] {
+            assert_eq!(
+                cuda.forward_compat_branches(platform),
+                branches,
+                "{version}"
+            );
+        }
+        assert_eq!(cuda.driver_min.as_ref().unwrap().as_str(), driver);
+        assert!(cuda.unconfirmed_driver_min().unwrap().contains("installer"));
+        assert!(cuda.images_eol.is_none(), "{version} is a supported set");
+    }
+    assert!(release("13.0.0").images_eol.is_some());
+    assert!(
+        release("13.0.2").ubuntu.is_empty(),
+        "no 13.0.2 Dockerfile was read"
+    );
+}
+
+/// Debian 13 from its archive's release pocket, and Ubuntu 24.04's end of standard support marked
+/// as disputed (the release-cycle table's month against the dates others give).
+#[test]
+fn debian_13_is_known_and_disputed_dates_are_marked() {
+    let knowledge = Knowledge::embedded();
+    let trixie = knowledge.os(&OsName::parse("debian13").unwrap()).unwrap();
+    assert_eq!(
+        (
+            trixie.codename.as_str(),
+            trixie.glibc.as_str(),
+            trixie.python.as_str()
+        ),
+        ("trixie", "2.41", "3.13")
+    );
+    // torch 2.13's wheels run there: Python 3.13 is in its range, glibc 2.41 above its 2.28.
+    let series = knowledge.torch_series(&torch("2.13")).unwrap();
+    assert!(series.python.iter().any(|p| p == "3.13"));
+    let noble = knowledge
+        .os(&OsName::parse("ubuntu24.04").unwrap())
+        .unwrap();
+    let eol = noble.eol.as_ref().unwrap();
+    assert!(!eol.verified && eol.note.as_deref().unwrap().contains("disagree"));
+}
+
+#[test]
+fn an_unconfirmed_cuda_field_needs_a_note_and_a_value() {
+    let line = EMBEDDED
+        .lines()
+        .find(|line| line.contains("{version: \"13.0.3\""))
+        .unwrap();
+    let note_start = line.find(", note: ").unwrap();
+    let source_start = line
+        .find(", source: [nvidia-cuda-installer-13.0.3")
+        .unwrap();
+    let without_note = format!("{}{}", &line[..note_start], &line[source_start..]);
+    let error = error_of(&edited(line, &without_note));
+    assert!(
+        error.contains("CUDA 13.0.3 marks fields unconfirmed without a note"),
+        "{error}"
+    );
+    let error = error_of(&edited(
+        line,
+        &line.replace("driver_min: \"580.126.20\", ", ""),
+    ));
+    assert!(
+        error.contains("CUDA 13.0.3 marks its driver minimum unconfirmed but records none"),
+        "{error}"
+    );
 }

@@ -1,9 +1,11 @@
-//! The Debian bookworm base the tests that need a real dpkg and apt build on: a minbase
-//! debootstrap with Debian's own sources (archive, updates, security), imported as
-//! `imagegen-test/bookworm-minbase:1`, the name the real-build test gives the same base, so one
-//! kept base (`IMAGEGEN_TEST_KEEP_BASES=1`) serves both. Made when it is not there (debootstrap
-//! needs root, or `sudo -n`, and deb.debian.org), removed when the test process exits unless kept.
-//! The slow tier's tests run beside each other and share it: one debootstrap per test process.
+//! The Debian bases the tests that need a real dpkg and apt build on: a minbase debootstrap of a
+//! suite with Debian's own sources (archive, updates, security), imported as
+//! `imagegen-test/<suite>-minbase:1`. The real-build test (and the offline example it proves)
+//! builds on trixie (Debian 13, the supported release); `host_venv.rs` and the apt-lock test keep
+//! bookworm (Debian 12), whose Python 3.11 paths and debian12 fixtures they check. Made when it is
+//! not there (debootstrap needs root, or `sudo -n`, and deb.debian.org), removed when the test
+//! process exits unless kept (`IMAGEGEN_TEST_KEEP_BASES=1`). The slow tier's tests run beside each
+//! other and share each base: one debootstrap per suite and test process.
 
 use std::io::Write;
 use std::path::Path;
@@ -13,8 +15,9 @@ use std::sync::Mutex;
 use super::project::text;
 
 pub const BOOKWORM_BASE: &str = "imagegen-test/bookworm-minbase:1";
+pub const TRIXIE_BASE: &str = "imagegen-test/trixie-minbase:1";
 
-/// One test of this process makes the base at a time.
+/// One test of this process makes a base at a time.
 static MAKING: Mutex<()> = Mutex::new(());
 
 fn docker(args: &[&str]) -> Output {
@@ -35,12 +38,22 @@ fn as_root(program: &str) -> Command {
     }
 }
 
-/// The base's image id, made first when the daemon does not have it.
+/// The bookworm base's image id, made first when the daemon does not have it.
 pub fn bookworm_base() -> String {
+    base("bookworm", BOOKWORM_BASE)
+}
+
+/// The trixie base's image id, made first when the daemon does not have it.
+pub fn trixie_base() -> String {
+    base("trixie", TRIXIE_BASE)
+}
+
+/// The base of Debian `suite`, imported as `image`: its id, made first when the daemon lacks it.
+fn base(suite: &str, image: &str) -> String {
     let _making = MAKING
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
-    let inspect = docker(&["image", "inspect", "--format", "{{.Id}}", BOOKWORM_BASE]);
+    let inspect = docker(&["image", "inspect", "--format", "{{.Id}}", image]);
     if inspect.status.success() {
         return String::from_utf8_lossy(&inspect.stdout).trim().to_string();
     }
@@ -54,7 +67,7 @@ pub fn bookworm_base() -> String {
     let output = as_root("/usr/sbin/debootstrap")
         .args([
             "--variant=minbase",
-            "bookworm",
+            suite,
             rootfs_text,
             "http://deb.debian.org/debian",
         ])
@@ -65,7 +78,7 @@ pub fn bookworm_base() -> String {
         "debootstrap failed (it needs root and deb.debian.org):\n{}",
         text(&output)
     );
-    let sources = "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm bookworm-updates\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n\nTypes: deb\nURIs: http://deb.debian.org/debian-security\nSuites: bookworm-security\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n";
+    let sources = format!("Types: deb\nURIs: http://deb.debian.org/debian\nSuites: {suite} {suite}-updates\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n\nTypes: deb\nURIs: http://deb.debian.org/debian-security\nSuites: {suite}-security\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n");
     let mut write = as_root("tee")
         .arg(format!(
             "{rootfs_text}/etc/apt/sources.list.d/debian.sources"
@@ -96,14 +109,14 @@ pub fn bookworm_base() -> String {
         .spawn()
         .expect("tar");
     let import = Command::new("docker")
-        .args(["import", "--change", "CMD [\"bash\"]", "-", BOOKWORM_BASE])
+        .args(["import", "--change", "CMD [\"bash\"]", "-", image])
         .stdin(tar.stdout.take().unwrap())
         .output()
         .expect("docker import");
     assert!(tar.wait().unwrap().success(), "tar of the rootfs failed");
     assert!(import.status.success(), "docker import: {}", text(&import));
-    super::remove_at_exit(BOOKWORM_BASE);
+    super::remove_at_exit(image);
     let _ = as_root("rm").args(["-rf", rootfs_text]).status();
-    let inspect = docker(&["image", "inspect", "--format", "{{.Id}}", BOOKWORM_BASE]);
+    let inspect = docker(&["image", "inspect", "--format", "{{.Id}}", image]);
     String::from_utf8_lossy(&inspect.stdout).trim().to_string()
 }
