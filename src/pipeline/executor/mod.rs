@@ -350,6 +350,9 @@ struct ImageRun {
     /// Held until the image's steps end: another run publishing the tag waits, then finds it
     /// done.
     claim: Option<Claim>,
+    /// Built by this run and left out of the daemon (the plan's `load: false`: pushed from
+    /// memory, tested nowhere here): no daemon tag follows its aliases.
+    left_out_of_daemon: bool,
 }
 
 impl ImageRun {
@@ -361,6 +364,7 @@ impl ImageRun {
             test: None,
             gate: None,
             claim: None,
+            left_out_of_daemon: false,
         }
     }
 
@@ -487,6 +491,7 @@ async fn run_step<B: Builder, J: Journal>(
                     .await
                     .map_err(failure)?;
                 run.result.image_id = Some(id);
+                run.left_out_of_daemon = !*load;
                 run.measure(builder, image);
             }
         }
@@ -662,7 +667,7 @@ async fn run_step<B: Builder, J: Journal>(
             }
             // The daemon's tag follows the registry's (after the move, so a held alias is not
             // tagged here either); without a push it is the only one.
-            if *via == AliasVia::Daemon || !run.in_registry_only() {
+            if *via == AliasVia::Daemon || !(run.in_registry_only() || run.left_out_of_daemon) {
                 builder
                     .tag(&image.reference, &spec.repository, alias)
                     .await

@@ -33,6 +33,8 @@ struct FakeBuilder {
     /// What the registry serves for each alias.
     served: Mutex<BTreeMap<String, Digest>>,
     calls: Mutex<Vec<String>>,
+    /// The references of the images built and not loaded (the plan's `load: false`).
+    left_out: Mutex<Vec<String>>,
     running: AtomicUsize,
     max_running: AtomicUsize,
 }
@@ -74,11 +76,14 @@ impl Builder for FakeBuilder {
         &self,
         image: &PlannedImage,
         _wheels: Wheels,
-        _load: bool,
+        load: bool,
     ) -> anyhow::Result<Digest> {
         let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
         self.max_running.fetch_max(now, Ordering::SeqCst);
         self.record(format!("build {}", image.spec.name));
+        if !load {
+            self.left_out.lock().unwrap().push(image.reference.clone());
+        }
         tokio::time::sleep(Duration::from_millis(self.build_delay_ms)).await;
         self.running.fetch_sub(1, Ordering::SeqCst);
         self.record(format!("built {}", image.spec.name));
@@ -582,6 +587,69 @@ async fn without_gpus_images_are_pushed_and_aliases_wait_for_test_results() {
         .as_deref()
         .unwrap()
         .contains("--require-gpu"));
+}
+
+/// `wheels: host`, pushed and untested: the runtime image is pushed from memory and never
+/// loaded, so its aliases move in the registry alone (a daemon tag of an image the daemon does not
+/// hold would fail the image after its alias moved).
+#[tokio::test]
+async fn an_image_left_out_of_the_daemon_moves_its_aliases_in_the_registry_alone() {
+    let builder = Arc::new(FakeBuilder::default());
+    let options = Options {
+        plan: PlanOptions {
+            test: false,
+            move_untested_aliases: true,
+            wheels: crate::model::matrix::WheelSource::Host,
+            ..options(2).plan
+        },
+        ..options(2)
+    };
+    // Runtime images alone: none is built FROM another, so none is loaded.
+    let specs = crate::resolve::test_images("registry: r.example\nrepository: t/p\ntorch: [\"2.7\"]\ncuda: [\"12.6\"]\nos: [ubuntu24.04]\nvariants: [runtime]\n");
+    let plan = plan(
+        &specs,
+        &select(&specs, None, None),
+        &BTreeMap::new(),
+        &crate::history::manifest::Manifest::new(),
+        None,
+        &[],
+        &options.plan,
+    );
+    let results = execute(
+        &plan,
+        Arc::clone(&builder),
+        Arc::new(MemoryJournal::default()),
+        &options.exec,
+        std::future::pending(),
+        |_| {},
+    )
+    .await;
+    let left_out = builder.left_out.lock().unwrap().clone();
+    assert!(!left_out.is_empty(), "no image of the plan was left out of the daemon");
+    let calls = builder.calls();
+    let mut moved = 0;
+    for result in &results {
+        assert!(result.succeeded(), "{result:?}");
+        let reference = calls
+            .iter()
+            .find_map(|call| call.strip_prefix("build ").filter(|name| *name == result.name))
+            .map(|_| result.name.clone());
+        assert!(reference.is_some(), "{} was built: {calls:#?}", result.name);
+    }
+    for reference in &left_out {
+        let result = results
+            .iter()
+            .find(|result| reference.ends_with(&format!(":{}", result.tag)) || reference.contains(&result.name))
+            .unwrap_or_else(|| panic!("{reference} in no result"));
+        moved += result.aliases_moved.len();
+        for alias in &result.aliases_moved {
+            assert!(
+                !calls.iter().any(|call| call.starts_with(&format!("tag {reference} "))),
+                "{alias}: {reference} tagged in the daemon, which does not hold it: {calls:#?}"
+            );
+        }
+    }
+    assert!(moved > 0, "no alias of an image left out moved: {results:#?}");
 }
 
 #[tokio::test]
