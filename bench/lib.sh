@@ -7,7 +7,15 @@
 #   run made), repository (imagegen-bench/NAME-PID), run_repositories (the repositories whose
 #   tags the run makes, on any registry: the script adds its others) and the functions below.
 root=$PWD
-base=imagegen-test/trixie-minbase:1
+# The Debian suite of the base (BENCH_SUITE: trixie, or bookworm for a comparison with an imagegen
+# older than Debian 13 in the knowledge) and the matrix's os for it.
+suite=${BENCH_SUITE:-trixie}
+case $suite in
+  trixie) bench_os=debian13 ;;
+  bookworm) bench_os=debian12 ;;
+  *) echo "BENCH_SUITE=$suite: trixie or bookworm" >&2; exit 2 ;;
+esac
+base=imagegen-test/$suite-minbase:1
 if [ -z "${IMAGEGEN_BENCH_LOCKED:-}" ] && [ -d /work/.locks ]; then
   exec env IMAGEGEN_BENCH_LOCKED=1 flock /work/.locks/realbuild bash "$0" "$@"
 fi
@@ -29,8 +37,8 @@ since() { echo "$(now) - $1" | bc; }
 make_base() {
   if ! docker image inspect "$base" >/dev/null 2>&1; then
     local rootfs=$work/rootfs
-    debootstrap --variant=minbase trixie "$rootfs" http://deb.debian.org/debian >/dev/null
-    printf 'Types: deb\nURIs: http://deb.debian.org/debian\nSuites: trixie trixie-updates\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n\nTypes: deb\nURIs: http://deb.debian.org/debian-security\nSuites: trixie-security\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' > "$rootfs/etc/apt/sources.list.d/debian.sources"
+    debootstrap --variant=minbase "$suite" "$rootfs" http://deb.debian.org/debian >/dev/null
+    printf 'Types: deb\nURIs: http://deb.debian.org/debian\nSuites: %s %s-updates\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n\nTypes: deb\nURIs: http://deb.debian.org/debian-security\nSuites: %s-security\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' "$suite" "$suite" "$suite" > "$rootfs/etc/apt/sources.list.d/debian.sources"
     rm -rf "$rootfs/etc/apt/sources.list" "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/cache/apt/*.bin "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/log/* "$rootfs"/tmp/*
     tar --numeric-owner -C "$rootfs" -c . | docker import --change 'CMD ["bash"]' - "$base" >/dev/null
     rm -rf "$rootfs"
@@ -98,7 +106,7 @@ make_project() {
   printf '#!/bin/sh\nexit 0\n' > "$project/selftest/gpu-selftest-cu13"
   chmod +x "$project/selftest/gpu-selftest-cu13"
   sed -e "s#REPOSITORY#$2#" -e "s#BASE_IMAGE#$base#" -e "s#REGISTRY#$1#" \
-    -e 's/variants: \[runtime, devel\]/variants: [runtime]/' \
+    -e 's/variants: \[runtime, devel\]/variants: [runtime]/' -e "s/debian13/$bench_os/g" \
     "$root/tests/fixtures/real-build/matrix.yaml" | sed -n '/^# The team/q;p' > "$project/matrix.yaml"
 }
 

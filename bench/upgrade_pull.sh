@@ -3,7 +3,8 @@
 # layers cut along the wheels (this imagegen, `venv_layers: wheels`) against today's single venv
 # layer (the imagegen of $BASE_BIN, built from the commit before issue 48: dd36926), in one run,
 # on the real torch 2.13.0 runtime image (`wheels: host`, torch from PyPI, the debootstrapped
-# Debian bookworm base, as tests/it/real_build.rs builds it without the team's additions):
+# Debian bookworm base, as tests/it/real_build.rs built it before the move to trixie, which the
+# imagegen before issue 48 does not know, without the team's additions):
 #   A  the image, with einops 0.8.0, built and pushed to an empty registry (one per cut)
 #   B  one extra package bumped: einops 0.8.1 (locked again), built and pushed
 #   C  B on a rebuilt base: the base with one file changed (/etc/issue; `docker commit`), pushed
@@ -24,6 +25,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bench=upgrade-pull
 IMAGEGEN_BIN=${IMAGEGEN_BIN:-$PWD/target/release/imagegen}
+# On bookworm: the imagegen before issue 48 knows no Debian 13.
+export BENCH_SUITE=bookworm
 base_bin=${BASE_BIN:?set BASE_BIN to an imagegen built from dd36926, the commit before issue 48}
 [ -x "$base_bin" ] || { echo "BASE_BIN=$base_bin is not an executable" >&2; exit 2; }
 free=$(df --output=avail -B1G "$(docker info --format '{{.DockerRootDir}}')" | tail -1 | tr -d ' ')
@@ -67,7 +70,12 @@ build_push() {
   cd "${dir[$cut]}"
   export DOCKER_CONFIG=${dir[$cut]}/docker-config
   start=$(now)
-  if ! "${binary[$cut]}" build --selftest-dir selftest --no-test --move-untested-aliases --push --format json > "$work/report-$cut-$round.json" 2> "$work/build-$cut-$round.log"; then
+  # Aliases move without a GPU test for the plan's figures, with this imagegen only: the one
+  # before issue 48 fails an image pushed from memory after moving its alias (a daemon tag of
+  # an image the daemon does not hold; fixed with issue 48).
+  local moving=()
+  [ "$cut" = one ] || moving=(--move-untested-aliases)
+  if ! "${binary[$cut]}" build --selftest-dir selftest --no-test "${moving[@]}" --push --format json > "$work/report-$cut-$round.json" 2> "$work/build-$cut-$round.log"; then
     cat "$work/build-$cut-$round.log" >&2; exit 1
   fi
   seconds[$cut-$round]=$(since "$start")
