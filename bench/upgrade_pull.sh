@@ -93,7 +93,11 @@ for round in A B C; do
     case $round in
       B) (cd "${dir[$cut]}" && sed -i 's/einops==0.8.0/einops==0.8.1/' matrix.yaml &&
            "${binary[$cut]}" lock --uv "$uv" > "$work/lock-$cut-B.log" 2>&1) || { cat "$work/lock-$cut-B.log" >&2; exit 2; } ;;
-      C) sed -i "s#$base#$changed_base#" "${dir[$cut]}/matrix.yaml" ;;
+      C)
+        sed -i "s#$base#$changed_base#" "${dir[$cut]}/matrix.yaml"
+        if ! (cd "${dir[$cut]}" && "${binary[$cut]}" render > "$work/render-$cut-C.log" 2>&1); then
+          cat "$work/render-$cut-C.log" >&2; exit 2
+        fi ;;
     esac
     if [ "$cut" = wheels ] && [ "$round" != A ]; then plan_estimate "$round"; fi
     build_push "$cut" "$round"
