@@ -95,7 +95,7 @@ for round in A B C; do
            "${binary[$cut]}" lock --uv "$uv" > "$work/lock-$cut-B.log" 2>&1) || { cat "$work/lock-$cut-B.log" >&2; exit 2; } ;;
       C)
         sed -i "s#$base#$changed_base#" "${dir[$cut]}/matrix.yaml"
-        if ! (cd "${dir[$cut]}" && "${binary[$cut]}" render > "$work/render-$cut-C.log" 2>&1); then
+        if ! (cd "${dir[$cut]}" && "${binary[$cut]}" lock --bases > "$work/render-$cut-C.log" 2>&1); then
           cat "$work/render-$cut-C.log" >&2; exit 2
         fi ;;
     esac
