@@ -625,31 +625,44 @@ async fn an_image_left_out_of_the_daemon_moves_its_aliases_in_the_registry_alone
     )
     .await;
     let left_out = builder.left_out.lock().unwrap().clone();
-    assert!(!left_out.is_empty(), "no image of the plan was left out of the daemon");
+    assert!(
+        !left_out.is_empty(),
+        "no image of the plan was left out of the daemon"
+    );
     let calls = builder.calls();
     let mut moved = 0;
     for result in &results {
         assert!(result.succeeded(), "{result:?}");
         let reference = calls
             .iter()
-            .find_map(|call| call.strip_prefix("build ").filter(|name| *name == result.name))
+            .find_map(|call| {
+                call.strip_prefix("build ")
+                    .filter(|name| *name == result.name)
+            })
             .map(|_| result.name.clone());
         assert!(reference.is_some(), "{} was built: {calls:#?}", result.name);
     }
     for reference in &left_out {
         let result = results
             .iter()
-            .find(|result| reference.ends_with(&format!(":{}", result.tag)) || reference.contains(&result.name))
+            .find(|result| {
+                reference.ends_with(&format!(":{}", result.tag)) || reference.contains(&result.name)
+            })
             .unwrap_or_else(|| panic!("{reference} in no result"));
         moved += result.aliases_moved.len();
         for alias in &result.aliases_moved {
             assert!(
-                !calls.iter().any(|call| call.starts_with(&format!("tag {reference} "))),
+                !calls
+                    .iter()
+                    .any(|call| call.starts_with(&format!("tag {reference} "))),
                 "{alias}: {reference} tagged in the daemon, which does not hold it: {calls:#?}"
             );
         }
     }
-    assert!(moved > 0, "no alias of an image left out moved: {results:#?}");
+    assert!(
+        moved > 0,
+        "no alias of an image left out moved: {results:#?}"
+    );
 }
 
 #[tokio::test]
