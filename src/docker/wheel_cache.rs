@@ -316,36 +316,38 @@ fn hex(bytes: &[u8]) -> String {
 /// A wheel of the cache opened for reading.
 pub(crate) type WheelReader = std::io::BufReader<std::fs::File>;
 
-/// The wheels at `paths` (files of the cache), opened for reading, each with its file name: what
-/// `pipeline::wheel_install` installs from.
+/// The file name of a wheel of the cache (what its installer and its layer's cut go by).
+fn file_name_of(path: &std::path::Path) -> String {
+    path.file_name()
+        .map(|name| name.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
 /// The file name and size of each wheel at `paths` (what `pipeline::venv_cut` cuts by).
 pub(crate) fn wheel_sizes(paths: &[PathBuf]) -> anyhow::Result<Vec<(String, u64)>> {
     paths
         .iter()
         .map(|path| {
-            let name = path
-                .file_name()
-                .map(|name| name.to_string_lossy().into_owned())
-                .unwrap_or_default();
             let size = std::fs::metadata(path)
                 .map_err(|error| anyhow::anyhow!("{}: cannot read it: {error}", path.display()))?
                 .len();
-            Ok((name, size))
+            Ok((file_name_of(path), size))
         })
         .collect()
 }
 
+/// The wheels at `paths` (files of the cache), opened for reading, each with its file name: what
+/// `pipeline::wheel_install` installs from.
 pub(crate) fn open_wheels(paths: &[PathBuf]) -> anyhow::Result<Vec<(String, WheelReader)>> {
     paths
         .iter()
         .map(|path| {
-            let name = path
-                .file_name()
-                .map(|name| name.to_string_lossy().into_owned())
-                .unwrap_or_default();
             let file = std::fs::File::open(path)
                 .map_err(|error| anyhow::anyhow!("{}: cannot open it: {error}", path.display()))?;
-            Ok((name, std::io::BufReader::with_capacity(1 << 20, file)))
+            Ok((
+                file_name_of(path),
+                std::io::BufReader::with_capacity(1 << 20, file),
+            ))
         })
         .collect()
 }
