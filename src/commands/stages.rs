@@ -23,6 +23,21 @@ pub(crate) fn resolve_project(project: &Project, options: ResolveOptions) -> Res
     resolve_with_locks(project, options, &locks)
 }
 
+/// `read` of each lock (by image name), a refusal named by the lock's path and line.
+fn read_each_lock<T>(
+    locks: &BTreeMap<String, String>,
+    read: impl Fn(&str) -> Result<T, String>,
+) -> Result<BTreeMap<String, T>> {
+    locks
+        .iter()
+        .map(|(name, text)| {
+            let value =
+                read(text).map_err(|why| anyhow::anyhow!("images/{name}/{LOCK_FILE}:{why}"))?;
+            Ok((name.clone(), value))
+        })
+        .collect()
+}
+
 /// Resolves with the locks given (by image name) instead of those on disk: `imagegen lock`
 /// resolves again after each lock it writes.
 pub(crate) fn resolve_with_locks(
@@ -42,22 +57,8 @@ pub(crate) fn resolve_with_locks(
             .map(|(name, text)| (name.clone(), Digest::of(text.as_bytes())))
             .collect()
     };
-    options.locked_cuda = locks
-        .iter()
-        .map(|(name, text)| {
-            let locked = locked_cuda(text)
-                .map_err(|why| anyhow::anyhow!("images/{name}/{LOCK_FILE}:{why}"))?;
-            Ok((name.clone(), locked))
-        })
-        .collect::<Result<_>>()?;
-    options.locked_ensurepip = locks
-        .iter()
-        .map(|(name, text)| {
-            let pinned = locked_ensurepip(text)
-                .map_err(|why| anyhow::anyhow!("images/{name}/{LOCK_FILE}:{why}"))?;
-            Ok((name.clone(), pinned))
-        })
-        .collect::<Result<_>>()?;
+    options.locked_cuda = read_each_lock(locks, locked_cuda)?;
+    options.locked_ensurepip = read_each_lock(locks, locked_ensurepip)?;
     options.ca_bundle = project
         .ca_bundle()?
         .map(|bundle| Digest::of(bundle.text.as_bytes()));
